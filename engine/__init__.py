@@ -1,0 +1,10 @@
+"""masklab engine: data, masking, models, objectives, training, run store and job launcher.
+
+Nothing here imports streamlit: the engine runs headless (``python -m engine``) and inside
+the background training processes that the dashboard launches.
+"""
+
+from engine.errors import ConfigError, DatasetError, MasklabError, NonFiniteLossError, RunNotFoundError
+
+__all__ = ["ConfigError", "DatasetError", "MasklabError", "NonFiniteLossError", "RunNotFoundError"]
+__version__ = "0.1.0"

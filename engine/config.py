@@ -1,0 +1,157 @@
+"""Run configuration: one validated model per concern, collected in :class:`RunConfig`.
+
+The resolved config (every default filled in) is saved with each run as ``config.json``, so a
+config diff between two runs is a plain dict diff of :meth:`RunConfig.to_dict`.
+
+Configs are pydantic models with ``extra="forbid"``: an unknown key or a bad value raises
+:class:`~engine.errors.ConfigError` whose message names the field, e.g.
+``train.steps: Input should be greater than or equal to 1 (got 0)``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from engine.errors import ConfigError
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class DataConfig(_Strict):
+    """Which registered (or bundled) dataset a run trains on."""
+
+    dataset: str = Field("digits", min_length=1, description="dataset name, see `python -m engine data list`")
+
+
+class MaskingConfig(_Strict):
+    """How the input is masked. ``ratio`` is the fraction of patches hidden from the encoder."""
+
+    strategy: Literal["random"] = "random"  # the masking registry (engine.masking) grows in later issues
+    ratio: float = Field(0.75, ge=0.0, lt=1.0, description="mask ratio in [0, 1); MAE uses 0.75")
+
+
+class ModelConfig(_Strict):
+    """Model architecture. ``preset`` picks widths/depths from ``engine.models.PRESETS``."""
+
+    arch: Literal["mae_vit"] = "mae_vit"
+    preset: str = "tiny"
+    patch_size: int = Field(2, ge=1, le=64, description="patch side P in pixels; must divide H and W")
+
+
+class ObjectiveConfig(_Strict):
+    """Prediction target and loss. MSE on masked patches only (MAE, He et al. 2022)."""
+
+    loss: Literal["mse"] = "mse"
+    norm_pix_loss: bool = Field(False, description="target = per-patch normalised pixels (MAE sec. 4)")
+
+
+class TrainConfig(_Strict):
+    """Optimisation and bookkeeping. Steps are optimizer steps; intervals are in steps."""
+
+    steps: int = Field(1000, ge=1)
+    batch_size: int = Field(128, ge=1, le=65536)
+    lr: float = Field(1.5e-3, gt=0.0, le=10.0, description="peak learning rate after warmup")
+    min_lr: float = Field(0.0, ge=0.0)
+    warmup_steps: int = Field(50, ge=0)
+    weight_decay: float = Field(0.05, ge=0.0)
+    eval_interval: int = Field(100, ge=1, description="val loss + reconstructions every N steps")
+    checkpoint_interval: int = Field(500, ge=1)
+    keep_checkpoints: int = Field(2, ge=1)
+    num_vis: int = Field(8, ge=1, le=64, description="fixed validation images in the reconstruction grid")
+    seed: int = Field(0, ge=0, lt=2**63)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    amp: bool = Field(True, description="bfloat16 autocast on CUDA; ignored on CPU")
+    num_threads: int = Field(0, ge=0, description="torch CPU threads; 0 = torch's default")
+
+    @model_validator(mode="after")
+    def _check(self) -> "TrainConfig":
+        if self.min_lr > self.lr:
+            raise ValueError(f"min_lr ({self.min_lr}) must not exceed lr ({self.lr})")
+        return self
+
+
+class RunConfig(_Strict):
+    """Everything a run needs; saved resolved with the run."""
+
+    name: str = Field("", max_length=200)
+    data: DataConfig = DataConfig()
+    masking: MaskingConfig = MaskingConfig()
+    model: ModelConfig = ModelConfig()
+    objective: ObjectiveConfig = ObjectiveConfig()
+    train: TrainConfig = TrainConfig()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain nested dict (JSON-safe) with every default resolved."""
+        return self.model_dump(mode="json")
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> "RunConfig":
+        """Validate a nested dict. Raises :class:`ConfigError` naming the field and value."""
+        try:
+            return cls.model_validate(d or {})
+        except ValidationError as e:
+            raise ConfigError(_format_validation_error(e)) from None
+
+
+def _format_validation_error(e: ValidationError) -> str:
+    parts = []
+    for err in e.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "config"
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            parts.append(f"{loc}: unknown field")
+        elif "input" in err and not isinstance(err["input"], dict):
+            parts.append(f"{loc}: {msg} (got {err['input']!r})")
+        else:
+            parts.append(f"{loc}: {msg}")
+    return "invalid run config: " + "; ".join(parts)
+
+
+def apply_overrides(d: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``key.sub=value`` overrides (CLI ``--set``) to a nested dict, in place; returns it.
+
+    Values are parsed as YAML scalars (``3`` is an int, ``1e-3`` a float, ``true`` a bool).
+    Raises :class:`ConfigError` for an item without ``=``.
+    """
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r}: expected key=value, e.g. train.steps=200")
+        key, raw = item.split("=", 1)
+        value = yaml.safe_load(raw) if raw.strip() else ""
+        node = d
+        *parents, leaf = key.strip().split(".")
+        for p in parents:
+            nxt = node.setdefault(p, {})
+            if not isinstance(nxt, dict):
+                raise ConfigError(f"--set {item!r}: {p} is not a section")
+            node = nxt
+        node[leaf] = value
+    return d
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
+    """Read a YAML run config, apply ``overrides`` and validate.
+
+    Raises:
+        ConfigError: the file is missing or not YAML, or a field is invalid (the message names it).
+    """
+    d: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        try:
+            loaded = yaml.safe_load(p.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"{p}: config file not found") from None
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{p}: not valid YAML: {e}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"{p}: expected a mapping at the top level, got {type(loaded).__name__}")
+        d = loaded or {}
+    apply_overrides(d, overrides or [])
+    return RunConfig.from_dict(d)
