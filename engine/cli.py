@@ -1,0 +1,138 @@
+"""Command line on the same engine as the dashboard.
+
+    python -m engine run CONFIG [--set key=value ...]      train in the foreground (progress bar)
+    python -m engine submit CONFIG [--set key=value ...]   train in the background; prints the run id
+    python -m engine runs [--json]                         runs with status and latest metrics
+    python -m engine cancel RUN_ID
+    python -m engine data add PATH [--name NAME]           import a zip or folder of images
+    python -m engine data list
+
+Exit codes: 0 success; 1 a run failed or an import refused a file; 2 a usage or input error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from engine.errors import MasklabError
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m engine", description="masklab engine")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    for name, help_ in (("run", "train in the foreground"), ("submit", "train in a background process")):
+        s = sub.add_parser(name, help=help_)
+        s.add_argument("config", help="YAML run config, e.g. configs/mae-digits.yaml")
+        s.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a field, e.g. --set train.steps=200 (repeatable)")
+    r = sub.add_parser("runs", help="list runs")
+    r.add_argument("--json", action="store_true", help="machine-readable output")
+    c = sub.add_parser("cancel", help="cancel a queued or running run")
+    c.add_argument("run_id")
+    d = sub.add_parser("data", help="datasets").add_subparsers(dest="data_cmd", required=True)
+    a = d.add_parser("add", help="import a .zip or folder of PNG/JPEG images (labels = sub-folder names)")
+    a.add_argument("path")
+    a.add_argument("--name", default=None)
+    a.add_argument("--image-size", type=int, default=32, help="side in pixels after resizing (default 32)")
+    a.add_argument("--val-fraction", type=float, default=0.1)
+    a.add_argument("--seed", type=int, default=0)
+    d.add_parser("list", help="list datasets")
+    return p
+
+
+def cmd_run(args) -> int:
+    from tqdm import tqdm
+
+    from engine.config import load_config
+    from engine.store import create_run, get_run
+    from engine.worker import execute_run
+
+    cfg = load_config(args.config, args.overrides)
+    run_id, d = create_run(cfg.to_dict())
+    print(f"run {run_id}  ({d})", flush=True)
+    bar = tqdm(total=cfg.train.steps, unit="step", dynamic_ncols=True)
+
+    def on_step(step: int) -> None:
+        bar.n = step
+        bar.refresh()
+
+    status = execute_run(d, on_step=on_step)
+    bar.close()
+    rec = get_run(run_id)
+    line = f"{status}: step {rec.step}/{rec.total_steps}"
+    for k in ("loss", "val_loss"):
+        if k in rec.latest:
+            line += f"  {k} {rec.latest[k]:.5f}"
+    print(line)
+    if rec.error:
+        print(f"error: {rec.error}", file=sys.stderr)
+    return 1 if status == "failed" else 0
+
+
+def cmd_submit(args) -> int:
+    from engine.config import load_config
+    from engine.launcher import submit
+
+    print(submit(load_config(args.config, args.overrides)))
+    return 0
+
+
+def cmd_runs(args) -> int:
+    from engine.store import list_runs
+
+    runs = list_runs()
+    if args.json:
+        print(json.dumps([{
+            "run_id": r.run_id, "name": r.name, "status": r.status, "step": r.step,
+            "total_steps": r.total_steps, "created_at": r.created_at, "duration_s": r.duration_s,
+            "error": r.error, "latest": r.latest} for r in runs], indent=2))
+        return 0
+    if not runs:
+        print("no runs yet")
+        return 0
+    print(f"{'run id':24} {'name':18} {'status':10} {'step':>12} {'loss':>9} {'val_loss':>9} {'time':>7}")
+    for r in runs:
+        loss = r.latest.get("loss")
+        val = r.latest.get("val_loss")
+        dur = f"{r.duration_s:.0f}s" if r.duration_s is not None else "-"
+        print(f"{r.run_id:24} {r.name[:18]:18} {r.status:10} {f'{r.step}/{r.total_steps}':>12} "
+              f"{'-' if loss is None else f'{loss:.4f}':>9} {'-' if val is None else f'{val:.4f}':>9} {dur:>7}")
+    return 0
+
+
+def cmd_cancel(args) -> int:
+    from engine.launcher import cancel
+
+    if cancel(args.run_id):
+        print(f"cancel requested for {args.run_id}")
+    else:
+        print(f"{args.run_id} has already ended")
+    return 0
+
+
+def cmd_data(args) -> int:
+    from engine.data import import_archive, list_datasets
+
+    if args.data_cmd == "list":
+        for info in list_datasets():
+            c, h, w = info.image_shape
+            print(f"{info.name:20} {info.modality:6} {c}x{h}x{w}  train {info.n_train:6}  val {info.n_val:6}"
+                  f"  classes {len(info.class_names):3}  {info.source}")
+        return 0
+    report = import_archive(args.path, args.name, image_size=args.image_size,
+                            val_fraction=args.val_fraction, seed=args.seed)
+    print(report.summary())
+    return 1 if report.rejected else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the process exit code."""
+    args = _parser().parse_args(argv)
+    handler = {"run": cmd_run, "submit": cmd_submit, "runs": cmd_runs, "cancel": cmd_cancel, "data": cmd_data}
+    try:
+        return handler[args.cmd](args)
+    except MasklabError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2

@@ -1,0 +1,171 @@
+"""Bundled datasets, available offline without an upload.
+
+- ``digits``: scikit-learn's ``load_digits`` (1797 images 8x8, 1 channel, classes "0".."9"); pixel
+  values 0..16 are mapped to 0..255 with ``round(v * 255 / 16)``; seeded stratified split
+  (:func:`engine.data.dataset.seeded_split`), 10% val, seed 0.
+- ``fashion-mnist``: the IDX gzip files of Debian's ``dataset-fashion-mnist`` package in
+  ``/usr/share/datasets/fashion-mnist`` (or ``$MASKLAB_FASHION_MNIST_DIR``); 28x28, 1 channel, 10
+  classes; the official split: train = the 60,000 training images, val = the 10,000 test (t10k) images.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from engine.data.dataset import DatasetInfo, ImageDataset, n_val_for, seeded_split
+from engine.errors import DatasetError
+
+FASHION_ENV = "MASKLAB_FASHION_MNIST_DIR"
+FASHION_DEFAULT_DIR = "/usr/share/datasets/fashion-mnist"
+FASHION_CLASSES = (
+    "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
+)  # fmt: skip
+FASHION_FILES = {
+    "train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
+    "val": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"),
+}
+FASHION_HOW_TO = (
+    "install the Debian package dataset-fashion-mnist (sudo apt-get install dataset-fashion-mnist), "
+    f"which puts the IDX files in {FASHION_DEFAULT_DIR}; or set ${FASHION_ENV} to a folder holding "
+    + ", ".join(f for pair in FASHION_FILES.values() for f in pair)
+)
+IDX_IMAGES_MAGIC, IDX_LABELS_MAGIC = 2051, 2049
+DIGITS_CLASS_COUNTS = (178, 182, 177, 183, 181, 182, 181, 179, 174, 180)  # of load_digits(); N = 1797
+DIGITS_VAL_FRACTION, DIGITS_SEED = 0.1, 0
+
+DESCRIPTIONS = {
+    "digits": "Handwritten digits 0-9 from scikit-learn (UCI optdigits): 1797 grayscale images, 8x8 pixels.",
+    "fashion-mnist": "Zalando Fashion-MNIST: 70,000 grayscale 28x28 images of clothing in 10 classes "
+    "(train = 60,000 official training images, val = the 10,000 official test images).",
+}
+BUNDLED = tuple(DESCRIPTIONS)
+"""Names of the bundled datasets, in listing order. These names are reserved for imports."""
+
+
+@dataclass(frozen=True)
+class BundledStatus:
+    """Whether a bundled dataset can be used on this machine, and how to get it if not."""
+
+    name: str
+    available: bool
+    description: str
+    how_to_get: str
+
+
+def fashion_dir() -> Path:
+    """Folder of the Fashion-MNIST IDX files: ``$MASKLAB_FASHION_MNIST_DIR``, else the Debian package's."""
+    return Path(os.environ.get(FASHION_ENV) or FASHION_DEFAULT_DIR)
+
+
+def _fashion_available() -> bool:
+    d = fashion_dir()
+    return all((d / f).is_file() for pair in FASHION_FILES.values() for f in pair)
+
+
+def bundled_status() -> list[BundledStatus]:
+    """Status of ``digits`` and ``fashion-mnist`` (checks files only; loads no pixels)."""
+    return [
+        BundledStatus("digits", True, DESCRIPTIONS["digits"], "part of scikit-learn; nothing to install"),
+        BundledStatus("fashion-mnist", _fashion_available(), DESCRIPTIONS["fashion-mnist"], FASHION_HOW_TO),
+    ]
+
+
+def is_available(name: str) -> bool:
+    """True if bundled dataset ``name`` can be built here."""
+    return name == "digits" or (name == "fashion-mnist" and _fashion_available())
+
+
+def _idx_header(f, path: Path, magic: int) -> tuple[int, ...]:
+    """Read an IDX header (big-endian magic, then one uint32 per dimension) and check the magic."""
+    ndim = 3 if magic == IDX_IMAGES_MAGIC else 1
+    head = f.read(4 * (1 + ndim))
+    if len(head) < 4 * (1 + ndim):
+        raise DatasetError(f"{path}: truncated IDX header")
+    found, *dims = struct.unpack(f">{1 + ndim}I", head)
+    if found != magic:
+        kind = "images" if magic == IDX_IMAGES_MAGIC else "labels"
+        raise DatasetError(f"{path}: not an IDX {kind} file (magic number {found}, expected {magic})")
+    return tuple(dims)
+
+
+def _read_idx(path: Path, magic: int, header_only: bool = False) -> np.ndarray | tuple[int, ...]:
+    """Read a gzip IDX file: uint8 ``[N, H, W]`` (magic 2051) or ``[N]`` (magic 2049); or just its dims."""
+    try:
+        with gzip.open(path, "rb") as f:
+            dims = _idx_header(f, path, magic)
+            if header_only:
+                return dims
+            data = np.frombuffer(f.read(), dtype=np.uint8)
+    except (OSError, EOFError) as e:
+        raise DatasetError(f"{path}: cannot read IDX file ({e}); {FASHION_HOW_TO}") from e
+    if data.size != int(np.prod(dims)):
+        raise DatasetError(f"{path}: {data.size} bytes of data, header says {dims}")
+    return data.reshape(dims)
+
+
+def bundled_info(name: str, created_at: str = "") -> DatasetInfo:
+    """Metadata of a bundled dataset without loading its pixels (reads only the IDX headers).
+
+    Raises DatasetError if ``name`` is not bundled or its files are missing/invalid.
+    """
+    if name == "digits":
+        n_val = sum(n_val_for(n, DIGITS_VAL_FRACTION) for n in DIGITS_CLASS_COUNTS)
+        shape, classes = (1, 8, 8), tuple(str(i) for i in range(10))
+        n_train = sum(DIGITS_CLASS_COUNTS) - n_val
+    elif name == "fashion-mnist":
+        if not _fashion_available():
+            raise DatasetError(f"bundled dataset 'fashion-mnist' is not available: {FASHION_HOW_TO}")
+        d = fashion_dir()
+        n_train, h, w = _read_idx(d / FASHION_FILES["train"][0], IDX_IMAGES_MAGIC, header_only=True)
+        n_val = _read_idx(d / FASHION_FILES["val"][0], IDX_IMAGES_MAGIC, header_only=True)[0]
+        shape, classes = (1, h, w), FASHION_CLASSES
+    else:
+        raise DatasetError(f"{name!r} is not a bundled dataset (bundled: {', '.join(BUNDLED)})")
+    return DatasetInfo(
+        name=name,
+        modality="image",
+        source=f"bundled:{name}",
+        image_shape=shape,
+        class_names=classes,
+        n_train=int(n_train),
+        n_val=int(n_val),
+        created_at=created_at,
+        description=DESCRIPTIONS[name],
+    )
+
+
+def build_bundled(name: str, created_at: str) -> ImageDataset:
+    """Build a bundled dataset in memory (digits: ~0.1 s; fashion-mnist: ~1 s to decompress).
+
+    Returns an :class:`ImageDataset` with images uint8 ``[N, H, W, 1]``.
+    Raises DatasetError if ``name`` is not bundled or its files are missing/invalid (naming the file).
+    """
+    info = bundled_info(name, created_at)
+    if name == "digits":
+        from sklearn.datasets import load_digits
+
+        digits = load_digits()
+        images = np.round(digits.images * (255.0 / 16.0)).astype(np.uint8)[..., None]
+        labels = digits.target.astype(np.int64)
+        split = seeded_split(labels, DIGITS_VAL_FRACTION, DIGITS_SEED)
+    else:
+        d = fashion_dir()
+        parts = []
+        for s, (img_file, lbl_file) in enumerate(FASHION_FILES.values()):
+            x = _read_idx(d / img_file, IDX_IMAGES_MAGIC)
+            y = _read_idx(d / lbl_file, IDX_LABELS_MAGIC)
+            if x.shape[0] != y.shape[0]:
+                raise DatasetError(f"{d / img_file}: {len(x)} images but {d / lbl_file} has {len(y)} labels")
+            if y.size and y.max() >= len(FASHION_CLASSES):
+                raise DatasetError(f"{d / lbl_file}: label {y.max()} outside 0..{len(FASHION_CLASSES) - 1}")
+            parts.append((x, y, np.full(y.shape[0], s, dtype=np.uint8)))
+        images = np.concatenate([p[0] for p in parts])[..., None]
+        labels = np.concatenate([p[1] for p in parts]).astype(np.int64)
+        split = np.concatenate([p[2] for p in parts])
+    return ImageDataset(info=info, images=images, labels=labels, split=split)

@@ -1,0 +1,67 @@
+"""The dataset registry: what the pages and workers call to list and load datasets."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from engine.data import bundled, storage
+from engine.data.dataset import DatasetInfo, ImageDataset, validate_name
+from engine.errors import DatasetError
+
+log = logging.getLogger(__name__)
+PathLike = str | os.PathLike[str] | None
+
+
+def list_datasets(workspace: PathLike = None) -> list[DatasetInfo]:
+    """All datasets that :func:`load_dataset` can load: bundled ones first (``digits``, ``fashion-mnist``),
+    then the registered ones by name.
+
+    Cheap: it reads ``meta.json`` files and, for a bundled set not yet registered, computes its info
+    without loading pixels or registering it (Fashion-MNIST: only the IDX headers are read); such an
+    info has ``created_at == ""``. A bundled set whose files are missing is left out unless it was
+    registered before. Datasets with an unreadable ``meta.json`` are logged and left out.
+    """
+    registered = storage.registered_infos(workspace)
+    out = []
+    for name in bundled.BUNDLED:
+        if name in registered:
+            out.append(registered.pop(name))
+        elif bundled.is_available(name):
+            try:
+                out.append(bundled.bundled_info(name))
+            except DatasetError as e:
+                log.warning("%s", e)
+    return out + list(registered.values())
+
+
+def load_dataset(name: str, workspace: PathLike = None) -> ImageDataset:
+    """Load dataset ``name`` from the workspace.
+
+    A registered dataset is read as is (nothing is written). A bundled one (``digits``,
+    ``fashion-mnist``) that is available but not registered yet is built, registered atomically in
+    ``<workspace>/datasets/<name>/`` and then loaded; later calls only read it.
+
+    Returns:
+        An :class:`ImageDataset` (images uint8 ``[N, H, W, C]``, labels int64 ``[N]``, split uint8 ``[N]``).
+    Raises:
+        DatasetError: unknown name (the message lists the known names), a bundled set that is not
+            available (the message says how to install it), an invalid name, or unreadable files
+            (naming the file).
+    """
+    validate_name(name)
+    if storage.is_registered(name, workspace):
+        return storage.read_dataset(name, workspace)
+    if name in bundled.BUNDLED:
+        if not bundled.is_available(name):
+            how = next(st.how_to_get for st in bundled.bundled_status() if st.name == name)
+            raise DatasetError(f"bundled dataset {name!r} is not available on this machine: {how}")
+        ds = bundled.build_bundled(name, created_at=storage.utc_now())
+        try:
+            storage.write_dataset(ds.info, ds.images, ds.labels, ds.split, workspace)
+        except DatasetError:
+            if not storage.is_registered(name, workspace):  # else another process registered it first
+                raise
+        return storage.read_dataset(name, workspace)
+    known = ", ".join(info.name for info in list_datasets(workspace)) or "none"
+    raise DatasetError(f"unknown dataset {name!r}; known datasets: {known}")

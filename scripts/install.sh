@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Install masklab into ./.venv (pinned requirements) and, where apt is available, the OS packages:
+#   dataset-fashion-mnist (bundled Fashion-MNIST)   always
+#   chromium                                        with --dev (real-browser tests)
+# Re-running is cheap: pip is skipped while the requirements file is unchanged.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dev=0; [ "${1:-}" = "--dev" ] && dev=1
+req=requirements.txt; [ $dev = 1 ] && req=requirements-dev.txt
+
+apt_pkgs=(dataset-fashion-mnist)
+[ $dev = 1 ] && apt_pkgs+=(chromium)
+missing=()
+for p in "${apt_pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  if command -v apt-get >/dev/null 2>&1; then
+    sudo=""; [ "$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1 && sudo="sudo"
+    if [ "$(id -u)" = 0 ] || [ -n "$sudo" ]; then
+      echo "installing OS packages: ${missing[*]}"
+      $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null \
+        || echo "warning: could not install ${missing[*]}; the app says how to get Fashion-MNIST" >&2
+    else
+      echo "note: not root and no sudo: skipping ${missing[*]} (sudo apt-get install ${missing[*]})" >&2
+    fi
+  else
+    echo "note: no apt-get: Fashion-MNIST is unavailable (the app explains); digits always works" >&2
+  fi
+fi
+
+[ -x .venv/bin/python ] || python3 -m venv .venv
+stamp=".venv/.installed-$(cat requirements*.txt | sha256sum | cut -c1-16)-$dev"
+if [ ! -f "$stamp" ]; then
+  .venv/bin/python -m pip install --quiet --upgrade pip >/dev/null
+  .venv/bin/python -m pip install --quiet -r "$req"
+  touch "$stamp"
+fi
