@@ -102,7 +102,8 @@ def execute_run(run_dir: Path, *, on_step: Callable[[int], None] | None = None) 
             def progress(step: int) -> None:
                 status["step"] = step
                 now = time.monotonic()
-                if now - last["t"] >= STATUS_EVERY_S or step == cfg.train.steps:
+                if (now - last["t"] >= STATUS_EVERY_S or step == cfg.train.steps
+                        or step % cfg.train.eval_interval == 0):  # a new val_loss: show it with its samples
                     last["t"] = now
                     write_status(run_dir, {**status, "status": "running", "latest": writer.latest})
                 if on_step is not None:

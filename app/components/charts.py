@@ -1,0 +1,108 @@
+"""Altair charts of logged metrics.
+
+Input is the long frame that ``engine.store.read_metrics`` returns: one row per
+``(run_id, key, step)`` with ``value`` (MLflow's metric history layout).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import altair as alt
+import pandas as pd
+import streamlit as st
+
+#: Series with fewer points than this also get point marks (a sparse val_loss stays visible).
+_POINTS_BELOW = 60
+
+
+def ema(df: pd.DataFrame, smoothing: float) -> pd.Series:
+    """Debiased exponential moving average of ``value`` within each (run_id, key) series.
+
+    ``smoothing`` in [0, 1) is the weight of the past, as TensorBoard's slider: 0 returns the
+    raw values, 0.9 averages over roughly the last 10 points. The frame must be sorted by step
+    within each series. Debiasing (pandas ``adjust=True``) keeps the first points unbiased.
+    """
+    if not 0.0 <= smoothing < 1.0:
+        raise ValueError(f"smoothing must be in [0, 1), got {smoothing}")
+    if smoothing == 0.0 or df.empty:
+        return df["value"].astype(float)
+    return df.groupby(["run_id", "key"], sort=False)["value"].transform(
+        lambda s: s.astype(float).ewm(alpha=1.0 - smoothing, adjust=True).mean()
+    )
+
+
+def metrics_chart(
+    df: pd.DataFrame,
+    *,
+    smoothing: float = 0.0,
+    run_labels: Mapping[str, str] | None = None,
+    raw_keys: tuple[str, ...] = ("val_loss",),
+    y_title: str = "value",
+    height: int = 280,
+) -> alt.LayerChart | None:
+    """Line chart of ``value`` against ``step``: colour = run, dash = metric key.
+
+    Args:
+        df: long frame with columns ``run_id, key, step, value``.
+        smoothing: EMA weight in [0, 0.99]; when > 0 the raw curve stays as a faint line.
+        run_labels: run_id -> legend label (defaults to the run id).
+        raw_keys: keys never smoothed: sparse eval metrics (a few points) that EMA would distort.
+
+    Returns:
+        The chart, or None when ``df`` has no rows.
+    """
+    if df is None or df.empty:
+        return None
+    d = df[["run_id", "key", "step", "value"]].sort_values(["run_id", "key", "step"]).copy()
+    d["run"] = d["run_id"].map(lambda r: (run_labels or {}).get(r, r))
+    raw = d["key"].isin(raw_keys)
+    d["smoothed"] = ema(d, smoothing).where(~raw, d["value"])
+    d = d.dropna(subset=["smoothed"])
+    x = alt.X("step:Q", title="step", axis=alt.Axis(format="d", tickMinStep=1))
+    color = alt.Color("run:N", title="run", scale=alt.Scale(scheme="tableau10"), legend=alt.Legend(labelLimit=240))
+    dash = alt.StrokeDash("key:N", title="metric")
+    tooltip = ["run:N", "key:N", "step:Q", alt.Tooltip("value:Q", format=".4g")]
+    base = alt.Chart(d).encode(x=x, color=color, strokeDash=dash, detail="run_id:N")
+    layers = []
+    if smoothing > 0 and not d["key"].isin(raw_keys).all():
+        faint = base.transform_filter(~alt.FieldOneOfPredicate(field="key", oneOf=list(raw_keys)))
+        layers.append(faint.mark_line(opacity=0.2).encode(y=alt.Y("value:Q")))
+    layers.append(
+        base.mark_line().encode(
+            y=alt.Y("smoothed:Q", title=y_title, scale=alt.Scale(zero=False)), tooltip=tooltip
+        )
+    )
+    sizes = d.groupby(["run_id", "key"])["step"].transform("size")
+    sparse = d[sizes < _POINTS_BELOW]
+    if not sparse.empty:
+        layers.append(
+            alt.Chart(sparse)
+            .mark_point(filled=True, size=30)
+            .encode(x=x, y=alt.Y("smoothed:Q"), color=color, detail="key:N", tooltip=tooltip)
+        )
+    return alt.layer(*layers).properties(height=height).interactive(bind_y=False)
+
+
+def render_metrics_chart(df: pd.DataFrame, *, empty_text: str = "no points yet", **kwargs) -> None:
+    """Draw :func:`metrics_chart` full width, or a caption when there is nothing to draw."""
+    chart = metrics_chart(df, **kwargs)
+    if chart is None:
+        st.caption(empty_text)
+    else:
+        st.altair_chart(chart, width="stretch")
+
+
+def counts_chart(counts: pd.DataFrame, height: int = 260) -> alt.Chart:
+    """Stacked bars of images per class, coloured by split. ``counts``: class_name, split, count."""
+    return (
+        alt.Chart(counts)
+        .mark_bar()
+        .encode(
+            x=alt.X("class_name:N", title="class", sort=None),
+            y=alt.Y("count:Q", title="images"),
+            color=alt.Color("split:N", title="split"),
+            tooltip=["class_name:N", "split:N", "count:Q"],
+        )
+        .properties(height=height)
+    )

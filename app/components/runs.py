@@ -1,0 +1,72 @@
+"""The run table and run labels (from ``engine.store.RunRecord`` value objects)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+
+
+def short_label(rec: Any) -> str:
+    """``name · <last 6 characters of the id>``: short enough for a chart legend, still unique."""
+    name = getattr(rec, "name", "") or ""
+    suffix = str(rec.run_id)[-6:]
+    return f"{name} · {suffix}" if name and name != rec.run_id else str(rec.run_id)
+
+
+def run_label(rec: Any) -> str:
+    """``name · run_id`` (just the id for an unnamed run, whose name the store sets to the id)."""
+    name = getattr(rec, "name", "") or ""
+    return f"{name} · {rec.run_id}" if name and name != rec.run_id else str(rec.run_id)
+
+
+def format_duration(seconds: float | None) -> str:
+    """``None`` -> "", 75 -> "1m 15s", 3700 -> "1h 1m"."""
+    if seconds is None:
+        return ""
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m {s % 60:02d}s"
+    return f"{s // 3600}h {(s % 3600) // 60:02d}m"
+
+
+def runs_frame(records: Sequence[Any]) -> pd.DataFrame:
+    """One row per run with the columns of the run table (newest first, as given)."""
+    rows = []
+    for r in records:
+        latest = r.latest or {}
+        rows.append(
+            {
+                "name": r.name if r.name != r.run_id else "",
+                "run id": r.run_id,
+                "status": r.status,
+                "progress": float(r.progress or 0.0),
+                "step": f"{r.step} / {r.total_steps}",
+                "loss": latest.get("loss"),
+                "val loss": latest.get("val_loss"),
+                "samples/s": latest.get("throughput"),
+                "duration": format_duration(r.duration_s),
+                "dataset": (r.config or {}).get("data", {}).get("dataset", ""),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def run_table(records: Sequence[Any]) -> None:
+    """``st.dataframe`` of :func:`runs_frame` with a progress bar column."""
+    st.dataframe(
+        runs_frame(records),
+        hide_index=True,
+        width="stretch",
+        column_config={
+            "progress": st.column_config.ProgressColumn("progress", min_value=0.0, max_value=1.0, format="percent"),
+            "loss": st.column_config.NumberColumn("loss", format="%.4f"),
+            "val loss": st.column_config.NumberColumn("val loss", format="%.4f"),
+            "samples/s": st.column_config.NumberColumn("samples/s", format="%.0f"),
+        },
+    )

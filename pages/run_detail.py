@@ -1,0 +1,77 @@
+"""Run detail: status, resolved config, curves and the reconstruction grid of one run.
+
+The run comes from ``?run=<id>`` (links from New run and Runs), else the most recent one. The
+status and the reconstruction grid are fragments that re-read the run every 2 s, so a new eval's
+samples show up without reloading the page.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from app.components import (
+    format_duration, guarded, image_rows, recon_rows, render_metrics_chart, run_label, short_label,
+)
+from engine.store import get_run, list_runs, load_samples, read_metrics
+
+st.title("Run detail")
+runs = guarded(list_runs)
+if not runs:
+    if runs is not None:
+        st.info("No runs yet.")
+    st.page_link("../pages/new_run.py", label="Start a run", icon="🚀")
+    st.stop()
+
+ids = [r.run_id for r in runs]
+labels = {r.run_id: run_label(r) for r in runs}
+legend = {r.run_id: short_label(r) for r in runs}
+wanted = st.query_params.get("run")
+if wanted and wanted not in ids:
+    st.error(f"No run {wanted!r} in this workspace; showing the most recent run instead.")
+run_id = st.selectbox("Run", ids, index=ids.index(wanted) if wanted in ids else 0, format_func=labels.get)
+st.query_params["run"] = run_id  # the URL names the run shown (shareable, survives a reload)
+
+
+@st.fragment(run_every="2s")
+def status_panel(run_id: str) -> None:
+    rec = guarded(get_run, run_id)
+    if rec is None:
+        return
+    m = st.columns(5)
+    m[0].metric("Status", rec.status)
+    m[1].metric("Step", f"{rec.step} / {rec.total_steps}")
+    for col, key, label in ((m[2], "loss", "Loss"), (m[3], "val_loss", "Val loss")):
+        v = rec.latest.get(key)
+        col.metric(label, f"{v:.4f}" if v is not None else "–")
+    m[4].metric("Duration", format_duration(rec.duration_s) or "–")
+    st.progress(rec.progress, text=f"{rec.progress:.0%}")
+    if rec.status == "failed" and rec.error:
+        st.error(f"Run failed: {rec.error}")
+    df = guarded(read_metrics, [run_id], ["loss", "val_loss"], max_points=500)
+    if df is not None:
+        render_metrics_chart(df, smoothing=0.6, run_labels=legend, y_title="MSE (masked patches)", height=220)
+
+
+@st.fragment(run_every="2s")
+def recon_panel(run_id: str) -> None:
+    sample = guarded(load_samples, run_id)
+    if sample is None:
+        rec = guarded(get_run, run_id)
+        every = (rec.config.get("train", {}).get("eval_interval") if rec else None) or "?"
+        st.info(f"No reconstructions yet: the first one is saved at step {every} (every eval).")
+        return
+    names = sample.class_names
+    captions = [names[int(y)] if 0 <= int(y) < len(names) else str(int(y)) for y in sample.labels]
+    st.caption(
+        f"Step {sample.step} · {len(sample.images)} fixed validation images · patch {sample.patch_size} px · "
+        f"{int(sample.mask[0].sum())} of {sample.mask[0].size} patches masked"
+    )
+    image_rows(recon_rows(sample.images, sample.mask, sample.pred_img, sample.pasted), captions=captions)
+
+
+status_panel(run_id)
+st.subheader("Reconstructions")
+recon_panel(run_id)
+rec = next(r for r in runs if r.run_id == run_id)
+with st.expander("Resolved config"):
+    st.json(rec.config)

@@ -1,0 +1,273 @@
+"""End-to-end: the real Streamlit server, Debian's Chromium through Playwright, real training workers.
+
+- A: the sidebar shows exactly the four ``st.navigation`` pages (no legacy ``pages/`` menu).
+- B: New run -> Launch -> the Runs chart gains points -> Run detail shows the reconstruction grid.
+- C: a run survives a restart of the Streamlit server and the new server shows it still running.
+
+Screenshots go to ``test-artifacts/`` (git-ignored) for a human look.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from engine.config import RunConfig
+from engine.launcher import cancel, submit
+from engine.store import get_run, list_runs, read_metrics
+REPO = Path(__file__).resolve().parents[2]
+ENTRY = REPO / "app" / "streamlit_app.py"
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
+playwright_sync = pytest.importorskip("playwright.sync_api")
+expect = playwright_sync.expect
+
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = REPO / "test-artifacts"
+CHART = "canvas, svg.marks, .vega-embed"
+NAV_TITLES = ["Data", "New run", "Runs", "Run detail"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(workspace: Path) -> tuple[subprocess.Popen, str]:
+    """Start ``streamlit run`` on a free port with ``$MASKLAB_WORKSPACE=workspace``; wait for health."""
+    port = free_port()
+    env = {**os.environ, "MASKLAB_WORKSPACE": str(workspace)}
+    log = open(workspace.parent / f"streamlit-{port}.log", "wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", str(ENTRY), "--server.headless", "true",
+         "--server.address", "127.0.0.1", "--server.port", str(port), "--browser.gatherUsageStats", "false"],
+        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"streamlit exited with {proc.returncode}; see {log.name}")
+        try:
+            with urllib.request.urlopen(url + "/_stcore/health", timeout=1) as r:
+                if r.read() == b"ok":
+                    return proc, url
+        except OSError:
+            time.sleep(0.2)
+    stop_server(proc)
+    raise RuntimeError(f"streamlit did not answer on {url} within 30 s")
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    """SIGTERM and wait until the process is gone (SIGKILL after 15 s)."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def cancel_all(workspace: Path) -> None:
+    """Stop every worker still running in ``workspace`` (they outlive the server by design)."""
+    for r in list_runs(workspace):
+        if r.is_active:
+            cancel(r.run_id, workspace)
+    deadline = time.time() + 30
+    while any(r.is_active for r in list_runs(workspace)) and time.time() < deadline:
+        time.sleep(0.5)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return not stat.exists() or stat.read_text().split(") ")[-1][:1] != "Z"
+
+
+def wait_until(fn, timeout: float, what: str, every: float = 0.5):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = fn()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def workspace_dir(tmp_path_factory) -> Path:
+    ws = tmp_path_factory.mktemp("browser") / "workspace"
+    ws.mkdir()
+    yield ws
+    cancel_all(ws)
+
+
+@pytest.fixture(scope="module")
+def server(workspace_dir) -> str:
+    proc, url = start_server(workspace_dir)
+    yield url
+    stop_server(proc)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with playwright_sync.sync_playwright() as p:
+        b = p.chromium.launch(
+            executable_path=CHROMIUM, headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--disable-background-networking"],
+        )  # fmt: skip
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser):
+    # A tall viewport: Streamlit scrolls inside its own container, so full_page alone would cut the page.
+    ctx = browser.new_context(viewport={"width": 1400, "height": 2200})
+    pg = ctx.new_page()
+    yield pg
+    ctx.close()
+
+
+def shot(page, name: str) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def settle(page, timeout: float = 30_000) -> None:
+    """Wait until Streamlit is not running the script (the status widget is gone)."""
+    page.wait_for_timeout(300)
+    expect(page.get_by_test_id("stStatusWidget")).to_have_count(0, timeout=timeout)
+
+
+def click_when_live(page, locator, timeout: float = 30) -> None:
+    """Click an element of a self-refreshing fragment: while a fragment reruns, Streamlit marks its
+    elements inert (not clickable), so retry short clicks between reruns."""
+    deadline = time.time() + timeout
+    while True:
+        try:
+            locator.first.click(timeout=2_000)
+            return
+        except playwright_sync.TimeoutError:
+            if time.time() > deadline:
+                raise
+
+
+def test_a_sidebar_shows_exactly_the_four_pages(server, page):
+    page.goto(server)
+    expect(page.get_by_role("heading", name="Runs")).to_be_visible(timeout=20_000)
+    links = page.get_by_test_id("stSidebarNavLink")
+    expect(links).to_have_count(4)
+    titles = [t.strip() for t in links.get_by_test_id("stMarkdownContainer").all_inner_texts()]
+    assert titles == NAV_TITLES
+    assert page.get_by_test_id("stSidebarNavSeparator").count() == 0  # no second (legacy) menu
+    expect(page.get_by_text("No runs yet.")).to_be_visible(timeout=30_000)
+    shot(page, "a1-runs-empty")
+
+    links.filter(has_text="Data").click()
+    expect(page.get_by_role("heading", name="Samples")).to_be_visible(timeout=30_000)
+    expect(page.get_by_test_id("stImage").locator("img")).to_have_count(24, timeout=20_000)
+    expect(page.get_by_text(re.compile(r"^\d · val$")).first).to_be_visible()  # captions: class · split
+    page.locator(CHART).first.wait_for(state="visible", timeout=20_000)  # counts per class
+    settle(page)
+    shot(page, "a2-data-digits")
+
+
+def test_b_launch_watch_curves_and_reconstructions(server, page, workspace_dir):
+    page.goto(server + "/new_run")
+    expect(page.get_by_role("heading", name="Mask preview")).to_be_visible(timeout=30_000)
+    page.get_by_test_id("stSelectbox").filter(has_text="Dataset").click()
+    page.get_by_role("option", name="digits").click()
+    # Long enough that a fast machine is still training while the test watches; cancelled at the end.
+    for label, value in [("Steps", "2000"), ("Batch size", "64"), ("Eval interval (steps)", "50")]:
+        box = page.get_by_label(label, exact=True)
+        box.fill(value)
+        box.press("Enter")
+        settle(page)
+    name = page.get_by_label("Run name", exact=True)
+    name.fill("browser-e2e")
+    name.press("Enter")
+    settle(page)
+    expect(page.get_by_test_id("stImage")).to_have_count(16)  # preview: 8 originals + 8 masked
+    shot(page, "b1-new-run")
+
+    page.get_by_role("button", name="Launch").click()
+    success = page.get_by_test_id("stAlertContentSuccess")
+    expect(success).to_contain_text("Launched run", timeout=20_000)
+    run_id = re.search(r"Launched run (\S+?):", success.inner_text()).group(1)
+    cfg = get_run(run_id, workspace_dir).config
+    assert cfg["name"] == "browser-e2e" and cfg["data"]["dataset"] == "digits"
+    assert cfg["train"]["steps"] == 2000 and cfg["train"]["eval_interval"] == 50 and cfg["train"]["batch_size"] == 64
+
+    page.get_by_role("link", name="Compare runs").click()
+    expect(page.get_by_role("heading", name="Runs")).to_be_visible(timeout=20_000)
+    caption = page.get_by_text(re.compile(r"\d+ loss points · latest step \d+"))
+
+    def points() -> tuple[int, int]:
+        m = re.search(r"(\d+) loss points · latest step (\d+)", caption.inner_text(timeout=20_000))
+        return int(m.group(1)), int(m.group(2))
+
+    first = wait_until(lambda: points()[0] >= 3 and points(), 90, "the first loss points on the Runs page")
+    page.locator(CHART).first.wait_for(state="visible", timeout=20_000)
+    second = wait_until(lambda: points()[0] > first[0] and points(), 60, "the loss chart to gain points")
+    assert second[1] > first[1]  # the self-refreshing fragment shows later steps
+    stored = read_metrics([run_id], ["loss"], workspace=workspace_dir)
+    assert stored["step"].max() >= second[1]
+    expect(page.get_by_text(re.compile(r"browser-e2e · \S+ · running · step \d+ / 2000"))).to_be_visible()
+    shot(page, "b2-runs-live")
+
+    page.goto(f"{server}/run_detail?run={run_id}")
+    expect(page.get_by_role("heading", name="Reconstructions")).to_be_visible(timeout=20_000)
+    expect(page.get_by_text("Reconstruction + visible patches")).to_be_visible(timeout=60_000)
+    images = page.get_by_test_id("stImage").locator("img")
+    expect(images).to_have_count(32, timeout=20_000)  # 4 rows x 8 fixed validation images
+    assert all(images.nth(i).evaluate("img => img.naturalWidth > 0") for i in range(32))
+    expect(page.get_by_text(re.compile(r"Step \d+ · 8 fixed validation images"))).to_be_visible()
+    shot(page, "b3-run-detail")
+
+    page.goto(server)  # Runs is the default page, served at the root URL
+    expect(page.get_by_role("heading", name="Runs")).to_be_visible(timeout=20_000)
+    click_when_live(page, page.get_by_role("button", name="Cancel"))
+    wait_until(lambda: get_run(run_id, workspace_dir).status == "cancelled", 30, "the run to be cancelled")
+
+
+def test_c_run_survives_server_restart(page, workspace_dir):
+    cfg = RunConfig.from_dict({"name": "survivor", "train": {"steps": 20000, "batch_size": 32, "eval_interval": 500}})
+    proc, url = start_server(workspace_dir)
+    try:
+        run_id = submit(cfg, workspace_dir)
+        wait_until(lambda: get_run(run_id, workspace_dir).step >= 2, 90, "the worker to start training")
+    finally:
+        stop_server(proc)
+    assert proc.poll() is not None
+    rec = get_run(run_id, workspace_dir)
+    assert rec.status == "running" and rec.pid and pid_alive(rec.pid)
+    before = rec.step
+    wait_until(lambda: get_run(run_id, workspace_dir).step > before + 2, 30, "steps while no server runs")
+    between = get_run(run_id, workspace_dir).step
+
+    proc, url = start_server(workspace_dir)
+    try:
+        page.goto(url)  # Runs, the default page
+        line = page.get_by_text(re.compile(rf"survivor · {run_id} · running · step \d+ / 20000"))
+        expect(line).to_be_visible(timeout=30_000)
+        shown = int(re.search(r"step (\d+) /", line.inner_text()).group(1))
+        assert shown >= between > before
+        shot(page, "c-runs-after-restart")
+    finally:
+        stop_server(proc)
+        cancel(run_id, workspace_dir)

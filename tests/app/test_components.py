@@ -1,0 +1,86 @@
+"""Unit tests of the UI components that do not need a running page."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from app.components.charts import ema, metrics_chart
+from app.components.images import MASK_GREY, chw_to_hwc_uint8, mask_overlay, recon_rows, upscale
+from app.components.runs import format_duration, run_label, runs_frame, short_label
+from engine.store import RunRecord
+
+
+def test_upscale_is_nearest_neighbour_to_about_96_px():
+    img = np.arange(64, dtype=np.uint8).reshape(8, 8)
+    big = upscale(img)
+    assert big.shape == (96, 96)
+    assert (big[:12, :12] == img[0, 0]).all() and (big[-12:, -12:] == img[7, 7]).all()
+    assert upscale(np.zeros((128, 100, 3), np.uint8)).shape == (128, 100, 3)  # large: unchanged
+
+
+def test_mask_overlay_greys_exactly_the_masked_patches():
+    rng = np.random.default_rng(0)
+    x = rng.random((2, 1, 8, 8), dtype=np.float32)
+    mask = np.zeros((2, 4, 4), bool)
+    mask[0, 0, 0] = mask[1, 3, 2] = True  # P = 2
+    out = mask_overlay(x, mask)
+    assert out.shape == (2, 8, 8, 3) and out.dtype == np.uint8
+    grey = round(MASK_GREY * 255)
+    assert (out[0, :2, :2] == grey).all() and (out[1, 6:, 4:6] == grey).all()
+    visible = chw_to_hwc_uint8(np.repeat(x, 3, axis=1))
+    keep = ~mask.repeat(2, 1).repeat(2, 2)
+    assert (out[keep] == visible[keep]).all()
+    with pytest.raises(ValueError, match="does not tile"):
+        mask_overlay(x, np.zeros((2, 3, 3), bool))
+
+
+def test_recon_rows_are_the_four_mae_rows():
+    x = np.full((3, 3, 4, 4), 0.25, np.float32)
+    rows = recon_rows(x, np.ones((3, 2, 2), bool), x, x)
+    assert [r[0] for r in rows] == ["Original", "Masked input", "Reconstruction", "Reconstruction + visible patches"]
+    assert all(r[1].shape == (3, 4, 4, 3) for r in rows)
+
+
+def test_ema_is_per_series_and_debiased():
+    df = pd.DataFrame({"run_id": ["a"] * 3 + ["b"] * 3, "key": ["loss"] * 6, "step": [0, 1, 2] * 2,
+                       "value": [1.0, 0.0, 0.0, 5.0, 5.0, 5.0]})  # fmt: skip
+    assert ema(df, 0.0).tolist() == df["value"].tolist()
+    s = ema(df, 0.5)
+    assert s.iloc[0] == 1.0  # debiased: the first point is not pulled towards 0
+    assert s.iloc[1] == pytest.approx(1 / 3) and s.iloc[3:].tolist() == [5.0, 5.0, 5.0]
+    with pytest.raises(ValueError):
+        ema(df, 1.0)
+
+
+def test_metrics_chart_layers_and_empty():
+    assert metrics_chart(pd.DataFrame(columns=["run_id", "key", "step", "value"])) is None
+    df = pd.DataFrame({"run_id": ["r"] * 4, "key": ["loss", "loss", "loss", "val_loss"],
+                       "step": [1, 2, 3, 3], "value": [1.0, 0.5, 0.25, 0.4]})  # fmt: skip
+    spec = metrics_chart(df, smoothing=0.6, run_labels={"r": "mine"}).to_dict()
+    marks = [layer["mark"]["type"] for layer in spec["layer"]]
+    assert marks == ["line", "line", "point"]  # faint raw, smoothed, points of sparse series
+    values = next(iter(spec["datasets"].values()))
+    assert {v["run"] for v in values} == {"mine"}
+    assert [v["smoothed"] for v in values if v["key"] == "val_loss"] == [0.4]  # eval metric not smoothed
+
+
+def _record(**kw) -> RunRecord:
+    base = dict(
+        run_id="20260101-000000-abcdef", name="mae", status="running", created_at=0.0, started_at=100.0,
+        ended_at=175.0, step=50, total_steps=200, error=None, latest={"loss": 0.1},
+        config={"data": {"dataset": "digits"}}, pid=None, path=None,
+    )  # fmt: skip
+    return RunRecord(**{**base, **kw})
+
+
+def test_runs_frame_and_labels():
+    rec = _record()
+    row = runs_frame([rec]).iloc[0]
+    assert row["progress"] == 0.25 and row["step"] == "50 / 200" and row["duration"] == "1m 15s"
+    assert row["loss"] == 0.1 and pd.isna(row["val loss"]) and row["dataset"] == "digits"
+    assert run_label(rec) == "mae · 20260101-000000-abcdef" and short_label(rec) == "mae · abcdef"
+    unnamed = _record(name="20260101-000000-abcdef")  # the store names unnamed runs by their id
+    assert run_label(unnamed) == unnamed.run_id and runs_frame([unnamed]).iloc[0]["name"] == ""
+    assert format_duration(None) == "" and format_duration(5) == "5s" and format_duration(3700) == "1h 01m"

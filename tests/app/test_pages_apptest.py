@@ -1,0 +1,156 @@
+"""Every page renders in Streamlit's AppTest on a fresh workspace; user mistakes become st.error.
+
+AppTest runs the pages in this process, against the real engine (``workspace`` fixture sets
+``$MASKLAB_WORKSPACE``); nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from engine.config import RunConfig
+from engine.store import create_run, get_run
+ENTRY = Path(__file__).resolve().parents[2] / "app" / "streamlit_app.py"
+
+PAGES = ["../pages/data.py", "../pages/new_run.py", "../pages/runs.py", "../pages/run_detail.py"]
+
+
+def open_page(page: str | None = None) -> AppTest:
+    at = AppTest.from_file(str(ENTRY), default_timeout=60).run()
+    if page is not None:
+        at.switch_page(page).run()
+    return at
+
+
+def captions(at: AppTest) -> list[str]:
+    """Caption of every image on the page, in order ("" when none)."""
+    return [img.caption for el in at.get("image") for img in el.proto.imgs]
+
+
+def row_labels(at: AppTest) -> list[str]:
+    """Bold one-line labels above image rows ("**Original**" -> "Original")."""
+    return [m.value.strip("*") for m in at.markdown if m.value.startswith("**") and m.value.endswith("**")]
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_page_renders_on_fresh_workspace(workspace, page):
+    at = open_page(page)
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    assert at.title[0].value in {"Data", "New run", "Runs", "Run detail"}
+
+
+def test_default_page_is_runs(workspace):
+    at = open_page()
+    assert not at.exception
+    assert at.title[0].value == "Runs"
+    assert any("No runs yet" in i.value for i in at.info)
+
+
+def test_data_page_shows_digits(workspace):
+    at = open_page("../pages/data.py")
+    assert not at.exception
+    assert at.selectbox(key="data_ds").value == "digits"
+    caps = captions(at)
+    assert len(caps) == 24
+    assert [c.split(" · ")[1] for c in caps] == ["train"] * 12 + ["val"] * 12
+    assert all(c.split(" · ")[0] in "0123456789" for c in caps)
+    counts = at.dataframe[0].value
+    assert list(counts.columns) == ["train", "val", "total"] and counts["total"].sum() == 1797
+
+
+def test_data_page_says_how_to_get_a_missing_bundled_set(workspace, tmp_path, monkeypatch):
+    monkeypatch.setenv("MASKLAB_FASHION_MNIST_DIR", str(tmp_path / "empty"))
+    at = open_page("../pages/data.py")
+    assert not at.exception
+    (note,) = [i.value for i in at.info if "fashion-mnist" in i.value]
+    assert "dataset-fashion-mnist" in note  # the Debian package that provides it
+    assert at.selectbox(key="data_ds").options == ["digits  (1797 images, 8x8 px)"]
+
+
+def test_new_run_shows_mask_preview_that_follows_widgets(workspace):
+    at = open_page("../pages/new_run.py")
+    assert not at.exception
+    assert row_labels(at) == ["Original", "Masked input"]
+    assert len(captions(at)) == 16  # 8 real validation images, original and masked
+    assert all(c in "0123456789" for c in captions(at)[:8]) and captions(at)[8:] == [""] * 8
+    assert "12 of 16 patches masked" in at.caption[0].value  # digits 8x8, P=2, ratio 0.75
+    assert at.selectbox[1].options == ["1 px  →  8x8 = 64 patches", "2 px  →  4x4 = 16 patches",
+                                       "4 px  →  2x2 = 4 patches", "8 px  →  1x1 = 1 patches"]  # fmt: skip
+    at.slider[0].set_value(0.5).run()
+    assert "8 of 16 patches masked" in at.caption[0].value
+    at.selectbox[1].set_value(1).run()
+    assert "32 of 64 patches masked" in at.caption[0].value
+    assert not at.exception and not at.error
+
+
+def test_upload_zip_shows_report_and_new_dataset(workspace, stamps_zip):
+    at = open_page("../pages/data.py")
+    at.file_uploader[0].upload("my stamps.zip", stamps_zip, "application/zip").run()
+    at.text_input(key="data_new_name").input("stamps").run()
+    at.button[0].click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any("Imported 36 images" in s.value for s in at.success), [s.value for s in at.success]
+    rejected = at.dataframe[0].value
+    assert list(rejected["file"]) == ["stamps/food/broken.png"] and rejected["reason"].str.len().min() > 0
+    assert at.selectbox(key="data_ds").value == "stamps"
+    caps = captions(at)
+    assert len(caps) == 24 and {c.split(" · ")[0] for c in caps} <= {"animals", "food", "vehicles"}
+
+
+def test_bad_upload_is_an_error_not_an_exception(workspace):
+    at = open_page("../pages/data.py")
+    at.file_uploader[0].upload("broken.zip", b"this is not a zip archive", "application/zip").run()
+    at.button[0].click().run()
+    assert not at.exception
+    assert at.error and "broken.zip" in at.error[0].value
+    assert at.selectbox(key="data_ds").value == "digits"  # the page goes on
+
+
+def test_reserved_dataset_name_is_an_error(workspace, stamps_zip):
+    at = open_page("../pages/data.py")
+    at.file_uploader[0].upload("s.zip", stamps_zip, "application/zip").run()
+    at.text_input(key="data_new_name").input("digits").run()
+    at.button[0].click().run()
+    assert not at.exception
+    assert any("reserved" in e.value for e in at.error)
+
+
+def test_run_detail_unknown_run_id_is_an_error(workspace):
+    run_id, _ = create_run(RunConfig.from_dict({"name": "queued-only"}).to_dict())
+    at = AppTest.from_file(str(ENTRY), default_timeout=60)
+    at.query_params["run"] = "no-such-run"
+    at.run().switch_page("../pages/run_detail.py")
+    at.query_params["run"] = "no-such-run"
+    at.run()
+    assert not at.exception
+    assert any("no-such-run" in e.value for e in at.error)
+    assert at.selectbox[0].value == run_id  # falls back to the most recent run
+    assert any("No reconstructions yet" in i.value for i in at.info)
+
+
+def test_launch_from_new_run_page(workspace):
+    at = open_page("../pages/new_run.py")
+    at.number_input[0].set_value(6)  # steps
+    at.number_input[1].set_value(32)  # batch size
+    at.number_input[4].set_value(3)  # eval interval
+    at.text_input[0].input("apptest-launch")
+    at.run()
+    at.button[0].click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    (ok,) = at.success
+    run_id = ok.value.split("**")[1]
+    rec = get_run(run_id)
+    assert rec.name == "apptest-launch" and rec.config["train"]["steps"] == 6
+    deadline = time.time() + 90
+    while get_run(run_id).is_active and time.time() < deadline:
+        time.sleep(0.5)
+    assert get_run(run_id).status == "completed", get_run(run_id).error
+    at = open_page("../pages/run_detail.py")
+    assert not at.exception
+    assert row_labels(at) == ["Original", "Masked input", "Reconstruction", "Reconstruction + visible patches"]
+    assert len(captions(at)) == 32
