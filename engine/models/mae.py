@@ -1,0 +1,241 @@
+"""Masked autoencoder with a Vision Transformer backbone (MAE).
+
+The encoder sees only the visible patches (plus a class token); a light decoder gets the encoded
+visible tokens and a shared, learned mask token at every masked position, and predicts the pixels
+of every patch; the loss is scored on the masked patches only. The mask is an argument (True =
+masked), so any strategy of :mod:`engine.masking` plugs in.
+
+Shapes: B batch, C channels, H/W pixels, P patch size, h/w patch grid (``h = H/P``, ``w = W/P``),
+L = h*w patches in row-major order (patch ``(i, j)`` is index ``i*w + j``, the order of
+``mask.flatten(1)`` for a ``[B, h, w]`` mask), L_vis visible patches, D width.
+
+References: He et al. 2022, "Masked Autoencoders Are Scalable Vision Learners" (models_mae.py).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from engine.masking.apply import gather_visible, restore_order
+from engine.models.layers import Block
+from engine.models.pos_embed import sincos_2d
+from engine.objectives import masked_mse, normalize_patches
+
+
+class MaskedAutoencoderViT(nn.Module):
+    """MAE with a ViT encoder and a narrow Transformer decoder.
+
+    Args:
+        img_size: ``(H, W)`` in pixels; ``patch_size`` must divide both.
+        in_chans: ``C``.
+        patch_size: ``P``.
+        embed_dim, depth, num_heads: encoder width ``D``, blocks, heads (``num_heads`` divides ``D``).
+        decoder_embed_dim, decoder_depth, decoder_num_heads: the same for the decoder.
+        mlp_ratio: MLP hidden width / block width.
+        norm_pix_loss: score against per-patch normalised pixels (MAE sec. 4).
+
+    Both widths must be multiples of 4 (2-D sin-cos positional embedding).
+
+    Raises:
+        ValueError: ``patch_size`` does not divide ``img_size``, a width is not a multiple of 4, or
+            a head count does not divide its width. (:func:`engine.models.build_model` checks the
+            config first and raises :class:`~engine.errors.ConfigError` naming the field.)
+
+    References: He et al. 2022, "Masked Autoencoders Are Scalable Vision Learners".
+    """
+
+    def __init__(
+        self,
+        img_size: tuple[int, int],
+        in_chans: int,
+        patch_size: int,
+        embed_dim: int,
+        depth: int,
+        num_heads: int,
+        decoder_embed_dim: int,
+        decoder_depth: int,
+        decoder_num_heads: int,
+        mlp_ratio: float = 4.0,
+        norm_pix_loss: bool = False,
+    ):
+        super().__init__()
+        H, W = img_size
+        P = patch_size
+        if H % P or W % P:
+            raise ValueError(f"patch_size {P} does not divide the image size {H}x{W}")
+        self.img_size = (H, W)
+        self.in_chans = in_chans
+        self.patch_size = P
+        self.grid_size = (H // P, W // P)  # (h, w)
+        self.num_patches = self.grid_size[0] * self.grid_size[1]  # L
+        self.norm_pix_loss = norm_pix_loss
+
+        # --- encoder -------------------------------------------------------------------------------
+        self.patch_embed = nn.Conv2d(in_chans, embed_dim, kernel_size=P, stride=P)  # (B,C,H,W) -> (B,D,h,w)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim))
+        # Fixed (not learned) sin-cos embeddings; non-persistent buffers: recomputed, not checkpointed.
+        self.register_buffer("pos_embed", sincos_2d(embed_dim, self.grid_size, cls_token=True)[None], persistent=False)
+        self.blocks = nn.ModuleList([Block(embed_dim, num_heads, mlp_ratio) for _ in range(depth)])
+        self.norm = nn.LayerNorm(embed_dim, eps=1e-6)
+
+        # --- decoder -------------------------------------------------------------------------------
+        self.decoder_embed = nn.Linear(embed_dim, decoder_embed_dim)
+        self.mask_token = nn.Parameter(torch.zeros(1, 1, decoder_embed_dim))
+        self.register_buffer(
+            "decoder_pos_embed", sincos_2d(decoder_embed_dim, self.grid_size, cls_token=True)[None], persistent=False
+        )
+        self.decoder_blocks = nn.ModuleList(
+            [Block(decoder_embed_dim, decoder_num_heads, mlp_ratio) for _ in range(decoder_depth)]
+        )
+        self.decoder_norm = nn.LayerNorm(decoder_embed_dim, eps=1e-6)
+        self.decoder_pred = nn.Linear(decoder_embed_dim, P * P * in_chans)  # pixels of one patch
+
+        self.initialize_weights()
+
+    def initialize_weights(self) -> None:
+        """MAE's init: patch embedding like a Linear (xavier on the flattened kernel), tokens N(0, 0.02),
+        Linear xavier-uniform with zero bias, LayerNorm (1, 0). Uses the global torch RNG."""
+        w = self.patch_embed.weight.data
+        nn.init.xavier_uniform_(w.view(w.shape[0], -1))
+        nn.init.normal_(self.cls_token, std=0.02)
+        nn.init.normal_(self.mask_token, std=0.02)
+        self.apply(self._init_module)
+
+    @staticmethod
+    def _init_module(m: nn.Module) -> None:
+        if isinstance(m, nn.Linear):
+            nn.init.xavier_uniform_(m.weight)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.LayerNorm):
+            nn.init.ones_(m.weight)
+            nn.init.zeros_(m.bias)
+
+    # --- patches ----------------------------------------------------------------------------------
+
+    def patchify(self, imgs: torch.Tensor) -> torch.Tensor:
+        """``imgs [B, C, H, W] -> [B, L, P*P*C]``; each patch flattened as (p_row, p_col, channel)."""
+        B, C, H, W = imgs.shape
+        P = self.patch_size
+        h, w = H // P, W // P
+        x = imgs.reshape(B, C, h, P, w, P)
+        x = x.permute(0, 2, 4, 3, 5, 1)  # (B, h, w, P, P, C)
+        return x.reshape(B, h * w, P * P * C)
+
+    def unpatchify(self, x: torch.Tensor) -> torch.Tensor:
+        """``x [B, L, P*P*C] -> imgs [B, C, H, W]``, the inverse of :meth:`patchify` (``L = h*w``, row-major)."""
+        B = x.shape[0]
+        P, C = self.patch_size, self.in_chans
+        h, w = self.grid_size
+        x = x.reshape(B, h, w, P, P, C)
+        x = x.permute(0, 5, 1, 3, 2, 4)  # (B, C, h, P, w, P)
+        return x.reshape(B, C, h * P, w * P)
+
+    @staticmethod
+    def _flat_mask(mask: torch.Tensor, device: torch.device) -> torch.Tensor:
+        """``[B, L]`` or ``[B, h, w]`` mask -> ``[B, L]`` bool on ``device``."""
+        return mask.reshape(mask.shape[0], -1).to(device=device, dtype=torch.bool)
+
+    # --- model ------------------------------------------------------------------------------------
+
+    def forward_encoder(self, imgs: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Encode the visible patches only.
+
+        Args:
+            imgs: ``[B, C, H, W]``.
+            mask: ``[B, L]`` bool (a ``[B, h, w]`` mask is flattened row-major), True = masked
+                (removed). Every row needs the same number of visible patches. Moved to ``imgs.device``.
+
+        Returns:
+            ``(latent [B, 1 + L_vis, D], ids_restore [B, L])``; ``latent[:, 0]`` is the class token.
+
+        Raises:
+            ValueError: the rows of ``mask`` have different visible counts, or its size is not ``L``.
+        """
+        mask = self._flat_mask(mask, imgs.device)
+        x = self.patch_embed(imgs).flatten(2).transpose(1, 2)  # (B, L, D), row-major grid
+        x = x + self.pos_embed[:, 1:, :]
+        x, _, ids_restore = gather_visible(x, mask)  # (B, L_vis, D)
+
+        cls = (self.cls_token + self.pos_embed[:, :1, :]).expand(x.shape[0], -1, -1)  # (B, 1, D)
+        x = torch.cat([cls, x], dim=1)  # (B, 1 + L_vis, D)
+        for blk in self.blocks:
+            x = blk(x)
+        return self.norm(x), ids_restore
+
+    def forward_decoder(self, latent: torch.Tensor, ids_restore: torch.Tensor) -> torch.Tensor:
+        """Predict the pixels of every patch from the encoded visible tokens.
+
+        Args:
+            latent: ``[B, 1 + L_vis, D]`` from :meth:`forward_encoder`.
+            ids_restore: ``[B, L]`` from :meth:`forward_encoder`.
+
+        Returns:
+            ``pred [B, L, P*P*C]`` in patch order (class token dropped); normalised-pixel units when
+            ``norm_pix_loss``.
+        """
+        x = self.decoder_embed(latent)  # (B, 1 + L_vis, Dd)
+        B, L = ids_restore.shape
+        mask_tokens = self.mask_token.expand(B, L + 1 - x.shape[1], -1)  # (B, L - L_vis, Dd)
+        x_ = torch.cat([x[:, 1:, :], mask_tokens], dim=1)  # (B, L, Dd): [visible, masked]
+        x_ = restore_order(x_, ids_restore)  # (B, L, Dd): grid order
+        x = torch.cat([x[:, :1, :], x_], dim=1)  # (B, 1 + L, Dd)
+        x = x + self.decoder_pos_embed
+
+        for blk in self.decoder_blocks:
+            x = blk(x)
+        x = self.decoder_norm(x)
+        return self.decoder_pred(x)[:, 1:, :]  # (B, L, P*P*C)
+
+    def forward_loss(self, imgs: torch.Tensor, pred: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """MSE on the masked patches: :func:`engine.objectives.masked_mse` against ``patchify(imgs)``,
+        per-patch normalised when ``norm_pix_loss``.
+
+        Args:
+            imgs: ``[B, C, H, W]``; pred: ``[B, L, P*P*C]``; mask: ``[B, L]`` (or ``[B, h, w]``) bool.
+
+        Returns:
+            Scalar loss.
+        """
+        target = self.patchify(imgs)
+        if self.norm_pix_loss:
+            target = normalize_patches(target)
+        return masked_mse(pred, target, self._flat_mask(mask, pred.device))
+
+    def forward(self, imgs: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``imgs [B, C, H, W]``, ``mask [B, L]`` bool (True = masked) -> ``(loss scalar, pred [B, L, P*P*C])``."""
+        latent, ids_restore = self.forward_encoder(imgs, mask)
+        pred = self.forward_decoder(latent, ids_restore)
+        loss = self.forward_loss(imgs, pred, mask)
+        return loss, pred
+
+    @torch.no_grad()
+    def reconstruct(self, imgs: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Reconstructions for display (no grad; the model has no dropout, so train/eval mode agree).
+
+        With ``norm_pix_loss`` the prediction is mapped back to pixels with each target patch's own
+        mean and variance (as MAE's visualisation does, which peeks at the true patch statistics).
+
+        Args:
+            imgs: ``[B, C, H, W]`` with pixel values in [0, 1].
+            mask: ``[B, L]`` (or ``[B, h, w]``) bool, True = masked.
+
+        Returns:
+            ``{"pred_img": [B, C, H, W], "pasted": [B, C, H, W]}``, both clamped to [0, 1]: the
+            prediction of every patch, and the original pixels at visible patches with the
+            prediction at masked ones.
+        """
+        mask = self._flat_mask(mask, imgs.device)
+        latent, ids_restore = self.forward_encoder(imgs, mask)
+        pred = self.forward_decoder(latent, ids_restore).float()  # (B, L, P*P*C)
+        target = self.patchify(imgs).float()  # (B, L, P*P*C)
+        if self.norm_pix_loss:
+            mean = target.mean(dim=-1, keepdim=True)
+            var = target.var(dim=-1, keepdim=True)
+            pred = pred * (var + 1e-6).sqrt() + mean
+        pasted = torch.where(mask.unsqueeze(-1), pred, target)
+        return {
+            "pred_img": self.unpatchify(pred).clamp(0.0, 1.0),
+            "pasted": self.unpatchify(pasted).clamp(0.0, 1.0),
+        }
