@@ -24,6 +24,7 @@ COPY engine ./engine
 COPY app ./app
 COPY pages ./pages
 COPY configs ./configs
+COPY .streamlit ./.streamlit
 
 RUN useradd --create-home --uid 1000 masklab \
  && mkdir -p /workspace && chown masklab:masklab /workspace

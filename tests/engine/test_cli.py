@@ -1,0 +1,85 @@
+"""`python -m engine ...` as a user types it: real subprocesses on a temporary workspace."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from engine.store import get_run, read_metrics
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def engine_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "engine", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_bad_config_is_a_clear_error_not_a_traceback(workspace, tmp_path):
+    out = engine_cli("run", "configs/mae-digits.yaml", "--set", "masking.ratio=1.5")
+    assert out.returncode == 2
+    assert "masking.ratio" in out.stderr and "1.5" in out.stderr and "Traceback" not in out.stderr
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("train: [1, 2\n")
+    out = engine_cli("submit", str(bad))
+    assert out.returncode == 2 and "bad.yaml" in out.stderr and "Traceback" not in out.stderr
+    out = engine_cli("run", "configs/mae-digits.yaml", "--set", "train.stepz=3")
+    assert out.returncode == 2 and "train.stepz: unknown field" in out.stderr
+
+
+def test_data_add_reports_refused_files_and_exits_1(workspace, tmp_path, shared_data):
+    stamps = shared_data / "tuxpaint-stamps"
+    rows = list(csv.DictReader(open(stamps / "captions.csv", encoding="utf-8")))
+    archive = tmp_path / "my stamps.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for cat in ("animals", "food"):
+            for r in [r for r in rows if r["category"] == cat][:4]:
+                z.write(stamps / r["image"], f"{cat}/{Path(r['image']).name}")
+        z.writestr("food/truncated.png", (stamps / rows[0]["image"]).read_bytes()[:100])
+    out = engine_cli("data", "add", str(archive), "--name", "stamps")
+    assert out.returncode == 1, out.stderr
+    assert "truncated.png" in out.stdout and "8" in out.stdout
+    listed = engine_cli("data", "list")
+    assert listed.returncode == 0 and "stamps" in listed.stdout and "digits" in listed.stdout
+    # a second import under the same name is refused and the first one is kept
+    again = engine_cli("data", "add", str(archive), "--name", "stamps")
+    assert again.returncode == 2 and "stamps" in again.stderr
+    assert "stamps" in engine_cli("data", "list").stdout
+
+
+@pytest.mark.slow
+def test_submit_runs_cancel(workspace):
+    out = engine_cli("submit", "configs/mae-digits.yaml", "--set", "train.steps=100000", "--set", "name=cli-bg")
+    assert out.returncode == 0, out.stderr
+    run_id = out.stdout.strip()
+    deadline = time.time() + 120
+    while get_run(run_id).step == 0 and time.time() < deadline:
+        time.sleep(0.5)
+    listed = json.loads(engine_cli("runs", "--json").stdout)
+    assert [r["run_id"] for r in listed] == [run_id] and listed[0]["status"] == "running"
+    assert "cli-bg" in engine_cli("runs").stdout
+    assert engine_cli("cancel", run_id).returncode == 0
+    deadline = time.time() + 60
+    while get_run(run_id).status != "cancelled" and time.time() < deadline:
+        time.sleep(0.5)
+    assert get_run(run_id).status == "cancelled"
+
+
+@pytest.mark.slow
+def test_example_config_trains_to_below_60_percent_of_initial_val_loss(workspace):
+    """The acceptance run: configs/mae-digits.yaml in the foreground, as the README shows it."""
+    out = engine_cli("run", "configs/mae-digits.yaml", timeout=900)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.splitlines()[-1].startswith("completed: step 1500/1500")
+    run_id = out.stdout.split()[1]
+    val = read_metrics([run_id], ["val_loss"], max_points=None)
+    first, last = val.value.iloc[0], val.value.iloc[-1]
+    assert val.step.iloc[0] == 0 and val.step.iloc[-1] == 1500
+    assert last < 0.6 * first, (first, last)
