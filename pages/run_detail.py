@@ -10,17 +10,12 @@ from __future__ import annotations
 import streamlit as st
 
 from app.components import (
-    format_duration, guarded, image_rows, recon_rows, render_metrics_chart, run_label, short_label,
+    format_duration, guarded, image_rows, recon_rows, render_metrics_chart, run_label, runs_or_stop, short_label,
 )
-from engine.store import get_run, list_runs, load_samples, read_metrics
+from engine.store import get_run, load_samples, read_metrics
 
 st.title("Run detail")
-runs = guarded(list_runs)
-if not runs:
-    if runs is not None:
-        st.info("No runs yet.")
-    st.page_link("../pages/new_run.py", label="Start a run", icon="🚀")
-    st.stop()
+runs = runs_or_stop()
 
 ids = [r.run_id for r in runs]
 labels = {r.run_id: run_label(r) for r in runs}

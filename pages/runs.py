@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app.components import guarded, render_metrics_chart, run_label, run_table, short_label
+from app.components import guarded, render_metrics_chart, run_label, run_table, runs_or_stop, short_label
 from engine.launcher import cancel
 from engine.store import list_runs, read_metrics
 
@@ -16,12 +16,7 @@ LOSS_KEYS = ["loss", "val_loss"]
 N_DEFAULT = 3  # runs plotted by default: the most recent ones
 
 st.title("Runs")
-runs = guarded(list_runs)
-if not runs:
-    if runs is not None:
-        st.info("No runs yet.")
-    st.page_link("../pages/new_run.py", label="Start a run", icon="🚀")
-    st.stop()
+runs = runs_or_stop()
 
 
 @st.fragment(run_every="2s")

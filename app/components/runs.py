@@ -8,6 +8,19 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from app.components.errors import guarded
+from engine.store import list_runs
+
+
+def runs_or_stop() -> list:
+    """All runs, newest first. With none, show a hint and a link to New run, then stop the page."""
+    runs = guarded(list_runs)
+    if not runs:
+        if runs is not None:
+            st.info("No runs yet.")
+        st.page_link("../pages/new_run.py", label="Start a run", icon="🚀")
+        st.stop()
+    return runs
 
 
 def short_label(rec: Any) -> str:
