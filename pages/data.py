@@ -54,6 +54,7 @@ with st.expander("Import a .zip of images", expanded=False):
                 report = guarded(
                     import_archive, path, new_name.strip() or None,
                     image_size=int(size), val_fraction=float(val_fraction), overwrite=overwrite,
+                    source_label=upload.name,
                 )  # fmt: skip
         if report is not None:
             st.session_state["data_report"] = (report, upload.name)

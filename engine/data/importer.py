@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 import numpy as np
-from PIL import Image, ImageOps
+from PIL import Image, ImageOps, UnidentifiedImageError
 
 from engine.data import bundled, storage
 from engine.data.dataset import DatasetInfo, seeded_split, validate_name
@@ -90,7 +90,7 @@ def _skip_reason(rel: str) -> str | None:
     return None
 
 
-def _entries(path: Path) -> Iterator[tuple[str, int | None, Callable[[], bytes]]]:
+def _entries(path: Path, label: str) -> Iterator[tuple[str, int | None, Callable[[], bytes]]]:
     """``(relative posix path, size in bytes or None if unknown, read())`` for every file of a folder or
     zip, sorted by path. Raises DatasetError for a file that is not a zip, or too many entries."""
     if path.is_dir():
@@ -98,7 +98,7 @@ def _entries(path: Path) -> Iterator[tuple[str, int | None, Callable[[], bytes]]
         for root, _dirs, names in os.walk(path):
             files += [Path(root) / n for n in names]
             if len(files) > MAX_MEMBERS:
-                raise DatasetError(f"{path}: more than {MAX_MEMBERS} files; import a smaller folder")
+                raise DatasetError(f"{label}: more than {MAX_MEMBERS} files; import a smaller folder")
         for f in sorted(files):
             try:
                 size: int | None = f.stat().st_size
@@ -107,15 +107,15 @@ def _entries(path: Path) -> Iterator[tuple[str, int | None, Callable[[], bytes]]
             yield f.relative_to(path).as_posix(), size, f.read_bytes
         return
     if not zipfile.is_zipfile(path):
-        raise DatasetError(f"{path}: not a zip archive or a folder")
+        raise DatasetError(f"{label}: not a zip archive or a folder")
     try:
         zf = zipfile.ZipFile(path)
     except (OSError, zipfile.BadZipFile) as e:
-        raise DatasetError(f"{path}: cannot open zip archive ({e})") from e
+        raise DatasetError(f"{label}: cannot open zip archive ({e})") from e
     with zf:
         members = zf.infolist()
         if len(members) > MAX_MEMBERS:
-            raise DatasetError(f"{path}: {len(members)} entries, over the limit of {MAX_MEMBERS}")
+            raise DatasetError(f"{label}: {len(members)} entries, over the limit of {MAX_MEMBERS}")
         for info in sorted(members, key=lambda i: i.filename):
             if not info.is_dir():
                 rel = info.filename.replace("\\", "/").lstrip("/")
@@ -159,7 +159,7 @@ def _default_name(path: Path) -> str:
     stem = path.name if path.is_dir() else path.stem
     name = re.sub(r"[^a-z0-9_-]", "-", stem.lower()).lstrip("-_")[:64]
     if not name:
-        raise DatasetError(f"{path}: cannot make a dataset name from {stem!r}; pass name=...")
+        raise DatasetError(f"{path.name}: cannot make a dataset name from {stem!r}; pass name=...")
     return name
 
 
@@ -172,6 +172,7 @@ def import_archive(
     val_fraction: float = 0.1,
     seed: int = 0,
     overwrite: bool = False,
+    source_label: str | None = None,
 ) -> ImportReport:
     """Import a ``.zip`` file or a folder of images and register it as dataset ``name``.
 
@@ -189,6 +190,8 @@ def import_archive(
         val_fraction: fraction of images put in the val split, in [0, 1).
         seed: split seed.
         overwrite: replace an existing dataset of that name (only once the import succeeded).
+        source_label: how reports and errors name the archive (default: ``path``); the dashboard
+            passes the uploaded file's name, not the temporary copy's path.
     Returns:
         An :class:`ImportReport`; its ``dataset`` is the registered dataset's info (images stored as
         uint8 ``[N, image_size, image_size, C]``, C in {1, 3}).
@@ -198,8 +201,9 @@ def import_archive(
             the first reasons).
     """
     src = Path(path).expanduser()
+    label = source_label or str(path)
     if not src.exists():
-        raise DatasetError(f"{path}: no such file or folder")
+        raise DatasetError(f"{label}: no such file or folder")
     name = validate_name(name if name is not None else _default_name(src))
     if name in bundled.BUNDLED:
         raise DatasetError(f"dataset name {name!r} is reserved for a bundled dataset; choose another name")
@@ -210,10 +214,10 @@ def import_archive(
     if not 0.0 <= val_fraction < 1.0:
         raise DatasetError(f"val_fraction must be in [0, 1), not {val_fraction}")
 
-    report = ImportReport(source=str(path))
+    report = ImportReport(source=label)
     paths: list[str] = []
     images: list[Image.Image] = []
-    for rel, size, read in _entries(src):
+    for rel, size, read in _entries(src, label):
         if (reason := _skip_reason(rel)) is not None:
             report.skipped.append((rel, reason))
         elif size == 0:
@@ -232,13 +236,15 @@ def import_archive(
                 paths.append(rel)
             except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
                 report.rejected.append((rel, f"image too large: {e}"))
+            except UnidentifiedImageError:
+                report.rejected.append((rel, "not a PNG or JPEG image that Pillow can read"))
             except Exception as e:  # noqa: BLE001 - any decoder failure rejects this one file
                 report.rejected.append((rel, f"cannot decode image: {e}"))
     if not images:
         refused = "; ".join(f"{p}: {r}" for p, r in report.rejected[:3]) or (
             f"no {'/'.join(IMAGE_EXTENSIONS)} files found, {len(report.skipped)} other files skipped"
         )
-        raise DatasetError(f"{path}: no readable images; {len(report.rejected)} files refused: {refused}")
+        raise DatasetError(f"{label}: no readable images; {len(report.rejected)} files refused: {refused}")
 
     channels = 1 if all(im.mode == "L" for im in images) else 3
     pixels = np.stack([np.asarray(im if channels == 1 else im.convert("RGB")) for im in images])
