@@ -38,6 +38,7 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--image-size", type=int, default=32, help="side in pixels after resizing (default 32)")
     a.add_argument("--val-fraction", type=float, default=0.1)
     a.add_argument("--seed", type=int, default=0)
+    a.add_argument("--overwrite", action="store_true", help="replace an existing dataset of that name")
     d.add_parser("list", help="list datasets")
     return p
 
@@ -45,11 +46,13 @@ def _parser() -> argparse.ArgumentParser:
 def cmd_run(args) -> int:
     from tqdm import tqdm
 
+    from engine.checks import check_run
     from engine.config import load_config
     from engine.store import create_run, get_run
     from engine.worker import execute_run
 
     cfg = load_config(args.config, args.overrides)
+    check_run(cfg)
     run_id, d = create_run(cfg.to_dict())
     print(f"run {run_id}  ({d})", flush=True)
     bar = tqdm(total=cfg.train.steps, unit="step", dynamic_ncols=True)
@@ -58,7 +61,12 @@ def cmd_run(args) -> int:
         bar.n = step
         bar.refresh()
 
-    status = execute_run(d, on_step=on_step)
+    try:
+        status = execute_run(d, on_step=on_step)
+    except KeyboardInterrupt:  # recorded as cancelled by execute_run
+        bar.close()
+        print(f"cancelled (Ctrl-C) at step {get_run(run_id).step}", file=sys.stderr)
+        return 130
     bar.close()
     rec = get_run(run_id)
     line = f"{status}: step {rec.step}/{rec.total_steps}"
@@ -122,7 +130,7 @@ def cmd_data(args) -> int:
                   f"  classes {len(info.class_names):3}  {info.source}")
         return 0
     report = import_archive(args.path, args.name, image_size=args.image_size,
-                            val_fraction=args.val_fraction, seed=args.seed)
+                            val_fraction=args.val_fraction, seed=args.seed, overwrite=args.overwrite)
     print(report.summary())
     return 1 if report.rejected else 0
 
@@ -136,3 +144,6 @@ def main(argv: list[str] | None = None) -> int:
     except MasklabError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `python -m engine runs | head`
+        sys.stderr.close()
+        return 0

@@ -14,6 +14,7 @@ import sys
 import threading
 from pathlib import Path
 
+from engine.checks import check_run
 from engine.config import RunConfig
 from engine.store import ACTIVE, CANCEL_FILE, create_run, get_run, run_dir
 from engine.store.runs import worker_alive
@@ -26,8 +27,12 @@ def submit(cfg: RunConfig, workspace=None) -> str:
     """Create the run (resolved config, status ``queued``) and start its worker; return the run id.
 
     Returns at once; the worker waits for a free slot (``$MASKLAB_MAX_RUNS``), then trains.
+
+    Raises:
+        ConfigError, DatasetError: from :func:`engine.checks.check_run`; no run is created.
     """
     ws = workspace_root(workspace)
+    check_run(cfg, ws)
     run_id, d = create_run(cfg.to_dict(), ws)
     env = {**os.environ, "MASKLAB_WORKSPACE": str(ws)}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))

@@ -19,6 +19,7 @@ from typing import Callable, Protocol
 import numpy as np
 import torch
 
+from engine.checks import check_run
 from engine.config import RunConfig
 from engine.data import load_dataset
 from engine.errors import NonFiniteLossError
@@ -98,6 +99,7 @@ def fit(
     """
     t = cfg.train
     out_dir = Path(out_dir)
+    check_run(cfg, workspace)
     device = resolve_device(t.device)
     if t.num_threads:
         torch.set_num_threads(t.num_threads)

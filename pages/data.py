@@ -37,8 +37,8 @@ def show_report(rep, file_name: str) -> None:
 
 with st.expander("Import a .zip of images", expanded=False):
     st.caption(
-        "PNG or JPEG files; the name of the folder holding each image is its class "
-        "(e.g. `cats/001.png`, `dogs/002.jpg`). Images are resized to a square of the chosen size."
+        "PNG or JPEG files; the first folder inside the archive is the class "
+        "(e.g. `cats/001.png`, `dogs/002.jpg`; one top folder wrapping everything is ignored). Images are resized to a square of the chosen size."
     )
     upload = st.file_uploader("Zip archive", type=["zip"], key="data_upload")
     c1, c2, c3 = st.columns(3)
@@ -56,6 +56,7 @@ with st.expander("Import a .zip of images", expanded=False):
                     image_size=int(size), val_fraction=float(val_fraction), overwrite=overwrite,
                     source_label=upload.name,
                 )  # fmt: skip
+        st.session_state.pop("data_report", None)  # never show an older import's report under a new error
         if report is not None:
             st.session_state["data_report"] = (report, upload.name)
             if report.dataset is not None:

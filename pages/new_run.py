@@ -53,9 +53,10 @@ with form:
     sizes = patch_sizes(h, w)
     patch = st.selectbox(
         "Patch size", sizes, index=sizes.index(default_patch(sizes, h)), key=f"nr_patch_{h}x{w}",
-        format_func=lambda p: f"{p} px  →  {h // p}x{w // p} = {(h // p) * (w // p)} patches",
+        format_func=lambda p: f"{p} px  →  {h // p}x{w // p} = {(h // p) * (w // p)} patch"
+        + ("es" if (h // p) * (w // p) != 1 else ""),
     )  # fmt: skip
-    ratio = st.slider("Mask ratio", 0.0, 0.95, DEFAULTS.masking.ratio, 0.05, help="fraction of patches hidden")
+    ratio = st.slider("Mask ratio", 0.05, 0.95, DEFAULTS.masking.ratio, 0.05, help="fraction of patches hidden")
     presets = list(PRESETS)
     preset = st.selectbox(
         "Model preset", presets, index=presets.index(DEFAULTS.model.preset) if DEFAULTS.model.preset in presets else 0,

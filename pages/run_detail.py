@@ -52,8 +52,11 @@ def recon_panel(run_id: str) -> None:
     sample = guarded(load_samples, run_id)
     if sample is None:
         rec = guarded(get_run, run_id)
-        every = (rec.config.get("train", {}).get("eval_interval") if rec else None) or "?"
-        st.info(f"No reconstructions yet: the first one is saved at step {every} (every eval).")
+        if rec is not None and not rec.is_active:
+            st.info(f"This run ended ({rec.status}) before saving any reconstruction.")
+        else:
+            every = rec.config.get("train", {}).get("eval_interval", "?") if rec else "?"
+            st.info(f"No reconstructions yet: they are saved when training starts (step 0), then every {every} steps.")
         return
     names = sample.class_names
     captions = [names[int(y)] if 0 <= int(y) < len(names) else str(int(y)) for y in sample.labels]

@@ -208,7 +208,8 @@ def import_archive(
     if name in bundled.BUNDLED:
         raise DatasetError(f"dataset name {name!r} is reserved for a bundled dataset; choose another name")
     if storage.is_registered(name, workspace) and not overwrite:
-        raise DatasetError(f"dataset {name!r} already exists; choose another name or pass overwrite=True")
+        raise DatasetError(f"dataset {name!r} already exists; choose another name or replace it"
+                               f" (`data add --overwrite`, or tick 'Replace' on the Data page)")
     if not (isinstance(image_size, int) and 4 <= image_size <= 1024):
         raise DatasetError(f"image_size must be an integer in [4, 1024], not {image_size!r}")
     if not 0.0 <= val_fraction < 1.0:
@@ -241,9 +242,9 @@ def import_archive(
             except Exception as e:  # noqa: BLE001 - any decoder failure rejects this one file
                 report.rejected.append((rel, f"cannot decode image: {e}"))
     if not images:
-        refused = "; ".join(f"{p}: {r}" for p, r in report.rejected[:3]) or (
-            f"no {'/'.join(IMAGE_EXTENSIONS)} files found, {len(report.skipped)} other files skipped"
-        )
+        if not report.rejected:
+            raise DatasetError(f"{label}: no PNG or JPEG images found ({len(report.skipped)} other files skipped)")
+        refused = "; ".join(f"{p}: {r}" for p, r in report.rejected[:3])
         raise DatasetError(f"{label}: no readable images; {len(report.rejected)} files refused: {refused}")
 
     channels = 1 if all(im.mode == "L" for im in images) else 3

@@ -140,7 +140,8 @@ def write_dataset(
                     raise DatasetError(f"cannot register dataset {info.name!r} at {target}: {e}") from e
         if not overwrite:
             raise DatasetError(
-                f"dataset {info.name!r} already exists in {root}; choose another name or pass overwrite=True"
+                f"dataset {info.name!r} already exists in {root}; choose another name or replace it"
+                f" (`data add --overwrite`, or tick 'Replace' on the Data page)"
             )
         old = Path(tempfile.mkdtemp(prefix=f".old-{info.name}-", dir=root))
         os.replace(target, old)  # `old` is an empty folder, so this rename succeeds

@@ -150,6 +150,7 @@ def _record(d: Path) -> RunRecord:
         grace = time.time() - float(st.get("updated_at", 0)) < 10
         if (pid and not worker_alive(pid, d.name)) or (not pid and not grace):
             status, error = "failed", "worker process exited without reporting (killed or crashed); see worker.log"
+            st = {**st, "ended_at": st.get("ended_at") or st.get("updated_at")}  # its last sign of life
     return RunRecord(
         run_id=d.name,
         name=cfg.get("name") or d.name,

@@ -80,7 +80,7 @@ def test_new_run_shows_mask_preview_that_follows_widgets(workspace):
     assert all(c in "0123456789" for c in captions(at)[:8]) and captions(at)[8:] == [""] * 8
     assert "12 of 16 patches masked" in at.caption[0].value  # digits 8x8, P=2, ratio 0.75
     assert at.selectbox[1].options == ["1 px  →  8x8 = 64 patches", "2 px  →  4x4 = 16 patches",
-                                       "4 px  →  2x2 = 4 patches", "8 px  →  1x1 = 1 patches"]  # fmt: skip
+                                       "4 px  →  2x2 = 4 patches", "8 px  →  1x1 = 1 patch"]  # fmt: skip
     at.slider[0].set_value(0.5).run()
     assert "8 of 16 patches masked" in at.caption[0].value
     at.selectbox[1].set_value(1).run()

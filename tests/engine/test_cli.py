@@ -50,8 +50,11 @@ def test_data_add_reports_refused_files_and_exits_1(workspace, tmp_path, shared_
     assert listed.returncode == 0 and "stamps" in listed.stdout and "digits" in listed.stdout
     # a second import under the same name is refused and the first one is kept
     again = engine_cli("data", "add", str(archive), "--name", "stamps")
-    assert again.returncode == 2 and "stamps" in again.stderr
+    assert again.returncode == 2 and "'stamps' already exists" in again.stderr and "--overwrite" in again.stderr
     assert "stamps" in engine_cli("data", "list").stdout
+    replaced = engine_cli("data", "add", str(archive), "--name", "stamps", "--image-size", "16", "--overwrite")
+    assert replaced.returncode == 1  # replaced, and still reports the refused file
+    assert "3x16x16" in engine_cli("data", "list").stdout
 
 
 @pytest.mark.slow

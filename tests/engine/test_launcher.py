@@ -13,7 +13,8 @@ import pytest
 from engine.config import RunConfig
 from engine.data import load_dataset
 from engine.launcher import cancel, submit
-from engine.store import get_run, read_metrics
+from engine.errors import MasklabError
+from engine.store import get_run, list_runs, read_metrics
 from engine.store.runs import worker_alive
 
 CFG = {"data": {"dataset": "digits"}, "model": {"preset": "tiny", "patch_size": 2},
@@ -22,7 +23,8 @@ CFG = {"data": {"dataset": "digits"}, "model": {"preset": "tiny", "patch_size": 
 
 READER = textwrap.dedent("""
     import json, sys, time
-    from engine.store import get_run, read_metrics
+    from engine.errors import MasklabError
+from engine.store import get_run, list_runs, read_metrics
     run_ids, deadline = sys.argv[1:3], time.time() + float(sys.argv[3])
     errors, reads, rows_seen = [], 0, []
     while time.time() < deadline:
@@ -90,7 +92,14 @@ def test_cancel_a_running_background_run(workspace):
     assert logged.step.max() == rec.step  # everything logged before the stop was flushed
 
 
-def test_submit_bad_dataset_fails_visibly(workspace):
-    run_id = submit(RunConfig.from_dict({**CFG, "data": {"dataset": "missing-set"}}))
-    _wait(lambda: get_run(run_id).status == "failed", 120, "status failed")
-    assert "missing-set" in get_run(run_id).error
+@pytest.mark.parametrize("override, field", [
+    ({"data": {"dataset": "missing-set"}}, "data.dataset"),
+    ({"model": {"preset": "huge", "patch_size": 2}}, "model.preset"),
+    ({"model": {"preset": "tiny", "patch_size": 3}}, "model.patch_size"),
+    ({"masking": {"ratio": 0.01}}, "masking.ratio"),   # round(0.01 * 16) = 0 masked patches
+    ({"masking": {"ratio": 0.99}}, "masking.ratio"),   # all 16 masked: the encoder sees nothing
+])
+def test_submit_refuses_a_run_that_cannot_train(workspace, override, field):
+    with pytest.raises(MasklabError, match=field):
+        submit(RunConfig.from_dict({**CFG, **override}))
+    assert list_runs() == []  # nothing was created, no process started

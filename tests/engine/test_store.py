@@ -83,6 +83,7 @@ def test_dead_worker_is_reported_failed_without_rewriting(workspace):
     raw = (d / "status.json").read_text()
     rec = get_run(run_id)
     assert rec.status == "failed" and "exited without reporting" in rec.error
+    assert rec.ended_at == rec.updated_at  # its duration stops at its last sign of life, not "now"
     assert (d / "status.json").read_text() == raw
     write_status(d, {"status": "running", "pid": os.getpid(), "step": 3, "total_steps": 10})
     # a live pid that is not this run's worker (pid reuse) does not count as the worker
