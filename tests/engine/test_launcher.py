@@ -12,8 +12,8 @@ import pytest
 
 from engine.config import RunConfig
 from engine.data import load_dataset
-from engine.launcher import cancel, submit
 from engine.errors import MasklabError
+from engine.launcher import cancel, submit
 from engine.store import get_run, list_runs, read_metrics
 from engine.store.runs import worker_alive
 
@@ -23,8 +23,7 @@ CFG = {"data": {"dataset": "digits"}, "model": {"preset": "tiny", "patch_size": 
 
 READER = textwrap.dedent("""
     import json, sys, time
-    from engine.errors import MasklabError
-from engine.store import get_run, list_runs, read_metrics
+    from engine.store import get_run, read_metrics
     run_ids, deadline = sys.argv[1:3], time.time() + float(sys.argv[3])
     errors, reads, rows_seen = [], 0, []
     while time.time() < deadline:
