@@ -81,9 +81,17 @@ def execute_run(run_dir: Path, *, on_step: Callable[[int], None] | None = None) 
     def on_term(signum, frame):  # finish the current step, then stop
         stop_flag["signal"] = True
 
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, on_term)
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, on_term) if in_main else None
+    try:
+        return _execute(run_dir, run_id, workspace, created, base, should_stop, on_step)
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
 
+
+def _execute(run_dir: Path, run_id: str, workspace: Path, created: float, base: dict,
+             should_stop: Callable[[], bool], on_step: Callable[[int], None] | None) -> str:
     status = {"created_at": created, "pid": os.getpid(), "step": 0, "total_steps": base.get("total_steps", 0)}
     write_status(run_dir, {**status, "status": "queued"})
     writer = None
