@@ -65,7 +65,9 @@ def execute_run(run_dir: Path, *, on_step: Callable[[int], None] | None = None) 
     """Run the config in ``run_dir`` to the end and record the outcome. Returns the final status.
 
     Never raises for a failed run: the error is written to the status (``failed``) and the
-    traceback to stderr (``worker.log`` for background runs).
+    traceback to stderr (``worker.log`` for background runs). SIGTERM or the ``cancel`` marker stop
+    it after the current step (``cancelled``); a KeyboardInterrupt (Ctrl-C in the CLI) is recorded
+    as ``cancelled`` and re-raised.
     """
     run_dir = Path(run_dir).resolve()
     run_id = run_dir.name
