@@ -19,16 +19,17 @@ import time
 import urllib.request
 from pathlib import Path
 
+import playwright.sync_api as playwright_sync  # requirements-dev.txt: a missing one must fail, not skip
 import pytest
 
 from engine.config import RunConfig
 from engine.launcher import cancel, submit
 from engine.store import get_run, list_runs, read_metrics
+
 REPO = Path(__file__).resolve().parents[2]
 ENTRY = REPO / "app" / "streamlit_app.py"
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
-playwright_sync = pytest.importorskip("playwright.sync_api")
 expect = playwright_sync.expect
 
 CHROMIUM = "/usr/bin/chromium"
