@@ -100,6 +100,12 @@ def test_upload_zip_shows_report_and_new_dataset(workspace, stamps_zip):
     assert at.selectbox(key="data_ds").value == "stamps"
     caps = captions(at)
     assert len(caps) == 24 and {c.split(" · ")[0] for c in caps} <= {"animals", "food", "vehicles"}
+    # a failed import afterwards shows its error alone, not the earlier success report under it
+    at.file_uploader[0].upload("broken.zip", b"this is not a zip archive", "application/zip").run()
+    at.text_input(key="data_new_name").input("other").run()
+    at.button[0].click().run()
+    assert at.error and at.error[0].value.startswith("broken.zip: not a zip archive")
+    assert not any("Imported" in s.value for s in at.success)
 
 
 def test_bad_upload_is_an_error_not_an_exception(workspace):
