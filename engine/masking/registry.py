@@ -15,6 +15,7 @@ from typing import Callable, Protocol, TypeVar
 import torch
 
 from engine.errors import ConfigError
+from engine.registry import registrar
 
 
 class MaskFn(Protocol):
@@ -51,14 +52,7 @@ def register_masking(name: str) -> Callable[[_F], _F]:
     Raises:
         ValueError: ``name`` is already registered (two strategies must not silently shadow each other).
     """
-
-    def deco(fn: _F) -> _F:
-        if name in MASKING_REGISTRY:
-            raise ValueError(f"masking strategy {name!r} is already registered ({MASKING_REGISTRY[name]!r})")
-        MASKING_REGISTRY[name] = fn
-        return fn
-
-    return deco
+    return registrar(MASKING_REGISTRY, "masking strategy", name)
 
 
 def get_masking(name: str) -> MaskFn:

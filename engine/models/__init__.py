@@ -20,6 +20,7 @@ from engine.config import RunConfig
 from engine.errors import ConfigError
 from engine.masking import grid_shape
 from engine.models.mae import MaskedAutoencoderViT
+from engine.registry import registrar
 
 __all__ = ["MODEL_REGISTRY", "PRESETS", "MaskedAutoencoderViT", "build_model", "count_parameters", "register_model"]
 
@@ -41,14 +42,7 @@ def register_model(arch: str) -> Callable[[ModelBuilder], ModelBuilder]:
     Raises:
         ValueError: ``arch`` is already registered.
     """
-
-    def deco(fn: ModelBuilder) -> ModelBuilder:
-        if arch in MODEL_REGISTRY:
-            raise ValueError(f"model arch {arch!r} is already registered")
-        MODEL_REGISTRY[arch] = fn
-        return fn
-
-    return deco
+    return registrar(MODEL_REGISTRY, "model arch", arch)
 
 
 @register_model("mae_vit")
