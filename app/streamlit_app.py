@@ -26,6 +26,7 @@ st.html(PIXELATED_CSS)  # upscaled 8x8 digits stay crisp squares at any column w
 PAGES = [
     st.Page("../pages/data.py", title="Data", icon="🗂️"),
     st.Page("../pages/new_run.py", title="New run", icon="🚀"),
+    st.Page("../pages/mask_lab.py", title="Mask lab", icon="🎭"),
     st.Page("../pages/runs.py", title="Runs", icon="📈", default=True),
     st.Page("../pages/run_detail.py", title="Run detail", icon="🔍"),
 ]

@@ -30,10 +30,40 @@ class DataConfig(_Strict):
 
 
 class MaskingConfig(_Strict):
-    """How the input is masked. ``ratio`` is the fraction of patches hidden from the encoder."""
+    """How the input is masked: a strategy of :mod:`engine.masking`, its ratio and parameters.
 
-    strategy: Literal["random"] = "random"  # the masking registry (engine.masking) grows in later issues
-    ratio: float = Field(0.75, ge=0.0, lt=1.0, description="mask ratio in [0, 1); MAE uses 0.75")
+    ``ratio`` is the fraction of (eligible) positions hidden from the encoder at the start of
+    training; with ``schedule`` ``linear`` or ``cosine`` it ramps to ``final_ratio`` over the run
+    (:func:`engine.masking.ratio_at`). ``params`` holds the strategy's own parameters; after
+    validation it is resolved to every parameter of the strategy with its default filled in, so the
+    saved config is complete. Strategies with their own budget (``uses_ratio`` False, e.g.
+    ``specaugment``) ignore ``ratio``.
+    """
+
+    strategy: str = Field("random", min_length=1, description="masking strategy, see engine.masking.MASKING_REGISTRY")
+    ratio: float = Field(0.75, ge=0.0, le=1.0, description="mask ratio in [0, 1]; MAE uses 0.75, BERT 0.15")
+    params: dict[str, Any] = Field(default_factory=dict, description="the strategy's own parameters")
+    schedule: Literal["constant", "linear", "cosine"] = Field("constant", description="mask ratio over training")
+    final_ratio: float | None = Field(None, ge=0.0, le=1.0, description="ratio at the last step of a ramp")
+
+    @model_validator(mode="after")
+    def _check(self) -> "MaskingConfig":
+        from engine.masking.registry import get_masking  # engine.masking imports this module
+
+        try:
+            strategy = get_masking(self.strategy)
+            resolved = strategy.parse_params(self.params).model_dump(mode="json")
+        except ConfigError as e:  # re-raised as a ValueError so pydantic reports it (prefix stripped below)
+            raise ValueError(f"@{e}") from None
+        if resolved != self.params:
+            object.__setattr__(self, "params", resolved)  # bypass validate_assignment (no recursion)
+        if self.schedule == "constant":
+            if self.final_ratio is not None and self.final_ratio != self.ratio:
+                raise ValueError(f"@masking.final_ratio: {self.final_ratio} is set but masking.schedule is "
+                                 f"'constant'; use 'linear' or 'cosine' to ramp from ratio to final_ratio")
+        elif self.final_ratio is None:
+            raise ValueError(f"@masking.final_ratio: schedule {self.schedule!r} needs final_ratio (the ratio at the last step)")
+        return self
 
 
 class ModelConfig(_Strict):
@@ -81,7 +111,7 @@ class RunConfig(_Strict):
 
     name: str = Field("", max_length=200)
     data: DataConfig = DataConfig()
-    masking: MaskingConfig = MaskingConfig()
+    masking: MaskingConfig = Field(default_factory=MaskingConfig)  # built lazily: it imports engine.masking
     model: ModelConfig = ModelConfig()
     objective: ObjectiveConfig = ObjectiveConfig()
     train: TrainConfig = TrainConfig()
@@ -104,7 +134,9 @@ def _format_validation_error(e: ValidationError) -> str:
     for err in e.errors():
         loc = ".".join(str(p) for p in err["loc"]) or "config"
         msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
+        if msg.startswith("@"):  # a message that names its own field (e.g. masking.params.p: ...)
+            parts.append(msg[1:])
+        elif err["type"] == "extra_forbidden":
             parts.append(f"{loc}: unknown field")
         elif "input" in err and not isinstance(err["input"], dict):
             parts.append(f"{loc}: {msg} (got {err['input']!r})")

@@ -23,7 +23,7 @@ from engine.checks import check_run
 from engine.config import RunConfig
 from engine.data import load_dataset
 from engine.errors import NonFiniteLossError
-from engine.masking import draw_mask, grid_shape, preview_masks
+from engine.masking import draw_mask, get_masking, grid_shape, image_side_inputs, preview_masks, ratio_at
 from engine.models import build_model, count_parameters
 from engine.schedule import lr_at
 from engine.store.checkpoints import save_checkpoint
@@ -83,8 +83,10 @@ def fit(
     """Train ``cfg`` and write checkpoints and reconstruction samples under ``out_dir``.
 
     Logged every step: ``loss`` (MSE on masked patches), ``lr``, ``mask_ratio`` (actual fraction
-    masked), ``throughput`` (samples/s), ``step_time`` (s). At step 0, every
-    ``train.eval_interval`` steps and at the end: ``val_loss`` plus a reconstruction sample.
+    masked; it follows ``masking.schedule``), ``throughput`` (samples/s), ``step_time`` (s). At
+    step 0, every ``train.eval_interval`` steps and at the end: ``val_loss`` plus a reconstruction
+    sample. The val loss always uses ``masking.ratio`` with fixed masks, so its curve stays
+    comparable across a ratio schedule.
 
     Args:
         cfg: validated run config.
@@ -119,7 +121,14 @@ def fit(
     x_train = x_train.to(device)
     x_eval = x_val[:EVAL_MAX_IMAGES].to(device)
     vis_x = x_val[: t.num_vis].to(device)
-    vis_mask = preview_masks(cfg, image_shape, len(vis_x)).flatten(1).to(device)  # == the UI preview
+    vis_mask = preview_masks(cfg, image_shape, len(vis_x), images=x_val[: t.num_vis]).flatten(1).to(device)  # == UI
+
+    def draw_masks(xb: torch.Tensor, g: torch.Generator, ratio: float) -> torch.Tensor:
+        """``[len(xb), L]`` bool masks for a batch (side inputs such as superpixels from its images)."""
+        side = image_side_inputs(cfg.masking, xb.float().cpu() if needs_images else None, cfg.model.patch_size)
+        return draw_mask(cfg.masking, (len(xb), gh, gw), g, ratio=ratio, **side).flatten(1).to(device)
+
+    needs_images = bool(get_masking(cfg.masking.strategy).needs)
 
     g_mask = torch.Generator().manual_seed(t.seed)  # training masks
     g_data = torch.Generator().manual_seed(t.seed + 1)  # batch order
@@ -135,7 +144,7 @@ def fit(
         total, n = 0.0, 0
         for i in range(0, len(x_eval), 256):
             xb = x_eval[i : i + 256]
-            mask = draw_mask(cfg.masking, (len(xb), gh, gw), g_eval).flatten(1).to(device)
+            mask = draw_masks(xb, g_eval, cfg.masking.ratio)
             with autocast():
                 loss, _ = model(xb, mask)
             total += float(loss) * len(xb)
@@ -167,7 +176,7 @@ def fit(
             perm, pos = torch.randperm(len(x_train), generator=g_data), 0
         xb = x_train[perm[pos : pos + batch].to(device)]
         pos += batch
-        mask = draw_mask(cfg.masking, (batch, gh, gw), g_mask).flatten(1).to(device, non_blocking=True)
+        mask = draw_masks(xb, g_mask, ratio_at(cfg.masking, step, t.steps))
         lr = lr_at(step, base_lr=t.lr, min_lr=t.min_lr, warmup_steps=t.warmup_steps, total_steps=t.steps)
         for group in opt.param_groups:
             group["lr"] = lr

@@ -8,37 +8,17 @@ starts a background worker process and returns at once.
 from __future__ import annotations
 
 import streamlit as st
+import torch
 
 from app.components import guarded, image_rows, mask_overlay
 from app.components.datasets import dataset_infos, get_view
+from app.components.masks import HANDOFF_KEY, default_patch, guarded_mask, masking_controls, patch_label, patch_sizes
 from engine.config import RunConfig
-from engine.errors import ConfigError
 from engine.launcher import submit
-from engine.masking import grid_shape, preview_masks
+from engine.masking import get_masking, preview_masks
 from engine.models import PRESETS
 
 DEFAULTS = RunConfig()
-
-
-def patch_sizes(h: int, w: int) -> list[int]:
-    """Patch sizes that tile an ``h x w`` image (``grid_shape`` accepts them)."""
-    out = []
-    for p in range(1, min(h, w) + 1):
-        try:
-            grid_shape((h, w), p)
-        except ConfigError:
-            continue
-        out.append(p)
-    return out
-
-
-def default_patch(sizes: list[int], h: int) -> int:
-    """The config default when it fits with at most 8 patches a side (8x8 digits: P=2), else the
-    size whose grid side is closest to 8 (28x28: P=4, 7x7 patches), which keeps CPU runs short."""
-    if DEFAULTS.model.patch_size in sizes and h // DEFAULTS.model.patch_size <= 8:
-        return DEFAULTS.model.patch_size
-    return min(sizes, key=lambda p: (abs(h // p - 8), p))
-
 
 st.title("New run")
 infos = guarded(dataset_infos) or {}
@@ -46,17 +26,28 @@ if not infos:
     st.warning("No dataset available: import one on the Data page.")
     st.stop()
 
+# Settings sent by Mask lab ("Use in New run"). They stay in the session: widgets are created with
+# them as defaults under keys suffixed by the hand-off's generation, so a new hand-off gets fresh
+# widgets while reruns keep the user's edits.
+handoff = st.session_state.get(HANDOFF_KEY) or {}
+gen = int(handoff.get("gen", 0))
+if handoff and st.session_state.get("nr_handoff_gen") != gen:
+    st.session_state["nr_handoff_gen"] = gen
+    if handoff.get("dataset") in infos:
+        st.session_state["nr_dataset"] = handoff["dataset"]
+
 form, preview = st.columns([1, 2], gap="large")
 with form:
     dataset = st.selectbox("Dataset", list(infos), key="nr_dataset")
     c, h, w = infos[dataset].image_shape
+    carried = handoff if handoff.get("dataset") == dataset else {}
     sizes = patch_sizes(h, w)
-    patch = st.selectbox(
-        "Patch size", sizes, index=sizes.index(default_patch(sizes, h)), key=f"nr_patch_{h}x{w}",
-        format_func=lambda p: f"{p} px  →  {h // p}x{w // p} = {(h // p) * (w // p)} patch"
-        + ("es" if (h // p) * (w // p) != 1 else ""),
-    )  # fmt: skip
-    ratio = st.slider("Mask ratio", 0.05, 0.95, DEFAULTS.masking.ratio, 0.05, help="fraction of patches hidden")
+    p0 = carried["patch_size"] if carried.get("patch_size") in sizes else default_patch(sizes, h)
+    patch = st.selectbox("Patch size", sizes, index=sizes.index(p0), key=f"nr_patch_{h}x{w}_{gen}",
+                         format_func=lambda p: patch_label(p, h, w))  # fmt: skip
+    with st.container(border=True):
+        masking = masking_controls("image", 2, f"nr_m{gen}", carried.get("masking"))  # the MAE model takes patch grids
+        st.page_link("../pages/mask_lab.py", label="Compare strategies in Mask lab", icon="🎭")
     presets = list(PRESETS)
     preset = st.selectbox(
         "Model preset", presets, index=presets.index(DEFAULTS.model.preset) if DEFAULTS.model.preset in presets else 0,
@@ -67,14 +58,15 @@ with form:
     steps = a.number_input("Steps", min_value=1, max_value=1_000_000, value=t.steps, step=100)
     batch = b.number_input("Batch size", min_value=1, max_value=65536, value=t.batch_size, step=16)
     lr = a.number_input("Learning rate", min_value=1e-6, max_value=10.0, value=t.lr, step=1e-4, format="%.5f")
-    seed = b.number_input("Seed", min_value=0, max_value=2**31 - 1, value=t.seed, help="also fixes the preview masks")
+    seed = b.number_input("Seed", min_value=0, max_value=2**31 - 1, value=int(carried.get("seed", t.seed)),
+                          help="also fixes the preview masks")  # fmt: skip
     eval_every = a.number_input("Eval interval (steps)", min_value=1, max_value=1_000_000, value=t.eval_interval)
     run_name = b.text_input("Run name", placeholder="optional", max_chars=200)
 
 cfg_dict = {
     "name": run_name.strip(),
     "data": {"dataset": dataset},
-    "masking": {"strategy": DEFAULTS.masking.strategy, "ratio": float(ratio)},
+    "masking": masking if masking is not None else DEFAULTS.masking.model_dump(mode="json"),
     "model": {"preset": preset, "patch_size": int(patch)},
     "train": {
         "steps": int(steps), "batch_size": int(batch), "lr": float(lr), "seed": int(seed),
@@ -86,12 +78,15 @@ cfg = guarded(RunConfig.from_dict, cfg_dict)
 with preview:
     st.subheader("Mask preview")
     view = guarded(get_view, dataset)
-    masks = guarded(preview_masks, cfg, (c, h, w), len(view.preview)) if cfg is not None and view is not None else None
+    masks = None
+    if cfg is not None and view is not None:  # side inputs (e.g. superpixels) from the preview images, as in training
+        masks = guarded_mask(preview_masks, cfg, (c, h, w), len(view.preview), images=torch.from_numpy(view.preview))
     if masks is not None:
         per = masks[0].numel()
         st.caption(
             f"The first {len(view.preview)} validation images of **{dataset}** with the masks this run "
-            f"will use for its reconstruction grid: {int(masks[0].sum())} of {per} patches masked."
+            f"will use for its reconstruction grid ({cfg.masking.strategy}): {int(masks[0].sum())} of {per} "
+            "patches masked" + ("." if get_masking(cfg.masking.strategy).exact else " in the first image.")
         )
         rows = [("Original", view.preview.transpose(0, 2, 3, 1)), ("Masked input", mask_overlay(view.preview, masks))]
         image_rows(rows, captions=view.preview_captions)

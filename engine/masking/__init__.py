@@ -1,66 +1,116 @@
 """Masking: pure functions that draw a bool mask (True = masked), registered by name.
 
+Drawing a mask and applying it are separate: a strategy only says *which* positions are hidden;
+:mod:`engine.masking.apply` gathers the visible tokens for an MAE encoder, and
+:mod:`engine.masking.mlm` does BERT's 80/10/10 replacement for a token model.
+
 The dashboard imports this package to draw its mask preview (no model weights, no training), and
 the training loop calls :func:`preview_masks` for the masks of its reconstruction grid, so the
 preview shows exactly the masks the run uses.
 
 Public API:
-    MaskFn, MASKING_REGISTRY, register_masking, get_masking — the registry of strategies
-    draw_mask(masking_cfg, shape, generator, eligible=None) — dispatch on ``masking.strategy``
+    MASKING_REGISTRY, MaskingStrategy, register_masking, get_masking, strategies_for — the registry
+    draw_mask(masking_cfg, shape, generator, eligible=None, ratio=None, **side_inputs) — dispatch
+    ratio_at(masking_cfg, step, total_steps) — the ratio schedule
     grid_shape(image_hw, patch_size) — (h, w) patch grid, with the divisibility check
-    preview_masks(cfg, image_shape, n) — the run's fixed visualisation masks
-    gather_visible, restore_order — apply a mask to a token sequence
+    preview_masks(cfg, image_shape, n, images=None) — the run's fixed visualisation masks
+    gather_visible, restore_order — apply a mask to a token sequence (MAE)
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
-from engine.config import MaskingConfig, RunConfig
 from engine.errors import ConfigError
-from engine.masking.registry import MASKING_REGISTRY, MaskFn, check_ratio, get_masking, register_masking
+from engine.masking.registry import (
+    MASKING_REGISTRY,
+    MODALITIES,
+    SIDE_INPUTS,
+    MaskingStrategy,
+    NoParams,
+    StrategyParams,
+    check_ratio,
+    get_masking,
+    register_masking,
+    strategies_for,
+)
 
 # Strategies register themselves on import; import them after the registry exists.
-from engine.masking import random as _random  # noqa: E402,F401  (registers "random")
+from engine.masking import random as _random  # noqa: E402,F401  random, bernoulli
+from engine.masking import rules as _rules  # noqa: E402,F401  periodic, region
+from engine.masking import span as _span  # noqa: E402,F401  span
+from engine.masking import block as _block  # noqa: E402,F401  block
+from engine.masking import tube as _tube  # noqa: E402,F401  tube
+from engine.masking import specaugment as _specaugment  # noqa: E402,F401  time_mask, freq_mask, specaugment
+from engine.masking import hierarchical as _hierarchical  # noqa: E402,F401  hierarchical
+from engine.masking import units as _units  # noqa: E402,F401  whole_word, superpixel, voiced
 from engine.masking.apply import gather_visible, restore_order  # noqa: E402
-from engine.masking.random import random_mask  # noqa: E402
+from engine.masking.random import bernoulli_mask, mask_lowest, random_mask  # noqa: E402
+from engine.masking.schedule import ratio_at  # noqa: E402
+
+if TYPE_CHECKING:
+    from engine.config import MaskingConfig, RunConfig
 
 __all__ = [
     "MASKING_REGISTRY",
-    "MaskFn",
+    "MODALITIES",
+    "SIDE_INPUTS",
+    "MaskingStrategy",
+    "NoParams",
+    "StrategyParams",
+    "bernoulli_mask",
     "check_ratio",
     "draw_mask",
     "gather_visible",
     "get_masking",
     "grid_shape",
+    "mask_lowest",
     "preview_masks",
     "random_mask",
+    "ratio_at",
     "register_masking",
     "restore_order",
+    "strategies_for",
 ]
 
 
 def draw_mask(
-    cfg: MaskingConfig,
+    cfg: "MaskingConfig",
     shape: tuple[int, ...],
     generator: torch.Generator,
     eligible: torch.Tensor | None = None,
+    *,
+    ratio: float | None = None,
+    **side_inputs: torch.Tensor,
 ) -> torch.Tensor:
-    """Draw a mask with the strategy and ratio of a masking config.
+    """Draw a mask with the strategy, ratio and parameters of a masking config.
 
     Args:
-        cfg: ``masking`` section of the run config (``strategy``, ``ratio``).
+        cfg: ``masking`` section of the run config (``strategy``, ``ratio``, ``params``).
         shape: ``(B, *grid)``, e.g. ``(B, h, w)`` for an image patch grid.
         generator: explicit RNG (the mask lives on ``generator.device``, CPU for a default generator).
         eligible: optional bool tensor of ``shape``; False positions are never masked.
+        ratio: overrides ``cfg.ratio`` (the training loop passes :func:`ratio_at` of the step).
+        side_inputs: the strategy's ``needs`` (e.g. ``segments=[B, h, w]``); others are ignored.
 
     Returns:
         Bool tensor of ``shape``; True = masked.
 
     Raises:
-        ConfigError: unknown strategy (lists the known ones) or invalid ratio.
+        ConfigError: unknown strategy (lists the known ones), invalid ratio or parameter.
+        ValueError: ``shape`` is not a grid the strategy accepts, or a side input it needs is missing.
     """
-    return get_masking(cfg.strategy)(shape, cfg.ratio, generator=generator, eligible=eligible)
+    strategy = get_masking(cfg.strategy)
+    params = strategy.parse_params(cfg.params).model_dump()
+    missing = [n for n in strategy.needs if side_inputs.get(n) is None]
+    if missing:
+        raise ValueError(f"masking strategy {strategy.name!r} needs {', '.join(missing)} "
+                         f"({'; '.join(SIDE_INPUTS[n] for n in missing)})")
+    side = {n: side_inputs[n] for n in strategy.needs}
+    r = cfg.ratio if ratio is None else ratio
+    return strategy.fn(shape, r, generator=generator, eligible=eligible, **params, **side)
 
 
 def grid_shape(image_hw: tuple[int, int], patch_size: int) -> tuple[int, int]:
@@ -81,21 +131,53 @@ def grid_shape(image_hw: tuple[int, int], patch_size: int) -> tuple[int, int]:
     return H // P, W // P
 
 
-def preview_masks(cfg: RunConfig, image_shape: tuple[int, int, int], n: int) -> torch.Tensor:
+def image_side_inputs(cfg: "MaskingConfig", images: torch.Tensor | None, patch_size: int) -> dict[str, torch.Tensor]:
+    """The side inputs an image strategy needs, computed from the images themselves.
+
+    Args:
+        cfg: the ``masking`` config.
+        images: ``[B, C, H, W]`` float in [0, 1] (or None when the strategy needs nothing).
+        patch_size: ``P``.
+
+    Returns:
+        ``{}`` or ``{"segments": int64 [B, h, w]}`` (SLIC superpixels per patch) for ``superpixel``.
+
+    Raises:
+        ValueError: the strategy needs the images but ``images`` is None.
+    """
+    strategy = get_masking(cfg.strategy)
+    if "segments" not in strategy.needs:
+        return {}
+    if images is None:
+        raise ValueError(f"masking strategy {cfg.strategy!r} needs the images (superpixels)")
+    from engine.masking.units import superpixel_segments
+
+    params = strategy.parse_params(cfg.params)
+    return {"segments": superpixel_segments(images, patch_size, n_segments=params.n_segments,
+                                            compactness=params.compactness)}
+
+
+def preview_masks(
+    cfg: "RunConfig", image_shape: tuple[int, int, int], n: int, images: torch.Tensor | None = None
+) -> torch.Tensor:
     """The masks of the run's fixed visualisation batch: ``[n, h, w]`` bool (True = masked), on CPU.
 
-    Exactly ``draw_mask(cfg.masking, (n, h, w), torch.Generator().manual_seed(cfg.train.seed))``:
-    the training loop calls this for its reconstruction grid and the dashboard for its live
-    preview, so both show the same masks for the same config.
+    Exactly ``draw_mask(cfg.masking, (n, h, w), torch.Generator().manual_seed(cfg.train.seed))``
+    (with the side inputs computed from ``images`` when the strategy needs them): the training loop
+    calls this for its reconstruction grid and the dashboard for its live preview, so both show the
+    same masks for the same config and images. The ratio is ``masking.ratio`` (step 0 of a schedule).
 
     Args:
         cfg: the run config (uses ``masking``, ``model.patch_size``, ``train.seed``).
         image_shape: ``(C, H, W)`` of the dataset's images.
         n: number of masks (e.g. ``cfg.train.num_vis``).
+        images: ``[n, C, H, W]`` float in [0, 1]; needed by strategies with image side inputs.
 
     Raises:
         ConfigError: patch size does not divide ``H x W``, unknown strategy or bad ratio.
+        ValueError: the strategy needs ``images`` and none were given.
     """
     _, H, W = image_shape
     h, w = grid_shape((H, W), cfg.model.patch_size)
-    return draw_mask(cfg.masking, (n, h, w), torch.Generator().manual_seed(cfg.train.seed))
+    side = image_side_inputs(cfg.masking, images, cfg.model.patch_size)
+    return draw_mask(cfg.masking, (n, h, w), torch.Generator().manual_seed(cfg.train.seed), **side)

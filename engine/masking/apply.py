@@ -12,7 +12,9 @@ from __future__ import annotations
 import torch
 
 
-def gather_visible(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def gather_visible(
+    x: torch.Tensor, mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Keep the visible (unmasked) tokens of each row, in their original order.
 
     A stable argsort of the mask puts each row's visible positions first (in order), then its masked
@@ -20,17 +22,23 @@ def gather_visible(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, t
     laid out as ``[visible tokens, masked tokens]`` back to the original order (see
     :func:`restore_order`), which is how MAE's decoder places its mask tokens.
 
+    Rows may have different visible counts (strategies without an exact count: Bernoulli,
+    SpecAugment, superpixels...). Then every row keeps ``V = max visible count`` slots and ``pad``
+    marks the slots of a row past its own count: they hold masked tokens that the encoder must
+    not attend to (a key-padding mask) and the decoder replaces by its mask token. With equal
+    counts (MAE's exact-count random masking) ``pad`` is None and nothing is padded.
+
     Args:
         x: ``[B, L, D]`` tokens.
         mask: ``[B, L]`` bool, True = masked (removed). Moved to ``x.device``.
 
     Returns:
-        ``(x_visible [B, L_vis, D], ids_keep [B, L_vis], ids_restore [B, L])``; index tensors are
-        int64 on ``x.device``.
+        ``(x_visible [B, V, D], ids_keep [B, V], ids_restore [B, L], pad [B, V] bool or None)``;
+        index tensors are int64 on ``x.device``; in each row the real visible ids come first and in
+        increasing order.
 
     Raises:
-        ValueError: ``mask`` is not ``[B, L]`` for ``x`` ``[B, L, D]``, or the rows do not all have the
-            same number of visible positions (a batch tensor cannot be ragged).
+        ValueError: ``mask`` is not ``[B, L]`` for ``x`` ``[B, L, D]``.
 
     References: He et al. 2022, "Masked Autoencoders Are Scalable Vision Learners".
     """
@@ -41,18 +49,15 @@ def gather_visible(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, t
     B, L, D = x.shape
     mask = mask.to(device=x.device, dtype=torch.bool)
     n_visible = (~mask).sum(dim=1)  # (B,)
-    if B > 0 and not bool((n_visible == n_visible[0]).all()):
-        raise ValueError(
-            "gather_visible: every row must have the same number of visible positions, got "
-            f"{sorted(set(n_visible.tolist()))}; use a masking strategy with an exact count per sample"
-        )
-    L_vis = int(n_visible[0]) if B > 0 else L
+    V = int(n_visible.max()) if B > 0 else L
+    ragged = B > 0 and bool((n_visible != V).any())
 
     ids_shuffle = torch.argsort(mask.to(torch.uint8), dim=1, stable=True)  # (B, L): visible first
     ids_restore = torch.argsort(ids_shuffle, dim=1)  # (B, L): inverse permutation
-    ids_keep = ids_shuffle[:, :L_vis]  # (B, L_vis), increasing in each row
-    x_visible = torch.gather(x, 1, ids_keep.unsqueeze(-1).expand(-1, -1, D))  # (B, L_vis, D)
-    return x_visible, ids_keep, ids_restore
+    ids_keep = ids_shuffle[:, :V]  # (B, V)
+    x_visible = torch.gather(x, 1, ids_keep.unsqueeze(-1).expand(-1, -1, D))  # (B, V, D)
+    pad = torch.arange(V, device=x.device)[None, :] >= n_visible[:, None] if ragged else None  # (B, V)
+    return x_visible, ids_keep, ids_restore, pad
 
 
 def restore_order(x_shuffled: torch.Tensor, ids_restore: torch.Tensor) -> torch.Tensor:

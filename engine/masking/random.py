@@ -1,17 +1,42 @@
-"""Uniform random masking with an exact count per sample (MAE's ``random_masking``).
+"""Uniform random masking: an exact count per sample (MAE), and per-token Bernoulli (BERT).
 
 References: He et al. 2022, "Masked Autoencoders Are Scalable Vision Learners", sec. 3 (random
-sampling of patches without replacement, following a uniform distribution).
+sampling of patches without replacement, following a uniform distribution); Devlin et al. 2019,
+"BERT", sec. 3.1 (each token is chosen with probability 15%).
 """
 
 from __future__ import annotations
 
 import torch
 
-from engine.masking.registry import check_ratio, register_masking
+from engine.masking.registry import check_eligible, check_ratio, get_masking, register_masking
 
 
-@register_masking("random")
+def mask_lowest(noise: torch.Tensor, n_mask: torch.Tensor | int) -> torch.Tensor:
+    """Mask the ``n_mask`` positions with the lowest ``noise`` in each row.
+
+    One sort per row and a scatter (no second argsort); ties are broken by position, so the count
+    is exact even when noise values repeat.
+
+    Args:
+        noise: ``[B, L]`` float; set a position's noise to ``+inf`` to keep it out unless
+            ``n_mask`` exceeds the finite count.
+        n_mask: int or ``[B, 1]`` / ``[B]`` int64 counts (clamped to ``[0, L]``).
+
+    Returns:
+        ``[B, L]`` bool, exactly ``n_mask`` True per row.
+    """
+    B, L = noise.shape
+    ids = torch.sort(noise, dim=1, stable=True).indices  # (B, L): lowest noise first
+    if isinstance(n_mask, int):
+        take = (torch.arange(L, device=noise.device) < n_mask).expand(B, L)
+    else:
+        take = torch.arange(L, device=noise.device)[None, :] < n_mask.reshape(B, 1)
+    return torch.zeros(B, L, dtype=torch.bool, device=noise.device).scatter_(1, ids, take)
+
+
+@register_masking("random", grid_dims=(1, 2, 3), exact=True,
+                  summary="uniform random, an exact count per sample (MAE, He et al. 2022)")
 def random_mask(
     shape: tuple[int, ...],
     ratio: float,
@@ -22,11 +47,11 @@ def random_mask(
     """Mask ``round(ratio * n_eligible)`` positions of each sample, uniformly without replacement.
 
     Like MAE, each sample gets one uniform noise value per position and the positions with the
-    smallest noise are masked (argsort of the noise, no Python loop over samples). The count is over
+    smallest noise are masked (a sort of the noise, no Python loop over samples). The count is over
     the flattened grid: with ``shape = (B, h, w)`` each row of ``mask.flatten(1)`` has exactly
     ``n_mask`` True values. ``round`` is round-half-to-even (Python's and torch's). Without
     ``eligible`` every row has the same count, ``round(ratio * L)`` with ``L = prod(shape[1:])``,
-    which :func:`engine.masking.apply.gather_visible` needs.
+    which :func:`engine.masking.apply.gather_visible` turns into an unpadded batch.
 
     Args:
         shape: ``(B, *grid)``, e.g. ``(B, L)`` or ``(B, h, w)``; at least 2 dims.
@@ -48,28 +73,66 @@ def random_mask(
     References: He et al. 2022, "Masked Autoencoders Are Scalable Vision Learners" (models_mae.random_masking).
     """
     ratio = check_ratio(ratio)
-    shape = tuple(int(s) for s in shape)
-    if len(shape) < 2:
-        raise ValueError(f"random_mask: shape must be (B, *grid) with at least 2 dims (got {shape})")
+    shape = get_masking("random").check_shape(shape)
     B, L = shape[0], 1
     for s in shape[1:]:
         L *= s
     device = generator.device
+    ok = check_eligible(eligible, shape, device, "random")
 
     noise = torch.rand(B, L, generator=generator, device=device)  # (B, L) in [0, 1)
-    if eligible is None:
-        n_mask = torch.full((B, 1), round(ratio * L), dtype=torch.long, device=device)
-    else:
-        if tuple(eligible.shape) != shape:
-            raise ValueError(f"random_mask: eligible has shape {tuple(eligible.shape)}, expected {shape}")
-        ok = eligible.to(device=device, dtype=torch.bool).reshape(B, L)
-        # Ineligible positions sort after every eligible one (noise < 1 < 2), so they are never among
-        # the first n_mask <= n_eligible positions. The RNG stream is the same with or without eligible.
-        noise = noise.masked_fill(~ok, 2.0)
-        n_eligible = ok.sum(dim=1, keepdim=True)  # (B, 1)
-        n_mask = torch.round(ratio * n_eligible.double()).long()
+    if ok is None:
+        return mask_lowest(noise, round(ratio * L)).reshape(shape)
+    ok = ok.reshape(B, L)
+    # Ineligible positions sort after every eligible one (noise < 1 < 2), so they are never among
+    # the first n_mask <= n_eligible positions. The RNG stream is the same with or without eligible.
+    noise = noise.masked_fill(~ok, 2.0)
+    n_mask = torch.round(ratio * ok.sum(dim=1, keepdim=True).double()).long()  # (B, 1)
+    return mask_lowest(noise, n_mask).reshape(shape)
 
-    ids_shuffle = torch.argsort(noise, dim=1, stable=True)  # (B, L): positions, smallest noise first
-    rank = torch.argsort(ids_shuffle, dim=1)  # (B, L): rank of each position in the shuffle
-    mask = rank < n_mask  # (B, L): the n_mask smallest-noise positions
+
+@register_masking("bernoulli", grid_dims=(1, 2, 3), modalities=("text", "image", "audio"),
+                  summary="each position independently with probability = ratio, at least one (BERT)")
+def bernoulli_mask(
+    shape: tuple[int, ...],
+    ratio: float,
+    *,
+    generator: torch.Generator,
+    eligible: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Mask each eligible position independently with probability ``ratio`` (BERT's selection).
+
+    The count per sample is Binomial(n_eligible, ratio), so it varies between rows. Unlike plain
+    Bernoulli sampling, a row with at least one eligible position and ``ratio > 0`` always gets at
+    least one masked position: when the draw masks none, the eligible position with the lowest
+    noise is masked (the loss of a row with nothing masked would be undefined). ``ratio = 0`` masks
+    nothing; ``ratio = 1`` masks every eligible position.
+
+    Args:
+        shape: ``(B, *grid)``, at least 2 dims.
+        ratio: masking probability per eligible position, in [0, 1] (BERT: 0.15).
+        generator: explicit RNG (``B * L`` float32 uniforms on ``generator.device``).
+        eligible: optional bool tensor of ``shape``; False positions are never masked.
+
+    Returns:
+        Bool tensor of ``shape`` on ``generator.device``; True = masked.
+
+    Raises:
+        ConfigError: ``ratio`` outside [0, 1]. ValueError: bad ``shape`` or ``eligible`` shape.
+
+    References: Devlin et al. 2019, "BERT: Pre-training of Deep Bidirectional Transformers", sec. 3.1.
+    """
+    ratio = check_ratio(ratio)
+    shape = get_masking("bernoulli").check_shape(shape)
+    B = shape[0]
+    device = generator.device
+    ok = check_eligible(eligible, shape, device, "bernoulli")
+    noise = torch.rand(shape, generator=generator, device=device).reshape(B, -1)  # (B, L)
+    if ok is not None:
+        noise = noise.masked_fill(~ok.reshape(B, -1), 2.0)  # ineligible: never below any ratio <= 1
+    mask = noise < ratio
+    if ratio > 0.0 and noise.shape[1] > 0:
+        low, arg = noise.min(dim=1)  # (B,): the row's best candidate
+        empty = ~mask.any(dim=1) & (low < 2.0)  # rows with nothing masked but something eligible
+        mask |= torch.zeros_like(mask).scatter_(1, arg[:, None], empty[:, None])  # no boolean indexing: no sync
     return mask.reshape(shape)

@@ -1,61 +1,166 @@
-"""The masking registry: strategies are pure functions registered by name.
+"""The masking registry: strategies are pure functions registered by name, with their parameters.
 
-A strategy has the signature of :class:`MaskFn`::
+Every strategy is a function with the signature::
 
-    fn(shape, ratio, *, generator, eligible=None) -> BoolTensor[shape]   # True = masked
+    fn(shape, ratio, *, generator, eligible=None, **params, **side_inputs) -> BoolTensor[shape]
 
-so the dashboard's preview, the training loop and the tests call every strategy the same way, and a
-test parametrized over :data:`MASKING_REGISTRY` covers a new strategy for free (timm's pattern).
+- ``shape`` is ``(B, *grid)``: ``(B, L)`` tokens or frames, ``(B, h, w)`` image patches,
+  ``(B, F, T)`` time-frequency cells (frequency first, time last), ``(B, T, h, w)`` video tubes.
+- ``ratio`` is the fraction of eligible positions to mask (strategies with their own budget, e.g.
+  SpecAugment's widths or a fixed region, ignore it: ``uses_ratio=False``).
+- ``generator`` is the only source of randomness (no global RNG), so a seed fixes the mask; the mask
+  lives on ``generator.device``.
+- ``eligible`` (bool, ``shape``) marks the positions that may be masked: False for padding, special
+  tokens, silence. Ineligible positions are never masked. A row with no eligible position is all False.
+- ``params`` are the strategy's own parameters, validated by its pydantic model
+  (:attr:`MaskingStrategy.params`); ``side_inputs`` are per-sample data a semantic strategy needs
+  (``word_ids``, ``segments``, ``voiced``: see :attr:`MaskingStrategy.needs`).
+- The result is a bool tensor of ``shape``; True = masked (hidden from the encoder).
+
+A :class:`MaskingStrategy` record carries the function with what the config validator, the
+dashboard and the tests need to know about it, so a test parametrized over
+:data:`MASKING_REGISTRY` covers a new strategy for free (timm's registry pattern).
 """
 
 from __future__ import annotations
 
-from typing import Callable, Protocol, TypeVar
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import torch
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from engine.errors import ConfigError
-from engine.registry import registrar
+
+#: Modalities a strategy can be offered for in the dashboard.
+MODALITIES = ("image", "text", "audio", "video")
+#: Side inputs a semantic strategy may need, with their shapes.
+SIDE_INPUTS = {
+    "word_ids": "int64 [B, L]: word index of each token, -1 for tokens outside any word (tokenizer word_ids)",
+    "segments": "int64 [B, *grid]: region label of each position, e.g. a SLIC superpixel per patch",
+    "voiced": "bool [B, T]: True for voiced time frames (T = the last grid axis)",
+}
 
 
-class MaskFn(Protocol):
-    """A masking strategy.
+class StrategyParams(BaseModel):
+    """Base of every strategy's parameter model: strict (unknown keys are errors), immutable."""
 
-    Args:
-        shape: ``(B, *grid)``, e.g. ``(B, L)`` for tokens or ``(B, h, w)`` for a patch grid.
-        ratio: fraction of (eligible) positions to mask, in [0, 1].
-        generator: the only source of randomness (no global RNG), so a seed fixes the mask.
-        eligible: optional bool tensor of ``shape``; False positions are never masked.
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
-    Returns:
-        Bool tensor of ``shape`` on ``generator.device``; True = masked (hidden from the encoder).
+
+class NoParams(StrategyParams):
+    """A strategy without parameters of its own (the mask ratio is its whole budget)."""
+
+
+@dataclass(frozen=True)
+class MaskingStrategy:
+    """A registered masking strategy: the pure function plus what callers need to know about it.
+
+    Attributes:
+        name: the ``masking.strategy`` value.
+        fn: the mask function (see the module docstring for its signature).
+        params: pydantic model of the strategy's own parameters (``masking.params``).
+        grid_dims: numbers of grid dims the strategy accepts, e.g. ``(1,)`` for ``[B, L]`` only,
+            ``(2,)`` for ``[B, h, w]`` / ``[B, F, T]``, ``(3,)`` for ``[B, T, h, w]``.
+        modalities: modalities the dashboard offers it for (subset of :data:`MODALITIES`).
+        uses_ratio: whether ``masking.ratio`` sets the budget (False: the params do).
+        exact: every row with ``n`` eligible positions gets exactly ``round(ratio * n)`` masked.
+        needs: side inputs it requires (keys of :data:`SIDE_INPUTS`).
+        stochastic: False for rule-based strategies whose mask does not depend on the generator.
+        summary: one line for the dashboard, with the paper it comes from.
     """
 
-    def __call__(
-        self,
-        shape: tuple[int, ...],
-        ratio: float,
-        *,
-        generator: torch.Generator,
-        eligible: torch.Tensor | None = None,
-    ) -> torch.Tensor: ...
+    name: str
+    fn: Callable[..., torch.Tensor]
+    params: type[StrategyParams] = NoParams
+    grid_dims: tuple[int, ...] = (1, 2, 3)
+    modalities: tuple[str, ...] = MODALITIES
+    uses_ratio: bool = True
+    exact: bool = False
+    needs: tuple[str, ...] = ()
+    stochastic: bool = True
+    summary: str = ""
+
+    def __call__(self, shape, ratio=0.0, *, generator: torch.Generator, eligible=None, **kwargs) -> torch.Tensor:
+        """Call :attr:`fn` (parameters not given take their defaults from :attr:`params`)."""
+        return self.fn(shape, ratio, generator=generator, eligible=eligible, **kwargs)
+
+    def parse_params(self, params: dict[str, Any] | None, prefix: str = "masking.params") -> StrategyParams:
+        """Validate ``params`` against :attr:`params`.
+
+        Raises:
+            ConfigError: unknown key or bad value; the message names ``<prefix>.<field>`` and the value.
+        """
+        try:
+            return self.params.model_validate(params or {})
+        except ValidationError as e:
+            parts = []
+            for err in e.errors():
+                loc = ".".join([prefix, *(str(p) for p in err["loc"])])
+                msg = err["msg"].removeprefix("Value error, ")
+                if err["type"] == "extra_forbidden":
+                    known = ", ".join(self.params.model_fields) or "none"
+                    parts.append(f"{loc}: unknown parameter of strategy {self.name!r} (its parameters: {known})")
+                elif "input" in err and not isinstance(err["input"], dict):
+                    parts.append(f"{loc}: {msg} (got {err['input']!r})")
+                else:
+                    parts.append(f"{loc}: {msg}")
+            raise ConfigError("; ".join(parts)) from None
+
+    def check_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """``shape`` as a tuple of ints, checked against :attr:`grid_dims`.
+
+        Raises:
+            ValueError: wrong number of dims (the message names the strategy and the accepted grids).
+        """
+        shape = tuple(int(s) for s in shape)
+        if len(shape) - 1 not in self.grid_dims:
+            grids = {1: "[B, L]", 2: "[B, H, W] or [B, F, T]", 3: "[B, T, H, W]"}
+            ok = " or ".join(grids[d] for d in self.grid_dims)
+            raise ValueError(f"masking strategy {self.name!r}: shape {shape} is not a {ok} grid")
+        return shape
 
 
-MASKING_REGISTRY: dict[str, MaskFn] = {}
-
-_F = TypeVar("_F", bound=Callable[..., torch.Tensor])
+MASKING_REGISTRY: dict[str, MaskingStrategy] = {}
 
 
-def register_masking(name: str) -> Callable[[_F], _F]:
-    """Decorator: register a :class:`MaskFn` under ``name`` (the value of ``masking.strategy``).
+def register_masking(
+    name: str,
+    *,
+    params: type[StrategyParams] = NoParams,
+    grid_dims: tuple[int, ...] = (1, 2, 3),
+    modalities: tuple[str, ...] = MODALITIES,
+    uses_ratio: bool = True,
+    exact: bool = False,
+    needs: tuple[str, ...] = (),
+    stochastic: bool = True,
+    summary: str = "",
+) -> Callable[[Callable[..., torch.Tensor]], Callable[..., torch.Tensor]]:
+    """Decorator: register a mask function as strategy ``name`` (the value of ``masking.strategy``).
+
+    The function itself is returned unchanged; the registry holds a :class:`MaskingStrategy`.
 
     Raises:
-        ValueError: ``name`` is already registered (two strategies must not silently shadow each other).
+        ValueError: ``name`` is already registered, or ``modalities`` / ``needs`` name something unknown.
     """
-    return registrar(MASKING_REGISTRY, "masking strategy", name)
+    bad = [m for m in modalities if m not in MODALITIES] + [n for n in needs if n not in SIDE_INPUTS]
+    if bad:
+        raise ValueError(f"register_masking({name!r}): unknown modality or side input {bad}")
+
+    def deco(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+        if name in MASKING_REGISTRY:
+            raise ValueError(f"masking strategy {name!r} is already registered ({MASKING_REGISTRY[name].fn!r})")
+        MASKING_REGISTRY[name] = MaskingStrategy(
+            name=name, fn=fn, params=params, grid_dims=tuple(grid_dims), modalities=tuple(modalities),
+            uses_ratio=uses_ratio, exact=exact, needs=tuple(needs), stochastic=stochastic,
+            summary=summary or (fn.__doc__ or "").strip().splitlines()[0],
+        )
+        return fn
+
+    return deco
 
 
-def get_masking(name: str) -> MaskFn:
+def get_masking(name: str) -> MaskingStrategy:
     """The strategy registered as ``name``.
 
     Raises:
@@ -68,16 +173,37 @@ def get_masking(name: str) -> MaskFn:
         raise ConfigError(f"masking.strategy: unknown strategy {name!r}; known strategies: {known}") from None
 
 
-def check_ratio(ratio: float) -> float:
+def strategies_for(modality: str, grid_dims: int | None = None) -> list[str]:
+    """Names of the strategies offered for ``modality`` (and a grid with ``grid_dims`` dims), sorted."""
+    return sorted(
+        n for n, s in MASKING_REGISTRY.items()
+        if modality in s.modalities and (grid_dims is None or grid_dims in s.grid_dims)
+    )
+
+
+def check_ratio(ratio: float, field_name: str = "masking.ratio") -> float:
     """Validate a mask ratio; returns it as a float.
 
     Raises:
-        ConfigError: ``ratio`` is not a number in [0, 1]; the message names ``masking.ratio`` and the value.
+        ConfigError: ``ratio`` is not a number in [0, 1]; the message names the field and the value.
     """
     try:
         r = float(ratio)
     except (TypeError, ValueError):
-        raise ConfigError(f"masking.ratio: must be a number in [0, 1] (got {ratio!r})") from None
+        raise ConfigError(f"{field_name}: must be a number in [0, 1] (got {ratio!r})") from None
     if not 0.0 <= r <= 1.0:  # also rejects NaN
-        raise ConfigError(f"masking.ratio: must be in [0, 1] (got {ratio!r})")
+        raise ConfigError(f"{field_name}: must be in [0, 1] (got {ratio!r})")
     return r
+
+
+def check_eligible(eligible: torch.Tensor | None, shape: tuple[int, ...], device: torch.device, name: str):
+    """``eligible`` as a bool tensor of ``shape`` on ``device`` (None stays None).
+
+    Raises:
+        ValueError: ``eligible`` does not have ``shape`` (the message names the strategy).
+    """
+    if eligible is None:
+        return None
+    if tuple(eligible.shape) != tuple(shape):
+        raise ValueError(f"masking strategy {name!r}: eligible has shape {tuple(eligible.shape)}, expected {tuple(shape)}")
+    return eligible.to(device=device, dtype=torch.bool)

@@ -18,7 +18,10 @@ CPU_MATH_ATTENTION_MAX_TOKENS = 64
 
 
 class Attention(nn.Module):
-    """Multi-head self-attention, ``[B, L, D] -> [B, L, D]`` (no mask: every token sees every token).
+    """Multi-head self-attention, ``[B, L, D] -> [B, L, D]``.
+
+    Every token attends to every token, except keys marked in ``key_padding`` (``[B, L]`` bool,
+    True = padding slot of a ragged batch, see :func:`engine.masking.apply.gather_visible`).
 
     Raises:
         ValueError: ``num_heads`` does not divide ``dim``.
@@ -32,15 +35,16 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
         self.proj = nn.Linear(dim, dim)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, key_padding: torch.Tensor | None = None) -> torch.Tensor:
         B, L, D = x.shape
+        attn_mask = None if key_padding is None else ~key_padding[:, None, None, :]  # (B, 1, 1, L): True = attend
         qkv = self.qkv(x).reshape(B, L, 3, self.num_heads, D // self.num_heads)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, nh, L, hs)
         if x.device.type == "cpu" and L <= CPU_MATH_ATTENTION_MAX_TOKENS:
             with sdpa_kernel(SDPBackend.MATH):
-                x = F.scaled_dot_product_attention(q, k, v)  # (B, nh, L, hs)
+                x = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)  # (B, nh, L, hs)
         else:
-            x = F.scaled_dot_product_attention(q, k, v)  # (B, nh, L, hs); fused kernel where available
+            x = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)  # (B, nh, L, hs); fused kernel where available
         x = x.transpose(1, 2).reshape(B, L, D)  # (B, L, D)
         return self.proj(x)
 
@@ -59,7 +63,10 @@ class Mlp(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-norm Transformer block: ``x + attn(norm(x))``, then ``x + mlp(norm(x))``; ``[B, L, D]`` in and out."""
+    """Pre-norm Transformer block: ``x + attn(norm(x))``, then ``x + mlp(norm(x))``; ``[B, L, D]`` in and out.
+
+    ``key_padding`` (``[B, L]`` bool, True = ignore as a key) is passed to the attention.
+    """
 
     def __init__(self, dim: int, num_heads: int, mlp_ratio: float = 4.0):
         super().__init__()
@@ -68,7 +75,7 @@ class Block(nn.Module):
         self.norm2 = nn.LayerNorm(dim, eps=1e-6)
         self.mlp = Mlp(dim, int(dim * mlp_ratio))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.norm1(x))
+    def forward(self, x: torch.Tensor, key_padding: torch.Tensor | None = None) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x), key_padding)
         x = x + self.mlp(self.norm2(x))
         return x

@@ -139,46 +139,58 @@ class MaskedAutoencoderViT(nn.Module):
 
     # --- model ------------------------------------------------------------------------------------
 
-    def forward_encoder(self, imgs: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward_encoder(
+        self, imgs: torch.Tensor, mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """Encode the visible patches only.
 
         Args:
             imgs: ``[B, C, H, W]``.
             mask: ``[B, L]`` bool (a ``[B, h, w]`` mask is flattened row-major), True = masked
-                (removed). Every row needs the same number of visible patches. Moved to ``imgs.device``.
+                (removed). Moved to ``imgs.device``. Rows may have different visible counts: the
+                batch is padded to the largest count ``V`` and padding slots are never attended to.
 
         Returns:
-            ``(latent [B, 1 + L_vis, D], ids_restore [B, L])``; ``latent[:, 0]`` is the class token.
+            ``(latent [B, 1 + V, D], ids_restore [B, L], pad [B, V] bool or None)``;
+            ``latent[:, 0]`` is the class token; ``pad`` marks padding slots (None: no padding).
 
         Raises:
-            ValueError: the rows of ``mask`` have different visible counts, or its size is not ``L``.
+            ValueError: the size of ``mask`` is not ``L``.
         """
         mask = self._flat_mask(mask, imgs.device)
         x = self.patch_embed(imgs).flatten(2).transpose(1, 2)  # (B, L, D), row-major grid
         x = x + self.pos_embed[:, 1:, :]
-        x, _, ids_restore = gather_visible(x, mask)  # (B, L_vis, D)
+        x, _, ids_restore, pad = gather_visible(x, mask)  # (B, V, D)
 
         cls = (self.cls_token + self.pos_embed[:, :1, :]).expand(x.shape[0], -1, -1)  # (B, 1, D)
-        x = torch.cat([cls, x], dim=1)  # (B, 1 + L_vis, D)
+        x = torch.cat([cls, x], dim=1)  # (B, 1 + V, D)
+        key_padding = None if pad is None else torch.cat([pad.new_zeros(pad.shape[0], 1), pad], dim=1)
         for blk in self.blocks:
-            x = blk(x)
-        return self.norm(x), ids_restore
+            x = blk(x, key_padding)
+        return self.norm(x), ids_restore, pad
 
-    def forward_decoder(self, latent: torch.Tensor, ids_restore: torch.Tensor) -> torch.Tensor:
+    def forward_decoder(
+        self, latent: torch.Tensor, ids_restore: torch.Tensor, pad: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Predict the pixels of every patch from the encoded visible tokens.
 
         Args:
-            latent: ``[B, 1 + L_vis, D]`` from :meth:`forward_encoder`.
+            latent: ``[B, 1 + V, D]`` from :meth:`forward_encoder`.
             ids_restore: ``[B, L]`` from :meth:`forward_encoder`.
+            pad: ``[B, V]`` padding slots from :meth:`forward_encoder` (they are masked patches and
+                get the mask token like every other masked patch).
 
         Returns:
             ``pred [B, L, P*P*C]`` in patch order (class token dropped); normalised-pixel units when
             ``norm_pix_loss``.
         """
-        x = self.decoder_embed(latent)  # (B, 1 + L_vis, Dd)
+        x = self.decoder_embed(latent)  # (B, 1 + V, Dd)
         B, L = ids_restore.shape
-        mask_tokens = self.mask_token.expand(B, L + 1 - x.shape[1], -1)  # (B, L - L_vis, Dd)
-        x_ = torch.cat([x[:, 1:, :], mask_tokens], dim=1)  # (B, L, Dd): [visible, masked]
+        x_vis = x[:, 1:, :]  # (B, V, Dd)
+        if pad is not None:
+            x_vis = torch.where(pad.unsqueeze(-1), self.mask_token.to(x_vis.dtype), x_vis)
+        mask_tokens = self.mask_token.expand(B, L - x_vis.shape[1], -1).to(x_vis.dtype)  # (B, L - V, Dd)
+        x_ = torch.cat([x_vis, mask_tokens], dim=1)  # (B, L, Dd): [visible, masked]
         x_ = restore_order(x_, ids_restore)  # (B, L, Dd): grid order
         x = torch.cat([x[:, :1, :], x_], dim=1)  # (B, 1 + L, Dd)
         x = x + self.decoder_pos_embed
@@ -205,8 +217,8 @@ class MaskedAutoencoderViT(nn.Module):
 
     def forward(self, imgs: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``imgs [B, C, H, W]``, ``mask [B, L]`` bool (True = masked) -> ``(loss scalar, pred [B, L, P*P*C])``."""
-        latent, ids_restore = self.forward_encoder(imgs, mask)
-        pred = self.forward_decoder(latent, ids_restore)
+        latent, ids_restore, pad = self.forward_encoder(imgs, mask)
+        pred = self.forward_decoder(latent, ids_restore, pad)
         loss = self.forward_loss(imgs, pred, mask)
         return loss, pred
 
@@ -227,8 +239,8 @@ class MaskedAutoencoderViT(nn.Module):
             prediction at masked ones.
         """
         mask = self._flat_mask(mask, imgs.device)
-        latent, ids_restore = self.forward_encoder(imgs, mask)
-        pred = self.forward_decoder(latent, ids_restore).float()  # (B, L, P*P*C)
+        latent, ids_restore, pad = self.forward_encoder(imgs, mask)
+        pred = self.forward_decoder(latent, ids_restore, pad).float()  # (B, L, P*P*C)
         target = self.patchify(imgs).float()  # (B, L, P*P*C)
         if self.norm_pix_loss:
             mean = target.mean(dim=-1, keepdim=True)

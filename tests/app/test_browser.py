@@ -1,8 +1,10 @@
 """End-to-end: the real Streamlit server, Debian's Chromium through Playwright, real training workers.
 
-- A: the sidebar shows exactly the four ``st.navigation`` pages (no legacy ``pages/`` menu).
+- A: the sidebar shows exactly the ``st.navigation`` pages (no legacy ``pages/`` menu).
 - B: New run -> Launch -> the Runs chart gains points -> Run detail shows the reconstruction grid.
 - C: a run survives a restart of the Streamlit server and the new server shows it still running.
+- D: Mask lab shows masks on real digits and the three statistics charts, and follows a strategy
+  switch; New run offers the same strategies.
 
 Screenshots go to ``test-artifacts/`` (git-ignored) for a human look.
 """
@@ -24,6 +26,7 @@ import pytest
 
 from engine.config import RunConfig
 from engine.launcher import cancel, submit
+from engine.masking import MASKING_REGISTRY, strategies_for
 from engine.store import get_run, list_runs, read_metrics
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,7 +38,7 @@ expect = playwright_sync.expect
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = REPO / "test-artifacts"
 CHART = "canvas, svg.marks, .vega-embed"
-NAV_TITLES = ["Data", "New run", "Runs", "Run detail"]
+NAV_TITLES = ["Data", "New run", "Mask lab", "Runs", "Run detail"]
 
 
 def free_port() -> int:
@@ -168,11 +171,11 @@ def click_when_live(page, locator, timeout: float = 30) -> None:
                 raise
 
 
-def test_a_sidebar_shows_exactly_the_four_pages(server, page):
+def test_a_sidebar_shows_exactly_the_navigation_pages(server, page):
     page.goto(server)
     expect(page.get_by_role("heading", name="Runs")).to_be_visible(timeout=20_000)
     links = page.get_by_test_id("stSidebarNavLink")
-    expect(links).to_have_count(4)
+    expect(links).to_have_count(len(NAV_TITLES))
     titles = [t.strip() for t in links.get_by_test_id("stMarkdownContainer").all_inner_texts()]
     assert titles == NAV_TITLES
     assert page.get_by_test_id("stSidebarNavSeparator").count() == 0  # no second (legacy) menu
@@ -272,3 +275,52 @@ def test_c_run_survives_server_restart(page, workspace_dir):
     finally:
         stop_server(proc)
         cancel(run_id, workspace_dir)
+
+
+def other_image_strategy() -> str:
+    """A registered image strategy other than the default, preferably one with parameters."""
+    others = [n for n in strategies_for("image", 2) if n != RunConfig().masking.strategy]
+    assert others, "only the default masking strategy is registered for images"
+    return next((n for n in others if MASKING_REGISTRY[n].params.model_fields), others[0])
+
+
+def pick_strategy(page, name: str) -> None:
+    page.get_by_test_id("stSelectbox").filter(has_text="Masking strategy").click()
+    page.get_by_role("option", name=re.compile(rf"^{re.escape(name)}: ")).click()
+    settle(page)
+
+
+def test_d_mask_lab_charts_and_strategy_switch(server, page):
+    page.goto(server + "/mask_lab")
+    expect(page.get_by_role("heading", name="Mask lab")).to_be_visible(timeout=30_000)
+    images = page.get_by_test_id("stImage").locator("img")
+    expect(images).to_have_count(16, timeout=30_000)  # 8 validation digits: original and masked
+    charts = page.get_by_test_id("stVegaLiteChart")
+    expect(charts).to_have_count(3, timeout=30_000)
+    for i in range(3):
+        charts.nth(i).locator(CHART).first.wait_for(state="visible", timeout=20_000)  # ratio, regions, heatmap
+    expect(page.get_by_test_id("stMetric").filter(has_text="Masks / s")).to_be_visible()
+    settle(page)
+    assert all(images.nth(i).evaluate("img => img.naturalWidth > 0") for i in range(16))
+    masked_before = [images.nth(i).get_attribute("src") for i in range(8, 16)]
+
+    name = other_image_strategy()
+    pick_strategy(page, name)
+    expect(page.get_by_role("combobox", name="Masking strategy")).to_have_value(re.compile(rf"^{re.escape(name)}: "))
+    for field in MASKING_REGISTRY[name].params.model_fields:  # its parameter form
+        expect(page.get_by_text(field, exact=True).first).to_be_visible()
+    wait_until(lambda: [images.nth(i).get_attribute("src") for i in range(8, 16)] != masked_before, 30,
+               "the masked images to follow the strategy")  # fmt: skip
+    expect(charts).to_have_count(3)
+    settle(page)
+    shot(page, "mask-lab")
+
+    page.goto(server + "/new_run")
+    expect(page.get_by_role("heading", name="Mask preview")).to_be_visible(timeout=30_000)
+    pick_strategy(page, name)
+    expect(page.get_by_text(f"reconstruction grid ({name})")).to_be_visible(timeout=20_000)
+    expect(page.get_by_test_id("stImage")).to_have_count(16)
+    page.get_by_text("Resolved config").click()
+    expect(page.get_by_test_id("stJson")).to_contain_text(name)
+    settle(page)
+    shot(page, "new-run-strategy")

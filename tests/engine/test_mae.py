@@ -58,10 +58,10 @@ def test_encoder_sees_only_visible_patches(ratio):
     imgs = torch.rand(3, 1, 8, 8, generator=gen())
     mask = random_mask((3, 4, 4), ratio, generator=gen(1))
     n_visible = 16 - round(ratio * 16)
-    latent, ids_restore = model.forward_encoder(imgs, mask.flatten(1))
+    latent, ids_restore, pad = model.forward_encoder(imgs, mask.flatten(1))
     assert latent.shape == (3, 1 + n_visible, 32)
-    assert ids_restore.shape == (3, 16)
-    pred = model.forward_decoder(latent, ids_restore)
+    assert ids_restore.shape == (3, 16) and pad is None
+    pred = model.forward_decoder(latent, ids_restore, pad)
     assert pred.shape == (3, 16, 4)
 
 
@@ -69,19 +69,34 @@ def test_encoder_output_does_not_depend_on_masked_pixels():
     model = micro()
     imgs = torch.rand(2, 1, 8, 8, generator=gen())
     mask = random_mask((2, 4, 4), 0.75, generator=gen(1))
-    latent, _ = model.forward_encoder(imgs, mask)
+    latent, _, _ = model.forward_encoder(imgs, mask)
     pixel_mask = mask.repeat_interleave(2, 1).repeat_interleave(2, 2).unsqueeze(1)  # (B, 1, H, W)
     scribbled = torch.where(pixel_mask, torch.rand_like(imgs) * 10, imgs)
-    latent2, _ = model.forward_encoder(scribbled, mask)
+    latent2, _, _ = model.forward_encoder(scribbled, mask)
     torch.testing.assert_close(latent, latent2)
 
 
-def test_rows_with_different_visible_counts_are_rejected():
-    model = micro()
-    mask = torch.zeros(2, 16, dtype=torch.bool)
-    mask[0, :3] = True
-    with pytest.raises(ValueError, match="same number of visible"):
-        model.forward_encoder(torch.rand(2, 1, 8, 8), mask)
+def test_ragged_masks_match_each_row_run_alone():
+    """Rows with different visible counts (Bernoulli, SpecAugment...) are padded; padding must not
+    leak: each row's loss terms and prediction equal those of the row run as a batch of one."""
+    model = micro().eval()
+    imgs = torch.rand(3, 1, 8, 8, generator=gen())
+    mask = torch.zeros(3, 16, dtype=torch.bool)
+    mask[0, :3] = True  # 13 visible
+    mask[1, 5:14] = True  # 7 visible
+    mask[2, :] = True  # 0 visible: the encoder sees the class token only
+    mask[2, 15] = False  # ... and one patch
+    latent, ids_restore, pad = model.forward_encoder(imgs, mask)
+    assert latent.shape == (3, 1 + 13, 32) and pad.shape == (3, 13)
+    assert pad.sum(dim=1).tolist() == [0, 6, 12]
+    pred = model.forward_decoder(latent, ids_restore, pad)
+    for b in range(3):
+        lat_b, ids_b, pad_b = model.forward_encoder(imgs[b : b + 1], mask[b : b + 1])
+        assert pad_b is None
+        pred_b = model.forward_decoder(lat_b, ids_b)
+        torch.testing.assert_close(pred[b : b + 1], pred_b, atol=1e-5, rtol=1e-5)
+        n_vis = int((~mask[b]).sum())
+        torch.testing.assert_close(latent[b, : 1 + n_vis], lat_b[0], atol=1e-5, rtol=1e-5)
 
 
 # --- objective -------------------------------------------------------------------------------------

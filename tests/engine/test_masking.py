@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import torch
 
@@ -15,82 +17,199 @@ from engine.masking import (
     grid_shape,
     preview_masks,
     random_mask,
+    ratio_at,
     restore_order,
 )
 
 STRATEGIES = sorted(MASKING_REGISTRY)
 SHAPES = [(4, 16), (3, 4, 4), (2, 7, 5), (5, 1), (1, 14, 14)]
+#: One grid per number of grid dims: [B, L], [B, H, W] (or [B, F, T]), [B, T, H, W].
+GRIDS = {1: (8, 40), 2: (8, 12, 10), 3: (4, 3, 6, 6)}
+CASES = [(n, d) for n in STRATEGIES for d in MASKING_REGISTRY[n].grid_dims]
 
 
 def gen(seed: int = 0) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
+def side_inputs(name: str, shape: tuple[int, ...], seed: int = 0) -> dict[str, torch.Tensor]:
+    """Synthetic side inputs with the structure of the real ones (the unit tests of each semantic
+    strategy use real text, images and audio): words of 1-3 tokens with special tokens at both ends,
+    3x3 tiles as superpixels, voiced runs of 1-3 frames."""
+    g = gen(1000 + seed)
+    B, rest = shape[0], shape[1:]
+    out = {}
+    if "word_ids" in MASKING_REGISTRY[name].needs:
+        L = rest[0]
+        starts = torch.rand(B, L, generator=g) < 0.5  # a new word starts here
+        starts[:, 1] = True
+        word_ids = torch.cumsum(starts.long(), dim=1) - 1
+        word_ids[:, 0] = -1  # [CLS]
+        word_ids[:, -1] = -1  # [SEP]
+        out["word_ids"] = word_ids
+    if "segments" in MASKING_REGISTRY[name].needs:
+        idx = torch.meshgrid(*[torch.arange(n) // 3 for n in rest], indexing="ij")
+        tile = idx[0] * 100 + idx[-1]
+        shift = torch.randint(0, 3, (B, *[1] * len(rest)), generator=g)
+        out["segments"] = (tile[None] + shift).expand(B, *rest).clone()
+    if "voiced" in MASKING_REGISTRY[name].needs:
+        T = rest[-1]
+        run = torch.randint(1, 4, (B, 1), generator=g)  # voiced and silent runs of 1-3 frames
+        out["voiced"] = ((torch.arange(T)[None] // run) % 2 == 0)
+    return out
+
+
+def in_units(name: str, shape: tuple[int, ...], side: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Positions a semantic strategy can mask at all (inside a word / a voiced frame)."""
+    ok = torch.ones(shape, dtype=torch.bool)
+    if "word_ids" in side:
+        ok &= side["word_ids"] >= 0
+    if "voiced" in side:
+        v = side["voiced"]
+        ok &= v.reshape(v.shape[0], *([1] * (len(shape) - 2)), v.shape[-1]).expand(shape)
+    return ok
+
+
+def draw(name, shape, ratio, seed=0, eligible=None):
+    return get_masking(name)(shape, ratio, generator=gen(seed), eligible=eligible, **side_inputs(name, shape))
+
+
 # --- every registered strategy ---------------------------------------------------------------------
 
 
+def test_registry_has_the_strategies_of_the_field():
+    expected = {"random", "bernoulli", "periodic", "region", "span", "block", "tube", "time_mask", "freq_mask",
+                "specaugment", "whole_word", "superpixel", "voiced", "hierarchical"}
+    assert expected <= set(MASKING_REGISTRY), sorted(expected - set(MASKING_REGISTRY))
+
+
 @pytest.mark.parametrize("name", STRATEGIES)
-@pytest.mark.parametrize("shape", SHAPES)
-def test_bool_mask_of_requested_shape(name, shape):
-    mask = get_masking(name)(shape, 0.5, generator=gen())
-    assert mask.dtype == torch.bool
-    assert tuple(mask.shape) == shape
+def test_strategy_record_is_complete(name):
+    s = MASKING_REGISTRY[name]
+    assert s.summary and s.modalities and s.grid_dims
+    assert "References" in (s.fn.__doc__ or ""), f"{name}: docstring must cite its source"
+    # The function's keyword defaults are the params model's defaults, so a direct call and a config agree.
+    sig = inspect.signature(s.fn)
+    for field, info in s.params.model_fields.items():
+        assert field in sig.parameters, f"{name}: param {field} is not a keyword of {s.fn.__name__}"
+        assert sig.parameters[field].default == info.default, f"{name}.{field}"
+    for need in s.needs:
+        assert need in sig.parameters
+
+
+@pytest.mark.parametrize("name,dims", CASES)
+def test_bool_mask_of_requested_shape_on_the_generator_device(name, dims):
+    shape = GRIDS[dims]
+    mask = draw(name, shape, 0.5)
+    assert mask.dtype == torch.bool and tuple(mask.shape) == shape
     assert mask.device == torch.device("cpu")
+    assert mask.any()
 
 
-@pytest.mark.parametrize("name", STRATEGIES)
-def test_same_seed_same_mask_different_seed_different_mask(name):
-    fn = get_masking(name)
-    a = fn((8, 4, 4), 0.75, generator=gen(1))
-    b = fn((8, 4, 4), 0.75, generator=gen(1))
-    c = fn((8, 4, 4), 0.75, generator=gen(2))
+@pytest.mark.parametrize("name,dims", CASES)
+def test_same_seed_same_mask(name, dims):
+    shape = GRIDS[dims]
+    a, b, c = draw(name, shape, 0.5, seed=1), draw(name, shape, 0.5, seed=1), draw(name, shape, 0.5, seed=2)
     assert torch.equal(a, b)
-    assert not torch.equal(a, c)
+    if MASKING_REGISTRY[name].stochastic:
+        assert not torch.equal(a, c)
+    else:
+        assert torch.equal(a, c)
 
 
-@pytest.mark.parametrize("name", STRATEGIES)
-def test_uses_only_the_given_generator(name):
+@pytest.mark.parametrize("name,dims", CASES)
+def test_uses_only_the_given_generator(name, dims):
     torch.manual_seed(123)
     before = torch.get_rng_state()
-    get_masking(name)((4, 16), 0.5, generator=gen())
+    draw(name, GRIDS[dims], 0.5)
     assert torch.equal(torch.get_rng_state(), before)
 
 
-@pytest.mark.parametrize("name", STRATEGIES)
-@pytest.mark.parametrize("ratio", [0.25, 0.5, 0.75, 1.0])
-def test_ineligible_positions_are_never_masked(name, ratio):
-    g = gen(3)
-    eligible = torch.rand(16, 6, 6, generator=g) < 0.6
-    mask = get_masking(name)((16, 6, 6), ratio, generator=g, eligible=eligible)
+@pytest.mark.parametrize("name,dims", CASES)
+@pytest.mark.parametrize("ratio", [0.25, 0.5, 1.0])
+def test_ineligible_positions_are_never_masked(name, dims, ratio):
+    shape = GRIDS[dims]
+    eligible = torch.rand(shape, generator=gen(3)) < 0.6
+    mask = draw(name, shape, ratio, eligible=eligible)
     assert not (mask & ~eligible).any()
 
 
-@pytest.mark.parametrize("name", STRATEGIES)
-def test_ratio_zero_masks_nothing(name):
-    assert not get_masking(name)((4, 3, 3), 0.0, generator=gen()).any()
-
-
-@pytest.mark.parametrize("name", STRATEGIES)
-def test_all_ineligible_rows_are_all_false(name):
-    eligible = torch.ones(3, 16, dtype=torch.bool)
+@pytest.mark.parametrize("name,dims", CASES)
+def test_all_ineligible_rows_are_all_false(name, dims):
+    shape = GRIDS[dims]
+    eligible = torch.ones(shape, dtype=torch.bool)
     eligible[1] = False
-    mask = get_masking(name)((3, 16), 0.75, generator=gen(), eligible=eligible)
+    mask = draw(name, shape, 0.75, eligible=eligible)
     assert not mask[1].any()
-    assert mask[0].any() and mask[2].any()
+    assert mask[0].any()
 
 
-@pytest.mark.parametrize("name", STRATEGIES)
-def test_masked_fraction_is_close_to_ratio(name):
-    mask = get_masking(name)((256, 8, 8), 0.6, generator=gen(5))
-    assert abs(mask.float().mean().item() - 0.6) < 0.02
+@pytest.mark.parametrize("name,dims", CASES)
+def test_bad_eligible_shape_and_bad_grid_raise_value_error(name, dims):
+    shape = GRIDS[dims]
+    with pytest.raises(ValueError, match="eligible"):
+        draw(name, shape, 0.5, eligible=torch.ones(shape[0], 99, dtype=torch.bool))
+    bad = next(d for d in (1, 2, 3, 4) if d not in MASKING_REGISTRY[name].grid_dims)
+    bad_shape = (2,) + (5,) * bad
+    with pytest.raises(ValueError, match=name):
+        get_masking(name)(bad_shape, 0.5, generator=gen(), **side_inputs(name, bad_shape))
 
 
-@pytest.mark.parametrize("name", STRATEGIES)
+RATIO_CASES = [(n, d) for n, d in CASES if MASKING_REGISTRY[n].uses_ratio]
+
+
+@pytest.mark.parametrize("name,dims", RATIO_CASES)
+def test_ratio_zero_masks_nothing_and_one_masks_every_maskable_position(name, dims):
+    shape = GRIDS[dims]
+    assert not draw(name, shape, 0.0).any()
+    full = draw(name, shape, 1.0)
+    assert torch.equal(full, in_units(name, shape, side_inputs(name, shape)))
+
+
+@pytest.mark.parametrize("name,dims", RATIO_CASES)
 @pytest.mark.parametrize("ratio", [-0.1, 1.5, float("nan")])
-def test_bad_ratio_raises_config_error_naming_the_field(name, ratio):
+def test_bad_ratio_raises_config_error_naming_the_field(name, dims, ratio):
     with pytest.raises(ConfigError, match=r"masking\.ratio") as e:
-        get_masking(name)((2, 4), ratio, generator=gen())
+        draw(name, GRIDS[dims], ratio)
     assert str(ratio) in str(e.value)
+
+
+@pytest.mark.parametrize("name,dims", [(n, d) for n, d in CASES if MASKING_REGISTRY[n].exact])
+@pytest.mark.parametrize("ratio", [0.15, 0.5, 0.75])
+def test_exact_strategies_mask_round_ratio_times_eligible(name, dims, ratio):
+    shape = GRIDS[dims]
+    eligible = torch.rand(shape, generator=gen(4)) < 0.7
+    eligible[0] = True
+    mask = draw(name, shape, ratio, eligible=eligible)
+    expected = torch.round(ratio * eligible.flatten(1).sum(1).double()).long()
+    assert torch.equal(mask.flatten(1).sum(1), expected)
+
+
+@pytest.mark.parametrize("name,dims", RATIO_CASES)
+def test_masked_fraction_is_close_to_the_ratio_on_average(name, dims):
+    """Over a big batch the masked share of the maskable positions is the ratio: exactly for exact
+    strategies, within a few points for Bernoulli and for whole units (a unit is not split)."""
+    shape = (256, *GRIDS[dims][1:])
+    mask = draw(name, shape, 0.4, seed=5)
+    maskable = in_units(name, shape, side_inputs(name, shape))
+    frac = (mask.sum() / maskable.sum()).item()
+    assert abs(frac - 0.4) < (0.005 if MASKING_REGISTRY[name].exact else 0.06), frac
+
+
+@pytest.mark.parametrize("name,dims", CASES)
+def test_draw_mask_from_config_with_default_params(name, dims):
+    shape = GRIDS[dims]
+    cfg = MaskingConfig(strategy=name, ratio=0.5)
+    assert set(cfg.params) == set(MASKING_REGISTRY[name].params.model_fields)  # resolved with defaults
+    mask = draw_mask(cfg, shape, gen(2), **side_inputs(name, shape))
+    assert torch.equal(mask, draw(name, shape, 0.5, seed=2))
+
+
+@pytest.mark.parametrize("name", [n for n in STRATEGIES if MASKING_REGISTRY[n].needs])
+def test_missing_side_input_is_a_clear_error(name):
+    s = MASKING_REGISTRY[name]
+    with pytest.raises(ValueError, match=s.needs[0]):
+        draw_mask(MaskingConfig(strategy=name), GRIDS[s.grid_dims[0]], gen())
 
 
 # --- random: exact count ---------------------------------------------------------------------------
@@ -128,7 +247,7 @@ def test_random_every_position_is_masked_equally_often():
 
 
 def test_random_rejects_bad_shapes():
-    with pytest.raises(ValueError, match="at least 2 dims"):
+    with pytest.raises(ValueError, match="not a .* grid"):
         random_mask((16,), 0.5, generator=gen())
     with pytest.raises(ValueError, match="eligible"):
         random_mask((2, 4), 0.5, generator=gen(), eligible=torch.ones(2, 5, dtype=torch.bool))
@@ -192,7 +311,8 @@ def test_gather_visible_keeps_order_and_count():
     B, L, D = 5, 16, 3
     x = torch.arange(B * L * D, dtype=torch.float32).reshape(B, L, D)
     mask = random_mask((B, L), 0.75, generator=gen(2))
-    x_vis, ids_keep, ids_restore = gather_visible(x, mask)
+    x_vis, ids_keep, ids_restore, pad = gather_visible(x, mask)
+    assert pad is None
     assert x_vis.shape == (B, 4, D) and ids_keep.shape == (B, 4) and ids_restore.shape == (B, L)
     for b in range(B):
         visible = (~mask[b]).nonzero().squeeze(1)
@@ -204,15 +324,71 @@ def test_restore_order_inverts_the_visible_first_layout():
     B, L, D = 3, 10, 2
     x = torch.randn(B, L, D, generator=gen())
     mask = random_mask((B, L), 0.6, generator=gen(1))
-    x_vis, _, ids_restore = gather_visible(x, mask)
+    x_vis, _, ids_restore, _ = gather_visible(x, mask)
     x_masked = torch.stack([x[b, mask[b]] for b in range(B)])
     assert torch.equal(restore_order(torch.cat([x_vis, x_masked], dim=1), ids_restore), x)
 
 
-def test_gather_visible_rejects_ragged_masks():
+def test_gather_visible_pads_ragged_masks():
+    x = torch.arange(2 * 4 * 3, dtype=torch.float32).reshape(2, 4, 3)
     mask = torch.zeros(2, 4, dtype=torch.bool)
-    mask[0, 0] = True
-    with pytest.raises(ValueError, match="same number of visible positions"):
-        gather_visible(torch.zeros(2, 4, 3), mask)
+    mask[0, 0] = True  # row 0: 3 visible; row 1: 4 visible
+    x_vis, ids_keep, ids_restore, pad = gather_visible(x, mask)
+    assert x_vis.shape == (2, 4, 3)
+    assert pad.tolist() == [[False, False, False, True], [False] * 4]
+    assert ids_keep[0, :3].tolist() == [1, 2, 3] and ids_keep[1].tolist() == [0, 1, 2, 3]
+    assert torch.equal(x_vis[0, :3], x[0, 1:])
+    assert torch.equal(restore_order(x_vis, ids_restore), x)  # V == L here: the shuffle is a permutation
+
+
+def test_gather_visible_rejects_bad_shapes():
     with pytest.raises(ValueError, match=r"\[B, L\]"):
         gather_visible(torch.zeros(2, 4, 3), torch.zeros(2, 5, dtype=torch.bool))
+
+
+# --- config: params, schedule ----------------------------------------------------------------------
+
+
+def test_config_resolves_params_and_names_bad_ones():
+    cfg = RunConfig.from_dict({"masking": {"strategy": "random"}})
+    assert cfg.masking.params == {} and cfg.to_dict()["masking"]["schedule"] == "constant"
+    with pytest.raises(ConfigError, match=r"masking\.params\.nope: unknown parameter of strategy 'random'"):
+        RunConfig.from_dict({"masking": {"strategy": "random", "params": {"nope": 1}}})
+    with pytest.raises(ConfigError, match=r"masking\.strategy: unknown strategy 'spam'; known strategies: .*random"):
+        RunConfig.from_dict({"masking": {"strategy": "spam"}})
+    with pytest.raises(ConfigError, match=r"masking\.ratio: .*1\.5"):
+        RunConfig.from_dict({"masking": {"ratio": 1.5}})
+
+
+@pytest.mark.parametrize("name", [n for n in STRATEGIES if MASKING_REGISTRY[n].params.model_fields])
+def test_every_param_error_names_its_field_and_value(name):
+    s = MASKING_REGISTRY[name]
+    field, info = next(iter(s.params.model_fields.items()))
+    with pytest.raises(ConfigError, match=rf"masking\.params\.{field}") as e:
+        RunConfig.from_dict({"masking": {"strategy": name, "params": {field: "not-a-value"}}})
+    assert "not-a-value" in str(e.value)
+
+
+def test_schedule_needs_final_ratio_and_constant_refuses_one():
+    with pytest.raises(ConfigError, match=r"masking\.final_ratio: schedule 'cosine' needs final_ratio"):
+        RunConfig.from_dict({"masking": {"schedule": "cosine"}})
+    with pytest.raises(ConfigError, match=r"masking\.final_ratio"):
+        RunConfig.from_dict({"masking": {"final_ratio": 0.5}})
+
+
+@pytest.mark.parametrize("kind", ["constant", "linear", "cosine"])
+def test_ratio_schedules(kind):
+    final = None if kind == "constant" else 0.9
+    cfg = MaskingConfig(ratio=0.5, schedule=kind, final_ratio=final)
+    values = [ratio_at(cfg, s, 101) for s in range(101)]
+    assert values[0] == 0.5
+    assert values[-1] == pytest.approx(0.5 if kind == "constant" else 0.9)
+    assert ratio_at(cfg, 500, 101) == values[-1]  # past the end: the final ratio
+    assert all(a <= b + 1e-12 for a, b in zip(values, values[1:]))  # monotone ramp
+    if kind == "linear":
+        assert values[50] == pytest.approx(0.7)
+    if kind == "cosine":
+        assert values[50] == pytest.approx(0.7)  # half-way of a half cosine
+        assert values[10] - values[0] < values[50] - values[40]  # slow start, fast middle
+    one_step = ratio_at(cfg, 0, 1)
+    assert one_step == 0.5

@@ -62,3 +62,26 @@ def test_failed_run_records_the_error(workspace):
     assert execute_run(d) == "failed"
     rec = get_run(run_id)
     assert rec.status == "failed" and "no-such-set" in rec.error
+
+
+def test_every_image_strategy_trains_with_its_defaults(workspace):
+    """Image runs use the masking library: every strategy offered for images trains a few steps on
+    real digits, ragged ones (Bernoulli, superpixels...) through the padded encoder batch."""
+    from engine.masking import strategies_for
+
+    for name in strategies_for("image", 2):
+        cfg = {**SHORT, "masking": {"strategy": name, "ratio": 0.5},
+               "train": {**SHORT["train"], "steps": 3, "eval_interval": 3, "checkpoint_interval": 3}}
+        run_id = _run(cfg)
+        rec = get_run(run_id)
+        assert rec.step == 3 and 0.0 < rec.latest["mask_ratio"] < 1.0, name
+        assert torch.isfinite(torch.tensor(_curve(run_id)[1])).all(), name
+
+
+def test_ratio_schedule_is_followed_step_by_step(workspace):
+    cfg = {**SHORT, "masking": {"strategy": "random", "ratio": 0.25, "schedule": "linear", "final_ratio": 0.75},
+           "train": {**SHORT["train"], "steps": 9}}
+    ratios = _curve(_run(cfg), "mask_ratio")[1]
+    # step s (1-based log) used ratio_at(s - 1): 0.25 -> 0.75 in 8 equal steps, exact counts of 16 patches
+    expected = [round((0.25 + 0.5 * i / 8) * 16) / 16 for i in range(9)]
+    assert ratios == expected

@@ -1,0 +1,502 @@
+"""Masking controls and mask statistics for the New run and Mask lab pages.
+
+Everything here is generic over :data:`engine.masking.MASKING_REGISTRY`: the strategy list comes
+from :func:`engine.masking.strategies_for`, and :func:`params_form` builds one widget per field of a
+strategy's pydantic parameter model from its type, constraints, default and description. A new
+strategy shows up with its form without a change here. Validation stays with the engine
+(``MaskingConfig`` / ``MaskingStrategy.parse_params``); the pages show its messages with
+:func:`app.components.guarded`.
+
+Pydantic field -> widget:
+    ``int`` / ``float``           ``st.number_input``, bounds from ``ge``/``le`` (``gt``/``lt``: the
+                                  next int; for floats the bound itself, which the model rejects)
+    ``Literal[...]``              ``st.selectbox`` of the choices
+    ``bool``                      ``st.checkbox``
+    ``str``                       ``st.text_input``
+    ``list[int]`` / ``list[float]`` (or tuple)  ``st.text_input`` of comma-separated values
+    ``X | None``                  a "set <name>" checkbox and X's widget, disabled while unset
+                                  (``Literal[...] | None``: a selectbox with a "None" choice)
+    anything else                 ``st.text_input`` parsed as YAML
+"""
+
+from __future__ import annotations
+
+import math
+import types
+import typing
+from collections.abc import Callable
+from typing import Any, Literal
+
+import altair as alt
+import numpy as np
+import pandas as pd
+import streamlit as st
+import yaml
+
+from engine.config import MaskingConfig, ModelConfig
+from engine.data import load_dataset
+from engine.errors import ConfigError, MasklabError
+from engine.masking import get_masking, grid_shape, strategies_for
+from engine.masking.registry import MaskingStrategy
+from engine.masking.stats import MaskStats
+from engine.workspace import workspace_root
+
+#: ``st.session_state`` key of the settings Mask lab hands to New run ("Use in New run"):
+#: ``{"gen": int, "dataset": str, "patch_size": int, "seed": int, "masking": dict}``.
+HANDOFF_KEY = "mask_lab_handoff"
+#: Range of the mask-ratio sliders: 0 (nothing to predict) and 1 (nothing visible) make no run.
+RATIO_RANGE = (0.05, 0.95)
+_NONE = "None"
+
+
+# --------------------------------------------------------------------------- patch grid helpers
+
+
+def patch_sizes(h: int, w: int) -> list[int]:
+    """Patch sizes that tile an ``h x w`` image (``grid_shape`` accepts them)."""
+    out = []
+    for p in range(1, min(h, w) + 1):
+        try:
+            grid_shape((h, w), p)
+        except ConfigError:
+            continue
+        out.append(p)
+    return out
+
+
+def default_patch(sizes: list[int], h: int) -> int:
+    """The config default when it fits with at most 8 patches a side (8x8 digits: P=2), else the
+    size whose grid side is closest to 8 (28x28: P=4, 7x7 patches), which keeps CPU runs short."""
+    p0 = ModelConfig().patch_size
+    if p0 in sizes and h // p0 <= 8:
+        return p0
+    return min(sizes, key=lambda p: (abs(h // p - 8), p))
+
+
+def patch_label(p: int, h: int, w: int) -> str:
+    """``"2 px  →  4x4 = 16 patches"`` for the patch-size selectbox."""
+    n = (h // p) * (w // p)
+    return f"{p} px  →  {h // p}x{w // p} = {n} patch" + ("es" if n != 1 else "")
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def guarded_mask(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Like :func:`app.components.guarded` for drawing masks: an engine error or a ``ValueError``
+    (a strategy rejecting a grid its parameters do not fit) becomes ``st.error``; returns None."""
+    try:
+        return fn(*args, **kwargs)
+    except (MasklabError, ValueError) as e:
+        st.error(str(e))
+        return None
+
+
+# --------------------------------------------------------------------------- the parameter form
+
+
+def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
+    """``X | None`` -> ``(X, True)``; anything else -> ``(tp, False)``."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) < len(typing.get_args(tp)):
+            return (args[0] if len(args) == 1 else typing.Union[tuple(args)]), True
+    return tp, False
+
+
+def _strip_annotated(tp: Any) -> Any:
+    """``Annotated[int, Ge(2)]`` (a constrained list item) -> ``int``."""
+    return typing.get_args(tp)[0] if typing.get_origin(tp) is typing.Annotated else tp
+
+
+def _unset_value(tp: Any, b: dict[str, float | None]) -> Any:
+    """What the (disabled) widget of an unset optional number shows: 1 when allowed, else the
+    nearest allowed value."""
+    if tp not in (int, float):
+        return None
+    lo, hi = _limits(b, tp is int)
+    v = 1
+    if lo is not None and (v < lo or (b["gt"] is not None and v <= b["gt"])):
+        v = lo + (_float_step(lo, hi, None) if tp is float and b["gt"] is not None else 0)
+    if hi is not None and v > hi:
+        v = hi
+    return tp(v)
+
+
+def _bounds(field: Any) -> dict[str, float | None]:
+    """``ge``/``gt``/``le``/``lt`` of a pydantic field (from ``FieldInfo.metadata``)."""
+    out: dict[str, float | None] = {"ge": None, "gt": None, "le": None, "lt": None}
+    for m in field.metadata:
+        for k in out:
+            v = getattr(m, k, None)
+            if v is not None:
+                out[k] = v
+    return out
+
+
+def _limits(b: dict[str, float | None], is_int: bool) -> tuple[float | None, float | None]:
+    """Inclusive widget limits. Exclusive int bounds become the next int; exclusive float bounds
+    stay the bound itself (the widget cannot express "> 0"; the model rejects exactly 0 with a
+    message naming the field)."""
+    lo, hi = b["ge"], b["le"]
+    if b["gt"] is not None:
+        lo = (math.floor(b["gt"]) + 1) if is_int else b["gt"]
+    if b["lt"] is not None:
+        hi = (math.ceil(b["lt"]) - 1) if is_int else b["lt"]
+    return lo, hi
+
+
+def _float_step(lo: float | None, hi: float | None, default: float | None) -> float:
+    """A round step: about 1/100 of a bounded range, else a tenth of the default's magnitude."""
+    if lo is not None and hi is not None and hi > lo:
+        span = hi - lo
+    elif default:
+        span = abs(float(default)) * 10
+    else:
+        span = 10.0
+    return 10.0 ** math.floor(math.log10(span / 100)) if span > 0 else 0.01
+
+
+def _constraint_text(b: dict[str, float | None]) -> str:
+    parts = [f"{sym} {b[k]}" for k, sym in (("ge", "≥"), ("gt", ">"), ("le", "≤"), ("lt", "<")) if b[k] is not None]
+    return ", ".join(parts)
+
+
+def _help(field: Any, default: Any, b: dict[str, float | None], optional: bool) -> str:
+    bits = [field.description or ""]
+    rule = _constraint_text(b)
+    extra = ", ".join(x for x in (rule, f"default {default!r}") if x)
+    if extra:
+        bits.append(f"({extra})")
+    if optional:
+        bits.append("Unset = None.")
+    return " ".join(x for x in bits if x).strip()
+
+
+def _parse_list(raw: str, elem: Any) -> list[Any]:
+    """``"4, 8,16"`` -> ``[4, 8, 16]`` with ``elem`` (int/float) applied where it parses; an item
+    that does not parse stays a string, so the model's error names the field and the item."""
+    out: list[Any] = []
+    for item in raw.replace(";", ",").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        try:
+            out.append(elem(item) if elem in (int, float) else yaml.safe_load(item))
+        except (TypeError, ValueError, yaml.YAMLError):
+            out.append(item)
+    return out
+
+
+def _number_widget(label: str, tp: type, value: Any, b: dict, help_: str, key: str, disabled: bool = False) -> Any:
+    is_int = tp is int
+    lo, hi = _limits(b, is_int)
+    if is_int:
+        v = int(value) if value is not None else int(lo if lo is not None else 0)
+        if lo is not None:
+            v = max(v, int(lo))
+        if hi is not None:
+            v = min(v, int(hi))
+        return st.number_input(
+            label, min_value=None if lo is None else int(lo), max_value=None if hi is None else int(hi),
+            value=v, step=1, help=help_, key=key, disabled=disabled,
+        )  # fmt: skip
+    step = _float_step(lo, hi, value)
+    v = float(value) if value is not None else float(lo if lo is not None else 0.0)
+    if lo is not None:
+        v = max(v, float(lo))
+    if hi is not None:
+        v = min(v, float(hi))
+    decimals = min(8, max(2, -math.floor(math.log10(step)))) if step < 1 else 2
+    return st.number_input(
+        label, min_value=None if lo is None else float(lo), max_value=None if hi is None else float(hi),
+        value=v, step=step, format=f"%.{decimals}f", help=help_, key=key, disabled=disabled,
+    )  # fmt: skip
+
+
+def _field_widget(name: str, tp: Any, value: Any, b: dict, help_: str, key: str, disabled: bool = False) -> Any:
+    """One widget for a (non-optional) type; returns its value in the model's terms."""
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        options = list(typing.get_args(tp))
+        index = options.index(value) if value in options else 0
+        return st.selectbox(name, options, index=index, help=help_, key=key, disabled=disabled)
+    if tp is bool:
+        return st.checkbox(name, value=bool(value), help=help_, key=key, disabled=disabled)
+    if tp in (int, float):
+        return _number_widget(name, tp, value, b, help_, key, disabled)
+    if tp is str:
+        return st.text_input(name, value="" if value is None else str(value), help=help_, key=key, disabled=disabled)
+    if origin in (list, tuple, set, frozenset):
+        args = [_strip_annotated(a) for a in typing.get_args(tp) if a is not Ellipsis]
+        elem = args[0] if len(args) == 1 or (args and all(a is args[0] for a in args)) else None
+        text = ", ".join(str(v) for v in (value or []))
+        raw = st.text_input(name, value=text, help=f"{help_} Comma-separated values.".strip(), key=key,
+                            disabled=disabled)  # fmt: skip
+        return _parse_list(raw, elem)
+    raw = st.text_input(name, value=yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("..."),
+                        help=f"{help_} YAML value.".strip(), key=key, disabled=disabled)  # fmt: skip
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return raw  # the model's message names the field
+
+
+def params_form(strategy: MaskingStrategy, key_prefix: str, values: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A widget per field of ``strategy.params`` (see the module docstring for the mapping).
+
+    Labels are the field names (so an error ``masking.params.<field>: ...`` points at its widget),
+    helps are the field descriptions with their constraints and defaults.
+
+    Args:
+        strategy: the registered strategy.
+        key_prefix: widget keys are ``f"{key_prefix}_{strategy.name}_{field}"`` (each strategy keeps
+            its own values when the user switches back and forth).
+        values: initial values (e.g. carried over from another page); missing fields use the defaults.
+
+    Returns:
+        ``{field: value}`` for every field, unvalidated (pass it as ``masking.params``).
+    """
+    values = values or {}
+    out: dict[str, Any] = {}
+    for name, field in strategy.params.model_fields.items():
+        default = field.get_default(call_default_factory=True)
+        value = values.get(name, default)
+        tp, optional = _unwrap_optional(field.annotation)
+        b = _bounds(field)
+        help_ = _help(field, default, b, optional)
+        key = f"{key_prefix}_{strategy.name}_{name}"
+        if optional and typing.get_origin(tp) is Literal:
+            options = [_NONE, *typing.get_args(tp)]
+            index = options.index(value) if value in options else 0
+            choice = st.selectbox(name, options, index=index, help=help_, key=key)
+            out[name] = None if choice == _NONE else choice
+        elif optional:
+            is_set = st.checkbox(f"set {name}", value=value is not None, key=f"{key}__set",
+                                 help=f"Unchecked: {name} = None. {field.description or ''}".strip())  # fmt: skip
+            shown = value if value is not None else _unset_value(tp, b)
+            v = _field_widget(name, tp, shown, b, help_, key, disabled=not is_set)
+            out[name] = v if is_set else None
+        else:
+            out[name] = _field_widget(name, tp, value, b, help_, key)
+    return out
+
+
+# --------------------------------------------------------------------------- masking controls
+
+
+def _schedules() -> list[str]:
+    return list(typing.get_args(MaskingConfig.model_fields["schedule"].annotation))
+
+
+def _strategy_note(s: MaskingStrategy) -> str:
+    bits = [s.summary] if s.summary else []
+    bits.append("exact count per sample" if s.exact else "count varies per sample")
+    bits.append("budget = mask ratio" if s.uses_ratio else "budget set by its parameters (ignores the ratio)")
+    if s.needs:
+        bits.append("computes " + ", ".join(s.needs) + " from the inputs")
+    return " · ".join(bits)
+
+
+def masking_controls(
+    modality: str, grid_dims: int, key_prefix: str, defaults: dict[str, Any] | None = None
+) -> dict[str, Any] | None:
+    """Strategy, ratio, schedule and parameter widgets; returns a ``masking`` config dict.
+
+    - strategy: selectbox of :func:`strategies_for(modality, grid_dims) <engine.masking.strategies_for>`
+      shown with its summary;
+    - ratio slider (only for strategies with ``uses_ratio``), schedule selectbox and a final-ratio
+      slider for a ramp;
+    - :func:`params_form` for the strategy's own parameters.
+
+    Args:
+        modality: ``"image"``, ``"text"``, ...
+        grid_dims: dims of the mask grid (2 for an image patch grid).
+        key_prefix: prefix of every widget key.
+        defaults: a (partial) ``masking`` dict to start from (``MaskingConfig`` defaults otherwise).
+
+    Returns:
+        ``{"strategy", "ratio", "params", "schedule", "final_ratio"}`` (unvalidated), or None (with a
+        warning) when no strategy is registered for the modality.
+    """
+    base = MaskingConfig.model_fields
+    d = {k: f.get_default(call_default_factory=True) for k, f in base.items()}
+    d.update(defaults or {})
+    names = strategies_for(modality, grid_dims)
+    if not names:
+        st.warning(f"No masking strategy is registered for {modality} ({grid_dims}-D grids).")
+        return None
+    index = names.index(d["strategy"]) if d["strategy"] in names else 0
+    name = st.selectbox(
+        "Masking strategy", names, index=index, key=f"{key_prefix}_strategy",
+        format_func=lambda n: f"{n}: {get_masking(n).summary}" if get_masking(n).summary else n,
+        help="Registered strategies for this data: engine.masking.MASKING_REGISTRY.",
+    )  # fmt: skip
+    strategy = get_masking(name)
+    st.markdown(f":small[:gray[{_strategy_note(strategy)}]]")
+    ratio = float(d["ratio"])
+    schedule, final = "constant", None
+    if strategy.uses_ratio:
+        lo, hi = RATIO_RANGE
+        ratio = st.slider(
+            "Mask ratio", lo, hi, min(hi, max(lo, ratio)), 0.05, key=f"{key_prefix}_ratio",
+            help=f"fraction of the (eligible) positions hidden; {base['ratio'].description}",
+        )  # fmt: skip
+        schedules = _schedules()
+        schedule = st.selectbox(
+            "Ratio schedule", schedules, index=schedules.index(d["schedule"]) if d["schedule"] in schedules else 0,
+            key=f"{key_prefix}_schedule", help="constant, or a ramp from the mask ratio to the final ratio over the run",
+        )  # fmt: skip
+        if schedule != "constant":
+            f0 = d["final_ratio"] if d["final_ratio"] is not None else ratio
+            final = st.slider(
+                "Final mask ratio", lo, hi, min(hi, max(lo, float(f0))), 0.05, key=f"{key_prefix}_final_ratio",
+                help=base["final_ratio"].description,
+            )  # fmt: skip
+    params = params_form(strategy, key_prefix, d["params"] if name == d["strategy"] else None)
+    return {"strategy": name, "ratio": float(ratio), "params": params, "schedule": schedule,
+            "final_ratio": None if final is None else float(final)}  # fmt: skip
+
+
+# --------------------------------------------------------------------------- real batches
+
+
+def train_batch(info: Any, n: int) -> np.ndarray:
+    """:func:`train_images` of dataset ``info`` in the current workspace (cached)."""
+    return train_images(str(workspace_root()), info.name, info.created_at, int(n))
+
+
+@st.cache_data(max_entries=4, ttl=900, show_spinner="Loading images…")
+def train_images(workspace: str, name: str, version: str, n: int) -> np.ndarray:
+    """``n`` train images of ``name`` (a fixed random choice, sorted; all when there are fewer),
+    float32 ``[n, C, H, W]`` in [0, 1] like ``ImageDataset.tensors``. ``workspace`` and ``version``
+    are cache keys only. Raises ``engine.errors.DatasetError``."""
+    ds = load_dataset(name)
+    idx = ds.indices("train")
+    if len(idx) == 0:
+        idx = np.arange(len(ds))
+    if len(idx) > n:
+        idx = np.sort(np.random.default_rng(0).choice(idx, size=n, replace=False))
+    return np.ascontiguousarray(ds.images[idx].transpose(0, 3, 1, 2), dtype=np.float32) / np.float32(255.0)
+
+
+# --------------------------------------------------------------------------- statistics panel
+
+
+def _hist_frame(values: np.ndarray, edges: np.ndarray) -> pd.DataFrame:
+    counts, edges = np.histogram(values, bins=edges)
+    return pd.DataFrame({"lo": edges[:-1], "hi": edges[1:], "count": counts})
+
+
+def ratio_hist_chart(ratio: np.ndarray, n_positions: int, height: int = 240) -> alt.Chart:
+    """Bars of samples per actual mask ratio, over [0, 1]; one bar per possible count ``k / n``
+    when the grid is small (``n <= 100``), else 50 equal bins."""
+    if 0 < n_positions <= 100:
+        edges = (np.arange(n_positions + 2) - 0.5) / n_positions
+    else:
+        edges = np.linspace(0.0, 1.0, 51)
+    df = _hist_frame(ratio, edges).query("count > 0")
+    return (
+        alt.Chart(df, title="Mask ratio per sample")
+        .mark_bar()
+        .encode(
+            x=alt.X("lo:Q", bin="binned", title="masked fraction", scale=alt.Scale(domain=[0, 1]),
+                    axis=alt.Axis(format=".1f")),  # fmt: skip
+            x2="hi:Q",
+            y=alt.Y("count:Q", title="samples", axis=alt.Axis(format="d", tickMinStep=1)),
+            tooltip=[alt.Tooltip("lo:Q", format=".3f", title="from"), alt.Tooltip("hi:Q", format=".3f", title="to"),
+                     alt.Tooltip("count:Q", title="samples")],  # fmt: skip
+        )
+        .properties(height=height)
+    )
+
+
+def region_hist_chart(sizes: np.ndarray, height: int = 240) -> alt.Chart:
+    """Bars of contiguous masked regions per size (positions); integer bins, at most ~40 bars,
+    symlog counts (a few large regions stay visible next to many single positions)."""
+    top = int(sizes.max()) if sizes.size else 1
+    width = max(1, math.ceil(top / 40))
+    edges = np.arange(1, top + width + 1, width) - 0.5
+    df = _hist_frame(sizes, edges).query("count > 0")
+    return (
+        alt.Chart(df, title="Masked regions by size")
+        .mark_bar()
+        .encode(
+            x=alt.X("lo:Q", bin="binned", title="region size (positions)",
+                    scale=alt.Scale(domain=[0.5, float(edges[-1])], nice=False), axis=alt.Axis(format="d", tickMinStep=1)),  # fmt: skip
+            x2="hi:Q",
+            y=alt.Y("count:Q", title="regions", scale=alt.Scale(type="symlog"), axis=alt.Axis(format="d")),
+            tooltip=[alt.Tooltip("lo:Q", format=".1f", title="from"), alt.Tooltip("hi:Q", format=".1f", title="to"),
+                     alt.Tooltip("count:Q", title="regions")],  # fmt: skip
+        )
+        .properties(height=height)
+    )
+
+
+def frequency_heatmap(frequency: np.ndarray, height: int = 180) -> alt.Chart:
+    """Rect chart of the fraction of samples masking each grid cell (last two grid axes; a 1-D
+    grid is one row, leading axes of a 3-D grid are averaged), square cells, colour scale [0, 1]."""
+    f = np.asarray(frequency, dtype=float)
+    if f.ndim == 1:
+        f = f[None, :]
+    while f.ndim > 2:
+        f = f.mean(axis=0)
+    rows, cols = np.indices(f.shape)
+    df = pd.DataFrame({"row": rows.ravel(), "col": cols.ravel(), "frequency": f.ravel()})
+    n_rows, n_cols = max(1, f.shape[0]), max(1, f.shape[1])
+    cell = max(1, min(height // n_rows, 2 * height // n_cols))  # square cells, plot at most 2*height wide
+    plot_w, plot_h = cell * n_cols, (cell * n_rows if n_rows > 1 else 40)  # a 1-D grid: one readable strip
+    few_cols, few_rows = n_cols <= 16, n_rows <= 16  # label every line of a small grid only
+    return (
+        alt.Chart(df, title="Masking frequency per position")
+        .mark_rect()
+        .encode(
+            x=alt.X("col:O", title="column", axis=alt.Axis(labelAngle=0, labels=few_cols, ticks=few_cols)),
+            y=alt.Y("row:O", title="row", axis=alt.Axis(labels=few_rows, ticks=few_rows)),
+            color=alt.Color("frequency:Q", title="masked", scale=alt.Scale(domain=[0, 1], scheme="viridis")),
+            tooltip=["row:O", "col:O", alt.Tooltip("frequency:Q", format=".3f")],
+        )
+        # "pad": width/height are the plot's own; axes, title and legend come on top (Streamlit's
+        # default "fit" would squeeze them into the size and shrink the cells).
+        .properties(width=plot_w, height=plot_h, autosize=alt.AutoSizeParams(type="pad", contains="padding"))
+    )
+
+
+def mask_stats_panel(stats: MaskStats, masks_per_s: float | None) -> None:
+    """Metrics (mean ratio, regions, masks/s) and the three charts of a :class:`MaskStats`:
+    the ratio and region-size histograms side by side, the positional heatmap under them."""
+    n_pos = int(np.prod(stats.grid))
+    has = stats.batch_size > 0
+    m1, m2, m3, m4 = st.columns(4)
+    m1.metric("Mean mask ratio", f"{stats.ratio.mean():.3f}" if has else "–",
+              help=f"over {stats.batch_size} samples; sd {stats.ratio.std():.3f}" if has else None)  # fmt: skip
+    m2.metric("Regions per sample", f"{stats.regions_per_sample.mean():.1f}" if has else "–",
+              help="contiguous masked regions (4-connected on a 2-D grid)")  # fmt: skip
+    m3.metric("Mean region size", f"{stats.region_sizes.mean():.1f}" if stats.region_sizes.size else "–",
+              help=f"positions per region, of {n_pos} in the grid")  # fmt: skip
+    m4.metric("Masks / s", f"{masks_per_s:,.0f}" if masks_per_s is not None else "–",
+              help="masks (rows) per second drawing this batch shape on the CPU: draw_mask only, side inputs precomputed")  # fmt: skip
+    c1, c2 = st.columns(2)
+    c1.altair_chart(ratio_hist_chart(stats.ratio, n_pos), width="stretch")
+    c2.altair_chart(region_hist_chart(stats.region_sizes), width="stretch")
+    c3, c4 = st.columns(2)
+    c3.altair_chart(frequency_heatmap(stats.frequency), width="content")
+    c4.markdown(
+        ":small[:gray[**Mask ratio per sample**: how far each mask is from the configured ratio (one bar for an "
+        "exact strategy). **Masked regions**: sizes of 4-connected masked areas; many of size 1 = scattered "
+        "patches, a few large ones = blocks. **Frequency**: share of the masks hiding each position; a uniform "
+        "strategy is flat, a spatial bias shows as a pattern.]]"
+    )
+
+
+def schedule_chart(ratio_of_step: Callable[[int], float], total_steps: int, height: int = 220) -> alt.Chart:
+    """Line of the mask ratio over ``total_steps`` (at most 200 points)."""
+    steps = np.unique(np.linspace(0, max(0, total_steps - 1), num=min(200, max(1, total_steps))).round().astype(int))
+    df = pd.DataFrame({"step": steps, "ratio": [ratio_of_step(int(s)) for s in steps]})
+    return (
+        alt.Chart(df, title="Mask ratio over training")
+        .mark_line()
+        .encode(x=alt.X("step:Q", title="step"), y=alt.Y("ratio:Q", title="mask ratio", scale=alt.Scale(domain=[0, 1])),
+                tooltip=["step:Q", alt.Tooltip("ratio:Q", format=".3f")])  # fmt: skip
+        .properties(height=height)
+    )

@@ -1,0 +1,210 @@
+"""Block-wise masking (BEiT): rectangles of patches with a random area and aspect ratio.
+
+References: Bao et al. 2022, "BEiT: BERT Pre-Training of Image Transformers", sec. 2.5 and
+Algorithm 1 (the ``MaskingGenerator`` of their code: 75 of 196 patches, at least 16 per block,
+aspect ratio in [0.3, 1/0.3], 10 attempts per block).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from pydantic import Field, ValidationInfo, field_validator
+
+from engine.masking.random import mask_lowest
+from engine.masking.registry import StrategyParams, check_eligible, check_ratio, get_masking, register_masking
+
+
+class BlockParams(StrategyParams):
+    """Parameters of :func:`block_mask` (BEiT's ``MaskingGenerator``)."""
+
+    min_patches: int = Field(
+        4, ge=1,
+        description="smallest block area in patches (BEiT uses 16 on its 14x14 grid; 4 suits the small "
+                    "grids of a dashboard, e.g. 8x8, where a 16-patch block is a quarter of the image)",
+    )
+    min_aspect: float = Field(
+        0.3, gt=0.0, le=1.0,
+        description="smallest aspect ratio height/width of a block; the ratio is drawn log-uniformly (BEiT: 0.3)",
+    )
+    max_aspect: float | None = Field(
+        None, gt=0.0,
+        description="largest aspect ratio height/width; empty = 1 / min_aspect (BEiT)",
+    )
+    max_attempts: int = Field(
+        10, ge=1,
+        description="candidate blocks tried in a row before a sample stops adding blocks (BEiT: 10)",
+    )
+
+    @field_validator("max_aspect")
+    @classmethod
+    def _aspect_order(cls, v: float | None, info: ValidationInfo) -> float | None:
+        lo = info.data.get("min_aspect")
+        if v is not None and lo is not None and v < lo:
+            raise ValueError(f"max_aspect must be >= min_aspect ({lo})")
+        return v
+
+
+def _draw_blocks(
+    ok: torch.Tensor,
+    budget: torch.Tensor,
+    generator: torch.Generator,
+    *,
+    min_patches: int,
+    min_aspect: float,
+    max_aspect: float | None,
+    max_attempts: int,
+    record: bool = False,
+):
+    """The block phase of :func:`block_mask`: BEiT's loop, one candidate block per row per iteration.
+
+    Args:
+        ok: ``[B, H, W]`` bool, eligible positions.
+        budget: ``[B]`` int64, patches to mask per row (``<=`` eligible count).
+        generator: explicit RNG; each iteration draws ``4 * B`` float32 uniforms.
+        min_patches, min_aspect, max_aspect, max_attempts: see :class:`BlockParams`.
+        record: also return the accepted blocks.
+
+    Returns:
+        ``mask`` (``[B, H, W]`` bool, at most ``budget`` True per row, only on eligible positions),
+        and with ``record`` a dict of 1-D tensors ``row, top, left, h, w, aspect, area`` (one entry
+        per accepted block; ``aspect`` and ``area`` are the drawn values before rounding).
+    """
+    B, H, W = ok.shape
+    device = ok.device
+    # Float 0/1 grids: the masked (or ineligible) count inside a block is rows . (grid @ cols), and
+    # float kernels beat bool broadcasting on CPU (counts are exact in float32 up to 2**24).
+    mask = torch.zeros(B, H, W, dtype=torch.float32, device=device)
+    bad = None if bool(ok.all()) else (~ok).to(torch.float32)
+    log_lo = math.log(min_aspect)
+    log_hi = math.log(max_aspect if max_aspect is not None else 1.0 / min_aspect)
+    remaining = budget.clone()
+    fails = torch.zeros(B, dtype=torch.long, device=device)
+    active = remaining > 0
+    rows = torch.arange(H, device=device).view(1, H)
+    cols = torch.arange(W, device=device).view(1, W)
+    log = {k: [] for k in ("row", "top", "left", "h", "w", "aspect", "area")} if record else None
+    # Every accepted block adds >= 1 patch and a row stops after max_attempts failures in a row, so
+    # a row is done within budget * max_attempts iterations; the bound only guards against a bug
+    # (any shortfall is topped up anyway).
+    max_iters = int(budget.max().item()) * max_attempts if B else 0
+    for _ in range(max_iters):
+        if not bool(active.any()):
+            break
+        u = torch.rand(4, B, generator=generator, device=device)
+        rem = remaining.to(torch.float32)
+        # BEiT's random.uniform(min_patches, remaining): when fewer than min_patches patches remain
+        # the area lies in [remaining, min_patches], and such a block is only accepted where it
+        # overlaps earlier blocks enough to add <= remaining new patches (else the top-up finishes).
+        area = min_patches + u[0] * (rem - min_patches)
+        aspect = torch.exp(log_lo + u[1] * (log_hi - log_lo))
+        # Clipped to the grid, where BEiT would reject an over-large block and retry.
+        h = torch.round(torch.sqrt(area * aspect)).long().clamp_(1, max(H, 1))
+        w = torch.round(torch.sqrt(area / aspect)).long().clamp_(1, max(W, 1))
+        top = torch.minimum((u[2] * (H - h + 1)).long(), H - h)
+        left = torch.minimum((u[3] * (W - w + 1)).long(), W - w)
+        r = ((rows >= top[:, None]) & (rows < (top + h)[:, None])).to(torch.float32)  # (B, H)
+        c = ((cols >= left[:, None]) & (cols < (left + w)[:, None])).to(torch.float32)  # (B, W)
+        covered = torch.einsum("bhw,bw->bh", mask, c).mul_(r).sum(dim=1).round().long()
+        new = h * w - covered
+        accept = active & (new > 0) & (new <= remaining)
+        if bad is not None:  # a block lies entirely on eligible positions
+            accept &= torch.einsum("bhw,bw->bh", bad, c).mul_(r).sum(dim=1) < 0.5
+        # OR the accepted blocks (outer products of their row and column ranges) into the mask.
+        mask = torch.maximum(mask, (r * accept.view(B, 1)).unsqueeze(2) * c.unsqueeze(1))
+        remaining = remaining - new * accept
+        fails = torch.where(accept, torch.zeros_like(fails), fails + active.long())
+        active = (remaining > 0) & (fails < max_attempts)
+        if record:
+            idx = accept.nonzero().flatten()
+            for k, v in (("row", idx), ("top", top[idx]), ("left", left[idx]), ("h", h[idx]),
+                         ("w", w[idx]), ("aspect", aspect[idx]), ("area", area[idx])):
+                log[k].append(v)
+    mask = mask > 0.5
+    if record:
+        empty = {"aspect": torch.float32, "area": torch.float32}
+        return mask, {k: torch.cat(v) if v else torch.zeros(0, dtype=empty.get(k, torch.long), device=device)
+                      for k, v in log.items()}
+    return mask
+
+
+@register_masking("block", params=BlockParams, grid_dims=(2,), modalities=("image", "audio"), exact=True,
+                  summary="BEiT block-wise masking: random rectangles, topped up to an exact count (Bao et al. 2022)")
+def block_mask(
+    shape: tuple[int, ...],
+    ratio: float,
+    *,
+    generator: torch.Generator,
+    eligible: torch.Tensor | None = None,
+    min_patches: int = 4,
+    min_aspect: float = 0.3,
+    max_aspect: float | None = None,
+    max_attempts: int = 10,
+) -> torch.Tensor:
+    """Mask random rectangular blocks of a 2-D grid (BEiT), then top up to exactly ``round(ratio * n)``.
+
+    Block phase (BEiT, Algorithm 1): a sample with ``r`` patches still to mask draws a block area
+    ``s`` uniform between ``min_patches`` and ``r`` (continuous; in ``[r, min_patches]`` when
+    ``r < min_patches``, exactly as BEiT's ``random.uniform``), an aspect ratio ``a`` log-uniform in
+    ``[min_aspect, max_aspect]``, height ``h = round(sqrt(s * a))`` and width ``w = round(sqrt(s / a))``
+    (clipped to ``[1, H]`` and ``[1, W]``; BEiT instead rejects blocks that do not fit), and a uniform
+    top-left corner with the block inside the grid. The block is accepted when it lies entirely on
+    eligible positions and adds between 1 and ``r`` new masked patches (blocks may overlap earlier
+    ones). A sample stops when its budget is met or after ``max_attempts`` rejected candidates in a
+    row. All samples advance together: each iteration draws one candidate per sample and builds the
+    blocks by broadcasting row/column ranges (the Python loop is over iterations, never samples).
+
+    Top-up (masklab, not in BEiT): BEiT's generator may stop short of its budget (e.g. when no block
+    of ``>= min_patches`` fits any more). Here the remaining patches are then drawn uniformly among
+    the still unmasked eligible positions, so every sample has exactly ``round(ratio * n_eligible)``
+    masked patches (torch.round, half-to-even) and an MAE encoder sees a fixed count. On a fully
+    eligible 14x14 grid the top-up is under 1% of the masked patches (ratio 0.4 and 0.75, with
+    ``min_patches`` 4 or 16); with scattered eligibility, where no block fits, the mask is mostly
+    top-up, i.e. uniform random.
+
+    Edge cases: ``ratio = 0`` masks nothing; ``ratio = 1`` masks every eligible position (blocks,
+    then top-up); a block larger than the grid is clipped to it (so a grid smaller than
+    ``min_patches`` is covered by blocks as large as the grid, accepted while they fit the
+    budget); an all-ineligible row is all False; an empty grid (``H = 0`` or ``W = 0``) gives an
+    empty mask.
+
+    Args:
+        shape: ``(B, H, W)``: a patch grid, or ``(B, F, T)`` patches of a spectrogram.
+        ratio: fraction of eligible patches to mask, in [0, 1] (BEiT: 0.4, i.e. 75 of 196).
+        generator: explicit RNG; the mask lives on ``generator.device``.
+        eligible: optional bool ``[B, H, W]``; blocks only cover eligible positions and the top-up
+            only picks eligible ones.
+        min_patches: smallest block area (BEiT: 16 on 14x14; default 4, see :class:`BlockParams`).
+        min_aspect: smallest height/width ratio, in (0, 1] (BEiT: 0.3).
+        max_aspect: largest height/width ratio (None: ``1 / min_aspect``, BEiT).
+        max_attempts: rejected candidates in a row before a sample stops adding blocks (BEiT: 10).
+
+    Returns:
+        Bool ``[B, H, W]`` on ``generator.device``; True = masked.
+
+    Raises:
+        ConfigError: ``ratio`` outside [0, 1], or a bad parameter (named ``masking.params.<field>``).
+        ValueError: ``shape`` is not ``(B, H, W)``, or ``eligible`` does not have ``shape``.
+
+    References: Bao et al. 2022, "BEiT: BERT Pre-Training of Image Transformers", sec. 2.5, Algorithm 1.
+    """
+    ratio = check_ratio(ratio)
+    strategy = get_masking("block")
+    strategy.parse_params({"min_patches": min_patches, "min_aspect": min_aspect, "max_aspect": max_aspect,
+                           "max_attempts": max_attempts})
+    shape = strategy.check_shape(shape)
+    B, H, W = shape
+    device = generator.device
+    ok = check_eligible(eligible, shape, device, "block")
+    if ok is None:
+        ok = torch.ones(shape, dtype=torch.bool, device=device)
+    n_ok = ok.reshape(B, -1).sum(dim=1)
+    budget = torch.round(ratio * n_ok.double()).long()  # (B,)
+    mask = _draw_blocks(ok, budget, generator, min_patches=min_patches, min_aspect=min_aspect,
+                        max_aspect=max_aspect, max_attempts=max_attempts)
+    # Top-up: block patches sort first (-1), ineligible last (2); taking exactly `budget` keeps
+    # every block patch (at most budget of them) and adds uniform random eligible ones.
+    noise = torch.rand(B, H * W, generator=generator, device=device)
+    noise = noise.masked_fill(mask.reshape(B, -1), -1.0).masked_fill(~ok.reshape(B, -1), 2.0)
+    return mask_lowest(noise, budget.view(B, 1)).reshape(shape)

@@ -1,0 +1,160 @@
+"""Hierarchical (coarse-to-fine) masking: whole coarse cells first, then finer cells, then patches.
+
+This is masklab's own multi-level scheme. It is inspired by block-wise masking (Bao et al. 2022,
+BEiT) and by masking at a granularity coarser than the model's patches: SimMIM (Xie et al. 2022)
+masks random 32x32-pixel mask patches, larger than the model's patches, and ConvMAE (Gao et al.
+2022) draws its mask on the coarsest stage's grid and upsamples it to the finer stages. Mixing
+several cell sizes in one mask, with a share of the budget per level, is not taken from a paper.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated
+
+import torch
+from pydantic import Field, ValidationInfo, field_validator
+
+from engine.masking.random import mask_lowest
+from engine.masking.registry import StrategyParams, check_eligible, check_ratio, get_masking, register_masking
+
+
+class HierarchicalParams(StrategyParams):
+    """Parameters of :func:`hierarchical_mask`: the cell sizes of the levels and their budget shares."""
+
+    scales: list[Annotated[int, Field(ge=2)]] = Field(
+        [4, 2],
+        description="cell side of each level in positions, coarse to fine, strictly decreasing, each >= 2 "
+                    "(4 = whole 4x4 cells on an image grid)",
+    )
+    shares: list[Annotated[float, Field(ge=0.0, le=1.0)]] = Field(
+        [0.5, 0.25],
+        description="share of the mask budget masked as whole cells at each level (one per scale, sum <= 1); "
+                    "the rest is single random positions",
+    )
+
+    @field_validator("scales")
+    @classmethod
+    def _decreasing(cls, v: list[int]) -> list[int]:
+        if any(a <= b for a, b in zip(v, v[1:])):
+            raise ValueError("scales must be strictly decreasing (coarse to fine)")
+        return v
+
+    @field_validator("shares")
+    @classmethod
+    def _shares(cls, v: list[float], info: ValidationInfo) -> list[float]:
+        scales = info.data.get("scales")
+        if scales is not None and len(v) != len(scales):
+            raise ValueError(f"shares needs one value per scale ({len(scales)} scales, {len(v)} shares)")
+        if sum(v) > 1.0 + 1e-9:
+            raise ValueError(f"shares must sum to at most 1 (sum {sum(v):g})")
+        return v
+
+
+def _cells(x: torch.Tensor, s: int, n: tuple[int, ...]) -> torch.Tensor:
+    """``[B, prod(n)]`` bool: True where all ``s**d`` positions of the aligned cell are True in ``x``.
+
+    ``x`` is ``[B, *grid]`` and ``n[j] = grid[j] // s``; the ragged margin beyond ``n[j] * s`` is
+    not part of any cell.
+    """
+    B, d = x.shape[0], len(n)
+    crop = x[(slice(None),) + tuple(slice(0, k * s) for k in n)]
+    v = crop.reshape([B] + [q for k in n for q in (k, s)])  # (B, n1, s, n2, s, ...)
+    order = [0] + [1 + 2 * j for j in range(d)] + [2 + 2 * j for j in range(d)]
+    return v.permute(order).reshape(B, math.prod(n), s**d).all(dim=-1)
+
+
+def _upsample(cells: torch.Tensor, s: int, n: tuple[int, ...], grid: tuple[int, ...]) -> torch.Tensor:
+    """``[B, prod(n)]`` cell mask -> ``[B, *grid]`` position mask (each cell covers ``s**d`` positions)."""
+    B, d = cells.shape[0], len(n)
+    v = cells.reshape([B] + [q for k in n for q in (k, 1)])
+    v = v.expand([B] + [q for k in n for q in (k, s)]).reshape([B] + [k * s for k in n])
+    out = torch.zeros((B, *grid), dtype=torch.bool, device=cells.device)
+    out[(slice(None),) + tuple(slice(0, k * s) for k in n)] = v
+    return out
+
+
+@register_masking("hierarchical", params=HierarchicalParams, grid_dims=(1, 2, 3), exact=True,
+                  summary="coarse-to-fine: shares of the budget as whole coarse cells, then finer, then single "
+                          "positions (masklab, after BEiT/SimMIM)")
+def hierarchical_mask(
+    shape: tuple[int, ...],
+    ratio: float,
+    *,
+    generator: torch.Generator,
+    eligible: torch.Tensor | None = None,
+    scales: list[int] = [4, 2],  # noqa: B006 (never mutated; equal to the model's default)
+    shares: list[float] = [0.5, 0.25],  # noqa: B006
+) -> torch.Tensor:
+    """Mask ``round(ratio * n)`` positions as a mix of aligned coarse cells, finer cells and single positions.
+
+    With ``d`` grid dims and budget ``n_mask = round(ratio * n_eligible)`` (torch.round,
+    half-to-even), level ``i`` (coarse first) masks ``floor(shares[i] * n_mask / scales[i]**d)``
+    whole cells of side ``scales[i]``, chosen uniformly among the *available* cells: cells of the
+    grid aligned at multiples of ``scales[i]``, lying fully inside the grid, all of whose positions
+    are eligible and not yet masked by a coarser level. When fewer cells are available the level
+    masks what is available (its shortfall goes to the last step). Finally single positions,
+    uniform among the unmasked eligible ones (:func:`~engine.masking.random.mask_lowest`), top up
+    the mask to exactly ``n_mask``, so the strategy is exact and an MAE encoder sees a fixed count.
+    With the defaults on a 14x14 grid at ratio 0.75 (``n_mask = 147``): 4 cells of 4x4 (64
+    positions), 9 cells of 2x2 (36) and 47 single positions.
+
+    Works on sequences ``[B, L]`` (cells are aligned runs of ``s`` tokens), patch grids ``[B, H, W]``
+    and videos ``[B, T, H, W]`` (cells are ``s x s x s`` cubes).
+
+    Edge cases: ``ratio = 0`` masks nothing; ``ratio = 1`` masks every eligible position; a grid
+    dim shorter than a scale leaves that level without cells (all its share goes to single
+    positions); the ragged margin of a grid not divisible by a scale is only reachable by finer
+    levels; empty ``scales``/``shares`` give uniform random masking; an all-ineligible row is all
+    False; an empty grid gives an empty mask.
+
+    Args:
+        shape: ``(B, L)``, ``(B, H, W)`` or ``(B, T, H, W)``.
+        ratio: fraction of eligible positions to mask, in [0, 1].
+        generator: explicit RNG (one float32 uniform per cell of each level and per position, on
+            ``generator.device``).
+        eligible: optional bool tensor of ``shape``; a cell is only masked whole when all of its
+            positions are eligible.
+        scales: cell sides, coarse to fine, strictly decreasing, each >= 2.
+        shares: fraction of ``n_mask`` per level, each in [0, 1], one per scale, sum <= 1.
+
+    Returns:
+        Bool tensor of ``shape`` on ``generator.device``; True = masked.
+
+    Raises:
+        ConfigError: ``ratio`` outside [0, 1], or bad ``scales``/``shares`` (the message names
+            ``masking.params.scales`` / ``masking.params.shares``).
+        ValueError: bad ``shape`` or ``eligible`` shape.
+
+    References: masklab's scheme; related: Bao et al. 2022 (BEiT) block-wise masking, Xie et al. 2022
+    (SimMIM) large mask patches, Gao et al. 2022 (ConvMAE) a coarse-stage mask upsampled to finer stages.
+    """
+    ratio = check_ratio(ratio)
+    strategy = get_masking("hierarchical")
+    strategy.parse_params({"scales": list(scales), "shares": list(shares)})
+    shape = strategy.check_shape(shape)
+    B, grid = shape[0], shape[1:]
+    d, L = len(grid), math.prod(shape[1:])
+    device = generator.device
+    ok = check_eligible(eligible, shape, device, "hierarchical")
+    if ok is None:
+        ok = torch.ones(shape, dtype=torch.bool, device=device)
+    budget = torch.round(ratio * ok.reshape(B, L).sum(dim=1).double()).long()  # (B,)
+    mask = torch.zeros(shape, dtype=torch.bool, device=device)
+    used = torch.zeros(B, dtype=torch.long, device=device)
+    for s, share in zip(scales, shares):
+        n = tuple(D // s for D in grid)
+        n_cells = math.prod(n)
+        if n_cells == 0:
+            continue
+        avail = _cells(ok & ~mask, s, n)  # (B, n_cells)
+        # 1e-9: keep e.g. 0.1 * 160 / 16 from flooring to 0.999... -> 0; never exceeds the budget.
+        want = torch.floor(share * budget.double() / s**d + 1e-9).long()
+        take = torch.minimum(torch.minimum(want, avail.sum(dim=1)), (budget - used) // s**d)
+        noise = torch.rand(B, n_cells, generator=generator, device=device).masked_fill(~avail, 2.0)
+        cells = mask_lowest(noise, take.view(B, 1))
+        mask |= _upsample(cells, s, n, grid)
+        used += take * s**d
+    noise = torch.rand(B, L, generator=generator, device=device)
+    noise = noise.masked_fill(mask.reshape(B, L), -1.0).masked_fill(~ok.reshape(B, L), 2.0)
+    return mask_lowest(noise, budget.view(B, 1)).reshape(shape)

@@ -1,0 +1,145 @@
+"""engine.masking.hierarchical: coarse-to-fine masking with a budget share per level."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+
+from engine.errors import ConfigError
+from engine.masking import get_masking, random_mask
+from engine.masking.hierarchical import hierarchical_mask
+
+
+def gen(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def counts(mask: torch.Tensor) -> torch.Tensor:
+    return mask.reshape(mask.shape[0], -1).sum(dim=1)
+
+
+def full_cells(mask: torch.Tensor, s: int) -> torch.Tensor:
+    """[B, h//s, w//s] bool: aligned s x s cells that are entirely masked."""
+    B, H, W = mask.shape
+    c = mask[:, : H // s * s, : W // s * s].reshape(B, H // s, s, W // s, s)
+    return c.all(dim=4).all(dim=2)
+
+
+def is_union_of_cells(mask: torch.Tensor, s: int) -> bool:
+    B, H, W = mask.shape
+    c = mask.reshape(B, H // s, s, W // s, s)
+    return bool((c.all(dim=4).all(dim=2) == c.any(dim=4).any(dim=2)).all())
+
+
+@pytest.mark.parametrize("shape", [(32, 14, 14), (16, 8, 8), (8, 50), (4, 6, 9, 9), (8, 3, 3), (8, 1, 7), (4, 1)])
+@pytest.mark.parametrize("ratio", [0.0, 0.1, 0.4, 0.75, 0.9, 1.0])
+def test_exact_count(shape, ratio):
+    mask = hierarchical_mask(shape, ratio, generator=gen(1))
+    n = 1
+    for d in shape[1:]:
+        n *= d
+    assert mask.shape == shape and (counts(mask) == round(ratio * n)).all()
+
+
+@pytest.mark.parametrize("ratio", [0.3, 0.75, 1.0])
+def test_exact_count_over_eligible_and_never_outside(ratio):
+    g = gen(2)
+    eligible = torch.rand(64, 14, 14, generator=g) < 0.8
+    mask = hierarchical_mask((64, 14, 14), ratio, generator=g, eligible=eligible)
+    assert not (mask & ~eligible).any()
+    assert torch.equal(counts(mask), torch.round(ratio * eligible.reshape(64, -1).sum(1).double()).long())
+
+
+def test_coarse_share_is_whole_aligned_cells():
+    # 14x14 at 0.75: budget 147 -> floor(0.5 * 147 / 16) = 4 cells of 4x4, then floor(0.25 * 147 / 4) = 9 of 2x2.
+    mask = hierarchical_mask((256, 14, 14), 0.75, generator=gen(3))
+    assert (full_cells(mask, 4).sum(dim=(1, 2)) >= 4).all()
+    assert (full_cells(mask, 2).sum(dim=(1, 2)) >= 4 * 4 + 9).all()
+
+
+def test_coarse_grid_first_then_finer_level_without_singles():
+    # 16x16 at 0.5: budget 128 = 4 cells of 4x4 (64) + 16 cells of 2x2 (64): no single positions.
+    mask = hierarchical_mask((128, 16, 16), 0.5, generator=gen(4), scales=[4, 2], shares=[0.5, 0.5])
+    assert is_union_of_cells(mask, 2)
+    assert (full_cells(mask, 4).sum(dim=(1, 2)) >= 4).all()
+    # Finer cells are drawn where the coarse ones are not: typically few extra full 4x4 cells.
+    assert full_cells(mask, 4).sum(dim=(1, 2)).float().mean() < 5.0
+
+
+def test_one_level_share_one_masks_only_whole_cells_uniformly():
+    mask = hierarchical_mask((4000, 8, 8), 0.5, generator=gen(5), scales=[2], shares=[1.0])
+    assert is_union_of_cells(mask, 2) and (full_cells(mask, 2).sum(dim=(1, 2)) == 8).all()
+    freq = full_cells(mask, 2).float().mean(0)  # each of the 16 cells chosen w.p. 8/16
+    assert (freq - 0.5).abs().max() < 0.035
+
+
+def test_cells_only_where_fully_eligible():
+    eligible = torch.zeros(64, 16, 16, dtype=torch.bool)
+    eligible[:, :, :8] = True  # right half is padding
+    mask = hierarchical_mask((64, 16, 16), 0.5, generator=gen(6), eligible=eligible, scales=[4], shares=[1.0])
+    assert not (mask & ~eligible).any()
+    assert is_union_of_cells(mask, 4) and (full_cells(mask, 4).sum(dim=(1, 2)) == 4).all()
+
+
+def test_scarce_cells_leave_the_rest_to_single_positions():
+    # L = 10, scale 4: only 2 aligned cells fit, so ratio 1 takes 8 positions as cells and 2 as singles.
+    mask = hierarchical_mask((8, 10), 1.0, generator=gen(7), scales=[4], shares=[1.0])
+    assert mask.all()
+    # a grid smaller than every scale is plain random masking, still exact
+    assert (counts(hierarchical_mask((8, 3, 3), 0.5, generator=gen(7))) == 4).all()
+
+
+def test_video_cubes():
+    mask = hierarchical_mask((16, 4, 8, 8), 0.5, generator=gen(8), scales=[2], shares=[1.0])
+    c = mask.reshape(16, 2, 2, 4, 2, 4, 2).permute(0, 1, 3, 5, 2, 4, 6).reshape(16, 32, 8)
+    assert (c.all(-1) == c.any(-1)).all() and (c.all(-1).sum(1) == 16).all()
+
+
+def test_sequence_runs():
+    mask = hierarchical_mask((16, 32), 0.5, generator=gen(9), scales=[4], shares=[1.0])
+    c = mask.reshape(16, 8, 4)
+    assert (c.all(-1) == c.any(-1)).all() and (c.all(-1).sum(1) == 4).all()
+
+
+def test_no_levels_is_mae_random_masking():
+    g = gen(10)
+    eligible = torch.rand(16, 7, 7, generator=g) < 0.7
+    a = hierarchical_mask((16, 7, 7), 0.6, generator=gen(11), eligible=eligible, scales=[], shares=[])
+    assert torch.equal(a, random_mask((16, 7, 7), 0.6, generator=gen(11), eligible=eligible))
+
+
+def test_all_ineligible_row_and_empty_grid():
+    eligible = torch.ones(3, 8, 8, dtype=torch.bool)
+    eligible[1] = False
+    mask = hierarchical_mask((3, 8, 8), 0.5, generator=gen(), eligible=eligible)
+    assert not mask[1].any() and (counts(mask)[[0, 2]] == 32).all()
+    assert hierarchical_mask((2, 0, 5), 0.5, generator=gen()).shape == (2, 0, 5)
+
+
+@pytest.mark.parametrize("params,field,msg", [
+    ({"scales": [2, 4], "shares": [0.5, 0.25]}, "scales", "strictly decreasing"),
+    ({"scales": [4, 4], "shares": [0.5, 0.25]}, "scales", "strictly decreasing"),
+    ({"scales": [4, 1], "shares": [0.5, 0.25]}, r"scales\.1", "greater than or equal to 2"),
+    ({"shares": [0.8, 0.4]}, "shares", "sum to at most 1"),
+    ({"shares": [0.5]}, "shares", "one value per scale"),
+    ({"shares": [0.5, -0.1]}, r"shares\.1", "greater than or equal to 0"),
+])
+def test_bad_params_name_the_field(params, field, msg):
+    with pytest.raises(ConfigError, match=rf"masking\.params\.{field}: .*{msg}"):
+        get_masking("hierarchical").parse_params(params)
+    with pytest.raises(ConfigError, match=rf"masking\.params\.{field}"):
+        hierarchical_mask((2, 8, 8), 0.5, generator=gen(), **params)
+
+
+def test_registry_record_defaults_and_seed_determinism():
+    s = get_masking("hierarchical")
+    assert s.exact and s.uses_ratio and s.grid_dims == (1, 2, 3)
+    p = s.parse_params({})
+    assert p.scales == [4, 2] and p.shares == [0.5, 0.25]
+    sig = inspect.signature(hierarchical_mask).parameters
+    assert sig["scales"].default == p.scales and sig["shares"].default == p.shares
+    a = hierarchical_mask((8, 14, 14), 0.75, generator=gen(12))
+    assert torch.equal(a, hierarchical_mask((8, 14, 14), 0.75, generator=gen(12)))
+    assert not torch.equal(a, hierarchical_mask((8, 14, 14), 0.75, generator=gen(13)))
