@@ -55,6 +55,9 @@ class MaskingConfig(_Strict):
             resolved = strategy.parse_params(self.params).model_dump(mode="json")
         except ConfigError as e:  # re-raised as a ValueError so pydantic reports it (prefix stripped below)
             raise ValueError(f"@{e}") from None
+        if self.schedule != "constant" and not strategy.uses_ratio:
+            raise ValueError(f"@masking.schedule: strategy {self.strategy!r} sets its own budget (masking.params), "
+                             f"so a ratio schedule has no effect; use schedule 'constant'")
         if resolved != self.params:
             object.__setattr__(self, "params", resolved)  # bypass validate_assignment (no recursion)
         if self.schedule == "constant":

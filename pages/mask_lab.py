@@ -31,16 +31,21 @@ from app.components.masks import (
     train_batch,
 )
 from engine.config import MaskingConfig, RunConfig
-from engine.masking import draw_mask, grid_shape, image_side_inputs, preview_masks, ratio_at
+from engine.checks import masking_problem
+from engine.masking import draw_mask, get_masking, grid_shape, image_side_inputs, preview_masks, ratio_at
 from engine.masking.stats import MaskStats, mask_stats, masks_per_second
 
 DEFAULTS = RunConfig()
 
 
 @st.cache_data(max_entries=16, ttl=900, show_spinner="Drawing masks…")
-def image_mask_stats(masking_json: str, images_key: tuple, _images, patch: int, seed: int) -> tuple[MaskStats, float]:
+def image_mask_stats(
+    masking_json: str, images_key: tuple, _images, patch: int, seed: int
+) -> tuple[MaskStats, float, str | None]:
     """Masks of ``_images`` (float ``[N, C, H, W]``) drawn as a run would (side inputs from the
-    images), their statistics, and the masks/s of ``draw_mask`` at this batch shape.
+    images), their statistics, the masks/s of a training batch's masking at this batch shape
+    (side inputs such as superpixels included: a run computes them for every batch), and
+    ``engine.checks.masking_problem`` of the masks (None when a run could train on them).
     ``images_key`` identifies the images for the cache (dataset, version, N)."""
     cfg = MaskingConfig.model_validate(json.loads(masking_json))
     x = torch.from_numpy(_images)
@@ -48,9 +53,12 @@ def image_mask_stats(masking_json: str, images_key: tuple, _images, patch: int, 
     shape = (len(x), h, w)
     side = image_side_inputs(cfg, x, patch)
     mask = draw_mask(cfg, shape, torch.Generator().manual_seed(seed), **side)
-    rate = masks_per_second(lambda: draw_mask(cfg, shape, torch.Generator().manual_seed(seed), **side),
-                            min_time=0.2, warmup=False)  # fmt: skip
-    return mask_stats(mask), rate
+
+    def one_batch() -> torch.Tensor:
+        return draw_mask(cfg, shape, torch.Generator().manual_seed(seed), **image_side_inputs(cfg, x, patch))
+
+    rate = masks_per_second(one_batch, min_time=0.2, warmup=False)
+    return mask_stats(mask), rate, masking_problem(cfg, mask)
 
 
 def image_lab(dataset: str, info, handoff: dict, form, out) -> None:
@@ -108,10 +116,15 @@ def image_lab(dataset: str, info, handoff: dict, form, out) -> None:
             res = guarded_mask(image_mask_stats, json.dumps(cfg.masking.model_dump(mode="json"), sort_keys=True),
                                (dataset, info.created_at, len(images)), images, int(patch), int(seed))  # fmt: skip
             if res is not None:
-                stats, rate = res
+                stats, rate, problem = res
+                if problem:
+                    st.warning(f"A run with these settings would be refused: {problem}")
+                uses_ratio = get_masking(cfg.masking.strategy).uses_ratio
+                at = (f" at ratio {cfg.masking.ratio:g}" + (" (step 0 of the schedule)" if cfg.masking.schedule != "constant" else "")
+                      if uses_ratio else " (this strategy's parameters set its budget; the mask ratio is not used)")
                 st.caption(
                     f"{stats.batch_size} masks of {h // patch}x{w // patch} patches drawn over real train images of "
-                    f"**{dataset}** at ratio {cfg.masking.ratio:g}" + (" (step 0 of the schedule)" if cfg.masking.schedule != "constant" else "") + "."
+                    f"**{dataset}**{at}."
                 )  # fmt: skip
                 mask_stats_panel(stats, rate)
 

@@ -13,6 +13,7 @@ import torch
 from app.components import guarded, image_rows, mask_overlay
 from app.components.datasets import dataset_infos, get_view
 from app.components.masks import HANDOFF_KEY, default_patch, guarded_mask, masking_controls, patch_label, patch_sizes
+from engine.checks import check_run
 from engine.config import RunConfig
 from engine.launcher import submit
 from engine.masking import get_masking, preview_masks
@@ -92,7 +93,10 @@ with preview:
         image_rows(rows, captions=view.preview_captions)
 
     st.divider()
-    if st.button("Launch", type="primary", disabled=cfg is None):
+    # The launcher's own pre-flight check, run before the click, so a config it would refuse (e.g.
+    # masks that hide every patch of most samples) is explained here and Launch stays disabled.
+    ready = cfg is not None and guarded(check_run, cfg) is not None
+    if st.button("Launch", type="primary", disabled=not ready):
         run_id = guarded(submit, cfg)
         if run_id is not None:
             st.session_state["nr_launched"] = run_id

@@ -60,9 +60,14 @@ def recon_panel(run_id: str) -> None:
         return
     names = sample.class_names
     captions = [names[int(y)] if 0 <= int(y) < len(names) else str(int(y)) for y in sample.labels]
+    run = guarded(get_run, run_id)
+    masking = run.config.get("masking", {}) if run is not None else {}
+    fixed = (f" (fixed masks at masking.ratio {masking.get('ratio')}, the start of its "
+             f"{masking.get('schedule')} schedule)") if masking.get("schedule", "constant") != "constant" else ""
     st.caption(
         f"Step {sample.step} · {len(sample.images)} fixed validation images · patch {sample.patch_size} px · "
-        f"{int(sample.mask[0].sum())} of {sample.mask[0].size} patches masked"
+        f"{masking.get('strategy', 'random')} masking · "
+        f"{int(sample.mask[0].sum())} of {sample.mask[0].size} patches masked in the first image{fixed}"
     )
     image_rows(recon_rows(sample.images, sample.mask, sample.pred_img, sample.pasted), captions=captions)
 

@@ -22,6 +22,7 @@ Pydantic field -> widget:
 from __future__ import annotations
 
 import math
+import re
 import types
 import typing
 from collections.abc import Callable
@@ -174,10 +175,12 @@ def _help(field: Any, default: Any, b: dict[str, float | None], optional: bool) 
 
 
 def _parse_list(raw: str, elem: Any) -> list[Any]:
-    """``"4, 8,16"`` -> ``[4, 8, 16]`` with ``elem`` (int/float) applied where it parses; an item
-    that does not parse stays a string, so the model's error names the field and the item."""
+    """``"4, 8,16"``, ``"[4, 8, 16]"`` or ``"4 8 16"`` -> ``[4, 8, 16]`` with ``elem`` (int/float)
+    applied where it parses; an item that does not parse stays a string, so the model's error names
+    the field and the item."""
     out: list[Any] = []
-    for item in raw.replace(";", ",").split(","):
+    raw = raw.strip().removeprefix("[").removesuffix("]")
+    for item in re.split(r"[,;\s]+", raw):
         item = item.strip()
         if not item:
             continue
@@ -475,7 +478,7 @@ def mask_stats_panel(stats: MaskStats, masks_per_s: float | None) -> None:
     m3.metric("Mean region size", f"{stats.region_sizes.mean():.1f}" if stats.region_sizes.size else "–",
               help=f"positions per region, of {n_pos} in the grid")  # fmt: skip
     m4.metric("Masks / s", f"{masks_per_s:,.0f}" if masks_per_s is not None else "–",
-              help="masks (rows) per second drawing this batch shape on the CPU: draw_mask only, side inputs precomputed")  # fmt: skip
+              help="masks (rows) per second drawing this batch shape on the CPU: draw_mask plus the side inputs a run computes for every batch (e.g. superpixels)")  # fmt: skip
     c1, c2 = st.columns(2)
     c1.altair_chart(ratio_hist_chart(stats.ratio, n_pos), width="stretch")
     c2.altair_chart(region_hist_chart(stats.region_sizes), width="stretch")

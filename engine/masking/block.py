@@ -199,12 +199,12 @@ def block_mask(
     ok = check_eligible(eligible, shape, device, "block")
     if ok is None:
         ok = torch.ones(shape, dtype=torch.bool, device=device)
-    n_ok = ok.reshape(B, -1).sum(dim=1)
+    n_ok = ok.flatten(1).sum(dim=1)
     budget = torch.round(ratio * n_ok.double()).long()  # (B,)
     mask = _draw_blocks(ok, budget, generator, min_patches=min_patches, min_aspect=min_aspect,
                         max_aspect=max_aspect, max_attempts=max_attempts)
     # Top-up: block patches sort first (-1), ineligible last (2); taking exactly `budget` keeps
     # every block patch (at most budget of them) and adds uniform random eligible ones.
     noise = torch.rand(B, H * W, generator=generator, device=device)
-    noise = noise.masked_fill(mask.reshape(B, -1), -1.0).masked_fill(~ok.reshape(B, -1), 2.0)
+    noise = noise.masked_fill(mask.flatten(1), -1.0).masked_fill(~ok.flatten(1), 2.0)
     return mask_lowest(noise, budget.view(B, 1)).reshape(shape)

@@ -103,7 +103,7 @@ def apply_mlm(
     padding from the mask (``eligible=special_tokens_eligible(...)`` when drawing it).
 
     Args:
-        input_ids: ``[B, L]`` int64 token ids (any shape works if ``mask`` has the same).
+        input_ids: ``[B, L]`` integer token ids (any shape works if ``mask`` has the same).
         mask: ``[B, L]`` bool, True = predicted, from any masking strategy.
         generator: explicit RNG on the device of ``input_ids``: one float32 uniform per masked
             position (row-major order), then one int64 draw per random-token position.
@@ -115,7 +115,8 @@ def apply_mlm(
             ``mask_share + random_share <= 1``.
 
     Returns:
-        ``(inputs, labels)``: new ``[B, L]`` int64 tensors (``input_ids`` is not modified).
+        ``(inputs, labels)``: new ``[B, L]`` tensors of the dtype of ``input_ids`` (any integer
+        dtype; ``input_ids`` is not modified).
         ``inputs`` is the corrupted sequence; ``labels`` is ``input_ids`` where ``mask`` is True
         and ``-100`` (ignored by ``cross_entropy``) elsewhere.
 
@@ -123,8 +124,8 @@ def apply_mlm(
         ConfigError: a share outside [0, 1], ``mask_share + random_share > 1``, ``vocab_size`` < 1,
             ``mask_token_id`` outside the vocabulary, or no non-special id left to draw from
             (the message names the argument and its value).
-        ValueError: ``mask`` does not have the shape of ``input_ids``, or ``input_ids`` is not an
-            integer tensor.
+        ValueError: ``mask`` does not have the shape of ``input_ids`` or is not a bool tensor, or
+            ``input_ids`` is not an integer tensor.
 
     References: Devlin et al. 2019, BERT, sec. 3.1 and appendix C.2; Hugging Face
     ``DataCollatorForLanguageModeling`` (``mlm_probability``, the 0.8 / 0.5 draws).
@@ -142,7 +143,13 @@ def apply_mlm(
         raise ConfigError(f"vocab_size: must be an int >= 1 (got {vocab_size!r})") from None
     if vocab_size < 1:
         raise ConfigError(f"vocab_size: must be an int >= 1 (got {vocab_size!r})")
-    if not 0 <= int(mask_token_id) < vocab_size:
+    try:
+        if isinstance(mask_token_id, bool):
+            raise TypeError
+        mask_token_id = operator.index(mask_token_id)  # an int, not 103.7 or "103"
+    except TypeError:
+        raise ConfigError(f"mask_token_id: must be an int (got {mask_token_id!r})") from None
+    if not 0 <= mask_token_id < vocab_size:
         raise ConfigError(f"mask_token_id: must be in [0, vocab_size = {vocab_size}) (got {mask_token_id!r})")
     if mask.shape != input_ids.shape:
         raise ValueError(f"apply_mlm: mask has shape {tuple(mask.shape)}, expected {tuple(input_ids.shape)} "
@@ -150,11 +157,13 @@ def apply_mlm(
     if input_ids.dtype.is_floating_point or input_ids.dtype == torch.bool:
         raise ValueError(f"apply_mlm: input_ids must be an integer tensor (got {input_ids.dtype})")
 
+    if mask.dtype != torch.bool:
+        raise ValueError(f"apply_mlm: mask must be a bool tensor (True = predicted), got {mask.dtype}")
     device = input_ids.device
-    mask = mask.to(device=device, dtype=torch.bool)
+    mask = mask.to(device=device)
     specials = tuple(sorted({int(i) for i in special_ids}))
     allowed = _allowed_ids(vocab_size, specials, int(mask_token_id))
-    if allowed.numel() == 0:
+    if allowed.numel() == 0 and r_share > 0.0:
         raise ConfigError(f"special_ids: every id of the vocabulary (vocab_size = {vocab_size}) is special "
                           f"or the mask token, none is left for random replacement "
                           f"(got special_ids = {list(specials)}, mask_token_id = {mask_token_id})")
@@ -178,6 +187,6 @@ def apply_mlm(
         if n:
             table = allowed.to(device)
             pick = torch.randint(0, table.numel(), (n,), generator=generator, device=device)
-            new[to_random] = table[pick]
+            new[to_random] = table[pick].to(new.dtype)
     flat.index_copy_(0, where, new)
     return inputs, labels

@@ -136,9 +136,9 @@ def bernoulli_mask(
     B = shape[0]
     device = generator.device
     ok = check_eligible(eligible, shape, device, "bernoulli")
-    noise = torch.rand(shape, generator=generator, device=device).reshape(B, -1)  # (B, L)
+    noise = torch.rand(shape, generator=generator, device=device).flatten(1)  # (B, L)
     if ok is not None:
-        noise = noise.masked_fill(~ok.reshape(B, -1), 2.0)  # ineligible: never below any ratio <= 1
+        noise = noise.masked_fill(~ok.flatten(1), 2.0)  # ineligible: never below any ratio <= 1
     mask = noise < ratio
     if ratio > 0.0 and noise.shape[1] > 0:
         low, arg = noise.min(dim=1)  # (B,): the row's best candidate

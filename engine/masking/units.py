@@ -355,8 +355,11 @@ def superpixel_segments(
 
     Each image is segmented with ``skimage.segmentation.slic`` (a loop over the images: this is
     feature extraction, computed once per batch, not the mask function). Three-channel images are
-    taken as RGB and converted to CIELAB by SLIC (L in 0-100); other channel counts (grayscale) are
-    scaled from [0, 1] to [0, 100] so that ``compactness`` means the same for gray and colour images.
+    taken as RGB and converted to CIELAB by SLIC (L in 0-100); grayscale images are repeated into
+    three equal channels first, so they go through the same conversion and ``compactness`` means
+    the same for gray and colour images (SLIC on a single float channel rescales it to [0, 1],
+    where the default compactness would give a plain grid that ignores the image). Other channel
+    counts are scaled from [0, 1] to [0, 100] without a colour conversion.
     SLIC is deterministic (grid initialisation, no RNG). Each patch then gets the superpixel that
     covers most of its pixels (ties: the smallest label), and labels are renumbered ``0..S_b-1`` in
     each image (superpixels that win no patch disappear; ``S_b <= min(h * w, ~n_segments)``).
@@ -386,16 +389,15 @@ def superpixel_segments(
         raise ValueError(f"superpixel_segments: patch size {patch_size} does not divide the image size {H}x{W}")
     h, w = H // P, W // P
     arr = images.detach().to("cpu", torch.float64).clamp(0.0, 1.0).permute(0, 2, 3, 1).numpy()  # (B, H, W, C)
-    if C != 3:
+    if C == 1:
+        arr = np.repeat(arr, 3, axis=-1)  # gray -> RGB with equal channels -> CIELAB L (a = b = 0)
+    elif C != 3:
         arr = arr * 100.0
+    rgb = arr.shape[-1] == 3
     pix = np.empty((B, H, W), dtype=np.int64)
     for i in range(B):
-        if C == 1:
-            pix[i] = slic(arr[i, ..., 0], n_segments=int(n_segments), compactness=float(compactness),
-                          channel_axis=None, start_label=0)
-        else:
-            pix[i] = slic(arr[i], n_segments=int(n_segments), compactness=float(compactness),
-                          channel_axis=-1, convert2lab=(C == 3), start_label=0)
+        pix[i] = slic(arr[i], n_segments=int(n_segments), compactness=float(compactness),
+                      channel_axis=-1, convert2lab=rgb, start_label=0)
     lab = torch.from_numpy(pix)
     if B == 0 or h * w == 0:
         return torch.zeros(B, h, w, dtype=torch.int64, device=images.device)
@@ -460,8 +462,8 @@ def superpixel_mask(
         raise ValueError(f"masking strategy 'superpixel': segments has shape {got}, expected {shape}")
     B = shape[0]
     ok = check_eligible(eligible, shape, generator.device, "superpixel")
-    mask = unit_mask(segments.reshape(B, -1), ratio, generator=generator,
-                     eligible=None if ok is None else ok.reshape(B, -1))
+    mask = unit_mask(segments.flatten(1), ratio, generator=generator,
+                     eligible=None if ok is None else ok.flatten(1))
     return mask.reshape(shape)
 
 

@@ -233,3 +233,22 @@ def test_use_in_new_run_carries_the_settings(workspace):
     assert resolved["masking"]["strategy"] == other
     assert resolved["model"]["patch_size"] == 1 and resolved["train"]["seed"] == 7
     assert "of 64 patches masked" in at.caption[0].value
+
+
+def test_untrainable_masks_are_flagged_before_launch(workspace):
+    """Bernoulli at 0.95 over a 2x2 patch grid masks every patch of most samples: Mask lab warns,
+    New run shows the launcher's refusal and keeps Launch disabled."""
+    at = open_page(LAB)
+    at.selectbox(key="ml_strategy").set_value("bernoulli").run()
+    at.selectbox(key="ml_patch_8x8").set_value(4).run()
+    at.slider(key="ml_ratio").set_value(0.95).run()
+    assert any("would be refused" in w.value and "masking.ratio" in w.value for w in at.warning)
+    at.slider(key="ml_ratio").set_value(0.5).run()
+    assert not any("would be refused" in w.value for w in at.warning)
+
+    at = open_page(NEW_RUN)
+    next(s for s in at.selectbox if s.label == "Masking strategy").set_value("bernoulli").run()
+    next(s for s in at.selectbox if s.label == "Patch size").set_value(4).run()
+    next(s for s in at.slider if s.label == "Mask ratio").set_value(0.95).run()
+    assert any("encoder would see nothing" in e.value for e in at.error) and not at.exception
+    assert next(b for b in at.button if b.label == "Launch").disabled

@@ -97,6 +97,10 @@ def test_cancel_a_running_background_run(workspace):
     ({"model": {"preset": "tiny", "patch_size": 3}}, "model.patch_size"),
     ({"masking": {"ratio": 0.01}}, "masking.ratio"),   # round(0.01 * 16) = 0 masked patches
     ({"masking": {"ratio": 0.99}}, "masking.ratio"),   # all 16 masked: the encoder sees nothing
+    # Bernoulli 0.95 over 2x2 patches: 0.95**4 = 81% of the samples fully masked
+    ({"masking": {"strategy": "bernoulli", "ratio": 0.95}, "model": {"preset": "tiny", "patch_size": 4}}, "masking.ratio"),
+    ({"masking": {"strategy": "periodic", "params": {"k": 1}}}, "masking.params"),  # every patch
+    ({"masking": {"strategy": "span"}}, "masking.strategy"),  # sequences only, not patch grids
 ])
 def test_submit_refuses_a_run_that_cannot_train(workspace, override, field):
     with pytest.raises(MasklabError, match=field):

@@ -155,6 +155,13 @@ def test_bad_eligible_shape_and_bad_grid_raise_value_error(name, dims):
         get_masking(name)(bad_shape, 0.5, generator=gen(), **side_inputs(name, bad_shape))
 
 
+@pytest.mark.parametrize("name,dims", CASES)
+def test_empty_batch_gives_an_empty_mask(name, dims):
+    shape = (0, *GRIDS[dims][1:])
+    mask = draw(name, shape, 0.5)
+    assert mask.dtype == torch.bool and tuple(mask.shape) == shape
+
+
 RATIO_CASES = [(n, d) for n, d in CASES if MASKING_REGISTRY[n].uses_ratio]
 
 
@@ -367,6 +374,11 @@ def test_every_param_error_names_its_field_and_value(name):
     with pytest.raises(ConfigError, match=rf"masking\.params\.{field}") as e:
         RunConfig.from_dict({"masking": {"strategy": name, "params": {field: "not-a-value"}}})
     assert "not-a-value" in str(e.value)
+
+
+def test_schedule_needs_a_strategy_that_uses_the_ratio():
+    with pytest.raises(ConfigError, match=r"masking\.schedule: strategy 'region' sets its own budget"):
+        RunConfig.from_dict({"masking": {"strategy": "region", "schedule": "cosine", "final_ratio": 0.9}})
 
 
 def test_schedule_needs_final_ratio_and_constant_refuses_one():

@@ -392,14 +392,43 @@ def test_superpixel_segments_is_the_patch_majority_of_slic(digits):
 
     seg = superpixel_segments(digits[:8], 4, n_segments=5, compactness=5.0)
     for i in range(8):
-        pix = slic(digits[i, 0].numpy().astype(np.float64) * 100.0, n_segments=5, compactness=5.0,
-                   channel_axis=None, start_label=0)
+        rgb = np.repeat(digits[i, 0].numpy().astype(np.float64)[..., None], 3, axis=2)
+        pix = slic(rgb, n_segments=5, compactness=5.0, channel_axis=-1, convert2lab=True, start_label=0)
         want = np.zeros((2, 2), dtype=np.int64)
         for a in range(2):
             for b in range(2):
                 want[a, b] = np.bincount(pix[4 * a: 4 * a + 4, 4 * b: 4 * b + 4].ravel()).argmax()
         want = np.unique(want, return_inverse=True)[1].reshape(2, 2)
         assert np.array_equal(seg[i].numpy(), want)
+
+
+def test_superpixel_segments_follow_the_image_with_default_params():
+    """With the default n_segments and compactness, superpixels of real Fashion-MNIST images follow
+    the image: every image gets its own segmentation, and pixels inside a superpixel are more alike
+    than inside the cells of a regular grid with as many cells (a grid is what SLIC gives when the
+    colour term is negligible)."""
+    from engine.data import load_dataset
+
+    try:
+        x, _ = load_dataset("fashion-mnist").tensors("val")
+    except Exception as e:  # the Debian package is installed by scripts/install.sh where apt exists
+        pytest.skip(f"fashion-mnist unavailable: {e}")
+    x = x[:32].float()
+    seg = superpixel_segments(x, 1)  # (32, 28, 28): one label per pixel
+    assert len({s.numpy().tobytes() for s in seg}) == 32
+
+    def within_var(labels: torch.Tensor) -> float:
+        v = x[:, 0].reshape(32, -1)
+        lab = labels.reshape(32, -1)
+        total = 0.0
+        for i in range(32):
+            for u in lab[i].unique():
+                px = v[i][lab[i] == u]
+                total += float(((px - px.mean()) ** 2).sum())
+        return total / v.numel()
+
+    grid = (torch.arange(28)[:, None] // 7) * 4 + torch.arange(28)[None, :] // 7  # 4x4 = 16 cells
+    assert within_var(seg) < 0.6 * within_var(grid.expand(32, 28, 28))
 
 
 def test_superpixel_segments_on_rgb_stamps(shared_data):

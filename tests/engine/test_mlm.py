@@ -187,3 +187,26 @@ def test_non_contiguous_input_and_empty_mask():
     assert torch.equal(a_inputs, t_inputs) and torch.equal(a_labels, t_labels)
     inputs, labels = apply_mlm(ids, torch.zeros_like(mask), generator=gen(), **kw)
     assert torch.equal(inputs, ids) and (labels == IGNORE_INDEX).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int16, torch.uint8])
+def test_apply_mlm_keeps_any_integer_dtype(dtype):
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, 200, (8, 32), generator=g).to(dtype)
+    mask = torch.rand(8, 32, generator=g) < 0.5
+    inputs, labels = apply_mlm(ids, mask, generator=g, mask_token_id=4, vocab_size=200, special_ids=range(5))
+    assert inputs.dtype == dtype and torch.equal(inputs[~mask], ids[~mask])
+    assert torch.equal(labels[mask].long(), ids[mask].long())
+
+
+def test_apply_mlm_rejects_loose_arguments():
+    ids, mask = torch.zeros(2, 4, dtype=torch.long), torch.ones(2, 4, dtype=torch.bool)
+    g = torch.Generator()
+    for bad in (103.7, "103", None):
+        with pytest.raises(ConfigError, match="mask_token_id"):
+            apply_mlm(ids, mask, generator=g, mask_token_id=bad, vocab_size=200)
+    with pytest.raises(ValueError, match="bool"):
+        apply_mlm(ids, mask.float(), generator=g, mask_token_id=1, vocab_size=200)
+    # a one-token vocabulary is fine when nothing random is drawn
+    inputs, _ = apply_mlm(ids, mask, generator=g, mask_token_id=0, vocab_size=1, mask_share=1.0, random_share=0.0)
+    assert (inputs == 0).all()
