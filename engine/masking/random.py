@@ -15,9 +15,11 @@ from engine.masking.registry import check_eligible, check_ratio, get_masking, re
 def mask_lowest(noise: torch.Tensor, n_mask: torch.Tensor | int) -> torch.Tensor:
     """Mask the ``n_mask`` positions with the lowest ``noise`` in each row.
 
-    A partial selection (``torch.topk`` of the ``max(n_mask)`` smallest, several times cheaper
-    than a full sort of the row on CPU) and a scatter. The count is exact even when noise values
-    tie: ``topk`` returns exactly ``k`` indices.
+    A partial selection and a scatter: ``torch.topk`` of the ``max(n_mask)`` lowest noises, or,
+    when fewer positions stay visible than are masked (MAE's 0.75), of the ``L - min(n_mask)``
+    highest ones, which are then left unmasked; either is several times cheaper than a full sort
+    of the row on CPU. The count is exact even when noise values tie: ``topk`` returns exactly
+    ``k`` distinct indices, and ties are resolved the same way in every row (by ``topk``).
 
     Args:
         noise: ``[B, L]`` float; set a position's noise above every other (e.g. 2.0 for uniforms)
@@ -28,20 +30,25 @@ def mask_lowest(noise: torch.Tensor, n_mask: torch.Tensor | int) -> torch.Tensor
         ``[B, L]`` bool, exactly ``n_mask`` True per row.
     """
     B, L = noise.shape
-    mask = torch.zeros(B, L, dtype=torch.bool, device=noise.device)
     if isinstance(n_mask, int):
-        k = min(max(n_mask, 0), L)
-        if k == 0 or B == 0:
+        n = torch.full((B, 1), min(max(n_mask, 0), L), dtype=torch.long, device=noise.device)
+    else:
+        n = n_mask.reshape(B, 1).clamp(0, L)
+    if B == 0 or L == 0:
+        return torch.zeros(B, L, dtype=torch.bool, device=noise.device)
+    k_mask, k_keep = int(n.max()), L - int(n.min())
+    ragged = not isinstance(n_mask, int)  # per-row counts need the selection in order
+    if k_mask <= k_keep:  # select the masked positions: the k lowest noises, lowest first
+        mask = torch.zeros(B, L, dtype=torch.bool, device=noise.device)
+        if k_mask == 0:
             return mask
-        idx = torch.topk(noise, k, dim=1, largest=False, sorted=False).indices  # (B, k)
-        return mask.scatter_(1, idx, True)
-    n = n_mask.reshape(B, 1).clamp(0, L)
-    k = int(n.max()) if B > 0 else 0
-    if k == 0:
-        return mask
-    idx = torch.topk(noise, k, dim=1, largest=False, sorted=True).indices  # (B, k), lowest first
-    take = torch.arange(k, device=noise.device)[None, :] < n  # (B, k): the row's first n of them
-    return mask.scatter_(1, idx, take)
+        idx = torch.topk(noise, k_mask, dim=1, largest=False, sorted=ragged).indices  # (B, k_mask)
+        return mask.scatter_(1, idx, torch.arange(k_mask, device=noise.device)[None, :] < n)
+    # High ratios (e.g. 0.75-0.9): select the fewer kept positions, the L - n highest noises.
+    mask = torch.ones(B, L, dtype=torch.bool, device=noise.device)
+    idx = torch.topk(noise, k_keep, dim=1, largest=True, sorted=ragged).indices  # (B, k_keep), highest first
+    keep = torch.arange(k_keep, device=noise.device)[None, :] < (L - n)
+    return mask.scatter_(1, idx, ~keep)
 
 
 @register_masking("random", grid_dims=(1, 2, 3), exact=True,
