@@ -130,6 +130,9 @@ def fit(
 
     needs_images = bool(get_masking(cfg.masking.strategy).needs)
 
+    # The same val masks at every eval, drawn once (superpixels of the val images are computed once).
+    g_eval = torch.Generator().manual_seed(t.seed + 10_000)
+    eval_masks = [draw_masks(x_eval[i : i + 256], g_eval, cfg.masking.ratio) for i in range(0, len(x_eval), 256)]
     g_mask = torch.Generator().manual_seed(t.seed)  # training masks
     g_data = torch.Generator().manual_seed(t.seed + 1)  # batch order
     batch = min(t.batch_size, len(x_train))
@@ -140,11 +143,9 @@ def fit(
     @torch.no_grad()
     def evaluate(step: int) -> float:
         model.eval()
-        g_eval = torch.Generator().manual_seed(t.seed + 10_000)  # the same val masks at every eval
         total, n = 0.0, 0
-        for i in range(0, len(x_eval), 256):
+        for i, mask in zip(range(0, len(x_eval), 256), eval_masks):
             xb = x_eval[i : i + 256]
-            mask = draw_masks(xb, g_eval, cfg.masking.ratio)
             with autocast():
                 loss, _ = model(xb, mask)
             total += float(loss) * len(xb)

@@ -7,6 +7,8 @@ starts a background worker process and returns at once.
 
 from __future__ import annotations
 
+import json
+
 import streamlit as st
 import torch
 
@@ -20,6 +22,13 @@ from engine.masking import get_masking, preview_masks
 from engine.models import PRESETS
 
 DEFAULTS = RunConfig()
+
+
+@st.cache_data(max_entries=32, ttl=60, show_spinner=False)
+def preflight(cfg_json: str) -> tuple[int, int, int]:
+    """``engine.checks.check_run`` of a config (JSON), cached for a minute: with superpixels it
+    segments 64 real images, too slow to repeat on every rerun. Errors are not cached."""
+    return check_run(RunConfig.from_dict(json.loads(cfg_json)))
 
 st.title("New run")
 infos = guarded(dataset_infos) or {}
@@ -95,7 +104,7 @@ with preview:
     st.divider()
     # The launcher's own pre-flight check, run before the click, so a config it would refuse (e.g.
     # masks that hide every patch of most samples) is explained here and Launch stays disabled.
-    ready = cfg is not None and guarded(check_run, cfg) is not None
+    ready = cfg is not None and guarded(preflight, json.dumps(cfg.to_dict(), sort_keys=True)) is not None
     if st.button("Launch", type="primary", disabled=not ready):
         run_id = guarded(submit, cfg)
         if run_id is not None:
