@@ -97,6 +97,9 @@ with preview:
             f"The first {len(view.preview)} validation images of **{dataset}** with the masks this run "
             f"will use for its reconstruction grid ({cfg.masking.strategy}): {int(masks[0].sum())} of {per} "
             "patches masked" + ("." if get_masking(cfg.masking.strategy).exact else " in the first image.")
+            + (f" These are drawn at masking.ratio {cfg.masking.ratio:g}, the start of the {cfg.masking.schedule} "
+               f"schedule; training ramps to {cfg.masking.final_ratio:g} (see the curve in Mask lab)."
+               if cfg.masking.schedule != "constant" else "")
         )
         rows = [("Original", view.preview.transpose(0, 2, 3, 1)), ("Masked input", mask_overlay(view.preview, masks))]
         image_rows(rows, captions=view.preview_captions)

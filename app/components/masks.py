@@ -14,7 +14,7 @@ Pydantic field -> widget:
     ``bool``                      ``st.checkbox``
     ``str``                       ``st.text_input``
     ``list[int]`` / ``list[float]`` (or tuple)  ``st.text_input`` of comma-separated values
-    ``X | None``                  a "set <name>" checkbox and X's widget, disabled while unset
+    ``X | None``                  a "set <name>" checkbox, then X's widget (an empty disabled box while unset)
                                   (``Literal[...] | None``: a selectbox with a "None" choice)
     anything else                 ``st.text_input`` parsed as YAML
 """
@@ -111,8 +111,8 @@ def _strip_annotated(tp: Any) -> Any:
 
 
 def _unset_value(tp: Any, b: dict[str, float | None]) -> Any:
-    """What the (disabled) widget of an unset optional number shows: 1 when allowed, else the
-    nearest allowed value."""
+    """The starting value of an optional number when its "set" box is ticked: 1 when allowed,
+    else the nearest allowed value."""
     if tp not in (int, float):
         return None
     lo, hi = _limits(b, tp is int)
@@ -191,7 +191,7 @@ def _parse_list(raw: str, elem: Any) -> list[Any]:
     return out
 
 
-def _number_widget(label: str, tp: type, value: Any, b: dict, help_: str, key: str, disabled: bool = False) -> Any:
+def _number_widget(label: str, tp: type, value: Any, b: dict, help_: str, key: str) -> Any:
     is_int = tp is int
     lo, hi = _limits(b, is_int)
     if is_int:
@@ -202,7 +202,7 @@ def _number_widget(label: str, tp: type, value: Any, b: dict, help_: str, key: s
             v = min(v, int(hi))
         return st.number_input(
             label, min_value=None if lo is None else int(lo), max_value=None if hi is None else int(hi),
-            value=v, step=1, help=help_, key=key, disabled=disabled,
+            value=v, step=1, help=help_, key=key,
         )  # fmt: skip
     step = _float_step(lo, hi, value)
     v = float(value) if value is not None else float(lo if lo is not None else 0.0)
@@ -213,32 +213,31 @@ def _number_widget(label: str, tp: type, value: Any, b: dict, help_: str, key: s
     decimals = min(8, max(2, -math.floor(math.log10(step)))) if step < 1 else 2
     return st.number_input(
         label, min_value=None if lo is None else float(lo), max_value=None if hi is None else float(hi),
-        value=v, step=step, format=f"%.{decimals}f", help=help_, key=key, disabled=disabled,
+        value=v, step=step, format=f"%.{decimals}f", help=help_, key=key,
     )  # fmt: skip
 
 
-def _field_widget(name: str, tp: Any, value: Any, b: dict, help_: str, key: str, disabled: bool = False) -> Any:
+def _field_widget(name: str, tp: Any, value: Any, b: dict, help_: str, key: str) -> Any:
     """One widget for a (non-optional) type; returns its value in the model's terms."""
     origin = typing.get_origin(tp)
     if origin is Literal:
         options = list(typing.get_args(tp))
         index = options.index(value) if value in options else 0
-        return st.selectbox(name, options, index=index, help=help_, key=key, disabled=disabled)
+        return st.selectbox(name, options, index=index, help=help_, key=key)
     if tp is bool:
-        return st.checkbox(name, value=bool(value), help=help_, key=key, disabled=disabled)
+        return st.checkbox(name, value=bool(value), help=help_, key=key)
     if tp in (int, float):
-        return _number_widget(name, tp, value, b, help_, key, disabled)
+        return _number_widget(name, tp, value, b, help_, key)
     if tp is str:
-        return st.text_input(name, value="" if value is None else str(value), help=help_, key=key, disabled=disabled)
+        return st.text_input(name, value="" if value is None else str(value), help=help_, key=key)
     if origin in (list, tuple, set, frozenset):
         args = [_strip_annotated(a) for a in typing.get_args(tp) if a is not Ellipsis]
         elem = args[0] if len(args) == 1 or (args and all(a is args[0] for a in args)) else None
         text = ", ".join(str(v) for v in (value or []))
-        raw = st.text_input(name, value=text, help=f"{help_} Comma-separated values.".strip(), key=key,
-                            disabled=disabled)  # fmt: skip
+        raw = st.text_input(name, value=text, help=f"{help_} Comma-separated values.".strip(), key=key)  # fmt: skip
         return _parse_list(raw, elem)
     raw = st.text_input(name, value=yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("..."),
-                        help=f"{help_} YAML value.".strip(), key=key, disabled=disabled)  # fmt: skip
+                        help=f"{help_} YAML value.".strip(), key=key)  # fmt: skip
     try:
         return yaml.safe_load(raw)
     except yaml.YAMLError:
@@ -277,9 +276,12 @@ def params_form(strategy: MaskingStrategy, key_prefix: str, values: dict[str, An
         elif optional:
             is_set = st.checkbox(f"set {name}", value=value is not None, key=f"{key}__set",
                                  help=f"Unchecked: {name} = None. {field.description or ''}".strip())  # fmt: skip
-            shown = value if value is not None else _unset_value(tp, b)
-            v = _field_widget(name, tp, shown, b, help_, key, disabled=not is_set)
-            out[name] = v if is_set else None
+            if is_set:
+                shown = value if value is not None else _unset_value(tp, b)
+                out[name] = _field_widget(name, tp, shown, b, help_, key)
+            else:  # an empty, disabled box: no made-up number that reads like a real limit
+                st.text_input(name, value="", placeholder="None", help=help_, key=f"{key}__unset", disabled=True)
+                out[name] = None
         else:
             out[name] = _field_widget(name, tp, value, b, help_, key)
     return out

@@ -48,6 +48,22 @@ def format_duration(seconds: float | None) -> str:
     return f"{s // 3600}h {(s % 3600) // 60:02d}m"
 
 
+def masking_label(config: dict | None) -> str:
+    """A run's masking in a few words: ``random 0.75``, ``block 0.5→0.9 cosine``, ``region`` (a
+    strategy with its own budget shows no ratio)."""
+    from engine.masking import MASKING_REGISTRY
+
+    m = (config or {}).get("masking") or {}
+    name = m.get("strategy", "random")
+    strategy = MASKING_REGISTRY.get(name)
+    if strategy is not None and not strategy.uses_ratio:
+        return name
+    ratio = f"{m.get('ratio', '')}"
+    if m.get("schedule", "constant") != "constant":
+        ratio = f"{m.get('ratio')}→{m.get('final_ratio')} {m.get('schedule')}"
+    return f"{name} {ratio}".strip()
+
+
 def runs_frame(records: Sequence[Any]) -> pd.DataFrame:
     """One row per run with the columns of the run table (newest first, as given)."""
     rows = []
@@ -56,6 +72,7 @@ def runs_frame(records: Sequence[Any]) -> pd.DataFrame:
         rows.append(
             {
                 "name": r.name if r.name != r.run_id else "",
+                "masking": masking_label(r.config),
                 "run id": r.run_id,
                 "status": r.status,
                 "progress": float(r.progress or 0.0),

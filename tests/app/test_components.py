@@ -84,3 +84,12 @@ def test_runs_frame_and_labels():
     unnamed = _record(name="20260101-000000-abcdef")  # the store names unnamed runs by their id
     assert run_label(unnamed) == unnamed.run_id and runs_frame([unnamed]).iloc[0]["name"] == ""
     assert format_duration(None) == "" and format_duration(5) == "5s" and format_duration(3700) == "1h 01m"
+
+
+def test_runs_frame_shows_each_runs_masking():
+    def masking(**m):
+        return runs_frame([_record(config={"data": {"dataset": "digits"}, "masking": m})]).iloc[0]["masking"]
+
+    assert masking(strategy="random", ratio=0.75, schedule="constant") == "random 0.75"
+    assert masking(strategy="block", ratio=0.5, schedule="cosine", final_ratio=0.9) == "block 0.5→0.9 cosine"
+    assert masking(strategy="region", ratio=0.75, schedule="constant") == "region"  # its params set the budget

@@ -156,7 +156,8 @@ def test_params_form_maps_each_pydantic_field(workspace, probe):
     assert at.text_input(key="ml_ui_probe_widths").value == "1, 2"
     assert at.checkbox(key="ml_ui_probe_invert").value is False
     assert at.checkbox(key="ml_ui_probe_cap__set").value is False
-    assert at.number_input(key="ml_ui_probe_cap").disabled
+    unset = at.text_input(key="ml_ui_probe_cap__unset")
+    assert unset.disabled and unset.value == "" and unset.placeholder == "None"  # no made-up number
     # every value reaches the config, parsed
     at.number_input(key="ml_ui_probe_k").set_value(3)
     at.selectbox(key="ml_ui_probe_axis").set_value("rows")
