@@ -1,7 +1,7 @@
 """The run store: run folders in the workspace, their status, metrics and samples.
 
 Public API (pages and the CLI use only these):
-    list_runs, get_run -> RunRecord; read_metrics -> DataFrame; load_samples -> ReconSample.
+    list_runs, get_run -> RunRecord; read_metrics -> DataFrame; load_samples -> Sample.
 Write side (worker and launcher): create_run, write_status, MetricsWriter, save_samples.
 """
 
@@ -23,7 +23,7 @@ from engine.store.runs import (
     runs_root,
     write_status,
 )
-from engine.store.samples import ReconSample, load_samples, sample_steps, save_samples
+from engine.store.samples import Sample, load_samples, sample_steps, save_samples
 
 
 def read_metrics(
@@ -39,7 +39,7 @@ def read_metrics(
 
 
 __all__ = [
-    "ACTIVE", "CANCEL_FILE", "STATUSES", "MetricsWriter", "ReconSample", "RunRecord", "compact_metrics",
+    "ACTIVE", "CANCEL_FILE", "STATUSES", "MetricsWriter", "RunRecord", "Sample", "compact_metrics",
     "create_run", "get_run", "list_runs", "load_samples", "read_metrics", "read_status", "run_dir",
     "runs_root", "sample_steps", "save_samples", "write_status",
 ]
