@@ -46,7 +46,7 @@ MAX_FULLY_MASKED = 0.25
 
 
 def masking_problem(cfg: MaskingConfig, probe: torch.Tensor, ratio: float | None = None,
-                    unit: str = "patches") -> str | None:
+                    unit: str = "patches", eligible: torch.Tensor | None = None) -> str | None:
     """Why masks like ``probe`` cannot train an MAE, or None when they can.
 
     Refused: no patch masked in the whole batch (the loss, on masked patches only, would be 0),
@@ -59,6 +59,8 @@ def masking_problem(cfg: MaskingConfig, probe: torch.Tensor, ratio: float | None
         probe: ``[N, *grid]`` bool masks drawn as the run would draw them.
         ratio: the ratio the probe was drawn at (default ``cfg.ratio``).
         unit: the plural of what one position is, for the message ("patches", "tokens", "frames").
+        eligible: ``[N, *grid]`` bool, the positions that may be masked (e.g. not padding or special
+            tokens); a sample is fully masked when all of its eligible positions are. Default: all.
 
     Returns:
         A one-line message naming the field to change, or None.
@@ -67,6 +69,8 @@ def masking_problem(cfg: MaskingConfig, probe: torch.Tensor, ratio: float | None
     strategy = get_masking(cfg.strategy)
     flat = probe.reshape(probe.shape[0], -1)
     L = flat.shape[1]
+    ok = torch.ones_like(flat) if eligible is None else eligible.reshape(flat.shape).bool()
+    rows = ok.any(dim=1)  # samples with something to mask
     if strategy.uses_ratio:
         field = "masking.ratio" if r == cfg.ratio else "masking.final_ratio"
         what = f"{strategy.name} at ratio {r:g}"
@@ -76,7 +80,9 @@ def masking_problem(cfg: MaskingConfig, probe: torch.Tensor, ratio: float | None
     if not flat.any():
         return (f"{field}: {what} masks 0 of the {L} {unit}, so the loss (on masked {unit} only) "
                 f"would always be 0")
-    full = float(flat.all(dim=1).float().mean())
+    full = float((flat | ~ok).all(dim=1)[rows].float().mean()) if bool(rows.any()) else 0.0
+    if eligible is not None:
+        L = "eligible"
     if full > MAX_FULLY_MASKED:
         n = "all" if full == 1.0 else f"{full:.0%} of the samples: all"
         return (f"{field}: {what} masks {n} {L} {unit}, so the encoder would see nothing"

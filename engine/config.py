@@ -150,6 +150,7 @@ class RunConfig(_Strict):
 
     name: str = Field("", max_length=200)
     task: str = Field("image_mim", min_length=1, description="the modality's recipe, see engine.tasks")
+    task_params: dict[str, Any] = Field(default_factory=dict, description="the task's own parameters (resolved)")
     data: DataConfig = DataConfig()
     masking: MaskingConfig = Field(default_factory=MaskingConfig)  # built lazily: it imports engine.masking
     model: ModelConfig = ModelConfig()

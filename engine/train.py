@@ -28,6 +28,9 @@ from engine.schedule import lr_at
 from engine.store.checkpoints import save_checkpoint
 from engine.store.samples import save_samples
 from engine.tasks import build_task
+from engine.workspace import atomic_write_json
+
+TASK_INFO = "task.json"  # what the task reports of its data (dataset hash, tokenizer id...), see Task.run_info
 
 
 class MetricsSink(Protocol):
@@ -106,6 +109,7 @@ def fit(
         torch.set_num_threads(t.num_threads)
     torch.manual_seed(t.seed)  # model init
     task = build_task(cfg, device, workspace)
+    atomic_write_json(out_dir / TASK_INFO, {"task": cfg.task, **task.run_info()})
     model = task.model
     opt = torch.optim.AdamW(param_groups(model, t.weight_decay), lr=t.lr, betas=(0.9, 0.95))
     use_amp = device.type == "cuda" and t.amp

@@ -29,6 +29,13 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import torch
+from pydantic import BaseModel, ConfigDict
+
+
+class NoTaskParams(BaseModel):
+    """A task without parameters of its own."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 if TYPE_CHECKING:
     from engine.config import RunConfig
@@ -46,6 +53,7 @@ class Task(ABC):
         archs: ``model.arch`` values it can train; the first is the default.
         default_loss: the ``objective.loss`` used when the config leaves it empty.
         unit: what one masking position is, for messages ("patch", "token", "frame").
+        params: pydantic model of the task's own parameters (``task_params``), e.g. BERT's 80/10/10 shares.
         summary: one line for the dashboard, naming the paper the recipe follows.
 
     Instance attributes (set by ``__init__``):
@@ -59,6 +67,7 @@ class Task(ABC):
     archs: ClassVar[tuple[str, ...]]
     default_loss: ClassVar[str]
     unit: ClassVar[str] = "position"
+    params: ClassVar[type[BaseModel]] = NoTaskParams
     summary: ClassVar[str] = ""
 
     model: torch.nn.Module
@@ -71,9 +80,10 @@ class Task(ABC):
     def resolve(cls, cfg: "RunConfig") -> None:
         """Fill the task's defaults into ``cfg`` in place and check what needs no data.
 
-        The base version sets ``model.arch`` and ``objective.loss`` when empty and checks that the
-        arch is one of :attr:`archs`, the preset is one of the arch's presets and the objective's
-        inputs are among the model's outputs (:meth:`outputs`).
+        The base version resolves ``task_params`` against :attr:`params`, sets ``model.arch`` and
+        ``objective.loss`` when empty and checks that the arch is one of :attr:`archs`, the preset
+        is one of the arch's presets and the objective's inputs are among the model's outputs
+        (:meth:`outputs`).
 
         Raises:
             ConfigError: naming the field.
@@ -81,7 +91,11 @@ class Task(ABC):
         from engine.errors import ConfigError
         from engine.models import get_model_spec
         from engine.objectives import Objective
+        from engine.registry import validate_params
 
+        resolved = validate_params(cls.params, cfg.task_params, "task_params", f"task {cls.name!r}").model_dump(mode="json")
+        if resolved != cfg.task_params:
+            object.__setattr__(cfg, "task_params", resolved)  # bypass validate_assignment (no recursion)
         if not cfg.model.arch:
             cfg.model.arch = cls.archs[0]
         if cfg.model.arch not in cls.archs:
@@ -127,6 +141,12 @@ class Task(ABC):
             ``mask_ratio`` (the actual fraction of eligible positions masked) and, for a mixed
             objective, each term as ``loss/<name>``.
         """
+
+    def run_info(self) -> dict:
+        """Facts about what this run trains on that readers need later, saved once at the start as
+        ``<run_dir>/task.json`` (JSON-safe): e.g. ``dataset_hash`` (the dataset content it trained
+        on), ``tokenizer_id`` and ``vocab_size``. Default: none."""
+        return {}
 
     def after_step(self, step: int) -> None:
         """Hook after each optimiser step (e.g. an EMA teacher update). Default: nothing."""

@@ -112,6 +112,10 @@ class ImageMIMTask(Task):
         self.eval_masks = [self._draw(self.x_eval[i : i + EVAL_CHUNK], g_eval, cfg.masking.ratio)
                            for i in range(0, len(self.x_eval), EVAL_CHUNK)]
 
+    def run_info(self) -> dict:
+        return {"dataset_hash": getattr(self._ds.info, "source_hash", ""), "image_shape": list(self.image_shape),
+                "n_train": self.n_train}
+
     def _draw(self, xb: torch.Tensor, g: torch.Generator, ratio: float) -> torch.Tensor:
         """``[len(xb), L]`` bool masks for a batch (side inputs such as superpixels from its images)."""
         side = image_side_inputs(self.cfg.masking, xb.float().cpu() if self.needs_images else None,
