@@ -246,7 +246,7 @@ def _scaled(a: np.ndarray) -> np.ndarray:
     for sl in _blocks(a.shape[0], a.shape[1] if a.ndim > 1 else 1):
         v = a[sl].astype(np.float64)
         if hi > lo:
-            r = np.floor((v - lo) * (255.0 / (hi - lo)) + 0.5)
+            r = np.floor((v - lo) * 255.0 / (hi - lo) + 0.5)  # exact for integers: ties stay ties
         else:
             r = np.full(v.shape, min(max(np.floor(lo + 0.5), 0.0), 255.0))
         if finite is not None:
@@ -256,8 +256,9 @@ def _scaled(a: np.ndarray) -> np.ndarray:
 
 
 def _ycbcr(a: np.ndarray) -> np.ndarray:
-    y, cb, cr = (a[..., i].astype(np.float64) for i in range(3))
-    rgb = np.stack([y + 1.402 * (cr - 128), y - 0.344136 * (cb - 128) - 0.714136 * (cr - 128), y + 1.772 * (cb - 128)], -1)
+    """JFIF 1.02 full-range YCbCr ``[H, W, 3]`` to RGB uint8, rounded half up and clipped."""
+    y, cb, cr = (a[..., i].astype(np.float64) - (0, 128, 128)[i] for i in range(3))
+    rgb = np.stack([y + 1.402 * cr, y - 0.344136 * cb - 0.714136 * cr, y + 1.772 * cb], -1)
     return np.clip(np.floor(rgb + 0.5), 0, 255).astype(np.uint8)
 
 

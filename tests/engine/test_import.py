@@ -163,8 +163,10 @@ def _pa_tiff() -> bytes:
 
 
 TRNS = bytes([255, 0, 128, 255])  # per-entry alpha of the palette
+RGB_ROW = [(200, 100, 50), (10, 20, 30), (1, 2, 3), (0, 0, 0)]
+PALETTE_ROW = [(10, 20, 30), (200, 100, 50), (0, 0, 0), (255, 255, 255)]
 COLOR_CASES = {
-    "RGB PNG": ("a.png", _save(RGBA.convert("RGB"), "PNG"), "white", [(200, 100, 50), (10, 20, 30), (1, 2, 3), (0, 0, 0)]),
+    "RGB PNG": ("a.png", _save(RGBA.convert("RGB"), "PNG"), "white", RGB_ROW),
     "RGB PNG transparent colour": ("a.png", _save(RGBA.convert("RGB"), "PNG", transparency=(10, 20, 30)), "white",
                                    [(200, 100, 50), (255, 255, 255), (1, 2, 3), (0, 0, 0)]),
     # (200 * 128 + 255 * 127) / 255 = 227.4 -> 227; over black 200 * 128 / 255 = 100.4 -> 100
@@ -175,17 +177,16 @@ COLOR_CASES = {
                               [(108, 66, 49), (10, 20, 30), (16, 32, 48), (0, 0, 0)]),
     "RGBA WebP lossless": ("a.webp", _save(RGBA, "WEBP", lossless=True, exact=True), "white",
                            [(227, 177, 152), (10, 20, 30), (255, 255, 255), (0, 0, 0)]),
-    "RGB BMP": ("a.bmp", _save(RGBA.convert("RGB"), "BMP"), "white", [(200, 100, 50), (10, 20, 30), (1, 2, 3), (0, 0, 0)]),
+    "RGB BMP": ("a.bmp", _save(RGBA.convert("RGB"), "BMP"), "white", RGB_ROW),
     "RGBA TIFF": ("a.tiff", _save(RGBA, "TIFF"), "white", [(227, 177, 152), (10, 20, 30), (255, 255, 255), (0, 0, 0)]),
-    "P PNG": ("a.png", _save(_palette_image(), "PNG"), "white",
-              [(10, 20, 30), (200, 100, 50), (0, 0, 0), (255, 255, 255)]),
+    "P PNG": ("a.png", _save(_palette_image(), "PNG"), "white", PALETTE_ROW),
     "P PNG transparent index": ("a.png", _save(_palette_image(), "PNG", transparency=1), "black",
                                 [(10, 20, 30), (0, 0, 0), (0, 0, 0), (255, 255, 255)]),
     "P PNG alpha per entry": ("a.png", _save(_palette_image(), "PNG", transparency=TRNS), "white",
                               [(10, 20, 30), (255, 255, 255), (127, 127, 127), (255, 255, 255)]),
     "P GIF transparent index": ("a.gif", _save(_palette_image(), "GIF", transparency=1), "white",
                                 [(10, 20, 30), (255, 255, 255), (0, 0, 0), (255, 255, 255)]),
-    "P BMP": ("a.bmp", _save(_palette_image(), "BMP"), "white", [(10, 20, 30), (200, 100, 50), (0, 0, 0), (255, 255, 255)]),
+    "P BMP": ("a.bmp", _save(_palette_image(), "BMP"), "white", PALETTE_ROW),
     "PA TIFF": ("a.tif", _pa_tiff(), "white", [(10, 20, 30), (227, 177, 152), (255, 255, 255), (255, 255, 255)]),
     # LA over a colour fill is no longer grey: R from the white composite, G and B from the black one
     "LA PNG over red": ("a.png", _save(LA, "PNG"), "red", [(0, 0, 0), (233, 78, 78), (255, 0, 0), (152, 25, 25)]),
@@ -435,7 +436,8 @@ def test_bombs_are_refused_from_headers_and_directory_before_decoding(workspace,
     assert rejected["x/wide.png"] == ("declares 10000x10000 px; the limit is 40000000 px "
                                       "(MASKLAB_MAX_IMAGE_PIXELS): shrink the image or raise the limit")  # fmt: skip
     assert rejected["x/giant.png"].startswith("declares more than 178956970 px; the limit is 40000000 px")
-    assert rejected["x/zeros.bmp"].startswith("compressed 1") and "MASKLAB_MAX_COMPRESSION_RATIO" in rejected["x/zeros.bmp"]
+    zeros = rejected["x/zeros.bmp"]
+    assert zeros.startswith("compressed 1") and "the limit is 200:1 (MASKLAB_MAX_COMPRESSION_RATIO)" in zeros
     for reason in rejected.values():
         assert "exceeds limit" not in reason and "decompression bomb DOS" not in reason  # masklab's words only
 
@@ -480,3 +482,16 @@ def test_member_that_inflates_past_its_declared_size_is_refused(workspace, tmp_p
     assert dict(report.rejected) == {
         "liar.png": "damaged in the archive (its data does not match the directory); re-create the archive"}
     assert report.accepted == 1
+
+
+def test_folder_links_that_leave_the_folder_are_refused(workspace, tmp_path):
+    outside = tmp_path / "secret.png"
+    outside.write_bytes(PNG_BYTES)
+    folder = tmp_path / "linked"
+    (folder / "a").mkdir(parents=True)
+    (folder / "a" / "ok.png").write_bytes(PNG_BYTES)
+    (folder / "a" / "inside.png").symlink_to(folder / "a" / "ok.png")
+    (folder / "a" / "outside.png").symlink_to(outside)
+    report = import_archive(folder, image_size=W)
+    assert report.accepted == 2
+    assert report.rejected == [("a/outside.png", "path leaves the folder (a symbolic link to a file outside it)")]
