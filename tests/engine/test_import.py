@@ -20,7 +20,7 @@ from PIL import Image, ImageCms, ImageFile
 from engine.data import import_archive, load_dataset
 from engine.data.archive import NameDecoding
 from engine.data.importer import scan_archive
-from engine.data.images import NOTE_CMYK_ICC, NOTE_CMYK_NAIVE, NOTE_SCALED
+from engine.data.images import NOTE_CMYK_ICC, NOTE_CMYK_NAIVE, NOTE_SCALED, NOTE_TIFF16
 from engine.data.limits import ImportLimits
 from engine.errors import DatasetError
 
@@ -54,6 +54,21 @@ def _png(arr: np.ndarray, color_type: int, trns: bytes | None = None) -> bytes:
     ihdr = chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 16, color_type, 0, 0, 0))
     extra = chunk(b"tRNS", trns) if trns is not None else b""
     return b"\x89PNG\r\n\x1a\n" + ihdr + extra + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
+
+
+def _tiff16_rgb(arr: np.ndarray) -> bytes:
+    """An uncompressed little-endian 16-bit RGB TIFF written by hand: ``arr`` uint16 [H, W, 3]."""
+    h, w = arr.shape[:2]
+    pixels = arr.astype("<u2").tobytes()
+    n_tags = 10
+    bits_at = 8 + 2 + 12 * n_tags + 4
+    data_at = bits_at + 6
+    tags = [(256, 3, 1, w), (257, 3, 1, h), (258, 3, 3, bits_at), (259, 3, 1, 1), (262, 3, 1, 2),
+            (273, 4, 1, data_at), (277, 3, 1, 3), (278, 3, 1, h), (279, 4, 1, len(pixels)), (284, 3, 1, 1)]
+    ifd = struct.pack("<H", n_tags) + b"".join(
+        struct.pack("<HHI", t, k, c) + (struct.pack("<HH", v, 0) if k == 3 and c == 1 else struct.pack("<I", v))
+        for t, k, c, v in tags) + struct.pack("<I", 0)  # fmt: skip
+    return b"II*\x00" + struct.pack("<I", 8) + ifd + struct.pack("<HHH", 16, 16, 16) + pixels
 
 
 def _cmyk_profile() -> bytes:
@@ -205,6 +220,10 @@ COLOR_CASES = {
     "RGBA 16-bit PNG": ("a.png", _png(
         _rows([(65535, 32896, 0, 16384), (0, 0, 0, 65535), (5, 5, 5, 0), (65535, 65535, 65535, 65535)], np.uint16), 6),
         "white", [(255, 223, 191), (0, 0, 0), (255, 255, 255), (255, 255, 255)]),
+    # 16-bit colour TIFF: Pillow keeps the high byte, v >> 8 (386 -> 1, 255 -> 0), noted in the report
+    "RGB 16-bit TIFF": ("a.tif", _tiff16_rgb(
+        _rows([(0, 0, 0), (65535, 32896, 386), (255, 256, 511), (65535, 65535, 65535)], np.uint16)), "white",
+        [(0, 0, 0), (255, 128, 1), (0, 1, 1), (255, 255, 255)]),
 }
 
 
@@ -214,9 +233,11 @@ def test_color_modes_decode_to_exact_values(workspace, tmp_path, case):
     got, report = _import_one(tmp_path, filename, data, fill=fill)
     assert report.dataset.image_shape == (3, W, W)
     assert np.array_equal(got, _rows(row)), got[0]
+    notes = [n for _, n in report.converted]
     if case.startswith("CMYK"):
-        assert [n for _, n in report.converted] == [NOTE_CMYK_NAIVE]
-        assert "1 x CMYK without an ICC profile" in report.summary()
+        assert notes == [NOTE_CMYK_NAIVE] and "1 x CMYK without an ICC profile" in report.summary()
+    else:
+        assert notes == ([NOTE_TIFF16] if case == "RGB 16-bit TIFF" else [])
 
 
 def test_cmyk_with_embedded_icc_profile_converts_through_it(workspace, tmp_path):
