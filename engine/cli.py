@@ -4,10 +4,12 @@
     python -m engine submit CONFIG [--set key=value ...]   train in the background; prints the run id
     python -m engine runs [--json]                         runs with status and latest metrics
     python -m engine cancel RUN_ID
-    python -m engine data add PATH [--name NAME]           import a zip or folder of images
+    python -m engine data add PATH [--name NAME] [--name-encoding ENC] [--fill COLOUR]
+                                                           import a zip or folder of images
     python -m engine data list
 
-Exit codes: 0 success; 1 a run failed or an import refused a file; 2 a usage or input error.
+Exit codes: 0 success; 1 a run failed, or an import refused a file or had to guess the encoding of
+its member names; 2 a usage or input error.
 """
 
 from __future__ import annotations
@@ -32,12 +34,18 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("cancel", help="cancel a queued or running run")
     c.add_argument("run_id")
     d = sub.add_parser("data", help="datasets").add_subparsers(dest="data_cmd", required=True)
-    a = d.add_parser("add", help="import a .zip or folder of PNG/JPEG images (labels = sub-folder names)")
+    a = d.add_parser("add", help="import a .zip or folder of PNG/JPEG/WebP/BMP/TIFF/GIF images "
+                     "(labels = sub-folder names)")
     a.add_argument("path")
     a.add_argument("--name", default=None)
     a.add_argument("--image-size", type=int, default=32, help="side in pixels after resizing (default 32)")
     a.add_argument("--val-fraction", type=float, default=0.1)
     a.add_argument("--seed", type=int, default=0)
+    a.add_argument("--name-encoding", default=None, metavar="ENC",
+                   help="encoding of member names the zip does not mark as UTF-8, e.g. cp437, cp1252, cp932 "
+                   "(default: detected; the report says which)")
+    a.add_argument("--fill", default="white", metavar="COLOUR",
+                   help="colour under transparent pixels and in the padding: a name or #rrggbb (default white)")
     a.add_argument("--overwrite", action="store_true", help="replace an existing dataset of that name")
     d.add_parser("list", help="list datasets")
     return p
@@ -130,9 +138,10 @@ def cmd_data(args) -> int:
                   f"  classes {len(info.class_names):3}  {info.source}")
         return 0
     report = import_archive(args.path, args.name, image_size=args.image_size,
-                            val_fraction=args.val_fraction, seed=args.seed, overwrite=args.overwrite)
+                            val_fraction=args.val_fraction, seed=args.seed, overwrite=args.overwrite,
+                            name_encoding=args.name_encoding, fill=args.fill)  # fmt: skip
     print(report.summary())
-    return 1 if report.rejected else 0
+    return 1 if report.rejected or (report.names is not None and report.names.ambiguous) else 0
 
 
 def main(argv: list[str] | None = None) -> int:
