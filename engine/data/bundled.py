@@ -57,7 +57,7 @@ FORTUNES_HOW_TO = (
     f"in {FORTUNES_DEFAULT_DIR}; or set ${FORTUNES_ENV} to a folder of fortune files (entries separated "
     "by lines holding a single %)"
 )
-_OVERSTRIKE = re.compile(".\x08")
+_OVERSTRIKE = re.compile("[^\\x08]\\x08")
 _FORTUNE_SEPARATOR = re.compile(r"^%\r?$", re.MULTILINE)
 
 DESCRIPTIONS = {
@@ -127,9 +127,20 @@ def is_available(name: str) -> bool:
     )
 
 
+def remove_overstrikes(text: str) -> str:
+    """Text as a terminal shows it: each backspace erases the character before it, so both the
+    ``_\bx`` form and the ``___\b\b\bword`` form of underlining leave only the letters."""
+    while "\b" in text:
+        erased = _OVERSTRIKE.sub("", text)
+        if erased == text:  # backspaces with nothing before them
+            return text.replace("\b", "")
+        text = erased
+    return text
+
+
 def parse_fortunes(text: str) -> list[str]:
     """The entries of one fortune file's text (overstrikes removed; not yet cleaned)."""
-    return _FORTUNE_SEPARATOR.split(_OVERSTRIKE.sub("", text))
+    return _FORTUNE_SEPARATOR.split(remove_overstrikes(text))
 
 
 @functools.lru_cache(maxsize=2)

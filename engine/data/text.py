@@ -3,9 +3,11 @@
 Sources (:func:`read_text_source`):
 
 - ``.txt``: UTF-8. **Paragraph mode** when the file has at least one blank (whitespace-only)
-  line *and* at least one paragraph (a run of non-blank lines) spans several lines: each
-  paragraph is a document. Otherwise **line mode**: each line is a document (blank lines are
-  empty documents, dropped and counted). No labels (class ``unlabeled``).
+  line, at least one paragraph (a run of non-blank lines) spans several lines, and the
+  paragraphs average at most :data:`MAX_MEAN_PARAGRAPH_LINES` lines (so a stray blank line in a
+  long one-document-per-line file does not merge it into two huge documents): each paragraph is
+  a document. Otherwise **line mode**: each line is a document (blank lines are empty documents,
+  dropped and counted). No labels (class ``unlabeled``).
 - ``.csv`` / ``.tsv`` / ``.jsonl`` with a header (:mod:`engine.data.tabular`): one row per
   document; the text, label and group columns are given in :class:`ImportOptions` or detected
   (:func:`engine.data.tabular.detect_roles`). An empty label is the class ``unlabeled``; an empty
@@ -55,6 +57,9 @@ TEXT_EXTENSIONS = (".txt",)
 
 MAX_TEXT_FILE_BYTES = 50 * 1024 * 1024
 """Largest ``.txt`` file read (bytes)."""
+
+MAX_MEAN_PARAGRAPH_LINES = 20
+"""Paragraph mode needs paragraphs of at most this many lines on average."""
 
 PREVIEW_ROWS = 5
 PREVIEW_CHARS = 300
@@ -217,11 +222,17 @@ def split_documents(text: str) -> tuple[list[str], str, str]:
     paragraphs = [p for p in paragraphs if p]
     blank = sum(1 for line in lines if not line.strip())
     multi = sum(1 for p in paragraphs if len(p) > 1)
-    if blank and multi:
+    mean = (len(lines) - blank) / max(1, len(paragraphs))
+    if blank and multi and mean <= MAX_MEAN_PARAGRAPH_LINES:
         note = (f"paragraph mode: blank lines separate {len(paragraphs)} paragraphs, {multi} of them "
                 "span several lines; each paragraph is a document")  # fmt: skip
         return ["\n".join(p) for p in paragraphs], "paragraphs", note
-    why = "no blank line" if not blank else "no paragraph spans several lines"
+    if not blank:
+        why = "no blank line"
+    elif not multi:
+        why = "no paragraph spans several lines"
+    else:
+        why = f"paragraphs would average {mean:.0f} lines, more than {MAX_MEAN_PARAGRAPH_LINES}"
     return lines, "lines", f"line mode ({why}): each line is a document"
 
 
