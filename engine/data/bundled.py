@@ -71,6 +71,8 @@ DESCRIPTIONS = {
 }
 BUNDLED = tuple(DESCRIPTIONS)
 """Names of the bundled datasets, in listing order. These names are reserved for imports."""
+MODALITY = {"digits": "image", "fashion-mnist": "image", "fortunes": "text"}
+"""Modality of each bundled dataset (known without reading it)."""
 
 
 @dataclass(frozen=True)

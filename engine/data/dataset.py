@@ -82,7 +82,7 @@ class DatasetInfo:
     n_val: int
     created_at: str
     description: str
-    stats: dict[str, Any] = field(default_factory=dict)
+    stats: dict[str, Any] = field(default_factory=dict, hash=False)  # a dict: left out of hash(), kept in ==
     source_hash: str = field(default="", compare=False)
     group_names: tuple[str, ...] = ()
 

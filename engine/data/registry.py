@@ -13,7 +13,7 @@ log = logging.getLogger(__name__)
 PathLike = str | os.PathLike[str] | None
 
 
-def list_datasets(workspace: PathLike = None) -> list[DatasetInfo]:
+def list_datasets(workspace: PathLike = None, modality: str | None = None) -> list[DatasetInfo]:
     """All datasets that :func:`load_dataset` can load: bundled ones first (``digits``, ``fashion-mnist``,
     ``fortunes``), then the registered ones by name. Check ``info.modality`` (``"image"``, ``"text"``).
 
@@ -21,13 +21,19 @@ def list_datasets(workspace: PathLike = None) -> list[DatasetInfo]:
     without loading pixels or registering it (Fashion-MNIST: only the IDX headers are read; fortunes:
     the topic files are parsed once per process, ~0.1 s); such an info has ``created_at == ""``. A bundled set whose files are missing is left out unless it was
     registered before. Datasets with an unreadable ``meta.json`` are logged and left out.
+
+    ``modality`` (``"image"``, ``"text"``) keeps only the datasets of that modality (a page that
+    draws images asks for ``modality="image"``); a bundled set of another modality is then not
+    even read.
     """
     registered = storage.registered_infos(workspace)
+    if modality is not None:
+        registered = {n: i for n, i in registered.items() if i.modality == modality}
     out = []
     for name in bundled.BUNDLED:
         if name in registered:
             out.append(registered.pop(name))
-        elif bundled.is_available(name):
+        elif (modality is None or bundled.MODALITY[name] == modality) and bundled.is_available(name):
             try:
                 out.append(bundled.bundled_info(name))
             except DatasetError as e:

@@ -129,6 +129,8 @@ def test_ag_news_csv_quoted_fields_read_like_pandas(workspace, shared_data):
 def test_fortunes_bundled_loads_one_document_per_fortune(workspace):
     listed = {i.name: i for i in list_datasets()}
     assert listed["fortunes"].modality == "text" and listed["fortunes"].created_at == ""
+    assert "fortunes" not in [i.name for i in list_datasets(modality="image")]
+    assert [i.name for i in list_datasets(modality="text")] == ["fortunes"]
     assert not (workspace / "datasets" / "fortunes").exists()  # listing does not register
     status = {s.name: s for s in bundled_status()}["fortunes"]
     assert status.available and "BSD" in status.description
@@ -211,6 +213,8 @@ def test_zip_of_txt_labels_from_folders_bad_file_rejected_rest_kept(workspace, t
     ds = load_dataset("reviews")
     got = {t: ds.info.class_names[k] for t, k in zip(ds.texts(), ds.labels)}
     assert got == {"Dull and long.": "neg", "Boring": "neg", "Great film. Loved it.": "pos", "Superb acting": "pos"}
+    assert "reviews" in [i.name for i in list_datasets(modality="text")]
+    assert "reviews" not in [i.name for i in list_datasets(modality="image")]
     # the CLI prints the report and exits 1 because a file was refused
     out = subprocess.run([sys.executable, "-m", "engine", "data", "add", str(path), "--name", "reviews-2"],
                          cwd=REPO, capture_output=True, text=True, timeout=120)  # fmt: skip
