@@ -354,3 +354,34 @@ def size_problem(m: Member, limits: ImportLimits) -> str | None:
         return (f"{human_bytes(m.size)} uncompressed; the limit is {human_bytes(limits.max_member_bytes)} "
                 "(MASKLAB_MAX_MEMBER_BYTES): shrink the image or raise the limit")  # fmt: skip
     return _ratio_problem(m, limits)
+
+
+def classify(members: list[Member], limits: ImportLimits,
+             skip_reason: Callable[[str], str | None]) -> tuple[list[Member], list, list]:
+    """Split decoded members into candidates (sorted by name), rejected and skipped ones, from their
+    names and the directory alone, for any modality. Sets each member's ``name`` to its cleaned path.
+
+    Args:
+        members: with names decoded (:func:`decode_names`).
+        limits: the size and compression-ratio limits (:func:`size_problem`).
+        skip_reason: ``rel_path -> reason or None``: why a file is not a candidate of the importing
+            modality (another extension, hidden, ``__MACOSX/``); skipped files are listed, not refused.
+
+    Returns:
+        ``(candidates, rejected [(path, reason)], skipped [(path, reason)])``; unsafe paths
+        (:func:`unsafe_path`) and members over a limit are rejected.
+    """
+    candidates, rejected, skipped = [], [], []
+    for m in members:
+        raw = m.name.replace("\\", "/")
+        if (why := unsafe_path(raw)) is not None:
+            rejected.append((raw, why))
+            continue
+        m.name = clean_path(raw)
+        if (why := skip_reason(m.name)) is not None:
+            skipped.append((m.name, why))
+        elif (why := m.problem or size_problem(m, limits)) is not None:
+            rejected.append((m.name, why))
+        else:
+            candidates.append(m)
+    return sorted(candidates, key=lambda m: m.name), rejected, skipped

@@ -33,8 +33,8 @@ import numpy as np
 from PIL import Image, ImageColor, ImageOps
 
 from engine.data import bundled, storage
-from engine.data.archive import Member, Members, NameDecoding, clean_path, decode_names, read_problem
-from engine.data.archive import size_problem, unsafe_path
+from engine.data.archive import Member, Members, NameDecoding, decode_names, read_problem
+from engine.data.archive import classify
 from engine.data.dataset import DatasetInfo, seeded_split, validate_name
 from engine.data.images import EXTENSIONS, Refused, check_format, decode, open_header
 from engine.data.limits import ImportLimits, budget_reason
@@ -133,22 +133,8 @@ def _skip_reason(rel: str) -> str | None:
 
 
 def _classify(members: list[Member], limits: ImportLimits) -> tuple[list[Member], list, list]:
-    """Split decoded members into image candidates (sorted by name), rejected and skipped ones, from
-    their names and the directory alone. Sets each member's ``name`` to its cleaned path."""
-    candidates, rejected, skipped = [], [], []
-    for m in members:
-        raw = m.name.replace("\\", "/")
-        if (why := unsafe_path(raw)) is not None:
-            rejected.append((raw, why))
-            continue
-        m.name = clean_path(raw)
-        if (why := _skip_reason(m.name)) is not None:
-            skipped.append((m.name, why))
-        elif (why := m.problem or size_problem(m, limits)) is not None:
-            rejected.append((m.name, why))
-        else:
-            candidates.append(m)
-    return sorted(candidates, key=lambda m: m.name), rejected, skipped
+    """:func:`engine.data.archive.classify` with the image extensions (:func:`_skip_reason`)."""
+    return classify(members, limits, _skip_reason)
 
 
 def _source(path: str | os.PathLike[str], source_label: str | None) -> tuple[Path, str]:
