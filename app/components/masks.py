@@ -305,7 +305,8 @@ def _strategy_note(s: MaskingStrategy) -> str:
 
 
 def masking_controls(
-    modality: str, grid_dims: int, key_prefix: str, defaults: dict[str, Any] | None = None
+    modality: str, grid_dims: int, key_prefix: str, defaults: dict[str, Any] | None = None,
+    names: list[str] | None = None,
 ) -> dict[str, Any] | None:
     """Strategy, ratio, schedule and parameter widgets; returns a ``masking`` config dict.
 
@@ -320,6 +321,7 @@ def masking_controls(
         grid_dims: dims of the mask grid (2 for an image patch grid).
         key_prefix: prefix of every widget key.
         defaults: a (partial) ``masking`` dict to start from (``MaskingConfig`` defaults otherwise).
+        names: offer only these strategies (e.g. the one-segment strategies of span completion).
 
     Returns:
         ``{"strategy", "ratio", "params", "schedule", "final_ratio"}`` (unvalidated), or None (with a
@@ -328,7 +330,7 @@ def masking_controls(
     base = MaskingConfig.model_fields
     d = {k: f.get_default(call_default_factory=True) for k, f in base.items()}
     d.update(defaults or {})
-    names = strategies_for(modality, grid_dims)
+    names = [n for n in strategies_for(modality, grid_dims) if names is None or n in names]
     if not names:
         st.warning(f"No masking strategy is registered for {modality} ({grid_dims}-D grids).")
         return None

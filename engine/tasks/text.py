@@ -26,6 +26,7 @@ same settings share it; the run records its id in ``task.json``). Every text is 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -77,6 +78,71 @@ def ensure_one_masked(mask: torch.Tensor, eligible: torch.Tensor, generator: tor
     u = torch.rand(mask.shape, generator=generator, device=mask.device).masked_fill(~eligible, -1.0)
     pick = torch.zeros_like(mask).scatter_(1, u.argmax(dim=1, keepdim=True), True)
     return mask | (pick & need[:, None])
+
+
+def vis_masks(cfg: RunConfig, rows: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The masks of the run's fixed visualisation rows (``[N, L]`` bool): the masking strategy at
+    ``masking.ratio`` from ``torch.Generator().manual_seed(train.seed)``, every row with a maskable
+    token getting at least one. The run's samples and the New run / Mask lab previews call this
+    with the same rows, so the preview shows the run's own masks (as
+    :func:`engine.masking.preview_masks` does for images)."""
+    g = torch.Generator().manual_seed(cfg.train.seed)
+    mask = draw_mask(cfg.masking, tuple(rows["ids"].shape), g, eligible=rows["eligible"], ratio=cfg.masking.ratio,
+                     word_ids=rows["word_ids"], sentence_ids=rows["sentence_ids"])
+    return mask if cfg.task == "text_span" else ensure_one_masked(mask, rows["eligible"], g)
+
+
+@dataclass(frozen=True)
+class TextPreview:
+    """What the dashboard shows of a text config before a run: the first ``n`` validation texts,
+    their tokens (``[N, L]`` strings, ``""`` at padding) and the run's masks of them (``[N, L]`` bool)."""
+
+    texts: list[str]
+    tokens: np.ndarray
+    mask: np.ndarray
+    eligible: np.ndarray
+    labels: np.ndarray
+
+
+def preview(cfg: RunConfig, n: int, workspace=None) -> TextPreview:
+    """The run's visualisation rows and masks for ``cfg`` (trains or loads the cached tokenizer).
+
+    Raises:
+        DatasetError, ConfigError: unknown dataset, a strategy that needs what text cannot give.
+    """
+    from engine.data import load_dataset
+
+    ds = load_dataset(cfg.data.dataset, workspace)
+    split = "val" if ds.info.n_val else "train"
+    texts = ds.texts(split)[:n]
+    tok, _ = _TextTask.tokenizer_for(cfg, ds, workspace)
+    enc = tok.encode_batch(texts, max_len=cfg.data.tokenizer.max_len)
+    rows = _TextTask.rows(enc, torch.arange(len(enc)))
+    mask = vis_masks(cfg, rows)
+    return TextPreview(texts, token_strings(tok, rows["ids"]), mask.numpy(), rows["eligible"].numpy(),
+                       ds.labels[ds.indices(split)][:n].astype(np.int64))
+
+
+def train_masks(cfg: RunConfig, n: int, workspace=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Masks of ``cfg`` over the first ``n`` train texts, drawn as a training batch is (from
+    ``torch.Generator().manual_seed(train.seed)``), for Mask lab's statistics.
+
+    Returns:
+        ``(mask [n, L] bool, eligible [n, L] bool)``.
+    """
+    from engine.data import load_dataset
+
+    ds = load_dataset(cfg.data.dataset, workspace)
+    tok, _ = _TextTask.tokenizer_for(cfg, ds, workspace)
+    enc = tok.encode_batch(ds.texts("train")[:n], max_len=cfg.data.tokenizer.max_len)
+    rows = _TextTask.rows(enc, torch.arange(len(enc)))
+    return vis_masks(cfg, rows), rows["eligible"]
+
+
+def token_strings(tok, ids: torch.Tensor) -> np.ndarray:
+    """Token strings of ``ids [N, L]`` (any integer shape) as a unicode array (``""`` at padding)."""
+    flat = [("" if t == tok.pad_id else (tok.id_to_token(t) or "")) for t in ids.reshape(-1).tolist()]
+    return np.array(flat, dtype=str).reshape(tuple(ids.shape)) if flat else np.zeros(tuple(ids.shape), dtype=str)
 
 
 class _TextTask(Task):
@@ -168,13 +234,7 @@ class _TextTask(Task):
         return [torch.arange(i, min(i + EVAL_CHUNK, n)) for i in range(0, n, EVAL_CHUNK)]
 
     def token_strings(self, ids: torch.Tensor) -> np.ndarray:
-        """Token strings of ``ids [N, L]`` as a unicode array (``""`` at padding)."""
-        out = np.full(tuple(ids.shape), "", dtype=object)
-        for i, row in enumerate(ids.tolist()):
-            for j, t in enumerate(row):
-                if t != self.tok.pad_id:
-                    out[i, j] = self.tok.id_to_token(t) or ""
-        return out.astype(str)
+        return token_strings(self.tok, ids)
 
     def features(self, split: str, max_rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         texts = self._ds.texts(split)[:max_rows]
@@ -283,10 +343,9 @@ class TextMLMTask(_TextTask):
 
     @torch.no_grad()
     def sample(self, step: int) -> Sample:
-        n = self.cfg.train.num_vis
-        b, mask, inputs = self.eval_batches[0]
-        b = {k: v[:n] for k, v in b.items()}
-        mask, inputs = mask[:n], inputs[:n]
+        b = self.rows(self.val, torch.arange(min(self.cfg.train.num_vis, len(self.val))))
+        mask = vis_masks(self.cfg, b)
+        inputs = b["ids"].masked_fill(mask, self.tok.mask_id)
         dev = self.device
         ids, probs = self.model.predict_topk(inputs.to(dev), b["attention"].to(dev), mask.to(dev), k=TOP_K,
                                              exclude_ids=self.special_ids)
@@ -417,11 +476,9 @@ class TextSpanTask(_TextTask):
 
     @torch.no_grad()
     def sample(self, step: int) -> Sample:
-        n = self.cfg.train.num_vis
-        b, span, ex = self.eval_batches[0]
-        b = {k: v[:n] for k, v in b.items()}
-        span = span[:n]
-        ex = type(ex)(*(t[:n] for t in ex))
+        b = self.rows(self.val, torch.arange(min(self.cfg.train.num_vis, len(self.val))))
+        span = vis_masks(self.cfg, b)
+        ex = self._example(b, span)
         gen = self._generate(ex)
         return Sample(step=step, kind="text_span", arrays={
             "tokens": self.token_strings(b["ids"]), "mask": span.numpy(), "attention": b["attention"].numpy(),
@@ -432,3 +489,76 @@ class TextSpanTask(_TextTask):
 
     def _features(self, b):
         return self.model.features(b["ids"].to(self.device), b["attention"].to(self.device))
+
+
+# --- interactive inference (the fill-in box and the completion view; see engine.inference) ----------
+
+
+@dataclass(frozen=True)
+class FillIn:
+    """Predictions of a masked language model at one ``[MASK]``: the ``position`` among the masks
+    (0-based, left to right) and the top candidates as ``(token, probability)`` pairs."""
+
+    position: int
+    candidates: list[tuple[str, float]]
+
+
+def _tokenizer_of(loaded, workspace=None):
+    from engine.inference import InferenceError
+    from engine.text.tokenizer import load_tokenizer
+
+    try:
+        return load_tokenizer(loaded.info["tokenizer_id"], workspace)
+    except (KeyError, ValueError, OSError) as e:
+        raise InferenceError(f"run {loaded.run_id}: its tokenizer cannot be loaded ({e})") from e
+
+
+def fill_in(loaded, text: str, k: int = TOP_K, workspace=None) -> list[FillIn]:
+    """The ``k`` most probable tokens at every ``[MASK]`` of ``text``, from a ``text_mlm`` checkpoint.
+
+    Args:
+        loaded: :func:`engine.inference.load_model` of a ``text_mlm`` run.
+        text: a sentence with one or more literal ``[MASK]`` tokens.
+
+    Raises:
+        InferenceError: no ``[MASK]`` in the text (or all of them past ``data.tokenizer.max_len``),
+            or the run's tokenizer is gone.
+    """
+    from engine.inference import InferenceError
+
+    tok = _tokenizer_of(loaded, workspace)
+    enc = tok.encode_batch([text], max_len=loaded.cfg.data.tokenizer.max_len)
+    where = enc.input_ids == tok.mask_id
+    if not bool(where.any()):
+        raise InferenceError("no [MASK] in the text: type [MASK] where a word is hidden, or pick words to hide"
+                             + (" (a [MASK] past the first "
+                                f"{loaded.cfg.data.tokenizer.max_len} tokens is cut off)" if "[MASK]" in text else ""))
+    with torch.no_grad():
+        ids, probs = loaded.model.predict_topk(enc.input_ids, enc.attention_mask, where, k=k,
+                                               exclude_ids=tuple(tok.special_ids))
+    return [FillIn(i, [(tok.id_to_token(int(t)) or "?", float(p)) for t, p in zip(row_ids, row_p)])
+            for i, (row_ids, row_p) in enumerate(zip(ids.tolist(), probs.tolist()))]
+
+
+def complete_span(loaded, text: str, max_new_tokens: int = 64, workspace=None) -> str:
+    """The span a ``text_span`` checkpoint writes in place of the single ``[MASK]`` of ``text``.
+
+    Raises:
+        InferenceError: not exactly one ``[MASK]`` in the (truncated) text, or no tokenizer.
+    """
+    from engine.inference import InferenceError
+
+    tok = _tokenizer_of(loaded, workspace)
+    enc = tok.encode_batch([text], max_len=loaded.cfg.data.tokenizer.max_len)
+    n = int((enc.input_ids == tok.mask_id).sum())
+    if n != 1:
+        raise InferenceError(f"the completion view fills one gap: write [MASK] once where the text is missing (found {n})")
+    with torch.no_grad():
+        gen = loaded.model.generate(enc.input_ids, enc.attention_mask,
+                                    max_new_tokens=min(max_new_tokens, loaded.cfg.data.tokenizer.max_len))[0]
+    out = []
+    for t in gen.tolist():
+        if t in (tok.sep_id, tok.pad_id):
+            break
+        out.append(t)
+    return tok.decode(out)

@@ -1,0 +1,35 @@
+"""Per-modality UI, chosen by the dataset's modality or the sample's kind, never by if-chains in pages.
+
+Each modality module provides the same functions:
+
+- ``data_section(info)``: the Data page body (samples, sizes, class counts);
+- ``run_fields(info, task, key, carried) -> dict``: New run's modality fields as a partial run
+  config (task, masking, model, data, objective, task_params);
+- ``mask_preview(cfg, info)``: the run's own masks on real samples (New run);
+- ``lab_controls(info, handoff, key) -> dict`` and ``lab_results(cfg, info, n)``: Mask lab.
+
+:data:`SAMPLE_VIEWS` maps a sample kind (:class:`engine.store.Sample`) to its view
+``(sample, run) -> None`` and :data:`INTERACTIVE` a task to its interactive box ``(run, sample)``.
+A new modality is one module here and its entries below.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from app.modalities import image, text
+
+UIS: dict[str, ModuleType] = {"image": image, "text": text}
+SAMPLE_VIEWS = {"image": image.samples_view, "text_mlm": text.mlm_samples_view, "text_span": text.span_samples_view}
+INTERACTIVE = {"text_mlm": text.fill_in_box, "text_span": text.completion_box}
+#: What New run proposes for a task's training, over ``TrainConfig``'s defaults (measured recipes:
+#: see bench/README.md).
+TRAIN_DEFAULTS: dict[str, dict] = {
+    "text_mlm": {"steps": 2000, "batch_size": 64, "lr": 1e-3, "warmup_steps": 100, "eval_interval": 200},
+    "text_span": {"steps": 2000, "batch_size": 64, "lr": 1e-3, "warmup_steps": 100, "eval_interval": 200},
+}
+
+
+def ui_for(modality: str) -> ModuleType | None:
+    """The UI module of ``modality``, or None when the dashboard has none (the page says so)."""
+    return UIS.get(modality)

@@ -1,0 +1,359 @@
+"""Text in the dashboard: dataset previews, token masks on real sentences, MLM predictions,
+span completions, the fill-in box.
+
+Tokens come as string arrays from the engine (WordPiece pieces start with ``##``); a sentence is
+drawn as HTML spans, pieces of one word joined, masked tokens highlighted. Every string shown is
+HTML-escaped.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+
+import altair as alt
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from app.components.charts import counts_chart
+from app.components.errors import guarded
+from engine.workspace import workspace_root
+
+N_SAMPLES = 12  # texts in the Data page's sample table
+N_PREVIEW = 8  # first val texts: the run's fixed visualisation rows (train.num_vis defaults to 8)
+HIGHLIGHT = "background:#ffd54f;border-radius:3px;padding:0 2px;font-weight:600"
+CORRECT, WRONG = "#2e7d32", "#c62828"
+
+
+# --------------------------------------------------------------------------- dataset view
+
+
+@st.cache_data(max_entries=6, ttl=900, show_spinner="Loading texts…")
+def text_view(workspace: str, name: str, version: str) -> dict:
+    """What the Data page shows of a text dataset: a fixed random sample of texts with label and
+    split, character and word lengths of every text, class counts. ``workspace`` and ``version``
+    are cache keys only."""
+    from engine.data import load_dataset
+
+    ds = load_dataset(name)
+    texts = ds.texts()
+    rng = np.random.default_rng(0)
+    pick = np.sort(rng.choice(len(texts), size=min(N_SAMPLES, len(texts)), replace=False)) if texts else []
+    split = ["train" if s == 0 else "val" for s in ds.split]
+    sample = pd.DataFrame({"text": [texts[i] for i in pick], "label": [ds.info.class_names[ds.labels[i]] for i in pick],
+                           "split": [split[i] for i in pick]})
+    lengths = pd.DataFrame({"characters": [len(t) for t in texts], "words": [len(t.split()) for t in texts], "split": split})
+    return {"sample": sample, "lengths": lengths, "counts": ds.counts()}
+
+
+def data_section(info) -> None:
+    """The Data page body for a text dataset."""
+    view = guarded(text_view, str(workspace_root()), info.name, info.created_at)
+    if view is None:
+        return
+    m = st.columns(4)
+    m[0].metric("Train texts", f"{info.n_train:,}")
+    m[1].metric("Val texts", f"{info.n_val:,}")
+    m[2].metric("Classes", len(info.class_names))
+    m[3].metric("Mean length", f"{view['lengths'].characters.mean():.0f} chars")
+    st.subheader("Samples")
+    st.dataframe(view["sample"], hide_index=True, width="stretch",
+                 column_config={"text": st.column_config.TextColumn("text", width="large")})
+    left, right = st.columns(2)
+    with left:
+        st.subheader("Length")
+        unit = st.radio("Unit", ["words", "characters"], horizontal=True, key=f"data_len_{info.name}")
+        chart = alt.Chart(view["lengths"]).mark_bar().encode(
+            x=alt.X(f"{unit}:Q", bin=alt.Bin(maxbins=40), title=f"{unit} per text"),
+            y=alt.Y("count():Q", title="texts"), color=alt.Color("split:N", title="split"),
+        ).properties(height=260)
+        st.altair_chart(chart, width="stretch")
+    with right:
+        st.subheader("Texts per class and split")
+        st.altair_chart(counts_chart(view["counts"]), width="stretch")
+
+
+# --------------------------------------------------------------------------- token rendering
+
+
+def sentence_html(tokens, mask=None, marks: dict[int, str] | None = None) -> str:
+    """One tokenised text as HTML: specials and padding left out, ``##`` pieces glued to their
+    word, masked tokens highlighted, and ``marks[j]`` (a colour) underlining token ``j``.
+
+    Args:
+        tokens: ``[L]`` token strings (``""`` at padding).
+        mask: ``[L]`` bool, True = highlighted.
+        marks: token index -> CSS colour of its underline (e.g. correct / wrong prediction).
+    """
+    out = []
+    for j, t in enumerate(tokens):
+        if not t or t in ("[CLS]", "[SEP]", "[PAD]"):
+            continue
+        piece = t[2:] if t.startswith("##") else t
+        style = HIGHLIGHT if mask is not None and mask[j] else ""
+        if marks and j in marks:
+            style += f";border-bottom:3px solid {marks[j]}"
+        text = html.escape(piece)
+        span = f"<span style='{style}'>{text}</span>" if style else text
+        out.append(span if t.startswith("##") or not out else " " + span)
+    return "".join(out)
+
+
+def masked_sentences(tokens: np.ndarray, mask: np.ndarray, captions: list[str] | None = None) -> None:
+    """Rows of sentences with their masked tokens highlighted, with a count per row."""
+    rows = []
+    for i in range(len(tokens)):
+        n = int(mask[i].sum())
+        cap = f" <span style='color:#888'>({captions[i]})</span>" if captions else ""
+        rows.append(f"<div style='margin:0.3em 0;line-height:1.9'>{sentence_html(tokens[i], mask[i])}"
+                    f" <span style='color:#888;font-size:0.85em'>· {n} masked</span>{cap}</div>")
+    st.html("".join(rows))
+
+
+def _words(tokens) -> list[str]:
+    return [t for t in tokens if t and t not in ("[CLS]", "[SEP]", "[PAD]")]
+
+
+# --------------------------------------------------------------------------- previews
+
+
+@st.cache_data(max_entries=16, ttl=600, show_spinner="Tokenising…")
+def _preview(cfg_json: str, version: str, n: int):
+    from engine.config import RunConfig
+    from engine.tasks.text import preview
+
+    return preview(RunConfig.from_dict(json.loads(cfg_json)), n)
+
+
+def mask_preview(cfg, info, n: int = N_PREVIEW) -> None:
+    """The first ``n`` validation texts with the masks the run will use for its samples."""
+    pv = guarded(_preview, json.dumps(cfg.to_dict(), sort_keys=True), info.created_at, n)
+    if pv is None:
+        return
+    eligible = pv.eligible.sum()
+    st.caption(f"The first {len(pv.texts)} validation texts of **{info.name}** tokenised with this run's tokenizer, "
+               f"with the masks the run uses for its samples ({cfg.masking.strategy}): "
+               f"{int(pv.mask.sum())} of {int(eligible)} maskable tokens masked.")
+    masked_sentences(pv.tokens, pv.mask, [info.class_names[int(y)] for y in pv.labels])
+
+
+# --------------------------------------------------------------------------- run samples
+
+
+def _step_caption(sample, what: str) -> None:
+    st.caption(f"Step {sample.step} · {len(sample['tokens'])} fixed validation texts · {what}")
+
+
+def mlm_samples_view(sample, run) -> None:
+    """MLM samples: each sentence with its masked tokens highlighted, then the top-3 predictions
+    with their probabilities at every masked token (the correct one marked)."""
+    tokens, mask = sample["tokens"], sample["mask"]
+    top, probs = sample["top_tokens"], sample["top_probs"]
+    _step_caption(sample, "masked tokens highlighted; underline green = top-1 correct, red = wrong")
+    names = sample.meta.get("class_names", [])
+    for i in range(len(tokens)):
+        pos = np.flatnonzero(mask[i])
+        marks = {int(j): CORRECT if top[i, j, 0] == tokens[i, j] else WRONG for j in pos}
+        label = names[int(sample["labels"][i])] if names and 0 <= int(sample["labels"][i]) < len(names) else ""
+        tag = f" <span style='color:#888'>({html.escape(label)})</span>" if label else ""
+        st.html(f"<div style='line-height:1.9;font-size:1.05em'>{sentence_html(tokens[i], mask[i], marks)}{tag}</div>")
+        rows = []
+        for j in pos:
+            cands = [f"{'✓ ' if top[i, j, k] == tokens[i, j] else ''}{top[i, j, k]} {probs[i, j, k]:.0%}"
+                     for k in range(top.shape[2]) if top[i, j, k]]
+            rows.append({"position": int(j), "hidden token": tokens[i, j], "top-1": cands[0] if cands else "",
+                         "top-2": cands[1] if len(cands) > 1 else "", "top-3": cands[2] if len(cands) > 2 else ""})
+        if rows:
+            st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+
+
+def span_samples_view(sample, run) -> None:
+    """Span completion samples: the text with its hidden span, the true span and the model's."""
+    tokens, mask = sample["tokens"], sample["mask"]
+    _step_caption(sample, "the highlighted span is hidden; the model writes it from the rest")
+    rows = []
+    for i in range(len(tokens)):
+        truth = " ".join(_words(sample["target"][i]))
+        gen = " ".join(_words(sample["generated"][i]))
+        st.html(f"<div style='line-height:1.9'>{sentence_html(tokens[i], mask[i])}</div>")
+        rows.append({"hidden span": _join(truth), "model's span": _join(gen), "exact": "✓" if truth == gen else ""})
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+
+
+def _join(pieces: str) -> str:
+    return pieces.replace(" ##", "")
+
+
+# --------------------------------------------------------------------------- interactive
+
+
+@st.cache_resource(max_entries=4, show_spinner="Loading the checkpoint…")
+def _loaded(run_id: str, step: int, mtime: float):
+    """One cached model per checkpoint (``mtime`` invalidates a rewritten one); at most 4 kept
+    (see engine.inference for the memory bound)."""
+    from engine.inference import load_model
+
+    return load_model(run_id, step)
+
+
+def _checkpoint_picker(run, key: str):
+    from engine.inference import checkpoint_path, checkpoint_steps
+
+    steps = guarded(checkpoint_steps, run.run_id) or []
+    if not steps:
+        st.info("No checkpoint kept yet: the box answers once the run has written one "
+                f"(every {run.config.get('train', {}).get('checkpoint_interval', '?')} steps and at the end).")
+        return None
+    step = st.selectbox("Checkpoint", steps, index=len(steps) - 1, key=key, format_func=lambda s: f"step {s}")
+    path = checkpoint_path(run.run_id, step)
+    return guarded(_loaded, run.run_id, int(step), (path / "model.safetensors").stat().st_mtime)
+
+
+def fill_in_box(run, sample) -> None:
+    """Type a sentence with ``[MASK]`` (or pick words to hide) and see any kept checkpoint's
+    top-3 predictions at each mask."""
+    from engine.tasks.text import fill_in
+
+    st.subheader("Fill in the blanks")
+    loaded = _checkpoint_picker(run, f"fill_ckpt_{run.run_id}")
+    if loaded is None:
+        return
+    default = " ".join(_join(" ".join(_words(sample["tokens"][0]))).split()) if sample is not None else ""
+    text = st.text_input("Sentence", value=default, key=f"fill_text_{run.run_id}",
+                         help="write [MASK] where a word is hidden, or pick words below")
+    words = text.split()
+    hide = st.pills("Words to hide", list(range(len(words))), selection_mode="multi", key=f"fill_hide_{run.run_id}",
+                    format_func=lambda i: words[i] if i < len(words) else "") if words else []
+    query = " ".join("[MASK]" if i in (hide or []) else w for i, w in enumerate(words))
+    if "[MASK]" not in query:
+        st.caption("Pick a word to hide, or type [MASK] in the sentence.")
+        return
+    st.html(f"<div style='line-height:1.9'>Model input: {html.escape(query)}</div>")
+    preds = guarded(fill_in, loaded, query)
+    if preds:
+        st.dataframe(pd.DataFrame([{"[MASK] #": p.position + 1,
+                                    **{f"top-{k + 1}": f"{t} {pr:.0%}" for k, (t, pr) in enumerate(p.candidates)}}
+                                   for p in preds]), hide_index=True, width="stretch")
+        st.caption(f"Checkpoint of step {loaded.step}; a hidden word is one [MASK], so the model proposes one token "
+                   "(a WordPiece piece starts with ##).")
+
+
+def completion_box(run, sample) -> None:
+    """Write a text with one ``[MASK]`` where a passage is missing and see the span the model writes."""
+    from engine.tasks.text import complete_span
+
+    st.subheader("Complete a passage")
+    loaded = _checkpoint_picker(run, f"span_ckpt_{run.run_id}")
+    if loaded is None:
+        return
+    default = ""
+    if sample is not None:
+        toks, m = sample["tokens"][0], sample["mask"][0]
+        kept = [("[MASK]" if m[j] and (j == 0 or not m[j - 1]) else t) for j, t in enumerate(toks) if not m[j] or
+                (j == 0 or not m[j - 1])]
+        default = _join(" ".join(_words(kept)))
+    text = st.text_input("Text with one [MASK]", value=default, key=f"span_text_{run.run_id}")
+    out = guarded(complete_span, loaded, text)
+    if out is not None:
+        filled = html.escape(text).replace("[MASK]", f"<span style='{HIGHLIGHT}'>{html.escape(out) or '∅'}</span>")
+        st.html(f"<div style='line-height:1.9'>{filled}</div>")
+        st.caption(f"Greedy decoding from the checkpoint of step {loaded.step}.")
+
+
+# --------------------------------------------------------------------------- New run and Mask lab
+
+
+#: One-segment strategies: what span completion can train with (one sentinel per text).
+SPAN_STRATEGIES = ["sentence_span"]
+#: What New run proposes for each text task (BERT masks 15% of tokens; span completion 20-50%).
+TASK_MASKING = {"text_mlm": {"strategy": "random", "ratio": 0.15}, "text_span": {"strategy": "sentence_span"}}
+
+
+def tokenizer_fields(key: str, carried: dict) -> dict:
+    """Tokenizer settings (``data.tokenizer``)."""
+    from engine.config import TokenizerConfig
+
+    d = {**TokenizerConfig().model_dump(), **(carried.get("tokenizer") or {})}
+    a, b, c = st.columns(3)
+    kind = a.selectbox("Tokenizer", ["wordpiece", "char"], index=["wordpiece", "char"].index(d["kind"]),
+                       key=f"{key}_tok_kind", help="WordPiece trained on the train split, or one token per character")
+    vocab = b.number_input("Vocabulary size", min_value=16, max_value=200_000, value=int(d["vocab_size"]), step=500,
+                           key=f"{key}_tok_vocab", disabled=kind == "char", help="WordPiece target size, specials included")
+    max_len = c.number_input("Max tokens", min_value=8, max_value=1024, value=int(d["max_len"]), step=16,
+                             key=f"{key}_tok_len", help="per text, [CLS] and [SEP] included; longer texts are cut")
+    return {"kind": kind, "vocab_size": int(vocab), "max_len": int(max_len), "lowercase": bool(d["lowercase"]),
+            "min_frequency": int(d["min_frequency"])}
+
+
+def masking_fields(task: str, key: str, carried: dict) -> dict | None:
+    """The masking controls for a text task (span completion offers its one-segment strategies)."""
+    from app.components.masks import masking_controls
+
+    defaults = carried.get("masking") or TASK_MASKING.get(task, {})
+    return masking_controls("text", 1, f"{key}_{task}", defaults, names=SPAN_STRATEGIES if task == "text_span" else None)
+
+
+def run_fields(info, task: str, key: str, carried: dict) -> dict:
+    """New run's text fields: tokenizer, masking, model preset (and BERT's replacement shares)."""
+    from engine.models import get_model_spec
+    from engine.tasks import get_task
+
+    arch = get_task(task).archs[0]
+    tokenizer = tokenizer_fields(key, carried)
+    with st.container(border=True):
+        masking = masking_fields(task, key, carried)
+        st.page_link("../pages/mask_lab.py", label="Compare strategies in Mask lab", icon="🎭")
+    presets = get_model_spec(arch).presets
+    names = list(presets)
+    a, b = st.columns(2)
+    preset = a.selectbox("Model preset", names, index=names.index("mini") if "mini" in names else 0, key=f"{key}_preset_{arch}",
+                         format_func=lambda k: f"{k}  (width {presets[k]['embed_dim']}, "
+                                               f"depth {presets[k].get('depth', presets[k].get('enc_depth'))})")
+    out = {"task": task, "masking": masking, "data": {"tokenizer": tokenizer}, "model": {"arch": arch, "preset": preset}}
+    if task == "text_mlm":
+        share = b.slider("Shown as [MASK]", 0.0, 1.0, 0.8, 0.05, key=f"{key}_mask_share",
+                         help="BERT's 80/10/10: the rest is split evenly between a random token and the original")
+        out["task_params"] = {"mask_share": share, "random_share": round((1 - share) / 2, 6)}
+    return out
+
+
+def lab_controls(info, handoff: dict, key: str) -> dict:
+    """Mask lab's text controls: the task (which strategies apply), tokenizer and masking."""
+    from engine.tasks import tasks_for
+
+    tasks = tasks_for("text")
+    task = st.selectbox("Task", tasks, key=f"{key}_task", index=tasks.index(handoff["task"]) if handoff.get("task") in tasks else 0)
+    tokenizer = tokenizer_fields(key, handoff)
+    return {"task": task, "masking": masking_fields(task, key, handoff), "data": {"tokenizer": tokenizer}}
+
+
+@st.cache_data(max_entries=16, ttl=900, show_spinner="Drawing masks…")
+def _lab_stats(cfg_json: str, version: str, n: int):
+    from engine.checks import masking_problem
+    from engine.config import RunConfig
+    from engine.masking.stats import mask_stats, masks_per_second
+    from engine.tasks.text import train_masks
+
+    cfg = RunConfig.from_dict(json.loads(cfg_json))
+    mask, eligible = train_masks(cfg, n)
+    rate = masks_per_second(lambda: train_masks(cfg, n)[0], min_time=0.2, warmup=False)
+    return mask_stats(mask, eligible), rate, masking_problem(cfg.masking, mask, unit="tokens", eligible=eligible)
+
+
+def lab_results(cfg, info, n: int) -> None:
+    """Mask lab's text results: the run's masks on real sentences, then batch statistics."""
+    from app.components.masks import mask_stats_panel
+
+    st.subheader("Masks on real sentences")
+    mask_preview(cfg, info)
+    st.subheader("Statistics")
+    res = guarded(_lab_stats, json.dumps(cfg.to_dict(), sort_keys=True), info.created_at, int(n))
+    if res is None:
+        return
+    stats, rate, problem = res
+    if problem:
+        st.warning(f"A run with these settings would be refused: {problem}")
+    st.caption(f"{stats.batch_size} masks over real train texts of **{info.name}** (ratio over the maskable tokens; "
+               "masks/s includes tokenising the batch).")
+    mask_stats_panel(stats, rate)
