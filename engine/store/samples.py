@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import io
 import json
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from engine.errors import DamagedFileError
 from engine.store.runs import run_dir
 from engine.workspace import atomic_write_bytes
 
@@ -43,7 +45,11 @@ class ReconSample:
 
 
 def save_samples(d: Path, s: ReconSample) -> Path:
-    """Write ``s`` to ``d/samples/recon-<step>.npz`` atomically; returns the path."""
+    """Write ``s`` to ``d/samples/recon-<step>.npz`` atomically; returns the path.
+
+    Raises:
+        StorageError: the file cannot be written (disk full...); no temporary file is left.
+    """
     buf = io.BytesIO()
     np.savez_compressed(
         buf, step=s.step, images=s.images.astype(np.float32), mask=s.mask.astype(bool),
@@ -52,7 +58,7 @@ def save_samples(d: Path, s: ReconSample) -> Path:
         patch_size=s.patch_size,
     )
     path = Path(d) / SAMPLES_DIR / f"recon-{s.step:07d}.npz"
-    atomic_write_bytes(path, buf.getvalue())
+    atomic_write_bytes(path, buf.getvalue(), what=f"reconstruction samples of step {s.step}")
     return path
 
 
@@ -62,7 +68,12 @@ def sample_steps(run_id: str, workspace=None) -> list[int]:
 
 
 def load_samples(run_id: str, step: int | None = None, workspace=None) -> ReconSample | None:
-    """Samples at ``step`` (the latest when None); None if the run has none yet."""
+    """Samples at ``step`` (the latest when None); None if the run has none yet.
+
+    Raises:
+        RunNotFoundError: unknown run.
+        DamagedFileError: the samples file cannot be read (the message names it).
+    """
     d = run_dir(run_id, workspace) / SAMPLES_DIR
     if step is None:
         files = sorted(d.glob("recon-*.npz"))
@@ -73,9 +84,13 @@ def load_samples(run_id: str, step: int | None = None, workspace=None) -> ReconS
         path = d / f"recon-{step:07d}.npz"
         if not path.exists():
             return None
-    with np.load(path) as z:
-        return ReconSample(
-            step=int(z["step"]), images=z["images"], mask=z["mask"], pred_img=z["pred_img"],
-            pasted=z["pasted"], labels=z["labels"], class_names=tuple(json.loads(str(z["class_names"]))),
-            patch_size=int(z["patch_size"]),
-        )
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return ReconSample(
+                step=int(z["step"]), images=z["images"], mask=z["mask"], pred_img=z["pred_img"],
+                pasted=z["pasted"], labels=z["labels"], class_names=tuple(json.loads(str(z["class_names"]))),
+                patch_size=int(z["patch_size"]),
+            )
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as e:
+        raise DamagedFileError(f"{path}: unreadable reconstruction samples ({e}); "
+                               f"`python -m engine doctor` reports damaged files") from None
