@@ -15,9 +15,10 @@ part; ``doctor --repair`` does the same for a run that died before.
 **Readers, no lock.** A reader lists ``metrics/``, keeps the widest files (a file whose range lies
 inside another listed file is a merge input whose part is already complete: it is dropped, so no
 row is counted twice), and checks that the kept ranges run from segment 0 without a gap. A listing
-taken while a merge renames and deletes can miss a file: a gap (or a file gone before it is read)
-makes the reader list again; after :data:`READ_RETRIES` tries it reads what it has and says so.
-Rows are unique per ``(run_id, key, step)``: a step logged twice keeps its last value.
+taken while a merge renames and deletes can miss a file: a gap makes the reader list again. It then
+reads each kept file with pyarrow (an open file stays readable after a merge deletes it); a file
+deleted before it could be opened makes it take a new listing. Rows are unique per
+``(run_id, key, step)``: a step logged twice keeps its last value (DuckDB over the Arrow table).
 
 **Damaged files.** A file that cannot be read (0 bytes, garbage, wrong schema) is skipped with a
 warning in ``df.attrs["warnings"]`` (the charts show it); ``doctor --repair`` moves it to
@@ -186,22 +187,33 @@ def _table_bytes(table: pa.Table) -> bytes:
     return buf.getvalue()
 
 
-def _read_table(path: Path) -> pa.Table:
-    """A metrics file as a table of :data:`SCHEMA`. Raises DamagedFileError naming the file."""
+def read_table(path: Path, filters=None) -> pa.Table:
+    """A metrics file as a table of :data:`SCHEMA` (every page decoded); ``filters`` as pyarrow's.
+
+    Raises:
+        DamagedFileError: it cannot be read (empty, garbage, wrong schema); the message names it.
+        FileNotFoundError: it is gone (merged away).
+    """
     try:
-        t = pq.read_table(path)
+        t = pq.read_table(path, filters=filters)
         return t.select(COLUMNS).cast(SCHEMA)
     except FileNotFoundError:
         raise
     except (OSError, pa.ArrowException, KeyError, ValueError) as e:
-        raise DamagedFileError(f"{path}: unreadable metrics file ({e})") from None
+        try:
+            why = "empty file (0 bytes)" if path.stat().st_size == 0 else str(e).splitlines()[0][:160]
+        except FileNotFoundError:
+            raise e from None
+        err = DamagedFileError(f"{path}: unreadable metrics file ({why})")
+        err.reason = why
+        raise err from None
 
 
 def _merge(run_dir: Path, files: list[MetricFile], first: int, last: int, run_id: str,
            keep_after: int | None = None) -> tuple[MetricFile, int]:
     """Write ``part-first-last`` from ``files`` (rows with step > keep_after dropped), then delete the
     inputs. Returns the part and the number of rows dropped."""
-    tables = [_read_table(f.path) for f in files]
+    tables = [read_table(f.path) for f in files]
     table = pa.concat_tables(tables) if tables else SCHEMA.empty_table()
     n_in = table.num_rows
     if keep_after is not None:
@@ -379,68 +391,52 @@ def _rewrite(run_dir: Path, run_id: str | None, *, keep_after: int | None) -> tu
 # ---------------------------------------------------------------- read side
 
 
+def read_run_table(run_dir: Path, keys: list[str] | None = None) -> tuple[pa.Table, list[str]]:
+    """Every stored metrics row of one run (duplicates kept) and warnings about what was skipped.
+
+    Takes a :func:`snapshot` and reads each of its files with pyarrow. The files are immutable, so
+    the rows read are exactly the snapshot's; a file merged away before it could be opened makes
+    it take a new snapshot (up to :data:`READ_RETRIES` times). An unreadable file is skipped with
+    a warning.
+    """
+    run_dir = Path(run_dir)
+    filters = [("key", "in", list(keys))] if keys else None
+    for attempt in range(READ_RETRIES * 4):
+        files, warnings = snapshot(run_dir)
+        tables = []
+        try:
+            for f in files:
+                try:
+                    tables.append(read_table(f.path, filters))
+                except DamagedFileError as e:
+                    warnings.append(f"{run_dir.name}: skipped unreadable metrics file {f.path.relative_to(run_dir)} "
+                                    f"({e.reason}); its rows are missing; "
+                                    f"`python -m engine doctor --repair` moves it to {QUARANTINE_DIR}/")
+        except FileNotFoundError:
+            time.sleep(0.005 * (attempt + 1))
+            continue
+        return (pa.concat_tables(tables) if tables else SCHEMA.empty_table()), warnings
+    return SCHEMA.empty_table(), [f"{run_dir.name}: its metrics files kept changing while being read; try again"]
+
+
 def latest_values(run_dir: Path) -> dict[str, float]:
-    """The last finite value of each key (by step) in a run's stored metrics; ``{}`` if none or unreadable."""
-    files, _ = snapshot(run_dir)
-    if not files:
+    """The last finite value of each key (by step) in a run's stored metrics; ``{}`` if none."""
+    table, _ = read_run_table(run_dir)
+    if table.num_rows == 0:
         return {}
     con = duckdb.connect()
     try:
-        rows = con.execute("SELECT key, arg_max(value, step) FROM read_parquet($f) WHERE isfinite(value) GROUP BY key",
-                           {"f": [str(f.path) for f in files]}).fetchall()
-    except duckdb.Error:
-        return {}
+        con.register("raw", table)
+        rows = con.execute("SELECT key, arg_max(value, step) FROM raw WHERE isfinite(value) GROUP BY key").fetchall()
     finally:
         con.close()
     return {k: float(v) for k, v in rows}
 
 
-_bad_cache: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> why it cannot be read
-
-
-def _file_key(path: Path) -> tuple[str, int, int] | None:
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return str(path), st.st_size, st.st_mtime_ns
-
-
-def _probe(path: Path) -> str | None:
-    """Why ``path`` cannot be read as a metrics file, or None if it can (or is gone)."""
-    key = _file_key(path)
-    if key is None:
-        return None
-    if key in _bad_cache:
-        return _bad_cache[key]
-    try:
-        con = duckdb.connect()
-        try:
-            con.execute(f"SELECT {', '.join(COLUMNS)} FROM read_parquet($f) LIMIT 0", {"f": str(path)})
-            con.execute("SELECT count(*), sum(step), sum(value) FROM read_parquet($f)", {"f": str(path)}).fetchall()
-        finally:
-            con.close()
-        return None
-    except duckdb.Error as e:
-        if not path.exists():
-            return None
-        why = "empty file (0 bytes)" if key[1] == 0 else str(e).splitlines()[0][:160]
-        if len(_bad_cache) > 1000:
-            _bad_cache.clear()
-        _bad_cache[key] = why
-        return why
-
-
-def _empty_frame() -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series(dtype=t) for c, t in
-                         [("run_id", "str"), ("key", "str"), ("step", "int64"), ("value", "float64"),
-                          ("wall_time", "float64")]})
-
-
 def read_metrics_files(
     run_dirs: Iterable[Path], keys: list[str] | None = None, *, max_points: int | None = 1000
 ) -> pd.DataFrame:
-    """Read metrics of several runs with DuckDB; never fails on a damaged file.
+    """Read metrics of several runs; never fails on a damaged file.
 
     Args:
         run_dirs: run folders.
@@ -454,54 +450,25 @@ def read_metrics_files(
         ``df.attrs["warnings"]`` lists what could not be read (a skipped file, a missing range),
         one sentence each; empty when everything was read.
     """
-    run_dirs = [Path(d) for d in run_dirs]
-    for attempt in range(READ_RETRIES):
-        warnings: list[str] = []
-        files: list[Path] = []
-        for d in run_dirs:
-            fs, w = snapshot(d)
-            warnings += w
-            for f in fs:
-                key = _file_key(f.path)
-                if key is not None and key in _bad_cache:
-                    warnings.append(_bad_warning(d, f.path, _bad_cache[key]))
-                else:
-                    files.append(f.path)
-        if not files:
-            df = _empty_frame()
-            df.attrs["warnings"] = warnings
-            return df
-        try:
-            df = _query([str(p) for p in files], keys, max_points)
-            df.attrs["warnings"] = warnings
-            return df
-        except duckdb.Error:
-            # A file merged away between listing and reading (list again), or a damaged one (found
-            # by probing each file; it goes to the cache and is skipped from now on).
-            found = [p for p in files if _probe(p) is not None]
-            if not found:
-                time.sleep(0.02 * (attempt + 1))
-    df = _empty_frame()
-    df.attrs["warnings"] = [f"metrics of {', '.join(d.name for d in run_dirs)} could not be read "
-                            f"(files kept changing during {READ_RETRIES} tries); try again"]
+    tables, warnings = [], []
+    for d in run_dirs:
+        t, w = read_run_table(Path(d), keys)
+        tables.append(t)
+        warnings += w
+    df = _query(pa.concat_tables(tables) if tables else SCHEMA.empty_table(), max_points)
+    df.attrs["warnings"] = warnings
     return df
 
 
-def _bad_warning(run_dir: Path, path: Path, why: str) -> str:
-    return (f"{run_dir.name}: skipped unreadable metrics file {path.relative_to(run_dir)} ({why}); its rows are "
-            f"missing; `python -m engine doctor --repair` moves it to {QUARANTINE_DIR}/")
-
-
-def _query(files: list[str], keys: list[str] | None, max_points: int | None) -> pd.DataFrame:
+def _query(table: pa.Table, max_points: int | None) -> pd.DataFrame:
+    """Dedup (last value per run, key, step) and downsample ``table`` with DuckDB."""
     con = duckdb.connect()
     try:
-        where = "WHERE key IN (SELECT unnest($keys))" if keys else ""
+        con.register("raw", table)
         stride = "" if not max_points else (
             "WHERE (rn - 1) % greatest(1, cast(ceil(n / $max_points) AS BIGINT)) = 0 OR rn = n")
         sql = f"""
-            WITH raw AS (
-                SELECT run_id, key, step, value, wall_time FROM read_parquet($files) {where}
-            ), dedup AS (
+            WITH dedup AS (
                 SELECT run_id, key, step, arg_max(value, wall_time) AS value, max(wall_time) AS wall_time
                 FROM raw GROUP BY run_id, key, step
             ), numbered AS (
@@ -511,11 +478,7 @@ def _query(files: list[str], keys: list[str] | None, max_points: int | None) -> 
             SELECT run_id, key, step, value, wall_time FROM numbered {stride}
             ORDER BY run_id, key, step
         """
-        params: dict = {"files": files}
-        if keys:
-            params["keys"] = list(keys)
-        if max_points:
-            params["max_points"] = int(max_points)
-        return con.execute(sql, params).df()
+        df = con.execute(sql, {"max_points": int(max_points)} if max_points else {}).df()
     finally:
         con.close()
+    return df.astype({"run_id": "str", "key": "str", "step": "int64", "value": "float64", "wall_time": "float64"})

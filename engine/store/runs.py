@@ -157,8 +157,9 @@ def read_status(d: Path) -> dict[str, Any]:
     return st if isinstance(st, dict) else {}
 
 
-def _status_checked(d: Path) -> tuple[dict[str, Any], list[str]]:
-    """The status dict and what was wrong with the file (a missing file is not a warning)."""
+def read_status_checked(d: Path) -> tuple[dict[str, Any], list[str]]:
+    """The status dict and a list with what is wrong with the file (empty when fine; a missing file
+    is fine: the run was just created)."""
     path = d / STATUS_FILE
     try:
         st = read_json(path)
@@ -196,7 +197,7 @@ def _record(d: Path) -> RunRecord:
         cfg = read_json(d / CONFIG_FILE)
     except (OSError, ValueError) as e:
         raise DamagedFileError(f"{d / CONFIG_FILE}: unreadable run config ({e})") from None
-    st, warnings = _status_checked(d)
+    st, warnings = read_status_checked(d)
     fmt = st.get("format", 1)
     if isinstance(fmt, int) and fmt > FORMAT:
         raise FormatVersionError(f"run {d.name} was written by a newer masklab (format {fmt}; this masklab "
