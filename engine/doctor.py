@@ -150,7 +150,7 @@ class _RunCheck:
         if isinstance(st.get("format"), int) and st["format"] > FORMAT:
             self.add(f"written by a newer masklab (format {st['format']}); upgrade masklab", fixable=False)
             return
-        if run_alive(d) or is_starting(d, st):
+        if run_alive(d) or (not bad_status and is_starting(d, st)):
             problems = [p for p in self._bad_metrics()]
             if problems:
                 self.report.findings.append(Finding("skipped", self.where, f"live run with {len(problems)} unreadable "

@@ -182,7 +182,10 @@ def _float(v: Any) -> float | None:
 def is_starting(d: Path, st: dict[str, Any] | None = None) -> bool:
     """True for a run the launcher queued less than :data:`LAUNCH_GRACE_S` ago whose worker has not
     taken the run lock yet (``queued``, no worker pid). ``st``: its status dict, read if None."""
-    st = read_status(d) if st is None else st
+    if st is None:
+        st, damaged = read_status_checked(Path(d))
+        if damaged:
+            return False
     if st.get("status", "queued") != "queued" or st.get("pid"):
         return False
     try:
