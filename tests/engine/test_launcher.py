@@ -15,7 +15,7 @@ from engine.data import load_dataset
 from engine.errors import MasklabError
 from engine.launcher import cancel, submit
 from engine.store import get_run, list_runs, read_metrics
-from engine.store.runs import worker_alive
+from engine.store import lock_holder, run_alive
 
 CFG = {"data": {"dataset": "digits"}, "model": {"preset": "tiny", "patch_size": 2},
        "train": {"steps": 120, "batch_size": 32, "eval_interval": 40, "checkpoint_interval": 1000,
@@ -79,11 +79,11 @@ def test_two_writers_and_a_reader_process(workspace):
 def test_cancel_a_running_background_run(workspace):
     run_id = submit(RunConfig.from_dict({**CFG, "train": {**CFG["train"], "steps": 100_000}}))
     _wait(lambda: get_run(run_id).step > 0, 120, "the run to start training")
-    pid = get_run(run_id).pid
-    assert worker_alive(pid, run_id)
+    d = get_run(run_id).path
+    assert run_alive(d) and lock_holder(d) == get_run(run_id).pid
     assert cancel(run_id) is True
     _wait(lambda: get_run(run_id).status == "cancelled", 60, "status cancelled")
-    _wait(lambda: not worker_alive(pid, run_id), 30, "the worker to exit")
+    _wait(lambda: not run_alive(d), 30, "the worker to exit")
     rec = get_run(run_id)
     assert 0 < rec.step < 100_000
     assert cancel(run_id) is False  # already ended
