@@ -256,9 +256,9 @@ def check_workspace(workspace: Path | str | None = None, *, repair: bool = False
         report.findings.append(Finding("problem", VERSION_FILE, f"format {fmt} is newer than this masklab "
                                        f"reads ({FORMAT}); upgrade masklab. Nothing was checked."))
         return report
-    if fmt != FORMAT:
+    if fmt is not None and fmt != FORMAT:
         report.findings.append(Finding("repaired" if repair else "repairable", VERSION_FILE,
-                                       f"format {fmt or 'none (new workspace)'}: "
+                                       f"format {fmt}: "
                                        f"{'recorded' if repair else 'record'} format {FORMAT}; format-1 run folders "
                                        f"are read as they are"))
         if repair:
