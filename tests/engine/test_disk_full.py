@@ -78,7 +78,7 @@ def _mount_tmpfs(path: Path) -> bool:
     return out.returncode == 0
 
 
-@pytest.fixture(params=["tmpfs", "simulated"])
+@pytest.fixture(params=[pytest.param("tmpfs", marks=pytest.mark.slow), "simulated"])
 def small_disk(request, workspace, monkeypatch):
     load_dataset("digits")  # on the normal disk; only runs/ is small
     runs = workspace / "runs"
