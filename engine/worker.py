@@ -99,7 +99,6 @@ def execute_run(run_dir: Path, *, on_step: Callable[[int], None] | None = None) 
         KeyboardInterrupt: after recording ``cancelled``.
     """
     run_dir = Path(run_dir).resolve()
-    lock = RunLock(run_dir).acquire()
     stop_flag = {"signal": False}
     cancel_marker = run_dir / CANCEL_FILE
 
@@ -109,14 +108,19 @@ def execute_run(run_dir: Path, *, on_step: Callable[[int], None] | None = None) 
     def on_term(signum, frame):  # finish the current step, then stop
         stop_flag["signal"] = True
 
+    # The handler goes in before the lock is taken: cancel signals lock holders only, so a SIGTERM
+    # can never find this process holding the lock without its handler.
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, on_term) if in_main else None
+    lock = RunLock(run_dir)
     try:
+        lock.acquire()
         return _execute(run_dir, should_stop, on_step)
     finally:
         if in_main:
             signal.signal(signal.SIGTERM, previous)
-        unlink_quietly(run_dir / RESERVE_FILE)
+        if lock.held:
+            unlink_quietly(run_dir / RESERVE_FILE)
         lock.release()
 
 
