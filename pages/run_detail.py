@@ -42,8 +42,7 @@ def status_panel(run_id: str) -> None:
         col.metric(label, f"{v:.4f}" if v is not None else "–")
     m[4].metric("Duration", format_duration(rec.duration_s) or "–")
     st.progress(rec.progress, text=f"{rec.progress:.0%}")
-    if not rec.is_active:
-        status_message(rec, guarded(latest_checkpoint_step, run_id))
+    status_message(rec, guarded(latest_checkpoint_step, run_id) if rec.is_resumable else None)
     df = guarded(read_metrics, [run_id], ["loss", "val_loss"], max_points=500)
     if df is not None:
         show_read_warnings(df)

@@ -37,8 +37,7 @@ LOG_FILE = "worker.log"
 #: A run the launcher has just created has no worker (and no lock) for the moment Python takes to
 #: start one; for this long a lock-less ``queued`` run without a worker pid is still "starting".
 LAUNCH_GRACE_S = 30.0
-INTERRUPTED_ERROR = ("its worker process is gone (killed, crashed, or its machine stopped) while {status}; "
-                     "it can be resumed from its latest checkpoint; see the worker log")
+INTERRUPTED_ERROR = "its worker process is gone (killed, crashed, or its machine stopped) while {status}"
 
 
 def runs_root(workspace=None) -> Path:
@@ -280,7 +279,7 @@ def read_log(run_id: str, max_bytes: int = 64_000, workspace=None) -> str | None
             data = f.read()
     except FileNotFoundError:
         return None
-    text = data.decode("utf-8", errors="replace")
-    if size > max_bytes:
-        text = f"[... {size - len(data):,} earlier bytes not shown ...]\n" + text.split("\n", 1)[-1]
-    return text
+    if size > max_bytes:  # start at a whole line
+        data = data.split(b"\n", 1)[-1]
+        return f"[... {size - len(data):,} earlier bytes not shown ...]\n" + data.decode("utf-8", errors="replace")
+    return data.decode("utf-8", errors="replace")

@@ -204,3 +204,16 @@ def test_truncate_then_continue_has_one_row_per_step(workspace):
     assert df.step.tolist() == list(range(80)) and df.value.iloc[-1] == -79.0
     w.close()
     assert truncate_metrics(d, after_step=1000) == 0
+
+
+def test_read_log_tail(workspace):
+    from engine.store import read_log
+
+    run_id, d = create_run({"train": {"steps": 1}})
+    assert read_log(run_id) is None  # a foreground run has no worker log
+    (d / "worker.log").write_bytes(b"".join(b"line %05d\n" % i for i in range(10_000)))  # 11 bytes a line
+    first, *rest = read_log(run_id, max_bytes=1000).splitlines()
+    # the last 1000 bytes start 1 byte into line 9909: that partial line is dropped too
+    assert first == "[... 109,010 earlier bytes not shown ...]"
+    assert rest == [f"line {i:05d}" for i in range(9910, 10_000)]
+    assert read_log(run_id, max_bytes=200_000).splitlines()[0] == "line 00000"
