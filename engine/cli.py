@@ -6,11 +6,14 @@
     python -m engine cancel RUN_ID
     python -m engine log RUN_ID [--bytes N]                the end of a background run's worker log
     python -m engine doctor [--repair] [--json]            check the workspace; repair what can be
-    python -m engine data add PATH [--name NAME]           import a zip or folder of images
+    python -m engine data add PATH [--name NAME]           import images (.zip/folder) or text
+                                                           (.txt, .csv, .tsv, .jsonl, .zip of .txt)
+                [--name-encoding ENC] [--fill COLOUR] [--text-column C] [--label-column C] ...
+    python -m engine data inspect PATH                     what `data add` would do (columns, classes)
     python -m engine data list
 
-Exit codes: 0 success; 1 a run failed or diverged, an import refused a file, or doctor left
-problems unresolved; 2 a usage or input error.
+Exit codes: 0 success; 1 a run failed or diverged, an import refused a file or had to guess the
+encoding of its member names, or doctor left problems unresolved; 2 a usage or input error.
 """
 
 from __future__ import annotations
@@ -41,12 +44,27 @@ def _parser() -> argparse.ArgumentParser:
     dr.add_argument("--repair", action="store_true", help="repair what can be repaired (runs whose worker is gone)")
     dr.add_argument("--json", action="store_true", help="machine-readable output")
     d = sub.add_parser("data", help="datasets").add_subparsers(dest="data_cmd", required=True)
-    a = d.add_parser("add", help="import a .zip or folder of PNG/JPEG images (labels = sub-folder names)")
-    a.add_argument("path")
+    a = d.add_parser("add", help="import images (.zip or folder of PNG/JPEG/WebP/BMP/TIFF/GIF, labels = sub-folder "
+                     "names) or text "
+                     "(.txt, .csv, .tsv, .jsonl, .zip of .txt files)")
+    i = d.add_parser("inspect", help="show what `data add` would import: modality, columns and roles, classes")
+    for sp in (a, i):
+        sp.add_argument("path")
+        for role, like in (("file", "file/path/audio..."), ("text", "longest text"),
+                           ("label", "label/class/category..."), ("group", "group/speaker/author...")):
+            sp.add_argument(f"--{role}-column", default=None, metavar="COLUMN",
+                            help=f"{role} column of a table (default: detected, {like}; '' for none)")
+        sp.add_argument("--min-chars", type=int, default=None, help="drop shorter documents (characters)")
+        sp.add_argument("--max-chars", type=int, default=None, help="drop longer documents (characters)")
+        sp.add_argument("--val-fraction", type=float, default=0.1)
+        sp.add_argument("--seed", type=int, default=0)
+        sp.add_argument("--name-encoding", default=None, metavar="ENC",
+                        help="encoding of zip member names not marked as UTF-8, e.g. cp437, cp1252, cp932 "
+                        "(default: detected; the report says which)")
     a.add_argument("--name", default=None)
-    a.add_argument("--image-size", type=int, default=32, help="side in pixels after resizing (default 32)")
-    a.add_argument("--val-fraction", type=float, default=0.1)
-    a.add_argument("--seed", type=int, default=0)
+    a.add_argument("--image-size", type=int, default=32, help="images: side in pixels after resizing (default 32)")
+    a.add_argument("--fill", default="white", metavar="COLOUR",
+                   help="images: colour under transparent pixels and in the padding: a name or #rrggbb (default white)")
     a.add_argument("--overwrite", action="store_true", help="replace an existing dataset of that name")
     d.add_parser("list", help="list datasets")
     return p
@@ -157,19 +175,53 @@ def cmd_doctor(args) -> int:
     return 1 if report.unresolved else 0
 
 
+def _import_options(args):
+    from engine.data.tabular import import_options
+
+    return import_options(
+        file_column=args.file_column, text_column=args.text_column, label_column=args.label_column,
+        group_column=args.group_column, min_chars=args.min_chars, max_chars=args.max_chars,
+        val_fraction=args.val_fraction, seed=args.seed, name_encoding=args.name_encoding,
+    )  # fmt: skip
+
+
+def _print_plan(plan) -> None:
+    print(f"{plan.source}: {plan.modality} ({plan.kind}), {plan.n_items} rows kept, "
+          f"{len(plan.rejected)} rejected, {len(plan.skipped)} skipped")
+    for note in plan.notes:
+        print(f"  {note}")
+    if plan.roles is not None:
+        print(f"columns: {', '.join(plan.columns)}")
+        print(f"roles: {plan.roles.describe()}")
+    if plan.cleaning:
+        print("cleaning: " + ", ".join(f"{k} {v}" for k, v in plan.cleaning.items()))
+    print(f"classes ({len(plan.class_names)}): " + ", ".join(f"{c} {n}" for c, n in plan.label_counts.items()))
+    for row in plan.preview:
+        print("  | " + "  ".join(f"{k}={v!r}" for k, v in row.items()))
+    for where, reason in plan.rejected:
+        print(f"rejected {where}: {reason}")
+
+
 def cmd_data(args) -> int:
-    from engine.data import import_archive, list_datasets
+    from engine.data import import_source, inspect_source, list_datasets
 
     if args.data_cmd == "list":
         for info in list_datasets():
-            c, h, w = info.image_shape
-            print(f"{info.name:20} {info.modality:6} {c}x{h}x{w}  train {info.n_train:6}  val {info.n_val:6}"
+            if info.image_shape is not None:
+                shape = "x".join(map(str, info.image_shape))
+            else:
+                shape = f"~{info.stats.get('chars_mean', 0):.0f} chars" if "chars_mean" in info.stats else "-"
+            print(f"{info.name:20} {info.modality:6} {shape:12}  train {info.n_train:6}  val {info.n_val:6}"
                   f"  classes {len(info.class_names):3}  {info.source}")
         return 0
-    report = import_archive(args.path, args.name, image_size=args.image_size,
-                            val_fraction=args.val_fraction, seed=args.seed, overwrite=args.overwrite)
+    if args.data_cmd == "inspect":
+        _print_plan(inspect_source(args.path, _import_options(args)))
+        return 0
+    report = import_source(args.path, args.name, _import_options(args), image_size=args.image_size,
+                           overwrite=args.overwrite, fill=args.fill)
     print(report.summary())
-    return 1 if report.rejected else 0
+    names = getattr(report, "names", None)
+    return 1 if report.rejected or (names is not None and names.ambiguous) else 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,10 +23,22 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
+class TokenizerConfig(_Strict):
+    """How text is cut into tokens (text tasks): a WordPiece vocabulary trained on the train split,
+    or characters. Special tokens are ``[PAD] [CLS] [SEP] [MASK] [UNK]`` (ids 0..4)."""
+
+    kind: Literal["wordpiece", "char"] = Field("wordpiece", description="WordPiece (BERT) or one token per character")
+    vocab_size: int = Field(8000, ge=16, le=200_000, description="WordPiece vocabulary size (ignored for char)")
+    lowercase: bool = True
+    min_frequency: int = Field(2, ge=1, description="a piece (or character) needs this many occurrences")
+    max_len: int = Field(128, ge=4, le=4096, description="tokens per text including [CLS] and [SEP]; longer texts are cut")
+
+
 class DataConfig(_Strict):
-    """Which registered (or bundled) dataset a run trains on."""
+    """Which registered (or bundled) dataset a run trains on, and how text is tokenised."""
 
     dataset: str = Field("digits", min_length=1, description="dataset name, see `python -m engine data list`")
+    tokenizer: TokenizerConfig | None = Field(None, description="text tasks only; filled with the defaults there")
 
 
 class MaskingConfig(_Strict):
@@ -70,18 +82,36 @@ class MaskingConfig(_Strict):
 
 
 class ModelConfig(_Strict):
-    """Model architecture. ``preset`` picks widths/depths from ``engine.models.PRESETS``."""
+    """Model architecture. ``arch`` is a key of ``engine.models.MODEL_REGISTRY`` ("" = the task's
+    default); ``preset`` picks widths/depths from that arch's presets. ``patch_size`` is for tasks
+    with patches (images); it stays None elsewhere."""
 
-    arch: Literal["mae_vit"] = "mae_vit"
+    arch: str = Field("", description="model architecture; '' = the task's default (resolved)")
     preset: str = "tiny"
-    patch_size: int = Field(2, ge=1, le=64, description="patch side P in pixels; must divide H and W")
+    patch_size: int | None = Field(None, ge=1, le=64, description="patch side P in pixels; must divide H and W")
+
+
+class ObjectiveTerm(_Strict):
+    """One weighted term of a mixed objective."""
+
+    loss: str = Field(min_length=1, description="a key of engine.objectives.OBJECTIVE_REGISTRY")
+    weight: float = Field(1.0, ge=0.0, le=1e6)
 
 
 class ObjectiveConfig(_Strict):
-    """Prediction target and loss. MSE on masked patches only (MAE, He et al. 2022)."""
+    """Prediction target and loss: a registered objective (``loss``; "" = the task's default), or a
+    weighted sum of several (``terms``; each is logged as ``loss/<name>``). ``norm_pix_loss``
+    scores against per-patch normalised pixels (MAE sec. 4)."""
 
-    loss: Literal["mse"] = "mse"
+    loss: str = Field("", description="objective; '' = the task's default (resolved)")
     norm_pix_loss: bool = Field(False, description="target = per-patch normalised pixels (MAE sec. 4)")
+    terms: list[ObjectiveTerm] = Field(default_factory=list, description="weighted sum; empty = one term `loss`")
+
+    @model_validator(mode="after")
+    def _check(self) -> "ObjectiveConfig":
+        if self.terms and not any(t.weight > 0 for t in self.terms):
+            raise ValueError("@objective.terms: at least one weight must be > 0")
+        return self
 
 
 class TrainConfig(_Strict):
@@ -112,14 +142,32 @@ class TrainConfig(_Strict):
 
 
 class RunConfig(_Strict):
-    """Everything a run needs; saved resolved with the run."""
+    """Everything a run needs; saved resolved with the run.
+
+    ``task`` names the modality's recipe (``engine.tasks.TASK_REGISTRY``: ``image_mim``,
+    ``text_mlm``, ``text_span``, ...). After validation the task has filled its defaults
+    (``model.arch``, ``objective.loss``, ``model.patch_size`` or ``data.tokenizer``) and checked
+    the fields that need no data, so the saved config is complete.
+    """
 
     name: str = Field("", max_length=200)
+    task: str = Field("image_mim", min_length=1, description="the modality's recipe, see engine.tasks")
+    task_params: dict[str, Any] = Field(default_factory=dict, description="the task's own parameters (resolved)")
     data: DataConfig = DataConfig()
     masking: MaskingConfig = Field(default_factory=MaskingConfig)  # built lazily: it imports engine.masking
     model: ModelConfig = ModelConfig()
     objective: ObjectiveConfig = ObjectiveConfig()
     train: TrainConfig = TrainConfig()
+
+    @model_validator(mode="after")
+    def _resolve(self) -> "RunConfig":
+        from engine.tasks import get_task  # engine.tasks imports this module
+
+        try:
+            get_task(self.task).resolve(self)
+        except ConfigError as e:  # re-raised as a ValueError so pydantic reports it (prefix stripped below)
+            raise ValueError(f"@{e}") from None
+        return self
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (JSON-safe) with every default resolved."""

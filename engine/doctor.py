@@ -35,8 +35,6 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from engine.errors import DamagedFileError, FormatVersionError, MasklabError, RunLockedError
 from engine.runqueue import QUEUE_DIR, waiting_runs
 from engine.store.checkpoints import CKPT_DIR, checkpoint_problem, list_checkpoints
@@ -45,7 +43,7 @@ from engine.store.metrics import QUARANTINE_DIR, compact_metrics, read_table, sn
 from engine.store.runs import (
     ACTIVE, CONFIG_FILE, INTERRUPTED_ERROR, STATUS_FILE, is_starting, read_status_checked, write_status,
 )
-from engine.store.samples import SAMPLES_DIR
+from engine.store.samples import SAMPLES_DIR, read_sample_file
 from engine.workspace import (
     ENV_VAR, FORMAT, VERSION_FILE, atomic_write_bytes, check_workspace_version, is_temp_name, read_json,
     workspace_format,
@@ -116,11 +114,9 @@ def _quarantine(run_dir: Path, p: Path) -> Path:
 
 def _sample_problem(p: Path) -> str | None:
     try:
-        with np.load(p, allow_pickle=False) as z:
-            for k in ("step", "images", "mask", "pred_img", "pasted", "labels", "class_names", "patch_size"):
-                z[k]
-    except Exception as e:  # any decoding error means the file cannot be shown
-        return f"{type(e).__name__}: {e}"
+        read_sample_file(p)
+    except DamagedFileError as e:
+        return str(e).split(": ", 1)[-1]
     return None
 
 

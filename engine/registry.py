@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Callable, TypeVar
+from typing import Any, Callable, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from engine.errors import ConfigError
 
 T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
 
 
 def registrar(registry: dict[str, T], kind: str, name: str) -> Callable[[T], T]:
@@ -26,3 +31,33 @@ def registrar(registry: dict[str, T], kind: str, name: str) -> Callable[[T], T]:
         return obj
 
     return deco
+
+
+def validate_params(model: type[M], params: dict[str, Any] | None, prefix: str, owner: str) -> M:
+    """Validate a registered entry's own parameters (a strategy's ``masking.params``, a task's
+    ``task_params``) against its pydantic ``model``.
+
+    Args:
+        model: the parameter model (``extra="forbid"``).
+        params: the raw dict (None = all defaults).
+        prefix: the config path for messages, e.g. ``"masking.params"``.
+        owner: what the parameters belong to, e.g. ``"strategy 'span'"``.
+
+    Raises:
+        ConfigError: unknown key or bad value; the message names ``<prefix>.<field>`` and the value.
+    """
+    try:
+        return model.model_validate(params or {})
+    except ValidationError as e:
+        parts = []
+        for err in e.errors():
+            loc = ".".join([prefix, *(str(p) for p in err["loc"])])
+            msg = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                known = ", ".join(model.model_fields) or "none"
+                parts.append(f"{loc}: unknown parameter of {owner} (its parameters: {known})")
+            elif "input" in err and not isinstance(err["input"], dict):
+                parts.append(f"{loc}: {msg} (got {err['input']!r})")
+            else:
+                parts.append(f"{loc}: {msg}")
+        raise ConfigError("; ".join(parts)) from None

@@ -1,7 +1,8 @@
-"""The training loop: masked-autoencoder pre-training of one run.
+"""The training loop: masked-modeling pre-training of one run, for any registered task.
 
-``fit`` knows nothing about where metrics go (it logs through a :class:`MetricsSink`) nor about
-processes (it polls ``should_stop``). The worker (engine/worker.py) and the foreground CLI wrap it.
+``fit`` knows nothing about the modality (it drives an :class:`engine.tasks.Task`), nor about where
+metrics go (it logs through a :class:`MetricsSink`) nor about processes (it polls ``should_stop``).
+The worker (engine/worker.py) and the foreground CLI wrap it.
 
 Schedule (MAE, He et al. 2022, appendix A.1): AdamW (beta2 = 0.95, no weight decay on biases,
 norms, tokens), linear warmup then half-cycle cosine. Step 0 is evaluated before any update, so
@@ -16,20 +17,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Protocol
 
-import numpy as np
 import torch
 
 from engine.checks import check_run
 from engine.config import RunConfig
-from engine.data import load_dataset
 from engine.errors import NonFiniteLossError
-from engine.masking import draw_mask, get_masking, grid_shape, image_side_inputs, preview_masks, ratio_at
-from engine.models import build_model, count_parameters
+from engine.masking import ratio_at
+from engine.models import count_parameters
 from engine.schedule import lr_at
 from engine.store.checkpoints import save_checkpoint
-from engine.store.samples import ReconSample, save_samples
+from engine.store.samples import save_samples
+from engine.tasks import build_task
+from engine.workspace import atomic_write_json
 
-EVAL_MAX_IMAGES = 2048  # val loss is averaged over at most this many fixed val images
+TASK_INFO = "task.json"  # what the task reports of its data (dataset hash, tokenizer id...), see Task.run_info
 
 
 class MetricsSink(Protocol):
@@ -82,11 +83,12 @@ def fit(
 ) -> FitResult:
     """Train ``cfg`` and write checkpoints and reconstruction samples under ``out_dir``.
 
-    Logged every step: ``loss`` (MSE on masked patches), ``lr``, ``mask_ratio`` (actual fraction
-    masked; it follows ``masking.schedule``), ``throughput`` (samples/s), ``step_time`` (s). At
-    step 0, every ``train.eval_interval`` steps and at the end: ``val_loss`` plus a reconstruction
-    sample. The val loss always uses ``masking.ratio`` with fixed masks, so its curve stays
-    comparable across a ratio schedule.
+    Logged every step: ``loss`` (the objective on the masked units), ``lr``, ``mask_ratio`` (actual
+    fraction masked; it follows ``masking.schedule``), ``loss/<term>`` for a mixed objective,
+    ``throughput`` (samples/s), ``step_time`` (s). At step 0, every ``train.eval_interval`` steps
+    and at the end: the task's validation metrics (``val_loss`` and e.g. ``val_top1``) plus a
+    reconstruction sample. The val loss always uses ``masking.ratio`` with fixed masks, so its
+    curve stays comparable across a ratio schedule.
 
     Args:
         cfg: validated run config.
@@ -106,66 +108,41 @@ def fit(
     if t.num_threads:
         torch.set_num_threads(t.num_threads)
     torch.manual_seed(t.seed)  # model init
-
-    ds = load_dataset(cfg.data.dataset, workspace)
-    x_train, _ = ds.tensors("train")
-    x_val, y_val = ds.tensors("val")
-    if len(x_val) == 0:  # tiny uploads may have no val split: evaluate on train images
-        x_val, y_val = ds.tensors("train")
-    image_shape = tuple(x_train.shape[1:])
-    gh, gw = grid_shape(image_shape[1:], cfg.model.patch_size)
-
-    model = build_model(cfg, image_shape).to(device)
+    task = build_task(cfg, device, workspace)
+    atomic_write_json(out_dir / TASK_INFO, {"task": cfg.task, **task.run_info()})
+    model = task.model
     opt = torch.optim.AdamW(param_groups(model, t.weight_decay), lr=t.lr, betas=(0.9, 0.95))
     use_amp = device.type == "cuda" and t.amp
-    x_train = x_train.to(device)
-    x_eval = x_val[:EVAL_MAX_IMAGES].to(device)
-    vis_x = x_val[: t.num_vis].to(device)
-    vis_mask = preview_masks(cfg, image_shape, len(vis_x), images=x_val[: t.num_vis]).flatten(1).to(device)  # == UI
-
-    def draw_masks(xb: torch.Tensor, g: torch.Generator, ratio: float) -> torch.Tensor:
-        """``[len(xb), L]`` bool masks for a batch (side inputs such as superpixels from its images)."""
-        side = image_side_inputs(cfg.masking, xb.float().cpu() if needs_images else None, cfg.model.patch_size)
-        return draw_mask(cfg.masking, (len(xb), gh, gw), g, ratio=ratio, **side).flatten(1).to(device)
-
-    needs_images = bool(get_masking(cfg.masking.strategy).needs)
-
-    # The same val masks at every eval, drawn once (superpixels of the val images are computed once).
-    g_eval = torch.Generator().manual_seed(t.seed + 10_000)
-    eval_masks = [draw_masks(x_eval[i : i + 256], g_eval, cfg.masking.ratio) for i in range(0, len(x_eval), 256)]
     g_mask = torch.Generator().manual_seed(t.seed)  # training masks
     g_data = torch.Generator().manual_seed(t.seed + 1)  # batch order
-    batch = min(t.batch_size, len(x_train))
+    batch = task.batch_size
 
     def autocast():
         return torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_amp)
 
-    @torch.no_grad()
     def evaluate(step: int) -> float:
         model.eval()
-        total, n = 0.0, 0
-        for i, mask in zip(range(0, len(x_eval), 256), eval_masks):
-            xb = x_eval[i : i + 256]
-            with autocast():
-                loss, _ = model(xb, mask)
-            total += float(loss) * len(xb)
-            n += len(xb)
-        with autocast():
-            rec = model.reconstruct(vis_x, vis_mask)
-        save_samples(out_dir, ReconSample(
-            step=step, images=vis_x.float().cpu().numpy(), mask=vis_mask.view(-1, gh, gw).cpu().numpy(),
-            pred_img=rec["pred_img"].float().cpu().numpy(), pasted=rec["pasted"].float().cpu().numpy(),
-            labels=y_val[: len(vis_x)].numpy(), class_names=tuple(ds.info.class_names),
-            patch_size=cfg.model.patch_size,
-        ))
+        with torch.no_grad(), autocast():
+            metrics = task.evaluate()
+            sample = task.sample(step)
+        if sample is not None:
+            save_samples(out_dir, sample)
         model.train()
-        val = total / max(n, 1)
-        sink.log(step, {"val_loss": val})
+        for k, v in metrics.items():
+            if not math.isfinite(v):
+                raise NonFiniteLossError(f"{k} became {v} at step {step}; lower train.lr (now {t.lr}) or check the data")
+        sink.log(step, metrics)
         sink.flush()
-        return val
+        return metrics["val_loss"]
 
+    def checkpoint(step: int) -> None:
+        save_checkpoint(out_dir, step, model, opt, cfg, {"g_mask": g_mask.get_state(), "g_data": g_data.get_state()},
+                        keep=t.keep_checkpoints)
+
+    with torch.no_grad():
+        sink.log(0, task.baselines())
     val_first = val_last = evaluate(0)
-    perm = torch.randperm(len(x_train), generator=g_data)
+    perm = torch.randperm(task.n_train, generator=g_data)
     pos, step, stopped = 0, 0, False
     model.train()
     while step < t.steps:
@@ -174,35 +151,33 @@ def fit(
             break
         t0 = time.perf_counter()
         if pos + batch > len(perm):
-            perm, pos = torch.randperm(len(x_train), generator=g_data), 0
-        xb = x_train[perm[pos : pos + batch].to(device)]
+            perm, pos = torch.randperm(task.n_train, generator=g_data), 0
+        idx = perm[pos : pos + batch]
         pos += batch
-        mask = draw_masks(xb, g_mask, ratio_at(cfg.masking, step, t.steps))
         lr = lr_at(step, base_lr=t.lr, min_lr=t.min_lr, warmup_steps=t.warmup_steps, total_steps=t.steps)
         for group in opt.param_groups:
             group["lr"] = lr
         with autocast():
-            loss, _ = model(xb, mask)
+            loss, logs = task.train_loss(idx, g_mask, ratio_at(cfg.masking, step, t.steps))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+        task.after_step(step + 1)
         loss_v = float(loss.detach())  # syncs the device, so step_time is real
         if not math.isfinite(loss_v):
             raise NonFiniteLossError(
                 f"loss became {loss_v} at step {step + 1}; lower train.lr (now {t.lr}) or check the data")
         dt = time.perf_counter() - t0
         step += 1
-        sink.log(step, {"loss": loss_v, "lr": lr, "mask_ratio": float(mask.float().mean()),
+        sink.log(step, {"loss": loss_v, "lr": lr, **{k: float(v) for k, v in logs.items()},
                         "throughput": batch / dt, "step_time": dt})
         if step % t.eval_interval == 0 or step == t.steps:
             val_last = evaluate(step)
         if step % t.checkpoint_interval == 0 or step == t.steps:
-            save_checkpoint(out_dir, step, model, opt, cfg, {"g_mask": g_mask.get_state(), "g_data": g_data.get_state()},
-                            keep=t.keep_checkpoints)
+            checkpoint(step)
         if on_step is not None:
             on_step(step)
     if stopped and step > 0:
-        save_checkpoint(out_dir, step, model, opt, cfg, {"g_mask": g_mask.get_state(), "g_data": g_data.get_state()},
-                        keep=t.keep_checkpoints)
+        checkpoint(step)
     sink.flush()
     return FitResult(step, stopped, val_first, val_last, str(device), count_parameters(model))

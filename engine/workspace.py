@@ -7,6 +7,7 @@ Layout (see docs/architecture.md)::
     <workspace>/runs/<run_id>/     one folder per run (config, status, metrics, checkpoints, samples)
     <workspace>/slots/             lock files bounding how many runs train at once
     <workspace>/queue/             one ticket per queued run (first come, first served)
+    <workspace>/tokenizers/<id>/   trained text tokenizers, cached per dataset content + settings
 
 The root is ``$MASKLAB_WORKSPACE`` when set, else ``./workspace`` relative to the current directory.
 
@@ -24,6 +25,9 @@ import errno
 import json
 import os
 import secrets
+import shutil
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -217,3 +221,45 @@ def read_json(path: Path) -> Any:
     """Read a JSON file written by :func:`atomic_write_json`."""
     with open(path, encoding="utf-8") as f:
         return json.load(f)
+
+
+def publish_folder(target: Path, fill: Callable[[Path], None], *, marker: str, overwrite: bool = False) -> bool:
+    """Create the folder ``target`` atomically: readers see all of it or nothing.
+
+    ``fill(tmp)`` writes the files into a hidden temporary folder beside ``target``
+    (``.tmp-<name>-*``), which is then renamed into place. ``target`` counts as existing when
+    ``target / marker`` exists. Replacing (``overwrite=True``) moves the old folder aside, renames
+    the new one in, then deletes the old one; if the second rename fails the old folder is put back.
+    The temporary folder is removed whatever happens.
+
+    Returns:
+        True when this call published ``target``; False when it already existed and ``overwrite``
+        is False (also when another process published it first): nothing was changed then.
+    Raises:
+        OSError: the rename failed and ``target`` does not exist; whatever ``fill`` raises.
+    """
+    root = target.parent
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-", dir=root))
+    try:
+        fill(tmp)
+        if not (target / marker).exists():
+            try:
+                os.rename(tmp, target)  # fails if a non-empty target appeared meanwhile
+                return True
+            except OSError:
+                if not (target / marker).exists():
+                    raise
+        if not overwrite:
+            return False
+        old = Path(tempfile.mkdtemp(prefix=f".old-{target.name}-", dir=root))
+        os.replace(target, old)  # `old` is an empty folder, so this rename succeeds
+        try:
+            os.rename(tmp, target)
+        except OSError:
+            os.replace(old, target)
+            raise
+        shutil.rmtree(old, ignore_errors=True)
+        return True
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # no-op once renamed into place

@@ -19,7 +19,7 @@ from engine.checks import check_run
 from engine.config import RunConfig
 from engine.launcher import submit
 from engine.masking import get_masking, preview_masks
-from engine.models import PRESETS
+from engine.models import get_model_spec
 
 DEFAULTS = RunConfig()
 
@@ -58,6 +58,7 @@ with form:
     with st.container(border=True):
         masking = masking_controls("image", 2, f"nr_m{gen}", carried.get("masking"))  # the MAE model takes patch grids
         st.page_link("../pages/mask_lab.py", label="Compare strategies in Mask lab", icon="🎭")
+    PRESETS = get_model_spec(DEFAULTS.model.arch).presets
     presets = list(PRESETS)
     preset = st.selectbox(
         "Model preset", presets, index=presets.index(DEFAULTS.model.preset) if DEFAULTS.model.preset in presets else 0,

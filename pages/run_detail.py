@@ -60,18 +60,19 @@ def recon_panel(run_id: str) -> None:
             every = rec.config.get("train", {}).get("eval_interval", "?") if rec else "?"
             st.info(f"No reconstructions yet: they are saved when training starts (step 0), then every {every} steps.")
         return
-    names = sample.class_names
-    captions = [names[int(y)] if 0 <= int(y) < len(names) else str(int(y)) for y in sample.labels]
+    names = sample.meta.get("class_names", [])
+    images, mask = sample["images"], sample["mask"]
+    captions = [names[int(y)] if 0 <= int(y) < len(names) else str(int(y)) for y in sample["labels"]]
     run = guarded(get_run, run_id)
     masking = run.config.get("masking", {}) if run is not None else {}
     fixed = (f" (fixed masks at masking.ratio {masking.get('ratio')}, the start of its "
              f"{masking.get('schedule')} schedule)") if masking.get("schedule", "constant") != "constant" else ""
     st.caption(
-        f"Step {sample.step} · {len(sample.images)} fixed validation images · patch {sample.patch_size} px · "
+        f"Step {sample.step} · {len(images)} fixed validation images · patch {sample.meta.get('patch_size')} px · "
         f"{masking.get('strategy', 'random')} masking · "
-        f"{int(sample.mask[0].sum())} of {sample.mask[0].size} patches masked in the first image{fixed}"
+        f"{int(mask[0].sum())} of {mask[0].size} patches masked in the first image{fixed}"
     )
-    image_rows(recon_rows(sample.images, sample.mask, sample.pred_img, sample.pasted), captions=captions)
+    image_rows(recon_rows(images, mask, sample["pred_img"], sample["pasted"]), captions=captions)
 
 
 status_panel(run_id)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install masklab into ./.venv (pinned requirements) and, where apt is available, the OS packages:
 #   dataset-fashion-mnist (bundled Fashion-MNIST)   always
+#   fortunes (bundled text set, Debian's fortune cookies)   always
 #   chromium                                        with --dev (real-browser tests)
 # Re-running is cheap: pip is skipped while the requirements file is unchanged.
 set -euo pipefail
@@ -8,7 +9,7 @@ cd "$(dirname "$0")/.."
 dev=0; [ "${1:-}" = "--dev" ] && dev=1
 req=requirements.txt; [ $dev = 1 ] && req=requirements-dev.txt
 
-apt_pkgs=(dataset-fashion-mnist)
+apt_pkgs=(dataset-fashion-mnist fortunes)
 [ $dev = 1 ] && apt_pkgs+=(chromium)
 missing=()
 for p in "${apt_pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
@@ -18,12 +19,12 @@ if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] || [ -n "$sudo" ]; then
       echo "installing OS packages: ${missing[*]}"
       $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null \
-        || echo "warning: could not install ${missing[*]}; the app says how to get Fashion-MNIST" >&2
+        || echo "warning: could not install ${missing[*]}; the app says how to get the bundled sets" >&2
     else
       echo "note: not root and no sudo: skipping ${missing[*]} (sudo apt-get install ${missing[*]})" >&2
     fi
   else
-    echo "note: no apt-get: Fashion-MNIST is unavailable (the app explains); digits always works" >&2
+    echo "note: no apt-get: Fashion-MNIST and fortunes are unavailable (the app explains); digits always works" >&2
   fi
 fi
 

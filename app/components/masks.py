@@ -34,7 +34,7 @@ import pandas as pd
 import streamlit as st
 import yaml
 
-from engine.config import MaskingConfig, ModelConfig
+from engine.config import MaskingConfig
 from engine.data import load_dataset
 from engine.errors import ConfigError, MasklabError
 from engine.masking import get_masking, grid_shape, strategies_for
@@ -68,7 +68,8 @@ def patch_sizes(h: int, w: int) -> list[int]:
 def default_patch(sizes: list[int], h: int) -> int:
     """The config default when it fits with at most 8 patches a side (8x8 digits: P=2), else the
     size whose grid side is closest to 8 (28x28: P=4, 7x7 patches), which keeps CPU runs short."""
-    p0 = ModelConfig().patch_size
+    from engine.tasks.image import DEFAULT_PATCH as p0
+
     if p0 in sizes and h // p0 <= 8:
         return p0
     return min(sizes, key=lambda p: (abs(h // p - 8), p))

@@ -1,27 +1,47 @@
-"""Image datasets: bundled sets (digits, fashion-mnist), zip/folder import, registry, seeded split.
+"""Datasets: bundled sets (digits, fashion-mnist, fortunes), import of images and text, registry, seeded split.
 
-Datasets live in ``<workspace>/datasets/<name>/`` as ``meta.json`` (:class:`DatasetInfo`) and ``data.npz``
-(images uint8 ``[N, H, W, C]``, labels int64 ``[N]``, split uint8 ``[N]`` with 0 = train, 1 = val), written
-once and atomically. Bundled sets are registered on their first :func:`load_dataset`;
+Datasets live in ``<workspace>/datasets/<name>/`` as ``meta.json`` (:class:`DatasetInfo`) and ``data.npz``,
+written once and atomically. Images: ``images`` uint8 ``[N, H, W, C]``; text: ``text_bytes`` uint8 +
+``text_offsets`` int64 ``[N + 1]`` (UTF-8); both: ``labels`` int64 ``[N]``, ``split`` uint8 ``[N]`` with
+0 = train, 1 = val. Bundled sets are registered on their first :func:`load_dataset`;
 :func:`list_datasets` describes them before that without registering them.
 
     >>> ds = load_dataset("digits")
     >>> x, y = ds.tensors("train")      # float32 [N, 1, 8, 8] in [0, 1], int64 [N]
-    >>> report = import_archive("stamps.zip", image_size=32); print(report.summary())
+    >>> load_dataset("fortunes").texts("train")[:2]
+    >>> scan_archive("stamps.zip").class_names          # what an image import would take, no pixel read
+    >>> plan = inspect_source("trec.tsv")   # modality, detected columns, preview, classes
+    >>> report = import_source("trec.tsv", "trec", ImportOptions(label_column="label")); print(report.summary())
 """
 
 from engine.data.bundled import BundledStatus, bundled_status
-from engine.data.dataset import DatasetInfo, ImageDataset
-from engine.data.importer import ImportReport, import_archive
+from engine.data.dataset import DatasetInfo, ImageDataset, TextDataset
+from engine.data.importer import ArchiveScan, ImportReport, import_archive, scan_archive
+from engine.data.ingest import SourcePlan, detect_modality, import_source, inspect_source
+from engine.data.limits import ImportLimits
 from engine.data.registry import list_datasets, load_dataset
+from engine.data.tabular import ColumnRoles, ImportOptions
+from engine.data.text import CleaningCounts, TextImportReport
 
 __all__ = [
+    "ArchiveScan",
     "BundledStatus",
+    "CleaningCounts",
+    "ColumnRoles",
     "DatasetInfo",
     "ImageDataset",
+    "ImportLimits",
+    "ImportOptions",
     "ImportReport",
+    "SourcePlan",
+    "TextDataset",
+    "TextImportReport",
     "bundled_status",
+    "detect_modality",
     "import_archive",
+    "import_source",
+    "inspect_source",
     "list_datasets",
     "load_dataset",
+    "scan_archive",
 ]

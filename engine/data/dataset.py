@@ -1,4 +1,10 @@
-"""In-memory datasets: :class:`DatasetInfo` (metadata), :class:`ImageDataset` (pixels), the seeded split.
+"""In-memory datasets: :class:`DatasetInfo` (metadata), :class:`ImageDataset` (pixels),
+:class:`TextDataset` (UTF-8 documents), the seeded split (stratified, or by group).
+
+Each dataset class says which arrays it stores in ``data.npz`` (:meth:`LabelledRows.arrays`,
+:meth:`LabelledRows.from_arrays`) and how they must match the metadata
+(:meth:`LabelledRows.problems`); :data:`DATASET_TYPES` maps ``DatasetInfo.modality`` to the class,
+so :mod:`engine.data.storage` reads and writes every modality through one path.
 
 Heavy libraries (torch, pandas, scikit-learn) are imported inside the functions that need them, so that
 listing datasets from the dashboard stays cheap.
@@ -8,8 +14,8 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -23,7 +29,10 @@ NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 """A dataset name: lower-case letters, digits, ``_`` and ``-``; starts with a letter or digit; 1-64 chars."""
 
 SPLITS = ("train", "val")
-"""Split names; ``ImageDataset.split`` stores their index (0 = train, 1 = val)."""
+"""Split names; a dataset's ``split`` array stores their index (0 = train, 1 = val)."""
+
+MODALITIES = ("image", "text")
+"""Values of :attr:`DatasetInfo.modality` (audio and paired data come later)."""
 
 
 def validate_name(name: str) -> str:
@@ -42,26 +51,40 @@ class DatasetInfo:
 
     Attributes:
         name: dataset name, matches :data:`NAME_RE`.
-        modality: ``"image"`` (text and audio come later).
+        modality: one of :data:`MODALITIES`: ``"image"`` or ``"text"``.
         source: where the data came from, e.g. ``"bundled:digits"``, ``"upload:stamps.zip"``.
-        image_shape: ``(C, H, W)`` in pixels, ``C`` in {1, 3}.
+        image_shape: images: ``(C, H, W)`` in pixels, ``C`` in {1, 3}; None for other modalities.
         class_names: label ``k`` is ``class_names[k]``.
-        n_train: number of train images.
-        n_val: number of validation images.
+        n_train: number of train rows (images, documents).
+        n_val: number of validation rows.
         created_at: ISO-8601 UTC time of registration in the workspace; ``""`` for a bundled set that
             :func:`engine.data.list_datasets` describes before it was first loaded (registered).
         description: one human sentence or two.
+        stats: modality-specific summary numbers for the Data page; text: ``docs``, ``chars_mean``,
+            ``chars_median``, ``chars_max``, ``words_mean``, ``words_max`` (characters and
+            whitespace-separated words per document) and ``cleaning`` (the import's cleaning counts).
+            ``{}`` when there is nothing to say (images, old ``meta.json`` files).
+        source_hash: sha256 (hex) of the stored arrays (:func:`engine.data.storage.content_hash`),
+            set when the dataset is written; ``""`` for an old ``meta.json``, an unregistered
+            bundled set, or an info built before writing. Equal hashes mean equal data, split
+            included. Left out of ``==`` (it is derived from the arrays, not declared metadata, so
+            an info compares equal before and after it is written): compare it explicitly.
+        group_names: group ``g`` of a row (``groups`` array) is ``group_names[g]``; ``()`` when the
+            dataset has no groups.
     """
 
     name: str
     modality: str
     source: str
-    image_shape: tuple[int, int, int]
+    image_shape: tuple[int, int, int] | None
     class_names: tuple[str, ...]
     n_train: int
     n_val: int
     created_at: str
     description: str
+    stats: dict[str, Any] = field(default_factory=dict, hash=False)  # a dict: left out of hash(), kept in ==
+    source_hash: str = field(default="", compare=False)
+    group_names: tuple[str, ...] = ()
 
     @property
     def n_classes(self) -> int:
@@ -71,39 +94,51 @@ class DatasetInfo:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (tuples become lists)."""
         d = asdict(self)
-        d["image_shape"] = list(self.image_shape)
+        d["image_shape"] = None if self.image_shape is None else list(self.image_shape)
         d["class_names"] = list(self.class_names)
+        d["group_names"] = list(self.group_names)
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> DatasetInfo:
-        """Inverse of :meth:`to_dict`; extra keys are ignored. Raises KeyError/TypeError/ValueError."""
+        """Inverse of :meth:`to_dict`; extra keys are ignored, and the keys added after the first
+        release (``stats``, ``source_hash``, ``group_names``; ``image_shape`` for non-images) may be
+        missing. Raises KeyError/TypeError/ValueError."""
+        shape = d.get("image_shape")
+        stats = d.get("stats") or {}
+        if not isinstance(stats, dict):
+            raise TypeError(f"stats must be a JSON object, not {type(stats).__name__}")
         return cls(
             name=str(d["name"]),
             modality=str(d["modality"]),
             source=str(d["source"]),
-            image_shape=tuple(int(v) for v in d["image_shape"]),  # type: ignore[arg-type]
+            image_shape=None if shape is None else tuple(int(v) for v in shape),  # type: ignore[arg-type]
             class_names=tuple(str(c) for c in d["class_names"]),
             n_train=int(d["n_train"]),
             n_val=int(d["n_val"]),
             created_at=str(d["created_at"]),
             description=str(d["description"]),
+            stats=dict(stats),
+            source_hash=str(d.get("source_hash") or ""),
+            group_names=tuple(str(g) for g in d.get("group_names") or ()),
         )
 
 
-@dataclass(eq=False)
-class ImageDataset:
-    """A labelled image dataset held in memory.
+class LabelledRows:
+    """What every dataset shares: ``info``, one class label and one split per row, and how its
+    arrays are stored (``data.npz``) and checked against ``info``.
 
-    Attributes:
-        info: its :class:`DatasetInfo`.
-        images: uint8 ``[N, H, W, C]``, pixel values 0..255 (``C`` = ``info.image_shape[0]``).
-        labels: int64 ``[N]``, class index into ``info.class_names``.
-        split: uint8 ``[N]``, 0 = train, 1 = val.
+    A subclass is a dataclass with at least ``info: DatasetInfo``, ``labels`` int64 ``[N]`` and
+    ``split`` uint8 ``[N]`` (0 = train, 1 = val); it lists its stored arrays in :attr:`ARRAYS`
+    (required) and :attr:`OPTIONAL_ARRAYS`, and adds its own checks in :meth:`_own_problems`.
     """
 
+    ARRAYS: ClassVar[tuple[str, ...]] = ("labels", "split")
+    OPTIONAL_ARRAYS: ClassVar[tuple[str, ...]] = ()
+    #: dtype each stored array is converted to.
+    DTYPES: ClassVar[dict[str, type]] = {"labels": np.int64, "split": np.uint8}
+
     info: DatasetInfo
-    images: np.ndarray
     labels: np.ndarray
     split: np.ndarray
 
@@ -118,6 +153,82 @@ class ImageDataset:
         if split not in SPLITS:
             raise ValueError(f"split must be 'train' or 'val', not {split!r}")
         return np.flatnonzero(self.split == SPLITS.index(split))
+
+    def counts(self) -> pd.DataFrame:
+        """Rows per class and split: columns ``class_name``, ``split`` ("train"/"val"), ``count`` (int64).
+
+        One row for every class x split pair (zeros included), classes in label order, train before val.
+        """
+        import pandas as pd
+
+        k = self.info.n_classes
+        per_split = [np.bincount(self.labels[self.split == s], minlength=k) for s in range(len(SPLITS))]
+        rows = [
+            (c, split_name, int(per_split[s][i]))
+            for i, c in enumerate(self.info.class_names)
+            for s, split_name in enumerate(SPLITS)
+        ]
+        return pd.DataFrame(rows, columns=["class_name", "split", "count"]).astype({"count": "int64"})
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The arrays stored in ``data.npz``, by name, converted to their stored dtypes (:attr:`DTYPES`);
+        optional arrays that are None are left out."""
+        out = {}
+        for key in self.ARRAYS + self.OPTIONAL_ARRAYS:
+            a = getattr(self, key)
+            if a is not None:
+                out[key] = np.ascontiguousarray(a, dtype=self.DTYPES[key])
+        return out
+
+    @classmethod
+    def from_arrays(cls, info: DatasetInfo, arrays: dict[str, np.ndarray]):
+        """Build the dataset from ``info`` and the arrays of :meth:`arrays` (optional ones may be absent)."""
+        optional = {k: arrays.get(k) for k in cls.OPTIONAL_ARRAYS}
+        return cls(info=info, **{k: arrays[k] for k in cls.ARRAYS}, **optional)  # type: ignore[call-arg]
+
+    @classmethod
+    def problems(cls, info: DatasetInfo, arrays: dict[str, np.ndarray]) -> list[str]:
+        """Why ``arrays`` do not match ``info`` (empty list: they do).
+
+        Shared checks: labels int64 ``[N]`` in ``[0, n_classes)``, split ``[N]`` giving
+        ``n_train`` train and ``n_val`` val rows; then the subclass's :meth:`_own_problems`.
+        """
+        missing = [k for k in cls.ARRAYS if k not in arrays]
+        if missing:
+            return [f"missing arrays {', '.join(missing)}"]
+        labels, split = arrays["labels"], arrays["split"]
+        n = labels.shape[0] if labels.ndim == 1 else -1
+        problems = []
+        if labels.dtype != np.int64 or n < 0 or (n and not 0 <= labels.min() <= labels.max() < info.n_classes):
+            problems.append(f"labels must be int64 [N] in [0, {info.n_classes})")
+        if split.shape != (n,) or ((split == 0).sum(), (split == 1).sum()) != (info.n_train, info.n_val):
+            problems.append(f"split does not give {info.n_train} train + {info.n_val} val rows")
+        return problems + cls._own_problems(info, arrays, n)
+
+    @classmethod
+    def _own_problems(cls, info: DatasetInfo, arrays: dict[str, np.ndarray], n: int) -> list[str]:
+        """Modality-specific checks of :meth:`problems` (``n`` = rows, -1 if the labels are malformed)."""
+        return []
+
+
+@dataclass(eq=False)
+class ImageDataset(LabelledRows):
+    """A labelled image dataset held in memory.
+
+    Attributes:
+        info: its :class:`DatasetInfo` (``modality == "image"``).
+        images: uint8 ``[N, H, W, C]``, pixel values 0..255 (``C`` = ``info.image_shape[0]``).
+        labels: int64 ``[N]``, class index into ``info.class_names``.
+        split: uint8 ``[N]``, 0 = train, 1 = val.
+    """
+
+    ARRAYS: ClassVar[tuple[str, ...]] = ("images", "labels", "split")
+    DTYPES: ClassVar[dict[str, type]] = {**LabelledRows.DTYPES, "images": np.uint8}
+
+    info: DatasetInfo
+    images: np.ndarray
+    labels: np.ndarray
+    split: np.ndarray
 
     def tensors(self, split: str) -> tuple[torch.Tensor, torch.Tensor]:
         """The ``"train"`` or ``"val"`` split as tensors.
@@ -134,55 +245,173 @@ class ImageDataset:
         y = torch.from_numpy(self.labels[idx].astype(np.int64))
         return x, y
 
-    def counts(self) -> pd.DataFrame:
-        """Images per class and split: columns ``class_name``, ``split`` ("train"/"val"), ``count`` (int64).
+    @classmethod
+    def _own_problems(cls, info: DatasetInfo, arrays: dict[str, np.ndarray], n: int) -> list[str]:
+        images = arrays["images"]
+        if info.image_shape is None or len(info.image_shape) != 3:
+            return [f"image_shape must be (C, H, W), not {info.image_shape}"]
+        c, h, w = info.image_shape
+        if images.dtype != np.uint8 or images.shape != (n, h, w, c):
+            return [f"images {images.dtype} {images.shape}, expected uint8 ({n}, {h}, {w}, {c})"]
+        return []
 
-        One row for every class x split pair (zeros included), classes in label order, train before val.
-        """
-        import pandas as pd
 
-        k = self.info.n_classes
-        per_split = [np.bincount(self.labels[self.split == s], minlength=k) for s in range(len(SPLITS))]
-        rows = [
-            (c, split_name, int(per_split[s][i]))
-            for i, c in enumerate(self.info.class_names)
-            for s, split_name in enumerate(SPLITS)
-        ]
-        return pd.DataFrame(rows, columns=["class_name", "split", "count"]).astype({"count": "int64"})
+@dataclass(eq=False)
+class TextDataset(LabelledRows):
+    """A labelled text dataset held in memory: documents stored compactly as UTF-8 bytes + offsets.
+
+    Document ``i`` is ``text_bytes[text_offsets[i]:text_offsets[i + 1]].decode("utf-8")``.
+
+    Attributes:
+        info: its :class:`DatasetInfo` (``modality == "text"``, ``image_shape`` None).
+        text_bytes: uint8 ``[total]``, every document's UTF-8 bytes one after the other.
+        text_offsets: int64 ``[N + 1]``, byte offsets: starts at 0, non-decreasing, ends at ``total``.
+        labels: int64 ``[N]``, class index into ``info.class_names``.
+        split: uint8 ``[N]``, 0 = train, 1 = val.
+        groups: optional int64 ``[N]``, index into ``info.group_names`` (e.g. the author of each
+            document); a group's rows are all in one split.
+    """
+
+    ARRAYS: ClassVar[tuple[str, ...]] = ("text_bytes", "text_offsets", "labels", "split")
+    OPTIONAL_ARRAYS: ClassVar[tuple[str, ...]] = ("groups",)
+    DTYPES: ClassVar[dict[str, type]] = {
+        **LabelledRows.DTYPES, "text_bytes": np.uint8, "text_offsets": np.int64, "groups": np.int64,
+    }  # fmt: skip
+
+    info: DatasetInfo
+    text_bytes: np.ndarray
+    text_offsets: np.ndarray
+    labels: np.ndarray
+    split: np.ndarray
+    groups: np.ndarray | None = None
+
+    @classmethod
+    def from_texts(
+        cls,
+        info: DatasetInfo,
+        texts: list[str],
+        labels: np.ndarray,
+        split: np.ndarray,
+        groups: np.ndarray | None = None,
+    ) -> TextDataset:
+        """Pack ``texts`` (``N`` strings) into ``text_bytes`` / ``text_offsets``; other arrays as given."""
+        encoded = [t.encode("utf-8") for t in texts]
+        offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+        np.cumsum([len(b) for b in encoded], out=offsets[1:])
+        data = np.frombuffer(b"".join(encoded), dtype=np.uint8).copy()
+        return cls(info, data, offsets, np.asarray(labels, np.int64), np.asarray(split, np.uint8),
+                   None if groups is None else np.asarray(groups, np.int64))  # fmt: skip
+
+    def text(self, i: int) -> str:
+        """Document ``i`` (0-based row index; negative counts from the end). Raises IndexError."""
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"document {i} out of range for {n} documents")
+        i %= n
+        return self.text_bytes[self.text_offsets[i] : self.text_offsets[i + 1]].tobytes().decode("utf-8")
+
+    def texts(self, split: str | None = None) -> list[str]:
+        """The documents of the ``"train"`` or ``"val"`` split in stored order (every document when
+        ``split`` is None). Raises ValueError for another split name."""
+        rows = range(len(self)) if split is None else self.indices(split)
+        buf, off = self.text_bytes.tobytes(), self.text_offsets
+        return [buf[off[i] : off[i + 1]].decode("utf-8") for i in rows]
+
+    @classmethod
+    def _own_problems(cls, info: DatasetInfo, arrays: dict[str, np.ndarray], n: int) -> list[str]:
+        data, off = arrays["text_bytes"], arrays["text_offsets"]
+        problems = []
+        if data.dtype != np.uint8 or data.ndim != 1:
+            problems.append(f"text_bytes {data.dtype} {data.shape}, expected uint8 [total]")
+        elif off.dtype != np.int64 or off.shape != (n + 1,) or off[0] != 0 or off[-1] != data.shape[0] \
+                or (np.diff(off) < 0).any():  # fmt: skip
+            problems.append(f"text_offsets must be int64 [{n + 1}], from 0 to {data.shape[0]}, non-decreasing")
+        groups = arrays.get("groups")
+        if groups is None:
+            if info.group_names:
+                problems.append(f"meta has {len(info.group_names)} group names but there is no groups array")
+        elif groups.dtype != np.int64 or groups.shape != (n,) or \
+                (n and not 0 <= groups.min() <= groups.max() < len(info.group_names)):  # fmt: skip
+            problems.append(f"groups must be int64 [{n}] in [0, {len(info.group_names)})")
+        return problems
+
+
+Dataset = ImageDataset | TextDataset
+"""Any in-memory dataset."""
+
+DATASET_TYPES: dict[str, type[LabelledRows]] = {"image": ImageDataset, "text": TextDataset}
+"""Dataset class of each modality (``DatasetInfo.modality``)."""
 
 
 def n_val_for(n: int, val_fraction: float) -> int:
-    """Images of a group of ``n`` that :func:`seeded_split` puts in val: ``val_fraction * n`` rounded
+    """Rows of a stratum of ``n`` that :func:`seeded_split` puts in val: ``val_fraction * n`` rounded
     half up, at least 1 when ``val_fraction > 0``, at most ``n - 1`` (0 when ``n < 2``)."""
     if val_fraction <= 0 or n < 2:
         return 0
     return min(n - 1, max(1, math.floor(val_fraction * n + 0.5)))
 
 
-def seeded_split(labels: np.ndarray, val_fraction: float, seed: int) -> np.ndarray:
-    """Seeded train/val split; the same labels, fraction and seed always give the same split.
+def seeded_split(
+    labels: np.ndarray, val_fraction: float, seed: int, groups: np.ndarray | None = None
+) -> np.ndarray:
+    """Seeded train/val split; the same labels, fraction, seed (and groups) always give the same split.
 
-    Stratified when every class has at least 2 images: each class puts :func:`n_val_for` of its
-    images (about ``val_fraction``, at least 1, never all) in val. Otherwise a plain seeded random
-    split of ``n_val_for(N, val_fraction)`` images. Rows are drawn with ``numpy.random.default_rng(seed)``.
+    Without ``groups``: stratified when every class has at least 2 rows: each class puts
+    :func:`n_val_for` of its rows (about ``val_fraction``, at least 1, never all) in val. Otherwise a
+    plain seeded random split of ``n_val_for(N, val_fraction)`` rows. Rows are drawn with
+    ``numpy.random.default_rng(seed)``.
+
+    With ``groups`` (e.g. one id per author or speaker), every row of a group lands in the same
+    split, so no group is seen in both; the split is by group, not stratified by class. The groups
+    are put in a seeded random order and taken into val one by one, skipping a group that would
+    make val larger than ``n_val_for(N, val_fraction)`` rows; when no group fits, the first group in
+    that order goes to val alone. Fewer than 2 groups, or ``val_fraction == 0``: everything is train.
 
     Args:
         labels: int ``[N]`` class indices.
         val_fraction: in [0, 1).
         seed: random seed.
+        groups: optional int ``[N]`` group id of each row.
     Returns:
         uint8 ``[N]``: 0 = train, 1 = val.
     Raises:
-        DatasetError: ``val_fraction`` outside [0, 1).
+        DatasetError: ``val_fraction`` outside [0, 1), or ``groups`` not of shape ``[N]``.
     """
     if not 0.0 <= val_fraction < 1.0:
         raise DatasetError(f"val_fraction must be in [0, 1), not {val_fraction}")
     labels = np.asarray(labels)
     split = np.zeros(labels.shape[0], dtype=np.uint8)
     rng = np.random.default_rng(seed)
+    if groups is not None:
+        groups = np.asarray(groups)
+        if groups.shape != labels.shape:
+            raise DatasetError(f"groups has shape {groups.shape}, labels {labels.shape}: one group per row")
+        return _group_split(groups, val_fraction, rng)
     classes, counts = np.unique(labels, return_counts=True)
     stratified = counts.size > 0 and counts.min() >= 2
-    groups = [np.flatnonzero(labels == c) for c in classes] if stratified else [np.arange(labels.shape[0])]
-    for rows in groups:
+    strata = [np.flatnonzero(labels == c) for c in classes] if stratified else [np.arange(labels.shape[0])]
+    for rows in strata:
         split[rng.permutation(rows)[: n_val_for(rows.size, val_fraction)]] = 1
+    return split
+
+
+def _group_split(groups: np.ndarray, val_fraction: float, rng: np.random.Generator) -> np.ndarray:
+    """The ``groups`` branch of :func:`seeded_split`."""
+    split = np.zeros(groups.shape[0], dtype=np.uint8)
+    ids, inverse, sizes = np.unique(groups, return_inverse=True, return_counts=True)
+    target = n_val_for(groups.shape[0], val_fraction)
+    if ids.size < 2 or target == 0:
+        return split
+    in_val = np.zeros(ids.size, dtype=bool)
+    taken = 0
+    order = rng.permutation(ids.size)
+    for g in order:
+        if taken + sizes[g] <= target:
+            in_val[g] = True
+            taken += sizes[g]
+            if taken == target:
+                break
+    if not in_val.any():
+        in_val[order[0]] = True
+    split[in_val[inverse]] = 1
     return split

@@ -6,28 +6,34 @@ import logging
 import os
 
 from engine.data import bundled, storage
-from engine.data.dataset import DatasetInfo, ImageDataset, validate_name
+from engine.data.dataset import Dataset, DatasetInfo, validate_name
 from engine.errors import DatasetError
 
 log = logging.getLogger(__name__)
 PathLike = str | os.PathLike[str] | None
 
 
-def list_datasets(workspace: PathLike = None) -> list[DatasetInfo]:
-    """All datasets that :func:`load_dataset` can load: bundled ones first (``digits``, ``fashion-mnist``),
-    then the registered ones by name.
+def list_datasets(workspace: PathLike = None, modality: str | None = None) -> list[DatasetInfo]:
+    """All datasets that :func:`load_dataset` can load: bundled ones first (``digits``, ``fashion-mnist``,
+    ``fortunes``), then the registered ones by name. Check ``info.modality`` (``"image"``, ``"text"``).
 
     Cheap: it reads ``meta.json`` files and, for a bundled set not yet registered, computes its info
-    without loading pixels or registering it (Fashion-MNIST: only the IDX headers are read); such an
-    info has ``created_at == ""``. A bundled set whose files are missing is left out unless it was
+    without loading pixels or registering it (Fashion-MNIST: only the IDX headers are read; fortunes:
+    the topic files are parsed once per process, ~0.1 s); such an info has ``created_at == ""``. A bundled set whose files are missing is left out unless it was
     registered before. Datasets with an unreadable ``meta.json`` are logged and left out.
+
+    ``modality`` (``"image"``, ``"text"``) keeps only the datasets of that modality (a page that
+    draws images asks for ``modality="image"``); a bundled set of another modality is then not
+    even read.
     """
     registered = storage.registered_infos(workspace)
+    if modality is not None:
+        registered = {n: i for n, i in registered.items() if i.modality == modality}
     out = []
     for name in bundled.BUNDLED:
         if name in registered:
             out.append(registered.pop(name))
-        elif bundled.is_available(name):
+        elif (modality is None or bundled.MODALITY[name] == modality) and bundled.is_available(name):
             try:
                 out.append(bundled.bundled_info(name))
             except DatasetError as e:
@@ -35,15 +41,17 @@ def list_datasets(workspace: PathLike = None) -> list[DatasetInfo]:
     return out + list(registered.values())
 
 
-def load_dataset(name: str, workspace: PathLike = None) -> ImageDataset:
+def load_dataset(name: str, workspace: PathLike = None) -> Dataset:
     """Load dataset ``name`` from the workspace.
 
     A registered dataset is read as is (nothing is written). A bundled one (``digits``,
-    ``fashion-mnist``) that is available but not registered yet is built, registered atomically in
+    ``fashion-mnist``, ``fortunes``) that is available but not registered yet is built, registered atomically in
     ``<workspace>/datasets/<name>/`` and then loaded; later calls only read it.
 
     Returns:
-        An :class:`ImageDataset` (images uint8 ``[N, H, W, C]``, labels int64 ``[N]``, split uint8 ``[N]``).
+        An :class:`~engine.data.dataset.ImageDataset` (images uint8 ``[N, H, W, C]``) or a
+        :class:`~engine.data.dataset.TextDataset` (``text(i)``, ``texts(split)``), by
+        ``info.modality``; both have labels int64 ``[N]`` and split uint8 ``[N]``.
     Raises:
         DatasetError: unknown name (the message lists the known names), a bundled set that is not
             available (the message says how to install it), an invalid name, or unreadable files
@@ -58,10 +66,25 @@ def load_dataset(name: str, workspace: PathLike = None) -> ImageDataset:
             raise DatasetError(f"bundled dataset {name!r} is not available on this machine: {how}")
         ds = bundled.build_bundled(name, created_at=storage.utc_now())
         try:
-            storage.write_dataset(ds.info, ds.images, ds.labels, ds.split, workspace)
+            storage.save_dataset(ds, workspace)
         except DatasetError:
             if not storage.is_registered(name, workspace):  # else another process registered it first
                 raise
         return storage.read_dataset(name, workspace)
     known = ", ".join(info.name for info in list_datasets(workspace)) or "none"
     raise DatasetError(f"unknown dataset {name!r}; known datasets: {known}")
+
+
+def check_new_name(name: str, workspace: PathLike = None, overwrite: bool = False) -> str:
+    """Return ``name`` if a new import may register it, else raise :class:`DatasetError`.
+
+    Refused: an invalid name (:func:`~engine.data.dataset.validate_name`), a bundled dataset's name,
+    and an existing dataset's name unless ``overwrite`` (the import then replaces it atomically).
+    """
+    validate_name(name)
+    if name in bundled.BUNDLED:
+        raise DatasetError(f"dataset name {name!r} is reserved for a bundled dataset; choose another name")
+    if storage.is_registered(name, workspace) and not overwrite:
+        raise DatasetError(f"dataset {name!r} already exists; choose another name or replace it"
+                           f" (`data add --overwrite`, or tick 'Replace' on the Data page)")  # fmt: skip
+    return name

@@ -1,27 +1,38 @@
 """Registered datasets on disk: ``<workspace>/datasets/<name>/meta.json`` + ``data.npz``.
 
-``data.npz`` (uncompressed, no pickles) holds ``images`` uint8 ``[N, H, W, C]``, ``labels`` int64 ``[N]``
-and ``split`` uint8 ``[N]``. A dataset is written once into a hidden temporary folder in ``datasets/``
-and then renamed into place, so readers see a whole dataset or none, and a failed write leaves nothing
-behind. Replacing (``overwrite=True``) moves the old folder aside, renames the new one in, then deletes
-the old one; if the second rename fails the old folder is put back.
+``data.npz`` (uncompressed, no pickles) holds the arrays of the dataset's class
+(:data:`engine.data.dataset.DATASET_TYPES` by ``meta.json``'s ``modality``): images: ``images``
+uint8 ``[N, H, W, C]``; text: ``text_bytes`` uint8 ``[total]``, ``text_offsets`` int64 ``[N + 1]``
+and optionally ``groups`` int64 ``[N]``; both: ``labels`` int64 ``[N]`` and ``split`` uint8 ``[N]``.
+A dataset is written once into a hidden temporary folder in ``datasets/`` and then renamed into
+place (:func:`engine.workspace.publish_folder`), so readers see a whole dataset or none, and a failed
+write leaves nothing behind. Replacing (``overwrite=True``) moves the old folder aside, renames the
+new one in, then deletes the old one; if the second rename fails the old folder is put back.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import logging
 import os
-import shutil
-import tempfile
 import zipfile
 from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 
-from engine.data.dataset import NAME_RE, DatasetInfo, ImageDataset, validate_name
+from engine.data.dataset import (
+    DATASET_TYPES,
+    NAME_RE,
+    Dataset,
+    DatasetInfo,
+    ImageDataset,
+    LabelledRows,
+    validate_name,
+)
 from engine.errors import DatasetError
-from engine.workspace import atomic_write_json, read_json, workspace_root
+from engine.workspace import atomic_write_json, publish_folder, read_json, workspace_root
 
 log = logging.getLogger(__name__)
 
@@ -67,32 +78,91 @@ def read_info(folder: Path) -> DatasetInfo:
         raise DatasetError(f"{path}: bad dataset metadata ({e}); delete {folder}, add it again") from e
 
 
-def read_dataset(name: str, workspace: str | os.PathLike[str] | None = None) -> ImageDataset:
+def dataset_type(info: DatasetInfo, where: Path | str) -> type[LabelledRows]:
+    """The dataset class of ``info.modality``. Raises DatasetError naming ``where`` for an unknown one."""
+    try:
+        return DATASET_TYPES[info.modality]
+    except KeyError:
+        raise DatasetError(
+            f"{where}: unknown modality {info.modality!r} (known: {', '.join(DATASET_TYPES)})"
+        ) from None
+
+
+def read_dataset(name: str, workspace: str | os.PathLike[str] | None = None) -> Dataset:
     """Load a registered dataset (read-only: nothing is written).
 
-    Raises DatasetError naming the file when ``meta.json`` or ``data.npz`` is missing, unreadable, or
-    its arrays do not match the metadata (shapes, dtypes, label range, split sizes).
+    Returns:
+        An :class:`~engine.data.dataset.ImageDataset` or :class:`~engine.data.dataset.TextDataset`,
+        by ``meta.json``'s ``modality``.
+    Raises:
+        DatasetError: naming the file when ``meta.json`` or ``data.npz`` is missing, unreadable, of
+            an unknown modality, or its arrays do not match the metadata (shapes, dtypes, label
+            range, split sizes, text offsets, group ids).
     """
     folder = datasets_dir(workspace) / name
     info = read_info(folder)
+    cls = dataset_type(info, folder / META)
     path = folder / DATA
     try:
         with np.load(path, allow_pickle=False) as z:
-            images, labels, split = z["images"], z["labels"], z["split"]
+            arrays = {k: z[k] for k in z.files if k in cls.ARRAYS + cls.OPTIONAL_ARRAYS}
     except (OSError, ValueError, KeyError, zipfile.BadZipFile) as e:
         raise DatasetError(f"{path}: cannot read dataset arrays ({e}); delete {folder}, add it again") from e
-    c, h, w = info.image_shape
-    n = labels.shape[0] if labels.ndim == 1 else -1
-    problems = []
-    if images.dtype != np.uint8 or images.shape != (n, h, w, c):
-        problems.append(f"images {images.dtype} {images.shape}, expected uint8 ({n}, {h}, {w}, {c})")
-    if labels.dtype != np.int64 or (n and not 0 <= labels.min() <= labels.max() < info.n_classes):
-        problems.append(f"labels must be int64 in [0, {info.n_classes})")
-    if split.shape != (n,) or ((split == 0).sum(), (split == 1).sum()) != (info.n_train, info.n_val):
-        problems.append(f"split does not give {info.n_train} train + {info.n_val} val rows")
+    problems = cls.problems(info, arrays)
     if problems:
         raise DatasetError(f"{path}: does not match {folder / META}: " + "; ".join(problems))
-    return ImageDataset(info=info, images=images, labels=labels, split=split)
+    return cls.from_arrays(info, arrays)
+
+
+def content_hash(arrays: dict[str, np.ndarray]) -> str:
+    """sha256 (hex) of a dataset's arrays: for each array in name order, its name, dtype, shape and
+    bytes. The same data (split included) always gives the same hash, whatever the modality."""
+    h = hashlib.sha256()
+    for key in sorted(arrays):
+        a = np.ascontiguousarray(arrays[key])
+        h.update(f"{key}|{a.dtype.str}|{a.shape}|".encode())
+        h.update(memoryview(a).cast("B"))
+    return h.hexdigest()
+
+
+def save_dataset(ds: Dataset, workspace: str | os.PathLike[str] | None = None, *, overwrite: bool = False) -> Path:
+    """Register a dataset of any modality atomically (see the module docstring); return its folder.
+
+    The stored ``meta.json`` is ``ds.info`` with ``source_hash`` set to :func:`content_hash` of the
+    stored arrays (read it back with :func:`read_info`).
+
+    Raises:
+        DatasetError: invalid name; arrays that do not match ``ds.info`` (a bug in the caller); the
+            name exists and ``overwrite`` is False (also when another process registered it first).
+    """
+    info = ds.info
+    validate_name(info.name)
+    cls = dataset_type(info, f"dataset {info.name!r}")
+    arrays = ds.arrays()
+    problems = cls.problems(info, arrays)
+    if problems:
+        raise DatasetError(f"dataset {info.name!r}: arrays do not match its metadata: " + "; ".join(problems))
+    info = dataclasses.replace(info, source_hash=content_hash(arrays))
+    root = datasets_dir(workspace)
+    target = root / info.name
+
+    def fill(tmp: Path) -> None:
+        with open(tmp / DATA, "wb") as f:
+            np.savez(f, **arrays)
+            f.flush()
+            os.fsync(f.fileno())
+        atomic_write_json(tmp / META, info.to_dict())
+
+    try:
+        published = publish_folder(target, fill, marker=META, overwrite=overwrite)
+    except OSError as e:
+        raise DatasetError(f"cannot register dataset {info.name!r} at {target}: {e}") from e
+    if not published:
+        raise DatasetError(
+            f"dataset {info.name!r} already exists in {root}; choose another name or replace it"
+            f" (`data add --overwrite`, or tick 'Replace' on the Data page)"
+        )
+    return target
 
 
 def write_dataset(
@@ -104,7 +174,8 @@ def write_dataset(
     *,
     overwrite: bool = False,
 ) -> Path:
-    """Register a dataset atomically (see the module docstring) and return its folder.
+    """Register an image dataset atomically and return its folder (:func:`save_dataset` of an
+    :class:`~engine.data.dataset.ImageDataset`).
 
     Args:
         info: metadata; ``info.name`` is the folder name.
@@ -116,41 +187,4 @@ def write_dataset(
         DatasetError: invalid name, or the name exists and ``overwrite`` is False (also when another
             process registered it first).
     """
-    validate_name(info.name)
-    root = datasets_dir(workspace)
-    target = root / info.name
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{info.name}-", dir=root))
-    try:
-        with open(tmp / DATA, "wb") as f:
-            np.savez(
-                f,
-                images=np.ascontiguousarray(images, dtype=np.uint8),
-                labels=np.asarray(labels, dtype=np.int64),
-                split=np.asarray(split, dtype=np.uint8),
-            )
-            f.flush()
-            os.fsync(f.fileno())
-        atomic_write_json(tmp / META, info.to_dict())
-        if not (target / META).exists():
-            try:
-                os.rename(tmp, target)  # fails if a non-empty target appeared meanwhile
-                return target
-            except OSError as e:
-                if not (target / META).exists():
-                    raise DatasetError(f"cannot register dataset {info.name!r} at {target}: {e}") from e
-        if not overwrite:
-            raise DatasetError(
-                f"dataset {info.name!r} already exists in {root}; choose another name or replace it"
-                f" (`data add --overwrite`, or tick 'Replace' on the Data page)"
-            )
-        old = Path(tempfile.mkdtemp(prefix=f".old-{info.name}-", dir=root))
-        os.replace(target, old)  # `old` is an empty folder, so this rename succeeds
-        try:
-            os.rename(tmp, target)
-        except OSError:
-            os.replace(old, target)
-            raise
-        shutil.rmtree(old, ignore_errors=True)
-        return target
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)  # no-op once renamed into place
+    return save_dataset(ImageDataset(info, images, labels, split), workspace, overwrite=overwrite)

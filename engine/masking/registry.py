@@ -28,9 +28,10 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from engine.errors import ConfigError
+from engine.registry import validate_params
 
 #: Modalities a strategy can be offered for in the dashboard.
 MODALITIES = ("image", "text", "audio", "video")
@@ -91,21 +92,7 @@ class MaskingStrategy:
         Raises:
             ConfigError: unknown key or bad value; the message names ``<prefix>.<field>`` and the value.
         """
-        try:
-            return self.params.model_validate(params or {})
-        except ValidationError as e:
-            parts = []
-            for err in e.errors():
-                loc = ".".join([prefix, *(str(p) for p in err["loc"])])
-                msg = err["msg"].removeprefix("Value error, ")
-                if err["type"] == "extra_forbidden":
-                    known = ", ".join(self.params.model_fields) or "none"
-                    parts.append(f"{loc}: unknown parameter of strategy {self.name!r} (its parameters: {known})")
-                elif "input" in err and not isinstance(err["input"], dict):
-                    parts.append(f"{loc}: {msg} (got {err['input']!r})")
-                else:
-                    parts.append(f"{loc}: {msg}")
-            raise ConfigError("; ".join(parts)) from None
+        return validate_params(self.params, params, prefix, f"strategy {self.name!r}")
 
     def check_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         """``shape`` as a tuple of ints, checked against :attr:`grid_dims`.

@@ -1,28 +1,35 @@
-"""Models: masked-modeling architectures, registered by ``model.arch``, with size presets.
+"""Models: masked-modeling architectures, registered by ``model.arch``, each with size presets.
 
 Public API:
-    PRESETS — widths/depths by ``model.preset``
-    MODEL_REGISTRY, register_model — builders by ``model.arch`` (later archs plug in here)
-    build_model(cfg, image_shape) -> nn.Module
+    MODEL_REGISTRY, register_model, get_model_spec — architectures by ``model.arch``
+    PRESETS — the ``mae_vit`` presets (also the encoder sizes of ``simmim_vit``)
+    build_model(cfg, **dims) -> nn.Module
     count_parameters(model) -> int
-    MaskedAutoencoderViT
+    MaskedAutoencoderViT, SimMIMViT
 
-References: He et al. 2022, "Masked Autoencoders Are Scalable Vision Learners".
+A builder takes the run config and the data-dependent dimensions its task passes
+(``image_shape=(C, H, W)`` for image models, ``vocab_size`` and ``max_len`` for text models).
+Models encode and decode; they never draw masks (the mask is an argument) and never own the loss
+(they return named outputs, see :data:`engine.objectives.OUTPUTS`).
+
+References: He et al. 2022 (MAE); Xie et al. 2022 (SimMIM).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from torch import nn
 
-from engine.config import RunConfig
 from engine.errors import ConfigError
 from engine.masking import grid_shape
 from engine.models.mae import MaskedAutoencoderViT
+from engine.models.simmim import SimMIMViT
 from engine.registry import registrar
 
-__all__ = ["MODEL_REGISTRY", "PRESETS", "MaskedAutoencoderViT", "build_model", "count_parameters", "register_model"]
+__all__ = ["MODEL_REGISTRY", "PRESETS", "MaskedAutoencoderViT", "ModelSpec", "SimMIMViT", "build_model",
+           "count_parameters", "get_model_spec", "register_model"]
 
 # Widths/depths of the ``mae_vit`` arch. "base" is MAE's ViT-B/16 (encoder ~86M parameters at 224x224).
 PRESETS: dict[str, dict[str, Any]] = {
@@ -32,42 +39,86 @@ PRESETS: dict[str, dict[str, Any]] = {
     "base": dict(embed_dim=768, depth=12, num_heads=12, decoder_embed_dim=512, decoder_depth=8, decoder_num_heads=16),
 }
 
-ModelBuilder = Callable[[RunConfig, tuple[int, int, int]], nn.Module]
-MODEL_REGISTRY: dict[str, ModelBuilder] = {}
+ModelBuilder = Callable[..., nn.Module]
 
 
-def register_model(arch: str) -> Callable[[ModelBuilder], ModelBuilder]:
-    """Decorator: register a builder ``(cfg, image_shape) -> nn.Module`` under ``arch`` (``model.arch``).
+@dataclass(frozen=True)
+class ModelSpec:
+    """A registered architecture: its builder ``(cfg, **dims) -> nn.Module``, presets and a summary."""
+
+    name: str
+    builder: ModelBuilder
+    presets: dict[str, dict[str, Any]] = field(default_factory=dict)
+    summary: str = ""
+
+
+MODEL_REGISTRY: dict[str, ModelSpec] = {}
+
+
+def register_model(arch: str, presets: dict[str, dict[str, Any]], summary: str = "") -> Callable[[ModelBuilder], ModelBuilder]:
+    """Decorator: register a builder ``(cfg, **dims) -> nn.Module`` as ``model.arch`` ``arch``.
 
     Raises:
         ValueError: ``arch`` is already registered.
     """
-    return registrar(MODEL_REGISTRY, "model arch", arch)
+
+    def deco(fn: ModelBuilder) -> ModelBuilder:
+        registrar(MODEL_REGISTRY, "model arch", arch)(ModelSpec(arch, fn, presets, summary))
+        return fn
+
+    return deco
 
 
-@register_model("mae_vit")
-def _build_mae_vit(cfg: RunConfig, image_shape: tuple[int, int, int]) -> MaskedAutoencoderViT:
+def get_model_spec(arch: str) -> ModelSpec:
+    """The registered architecture ``arch``. Raises :class:`ConfigError` naming ``model.arch``."""
+    try:
+        return MODEL_REGISTRY[arch]
+    except KeyError:
+        raise ConfigError(f"model.arch: unknown arch {arch!r}; known: {', '.join(sorted(MODEL_REGISTRY))}") from None
+
+
+def _preset(cfg) -> dict[str, Any]:
+    presets = get_model_spec(cfg.model.arch).presets
+    try:
+        return presets[cfg.model.preset]
+    except KeyError:
+        raise ConfigError(f"model.preset: unknown preset {cfg.model.preset!r}; known presets: {', '.join(presets)}") from None
+
+
+def _image_dims(cfg, image_shape: tuple[int, int, int]) -> tuple[int, int, int, int]:
+    """``(C, H, W, P)`` after the checks every patch model needs (ConfigError naming the field)."""
     C, H, W = image_shape
     P = cfg.model.patch_size
     grid_shape((H, W), P)  # ConfigError naming model.patch_size
-    try:
-        sizes = PRESETS[cfg.model.preset]
-    except KeyError:
-        raise ConfigError(
-            f"model.preset: unknown preset {cfg.model.preset!r}; known presets: {', '.join(PRESETS)}"
-        ) from None
     if cfg.objective.norm_pix_loss and P * P * C < 2:
         raise ConfigError(
             f"objective.norm_pix_loss: needs at least 2 values per patch, but model.patch_size={P} with "
             f"{C} channel(s) gives {P * P * C}; use a larger patch or turn norm_pix_loss off"
         )
-    return MaskedAutoencoderViT(
-        img_size=(H, W), in_chans=C, patch_size=P, norm_pix_loss=cfg.objective.norm_pix_loss, **sizes
-    )
+    return C, H, W, P
 
 
-def build_model(cfg: RunConfig, image_shape: tuple[int, int, int]) -> nn.Module:
-    """Build the model of a run for images of ``image_shape = (C, H, W)``.
+@register_model("mae_vit", PRESETS, "MAE: ViT encoder on the visible patches, light decoder (He et al. 2022)")
+def _build_mae_vit(cfg, *, image_shape: tuple[int, int, int]) -> MaskedAutoencoderViT:
+    C, H, W, P = _image_dims(cfg, image_shape)
+    return MaskedAutoencoderViT(img_size=(H, W), in_chans=C, patch_size=P, norm_pix_loss=cfg.objective.norm_pix_loss,
+                                **_preset(cfg))
+
+
+SIMMIM_PRESETS = {k: {n: v[n] for n in ("embed_dim", "depth", "num_heads")} for k, v in PRESETS.items()}
+
+
+@register_model("simmim_vit", SIMMIM_PRESETS,
+                "SimMIM: one ViT encoder over all patches, mask tokens, linear pixel head (Xie et al. 2022)")
+def _build_simmim_vit(cfg, *, image_shape: tuple[int, int, int]) -> SimMIMViT:
+    C, H, W, P = _image_dims(cfg, image_shape)
+    return SimMIMViT(img_size=(H, W), in_chans=C, patch_size=P, norm_pix_loss=cfg.objective.norm_pix_loss,
+                     **_preset(cfg))
+
+
+def build_model(cfg, **dims: Any) -> nn.Module:
+    """Build the model of a run; ``dims`` are the data-dependent sizes its task passes
+    (``image_shape=(C, H, W)`` for image archs).
 
     Weights are initialised from the global torch RNG; seed it first for a reproducible init.
 
@@ -76,13 +127,7 @@ def build_model(cfg: RunConfig, image_shape: tuple[int, int, int]) -> nn.Module:
             ``model.patch_size`` that does not divide ``H x W``, or ``objective.norm_pix_loss`` with
             one value per patch.
     """
-    try:
-        builder = MODEL_REGISTRY[cfg.model.arch]
-    except KeyError:
-        raise ConfigError(
-            f"model.arch: unknown arch {cfg.model.arch!r}; known: {', '.join(sorted(MODEL_REGISTRY))}"
-        ) from None
-    return builder(cfg, tuple(int(s) for s in image_shape))
+    return get_model_spec(cfg.model.arch).builder(cfg, **dims)
 
 
 def count_parameters(model: nn.Module, trainable_only: bool = True) -> int:

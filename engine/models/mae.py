@@ -20,7 +20,7 @@ from torch import nn
 from engine.masking.apply import gather_visible, restore_order
 from engine.models.layers import Block
 from engine.models.pos_embed import sincos_2d
-from engine.objectives import masked_mse, normalize_patches
+from engine.objectives import normalize_patches
 
 
 class MaskedAutoencoderViT(nn.Module):
@@ -200,27 +200,42 @@ class MaskedAutoencoderViT(nn.Module):
         x = self.decoder_norm(x)
         return self.decoder_pred(x)[:, 1:, :]  # (B, L, P*P*C)
 
-    def forward_loss(self, imgs: torch.Tensor, pred: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """MSE on the masked patches: :func:`engine.objectives.masked_mse` against ``patchify(imgs)``,
-        per-patch normalised when ``norm_pix_loss``.
+    def forward_target(self, imgs: torch.Tensor) -> torch.Tensor:
+        """The reconstruction target ``[B, L, P*P*C]``: ``patchify(imgs)``, per-patch normalised when
+        ``norm_pix_loss`` (:func:`engine.objectives.normalize_patches`)."""
+        target = self.patchify(imgs)
+        return normalize_patches(target) if self.norm_pix_loss else target
+
+    def forward(self, imgs: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Encode the visible patches, decode every patch.
 
         Args:
-            imgs: ``[B, C, H, W]``; pred: ``[B, L, P*P*C]``; mask: ``[B, L]`` (or ``[B, h, w]``) bool.
+            imgs: ``[B, C, H, W]``; mask: ``[B, L]`` (or ``[B, h, w]``) bool, True = masked.
 
         Returns:
-            Scalar loss.
+            The outputs an objective reads (:data:`engine.objectives.OUTPUTS`): ``pred [B, L, P*P*C]``,
+            ``target [B, L, P*P*C]`` (:meth:`forward_target`) and ``mask [B, L]`` bool. MAE's loss
+            is ``engine.objectives.masked_mse`` of them.
         """
-        target = self.patchify(imgs)
-        if self.norm_pix_loss:
-            target = normalize_patches(target)
-        return masked_mse(pred, target, self._flat_mask(mask, pred.device))
-
-    def forward(self, imgs: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``imgs [B, C, H, W]``, ``mask [B, L]`` bool (True = masked) -> ``(loss scalar, pred [B, L, P*P*C])``."""
+        mask = self._flat_mask(mask, imgs.device)
         latent, ids_restore, pad = self.forward_encoder(imgs, mask)
         pred = self.forward_decoder(latent, ids_restore, pad)
-        loss = self.forward_loss(imgs, pred, mask)
-        return loss, pred
+        return {"pred": pred, "target": self.forward_target(imgs), "mask": mask}
+
+    @torch.no_grad()
+    def features(self, imgs: torch.Tensor) -> torch.Tensor:
+        """Frozen features for probes: the encoder on every patch (nothing masked), final norm,
+        patch tokens averaged (MAE's linear probing also uses pooled encoder features).
+
+        Args:
+            imgs: ``[B, C, H, W]``.
+
+        Returns:
+            ``[B, D]``.
+        """
+        mask = torch.zeros(imgs.shape[0], self.num_patches, dtype=torch.bool, device=imgs.device)
+        latent, _, _ = self.forward_encoder(imgs, mask)
+        return latent[:, 1:, :].mean(dim=1)
 
     @torch.no_grad()
     def reconstruct(self, imgs: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -240,14 +255,25 @@ class MaskedAutoencoderViT(nn.Module):
         """
         mask = self._flat_mask(mask, imgs.device)
         latent, ids_restore, pad = self.forward_encoder(imgs, mask)
-        pred = self.forward_decoder(latent, ids_restore, pad).float()  # (B, L, P*P*C)
-        target = self.patchify(imgs).float()  # (B, L, P*P*C)
-        if self.norm_pix_loss:
-            mean = target.mean(dim=-1, keepdim=True)
-            var = target.var(dim=-1, keepdim=True)
-            pred = pred * (var + 1e-6).sqrt() + mean
-        pasted = torch.where(mask.unsqueeze(-1), pred, target)
-        return {
-            "pred_img": self.unpatchify(pred).clamp(0.0, 1.0),
-            "pasted": self.unpatchify(pasted).clamp(0.0, 1.0),
-        }
+        return display_images(self, imgs, self.forward_decoder(latent, ids_restore, pad).float(), mask)
+
+
+def display_images(model, imgs: torch.Tensor, pred: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """A patch model's prediction as display images (shared by MAE and SimMIM).
+
+    With ``model.norm_pix_loss`` the prediction is mapped back to pixels with each true patch's own
+    mean and variance (as MAE's visualisation does, which peeks at the true patch statistics).
+
+    Args:
+        model: has ``patchify``, ``unpatchify`` and ``norm_pix_loss``.
+        imgs: ``[B, C, H, W]`` in [0, 1]; pred: ``[B, L, P*P*C]`` float; mask: ``[B, L]`` bool.
+
+    Returns:
+        ``{"pred_img": [B, C, H, W], "pasted": [B, C, H, W]}`` clamped to [0, 1]: the prediction of
+        every patch, and the original pixels at visible patches with the prediction at masked ones.
+    """
+    target = model.patchify(imgs).float()
+    if model.norm_pix_loss:
+        pred = pred * (target.var(dim=-1, keepdim=True) + 1e-6).sqrt() + target.mean(dim=-1, keepdim=True)
+    pasted = torch.where(mask.unsqueeze(-1), pred, target)
+    return {"pred_img": model.unpatchify(pred).clamp(0.0, 1.0), "pasted": model.unpatchify(pasted).clamp(0.0, 1.0)}

@@ -2,7 +2,7 @@
 
 Public API (pages and the CLI use only these):
     list_runs, get_run -> RunRecord; read_metrics -> DataFrame (``attrs["warnings"]``);
-    load_samples -> ReconSample; read_log -> str; latest_checkpoint_step -> int;
+    load_samples -> Sample; read_log -> str; latest_checkpoint_step -> int;
     read_config_history -> list of {step, config, changed}.
 Write side (only the holder of the run lock, plus the launcher's create_run): write_status,
 MetricsWriter, save_samples, save_checkpoint, append_config_history, truncate_metrics, compact_metrics.
@@ -35,7 +35,7 @@ from engine.store.runs import (
     runs_root,
     write_status,
 )
-from engine.store.samples import ReconSample, load_samples, sample_steps, save_samples
+from engine.store.samples import Sample, load_samples, sample_steps, save_samples
 
 
 def read_metrics(
@@ -52,7 +52,7 @@ def read_metrics(
 
 
 __all__ = [
-    "ACTIVE", "CANCEL_FILE", "RESUMABLE", "STATUSES", "MetricsWriter", "ReconSample", "RunLock", "RunRecord",
+    "ACTIVE", "CANCEL_FILE", "RESUMABLE", "STATUSES", "MetricsWriter", "RunLock", "RunRecord", "Sample",
     "append_config_history", "compact_metrics", "create_run", "get_run", "latest_checkpoint_step",
     "latest_complete_checkpoint", "list_checkpoints", "list_runs", "load_checkpoint_state", "load_samples",
     "load_weights", "lock_holder", "read_config_history", "read_log", "read_metrics", "read_status", "run_alive",

@@ -1,7 +1,11 @@
-"""Reconstruction samples: the fixed validation images, their masks and the model's output.
+"""Reconstruction samples: what a task shows of its fixed validation rows at one eval step.
 
-The worker saves one ``samples/recon-NNNNNNN.npz`` per eval (atomically); the run detail page
-reads the latest with :func:`load_samples`.
+The worker saves one ``samples/recon-NNNNNNN.npz`` per eval (atomically, no pickles): a ``kind``
+naming the view that draws it (the task's modality view: ``image``, ``text_mlm``...), named arrays
+and a small JSON ``meta``. The run detail page reads them with :func:`load_samples` and hands them
+to the modality's view; the store never interprets the arrays.
+
+Files written before samples had a kind (image runs of the first format) load as kind ``image``.
 """
 
 from __future__ import annotations
@@ -9,8 +13,9 @@ from __future__ import annotations
 import io
 import json
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -19,44 +24,45 @@ from engine.store.runs import run_dir
 from engine.workspace import atomic_write_bytes
 
 SAMPLES_DIR = "samples"
+_KIND, _META = "__kind__", "__meta__"
 
 
 @dataclass(frozen=True)
-class ReconSample:
-    """Reconstructions of the run's fixed validation images at one step.
+class Sample:
+    """A task's reconstruction samples at one step.
 
     Attributes:
         step: optimizer step at which they were made.
-        images: float32 [N, C, H, W] in [0, 1], the originals.
-        mask: bool [N, h, w], True = masked (hidden from the encoder).
-        pred_img: float32 [N, C, H, W] in [0, 1], the decoder's reconstruction of every patch.
-        pasted: float32 [N, C, H, W], reconstruction with the visible patches pasted back.
-        labels: int64 [N]; class_names: the dataset's class names; patch_size: P in pixels.
+        kind: the view that draws them (``image``, ``text_mlm``, ``text_span``...).
+        arrays: named numpy arrays. The ``image`` kind has ``images`` float32 ``[N, C, H, W]`` in
+            [0, 1], ``mask`` bool ``[N, h, w]`` (True = masked), ``pred_img`` and ``pasted`` float32
+            ``[N, C, H, W]`` (the prediction of every patch; the prediction at masked patches with the
+            originals pasted at visible ones) and ``labels`` int64 ``[N]``.
+        meta: JSON-safe extras (``class_names``, ``patch_size``...).
     """
 
     step: int
-    images: np.ndarray
-    mask: np.ndarray
-    pred_img: np.ndarray
-    pasted: np.ndarray
-    labels: np.ndarray
-    class_names: tuple[str, ...]
-    patch_size: int
+    kind: str
+    arrays: dict[str, np.ndarray]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.arrays[name]
 
 
-def save_samples(d: Path, s: ReconSample) -> Path:
+def save_samples(d: Path, s: Sample) -> Path:
     """Write ``s`` to ``d/samples/recon-<step>.npz`` atomically; returns the path.
 
     Raises:
+        ValueError: an array name collides with the reserved ``__kind__`` / ``__meta__``, or an
+            array has object dtype (it would need a pickle).
         StorageError: the file cannot be written (disk full...); no temporary file is left.
     """
+    for k, a in s.arrays.items():
+        if k in (_KIND, _META) or np.asarray(a).dtype == object:
+            raise ValueError(f"sample array {k!r}: reserved name or object dtype")
     buf = io.BytesIO()
-    np.savez_compressed(
-        buf, step=s.step, images=s.images.astype(np.float32), mask=s.mask.astype(bool),
-        pred_img=s.pred_img.astype(np.float32), pasted=s.pasted.astype(np.float32),
-        labels=s.labels.astype(np.int64), class_names=json.dumps(list(s.class_names)),
-        patch_size=s.patch_size,
-    )
+    np.savez_compressed(buf, **{_KIND: s.kind, _META: json.dumps(s.meta), "step": s.step}, **s.arrays)
     path = Path(d) / SAMPLES_DIR / f"recon-{s.step:07d}.npz"
     atomic_write_bytes(path, buf.getvalue(), what=f"reconstruction samples of step {s.step}")
     return path
@@ -67,11 +73,32 @@ def sample_steps(run_id: str, workspace=None) -> list[int]:
     return sorted(int(p.stem.split("-")[1]) for p in (run_dir(run_id, workspace) / SAMPLES_DIR).glob("recon-*.npz"))
 
 
-def load_samples(run_id: str, step: int | None = None, workspace=None) -> ReconSample | None:
-    """Samples at ``step`` (the latest when None); None if the run has none yet.
+def read_sample_file(path: Path) -> Sample:
+    """The samples in ``path``. Raises DamagedFileError naming ``path`` when it cannot be read."""
+    try:
+        return _decode(path)
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as e:
+        raise DamagedFileError(f"{path}: unreadable reconstruction samples ({e}); "
+                               f"`python -m engine doctor` reports damaged files") from None
+
+
+def _decode(path: Path) -> Sample:
+    with np.load(path, allow_pickle=False) as z:
+        names = set(z.files)
+        if _KIND in names:
+            arrays = {k: z[k] for k in names - {_KIND, _META, "step"}}
+            return Sample(int(z["step"]), str(z[_KIND]), arrays, json.loads(str(z[_META])))
+        # first format (image runs only): fixed keys, class names as a JSON string
+        arrays = {k: z[k] for k in ("images", "mask", "pred_img", "pasted", "labels")}
+        meta = {"class_names": json.loads(str(z["class_names"])), "patch_size": int(z["patch_size"])}
+        return Sample(int(z["step"]), "image", arrays, meta)
+
+
+def load_samples(run_id: str, step: int | None = None, workspace=None) -> Sample | None:
+    """Samples at ``step`` (the latest when None); None if the run has none (at that step) yet.
 
     Raises:
-        RunNotFoundError: unknown run.
+        RunNotFoundError: unknown run id.
         DamagedFileError: the samples file cannot be read (the message names it).
     """
     d = run_dir(run_id, workspace) / SAMPLES_DIR
@@ -84,13 +111,4 @@ def load_samples(run_id: str, step: int | None = None, workspace=None) -> ReconS
         path = d / f"recon-{step:07d}.npz"
         if not path.exists():
             return None
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            return ReconSample(
-                step=int(z["step"]), images=z["images"], mask=z["mask"], pred_img=z["pred_img"],
-                pasted=z["pasted"], labels=z["labels"], class_names=tuple(json.loads(str(z["class_names"]))),
-                patch_size=int(z["patch_size"]),
-            )
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as e:
-        raise DamagedFileError(f"{path}: unreadable reconstruction samples ({e}); "
-                               f"`python -m engine doctor` reports damaged files") from None
+    return read_sample_file(path)

@@ -74,6 +74,21 @@ def test_log_and_runs_show_why_a_run_ended(workspace):
     assert engine_cli("log", "no-such-run").returncode == 2
 
 
+def test_data_add_name_encoding_and_fill(workspace, tmp_path):
+    from tests.engine.test_import import PNG_BYTES, _raw_zip
+
+    archive = tmp_path / "es.zip"
+    _raw_zip(archive, [("Café/1.png".encode("cp1252"), PNG_BYTES), ("Ñandú/2.png".encode("cp1252"), PNG_BYTES)])
+    guessed = engine_cli("data", "add", str(archive), "--name", "es", "--image-size", "4")
+    assert guessed.returncode == 1 and "detection was ambiguous" in guessed.stdout  # a guess needs a look
+    chosen = engine_cli("data", "add", str(archive), "--name", "es", "--image-size", "4", "--overwrite",
+                        "--name-encoding", "cp1252", "--fill", "black")  # fmt: skip
+    assert chosen.returncode == 0, chosen.stderr
+    assert "member names: cp1252 (chosen)" in chosen.stdout and "(Café, Ñandú)" in chosen.stdout
+    bad = engine_cli("data", "add", str(archive), "--name", "es2", "--fill", "transparent-ish")
+    assert bad.returncode == 2 and "is not a colour" in bad.stderr
+
+
 @pytest.mark.slow
 def test_submit_runs_cancel(workspace):
     out = engine_cli("submit", "configs/mae-digits.yaml", "--set", "train.steps=100000", "--set", "name=cli-bg")

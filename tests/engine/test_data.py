@@ -176,6 +176,7 @@ def test_fashion_mnist_loads_official_split(workspace, monkeypatch):
 
 def test_fashion_mnist_missing_says_how_to_install(workspace, tmp_path, monkeypatch):
     monkeypatch.setenv("MASKLAB_FASHION_MNIST_DIR", str(tmp_path / "nowhere"))
+    monkeypatch.setenv("MASKLAB_FORTUNES_DIR", str(tmp_path / "nowhere"))
     status = {s.name: s for s in bundled_status()}
     assert status["digits"].available and not status["fashion-mnist"].available
     assert "apt-get install dataset-fashion-mnist" in status["fashion-mnist"].how_to_get
@@ -205,14 +206,15 @@ def test_import_zip_reports_every_file(workspace, stamps_zip):
     assert isinstance(report, ImportReport) and report.source == str(stamps_zip)
     assert report.accepted == 3 * PER_CLASS
     assert dict(report.rejected).keys() == {"stamps/food/corrupt.png", "stamps/plants/empty.JPG"}
-    assert dict(report.rejected)["stamps/food/corrupt.png"] == "not a PNG or JPEG image that Pillow can read"
+    assert dict(report.rejected)["stamps/food/corrupt.png"] == (
+        "its content is not an accepted image format (PNG, JPEG, WebP, BMP, TIFF, GIF); re-export it as one")
     assert dict(report.rejected)["stamps/plants/empty.JPG"] == "empty file"
     skipped = dict(report.skipped)
     assert skipped["stamps/notes.txt"] == "not an image file (.txt)"
     assert skipped["__MACOSX/stamps/food/._food__pizza.png"] == "macOS metadata"
     assert skipped["stamps/.DS_Store"] == "hidden file"
     summary = report.summary()
-    assert "stamps/food/corrupt.png: not a PNG or JPEG image" in summary and "stamps/plants/empty.JPG" in summary
+    assert "stamps/food/corrupt.png: its content is not an accepted" in summary and "stamps/plants/empty.JPG" in summary
 
     info = report.dataset
     assert isinstance(info, DatasetInfo) and info.name == "stamps" and info.source == "upload:stamps.zip"
@@ -273,7 +275,7 @@ def test_import_errors_name_the_path_or_name(workspace, tmp_path, stamps_zip):
     with zipfile.ZipFile(junk, "w") as z:
         z.writestr("a/bad.png", b"\x89PNG\r\n\x1a\n broken")
         z.writestr("a/readme.txt", "x")
-    refused = re.escape(f"{junk}: no readable images; 1 files refused: a/bad.png: not a PNG or JPEG")
+    refused = re.escape(f"{junk}: no readable images; 1 files refused: a/bad.png: damaged PNG file: its header")
     with pytest.raises(DatasetError, match=refused):
         import_archive(junk)
     assert [p for p in (workspace / "datasets").iterdir()] == []
@@ -293,11 +295,12 @@ def test_failed_overwrite_leaves_existing_dataset_intact(workspace, tmp_path, st
     Image.new("1", (13500, 13500)).save(bomb)  # 182 Mpixel, a few kB: Pillow's DecompressionBombError
     with zipfile.ZipFile(junk, "w", compression=zipfile.ZIP_DEFLATED) as z:
         z.writestr("bad.jpg", b"not a jpeg at all")
-        z.writestr("big.png", bytes(51 * 2**20))  # 51 MB uncompressed
+        z.writestr("big.png", bytes(51 * 2**20))  # 51 MB of zeros: deflated about 1000:1
         z.write(bomb, "bomb.png")
     with pytest.raises(DatasetError, match="no readable images; 3 files refused") as err:
         import_archive(junk, name="stamps", overwrite=True)
-    for expected in ("bad.jpg: not a PNG or JPEG image", "big.png: too large", "bomb.png: image too large"):
+    for expected in ("bad.jpg: its content is not an accepted image format", "big.png: compressed 1",
+                     "bomb.png: declares more than 178956970 px"):
         assert expected in str(err.value)
     assert _file_ids(folder) == before
     assert load_dataset("stamps").info == original.info

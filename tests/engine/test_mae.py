@@ -121,13 +121,22 @@ def test_loss_ignores_visible_patches_and_scores_masked_ones():
     torch.testing.assert_close(loss, per_patch[mask].mean())
 
 
-def test_model_loss_ignores_visible_predictions():
+def mae_loss(model, imgs, mask):
+    """MAE's loss: masked MSE of the model's outputs; returns (loss, pred)."""
+    out = model(imgs, mask)
+    return masked_mse(**out), out["pred"]
+
+
+def test_model_outputs_score_only_masked_predictions():
     model = micro()
     imgs = torch.rand(2, 1, 8, 8, generator=gen())
     mask = random_mask((2, 16), 0.75, generator=gen(1))
-    loss, pred = model(imgs, mask)
-    noisy = torch.where(mask.unsqueeze(-1), pred, pred + 5.0)
-    torch.testing.assert_close(model.forward_loss(imgs, noisy, mask), loss)
+    out = model(imgs, mask)
+    assert set(out) == {"pred", "target", "mask"} and torch.equal(out["mask"], mask)
+    torch.testing.assert_close(out["target"], model.patchify(imgs))
+    loss = masked_mse(**out)
+    noisy = torch.where(mask.unsqueeze(-1), out["pred"], out["pred"] + 5.0)
+    torch.testing.assert_close(masked_mse(noisy, out["target"], mask), loss)
 
 
 def test_loss_with_no_masked_patch_is_zero_and_differentiable():
@@ -152,7 +161,7 @@ def test_norm_pix_loss_scores_against_normalised_patches():
     model = micro(norm_pix_loss=True)
     imgs = torch.rand(2, 1, 8, 8, generator=gen())
     mask = random_mask((2, 16), 0.75, generator=gen(1))
-    loss, pred = model(imgs, mask)
+    loss, pred = mae_loss(model, imgs, mask)
     torch.testing.assert_close(loss, masked_mse(pred, normalize_patches(model.patchify(imgs)), mask))
     assert not torch.allclose(loss, masked_mse(pred, model.patchify(imgs), mask))
 
@@ -182,10 +191,10 @@ def test_reconstruct_pastes_originals_at_visible_patches(norm_pix_loss):
 def test_tiny_preset_forward_backward_is_finite():
     cfg = RunConfig.from_dict({"model": {"preset": "tiny", "patch_size": 2}})
     torch.manual_seed(0)
-    model = build_model(cfg, (1, 8, 8))
+    model = build_model(cfg, image_shape=(1, 8, 8))
     imgs = torch.rand(16, 1, 8, 8, generator=gen())
     mask = draw_mask(cfg.masking, (16, 4, 4), gen(1))
-    loss, pred = model(imgs, mask.flatten(1))
+    loss, pred = mae_loss(model, imgs, mask.flatten(1))
     assert loss.ndim == 0 and torch.isfinite(loss)
     assert pred.shape == (16, 16, 4)
     loss.backward()
@@ -201,7 +210,7 @@ def test_a_few_steps_reduce_the_loss():
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     first = None
     for _ in range(10):
-        loss, _ = model(imgs, mask)
+        loss, _ = mae_loss(model, imgs, mask)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -215,7 +224,7 @@ def test_every_preset_builds(preset):
     assert sizes["embed_dim"] % sizes["num_heads"] == 0 and sizes["embed_dim"] % 4 == 0
     assert sizes["decoder_embed_dim"] % sizes["decoder_num_heads"] == 0 and sizes["decoder_embed_dim"] % 4 == 0
     if preset == "tiny":
-        model = build_model(RunConfig.from_dict({"model": {"preset": preset}}), (1, 8, 8))
+        model = build_model(RunConfig.from_dict({"model": {"preset": preset}}), image_shape=(1, 8, 8))
         assert 0 < count_parameters(model) < 2_000_000
 
 
@@ -225,18 +234,18 @@ def test_presets_grow():
 
 
 def test_build_model_errors_name_the_field():
-    with pytest.raises(ConfigError, match=r"model\.preset: unknown preset 'huge'; known presets: tiny, small, base"):
-        build_model(RunConfig.from_dict({"model": {"preset": "huge"}}), (1, 8, 8))
+    with pytest.raises(ConfigError, match=r"model\.preset: unknown preset 'huge' for mae_vit; known presets: tiny, small, base"):
+        RunConfig.from_dict({"model": {"preset": "huge"}})
     with pytest.raises(ConfigError, match=r"model\.patch_size: 3 does not divide the image size 8x8"):
-        build_model(RunConfig.from_dict({"model": {"patch_size": 3}}), (1, 8, 8))
+        build_model(RunConfig.from_dict({"model": {"patch_size": 3}}), image_shape=(1, 8, 8))
     with pytest.raises(ConfigError, match=r"objective\.norm_pix_loss"):
-        build_model(RunConfig.from_dict({"model": {"patch_size": 1}, "objective": {"norm_pix_loss": True}}), (1, 8, 8))
+        build_model(RunConfig.from_dict({"model": {"patch_size": 1}, "objective": {"norm_pix_loss": True}}), image_shape=(1, 8, 8))
 
 
 def test_model_registry_has_mae_vit():
     assert "mae_vit" in MODEL_REGISTRY
     cfg = RunConfig.from_dict({"model": {"arch": "mae_vit", "patch_size": 4}, "objective": {"norm_pix_loss": True}})
-    model = build_model(cfg, (3, 12, 8))
+    model = build_model(cfg, image_shape=(3, 12, 8))
     assert isinstance(model, MaskedAutoencoderViT)
     assert model.grid_size == (3, 2) and model.norm_pix_loss
 

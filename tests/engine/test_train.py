@@ -44,14 +44,14 @@ def test_metrics_samples_and_checkpoints(workspace):
     ratios = _curve(run_id, "mask_ratio")[1]
     assert all(r == 12 / 16 for r in ratios)  # exact count: 12 of 16 patches at ratio 0.75
     s = load_samples(run_id)
-    assert s.step == 12 and s.images.shape == (8, 1, 8, 8) and s.mask.shape == (8, 4, 4)
-    assert s.pred_img.shape == s.pasted.shape == s.images.shape
+    assert s.step == 12 and s.kind == "image" and s["images"].shape == (8, 1, 8, 8) and s["mask"].shape == (8, 4, 4)
+    assert s["pred_img"].shape == s["pasted"].shape == s["images"].shape
     # The reconstruction grid uses exactly the masks that the New run preview draws.
     cfg = RunConfig.from_dict(rec.config)
-    assert torch.equal(torch.from_numpy(s.mask), preview_masks(cfg, (1, 8, 8), 8))
+    assert torch.equal(torch.from_numpy(s["mask"]), preview_masks(cfg, (1, 8, 8), 8))
     # pasted keeps the original pixels at visible patches
-    vis = ~s.mask.repeat(2, axis=1).repeat(2, axis=2)[:, None]
-    assert (abs(s.pasted - s.images)[vis] < 1e-6).all()
+    vis = ~s["mask"].repeat(2, axis=1).repeat(2, axis=2)[:, None]
+    assert (abs(s["pasted"] - s["images"])[vis] < 1e-6).all()
     ckpts = list_checkpoints(rec.path)
     assert [p.name for p in ckpts] == ["step-0000006", "step-0000012"]
     assert any(k.startswith("decoder") for k in load_weights(ckpts[-1]))

@@ -1,0 +1,218 @@
+"""One import entry point for every modality: look at a source, then import it.
+
+    >>> plan = inspect_source("trec.tsv")          # modality, columns and their roles, preview, classes
+    >>> report = import_source("trec.tsv", "trec", ImportOptions(min_chars=10))
+    >>> print(report.summary())
+
+:func:`detect_modality` decides from the file itself (its extension, or what a zip or folder holds);
+:data:`IMPORTERS` maps each modality to how it is inspected and imported. Images go to
+:func:`engine.data.importer.import_archive` unchanged; text to :func:`engine.data.text.import_text`.
+Audio and paired data will be new entries in :data:`IMPORTERS` and in :func:`detect_modality`.
+"""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from engine.data import importer, storage, text
+from engine.data.images import EXTENSIONS as IMAGE_EXTENSIONS
+from engine.data.tabular import TABLE_EXTENSIONS, ColumnRoles, ImportOptions
+from engine.errors import DatasetError
+
+PathLike = str | os.PathLike[str]
+
+
+@dataclass
+class SourcePlan:
+    """What importing a source would do, for the Data page to show before the user confirms.
+
+    Attributes:
+        source: how the source is named.
+        modality: ``"image"`` or ``"text"``.
+        kind: how it is read: ``"image zip"`` / ``"image folder"``; ``"lines"``, ``"paragraphs"``,
+            ``"csv"``, ``"tsv"``, ``"jsonl"``, ``"txt files"``.
+        columns: the table's columns (``[]`` without a table).
+        roles: which column has which role and why (None without a table); change them with the
+            ``*_column`` fields of :class:`ImportOptions` and inspect again.
+        preview: the first few rows or documents (column -> value) or image files (``file``, ``label``).
+        class_names: the classes the import would create.
+        label_counts: rows (documents, images) per class that the import would keep.
+        n_items: rows (documents, images) the import would keep (after text cleaning).
+        cleaning: text cleaning counts (``CleaningCounts.as_dict()``); ``{}`` for images.
+        rejected: ``(file or file:line, reason)`` known already (images are only decoded on import).
+        skipped: ``(file, reason)`` for files that are not used.
+        notes: how the source is read.
+    """
+
+    source: str
+    modality: str
+    kind: str
+    columns: list[str] = field(default_factory=list)
+    roles: ColumnRoles | None = None
+    preview: list[dict[str, str]] = field(default_factory=list)
+    class_names: tuple[str, ...] = ()
+    label_counts: dict[str, int] = field(default_factory=dict)
+    n_items: int = 0
+    cleaning: dict[str, int] = field(default_factory=dict)
+    rejected: list[tuple[str, str]] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _tree_extensions(path: Path, label: str) -> dict[str, int]:
+    """Visible files by lower-case extension in a zip or folder (``__MACOSX`` and hidden files left
+    out), read from the directory alone with the archive safeguards (entry count limit)."""
+    from engine.data.archive import Members, clean_path, decode_names
+    from engine.data.limits import ImportLimits
+
+    if not path.is_dir() and not zipfile.is_zipfile(path):
+        raise DatasetError(f"{label}: not a zip archive, a folder or a known file type "
+                           f"(.zip, .txt, {', '.join(TABLE_EXTENSIONS)})")  # fmt: skip
+    with Members(path, label, ImportLimits.from_env()) as ms:
+        decode_names(ms.members)
+        names = [clean_path(m.name) for m in ms.members]
+    counts: dict[str, int] = {}
+    for n in names:
+        parts = PurePosixPath(n).parts
+        if parts and parts[0] != "__MACOSX" and not any(p.startswith(".") for p in parts):
+            ext = PurePosixPath(n).suffix.lower()
+            counts[ext] = counts.get(ext, 0) + 1
+    return counts
+
+
+def detect_modality(path: PathLike, source_label: str | None = None) -> str:
+    """The modality of a source, from the file itself.
+
+    Rules: a ``.txt``, ``.csv``, ``.tsv`` or ``.jsonl`` file is ``"text"``; a zip or a folder is
+    ``"image"`` when it holds PNG/JPEG files (other files are then skipped, as before), else
+    ``"text"`` when it holds ``.txt`` files.
+
+    Raises:
+        DatasetError: missing path, an unknown file type, or a zip/folder with neither (naming what it holds).
+    """
+    src = Path(path).expanduser()
+    label = source_label or str(path)
+    if not src.exists():
+        raise DatasetError(f"{label}: no such file or folder")
+    ext = src.suffix.lower()
+    if src.is_file() and (ext in text.TEXT_EXTENSIONS or ext in TABLE_EXTENSIONS):
+        return "text"
+    if src.is_file() and ext in IMAGE_EXTENSIONS:
+        raise DatasetError(f"{label}: a single image; put the images in a .zip (sub-folders = labels)")
+    counts = _tree_extensions(src, label)
+    if any(counts.get(e) for e in IMAGE_EXTENSIONS):
+        return "image"
+    if any(counts.get(e) for e in text.TEXT_EXTENSIONS):
+        return "text"
+    found = ", ".join(f"{n} x {e or 'no extension'}" for e, n in sorted(counts.items())) or "no files"
+    raise DatasetError(f"{label}: no images (PNG, JPEG, WebP, BMP, TIFF, GIF) and no .txt documents inside ({found})")
+
+
+def _check_image_options(options: ImportOptions, label: str) -> None:
+    unused = [f"{r}_column" for r in options.given_columns()]
+    unused += [k for k in ("min_chars", "max_chars") if getattr(options, k) is not None]
+    if unused:
+        raise DatasetError(f"{label}: {', '.join(unused)} do not apply to a zip or folder of images")
+
+
+def _inspect_image(path: Path, options: ImportOptions, label: str) -> SourcePlan:
+    _check_image_options(options, label)
+    scan = importer.scan_archive(path, name_encoding=options.name_encoding, source_label=label)
+    plan = SourcePlan(label, "image", "image folder" if path.is_dir() else "image zip")
+    plan.skipped = list(scan.skipped)
+    plan.rejected = list(scan.rejected)
+    plan.class_names = scan.class_names
+    plan.label_counts = dict(scan.class_counts)
+    plan.n_items = len(scan.images)
+    labels, _ = importer._labels(scan.images)
+    plan.preview = [{"file": p, "label": c} for p, c in zip(scan.images[: text.PREVIEW_ROWS], labels)]
+    plan.notes.append(scan.names.describe())
+    plan.notes.append("images are decoded on import; unreadable ones are rejected then")
+    return plan
+
+
+def _import_image(path: Path, name: str | None, options: ImportOptions, **kw: Any) -> importer.ImportReport:
+    _check_image_options(options, kw.get("source_label") or str(path))
+    report = importer.import_archive(path, name, val_fraction=options.val_fraction, seed=options.seed,
+                                     name_encoding=options.name_encoding, **kw)
+    if report.dataset is not None:  # the stored info, with its source_hash
+        report.dataset = storage.read_info(storage.datasets_dir(kw.get("workspace")) / report.dataset.name)
+    return report
+
+
+def _inspect_text(path: Path, options: ImportOptions, label: str) -> SourcePlan:
+    prep = text.prepare_text(path, options, label)
+    src = prep.source
+    return SourcePlan(
+        label, "text", src.kind, columns=src.columns, roles=src.roles, preview=src.preview,
+        class_names=prep.class_names, label_counts=prep.label_counts(), n_items=len(prep.texts),
+        cleaning=prep.cleaning.as_dict(), rejected=src.rejected, skipped=src.skipped, notes=src.notes,
+    )  # fmt: skip
+
+
+def _import_text(path: Path, name: str | None, options: ImportOptions, **kw: Any) -> text.TextImportReport:
+    kw.pop("image_size", None)
+    kw.pop("fill", None)
+    return text.import_text(path, name, options, **kw)
+
+
+IMPORTERS: dict[str, tuple[Callable[..., SourcePlan], Callable[..., Any]]] = {
+    "image": (_inspect_image, _import_image),
+    "text": (_inspect_text, _import_text),
+}
+"""modality -> ``(inspect(path, options, label) -> SourcePlan, import(path, name, options, **kw) -> report)``."""
+
+
+def inspect_source(
+    path: PathLike, options: ImportOptions | None = None, *, source_label: str | None = None
+) -> SourcePlan:
+    """Look at a source without importing it: modality, columns and their roles, preview, classes.
+
+    For text the source is read and cleaned exactly as :func:`import_source` would (so the
+    counts are the import's); for images the files are listed, not decoded.
+
+    Args:
+        path: a ``.zip`` or folder (images or ``.txt`` files), or a ``.txt`` / ``.csv`` / ``.tsv`` /
+            ``.jsonl`` file.
+        options: column options and filters (default: detect everything).
+        source_label: how messages name the source (the dashboard passes the uploaded file's name).
+    Raises:
+        DatasetError: as :func:`detect_modality` and the modality's reader (invalid UTF-8 with the
+            line, an unknown column listing the columns, ...).
+    """
+    label = source_label or str(path)
+    modality = detect_modality(path, label)
+    inspect, _ = IMPORTERS[modality]
+    return inspect(Path(path).expanduser(), options or ImportOptions(), label)
+
+
+def import_source(
+    path: PathLike,
+    name: str | None = None,
+    options: ImportOptions | None = None,
+    *,
+    workspace: PathLike | None = None,
+    overwrite: bool = False,
+    source_label: str | None = None,
+    image_size: int = 32,
+    fill: str = "white",
+) -> importer.ImportReport | text.TextImportReport:
+    """Import any source as a dataset: images with :func:`engine.data.importer.import_archive`
+    (``image_size``, ``fill``, ``options.val_fraction``, ``options.seed``, ``options.name_encoding``), text with
+    :func:`engine.data.text.import_text` (columns, filters, split). Both reports have ``summary()``,
+    ``dataset``, ``accepted``, ``rejected`` and ``skipped``.
+
+    Raises:
+        DatasetError: as :func:`detect_modality` and the modality's importer; options that do not
+            apply to the source (column options or length filters for images). Nothing is written then.
+    """
+    label = source_label or str(path)
+    modality = detect_modality(path, label)
+    _, do_import = IMPORTERS[modality]
+    return do_import(Path(path).expanduser(), name, options or ImportOptions(), workspace=workspace,
+                     overwrite=overwrite, source_label=label, image_size=image_size, fill=fill)  # fmt: skip

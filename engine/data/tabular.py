@@ -1,0 +1,415 @@
+"""Tables with a header (CSV, TSV, JSONL) read into rows of strings, and the roles of their columns.
+
+Modality-neutral: text corpora use the ``text`` / ``label`` / ``group`` columns, and audio
+manifests and image-caption tables will use the ``file`` column through the same
+:class:`ImportOptions` and :func:`detect_roles`.
+
+Formats (UTF-8; a leading byte-order mark is ignored; invalid UTF-8 is refused with the line):
+
+- ``.csv``: RFC 4180 (comma-separated, ``"``-quoted fields may hold commas, quotes and line breaks).
+- ``.tsv``: tab-separated with **no quoting** (IANA ``text/tab-separated-values``: a field holds
+  no tab or line break; a ``"`` is an ordinary character).
+- ``.jsonl``: one JSON object per line; the columns are the keys in order of first appearance;
+  strings are kept, ``null`` becomes ``""``, other values their JSON text (``1``, ``true``).
+
+The first row of a CSV/TSV is the header. Blank lines are ignored. A row with another number of
+fields than the header, or a JSONL line that is not a JSON object, is *rejected* (listed with its
+line) and the other rows are kept.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from engine.errors import DatasetError
+
+TABLE_EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl"}
+"""File extension -> table kind."""
+
+MAX_TABLE_BYTES = 200 * 1024 * 1024
+"""Largest table file read (bytes); larger ones are refused before reading."""
+
+ROLES = ("file", "text", "label", "group")
+"""Column roles, in the order :func:`detect_roles` decides them."""
+
+NAME_HINTS = {
+    "file": ("file", "path", "filename", "image", "audio", "clip"),
+    "label": ("label", "class", "category", "target", "topic"),
+    "group": ("group", "speaker", "author", "user", "source"),
+}
+"""Column names (or name parts) that suggest a role."""
+
+FILE_EXTENSIONS = (
+    ".png", ".jpg", ".jpeg", ".gif", ".bmp", ".webp", ".tif", ".tiff",
+    ".wav", ".flac", ".ogg", ".mp3", ".m4a", ".txt",
+)  # fmt: skip
+"""Extensions that make a column's values look like file paths."""
+
+MAX_LABEL_VALUES = 100
+"""A column with more distinct values is not taken as the label column by cardinality."""
+
+
+class ImportOptions(BaseModel):
+    """How to read a source: which columns play which role, the split and the length filters.
+
+    A column option left at None is detected (:func:`detect_roles`); ``""`` means "no such
+    column" (e.g. ``label_column=""`` imports without labels even if a ``category`` column exists).
+
+    Attributes:
+        file_column: column of relative file paths (audio manifests, image captions).
+        text_column: column of the documents.
+        label_column: column of the class names.
+        group_column: column of group ids (speaker, author...): a group's rows stay in one split.
+        val_fraction: fraction of rows put in the val split, in [0, 1).
+        seed: split seed.
+        min_chars: drop documents shorter than this many characters (after whitespace normalisation).
+        max_chars: drop documents longer than this many characters.
+        name_encoding: reserved for the encoding of file names inside archives (not used yet).
+    Raises:
+        pydantic.ValidationError (a ``ValueError``) naming the field: negative lengths,
+        ``min_chars > max_chars``, ``val_fraction`` outside [0, 1), unknown fields.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    file_column: str | None = None
+    text_column: str | None = None
+    label_column: str | None = None
+    group_column: str | None = None
+    val_fraction: float = Field(0.1, ge=0.0, lt=1.0)
+    seed: int = 0
+    min_chars: int | None = Field(None, ge=0)
+    max_chars: int | None = Field(None, ge=1)
+    name_encoding: str | None = None
+
+    @model_validator(mode="after")
+    def _lengths_ordered(self) -> ImportOptions:
+        if self.min_chars is not None and self.max_chars is not None and self.min_chars > self.max_chars:
+            raise ValueError(f"min_chars ({self.min_chars}) is larger than max_chars ({self.max_chars})")
+        return self
+
+    def given_columns(self) -> dict[str, str]:
+        """``role -> column`` for the column options that are set (``""`` included)."""
+        return {r: v for r in ROLES if (v := getattr(self, f"{r}_column")) is not None}
+
+
+def import_options(**kwargs) -> ImportOptions:
+    """:class:`ImportOptions` from keyword arguments; a bad value raises DatasetError naming the field."""
+    try:
+        return ImportOptions(**kwargs)
+    except ValidationError as e:
+        msgs = "; ".join(
+            f"{'.'.join(map(str, err['loc'])) or 'options'}: {err['msg'].removeprefix('Value error, ')}"
+            for err in e.errors()
+        )
+        raise DatasetError(f"import options: {msgs}") from None
+
+
+def utf8_problem(data: bytes) -> str | None:
+    """Why ``data`` is not valid UTF-8 (naming the 1-based line and the bad byte), or None."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        return f"invalid UTF-8 at line {line}, byte {col} of the line (0x{data[e.start]:02x}); save it as UTF-8"
+    return None
+
+
+def decode_utf8(data: bytes, where: str) -> str:
+    """``data`` decoded as UTF-8, without a leading byte-order mark.
+
+    Raises:
+        DatasetError: ``"<where>: invalid UTF-8 at line N ..."`` (1-based line of the first bad byte).
+    """
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise DatasetError(f"{where}: {utf8_problem(data)}") from None
+    return text[1:] if text.startswith("\ufeff") else text
+
+
+def read_utf8_file(path: Path, where: str, max_bytes: int) -> str:
+    """The text of a UTF-8 file (:func:`decode_utf8`).
+
+    Raises:
+        DatasetError: naming ``where``: unreadable, larger than ``max_bytes``, or invalid UTF-8 (with the line).
+    """
+    try:
+        if path.stat().st_size > max_bytes:
+            raise DatasetError(f"{where}: larger than {max_bytes // 2**20} MB")
+        return decode_utf8(path.read_bytes(), where)
+    except OSError as e:
+        raise DatasetError(f"{where}: cannot read file ({e})") from e
+
+
+@dataclass
+class Table:
+    """A table read by :func:`read_table`.
+
+    Attributes:
+        source: how messages name the file.
+        kind: ``"csv"``, ``"tsv"`` or ``"jsonl"``.
+        columns: column names in file order.
+        rows: one list of ``len(columns)`` strings per kept row (a missing JSONL key is ``""``).
+        lines: 1-based line where each kept row starts.
+        rejected: ``("<source>:<line>", reason)`` for each row that was not kept.
+    """
+
+    source: str
+    kind: str
+    columns: list[str]
+    rows: list[list[str]] = field(default_factory=list)
+    lines: list[int] = field(default_factory=list)
+    rejected: list[tuple[str, str]] = field(default_factory=list)
+
+    def column(self, name: str) -> list[str]:
+        """Values of column ``name``, one per row. Raises KeyError for an unknown column."""
+        if name not in self.columns:
+            raise KeyError(name)
+        j = self.columns.index(name)
+        return [r[j] for r in self.rows]
+
+
+def read_table(path: str | Path, source_label: str | None = None) -> Table:
+    """Read a ``.csv``, ``.tsv`` or ``.jsonl`` file (see the module docstring for the formats).
+
+    Args:
+        path: the file; its extension gives the format.
+        source_label: how messages name the file (default: the path).
+    Raises:
+        DatasetError: naming the file: unknown extension, unreadable, larger than
+            :data:`MAX_TABLE_BYTES`, invalid UTF-8 (with the line), no header, an empty or
+            duplicate column name, or a CSV syntax error (with the line).
+    """
+    path = Path(path)
+    label = source_label or str(path)
+    kind = TABLE_EXTENSIONS.get(path.suffix.lower())
+    if kind is None:
+        raise DatasetError(f"{label}: not a table (expected {', '.join(TABLE_EXTENSIONS)})")
+    text = read_utf8_file(path, label, MAX_TABLE_BYTES)
+    return _read_jsonl(text, label) if kind == "jsonl" else _read_delimited(text, label, kind)
+
+
+def _header(names: list[str], label: str) -> list[str]:
+    """Column names stripped; an empty name becomes ``column<k>`` (1-based); duplicates are refused."""
+    cols = [n.strip() or f"column{k + 1}" for k, n in enumerate(names)]
+    dup = sorted({c for c in cols if cols.count(c) > 1})
+    if dup:
+        raise DatasetError(f"{label}: duplicate column name(s) in the header: {', '.join(map(repr, dup))}")
+    return cols
+
+
+def _read_delimited(text: str, label: str, kind: str) -> Table:
+    if kind == "tsv":
+        reader = csv.reader(io.StringIO(text, newline=""), delimiter="\t", quoting=csv.QUOTE_NONE)
+    else:
+        reader = csv.reader(io.StringIO(text, newline=""))
+    csv.field_size_limit(max(csv.field_size_limit(), MAX_TABLE_BYTES))
+    table: Table | None = None
+    prev_line = 0
+    try:
+        for row in reader:
+            start, prev_line = prev_line + 1, reader.line_num
+            if not row or (len(row) == 1 and not row[0].strip()):
+                continue
+            if table is None:
+                table = Table(label, kind, _header(row, label))
+            elif len(row) != len(table.columns):
+                table.rejected.append(
+                    (f"{label}:{start}", f"{len(row)} fields, the header has {len(table.columns)}")
+                )
+            else:
+                table.rows.append(row)
+                table.lines.append(start)
+    except csv.Error as e:
+        raise DatasetError(f"{label}: {kind.upper()} syntax error at line {reader.line_num}: {e}") from e
+    if table is None:
+        raise DatasetError(f"{label}: empty file (no header row)")
+    return table
+
+
+def _json_cell(v: object) -> str:
+    if v is None:
+        return ""
+    return v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
+
+
+def _read_jsonl(text: str, label: str) -> Table:
+    table = Table(label, "jsonl", [])
+    objects: list[dict] = []
+    for i, line in enumerate(re.split(r"\r\n|\r|\n", text), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            table.rejected.append((f"{label}:{i}", f"not valid JSON ({e.msg})"))
+            continue
+        if not isinstance(obj, dict):
+            table.rejected.append((f"{label}:{i}", f"a JSON {type(obj).__name__}, not an object"))
+            continue
+        objects.append(obj)
+        table.lines.append(i)
+    table.columns = _header(list(dict.fromkeys(k for o in objects for k in o)), label) if objects else []
+    table.rows = [[_json_cell(o.get(c)) for c in table.columns] for o in objects]
+    return table
+
+
+@dataclass
+class ColumnRoles:
+    """Which column plays each role (None: none), and why (:func:`detect_roles`).
+
+    Attributes:
+        file, text, label, group: column names or None.
+        reasons: role -> a short human reason (``"given"``, ``"named like a label column"``, ...).
+    """
+
+    file: str | None = None
+    text: str | None = None
+    label: str | None = None
+    group: str | None = None
+    reasons: dict[str, str] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        """One line: ``text = 'text' (longest ...); label = 'label' (...); group: none (...)``."""
+        parts = []
+        for role in ROLES:
+            col, why = getattr(self, role), self.reasons.get(role, "")
+            parts.append(f"{role} = {col!r} ({why})" if col is not None else f"{role}: none ({why})")
+        return "; ".join(parts)
+
+
+def _name_tokens(name: str) -> list[str]:
+    """Lower-case alphanumeric parts of a column name (``"Fine_Label"`` -> ``["fine", "label"]``)."""
+    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", name)
+    return [t for t in re.split(r"[^a-z0-9]+", spaced.lower()) if t]
+
+
+def _name_score(name: str, hints: tuple[str, ...]) -> int:
+    """2 if the whole name is a hint (or its plural), 1 if one of its parts is, else 0."""
+    forms = set(hints) | {h + "s" for h in hints}
+    if re.sub(r"[^a-z0-9]", "", name.lower()) in forms:
+        return 2
+    return 1 if any(t in forms for t in _name_tokens(name)) else 0
+
+
+def _by_name(columns: list[str], role: str) -> tuple[str, str] | None:
+    """The best column named like ``role`` (first in file order on a tie), with the reason."""
+    scored = [(-_name_score(c, NAME_HINTS[role]), k, c) for k, c in enumerate(columns)]
+    best = min(scored, default=None)
+    if best is None or best[0] == 0:
+        return None
+    return best[2], f"named like a {role} column"
+
+
+def _is_number(v: str) -> bool:
+    try:
+        float(v)
+    except ValueError:
+        return False
+    return True
+
+
+def _looks_like_paths(values: list[str]) -> str | None:
+    """The most common extension when every non-empty value is a relative path with a known one."""
+    exts = []
+    for v in values:
+        if not v:
+            continue
+        p = PurePosixPath(v.replace("\\", "/"))
+        if "\n" in v or len(v) > 1000 or v.startswith("/") or p.suffix.lower() not in FILE_EXTENSIONS:
+            return None
+        exts.append(p.suffix.lower())
+    return max(set(exts), key=exts.count) if exts else None
+
+
+def detect_roles(table: Table, options: ImportOptions | None = None) -> ColumnRoles:
+    """Decide which column is the file, text, label and group column.
+
+    Columns given in ``options`` are used as given (``""``: no such column). The others are
+    detected among the columns not yet taken, in this order:
+
+    1. file: the column named most like file/path/filename/image/audio/clip (the whole name, or
+       one of its ``_``/space/camelCase parts, with or without a plural ``s``; a whole-name match
+       wins), else one whose non-empty values are all relative paths ending in
+       :data:`FILE_EXTENSIONS`.
+    2. label: the column named most like label/class/category/target/topic (so ``label`` wins
+       over ``fine_label``).
+    3. group: the column named most like group/speaker/author/user/source (by name only).
+    4. text: the non-numeric column with the longest mean length in characters.
+    5. label, when no column is named like one: the first non-numeric column (other than the text
+       column) with 2 to :data:`MAX_LABEL_VALUES` distinct values, distinct values fewer than half
+       of the rows.
+
+    Args:
+        table: from :func:`read_table`.
+        options: the column options (default: detect everything).
+    Returns:
+        :class:`ColumnRoles` with a reason for each role.
+    Raises:
+        DatasetError: a column option names a column that does not exist (the message lists the
+            columns), or one column is given for two roles.
+    """
+    options = options or ImportOptions()
+    roles = ColumnRoles()
+    given = options.given_columns()
+    for role, col in given.items():
+        if col and col not in table.columns:
+            raise DatasetError(
+                f"{table.source}: no column {col!r} for {role}_column; columns: {', '.join(map(repr, table.columns))}"
+            )
+        setattr(roles, role, col or None)
+        roles.reasons[role] = "given" if col else "none wanted"
+    taken = [c for c in given.values() if c]
+    dup = sorted({c for c in taken if taken.count(c) > 1})
+    if dup:
+        raise DatasetError(f"{table.source}: column {dup[0]!r} is given for two roles")
+    free = lambda: [c for c in table.columns if c not in {getattr(roles, r) for r in ROLES}]  # noqa: E731
+    values = {c: table.column(c) for c in table.columns}
+    numeric = {c: all(_is_number(v) for v in vals if v) and any(vals) for c, vals in values.items()}
+
+    def settle(role: str, found: tuple[str, str] | None, missing: str) -> None:
+        if role in given:
+            return
+        if found is None:
+            roles.reasons[role] = missing
+        else:
+            setattr(roles, role, found[0])
+            roles.reasons[role] = found[1]
+
+    file = _by_name(free(), "file") if "file" not in given else None
+    if file is None and "file" not in given:
+        for c in free():
+            if (ext := _looks_like_paths(values[c])) is not None:
+                file = (c, f"values look like relative file paths ({ext})")
+                break
+    settle("file", file, "no column named file/path/... or holding relative file paths")
+    settle("label", _by_name(free(), "label") if "label" not in given else None,
+           "no column named label/class/category/target/topic")  # fmt: skip
+    settle("group", _by_name(free(), "group") if "group" not in given else None,
+           "no column named group/speaker/author/user/source")  # fmt: skip
+    text = None
+    if "text" not in given:
+        lengths = {c: sum(map(len, values[c])) / max(1, len(table.rows)) for c in free() if not numeric[c]}
+        lengths = {c: m for c, m in lengths.items() if m > 0}
+        if lengths:
+            c = max(lengths, key=lambda k: (lengths[k], -table.columns.index(k)))
+            text = (c, f"longest mean length of the non-numeric columns ({lengths[c]:.1f} characters)")
+    settle("text", text, "no non-numeric column with text")
+    if roles.label is None and "label" not in given:
+        n = len(table.rows)
+        for c in free():
+            distinct = len({v for v in values[c] if v})
+            if not numeric[c] and 2 <= distinct <= MAX_LABEL_VALUES and distinct < 0.5 * n:
+                roles.label = c
+                roles.reasons["label"] = f"{distinct} distinct values in {n} rows"
+                break
+    return roles

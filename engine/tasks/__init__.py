@@ -1,0 +1,78 @@
+"""Tasks: one registered recipe per modality (see :mod:`engine.tasks.base` for the interface).
+
+Public API:
+    TASK_REGISTRY, register_task, get_task, tasks_for(modality) — the registry
+    Task — the base class a modality implements
+    build_task(cfg, device, workspace) — the run-time instance the training loop drives
+
+Built-in tasks register on import. Tasks defined elsewhere (a lab's own modality, or a test's toy
+task) are loaded from the modules listed in ``$MASKLAB_PLUGINS`` (comma-separated module names,
+importable from the repo root or ``PYTHONPATH``), in every process: the dashboard, the CLI and each
+worker (the launcher passes the environment on), so a plug-in trains through the real worker.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import torch
+
+from engine.errors import ConfigError
+from engine.registry import registrar
+from engine.tasks.base import Task
+
+TASK_REGISTRY: dict[str, type[Task]] = {}
+PLUGINS_ENV = "MASKLAB_PLUGINS"
+
+
+def register_task(cls: type[Task]) -> type[Task]:
+    """Class decorator: register a :class:`Task` subclass under ``cls.name``.
+
+    Raises:
+        ValueError: the name is taken.
+    """
+    return registrar(TASK_REGISTRY, "task", cls.name)(cls)
+
+
+def _load_plugins() -> None:
+    for mod in filter(None, (m.strip() for m in os.environ.get(PLUGINS_ENV, "").split(","))):
+        try:
+            importlib.import_module(mod)
+        except ImportError as e:
+            raise ConfigError(f"${PLUGINS_ENV}: cannot import plug-in module {mod!r}: {e}") from e
+
+
+def get_task(name: str) -> type[Task]:
+    """The task class registered as ``name`` (plug-ins from ``$MASKLAB_PLUGINS`` are imported first).
+
+    Raises:
+        ConfigError: unknown task (names the ``task`` field and lists the known ones), or a plug-in
+            module that cannot be imported.
+    """
+    if name not in TASK_REGISTRY:
+        _load_plugins()
+    try:
+        return TASK_REGISTRY[name]
+    except KeyError:
+        raise ConfigError(f"task: unknown task {name!r}; known tasks: {', '.join(sorted(TASK_REGISTRY))}") from None
+
+
+def tasks_for(modality: str) -> list[str]:
+    """Names of the registered tasks that train on datasets of ``modality``, in registration order."""
+    _load_plugins()
+    return [n for n, t in TASK_REGISTRY.items() if t.modality == modality]
+
+
+def build_task(cfg, device: torch.device | str = "cpu", workspace=None) -> Task:
+    """Instantiate the run-time task of ``cfg`` (loads data, builds the model on ``device``).
+
+    Raises:
+        ConfigError, DatasetError: from the task.
+    """
+    return get_task(cfg.task)(cfg, torch.device(device), workspace)
+
+
+# Built-in tasks register themselves on import (after the registry exists).
+from engine.tasks import image as _image  # noqa: E402,F401  image_mim
+
+__all__ = ["TASK_REGISTRY", "Task", "build_task", "get_task", "register_task", "tasks_for"]

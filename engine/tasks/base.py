@@ -1,0 +1,175 @@
+"""The task seam: what a modality must provide to be trained, evaluated and shown by masklab.
+
+A run is a *task*: a modality's data (load, split, batch), its unit grid for masking, a model, an
+objective, a way to extract frozen features for evaluation, and a way to turn a validation batch
+into reconstruction samples for the UI. The training loop (:mod:`engine.train`), the worker, the
+store, the launcher and the pre-flight checks only talk to this interface, so a new modality is new
+files plus one :func:`engine.tasks.register_task` (fairseq's tasks and Hugging Face's processors +
+``*ForPreTraining`` heads are the same idea).
+
+Two halves:
+
+- **Config time** (class methods, no data loaded, cheap): :meth:`Task.resolve` fills the task's
+  defaults into a :class:`~engine.config.RunConfig` and checks the fields that need no data;
+  :meth:`Task.check` is the pre-flight check against the dataset (``submit`` and
+  ``python -m engine run`` call it before a run folder exists).
+- **Run time** (an instance per run, built in the worker): the model, the training loss of a batch
+  of train rows, validation metrics on fixed masks, reconstruction samples, features.
+
+Randomness: the loop owns the batch order (``g_data``) and passes a generator to
+:meth:`Task.train_loss` for the masks (``g_mask``); the task draws its fixed validation masks from
+its own generator seeded with ``train.seed + 10_000``. Model weights are initialised from the
+global torch RNG, which the loop seeds with ``train.seed`` right before building the task.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict
+
+
+class NoTaskParams(BaseModel):
+    """A task without parameters of its own."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+if TYPE_CHECKING:
+    from engine.config import RunConfig
+    from engine.data.dataset import DatasetInfo
+    from engine.store.samples import Sample
+
+
+class Task(ABC):
+    """A modality's masked-modeling recipe. Subclasses set the class attributes and implement the
+    abstract methods; register them with :func:`engine.tasks.register_task`.
+
+    Class attributes:
+        name: the ``task`` config value, e.g. ``"image_mim"``.
+        modality: the dataset modality it trains on (``DatasetInfo.modality``): image, text, audio...
+        archs: ``model.arch`` values it can train; the first is the default.
+        default_loss: the ``objective.loss`` used when the config leaves it empty.
+        unit: what one masking position is, for messages ("patch", "token", "frame").
+        params: pydantic model of the task's own parameters (``task_params``), e.g. BERT's 80/10/10 shares.
+        summary: one line for the dashboard, naming the paper the recipe follows.
+
+    Instance attributes (set by ``__init__``):
+        model: the ``nn.Module`` being trained (on ``device``).
+        n_train: number of train rows; the loop draws batch indices in ``[0, n_train)``.
+        batch_size: the effective batch (``min(train.batch_size, n_train)``).
+    """
+
+    name: ClassVar[str]
+    modality: ClassVar[str]
+    archs: ClassVar[tuple[str, ...]]
+    default_loss: ClassVar[str]
+    unit: ClassVar[str] = "position"
+    params: ClassVar[type[BaseModel]] = NoTaskParams
+    summary: ClassVar[str] = ""
+
+    model: torch.nn.Module
+    n_train: int
+    batch_size: int
+
+    # --- config time ------------------------------------------------------------------------------
+
+    @classmethod
+    def resolve(cls, cfg: "RunConfig") -> None:
+        """Fill the task's defaults into ``cfg`` in place and check what needs no data.
+
+        The base version resolves ``task_params`` against :attr:`params`, sets ``model.arch`` and
+        ``objective.loss`` when empty and checks that the arch is one of :attr:`archs`, the preset
+        is one of the arch's presets and the objective's inputs are among the model's outputs
+        (:meth:`outputs`).
+
+        Raises:
+            ConfigError: naming the field.
+        """
+        from engine.errors import ConfigError
+        from engine.models import get_model_spec
+        from engine.objectives import Objective
+        from engine.registry import validate_params
+
+        resolved = validate_params(cls.params, cfg.task_params, "task_params", f"task {cls.name!r}").model_dump(mode="json")
+        if resolved != cfg.task_params:
+            object.__setattr__(cfg, "task_params", resolved)  # bypass validate_assignment (no recursion)
+        if not cfg.model.arch:
+            cfg.model.arch = cls.archs[0]
+        if cfg.model.arch not in cls.archs:
+            raise ConfigError(f"model.arch: task {cls.name!r} trains {', '.join(cls.archs)}, not {cfg.model.arch!r}")
+        spec = get_model_spec(cfg.model.arch)
+        if cfg.model.preset not in spec.presets:
+            raise ConfigError(f"model.preset: unknown preset {cfg.model.preset!r} for {cfg.model.arch}; "
+                              f"known presets: {', '.join(spec.presets)}")
+        if not cfg.objective.loss:
+            cfg.objective.loss = cls.default_loss
+        Objective.from_config(cfg.objective, cls.outputs(cfg))
+
+    @classmethod
+    def outputs(cls, cfg: "RunConfig") -> set[str]:
+        """Names of the model outputs (keys of :data:`engine.objectives.OUTPUTS`) this task's model
+        returns for ``cfg``; the objective may read only these."""
+        return {"pred", "target", "mask"}
+
+    @classmethod
+    @abstractmethod
+    def check(cls, cfg: "RunConfig", info: "DatasetInfo", workspace=None) -> None:
+        """Pre-flight check of ``cfg`` against its dataset (``info`` is cheap metadata; load data only
+        when a probe needs it). Called before a run folder is created.
+
+        Raises:
+            ConfigError, DatasetError: naming the field and what to change.
+        """
+
+    # --- run time ---------------------------------------------------------------------------------
+
+    @abstractmethod
+    def __init__(self, cfg: "RunConfig", device: torch.device, workspace=None):
+        """Load the data, build the model on ``device`` (from the global torch RNG, seeded by the
+        caller) and draw the fixed validation masks."""
+
+    @abstractmethod
+    def train_loss(self, idx: torch.Tensor, generator: torch.Generator, ratio: float) -> tuple[torch.Tensor, dict[str, float]]:
+        """Training loss of the train rows ``idx`` (int64 ``[B]``), masked at ``ratio`` with masks
+        drawn from ``generator``.
+
+        Returns:
+            ``(loss, logs)``: the scalar loss in the autograd graph, and floats to log with it:
+            ``mask_ratio`` (the actual fraction of eligible positions masked) and, for a mixed
+            objective, each term as ``loss/<name>``.
+        """
+
+    def run_info(self) -> dict:
+        """Facts about what this run trains on that readers need later, saved once at the start as
+        ``<run_dir>/task.json`` (JSON-safe): e.g. ``dataset_hash`` (the dataset content it trained
+        on), ``tokenizer_id`` and ``vocab_size``. Default: none."""
+        return {}
+
+    def after_step(self, step: int) -> None:
+        """Hook after each optimiser step (e.g. an EMA teacher update). Default: nothing."""
+
+    def baselines(self) -> dict[str, float]:
+        """Figures of trivial predictors on the same validation masks and objective as
+        ``val_loss`` (``baseline/<name>``), logged once at step 0 so every chart and table can show
+        the run next to them. Default: none."""
+        return {}
+
+    @abstractmethod
+    def evaluate(self) -> dict[str, float]:
+        """Validation metrics on the fixed validation masks; always includes ``val_loss`` (the
+        objective, comparable along a ratio schedule), plus task figures (e.g. ``val_top1``)."""
+
+    @abstractmethod
+    def sample(self, step: int) -> "Sample | None":
+        """Reconstruction samples of the fixed visualisation rows at ``step``, for the UI."""
+
+    @abstractmethod
+    def features(self, split: str, max_rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Frozen features of a split for linear probes / kNN.
+
+        Returns:
+            ``(X float32 [N, D], y int64 [N])`` (labels; -1 where a row has none).
+        """

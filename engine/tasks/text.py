@@ -1,0 +1,434 @@
+"""Text tasks: masked language modeling (``text_mlm``) and span completion (``text_span``).
+
+Both tokenise the dataset with the run's tokenizer (``data.tokenizer``: WordPiece trained on the
+train split, or characters; cached per dataset content and settings, so runs and sweeps with the
+same settings share it; the run records its id in ``task.json``). Every text is encoded once as
+``[CLS] tokens [SEP] [PAD]...``; a batch is cut to its longest row. Units are tokens on the
+``[B, L]`` grid; ``[PAD]``, ``[CLS]`` and ``[SEP]`` are never eligible, so never masked or labelled.
+
+- ``text_mlm`` (BERT, Devlin et al. 2019): any text strategy of the masking library (random,
+  Bernoulli, span, whole-word, periodic...) chooses the predicted tokens; every row with a
+  maskable token gets at least one (so no batch has nothing to score); BERT's 80/10/10
+  replacement (:func:`engine.masking.mlm.apply_mlm`, shares in ``task_params``) corrupts the input;
+  the ``bert`` model's MLM head runs at those positions only; cross-entropy on them.
+  Validation shows every predicted position as ``[MASK]`` (no 10% unchanged tokens to copy), on
+  fixed masks: ``val_loss`` (cross-entropy, nats/token), ``val_ppl``, ``val_top1``, ``val_top5``.
+  Baselines on the same masks and tokenizer (:mod:`engine.eval.text_baselines`): the most frequent
+  token, the most frequent token at each position, the bidirectional bigram.
+- ``text_span`` (T5-style infilling, Raffel et al. 2020): a one-segment strategy
+  (``sentence_span``: a whole sentence of 20-50% of the text where there are several, else a random
+  segment) hides one contiguous span; the encoder sees the text with one sentinel (``[MASK]``) in
+  its place, the decoder writes the span and ``[SEP]``. Validation: ``val_loss`` (teacher-forced
+  cross-entropy), ``val_span_acc`` (greedy generation compared token by token with the span,
+  ``[SEP]`` excluded: what the baselines are scored on), ``val_exact`` (the whole span and its end).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from engine.config import RunConfig, TokenizerConfig
+from engine.errors import ConfigError
+from engine.masking import draw_mask, get_masking, strategies_for
+from engine.store.samples import Sample
+from engine.tasks import register_task
+from engine.tasks.base import Task
+
+EVAL_MAX_ROWS = 2048  # val metrics use at most this many fixed val texts
+GEN_MAX_ROWS = 512  # greedy generation (span task) on at most this many of them
+EVAL_CHUNK = 256
+PROBE_ROWS = 256
+TOP_K = 3  # predictions shown per masked token
+
+
+class MLMParams(BaseModel):
+    """BERT's replacement of the predicted tokens (Devlin et al. 2019, sec. 3.1)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mask_share: float = Field(0.8, ge=0.0, le=1.0, description="predicted tokens shown as [MASK]")
+    random_share: float = Field(0.1, ge=0.0, le=1.0, description="predicted tokens shown as a random token")
+
+    @model_validator(mode="after")
+    def _sum(self) -> "MLMParams":
+        if self.mask_share + self.random_share > 1.0 + 1e-12:
+            raise ValueError(f"mask_share + random_share must be <= 1 (got {self.mask_share + self.random_share:g})")
+        return self
+
+
+def ensure_one_masked(mask: torch.Tensor, eligible: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Give every row that has an eligible position but no masked one a single masked position,
+    uniformly among its eligible ones, so that no sequence has nothing to predict.
+
+    Args:
+        mask, eligible: ``[B, L]`` bool on the generator's device.
+        generator: consumed only when some row needs a position (one uniform per cell of the batch).
+
+    Returns:
+        ``[B, L]`` bool (a new tensor when changed).
+    """
+    need = eligible.any(dim=1) & ~mask.any(dim=1)
+    if not bool(need.any()):
+        return mask
+    u = torch.rand(mask.shape, generator=generator, device=mask.device).masked_fill(~eligible, -1.0)
+    pick = torch.zeros_like(mask).scatter_(1, u.argmax(dim=1, keepdim=True), True)
+    return mask | (pick & need[:, None])
+
+
+class _TextTask(Task):
+    """What both text tasks share: the tokenizer, the encoded splits, batches, masks."""
+
+    modality = "text"
+    unit = "token"
+    default_loss = "cross_entropy"
+
+    @classmethod
+    def resolve(cls, cfg: RunConfig) -> None:
+        """Base defaults, plus ``data.tokenizer`` (WordPiece defaults when unset) and no patches."""
+        if cfg.model.patch_size is not None:
+            raise ConfigError("model.patch_size: text tasks have no patches; remove it")
+        if cfg.data.tokenizer is None:
+            cfg.data.tokenizer = TokenizerConfig()
+        super().resolve(cfg)
+
+    @classmethod
+    def outputs(cls, cfg: RunConfig) -> set[str]:
+        return {"logits", "labels"}
+
+    # --- data -------------------------------------------------------------------------------------
+
+    @staticmethod
+    def tokenizer_for(cfg: RunConfig, ds, workspace=None):
+        """``(tokenizer, tokenizer_id)`` of the run: trained on the train split once, then cached."""
+        from engine.text.tokenizer import TokenizerSettings, get_tokenizer
+
+        settings = TokenizerSettings(**cfg.data.tokenizer.model_dump())
+        return get_tokenizer(ds.info.name, ds.info.source_hash, ds.texts("train"), settings, workspace)
+
+    @classmethod
+    def _probe(cls, cfg: RunConfig, workspace=None):
+        """Real encoded train texts (at most :data:`PROBE_ROWS`) for pre-flight probes."""
+        from engine.data import load_dataset
+
+        ds = load_dataset(cfg.data.dataset, workspace)
+        if ds.info.n_train == 0:
+            raise ConfigError(f"data.dataset: {ds.info.name!r} has no train texts")
+        tok, _ = cls.tokenizer_for(cfg, ds, workspace)
+        return tok.encode_batch(ds.texts("train")[:PROBE_ROWS], max_len=cfg.data.tokenizer.max_len)
+
+    @classmethod
+    def _check_strategy(cls, cfg: RunConfig) -> None:
+        s = get_masking(cfg.masking.strategy)
+        if 1 not in s.grid_dims or "text" not in s.modalities:
+            raise ConfigError(f"masking.strategy: {s.name!r} does not apply to token sequences; "
+                              f"strategies for text: {', '.join(strategies_for('text', 1))}")
+
+    def _load(self, cfg: RunConfig, device: torch.device, workspace=None) -> None:
+        from engine.data import load_dataset
+
+        self.cfg, self.device = cfg, device
+        ds = load_dataset(cfg.data.dataset, workspace)
+        self._ds = ds
+        self.class_names = tuple(ds.info.class_names)
+        self.tok, self.tokenizer_id = self.tokenizer_for(cfg, ds, workspace)
+        max_len = cfg.data.tokenizer.max_len
+        self.train = self.tok.encode_batch(ds.texts("train"), max_len=max_len)
+        val_split = "val" if ds.info.n_val else "train"  # tiny uploads may have no val split
+        self.val_texts = ds.texts(val_split)[:EVAL_MAX_ROWS]
+        self.val = self.tok.encode_batch(self.val_texts, max_len=max_len)
+        self.val_labels = ds.labels[ds.indices(val_split)][:EVAL_MAX_ROWS].astype(np.int64)
+        self.n_train = len(self.train)
+        self.batch_size = min(cfg.train.batch_size, self.n_train)
+        self.special_ids = tuple(self.tok.special_ids)
+
+    def run_info(self) -> dict:
+        return {"dataset_hash": self._ds.info.source_hash, "tokenizer_id": self.tokenizer_id,
+                "vocab_size": self.tok.vocab_size, "n_train": self.n_train}
+
+    @staticmethod
+    def rows(enc, idx: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The rows ``idx`` of an encoded split, cut to their longest row: ``ids``, ``attention``,
+        ``eligible`` (real, non-special tokens), ``word_ids``, ``sentence_ids``, each ``[B, L_b]``."""
+        att = enc.attention_mask[idx]
+        L = max(1, int(att.sum(dim=1).max())) if len(idx) else 1
+        att = att[:, :L]
+        return {"ids": enc.input_ids[idx, :L], "attention": att, "eligible": att & ~enc.special_mask[idx, :L],
+                "word_ids": enc.word_ids[idx, :L], "sentence_ids": enc.sentence_ids[idx, :L]}
+
+    def _mask(self, b: dict[str, torch.Tensor], generator: torch.Generator, ratio: float) -> torch.Tensor:
+        return draw_mask(self.cfg.masking, tuple(b["ids"].shape), generator, eligible=b["eligible"], ratio=ratio,
+                         word_ids=b["word_ids"], sentence_ids=b["sentence_ids"])
+
+    def _chunks(self):
+        n = len(self.val)
+        return [torch.arange(i, min(i + EVAL_CHUNK, n)) for i in range(0, n, EVAL_CHUNK)]
+
+    def token_strings(self, ids: torch.Tensor) -> np.ndarray:
+        """Token strings of ``ids [N, L]`` as a unicode array (``""`` at padding)."""
+        out = np.full(tuple(ids.shape), "", dtype=object)
+        for i, row in enumerate(ids.tolist()):
+            for j, t in enumerate(row):
+                if t != self.tok.pad_id:
+                    out[i, j] = self.tok.id_to_token(t) or ""
+        return out.astype(str)
+
+    def features(self, split: str, max_rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        texts = self._ds.texts(split)[:max_rows]
+        labels = self._ds.labels[self._ds.indices(split)][:max_rows].astype(np.int64)
+        enc = self.tok.encode_batch(texts, max_len=self.cfg.data.tokenizer.max_len)
+        out = []
+        with torch.no_grad():
+            for i in range(0, len(enc), EVAL_CHUNK):
+                b = self.rows(enc, torch.arange(i, min(i + EVAL_CHUNK, len(enc))))
+                out.append(self._features(b).float().cpu())
+        feats = torch.cat(out).numpy() if out else np.zeros((0, 1), np.float32)
+        return feats.astype(np.float32), labels
+
+
+@register_task
+class TextMLMTask(_TextTask):
+    """Masked language modeling with a BERT encoder. See the module docstring."""
+
+    name = "text_mlm"
+    archs = ("bert",)
+    params = MLMParams
+    summary = "masked language modeling: BERT's 80/10/10 on any token masking (Devlin et al. 2019)"
+
+    @classmethod
+    def check(cls, cfg: RunConfig, info, workspace=None) -> None:
+        """The strategy applies to token sequences, and a probe batch of real texts gets trainable
+        masks (:func:`engine.checks.masking_problem` over the maskable tokens)."""
+        from engine.checks import masking_problem
+
+        cls._check_strategy(cfg)
+        enc = cls._probe(cfg, workspace)
+        b = cls.rows(enc, torch.arange(len(enc)))
+        ratios = [cfg.masking.ratio] + ([cfg.masking.final_ratio] if cfg.masking.schedule != "constant" else [])
+        for r in ratios:
+            probe = draw_mask(cfg.masking, tuple(b["ids"].shape), torch.Generator().manual_seed(0), eligible=b["eligible"],
+                              ratio=r, word_ids=b["word_ids"], sentence_ids=b["sentence_ids"])
+            problem = masking_problem(cfg.masking, probe, ratio=r, unit="tokens", eligible=b["eligible"])
+            if problem:
+                raise ConfigError(problem)
+
+    def __init__(self, cfg: RunConfig, device: torch.device, workspace=None):
+        from engine.models import build_model
+        from engine.objectives import Objective
+
+        self._load(cfg, device, workspace)
+        p = MLMParams(**cfg.task_params)
+        self.shares = {"mask_share": p.mask_share, "random_share": p.random_share}
+        self.model = build_model(cfg, vocab_size=self.tok.vocab_size, max_len=cfg.data.tokenizer.max_len).to(device)
+        self.objective = Objective.from_config(cfg.objective, self.outputs(cfg))
+        # Fixed val masks, every predicted token shown as [MASK] (nothing to copy), drawn once.
+        g = torch.Generator().manual_seed(cfg.train.seed + 10_000)
+        self.eval_batches = []
+        for idx in self._chunks():
+            b = self.rows(self.val, idx)
+            mask = ensure_one_masked(self._mask(b, g, cfg.masking.ratio), b["eligible"], g)
+            self.eval_batches.append((b, mask, b["ids"].masked_fill(mask, self.tok.mask_id)))
+
+    def _corrupt(self, b, mask, generator, **shares):
+        from engine.masking.mlm import apply_mlm
+
+        return apply_mlm(b["ids"], mask, generator=generator, mask_token_id=self.tok.mask_id,
+                         vocab_size=self.tok.vocab_size, special_ids=self.special_ids, **shares)
+
+    def train_loss(self, idx, generator, ratio):
+        b = self.rows(self.train, idx)
+        mask = ensure_one_masked(self._mask(b, generator, ratio), b["eligible"], generator)
+        inputs, _ = self._corrupt(b, mask, generator, **self.shares)
+        dev = self.device
+        logits = self.model(inputs.to(dev), b["attention"].to(dev), mask.to(dev))
+        loss, parts = self.objective({"logits": logits, "labels": b["ids"][mask].to(dev)})
+        eligible = b["eligible"].sum()
+        return loss, {"mask_ratio": mask.sum() / eligible.clamp_min(1), **{f"loss/{k}": v for k, v in parts.items()}}
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        import torch.nn.functional as F
+
+        dev = self.device
+        nll = top1 = top5 = n = 0.0
+        for b, mask, inputs in self.eval_batches:
+            logits = self.model(inputs.to(dev), b["attention"].to(dev), mask.to(dev)).float()
+            labels = b["ids"][mask].to(dev)
+            nll += float(F.cross_entropy(logits, labels, reduction="sum"))
+            top = logits.topk(min(5, logits.shape[-1]), dim=-1).indices
+            top1 += float((top[:, 0] == labels).sum())
+            top5 += float((top == labels[:, None]).any(dim=1).sum())
+            n += len(labels)
+        n = max(n, 1)
+        loss = nll / n
+        return {"val_loss": loss, "val_ppl": math.exp(min(loss, 50.0)), "val_top1": top1 / n, "val_top5": top5 / n}
+
+    @torch.no_grad()
+    def baselines(self) -> dict[str, float]:
+        """Top-1 accuracy of the three trivial predictors on the same val masks and inputs."""
+        from engine.eval.text_baselines import BASELINE_KINDS, TokenBaselines
+
+        base = TokenBaselines.fit(self.train.input_ids, self.train.attention_mask, self.special_ids, self.tok.vocab_size)
+        hits = dict.fromkeys(BASELINE_KINDS, 0.0)
+        n = 0
+        for b, mask, inputs in self.eval_batches:
+            for k in BASELINE_KINDS:
+                pred = base.predict(k, inputs, b["attention"], mask)
+                hits[k] += float((pred == b["ids"][mask]).sum())
+            n += int(mask.sum())
+        return {f"baseline/{k}_top1": v / max(n, 1) for k, v in hits.items()}
+
+    @torch.no_grad()
+    def sample(self, step: int) -> Sample:
+        n = self.cfg.train.num_vis
+        b, mask, inputs = self.eval_batches[0]
+        b = {k: v[:n] for k, v in b.items()}
+        mask, inputs = mask[:n], inputs[:n]
+        dev = self.device
+        ids, probs = self.model.predict_topk(inputs.to(dev), b["attention"].to(dev), mask.to(dev), k=TOP_K,
+                                             exclude_ids=self.special_ids)
+        top_ids = torch.zeros(*mask.shape, TOP_K, dtype=torch.long)
+        top_p = torch.zeros(*mask.shape, TOP_K)
+        top_ids[mask], top_p[mask] = ids.cpu(), probs.float().cpu()
+        return Sample(step=step, kind="text_mlm", arrays={
+            "tokens": self.token_strings(b["ids"]), "mask": mask.numpy(), "attention": b["attention"].numpy(),
+            "top_tokens": self.token_strings(top_ids.view(len(mask), -1)).reshape(*mask.shape, TOP_K),
+            "top_probs": top_p.numpy().astype(np.float32), "labels": self.val_labels[: len(mask)],
+        }, meta={"class_names": list(self.class_names), "texts": self.val_texts[: len(mask)],
+                 "tokenizer_id": self.tokenizer_id})
+
+    def _features(self, b):
+        return self.model.features(b["ids"].to(self.device), b["attention"].to(self.device))
+
+
+@register_task
+class TextSpanTask(_TextTask):
+    """Span completion with a T5-style encoder-decoder. See the module docstring."""
+
+    name = "text_span"
+    archs = ("t5_span",)
+    summary = "span completion: one hidden segment infilled by an encoder-decoder (T5, Raffel et al. 2020)"
+
+    @classmethod
+    def check(cls, cfg: RunConfig, info, workspace=None) -> None:
+        """The strategy applies to token sequences and hides exactly one contiguous segment of
+        every probe text (the encoder input has one sentinel)."""
+        from engine.masking.segment import segment_bounds
+
+        cls._check_strategy(cfg)
+        enc = cls._probe(cfg, workspace)
+        b = cls.rows(enc, torch.arange(len(enc)))
+        probe = draw_mask(cfg.masking, tuple(b["ids"].shape), torch.Generator().manual_seed(0), eligible=b["eligible"],
+                          ratio=cfg.masking.ratio, word_ids=b["word_ids"], sentence_ids=b["sentence_ids"])
+        try:
+            segment_bounds(probe)
+        except ValueError:
+            raise ConfigError(f"masking.strategy: span completion hides one contiguous segment per text; "
+                              f"{cfg.masking.strategy!r} can hide several (use sentence_span)") from None
+        if not bool(probe.any(dim=1)[b["eligible"].any(dim=1)].all()):
+            raise ConfigError(f"masking: {cfg.masking.strategy!r} hides nothing in some texts; use sentence_span")
+
+    def __init__(self, cfg: RunConfig, device: torch.device, workspace=None):
+        from engine.models import build_model
+        from engine.objectives import Objective
+
+        self._load(cfg, device, workspace)
+        self.model = build_model(cfg, vocab_size=self.tok.vocab_size, max_len=cfg.data.tokenizer.max_len).to(device)
+        self.objective = Objective.from_config(cfg.objective, self.outputs(cfg))
+        g = torch.Generator().manual_seed(cfg.train.seed + 10_000)
+        self.eval_batches = []
+        for idx in self._chunks():
+            b = self.rows(self.val, idx)
+            span = self._mask(b, g, cfg.masking.ratio)
+            self.eval_batches.append((b, span, self._example(b, span)))
+
+    def _example(self, b, span):
+        from engine.models.span_infill import span_corrupt
+
+        return span_corrupt(b["ids"], b["attention"], span, sentinel_id=self.tok.mask_id, eos_id=self.tok.sep_id,
+                            pad_id=self.tok.pad_id)
+
+    def _logits(self, ex):
+        from engine.models.span_infill import shift_right
+
+        dev = self.device
+        tgt_in = shift_right(ex.tgt_ids, bos_id=self.tok.cls_id)
+        return self.model(ex.src_ids.to(dev), ex.src_mask.to(dev), tgt_in.to(dev), ex.tgt_mask.to(dev))
+
+    def train_loss(self, idx, generator, ratio):
+        b = self.rows(self.train, idx)
+        span = self._mask(b, generator, ratio)
+        ex = self._example(b, span)
+        logits = self._logits(ex)
+        labels = ex.tgt_ids.masked_fill(~ex.tgt_mask, -100).to(self.device)
+        loss, parts = self.objective({"logits": logits.reshape(-1, logits.shape[-1]), "labels": labels.reshape(-1)})
+        return loss, {"mask_ratio": span.sum() / b["eligible"].sum().clamp_min(1),
+                      **{f"loss/{k}": v for k, v in parts.items()}}
+
+    def _generate(self, ex):
+        T = ex.tgt_ids.shape[1]
+        gen = self.model.generate(ex.src_ids.to(self.device), ex.src_mask.to(self.device), max_new_tokens=T).cpu()
+        out = torch.full_like(ex.tgt_ids, self.tok.pad_id)
+        out[:, : gen.shape[1]] = gen[:, :T]
+        return out
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        import torch.nn.functional as F
+
+        from engine.models.span_infill import span_exact_match, span_scored_mask
+
+        nll = n_tok = hits = n_span = exact = n_rows = 0.0
+        for i, (b, span, ex) in enumerate(self.eval_batches):
+            logits = self._logits(ex).float()
+            tm = ex.tgt_mask.to(logits.device)
+            nll += float(F.cross_entropy(logits[tm], ex.tgt_ids.to(logits.device)[tm], reduction="sum"))
+            n_tok += float(tm.sum())
+            if i * EVAL_CHUNK < GEN_MAX_ROWS:
+                gen = self._generate(ex)
+                scored = span_scored_mask(ex.tgt_mask)
+                hits += float(((gen == ex.tgt_ids) & scored).sum())
+                n_span += float(scored.sum())
+                exact += float(span_exact_match(gen, ex.tgt_ids, ex.tgt_mask, reduction="sum"))
+                n_rows += len(gen)
+        return {"val_loss": nll / max(n_tok, 1), "val_span_acc": hits / max(n_span, 1), "val_exact": exact / max(n_rows, 1)}
+
+    @torch.no_grad()
+    def baselines(self) -> dict[str, float]:
+        """Span token accuracy of the three trivial predictors on the same val spans (the rows
+        whose generation :meth:`evaluate` scores)."""
+        from engine.eval.text_baselines import BASELINE_KINDS, TokenBaselines
+
+        base = TokenBaselines.fit(self.train.input_ids, self.train.attention_mask, self.special_ids, self.tok.vocab_size)
+        hits = dict.fromkeys(BASELINE_KINDS, 0.0)
+        n = 0
+        for i, (b, span, _) in enumerate(self.eval_batches):
+            if i * EVAL_CHUNK >= GEN_MAX_ROWS:
+                break
+            truth = b["ids"][span]
+            for k in BASELINE_KINDS:
+                hits[k] += float((base.predict_span(k, b["ids"].masked_fill(span, self.tok.mask_id), b["attention"], span)
+                                  == truth).sum())
+            n += int(span.sum())
+        return {f"baseline/{k}_acc": v / max(n, 1) for k, v in hits.items()}
+
+    @torch.no_grad()
+    def sample(self, step: int) -> Sample:
+        n = self.cfg.train.num_vis
+        b, span, ex = self.eval_batches[0]
+        b = {k: v[:n] for k, v in b.items()}
+        span = span[:n]
+        ex = type(ex)(*(t[:n] for t in ex))
+        gen = self._generate(ex)
+        return Sample(step=step, kind="text_span", arrays={
+            "tokens": self.token_strings(b["ids"]), "mask": span.numpy(), "attention": b["attention"].numpy(),
+            "target": self.token_strings(ex.tgt_ids), "generated": self.token_strings(gen),
+            "target_mask": ex.tgt_mask.numpy(), "labels": self.val_labels[: len(span)],
+        }, meta={"class_names": list(self.class_names), "texts": self.val_texts[: len(span)],
+                 "tokenizer_id": self.tokenizer_id})
+
+    def _features(self, b):
+        return self.model.features(b["ids"].to(self.device), b["attention"].to(self.device))
