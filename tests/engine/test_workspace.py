@@ -130,7 +130,8 @@ def test_format_1_workspace_opens_and_reads_whole(v1):
     assert df[(df.key == "val_loss") & (df.run_id == V1_DONE)].step.tolist() == [0, 10, 20, 30]
 
     s = load_samples(V1_DONE, workspace=v1)
-    assert s.step == 30 and s.images.shape == (2, 1, 8, 8) and s.mask.shape == (2, 4, 4)
+    assert s.step == 30 and s.kind == "image" and s.meta["patch_size"] == 2
+    assert s["images"].shape == (2, 1, 8, 8) and s["mask"].shape == (2, 4, 4)
     assert load_samples(V1_KILLED, workspace=v1).step == 10
 
     ckpt = latest_complete_checkpoint(v1 / "runs" / V1_DONE)
