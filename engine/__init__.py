@@ -4,7 +4,11 @@ Nothing here imports streamlit: the engine runs headless (``python -m engine``) 
 the background training processes that the dashboard launches.
 """
 
-from engine.errors import ConfigError, DatasetError, MasklabError, NonFiniteLossError, RunNotFoundError
+from engine.errors import (
+    ConfigError, DamagedFileError, DatasetError, FormatVersionError, MasklabError, NonFiniteLossError,
+    QueueFullError, RunLockedError, RunNotFoundError, StorageError,
+)
 
-__all__ = ["ConfigError", "DatasetError", "MasklabError", "NonFiniteLossError", "RunNotFoundError"]
+__all__ = ["ConfigError", "DamagedFileError", "DatasetError", "FormatVersionError", "MasklabError",
+           "NonFiniteLossError", "QueueFullError", "RunLockedError", "RunNotFoundError", "StorageError"]
 __version__ = "0.1.0"

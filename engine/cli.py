@@ -2,16 +2,18 @@
 
     python -m engine run CONFIG [--set key=value ...]      train in the foreground (progress bar)
     python -m engine submit CONFIG [--set key=value ...]   train in the background; prints the run id
-    python -m engine runs [--json]                         runs with status and latest metrics
+    python -m engine runs [--json]                         runs with status, latest metrics and errors
     python -m engine cancel RUN_ID
+    python -m engine log RUN_ID [--bytes N]                the end of a background run's worker log
+    python -m engine doctor [--repair] [--json]            check the workspace; repair what can be
     python -m engine data add PATH [--name NAME]           import images (.zip/folder) or text
                                                            (.txt, .csv, .tsv, .jsonl, .zip of .txt)
                 [--name-encoding ENC] [--fill COLOUR] [--text-column C] [--label-column C] ...
     python -m engine data inspect PATH                     what `data add` would do (columns, classes)
     python -m engine data list
 
-Exit codes: 0 success; 1 a run failed, or an import refused a file or had to guess the encoding of
-its member names; 2 a usage or input error.
+Exit codes: 0 success; 1 a run failed or diverged, an import refused a file or had to guess the
+encoding of its member names, or doctor left problems unresolved; 2 a usage or input error.
 """
 
 from __future__ import annotations
@@ -35,6 +37,12 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help="machine-readable output")
     c = sub.add_parser("cancel", help="cancel a queued or running run")
     c.add_argument("run_id")
+    lg = sub.add_parser("log", help="print the end of a background run's worker log")
+    lg.add_argument("run_id")
+    lg.add_argument("--bytes", type=int, default=64_000, help="at most this many bytes from the end")
+    dr = sub.add_parser("doctor", help="check the workspace: stale temporary files, dead runs, damaged files")
+    dr.add_argument("--repair", action="store_true", help="repair what can be repaired (runs whose worker is gone)")
+    dr.add_argument("--json", action="store_true", help="machine-readable output")
     d = sub.add_parser("data", help="datasets").add_subparsers(dest="data_cmd", required=True)
     a = d.add_parser("add", help="import images (.zip or folder of PNG/JPEG/WebP/BMP/TIFF/GIF, labels = sub-folder "
                      "names) or text "
@@ -95,7 +103,7 @@ def cmd_run(args) -> int:
     print(line)
     if rec.error:
         print(f"error: {rec.error}", file=sys.stderr)
-    return 1 if status == "failed" else 0
+    return 1 if status in ("failed", "diverged") else 0
 
 
 def cmd_submit(args) -> int:
@@ -114,18 +122,22 @@ def cmd_runs(args) -> int:
         print(json.dumps([{
             "run_id": r.run_id, "name": r.name, "status": r.status, "step": r.step,
             "total_steps": r.total_steps, "created_at": r.created_at, "duration_s": r.duration_s,
-            "error": r.error, "latest": r.latest} for r in runs], indent=2))
+            "error": r.error, "latest": r.latest, "warnings": list(r.warnings)} for r in runs], indent=2))
         return 0
     if not runs:
         print("no runs yet")
         return 0
-    print(f"{'run id':24} {'name':18} {'status':10} {'step':>12} {'loss':>9} {'val_loss':>9} {'time':>7}")
+    print(f"{'run id':24} {'name':18} {'status':11} {'step':>12} {'loss':>9} {'val_loss':>9} {'time':>7}")
     for r in runs:
         loss = r.latest.get("loss")
         val = r.latest.get("val_loss")
         dur = f"{r.duration_s:.0f}s" if r.duration_s is not None else "-"
-        print(f"{r.run_id:24} {r.name[:18]:18} {r.status:10} {f'{r.step}/{r.total_steps}':>12} "
+        print(f"{r.run_id:24} {r.name[:18]:18} {r.status:11} {f'{r.step}/{r.total_steps}':>12} "
               f"{'-' if loss is None else f'{loss:.4f}':>9} {'-' if val is None else f'{val:.4f}':>9} {dur:>7}")
+        if r.error and r.status in ("failed", "diverged", "interrupted"):
+            print(f"    {r.status}: {r.error}")
+        for w in r.warnings:
+            print(f"    warning: {w}")
     return 0
 
 
@@ -137,6 +149,30 @@ def cmd_cancel(args) -> int:
     else:
         print(f"{args.run_id} has already ended")
     return 0
+
+
+def cmd_log(args) -> int:
+    from engine.store import read_log
+
+    text = read_log(args.run_id, max_bytes=args.bytes)
+    if text is None:
+        print(f"{args.run_id} has no worker log: it ran in the foreground (python -m engine run)", file=sys.stderr)
+        return 0
+    sys.stdout.write(text)
+    return 0
+
+
+def cmd_doctor(args) -> int:
+    from engine.doctor import check_workspace
+
+    report = check_workspace(repair=args.repair)
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        print("\n".join(report.lines()))
+        if report.unresolved and not args.repair and any(f.state == "repairable" for f in report.unresolved):
+            print("run `python -m engine doctor --repair` to repair what can be repaired")
+    return 1 if report.unresolved else 0
 
 
 def _import_options(args):
@@ -191,7 +227,8 @@ def cmd_data(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit code."""
     args = _parser().parse_args(argv)
-    handler = {"run": cmd_run, "submit": cmd_submit, "runs": cmd_runs, "cancel": cmd_cancel, "data": cmd_data}
+    handler = {"run": cmd_run, "submit": cmd_submit, "runs": cmd_runs, "cancel": cmd_cancel, "log": cmd_log,
+               "doctor": cmd_doctor, "data": cmd_data}
     try:
         return handler[args.cmd](args)
     except MasklabError as e:

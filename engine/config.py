@@ -131,6 +131,8 @@ class TrainConfig(_Strict):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     amp: bool = Field(True, description="bfloat16 autocast on CUDA; ignored on CPU")
     num_threads: int = Field(0, ge=0, description="torch CPU threads; 0 = torch's default")
+    deterministic: bool = Field(False, description="torch.use_deterministic_algorithms (and cuBLAS's fixed "
+                                "workspace on CUDA): identical results on the same device, some ops slower or refused")
 
     @model_validator(mode="after")
     def _check(self) -> "TrainConfig":

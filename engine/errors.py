@@ -22,3 +22,35 @@ class RunNotFoundError(MasklabError, KeyError):
 
 class NonFiniteLossError(MasklabError):
     """The training loss became NaN or infinite; the run is marked failed with this message."""
+
+
+class StorageError(MasklabError, OSError):
+    """Writing to the workspace failed: disk full, quota, read-only or I/O error.
+
+    The message names the cause and what was being written, e.g. ``no space left on device while
+    writing checkpoint step 500 (runs/.../state.pt)``; ``errno`` is the OS error number. Nothing
+    half-written is left behind: the temporary file is removed before this is raised.
+    """
+
+    def __init__(self, message: str, errno_: int | None = None):
+        super().__init__(message)
+        self.errno = errno_
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class DamagedFileError(MasklabError):
+    """A stored file cannot be read (truncated, garbage, wrong schema). The message names the file."""
+
+
+class FormatVersionError(MasklabError):
+    """A workspace, run folder or checkpoint was written by a newer masklab than this one reads."""
+
+
+class RunLockedError(MasklabError):
+    """Another live process holds the run's lock (its worker, or ``doctor --repair`` repairing it)."""
+
+
+class QueueFullError(MasklabError):
+    """``submit`` refused a run because ``$MASKLAB_MAX_QUEUED`` runs are already waiting for a slot."""

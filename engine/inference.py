@@ -24,7 +24,7 @@ import torch
 from engine.config import RunConfig
 from engine.errors import MasklabError
 from engine.store import get_run
-from engine.store.checkpoints import list_checkpoints, load_weights
+from engine.store.checkpoints import checkpoint_complete, list_checkpoints, load_weights
 
 MAX_WEIGHT_BYTES = 256 * 1024**2
 MAX_CACHED_MODELS = 4
@@ -54,7 +54,8 @@ class LoadedModel:
 
 def checkpoint_steps(run_id: str, workspace=None) -> list[int]:
     """Steps of the run's complete checkpoints, ascending (``[]`` when none is kept)."""
-    return [int(p.name.split("-")[1]) for p in list_checkpoints(get_run(run_id, workspace).path)]
+    return [int(p.name.split("-")[1]) for p in list_checkpoints(get_run(run_id, workspace).path)
+            if checkpoint_complete(p)]
 
 
 def checkpoint_path(run_id: str, step: int | None = None, workspace=None) -> Path:
@@ -63,7 +64,7 @@ def checkpoint_path(run_id: str, step: int | None = None, workspace=None) -> Pat
     Raises:
         InferenceError: the run keeps no checkpoint (at that step).
     """
-    ckpts = list_checkpoints(get_run(run_id, workspace).path)
+    ckpts = [p for p in list_checkpoints(get_run(run_id, workspace).path) if checkpoint_complete(p)]
     if step is not None:
         ckpts = [p for p in ckpts if int(p.name.split("-")[1]) == step]
     if not ckpts:

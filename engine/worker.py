@@ -1,79 +1,104 @@
-"""One run, start to end, in the current process: slot, status, metrics, fit, final status.
+"""One run, start to end, in the current process: run lock, queue, slot, status, metrics, fit, final status.
 
 Started by :func:`engine.launcher.submit` as ``python -m engine.worker <run_dir>`` in its own
-session, or called in-process by ``python -m engine run``. Only this code writes a run's
-``status.json`` after submission.
+session, or called in-process by ``python -m engine run``. The worker holds the run lock
+(:mod:`engine.store.lock`) from before it writes ``queued`` until it exits; only the lock holder
+writes a run's files after submission.
+
+How a run ends, by what happens to its worker:
+
+============================================  ==========================================
+SIGTERM, ``cancel`` marker (engine.launcher)   ``cancelled`` after the current step
+SIGINT / Ctrl-C                                ``cancelled`` (KeyboardInterrupt re-raised)
+non-finite loss (NonFiniteLossError)           ``diverged``, with the loop's message
+a write fails (StorageError: disk full...)     ``failed``, "no space left on device while writing ..."
+any other exception                            ``failed``, with the error; traceback in worker.log
+SIGKILL, SIGHUP, SIGQUIT, SIGSEGV, OOM, power   nothing written: readers see the lock free and
+                                               report ``interrupted`` (resumable)
+============================================  ==========================================
+
+On a full disk the final status write itself may fail: the worker then deletes its temporary
+files and its 64 KiB reserve file (``.reserve.tmp``, written when it starts) and tries once more.
+If even that fails, the status file keeps its last value (``running``), the lock is released at
+exit, and readers report the run ``interrupted``; the reason is in worker.log if the log's disk
+had room.
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
 import signal
 import sys
 import threading
 import time
 import traceback
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
-from engine.config import RunConfig
-from engine.errors import MasklabError
+from engine.errors import MasklabError, NonFiniteLossError, RunLockedError, StorageError
+from engine.runqueue import dequeue, max_runs, run_slot
 from engine.store import CANCEL_FILE, MetricsWriter, read_status, write_status
-from engine.workspace import read_json
+from engine.store.lock import RunLock
+from engine.store.runs import CONFIG_FILE
+from engine.workspace import atomic_write_json, is_temp_name, read_json, unlink_quietly, write_new_file
 
-DEFAULT_MAX_RUNS = 2
 STATUS_EVERY_S = 1.0
+RESERVE_FILE, RESERVE_BYTES = ".reserve.tmp", 64 * 1024
 
 
-def max_runs() -> int:
-    """How many runs may train at once on this machine: ``$MASKLAB_MAX_RUNS`` (default 2)."""
-    return max(1, int(os.environ.get("MASKLAB_MAX_RUNS", DEFAULT_MAX_RUNS)))
+def _say(text: str) -> None:
+    """Write to stderr (worker.log), ignoring a full disk."""
+    try:
+        print(text, file=sys.stderr, flush=True)
+    except OSError:
+        pass
 
 
-@contextmanager
-def run_slot(workspace: Path, should_stop: Callable[[], bool], poll_s: float = 0.5) -> Iterator[bool]:
-    """Hold one of ``max_runs()`` slot locks while the body runs; yields False if stopped while waiting.
+def _print_exc() -> None:
+    try:
+        traceback.print_exc()
+        sys.stderr.flush()
+    except OSError:
+        pass
 
-    The locks are ``flock``s on ``<workspace>/slots/slot-K.lock``; the kernel releases them when
-    the process exits, so a killed worker never leaks a slot.
-    """
-    slots = workspace / "slots"
-    slots.mkdir(parents=True, exist_ok=True)
-    while True:
-        for k in range(max_runs()):
-            f = open(slots / f"slot-{k}.lock", "a+")
-            try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                f.close()
-                continue
-            try:
-                yield True
-            finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
-                f.close()
-            return
-        if should_stop():
-            yield False
-            return
-        time.sleep(poll_s)
+
+def remove_temps(run_dir: Path) -> int:
+    """Delete every temporary file and folder under ``run_dir`` (the caller holds the run lock, so
+    none belongs to a live writer). Returns how many were removed."""
+    import shutil
+
+    n = 0
+    for root, dirs, files in os.walk(run_dir):
+        for name in [d for d in dirs if is_temp_name(d)]:
+            shutil.rmtree(Path(root) / name, ignore_errors=True)
+            dirs.remove(name)
+            n += 1
+        for name in files:
+            if is_temp_name(name):
+                unlink_quietly(Path(root) / name)
+                n += 1
+    return n
+
+
+def resolve_threads(train_cfg: dict) -> int:
+    """Torch CPU threads of a run: ``train.num_threads`` if set, else ``cpu_count // MASKLAB_MAX_RUNS``
+    (the runs that may train at once share the cores instead of oversubscribing them)."""
+    return int(train_cfg.get("num_threads") or max(1, (os.cpu_count() or 1) // max_runs()))
 
 
 def execute_run(run_dir: Path, *, on_step: Callable[[int], None] | None = None) -> str:
     """Run the config in ``run_dir`` to the end and record the outcome. Returns the final status.
 
-    Never raises for a failed run: the error is written to the status (``failed``) and the
-    traceback to stderr (``worker.log`` for background runs). SIGTERM or the ``cancel`` marker stop
-    it after the current step (``cancelled``); a KeyboardInterrupt (Ctrl-C in the CLI) is recorded
-    as ``cancelled`` and re-raised.
+    Never raises for a failed run: the error is written to the status (``failed``, or ``diverged``
+    for a non-finite loss) and the traceback to stderr (``worker.log`` for background runs). SIGTERM
+    or the ``cancel`` marker stop it after the current step (``cancelled``); a KeyboardInterrupt
+    (Ctrl-C in the CLI) is recorded as ``cancelled`` and re-raised.
+
+    Raises:
+        RunLockedError: another live process holds the run lock (nothing is written).
+        KeyboardInterrupt: after recording ``cancelled``.
     """
     run_dir = Path(run_dir).resolve()
-    run_id = run_dir.name
-    workspace = run_dir.parent.parent
-    base = read_status(run_dir)
-    created = base.get("created_at", time.time())
     stop_flag = {"signal": False}
     cancel_marker = run_dir / CANCEL_FILE
 
@@ -83,28 +108,74 @@ def execute_run(run_dir: Path, *, on_step: Callable[[int], None] | None = None) 
     def on_term(signum, frame):  # finish the current step, then stop
         stop_flag["signal"] = True
 
+    # The handler goes in before the lock is taken: cancel signals lock holders only, so a SIGTERM
+    # can never find this process holding the lock without its handler.
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, on_term) if in_main else None
+    lock = RunLock(run_dir)
     try:
-        return _execute(run_dir, run_id, workspace, created, base, should_stop, on_step)
+        lock.acquire()
+        return _execute(run_dir, should_stop, on_step)
     finally:
         if in_main:
             signal.signal(signal.SIGTERM, previous)
+        if lock.held:
+            unlink_quietly(run_dir / RESERVE_FILE)
+        lock.release()
 
 
-def _execute(run_dir: Path, run_id: str, workspace: Path, created: float, base: dict,
-             should_stop: Callable[[], bool], on_step: Callable[[int], None] | None) -> str:
-    status = {"created_at": created, "pid": os.getpid(), "step": 0, "total_steps": base.get("total_steps", 0)}
-    write_status(run_dir, {**status, "status": "queued"})
+def _final(run_dir: Path, status: dict) -> None:
+    """Write the final status; on a full disk free this run's temporary files and reserve, retry once."""
+    try:
+        write_status(run_dir, status)
+        return
+    except StorageError as e:
+        _say(f"masklab: writing the final status failed ({e}); freeing temporary files and the reserve")
+    remove_temps(run_dir)
+    try:
+        write_status(run_dir, status)
+    except StorageError as e:
+        _say(f"masklab: could not record status {status['status']!r} of run {run_dir.name}: {e}; "
+             f"readers will report it interrupted")
+
+
+def _execute(run_dir: Path, should_stop: Callable[[], bool], on_step: Callable[[int], None] | None) -> str:
+    run_id, workspace = run_dir.name, run_dir.parent.parent
+    base = read_status(run_dir)
+    created = base.get("created_at", time.time())
+    status = {"created_at": created, "queued_at": base.get("queued_at", created), "pid": os.getpid(), "step": 0,
+              "total_steps": base.get("total_steps", 0)}
     writer = None
     try:
-        cfg = RunConfig.from_dict(read_json(run_dir / "config.json"))
-        status["total_steps"] = cfg.train.steps
-        with run_slot(workspace, should_stop) as got_slot:
+        try:  # room for the final status on a full disk (best effort: without it, the run goes on)
+            unlink_quietly(run_dir / RESERVE_FILE)
+            write_new_file(run_dir / RESERVE_FILE, bytes(RESERVE_BYTES))
+        except OSError:
+            unlink_quietly(run_dir / RESERVE_FILE)
+        write_status(run_dir, {**status, "status": "queued"})
+        raw = read_json(run_dir / CONFIG_FILE)  # plain JSON: validating imports torch, not before a slot
+        status["total_steps"] = int(raw.get("train", {}).get("steps", 0))
+        with run_slot(workspace, run_dir, should_stop) as got_slot:
             if not got_slot:
-                write_status(run_dir, {**status, "status": "cancelled", "ended_at": time.time()})
+                _final(run_dir, {**status, "status": "cancelled", "ended_at": time.time()})
                 return "cancelled"
-            status["started_at"] = time.time()
+            # Only now (with a slot) import torch: a queued worker holds no torch memory.
+            import torch
+
+            from engine.config import RunConfig
+            from engine.train import fit
+
+            cfg = RunConfig.from_dict(raw)
+            if not cfg.train.num_threads:  # record the resolved count, so the config says what ran
+                cfg.train.num_threads = resolve_threads(raw.get("train", {}))
+                atomic_write_json(run_dir / CONFIG_FILE, cfg.to_dict(), what=f"the config of run {run_id}")
+            torch.set_num_threads(cfg.train.num_threads)
+            if cfg.train.deterministic:
+                os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # cuBLAS needs it, before CUDA starts
+                torch.backends.cudnn.benchmark = False
+            torch.use_deterministic_algorithms(cfg.train.deterministic)
+            status.update(started_at=time.time(), num_threads=torch.get_num_threads(),
+                          deterministic=cfg.train.deterministic)
             write_status(run_dir, {**status, "status": "running"})
             writer = MetricsWriter(run_dir, run_id)
             last = {"t": 0.0}
@@ -119,47 +190,49 @@ def _execute(run_dir: Path, run_id: str, workspace: Path, created: float, base: 
                 if on_step is not None:
                     on_step(step)
 
-            # imported here so that a queued worker holds no torch memory
-            import torch
-
-            from engine.train import fit
-
-            if not cfg.train.num_threads:  # share the CPU cores between the runs that may train at once
-                torch.set_num_threads(max(1, (os.cpu_count() or 1) // max_runs()))
-
             result = fit(cfg, run_dir, writer, should_stop=should_stop, on_step=progress, workspace=workspace)
             writer.close()
             final = "cancelled" if result.stopped else "completed"
-            write_status(run_dir, {**status, "status": final, "step": result.steps_done, "ended_at": time.time(),
-                                   "latest": writer.latest, "device": result.device, "n_params": result.n_params})
+            _final(run_dir, {**status, "status": final, "step": result.steps_done, "ended_at": time.time(),
+                             "latest": writer.latest, "device": result.device, "n_params": result.n_params})
             return final
     except BaseException as e:  # record every failure, including KeyboardInterrupt in the CLI
         if writer is not None:
             try:
-                writer.close()
+                writer.close(compact=False)  # keep what was logged; no compaction on a failing disk
             except Exception:
-                traceback.print_exc()
+                _print_exc()
+        latest = writer.latest if writer else {}
         if isinstance(e, KeyboardInterrupt):
-            write_status(run_dir, {**status, "status": "cancelled", "ended_at": time.time(),
-                                   "latest": writer.latest if writer else {}})
+            _final(run_dir, {**status, "status": "cancelled", "ended_at": time.time(), "latest": latest})
             raise
+        final = "diverged" if isinstance(e, NonFiniteLossError) else "failed"
         msg = str(e) if isinstance(e, MasklabError) else f"{type(e).__name__}: {e}"
-        traceback.print_exc()
-        write_status(run_dir, {**status, "status": "failed", "error": msg, "ended_at": time.time(),
-                               "latest": writer.latest if writer else {}})
-        return "failed"
+        _print_exc()
+        _final(run_dir, {**status, "status": final, "error": msg, "ended_at": time.time(), "latest": latest})
+        return final
+    finally:
+        dequeue(workspace, run_id)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m engine.worker RUN_DIR``: exit code 0 when completed or cancelled, 1 when failed."""
+    """``python -m engine.worker RUN_DIR``: exit code 0 when completed or cancelled, 1 when failed or
+    diverged, 2 when another live process holds the run (nothing written)."""
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
         print("usage: python -m engine.worker RUN_DIR", file=sys.stderr)
         return 2
-    final = execute_run(Path(argv[0]))
-    sys.stdout.flush()
-    sys.stderr.flush()
-    return 1 if final == "failed" else 0
+    try:
+        final = execute_run(Path(argv[0]))
+    except RunLockedError as e:
+        _say(f"masklab: {e}")
+        return 2
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except OSError:
+        pass
+    return 1 if final in ("failed", "diverged") else 0
 
 
 if __name__ == "__main__":

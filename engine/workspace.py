@@ -1,57 +1,220 @@
-"""Where masklab keeps its data: one workspace folder.
+"""Where masklab keeps its data: one workspace folder, its format version and the one durable write path.
 
 Layout (see docs/architecture.md)::
 
+    <workspace>/VERSION            the workspace format (an integer, see FORMAT)
     <workspace>/datasets/<name>/   registered datasets (meta.json + data.npz)
     <workspace>/runs/<run_id>/     one folder per run (config, status, metrics, checkpoints, samples)
     <workspace>/slots/             lock files bounding how many runs train at once
+    <workspace>/queue/             one ticket per queued run (first come, first served)
     <workspace>/tokenizers/<id>/   trained text tokenizers, cached per dataset content + settings
 
 The root is ``$MASKLAB_WORKSPACE`` when set, else ``./workspace`` relative to the current directory.
+
+Every file the engine writes goes through :func:`atomic_write_bytes` (or :func:`write_new_file` +
+:func:`fsync_dir` for a folder that is renamed into place as a whole): temporary name in the same
+folder, write, fsync, rename, fsync the folder. A reader sees the old file or the new one, a crash
+leaves at worst a temporary file (``.<name>.<pid>-<hex>.tmp``, which ``python -m engine doctor``
+removes), and a failed write removes its temporary file and raises
+:class:`~engine.errors.StorageError` naming the cause and what was being written.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import secrets
 import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from engine.errors import FormatVersionError, StorageError
+
 ENV_VAR = "MASKLAB_WORKSPACE"
+VERSION_FILE = "VERSION"
+#: The workspace format this masklab writes. 1: masklab before workspace versions (no VERSION file,
+#: no run lock, metrics compacted only at the end into ``metrics.parquet``). 2: run lock, statuses
+#: ``interrupted``/``diverged``, metric parts compacted while training, checkpoint manifests,
+#: config history, queue tickets. Format 1 is read as it is (nothing is rewritten).
+FORMAT = 2
+READABLE_FORMATS = (1, 2)
+TMP_SUFFIX = ".tmp"
+
+_checked: dict[Path, int] = {}  # workspace -> VERSION mtime_ns already checked (skip re-reading)
 
 
 def workspace_root(path: str | os.PathLike[str] | None = None) -> Path:
-    """Return the workspace folder (created if missing).
+    """Return the workspace folder (created if missing), after checking its format version.
 
     Args:
         path: explicit folder; when None, ``$MASKLAB_WORKSPACE`` or ``./workspace``.
+
+    Raises:
+        FormatVersionError: the workspace was written by a newer masklab (its ``VERSION`` is above
+            :data:`FORMAT`) or its ``VERSION`` file is unreadable.
     """
     root = Path(path) if path is not None else Path(os.environ.get(ENV_VAR, "workspace"))
     root = root.expanduser().resolve()
     root.mkdir(parents=True, exist_ok=True)
+    check_workspace_version(root)
     return root
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
+def workspace_format(root: Path) -> int | None:
+    """The format recorded in ``root/VERSION``; 1 for a workspace of format 1 (runs or datasets but no
+    VERSION file); None for a new, empty workspace.
+
+    Raises:
+        FormatVersionError: ``VERSION`` exists but does not hold an integer.
+    """
+    try:
+        text = (root / VERSION_FILE).read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        return 1 if any((root / d).is_dir() and any((root / d).iterdir()) for d in ("runs", "datasets")) else None
+    except OSError as e:
+        raise FormatVersionError(f"{root / VERSION_FILE}: cannot read the workspace format ({e})") from None
+    try:
+        return int(text)
+    except ValueError:
+        raise FormatVersionError(
+            f"{root / VERSION_FILE}: expected the workspace format (an integer), found {text[:40]!r}; "
+            f"this masklab writes format {FORMAT}") from None
+
+
+def check_workspace_version(root: Path) -> int:
+    """Refuse a newer workspace; record :data:`FORMAT` in a new or format-1 one. Returns the format
+    found (``FORMAT`` for a new workspace).
+
+    Format 1 needs no rewrite: this code reads its run folders as they are, so migrating is writing
+    ``VERSION``. A read-only workspace is read as it is (the write is skipped).
+
+    Raises:
+        FormatVersionError: the workspace's format is newer than this masklab (it names both and says
+            to upgrade), or ``VERSION`` is unreadable.
+    """
+    vfile = root / VERSION_FILE
+    try:
+        mtime = vfile.stat().st_mtime_ns
+    except OSError:
+        mtime = -1
+    if _checked.get(root) == mtime and mtime != -1:
+        return FORMAT
+    found = workspace_format(root)
+    if found is not None and found not in READABLE_FORMATS:
+        raise FormatVersionError(
+            f"workspace {root} has format {found}, written by a newer masklab; this masklab reads formats "
+            f"{', '.join(map(str, READABLE_FORMATS))}. Upgrade masklab (git pull, then scripts/install.sh) "
+            f"or point MASKLAB_WORKSPACE at another folder.")
+    if found != FORMAT:
+        try:
+            atomic_write_bytes(vfile, f"{FORMAT}\n".encode(), what="the workspace format version")
+        except StorageError:
+            return found or FORMAT  # read-only or full: read as it is; the next open tries again
+        mtime = vfile.stat().st_mtime_ns
+    _checked[root] = mtime
+    return found or FORMAT
+
+
+# ---------------------------------------------------------------- durable writes
+
+
+def temp_path(path: Path) -> Path:
+    """A fresh temporary name beside ``path``: ``.<name>.<pid>-<hex>.tmp`` (see :func:`is_temp_name`)."""
+    return path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(3)}{TMP_SUFFIX}")
+
+
+def is_temp_name(name: str) -> bool:
+    """True for the temporary names this module and the checkpoint writer create (``.*.tmp``, ``.tmp-*``)."""
+    return name.startswith(".") and (name.endswith(TMP_SUFFIX) or name.startswith(".tmp-"))
+
+
+def storage_error(e: OSError, what: str, path: Path | None = None) -> StorageError:
+    """A :class:`StorageError` for ``e``: ``"<cause> while writing <what> (<path>)"``, cause in words."""
+    if isinstance(e, StorageError):
+        return e
+    cause = os.strerror(e.errno).lower() if e.errno else (str(e) or type(e).__name__)
+    where = f" ({path})" if path is not None else ""
+    return StorageError(f"{cause} while writing {what}{where}", e.errno)
+
+
+def _write_all(fd: int, data: bytes | memoryview) -> None:
+    """``os.write`` until every byte is written (the single place where stored bytes hit the disk)."""
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def write_new_file(path: Path, data: bytes | memoryview) -> None:
+    """Create ``path`` (which must not exist), write ``data`` and fsync it. Raises OSError as is:
+    the caller owns ``path`` (a temporary name) and removes it on failure."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    try:
+        _write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(folder: Path) -> None:
+    """fsync a folder so that a rename inside it survives a power cut. File systems that cannot
+    fsync a folder (EINVAL, ENOTSUP) are left as they are."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        if e.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+            raise
+    finally:
+        os.close(fd)
+
+
+def unlink_quietly(path: Path) -> None:
+    """Remove a file if it exists; ignore every error (used on error paths only)."""
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def atomic_write_bytes(path: Path, data: bytes | memoryview, *, what: str | None = None) -> None:
     """Write ``data`` to ``path`` so that a reader sees the old file or the new one, never a part.
 
-    Writes a temporary file in the same folder, fsyncs it, then ``os.replace``s it over ``path``.
+    Temporary file in the same folder, write, fsync, ``os.replace`` over ``path``, fsync the folder.
+
+    Args:
+        path: destination; its folder is created if missing.
+        data: the bytes.
+        what: what is being written, for the error message (e.g. ``"checkpoint step 500"``);
+            defaults to the file name.
+
+    Raises:
+        StorageError: any OSError (disk full, quota, read-only, I/O error), after removing the
+            temporary file; the message reads ``"<cause> while writing <what> (<path>)"``.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    path = Path(path)
+    what = what or path.name
+    tmp = temp_path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_new_file(tmp, data)
+        os.replace(tmp, path)
+        fsync_dir(path.parent)
+    except StorageError:
+        unlink_quietly(tmp)
+        raise
+    except OSError as e:
+        unlink_quietly(tmp)
+        raise storage_error(e, what, path) from e
 
 
-def atomic_write_json(path: Path, obj: Any) -> None:
-    """Write ``obj`` as indented JSON with :func:`atomic_write_bytes`."""
-    atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode())
+def atomic_write_json(path: Path, obj: Any, *, what: str | None = None) -> None:
+    """Write ``obj`` as indented JSON with :func:`atomic_write_bytes` (same errors)."""
+    data = (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode()
+    atomic_write_bytes(path, data, what=what)
 
 
 def read_json(path: Path) -> Any:

@@ -2,7 +2,8 @@
 
 The run comes from ``?run=<id>`` (links from New run and Runs), else the most recent one. The
 status and the reconstruction grid are fragments that re-read the run every 2 s, so a new eval's
-samples show up without reloading the page.
+samples show up without reloading the page. A failed, diverged or interrupted run says why; its
+worker log is in a collapsed expander.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ import streamlit as st
 
 from app.components import (
     format_duration, guarded, image_rows, recon_rows, render_metrics_chart, run_label, runs_or_stop, short_label,
+    show_read_warnings, status_label, status_message,
 )
-from engine.store import get_run, load_samples, read_metrics
+from engine.store import get_run, latest_checkpoint_step, load_samples, read_log, read_metrics
 
 st.title("Run detail")
 runs = runs_or_stop()
@@ -33,17 +35,17 @@ def status_panel(run_id: str) -> None:
     if rec is None:
         return
     m = st.columns(5)
-    m[0].metric("Status", rec.status)
+    m[0].metric("Status", status_label(rec.status))
     m[1].metric("Step", f"{rec.step} / {rec.total_steps}")
     for col, key, label in ((m[2], "loss", "Loss"), (m[3], "val_loss", "Val loss")):
         v = rec.latest.get(key)
         col.metric(label, f"{v:.4f}" if v is not None else "–")
     m[4].metric("Duration", format_duration(rec.duration_s) or "–")
     st.progress(rec.progress, text=f"{rec.progress:.0%}")
-    if rec.status == "failed" and rec.error:
-        st.error(f"Run failed: {rec.error}")
+    status_message(rec, guarded(latest_checkpoint_step, run_id) if rec.is_resumable else None)
     df = guarded(read_metrics, [run_id], ["loss", "val_loss"], max_points=500)
     if df is not None:
+        show_read_warnings(df)
         render_metrics_chart(df, smoothing=0.6, run_labels=legend, y_title="MSE (masked patches)", height=220)
 
 
@@ -79,3 +81,10 @@ recon_panel(run_id)
 rec = next(r for r in runs if r.run_id == run_id)
 with st.expander("Resolved config"):
     st.json(rec.config)
+with st.expander("Worker log"):  # read only when the page runs, not every 2 s
+    log = guarded(read_log, run_id, 64_000)
+    if log:
+        st.code(log, language=None)
+    else:
+        st.caption("No worker log: this run ran in the foreground (`python -m engine run`), its output went to "
+                   "that terminal." if log is None else "The worker log is empty so far.")

@@ -1,5 +1,8 @@
 """Runs: every run in the workspace, live loss and throughput curves, cancel buttons.
 
+A run whose worker process is gone shows as interrupted; a metrics file that cannot be read is
+skipped with a warning above the charts.
+
 The table and the charts are fragments that rerun every 2 s on their own; they only read
 ``status.json`` files (``list_runs``) and Parquet metrics (``read_metrics``), both cheap.
 """
@@ -8,7 +11,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app.components import guarded, render_metrics_chart, run_label, run_table, runs_or_stop, short_label
+from app.components import (
+    guarded, render_metrics_chart, run_label, run_table, runs_or_stop, short_label, show_read_warnings,
+)
 from engine.launcher import cancel
 from engine.store import list_runs, read_metrics
 
@@ -49,6 +54,7 @@ def live_charts(run_ids: list[str], smoothing: float) -> None:
     df = guarded(read_metrics, run_ids, LOSS_KEYS + ["throughput"], max_points=1000)
     if df is None:
         return
+    show_read_warnings(df)
     loss = df[df["key"].isin(LOSS_KEYS)]
     left, right = st.columns(2)
     with left:

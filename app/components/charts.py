@@ -93,6 +93,12 @@ def render_metrics_chart(df: pd.DataFrame, *, empty_text: str = "no points yet",
         st.altair_chart(chart, width="stretch")
 
 
+def show_read_warnings(df: pd.DataFrame | None) -> None:
+    """One ``st.warning`` per line of ``df.attrs["warnings"]``: what ``read_metrics`` had to skip."""
+    for w in (df.attrs.get("warnings", []) if df is not None else []):
+        st.warning(w)
+
+
 def counts_chart(counts: pd.DataFrame, height: int = 260) -> alt.Chart:
     """Stacked bars of images per class, coloured by split. ``counts``: class_name, split, count."""
     return (

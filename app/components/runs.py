@@ -12,6 +12,35 @@ from app.components.errors import guarded
 from engine.store import list_runs
 
 
+#: Status -> the word shown with a colour sign (emoji: material icons need a web font, offline here).
+STATUS_LABELS = {
+    "queued": "⏳ queued", "running": "🔵 running", "completed": "🟢 completed", "cancelled": "⚪ cancelled",
+    "failed": "🔴 failed", "diverged": "🟣 diverged", "interrupted": "🟠 interrupted",
+}
+
+
+def status_label(status: str) -> str:
+    """``"interrupted"`` -> ``"🟠 interrupted"`` (an unknown status is shown as it is)."""
+    return STATUS_LABELS.get(status, status)
+
+
+def status_message(rec: Any, checkpoint_step: int | None) -> None:
+    """The box under a run's status: why it failed, diverged or was interrupted, and what is kept.
+
+    ``checkpoint_step``: step of its newest complete checkpoint (where a resume would start).
+    """
+    kept = (f" Its latest complete checkpoint is step {checkpoint_step}." if checkpoint_step is not None
+            else " It has no complete checkpoint.")
+    if rec.status == "failed":
+        st.error(f"Run failed: {rec.error or 'no reason recorded'}")
+    elif rec.status == "diverged":
+        st.error(f"Run diverged: {rec.error or 'the loss became NaN or infinite'}.{kept}")
+    elif rec.status == "interrupted":
+        st.warning(f"Run interrupted: {rec.error}.{kept}")
+    for w in getattr(rec, "warnings", ()):
+        st.warning(w)
+
+
 def runs_or_stop() -> list:
     """All runs, newest first. With none, show a hint and a link to New run, then stop the page."""
     runs = guarded(list_runs)
@@ -74,7 +103,7 @@ def runs_frame(records: Sequence[Any]) -> pd.DataFrame:
                 "name": r.name if r.name != r.run_id else "",
                 "masking": masking_label(r.config),
                 "run id": r.run_id,
-                "status": r.status,
+                "status": status_label(r.status),
                 "progress": float(r.progress or 0.0),
                 "step": f"{r.step} / {r.total_steps}",
                 "loss": latest.get("loss"),

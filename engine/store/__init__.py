@@ -1,23 +1,35 @@
-"""The run store: run folders in the workspace, their status, metrics and samples.
+"""The run store: run folders in the workspace, their lock, status, metrics, checkpoints and samples.
 
 Public API (pages and the CLI use only these):
-    list_runs, get_run -> RunRecord; read_metrics -> DataFrame; load_samples -> Sample.
-Write side (worker and launcher): create_run, write_status, MetricsWriter, save_samples.
+    list_runs, get_run -> RunRecord; read_metrics -> DataFrame (``attrs["warnings"]``);
+    load_samples -> Sample; read_log -> str; latest_checkpoint_step -> int;
+    read_config_history -> list of {step, config, changed}.
+Write side (only the holder of the run lock, plus the launcher's create_run): write_status,
+MetricsWriter, save_samples, save_checkpoint, append_config_history, truncate_metrics, compact_metrics.
+Nothing here imports torch at import time (a queued worker must not load it).
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
-from engine.store.metrics import MetricsWriter, compact_metrics, read_metrics_files
+from engine.store.checkpoints import (
+    latest_checkpoint_step, latest_complete_checkpoint, list_checkpoints, load_checkpoint_state, load_weights,
+    save_checkpoint,
+)
+from engine.store.history import append_config_history, read_config_history
+from engine.store.lock import RunLock, lock_holder, run_alive, signal_holder
+from engine.store.metrics import MetricsWriter, compact_metrics, read_metrics_files, truncate_metrics
 from engine.store.runs import (
     ACTIVE,
     CANCEL_FILE,
+    RESUMABLE,
     STATUSES,
     RunRecord,
     create_run,
     get_run,
     list_runs,
+    read_log,
     read_status,
     run_dir,
     runs_root,
@@ -31,15 +43,19 @@ def read_metrics(
 ) -> pd.DataFrame:
     """Metrics of ``run_ids`` as a long DataFrame ``run_id, key, step, value, wall_time``.
 
-    Reads Parquet with an in-memory DuckDB connection; safe while the runs are writing.
-    ``max_points`` downsamples each (run, key) series to about that many points (None: all rows).
+    Reads Parquet with an in-memory DuckDB connection; safe while the runs are writing and
+    compacting. ``max_points`` downsamples each (run, key) series to about that many points (None:
+    all rows). An unreadable file is skipped, never raised: ``df.attrs["warnings"]`` says which.
     Raises :class:`~engine.errors.RunNotFoundError` for an unknown run id.
     """
     return read_metrics_files([run_dir(r, workspace) for r in run_ids], keys, max_points=max_points)
 
 
 __all__ = [
-    "ACTIVE", "CANCEL_FILE", "STATUSES", "MetricsWriter", "RunRecord", "Sample", "compact_metrics",
-    "create_run", "get_run", "list_runs", "load_samples", "read_metrics", "read_status", "run_dir",
-    "runs_root", "sample_steps", "save_samples", "write_status",
+    "ACTIVE", "CANCEL_FILE", "RESUMABLE", "STATUSES", "MetricsWriter", "RunLock", "RunRecord", "Sample",
+    "append_config_history", "compact_metrics", "create_run", "get_run", "latest_checkpoint_step",
+    "latest_complete_checkpoint", "list_checkpoints", "list_runs", "load_checkpoint_state", "load_samples",
+    "load_weights", "lock_holder", "read_config_history", "read_log", "read_metrics", "read_status", "run_alive",
+    "run_dir", "runs_root", "sample_steps", "save_checkpoint", "save_samples", "signal_holder", "truncate_metrics",
+    "write_status",
 ]

@@ -1,46 +1,259 @@
-"""Checkpoints: ``checkpoints/step-NNNNNNN/model.safetensors`` + ``state.pt``.
+"""Checkpoints: ``checkpoints/step-NNNNNNN/`` = ``model.safetensors`` + ``state.pt`` + ``manifest.json``.
 
-``model.safetensors`` holds the weights only (safe to load, no pickle). ``state.pt`` holds what
-resuming needs: optimizer state, step, the resolved config and the RNG states. Each checkpoint is
-written to a temporary folder and renamed into place, so a crash never leaves a half checkpoint.
+``model.safetensors`` holds the weights only (no pickle). ``state.pt`` holds what resuming needs:
+optimizer state, step, the resolved config and the RNG states, as plain tensors, dicts, lists,
+tuples, numbers and strings only, so it loads with ``torch.load(weights_only=True)`` (no code runs
+on load). ``manifest.json`` (written last) lists the files and their sizes: a checkpoint is complete
+when its manifest matches its files.
+
+A checkpoint is built in a temporary folder (``.tmp-step-NNNNNNN-<pid>``: every file fsynced,
+then the folder) and renamed into place, so a crash never leaves a half checkpoint under a
+``step-*`` name; a failed write (disk full) removes the temporary folder and raises
+:class:`~engine.errors.StorageError` ("no space left on device while writing checkpoint step 500
+(.../state.pt)"). Format 1 checkpoints (no manifest) count as complete when both files are whole.
+
+Serialised in memory first (one ``os.write`` path for every stored byte, see
+:mod:`engine.workspace`): a checkpoint briefly needs its size in RAM once more.
 """
 
 from __future__ import annotations
 
+import io
+import json
 import os
+import pickle
+import re
 import shutil
+import struct
+import zipfile
 from pathlib import Path
+from typing import Any
 
-import torch
-from safetensors.torch import load_file, save_file
+from engine.errors import DamagedFileError, FormatVersionError
+from engine.workspace import fsync_dir, storage_error, write_new_file
 
 CKPT_DIR = "checkpoints"
+WEIGHTS, STATE, MANIFEST = "model.safetensors", "state.pt", "manifest.json"
+CKPT_FORMAT = 2
+_STEP = re.compile(r"^step-(\d+)$")
 
 
-def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                    cfg, rng: dict, *, keep: int = 2) -> Path:
-    """Write the checkpoint of ``step`` and delete all but the newest ``keep``. Returns its folder."""
+def plain_state(obj: Any, where: str = "rng") -> Any:
+    """``obj`` with every value made loadable by ``torch.load(weights_only=True)``.
+
+    Tensors, dicts (string keys), lists, tuples, str, int, float, bool and None pass through;
+    a ``torch.Generator`` becomes its state (uint8 tensor); numpy arrays become tensors, numpy
+    scalars Python numbers; bytes a uint8 tensor. ``random.getstate()`` and
+    ``numpy.random.get_state()`` are covered (tuples of those types).
+
+    Raises:
+        TypeError: anything else, naming where it is (e.g. ``rng.sampler``).
+    """
+    import numpy as np
+    import torch
+
+    if obj is None or isinstance(obj, (bool, int, float, str, torch.Tensor)):
+        return obj
+    if isinstance(obj, torch.Generator):
+        return obj.get_state()
+    if isinstance(obj, np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(obj).copy())
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, (bytes, bytearray)):
+        return torch.frombuffer(bytearray(obj), dtype=torch.uint8)
+    if isinstance(obj, dict):
+        return {str(k): plain_state(v, f"{where}.{k}") for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        items = [plain_state(v, f"{where}[{i}]") for i, v in enumerate(obj)]
+        return items if isinstance(obj, list) else tuple(items)
+    raise TypeError(f"{where}: {type(obj).__name__} cannot be stored in a checkpoint loadable with "
+                    f"weights_only=True; store its state as tensors, numbers, strings, lists or dicts")
+
+
+def save_checkpoint(run_dir: Path, step: int, model, optimizer, cfg, rng: dict, *, keep: int = 2) -> Path:
+    """Write the checkpoint of ``step`` and delete all but the newest ``keep`` complete ones. Returns its folder.
+
+    Args:
+        run_dir: the run folder. step: optimizer steps done. model: its ``state_dict()`` goes to
+        safetensors. optimizer: its ``state_dict()`` goes to ``state.pt``. cfg: a ``RunConfig``
+        (``to_dict()`` is stored). rng: generator states etc., made loadable by :func:`plain_state`.
+        keep: complete checkpoints kept (the newest ones).
+
+    Raises:
+        StorageError: a file cannot be written (disk full...); the temporary folder is removed and
+            the earlier checkpoints are untouched.
+        TypeError: ``rng`` holds something :func:`plain_state` cannot store.
+    """
+    import torch
+    from safetensors.torch import save as save_tensors
+
     root = Path(run_dir) / CKPT_DIR
     final = root / f"step-{step:07d}"
     tmp = root / f".tmp-step-{step:07d}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    weights = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-    save_file(weights, str(tmp / "model.safetensors"), metadata={"step": str(step)})
-    torch.save({"step": step, "optimizer": optimizer.state_dict(), "config": cfg.to_dict(),
-                "rng": rng, "torch_rng": torch.get_rng_state()}, tmp / "state.pt")
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(tmp, final)
-    for old in list_checkpoints(run_dir)[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
+    old = root / f".tmp-old-step-{step:07d}-{os.getpid()}"
+    state = {"format": CKPT_FORMAT, "step": int(step), "optimizer": optimizer.state_dict(), "config": cfg.to_dict(),
+             "rng": plain_state(rng), "torch_rng": torch.get_rng_state()}
+    current = final / WEIGHTS  # what is being written, for the error message
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        weights = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+        blobs = {WEIGHTS: save_tensors(weights, metadata={"step": str(step), "format": str(CKPT_FORMAT)})}
+        buf = io.BytesIO()
+        torch.save(state, buf)
+        blobs[STATE] = buf.getbuffer()
+        for name, data in blobs.items():
+            current = final / name
+            write_new_file(tmp / name, data)
+        current = final / MANIFEST
+        manifest = {"format": CKPT_FORMAT, "step": int(step), "files": {k: len(v) for k, v in blobs.items()}}
+        write_new_file(tmp / MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode())
+        fsync_dir(tmp)
+        current = final
+        if final.exists():  # the same step again (a stop right at a checkpoint step): swap it
+            os.replace(final, old)
+        try:
+            os.replace(tmp, final)
+        except OSError:
+            if old.exists():
+                os.replace(old, final)
+            raise
+        fsync_dir(root)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise storage_error(e, f"checkpoint step {step}", current) from e
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+    complete = [p for p in list_checkpoints(run_dir) if checkpoint_complete(p)]
+    for stale in complete[:-keep]:
+        shutil.rmtree(stale, ignore_errors=True)
     return final
 
 
+def checkpoint_step(ckpt_dir: Path) -> int:
+    """The step of a checkpoint folder (``step-0000500`` -> 500). Raises ValueError for another name."""
+    m = _STEP.match(Path(ckpt_dir).name)
+    if m is None:
+        raise ValueError(f"{ckpt_dir}: not a checkpoint folder (step-NNNNNNN)")
+    return int(m.group(1))
+
+
 def list_checkpoints(run_dir: Path) -> list[Path]:
-    """Checkpoint folders of a run, oldest first."""
-    return sorted((Path(run_dir) / CKPT_DIR).glob("step-*"))
+    """Checkpoint folders of a run (complete or not), oldest first."""
+    root = Path(run_dir) / CKPT_DIR
+    if not root.is_dir():
+        return []
+    return sorted((p for p in root.iterdir() if _STEP.match(p.name) and p.is_dir()), key=checkpoint_step)
 
 
-def load_weights(ckpt_dir: Path) -> dict[str, torch.Tensor]:
-    """The model state dict stored in ``ckpt_dir/model.safetensors`` (CPU tensors)."""
-    return load_file(str(Path(ckpt_dir) / "model.safetensors"))
+def _safetensors_whole(path: Path) -> bool:
+    """True when a safetensors file's header parses and the file holds every byte it announces."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            if n > size - 8:
+                return False
+            header = json.loads(f.read(n))
+    except (OSError, ValueError, struct.error):
+        return False
+    ends = [v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"]
+    return 8 + n + max(ends, default=0) <= size
+
+
+def checkpoint_problem(ckpt_dir: Path) -> str | None:
+    """Why ``ckpt_dir`` is not a complete checkpoint, or None if it is.
+
+    Format 2: the manifest must parse and every listed file must have its listed size. Format 1
+    (no manifest): both files must be whole (safetensors header and data, ``state.pt``'s zip index).
+    """
+    d = Path(ckpt_dir)
+    weights, state = d / WEIGHTS, d / STATE
+    try:
+        manifest = json.loads((d / MANIFEST).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        manifest = None
+    except (OSError, ValueError) as e:
+        return f"unreadable {MANIFEST} ({e})"
+    if manifest is not None:
+        try:
+            for name, size in manifest["files"].items():
+                actual = (d / name).stat().st_size if (d / name).exists() else None
+                if actual != size:
+                    return f"{name}: {'missing' if actual is None else f'{actual} bytes, manifest says {size}'}"
+        except (KeyError, AttributeError, TypeError) as e:
+            return f"malformed {MANIFEST} ({e})"
+    for f in (weights, state):
+        if not f.is_file() or f.stat().st_size == 0:
+            return f"{f.name} missing or empty"
+    if not _safetensors_whole(weights):
+        return f"{WEIGHTS} is truncated or not safetensors"
+    if not zipfile.is_zipfile(state):
+        return f"{STATE} is truncated or not a torch checkpoint"
+    return None
+
+
+def checkpoint_complete(ckpt_dir: Path) -> bool:
+    """True when :func:`checkpoint_problem` finds nothing wrong."""
+    return checkpoint_problem(ckpt_dir) is None
+
+
+def latest_complete_checkpoint(run_dir: Path) -> Path | None:
+    """The newest complete checkpoint folder of a run (half-written or damaged ones skipped), or None."""
+    for p in reversed(list_checkpoints(run_dir)):
+        if checkpoint_complete(p):
+            return p
+    return None
+
+
+def latest_checkpoint_step(run_id: str, workspace=None) -> int | None:
+    """Step of the run's newest complete checkpoint (what a resume starts from), or None.
+    Raises RunNotFoundError for an unknown run."""
+    from engine.store.runs import run_dir
+
+    p = latest_complete_checkpoint(run_dir(run_id, workspace))
+    return checkpoint_step(p) if p is not None else None
+
+
+def load_checkpoint_state(ckpt_dir: Path) -> dict[str, Any]:
+    """The non-weight state of a checkpoint (``step``, ``optimizer``, ``config``, ``rng``, ``torch_rng``).
+
+    Loaded with ``torch.load(weights_only=True)`` on CPU: nothing in the file can run code.
+
+    Raises:
+        DamagedFileError: ``state.pt`` is missing, truncated or holds something weights_only refuses.
+        FormatVersionError: written by a newer masklab.
+    """
+    import torch
+
+    path = Path(ckpt_dir) / STATE
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError, ValueError) as e:
+        raise DamagedFileError(f"{path}: unreadable checkpoint state ({str(e).splitlines()[0][:200]})") from None
+    if not isinstance(state, dict):
+        raise DamagedFileError(f"{path}: expected a dict, found {type(state).__name__}")
+    if int(state.get("format", 1)) > CKPT_FORMAT:
+        raise FormatVersionError(f"{path}: checkpoint format {state['format']} is newer than this masklab "
+                                 f"reads ({CKPT_FORMAT}); upgrade masklab")
+    return state
+
+
+def load_weights(ckpt_dir: Path) -> dict[str, Any]:
+    """The model state dict stored in ``ckpt_dir/model.safetensors`` (CPU tensors).
+
+    Raises:
+        DamagedFileError: the file is missing or not whole safetensors.
+    """
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    path = Path(ckpt_dir) / WEIGHTS
+    try:
+        return load_file(str(path))
+    except (OSError, SafetensorError) as e:
+        raise DamagedFileError(f"{path}: unreadable model weights ({e})") from None

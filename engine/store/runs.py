@@ -1,11 +1,15 @@
-"""Run records: one folder per run, a resolved config and a status file.
+"""Run records: one folder per run, a resolved config, a status file and the run lock.
 
-``status.json`` is written by the launcher once (``queued``) and afterwards only by the run's own
-worker, always atomically. Readers get :class:`RunRecord` value objects, never raw files.
+``status.json`` is written by the launcher once (``queued``, before the worker exists) and
+afterwards only by the holder of the run lock (:mod:`engine.store.lock`): the worker, or, once the
+lock proves the worker gone, ``doctor --repair`` or a resume. Always atomically. Readers get
+:class:`RunRecord` value objects, never raw files; they decide whether a ``queued``/``running`` run
+is alive by its lock, and report a dead one as ``interrupted`` without rewriting anything.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import socket
@@ -15,14 +19,25 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from engine.errors import RunNotFoundError
-from engine.workspace import atomic_write_json, read_json, workspace_root
+from engine.errors import DamagedFileError, FormatVersionError, RunNotFoundError
+from engine.store.lock import run_alive
+from engine.workspace import FORMAT, atomic_write_json, read_json, workspace_root
 
-STATUSES = ("queued", "running", "completed", "failed", "cancelled")
+log = logging.getLogger(__name__)
+
+#: ``interrupted``: the worker process is gone (killed, crashed, machine stopped) while the status
+#: said queued/running; resumable. ``diverged``: the loss became NaN/inf (written by the loop).
+STATUSES = ("queued", "running", "completed", "failed", "cancelled", "interrupted", "diverged")
 ACTIVE = ("queued", "running")
+RESUMABLE = ("failed", "cancelled", "diverged", "interrupted")
 CONFIG_FILE = "config.json"
 STATUS_FILE = "status.json"
 CANCEL_FILE = "cancel"
+LOG_FILE = "worker.log"
+#: A run the launcher has just created has no worker (and no lock) for the moment Python takes to
+#: start one; for this long a lock-less ``queued`` run without a worker pid is still "starting".
+LAUNCH_GRACE_S = 30.0
+INTERRUPTED_ERROR = "its worker process is gone (killed, crashed, or its machine stopped) while {status}"
 
 
 def runs_root(workspace=None) -> Path:
@@ -44,7 +59,12 @@ def run_dir(run_id: str, workspace=None) -> Path:
 
 @dataclass(frozen=True)
 class RunRecord:
-    """What the store knows about one run (times are unix seconds)."""
+    """What the store knows about one run (times are unix seconds).
+
+    ``warnings`` lists what could not be read (e.g. a damaged ``status.json``); the record is
+    still usable. ``pid`` is informational (the worker's last known PID): liveness and cancel never
+    use it.
+    """
 
     run_id: str
     name: str
@@ -61,6 +81,7 @@ class RunRecord:
     path: Path
     updated_at: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
 
     @property
     def progress(self) -> float:
@@ -76,8 +97,13 @@ class RunRecord:
 
     @property
     def is_active(self) -> bool:
-        """True while queued or running."""
+        """True while queued or running (its worker holds the run lock, or is starting)."""
         return self.status in ACTIVE
+
+    @property
+    def is_resumable(self) -> bool:
+        """True for failed, cancelled, diverged and interrupted runs (resume needs a checkpoint too)."""
+        return self.status in RESUMABLE
 
 
 def new_run_id(name: str = "") -> str:
@@ -87,7 +113,11 @@ def new_run_id(name: str = "") -> str:
 
 
 def create_run(config: dict[str, Any], workspace=None) -> tuple[str, Path]:
-    """Create a run folder with its resolved config and a ``queued`` status. Returns (run_id, folder)."""
+    """Create a run folder with its resolved config and a ``queued`` status. Returns (run_id, folder).
+
+    Raises:
+        StorageError: the folder or its files cannot be written (nothing half-written is left).
+    """
     root = runs_root(workspace)
     while True:
         run_id = new_run_id()
@@ -97,91 +127,159 @@ def create_run(config: dict[str, Any], workspace=None) -> tuple[str, Path]:
             break
         except FileExistsError:
             continue
-    atomic_write_json(d / CONFIG_FILE, config)
+    now = time.time()
+    atomic_write_json(d / CONFIG_FILE, config, what=f"the config of run {run_id}")
     total = int(config.get("train", {}).get("steps", 0))
-    write_status(d, {"status": "queued", "created_at": time.time(), "step": 0, "total_steps": total})
+    write_status(d, {"status": "queued", "created_at": now, "queued_at": now, "step": 0, "total_steps": total})
     return run_id, d
 
 
 def write_status(d: Path, status: dict[str, Any]) -> None:
-    """Atomically replace the run's status file (worker and launcher only)."""
+    """Atomically replace the run's status file (the launcher at creation, then the lock holder only).
+
+    Raises:
+        ValueError: unknown status value.
+        StorageError: the file cannot be written (the old one is kept).
+    """
     if status.get("status") not in STATUSES:
         raise ValueError(f"unknown run status {status.get('status')!r}")
-    status = {**status, "updated_at": time.time(), "host": socket.gethostname()}
-    atomic_write_json(d / STATUS_FILE, status)
+    status = {**status, "updated_at": time.time(), "host": socket.gethostname(), "format": FORMAT}
+    atomic_write_json(Path(d) / STATUS_FILE, status, what=f"the status of run {Path(d).name}")
 
 
 def read_status(d: Path) -> dict[str, Any]:
-    """The raw status dict (``{}`` if it cannot be read yet)."""
+    """The raw status dict (``{}`` if it is missing or unreadable)."""
     try:
-        return read_json(d / STATUS_FILE)
-    except (FileNotFoundError, ValueError):
+        st = read_json(Path(d) / STATUS_FILE)
+    except (OSError, ValueError):
         return {}
+    return st if isinstance(st, dict) else {}
 
 
-def worker_alive(pid: int | None, run_id: str) -> bool:
-    """True if ``pid`` is a live process whose command line names this run (guards against pid reuse)."""
-    if not pid:
+def read_status_checked(d: Path) -> tuple[dict[str, Any], list[str]]:
+    """The status dict and a list with what is wrong with the file (empty when fine; a missing file
+    is fine: the run was just created)."""
+    path = d / STATUS_FILE
+    try:
+        st = read_json(path)
+        if not isinstance(st, dict):
+            raise ValueError(f"expected a JSON object, found {type(st).__name__}")
+        return st, []
+    except FileNotFoundError:
+        return {}, []
+    except (OSError, ValueError) as e:
+        return {}, [f"{d.name}/{STATUS_FILE} is unreadable ({e}); status, step and latest metrics are unknown"]
+
+
+def _float(v: Any) -> float | None:
+    try:
+        return float(v) if v is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def is_starting(d: Path, st: dict[str, Any] | None = None) -> bool:
+    """True for a run the launcher queued less than :data:`LAUNCH_GRACE_S` ago whose worker has not
+    taken the run lock yet (``queued``, no worker pid). ``st``: its status dict, read if None."""
+    if st is None:
+        st, damaged = read_status_checked(Path(d))
+        if damaged:
+            return False
+    if st.get("status", "queued") != "queued" or st.get("pid"):
         return False
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        since = _float(st.get("updated_at")) or (Path(d) / CONFIG_FILE).stat().st_mtime
     except OSError:
-        return True  # no /proc (not Linux): the pid exists; trust it
-    if b"<defunct>" in cmdline or not cmdline:
         return False
-    # background worker: its argv holds the run folder; foreground CLI: `python -m engine run ...`
-    return run_id.encode() in cmdline or b"-m\x00engine\x00run\x00" in cmdline
+    return time.time() - since < LAUNCH_GRACE_S
 
 
 def _record(d: Path) -> RunRecord:
-    cfg = read_json(d / CONFIG_FILE)
-    st = read_status(d)
-    status = st.get("status", "queued")
+    try:
+        cfg = read_json(d / CONFIG_FILE)
+    except (OSError, ValueError) as e:
+        raise DamagedFileError(f"{d / CONFIG_FILE}: unreadable run config ({e})") from None
+    st, warnings = read_status_checked(d)
+    fmt = st.get("format", 1)
+    if isinstance(fmt, int) and fmt > FORMAT:
+        raise FormatVersionError(f"run {d.name} was written by a newer masklab (format {fmt}; this masklab "
+                                 f"reads up to {FORMAT}); upgrade masklab to open it")
+    status = st.get("status", "queued" if not warnings else "running")
     error = st.get("error")
-    pid = st.get("pid")
-    if status in ACTIVE and st.get("host") in (None, socket.gethostname()):
-        # A queued run without a pid was just created: the launcher writes the pid a moment later.
-        grace = time.time() - float(st.get("updated_at", 0)) < 10
-        if (pid and not worker_alive(pid, d.name)) or (not pid and not grace):
-            status, error = "failed", "worker process exited without reporting (killed or crashed); see worker.log"
-            st = {**st, "ended_at": st.get("ended_at") or st.get("updated_at")}  # its last sign of life
+    if status not in STATUSES:
+        warnings.append(f"{d.name}/{STATUS_FILE}: unknown status {status!r}")
+        status, error = "failed", f"unknown status {status!r} in {STATUS_FILE}"
+    if status in ACTIVE and st.get("host") in (None, socket.gethostname()) and not run_alive(d):
+        if not is_starting(d, {**st, "status": status}):
+            error = INTERRUPTED_ERROR.format(status=status)
+            status = "interrupted"
+            since = _float(st.get("updated_at")) or (d / CONFIG_FILE).stat().st_mtime
+            st = {**st, "ended_at": st.get("ended_at") or since}  # its last sign of life
     return RunRecord(
         run_id=d.name,
         name=cfg.get("name") or d.name,
         status=status,
-        created_at=float(st.get("created_at", d.stat().st_mtime)),
-        started_at=st.get("started_at"),
-        ended_at=st.get("ended_at"),
+        created_at=_float(st.get("created_at")) or d.stat().st_mtime,
+        started_at=_float(st.get("started_at")),
+        ended_at=_float(st.get("ended_at")),
         step=int(st.get("step", 0)),
         total_steps=int(st.get("total_steps", cfg.get("train", {}).get("steps", 0))),
         error=error,
         latest=dict(st.get("latest", {})),
         config=cfg,
-        pid=pid,
+        pid=st.get("pid"),
         path=d,
-        updated_at=st.get("updated_at"),
-        extra={k: v for k, v in st.items() if k in ("device", "n_params", "throughput")},
+        updated_at=_float(st.get("updated_at")),
+        extra={k: v for k, v in st.items() if k in ("device", "n_params", "throughput", "num_threads",
+                                                    "deterministic", "queued_at", "format")},
+        warnings=tuple(warnings),
     )
 
 
 def get_run(run_id: str, workspace=None) -> RunRecord:
-    """The record of one run. Raises :class:`RunNotFoundError`."""
+    """The record of one run.
+
+    Raises:
+        RunNotFoundError: no such run.
+        DamagedFileError: its ``config.json`` is unreadable.
+        FormatVersionError: the run folder was written by a newer masklab.
+    """
     return _record(run_dir(run_id, workspace))
 
 
 def list_runs(workspace=None) -> list[RunRecord]:
-    """All runs, newest first. Reads only small JSON files (no metrics)."""
+    """All runs, newest first. Reads only small JSON files (no metrics).
+
+    A run folder that cannot be read (damaged ``config.json``, newer format, half-created) is left
+    out with a logged warning; ``python -m engine doctor`` reports it.
+    """
     out = []
     for d in runs_root(workspace).iterdir():
-        if (d / CONFIG_FILE).exists():
-            try:
-                out.append(_record(d))
-            except (OSError, ValueError):
-                continue  # a half-created folder: skip it, never fail the whole list
+        if d.name.startswith(".") or not (d / CONFIG_FILE).exists():
+            continue
+        try:
+            out.append(_record(d))
+        except (OSError, ValueError, DamagedFileError, FormatVersionError) as e:
+            log.warning("skipping run folder %s: %s", d, e)
     return sorted(out, key=lambda r: r.created_at, reverse=True)
+
+
+def read_log(run_id: str, max_bytes: int = 64_000, workspace=None) -> str | None:
+    """The end of the run's ``worker.log`` (its stdout and stderr), at most ``max_bytes`` bytes.
+
+    Returns None when the run has no log (it ran in the foreground: its output went to that
+    terminal). Undecodable bytes are replaced; a cut log starts with a line saying how much is hidden.
+    Raises :class:`RunNotFoundError` for an unknown run.
+    """
+    path = run_dir(run_id, workspace) / LOG_FILE
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - max_bytes))
+            data = f.read()
+    except FileNotFoundError:
+        return None
+    if size > max_bytes:  # start at a whole line
+        data = data.split(b"\n", 1)[-1]
+        return f"[... {size - len(data):,} earlier bytes not shown ...]\n" + data.decode("utf-8", errors="replace")
+    return data.decode("utf-8", errors="replace")

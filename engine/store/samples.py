@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import io
 import json
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from engine.errors import DamagedFileError
 from engine.store.runs import run_dir
 from engine.workspace import atomic_write_bytes
 
@@ -54,6 +56,7 @@ def save_samples(d: Path, s: Sample) -> Path:
     Raises:
         ValueError: an array name collides with the reserved ``__kind__`` / ``__meta__``, or an
             array has object dtype (it would need a pickle).
+        StorageError: the file cannot be written (disk full...); no temporary file is left.
     """
     for k, a in s.arrays.items():
         if k in (_KIND, _META) or np.asarray(a).dtype == object:
@@ -61,7 +64,7 @@ def save_samples(d: Path, s: Sample) -> Path:
     buf = io.BytesIO()
     np.savez_compressed(buf, **{_KIND: s.kind, _META: json.dumps(s.meta), "step": s.step}, **s.arrays)
     path = Path(d) / SAMPLES_DIR / f"recon-{s.step:07d}.npz"
-    atomic_write_bytes(path, buf.getvalue())
+    atomic_write_bytes(path, buf.getvalue(), what=f"reconstruction samples of step {s.step}")
     return path
 
 
@@ -70,7 +73,16 @@ def sample_steps(run_id: str, workspace=None) -> list[int]:
     return sorted(int(p.stem.split("-")[1]) for p in (run_dir(run_id, workspace) / SAMPLES_DIR).glob("recon-*.npz"))
 
 
-def _read(path: Path) -> Sample:
+def read_sample_file(path: Path) -> Sample:
+    """The samples in ``path``. Raises DamagedFileError naming ``path`` when it cannot be read."""
+    try:
+        return _decode(path)
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as e:
+        raise DamagedFileError(f"{path}: unreadable reconstruction samples ({e}); "
+                               f"`python -m engine doctor` reports damaged files") from None
+
+
+def _decode(path: Path) -> Sample:
     with np.load(path, allow_pickle=False) as z:
         names = set(z.files)
         if _KIND in names:
@@ -87,6 +99,7 @@ def load_samples(run_id: str, step: int | None = None, workspace=None) -> Sample
 
     Raises:
         RunNotFoundError: unknown run id.
+        DamagedFileError: the samples file cannot be read (the message names it).
     """
     d = run_dir(run_id, workspace) / SAMPLES_DIR
     if step is None:
@@ -98,4 +111,4 @@ def load_samples(run_id: str, step: int | None = None, workspace=None) -> Sample
         path = d / f"recon-{step:07d}.npz"
         if not path.exists():
             return None
-    return _read(path)
+    return read_sample_file(path)

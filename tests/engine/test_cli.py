@@ -57,6 +57,23 @@ def test_data_add_reports_refused_files_and_exits_1(workspace, tmp_path, shared_
     assert "3x16x16" in engine_cli("data", "list").stdout
 
 
+def test_log_and_runs_show_why_a_run_ended(workspace):
+    from engine.store import create_run, write_status
+
+    run_id, d = create_run({"name": "broken", "train": {"steps": 5}})
+    write_status(d, {"status": "failed", "step": 2, "total_steps": 5,
+                     "error": "no space left on device while writing checkpoint step 2 (x)"})
+    (d / "worker.log").write_text("Traceback (most recent call last):\nStorageError: no space left\n")
+    out = engine_cli("runs")
+    assert out.returncode == 0 and "    failed: no space left on device while writing checkpoint step 2 (x)" in out.stdout
+    out = engine_cli("log", run_id)
+    assert out.returncode == 0 and out.stdout.endswith("StorageError: no space left\n")
+    (d / "worker.log").unlink()
+    out = engine_cli("log", run_id)
+    assert out.returncode == 0 and "ran in the foreground" in out.stderr
+    assert engine_cli("log", "no-such-run").returncode == 2
+
+
 def test_data_add_name_encoding_and_fill(workspace, tmp_path):
     from tests.engine.test_import import PNG_BYTES, _raw_zip
 

@@ -15,7 +15,7 @@ from engine.data import load_dataset
 from engine.errors import MasklabError
 from engine.launcher import cancel, submit
 from engine.store import get_run, list_runs, read_metrics
-from engine.store.runs import worker_alive
+from engine.store import lock_holder, run_alive
 
 CFG = {"data": {"dataset": "digits"}, "model": {"preset": "tiny", "patch_size": 2},
        "train": {"steps": 120, "batch_size": 32, "eval_interval": 40, "checkpoint_interval": 1000,
@@ -79,11 +79,11 @@ def test_two_writers_and_a_reader_process(workspace):
 def test_cancel_a_running_background_run(workspace):
     run_id = submit(RunConfig.from_dict({**CFG, "train": {**CFG["train"], "steps": 100_000}}))
     _wait(lambda: get_run(run_id).step > 0, 120, "the run to start training")
-    pid = get_run(run_id).pid
-    assert worker_alive(pid, run_id)
+    d = get_run(run_id).path
+    assert run_alive(d) and lock_holder(d) == get_run(run_id).pid
     assert cancel(run_id) is True
     _wait(lambda: get_run(run_id).status == "cancelled", 60, "status cancelled")
-    _wait(lambda: not worker_alive(pid, run_id), 30, "the worker to exit")
+    _wait(lambda: not run_alive(d), 30, "the worker to exit")
     rec = get_run(run_id)
     assert 0 < rec.step < 100_000
     assert cancel(run_id) is False  # already ended
@@ -106,3 +106,29 @@ def test_submit_refuses_a_run_that_cannot_train(workspace, override, field):
     with pytest.raises(MasklabError, match=field):
         submit(RunConfig.from_dict({**CFG, **override}))
     assert list_runs() == []  # nothing was created, no process started
+
+
+@pytest.mark.slow
+def test_cli_and_background_runs_train_identically(workspace, tmp_path):
+    """The same config file, from the CLI (foreground) and the dashboard's path (background worker):
+    both resolve the same thread count, record it in the config, and give bit-identical losses on CPU."""
+    from pathlib import Path
+
+    import yaml
+
+    load_dataset("digits")
+    cfg = RunConfig.from_dict({**CFG, "train": {**CFG["train"], "steps": 30, "eval_interval": 10}})
+    assert cfg.train.num_threads == 0  # "auto": resolved when the run starts
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(cfg.to_dict()))
+    bg = submit(cfg)
+    out = subprocess.run([sys.executable, "-m", "engine", "run", str(path)], cwd=Path(__file__).resolve().parents[2],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    fg = out.stdout.split()[1]
+    _wait(lambda: get_run(bg).status == "completed", 300, "the background run")
+    cfg_bg, cfg_fg = get_run(bg).config, get_run(fg).config
+    assert cfg_bg == cfg_fg and cfg_bg["train"]["num_threads"] >= 1 and cfg_bg["train"]["deterministic"] is False
+    assert get_run(bg).extra["num_threads"] == cfg_bg["train"]["num_threads"]
+    a, b = (read_metrics([r], ["loss", "val_loss"], max_points=None) for r in (bg, fg))
+    assert len(a) == 34 and a.step.tolist() == b.step.tolist() and a.value.tolist() == b.value.tolist()
