@@ -6,8 +6,12 @@ Public API:
     build_model(cfg, image_shape) -> nn.Module
     count_parameters(model) -> int
     MaskedAutoencoderViT
+    BertMLM, TEXT_PRESETS — masked language model (BERT) and its sizes
+    SpanInfiller, SPAN_PRESETS, span_corrupt — T5-style span infilling and its sizes
 
-References: He et al. 2022, "Masked Autoencoders Are Scalable Vision Learners".
+References: He et al. 2022, "Masked Autoencoders Are Scalable Vision Learners"; Devlin et al. 2019,
+"BERT"; Raffel et al. 2020, "Exploring the Limits of Transfer Learning with a Unified Text-to-Text
+Transformer" (T5).
 """
 
 from __future__ import annotations
@@ -20,9 +24,14 @@ from engine.config import RunConfig
 from engine.errors import ConfigError
 from engine.masking import grid_shape
 from engine.models.mae import MaskedAutoencoderViT
+from engine.models.bert import TEXT_PRESETS, BertMLM
+from engine.models.span_infill import SPAN_PRESETS, SpanInfiller, span_corrupt
 from engine.registry import registrar
 
-__all__ = ["MODEL_REGISTRY", "PRESETS", "MaskedAutoencoderViT", "build_model", "count_parameters", "register_model"]
+__all__ = [
+    "MODEL_REGISTRY", "PRESETS", "SPAN_PRESETS", "TEXT_PRESETS", "BertMLM", "MaskedAutoencoderViT", "SpanInfiller",
+    "build_model", "count_parameters", "register_model", "span_corrupt",
+]
 
 # Widths/depths of the ``mae_vit`` arch. "base" is MAE's ViT-B/16 (encoder ~86M parameters at 224x224).
 PRESETS: dict[str, dict[str, Any]] = {
