@@ -46,6 +46,7 @@ from engine.masking import tube as _tube  # noqa: E402,F401  tube
 from engine.masking import specaugment as _specaugment  # noqa: E402,F401  time_mask, freq_mask, specaugment
 from engine.masking import hierarchical as _hierarchical  # noqa: E402,F401  hierarchical
 from engine.masking import units as _units  # noqa: E402,F401  whole_word, superpixel, voiced
+from engine.masking import segment as _segment  # noqa: E402,F401  sentence_span
 from engine.masking.apply import gather_visible, restore_order  # noqa: E402
 from engine.masking.random import bernoulli_mask, mask_lowest, random_mask  # noqa: E402
 from engine.masking.schedule import ratio_at  # noqa: E402

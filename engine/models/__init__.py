@@ -5,14 +5,17 @@ Public API:
     PRESETS — the ``mae_vit`` presets (also the encoder sizes of ``simmim_vit``)
     build_model(cfg, **dims) -> nn.Module
     count_parameters(model) -> int
-    MaskedAutoencoderViT, SimMIMViT
+    MaskedAutoencoderViT, SimMIMViT — image models
+    BertMLM, TEXT_PRESETS — masked language model (BERT) and its sizes
+    SpanInfiller, SPAN_PRESETS, span_corrupt — T5-style span infilling and its sizes
 
 A builder takes the run config and the data-dependent dimensions its task passes
 (``image_shape=(C, H, W)`` for image models, ``vocab_size`` and ``max_len`` for text models).
 Models encode and decode; they never draw masks (the mask is an argument) and never own the loss
 (they return named outputs, see :data:`engine.objectives.OUTPUTS`).
 
-References: He et al. 2022 (MAE); Xie et al. 2022 (SimMIM).
+References: He et al. 2022 (MAE); Xie et al. 2022 (SimMIM); Devlin et al. 2019 (BERT); Raffel et al.
+2020 (T5).
 """
 
 from __future__ import annotations
@@ -25,11 +28,15 @@ from torch import nn
 from engine.errors import ConfigError
 from engine.masking import grid_shape
 from engine.models.mae import MaskedAutoencoderViT
+from engine.models.bert import TEXT_PRESETS, BertMLM
 from engine.models.simmim import SimMIMViT
+from engine.models.span_infill import SPAN_PRESETS, SpanInfiller, span_corrupt
 from engine.registry import registrar
 
-__all__ = ["MODEL_REGISTRY", "PRESETS", "MaskedAutoencoderViT", "ModelSpec", "SimMIMViT", "build_model",
-           "count_parameters", "get_model_spec", "register_model"]
+__all__ = [
+    "MODEL_REGISTRY", "PRESETS", "SPAN_PRESETS", "TEXT_PRESETS", "BertMLM", "MaskedAutoencoderViT", "ModelSpec",
+    "SimMIMViT", "SpanInfiller", "build_model", "count_parameters", "get_model_spec", "register_model", "span_corrupt",
+]
 
 # Widths/depths of the ``mae_vit`` arch. "base" is MAE's ViT-B/16 (encoder ~86M parameters at 224x224).
 PRESETS: dict[str, dict[str, Any]] = {
@@ -114,6 +121,21 @@ def _build_simmim_vit(cfg, *, image_shape: tuple[int, int, int]) -> SimMIMViT:
     C, H, W, P = _image_dims(cfg, image_shape)
     return SimMIMViT(img_size=(H, W), in_chans=C, patch_size=P, norm_pix_loss=cfg.objective.norm_pix_loss,
                      **_preset(cfg))
+
+
+@register_model("bert", TEXT_PRESETS, "BERT: pre-LN encoder, learned positions, tied MLM head at masked tokens (Devlin et al. 2019)")
+def _build_bert(cfg, *, vocab_size: int, max_len: int) -> BertMLM:
+    from engine.text.tokenizer import PAD_ID
+
+    return BertMLM(vocab_size=vocab_size, max_len=max_len, pad_id=PAD_ID, **_preset(cfg))
+
+
+@register_model("t5_span", SPAN_PRESETS, "T5-style encoder-decoder infilling one sentinel span (Raffel et al. 2020)")
+def _build_t5_span(cfg, *, vocab_size: int, max_len: int) -> SpanInfiller:
+    from engine.text.tokenizer import CLS_ID, PAD_ID, SEP_ID
+
+    return SpanInfiller(vocab_size=vocab_size, max_len=max_len, pad_id=PAD_ID, bos_id=CLS_ID, eos_id=SEP_ID,
+                        **_preset(cfg))
 
 
 def build_model(cfg, **dims: Any) -> nn.Module:

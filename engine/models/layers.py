@@ -1,6 +1,13 @@
-"""Transformer building blocks (timm-style small modules): multi-head self-attention, MLP, pre-norm block.
+"""Transformer building blocks (timm-style small modules): multi-head self- and cross-attention, MLP,
+pre-norm encoder block and pre-norm decoder block.
 
-References: Dosovitskiy et al. 2021, "An Image Is Worth 16x16 Words" (ViT); He et al. 2022,
+The attention itself is one pure function, :func:`scaled_dot_product`, around PyTorch's
+``scaled_dot_product_attention``; the modules only hold the projections. Masks follow one convention:
+``key_padding [B, Lk]`` bool, True = a padding key nobody attends to; ``causal=True`` lets query ``i``
+see keys ``<= i`` only.
+
+References: Vaswani et al. 2017, "Attention Is All You Need" (encoder-decoder, cross-attention,
+causal decoder); Dosovitskiy et al. 2021, "An Image Is Worth 16x16 Words" (ViT); He et al. 2022,
 "Masked Autoencoders Are Scalable Vision Learners" (uses the timm ViT block).
 """
 
@@ -17,11 +24,56 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 CPU_MATH_ATTENTION_MAX_TOKENS = 64
 
 
+def attention_mask(
+    key_padding: torch.Tensor | None, q_len: int, k_len: int, causal: bool = False,
+    device: torch.device | None = None,
+) -> torch.Tensor | None:
+    """Boolean SDPA mask, True = attend: ``(B, 1, Lq, Lk)``, ``(1, 1, Lq, Lk)`` or None (attend everywhere).
+
+    Args:
+        key_padding: ``[B, Lk]`` bool, True = padding key (never attended to), or None.
+        q_len, k_len: ``Lq``, ``Lk``.
+        causal: query ``i`` attends to keys ``j <= i`` only (a decoder's self-attention; ``Lq == Lk``).
+        device: where the causal mask is built (default: that of ``key_padding``, else CPU).
+
+    A query whose every key is hidden gets NaN from the softmax: callers keep at least one key per
+    query (a real first token, or no padding in rows that are all padding).
+    """
+    mask = None
+    if key_padding is not None:
+        mask = ~key_padding[:, None, None, :]  # (B, 1, 1, Lk)
+    if causal:
+        if device is None and key_padding is not None:
+            device = key_padding.device
+        tri = torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril_()[None, None]  # (1, 1, Lq, Lk)
+        mask = tri if mask is None else mask & tri
+    return mask
+
+
+def scaled_dot_product(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``softmax(q k^T / sqrt(hs) + mask) v`` with PyTorch's SDPA: ``(B, nh, Lq, hs)`` from keys ``(B, nh, Lk, hs)``.
+
+    On CPU, for sequences of at most :data:`CPU_MATH_ATTENTION_MAX_TOKENS` tokens, the math kernel
+    is forced (faster there); otherwise PyTorch picks the fused kernel.
+
+    Args:
+        q: ``(B, nh, Lq, hs)``; k, v: ``(B, nh, Lk, hs)``.
+        attn_mask: bool, broadcastable to ``(B, nh, Lq, Lk)``, True = attend (see :func:`attention_mask`).
+    """
+    if q.device.type == "cpu" and max(q.shape[-2], k.shape[-2]) <= CPU_MATH_ATTENTION_MAX_TOKENS:
+        with sdpa_kernel(SDPBackend.MATH):
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)  # fused kernel where available
+
+
 class Attention(nn.Module):
     """Multi-head self-attention, ``[B, L, D] -> [B, L, D]``.
 
     Every token attends to every token, except keys marked in ``key_padding`` (``[B, L]`` bool,
-    True = padding slot of a ragged batch, see :func:`engine.masking.apply.gather_visible`).
+    True = padding slot of a ragged batch, see :func:`engine.masking.apply.gather_visible`), and,
+    with ``causal=True``, keys after the query (a decoder).
 
     Raises:
         ValueError: ``num_heads`` does not divide ``dim``.
@@ -35,18 +87,48 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
         self.proj = nn.Linear(dim, dim)
 
-    def forward(self, x: torch.Tensor, key_padding: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, key_padding: torch.Tensor | None = None, causal: bool = False
+    ) -> torch.Tensor:
         B, L, D = x.shape
-        attn_mask = None if key_padding is None else ~key_padding[:, None, None, :]  # (B, 1, 1, L): True = attend
         qkv = self.qkv(x).reshape(B, L, 3, self.num_heads, D // self.num_heads)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, nh, L, hs)
-        if x.device.type == "cpu" and L <= CPU_MATH_ATTENTION_MAX_TOKENS:
-            with sdpa_kernel(SDPBackend.MATH):
-                x = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)  # (B, nh, L, hs)
-        else:
-            x = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)  # (B, nh, L, hs); fused kernel where available
+        x = scaled_dot_product(q, k, v, attention_mask(key_padding, L, L, causal, x.device))  # (B, nh, L, hs)
         x = x.transpose(1, 2).reshape(B, L, D)  # (B, L, D)
         return self.proj(x)
+
+
+class CrossAttention(nn.Module):
+    """Multi-head cross-attention: queries from ``x [B, Lq, D]``, keys and values from ``memory [B, Lk, D]``.
+
+    Returns ``[B, Lq, D]``. Keys marked in ``memory_padding`` (``[B, Lk]`` bool, True = padding) are
+    never attended to; every query must keep at least one real key.
+
+    Raises:
+        ValueError: ``num_heads`` does not divide ``dim``.
+
+    References: Vaswani et al. 2017, "Attention Is All You Need", sec. 3.2.3 (encoder-decoder attention).
+    """
+
+    def __init__(self, dim: int, num_heads: int, qkv_bias: bool = True):
+        super().__init__()
+        if dim % num_heads:
+            raise ValueError(f"CrossAttention: num_heads ({num_heads}) must divide dim ({dim})")
+        self.num_heads = num_heads
+        self.q = nn.Linear(dim, dim, bias=qkv_bias)
+        self.kv = nn.Linear(dim, 2 * dim, bias=qkv_bias)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(
+        self, x: torch.Tensor, memory: torch.Tensor, memory_padding: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        B, Lq, D = x.shape
+        Lk = memory.shape[1]
+        hs = D // self.num_heads
+        q = self.q(x).reshape(B, Lq, self.num_heads, hs).transpose(1, 2)  # (B, nh, Lq, hs)
+        k, v = self.kv(memory).reshape(B, Lk, 2, self.num_heads, hs).permute(2, 0, 3, 1, 4).unbind(0)  # (B, nh, Lk, hs)
+        x = scaled_dot_product(q, k, v, attention_mask(memory_padding, Lq, Lk))  # (B, nh, Lq, hs)
+        return self.proj(x.transpose(1, 2).reshape(B, Lq, D))
 
 
 class Mlp(nn.Module):
@@ -66,16 +148,54 @@ class Block(nn.Module):
     """Pre-norm Transformer block: ``x + attn(norm(x))``, then ``x + mlp(norm(x))``; ``[B, L, D]`` in and out.
 
     ``key_padding`` (``[B, L]`` bool, True = ignore as a key) is passed to the attention.
+    ``drop`` is the residual dropout of BERT / GPT-2 (on each branch's output before the sum;
+    active in train mode only); 0, the default (MAE has none), adds no weights and no work.
     """
 
-    def __init__(self, dim: int, num_heads: int, mlp_ratio: float = 4.0):
+    def __init__(self, dim: int, num_heads: int, mlp_ratio: float = 4.0, drop: float = 0.0):
         super().__init__()
         self.norm1 = nn.LayerNorm(dim, eps=1e-6)
         self.attn = Attention(dim, num_heads)
         self.norm2 = nn.LayerNorm(dim, eps=1e-6)
         self.mlp = Mlp(dim, int(dim * mlp_ratio))
+        self.drop = nn.Dropout(drop) if drop > 0 else nn.Identity()
 
     def forward(self, x: torch.Tensor, key_padding: torch.Tensor | None = None) -> torch.Tensor:
-        x = x + self.attn(self.norm1(x), key_padding)
-        x = x + self.mlp(self.norm2(x))
+        x = x + self.drop(self.attn(self.norm1(x), key_padding))
+        x = x + self.drop(self.mlp(self.norm2(x)))
+        return x
+
+
+class DecoderBlock(nn.Module):
+    """Pre-norm Transformer decoder block, ``[B, T, D]`` in and out:
+    ``x + self_attn(norm(x))`` (causal), ``x + cross_attn(norm(x), memory)``, ``x + mlp(norm(x))``.
+
+    ``tgt_padding`` (``[B, T]`` bool, True = padding) hides padding keys of the target (with the
+    causal mask a left-aligned row never needs it for its real tokens); ``memory_padding``
+    (``[B, Lk]`` bool) hides the encoder's padding. ``drop``: residual dropout as in :class:`Block`.
+
+    References: Vaswani et al. 2017, "Attention Is All You Need", sec. 3.1 (decoder); pre-norm as in
+    Raffel et al. 2020 (T5) and the ViT blocks of this module.
+    """
+
+    def __init__(self, dim: int, num_heads: int, mlp_ratio: float = 4.0, drop: float = 0.0):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim, eps=1e-6)
+        self.self_attn = Attention(dim, num_heads)
+        self.norm2 = nn.LayerNorm(dim, eps=1e-6)
+        self.cross_attn = CrossAttention(dim, num_heads)
+        self.norm3 = nn.LayerNorm(dim, eps=1e-6)
+        self.mlp = Mlp(dim, int(dim * mlp_ratio))
+        self.drop = nn.Dropout(drop) if drop > 0 else nn.Identity()
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor,
+        tgt_padding: torch.Tensor | None = None,
+        memory_padding: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        x = x + self.drop(self.self_attn(self.norm1(x), tgt_padding, causal=True))
+        x = x + self.drop(self.cross_attn(self.norm2(x), memory, memory_padding))
+        x = x + self.drop(self.mlp(self.norm3(x)))
         return x

@@ -35,18 +35,22 @@ def gen(seed: int = 0) -> torch.Generator:
 def side_inputs(name: str, shape: tuple[int, ...], seed: int = 0) -> dict[str, torch.Tensor]:
     """Synthetic side inputs with the structure of the real ones (the unit tests of each semantic
     strategy use real text, images and audio): words of 1-3 tokens with special tokens at both ends,
-    3x3 tiles as superpixels, voiced runs of 1-3 frames."""
+    sentences of about 7 tokens between the same special tokens, 3x3 tiles as superpixels, voiced
+    runs of 1-3 frames."""
     g = gen(1000 + seed)
     B, rest = shape[0], shape[1:]
     out = {}
-    if "word_ids" in MASKING_REGISTRY[name].needs:
-        L = rest[0]
-        starts = torch.rand(B, L, generator=g) < 0.5  # a new word starts here
-        starts[:, 1] = True
-        word_ids = torch.cumsum(starts.long(), dim=1) - 1
-        word_ids[:, 0] = -1  # [CLS]
-        word_ids[:, -1] = -1  # [SEP]
-        out["word_ids"] = word_ids
+    # Word / sentence ids: runs starting with probability 0.5 / 0.15 at each token (1-3 / about
+    # 7 tokens), -1 at [CLS] and [SEP].
+    for key, p_start in (("word_ids", 0.5), ("sentence_ids", 0.15)):
+        if key in MASKING_REGISTRY[name].needs:
+            L = rest[0]
+            starts = torch.rand(B, L, generator=g) < p_start  # a new unit starts here
+            starts[:, 1] = True
+            ids = torch.cumsum(starts.long(), dim=1) - 1
+            ids[:, 0] = -1  # [CLS]
+            ids[:, -1] = -1  # [SEP]
+            out[key] = ids
     if "segments" in MASKING_REGISTRY[name].needs:
         idx = torch.meshgrid(*[torch.arange(n) // 3 for n in rest], indexing="ij")
         tile = idx[0] * 100 + idx[-1]
@@ -62,8 +66,9 @@ def side_inputs(name: str, shape: tuple[int, ...], seed: int = 0) -> dict[str, t
 def in_units(name: str, shape: tuple[int, ...], side: dict[str, torch.Tensor]) -> torch.Tensor:
     """Positions a semantic strategy can mask at all (inside a word / a voiced frame)."""
     ok = torch.ones(shape, dtype=torch.bool)
-    if "word_ids" in side:
-        ok &= side["word_ids"] >= 0
+    for ids in ("word_ids", "sentence_ids"):
+        if ids in side:
+            ok &= side[ids] >= 0
     if "voiced" in side:
         v = side["voiced"]
         ok &= v.reshape(v.shape[0], *([1] * (len(shape) - 2)), v.shape[-1]).expand(shape)
