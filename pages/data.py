@@ -36,8 +36,9 @@ def _describe(n: str) -> str:
     i = infos.get(n)
     if i is None:
         return n
-    size = "x".join(map(str, i.image_shape[1:])) + " px" if i.image_shape else i.modality
-    return f"{n}  ({i.n_train + i.n_val:,} {'images' if i.image_shape else 'texts'}, {size})"
+    if i.image_shape:
+        return f"{n}  ({i.n_train + i.n_val:,} images, {'x'.join(map(str, i.image_shape[1:]))} px)"
+    return f"{n}  ({i.n_train + i.n_val:,} {i.modality} items)" if i.modality != "text" else f"{n}  ({i.n_train + i.n_val:,} texts)"
 
 
 name = st.selectbox("Dataset", list(infos), key="data_ds", format_func=_describe)

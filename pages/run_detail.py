@@ -11,9 +11,11 @@ from __future__ import annotations
 import streamlit as st
 
 from app.components import (
-    format_duration, guarded, image_rows, recon_rows, render_metrics_chart, run_label, runs_or_stop, short_label,
-    show_read_warnings, status_label, status_message,
+    format_duration, guarded, render_metrics_chart, run_label, runs_or_stop, short_label, show_read_warnings,
+    status_label, status_message,
 )
+from app.components.quality import headline_of, loss_title, quality_table
+from app.modalities import INTERACTIVE, SAMPLE_VIEWS
 from engine.store import get_run, latest_checkpoint_step, load_samples, read_log, read_metrics
 
 st.title("Run detail")
@@ -37,48 +39,47 @@ def status_panel(run_id: str) -> None:
     m = st.columns(5)
     m[0].metric("Status", status_label(rec.status))
     m[1].metric("Step", f"{rec.step} / {rec.total_steps}")
-    for col, key, label in ((m[2], "loss", "Loss"), (m[3], "val_loss", "Val loss")):
+    metric, _ = headline_of(rec.config)
+    for col, key in ((m[2], "loss"), (m[3], metric)):
         v = rec.latest.get(key)
-        col.metric(label, f"{v:.4f}" if v is not None else "–")
+        col.metric(key.replace("_", " "), f"{v:.4f}" if v is not None else "–")
     m[4].metric("Duration", format_duration(rec.duration_s) or "–")
     st.progress(rec.progress, text=f"{rec.progress:.0%}")
     status_message(rec, guarded(latest_checkpoint_step, run_id) if rec.is_resumable else None)
     df = guarded(read_metrics, [run_id], ["loss", "val_loss"], max_points=500)
     if df is not None:
         show_read_warnings(df)
-        render_metrics_chart(df, smoothing=0.6, run_labels=legend, y_title="MSE (masked patches)", height=220)
+        render_metrics_chart(df, smoothing=0.6, run_labels=legend, y_title=loss_title(rec.config), height=220)
 
 
 @st.fragment(run_every="2s")
-def recon_panel(run_id: str) -> None:
+def samples_panel(run_id: str) -> None:
+    """The run's latest samples, drawn by the view of their kind (app.modalities.SAMPLE_VIEWS)."""
     sample = guarded(load_samples, run_id)
+    run = guarded(get_run, run_id)
     if sample is None:
-        rec = guarded(get_run, run_id)
-        if rec is not None and not rec.is_active:
-            st.info(f"This run ended ({rec.status}) before saving any reconstruction.")
+        if run is not None and not run.is_active:
+            st.info(f"This run ended ({run.status}) before saving any sample.")
         else:
-            every = rec.config.get("train", {}).get("eval_interval", "?") if rec else "?"
+            every = run.config.get("train", {}).get("eval_interval", "?") if run else "?"
             st.info(f"No reconstructions yet: they are saved when training starts (step 0), then every {every} steps.")
         return
-    names = sample.meta.get("class_names", [])
-    images, mask = sample["images"], sample["mask"]
-    captions = [names[int(y)] if 0 <= int(y) < len(names) else str(int(y)) for y in sample["labels"]]
-    run = guarded(get_run, run_id)
-    masking = run.config.get("masking", {}) if run is not None else {}
-    fixed = (f" (fixed masks at masking.ratio {masking.get('ratio')}, the start of its "
-             f"{masking.get('schedule')} schedule)") if masking.get("schedule", "constant") != "constant" else ""
-    st.caption(
-        f"Step {sample.step} · {len(images)} fixed validation images · patch {sample.meta.get('patch_size')} px · "
-        f"{masking.get('strategy', 'random')} masking · "
-        f"{int(mask[0].sum())} of {mask[0].size} patches masked in the first image{fixed}"
-    )
-    image_rows(recon_rows(images, mask, sample["pred_img"], sample["pasted"]), captions=captions)
+    view = SAMPLE_VIEWS.get(sample.kind)
+    if view is None:
+        st.info(f"The dashboard has no view for {sample.kind!r} samples.")
+        return
+    view(sample, run)
 
 
 status_panel(run_id)
-st.subheader("Reconstructions")
-recon_panel(run_id)
 rec = next(r for r in runs if r.run_id == run_id)
+st.subheader("Validation figure and baselines")
+quality_table(rec)
+st.subheader("Reconstructions")
+samples_panel(run_id)
+box = INTERACTIVE.get(rec.config.get("task", "image_mim"))
+if box is not None:
+    box(rec, guarded(load_samples, run_id))
 with st.expander("Resolved config"):
     st.json(rec.config)
 with st.expander("Worker log"):  # read only when the page runs, not every 2 s

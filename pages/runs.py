@@ -15,6 +15,7 @@ from app.components import (
     guarded, render_metrics_chart, run_label, run_table, runs_or_stop, short_label, show_read_warnings,
 )
 from engine.launcher import cancel
+from app.components.quality import loss_title
 from engine.store import list_runs, read_metrics
 
 LOSS_KEYS = ["loss", "val_loss"]
@@ -22,6 +23,7 @@ N_DEFAULT = 3  # runs plotted by default: the most recent ones
 
 st.title("Runs")
 runs = runs_or_stop()
+cfgs = {r.run_id: r.config for r in runs}
 
 
 @st.fragment(run_every="2s")
@@ -56,10 +58,11 @@ def live_charts(run_ids: list[str], smoothing: float) -> None:
         return
     show_read_warnings(df)
     loss = df[df["key"].isin(LOSS_KEYS)]
+    titles = " / ".join(sorted({loss_title(cfgs.get(r, {})) for r in run_ids})) or "loss"
     left, right = st.columns(2)
     with left:
         st.subheader("Loss")
-        render_metrics_chart(loss, smoothing=smoothing, run_labels=legend, y_title="MSE (masked patches)")
+        render_metrics_chart(loss, smoothing=smoothing, run_labels=legend, y_title=titles)
     with right:
         st.subheader("Throughput")
         render_metrics_chart(df[df["key"] == "throughput"], smoothing=smoothing, run_labels=legend, y_title="samples/s")

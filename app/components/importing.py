@@ -78,7 +78,7 @@ def _refusals(rejected, skipped) -> None:
         st.dataframe(pd.DataFrame(rejected, columns=["file", "reason"]), hide_index=True, width="stretch")
     if skipped:
         with st.expander(f"Skipped, not data files ({len(skipped)})"):
-            st.dataframe(pd.DataFrame(skipped, columns=["file", "reason"]), hide_index=True, width="stretch")
+            st.dataframe(pd.DataFrame(skipped, columns=["file", "why skipped"]), hide_index=True, width="stretch")
 
 
 def show_report(report, name: str) -> None:
@@ -102,7 +102,7 @@ def import_panel() -> str | None:
     path = _stash(upload)
     key = f"imp_{upload.file_id}"
     a, b = st.columns(2)
-    new_name = a.text_input("Dataset name", placeholder="from the file name", key=f"{key}_name")
+    new_name = a.text_input("Dataset name", placeholder="from the file name", key="data_new_name")
     val_fraction = b.slider("Validation fraction", 0.0, 0.5, 0.1, 0.05, key=f"{key}_val")
     base = {"val_fraction": float(val_fraction)}
     plan = guarded(_plan, str(path), upload.file_id, ImportOptions(**base).model_dump_json(), upload.name)
@@ -128,7 +128,7 @@ def import_panel() -> str | None:
         plan = guarded(_plan, str(path), upload.file_id, options.model_dump_json(), upload.name) or plan
     _show_plan(plan)
     overwrite = st.checkbox("Replace an existing dataset of the same name", key=f"{key}_over")
-    if st.button("Import", type="primary", key=f"{key}_go"):
+    if st.button("Import", type="primary", key="data_import"):
         with st.spinner(f"Importing {upload.name}…"):
             report = guarded(import_source, path, new_name.strip() or None, options, overwrite=overwrite,
                              source_label=upload.name, **extra)  # fmt: skip

@@ -54,6 +54,8 @@ class Task(ABC):
         default_loss: the ``objective.loss`` used when the config leaves it empty.
         unit: what one masking position is, for messages ("patch", "token", "frame").
         params: pydantic model of the task's own parameters (``task_params``), e.g. BERT's 80/10/10 shares.
+        headline: ``(metric, "min" | "max")``: the validation figure that says how well a run does,
+            compared with the ``baseline/*`` figures of :meth:`baselines` (same masks, same units).
         summary: one line for the dashboard, naming the paper the recipe follows.
 
     Instance attributes (set by ``__init__``):
@@ -68,6 +70,7 @@ class Task(ABC):
     default_loss: ClassVar[str]
     unit: ClassVar[str] = "position"
     params: ClassVar[type[BaseModel]] = NoTaskParams
+    headline: ClassVar[tuple[str, str]] = ("val_loss", "min")
     summary: ClassVar[str] = ""
 
     model: torch.nn.Module

@@ -256,6 +256,7 @@ class TextMLMTask(_TextTask):
     name = "text_mlm"
     archs = ("bert",)
     params = MLMParams
+    headline = ("val_top1", "max")
     summary = "masked language modeling: BERT's 80/10/10 on any token masking (Devlin et al. 2019)"
 
     @classmethod
@@ -369,6 +370,7 @@ class TextSpanTask(_TextTask):
 
     name = "text_span"
     archs = ("t5_span",)
+    headline = ("val_span_acc", "max")
     summary = "span completion: one hidden segment infilled by an encoder-decoder (T5, Raffel et al. 2020)"
 
     @classmethod

@@ -65,11 +65,14 @@ def test_data_page_shows_digits(workspace):
 
 def test_data_page_says_how_to_get_a_missing_bundled_set(workspace, tmp_path, monkeypatch):
     monkeypatch.setenv("MASKLAB_FASHION_MNIST_DIR", str(tmp_path / "empty"))
+    monkeypatch.setenv("MASKLAB_FORTUNES_DIR", str(tmp_path / "empty"))
     at = open_page("../pages/data.py")
     assert not at.exception
     (note,) = [i.value for i in at.info if "fashion-mnist" in i.value]
     assert "dataset-fashion-mnist" in note  # the Debian package that provides it
-    assert at.selectbox(key="data_ds").options == ["digits  (1797 images, 8x8 px)"]
+    (note,) = [i.value for i in at.info if "fortunes" in i.value]
+    assert "apt-get install fortunes" in note
+    assert at.selectbox(key="data_ds").options == ["digits  (1,797 images, 8x8 px)"]
 
 
 def test_new_run_shows_mask_preview_that_follows_widgets(workspace):
@@ -79,39 +82,46 @@ def test_new_run_shows_mask_preview_that_follows_widgets(workspace):
     assert len(captions(at)) == 16  # 8 real validation images, original and masked
     assert all(c in "0123456789" for c in captions(at)[:8]) and captions(at)[8:] == [""] * 8
     assert "12 of 16 patches masked" in at.caption[0].value  # digits 8x8, P=2, ratio 0.75
-    assert at.selectbox[1].options == ["1 px  →  8x8 = 64 patches", "2 px  →  4x4 = 16 patches",
-                                       "4 px  →  2x2 = 4 patches", "8 px  →  1x1 = 1 patch"]  # fmt: skip
+    assert at.selectbox(key="nr_m0_patch_8x8").options == ["1 px  →  8x8 = 64 patches", "2 px  →  4x4 = 16 patches",
+                                                         "4 px  →  2x2 = 4 patches", "8 px  →  1x1 = 1 patch"]  # fmt: skip
     at.slider[0].set_value(0.5).run()
     assert "8 of 16 patches masked" in at.caption[0].value
-    at.selectbox[1].set_value(1).run()
+    at.selectbox(key="nr_m0_patch_8x8").set_value(1).run()
     assert "32 of 64 patches masked" in at.caption[0].value
     assert not at.exception and not at.error
 
 
-def test_upload_zip_shows_report_and_new_dataset(workspace, stamps_zip):
+def _refused(at: AppTest):
+    """The first table of refused files (columns file, reason)."""
+    return next(d.value for d in at.dataframe if list(d.value.columns) == ["file", "reason"])
+
+
+def test_upload_zip_shows_plan_then_report_and_new_dataset(workspace, stamps_zip):
     at = open_page("../pages/data.py")
     at.file_uploader[0].upload("my stamps.zip", stamps_zip, "application/zip").run()
-    at.text_input(key="data_new_name").input("stamps").run()
-    at.button[0].click().run()
     assert not at.exception, [e.value for e in at.exception]
-    assert any("Imported 36 images" in s.value for s in at.success), [s.value for s in at.success]
-    rejected = at.dataframe[0].value
+    # before the import: what it would take, from the archive's directory alone
+    assert any("image (image zip) · 37 images to import · 3 classes" in m.value for m in at.markdown)
+    at.text_input(key="data_new_name").input("stamps").run()
+    at.button(key="data_import").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    # one refused file: a warning banner (not green), naming the count
+    assert any("Imported 36 images" in w.value and "1 refused" in w.value for w in at.warning), [w.value for w in at.warning]
+    assert not at.success
+    rejected = _refused(at)
     assert list(rejected["file"]) == ["stamps/food/broken.png"] and rejected["reason"].str.len().min() > 0
     assert at.selectbox(key="data_ds").value == "stamps"
     caps = captions(at)
     assert len(caps) == 24 and {c.split(" · ")[0] for c in caps} <= {"animals", "food", "vehicles"}
-    # a failed import afterwards shows its error alone, not the earlier success report under it
+    # a broken file afterwards shows its error alone, not the earlier report under it
     at.file_uploader[0].upload("broken.zip", b"this is not a zip archive", "application/zip").run()
-    at.text_input(key="data_new_name").input("other").run()
-    at.button[0].click().run()
     assert at.error and at.error[0].value.startswith("broken.zip: not a zip archive")
-    assert not any("Imported" in s.value for s in at.success)
+    assert not any("Imported" in w.value for w in at.warning)
 
 
 def test_bad_upload_is_an_error_not_an_exception(workspace):
     at = open_page("../pages/data.py")
     at.file_uploader[0].upload("broken.zip", b"this is not a zip archive", "application/zip").run()
-    at.button[0].click().run()
     assert not at.exception
     assert at.error and at.error[0].value.startswith("broken.zip: not a zip archive")  # no temp path
     assert at.selectbox(key="data_ds").value == "digits"  # the page goes on
@@ -121,9 +131,26 @@ def test_reserved_dataset_name_is_an_error(workspace, stamps_zip):
     at = open_page("../pages/data.py")
     at.file_uploader[0].upload("s.zip", stamps_zip, "application/zip").run()
     at.text_input(key="data_new_name").input("digits").run()
-    at.button[0].click().run()
+    at.button(key="data_import").click().run()
     assert not at.exception
     assert any("reserved" in e.value for e in at.error)
+
+
+def test_upload_csv_detects_columns_then_imports_text(workspace, shared_data):
+    """A table: the detected roles are shown and can be changed before the import."""
+    rows = (shared_data / "trec" / "train.tsv").read_text(encoding="utf-8").splitlines()[:201]
+    at = open_page("../pages/data.py")
+    at.file_uploader[0].upload("questions.tsv", "\n".join(rows).encode(), "text/tab-separated-values").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.selectbox(key=next(s.key for s in at.selectbox if s.key.endswith("_text"))).value == "(detect)"
+    label = next(s for s in at.selectbox if s.key.endswith("_label"))
+    label.set_value("fine_label").run()  # 50 fine classes instead of the 6 coarse ones
+    assert any("texts to import" in m.value and "classes" in m.value and " 6 classes" not in m.value for m in at.markdown)
+    at.text_input(key="data_new_name").input("questions").run()
+    at.button(key="data_import").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert at.selectbox(key="data_ds").value == "questions"
+    assert any("Imported all 200 texts" in s.value for s in at.success) or any("Imported" in w.value for w in at.warning)
 
 
 def test_run_detail_unknown_run_id_is_an_error(workspace):
