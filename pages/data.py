@@ -41,7 +41,11 @@ def _describe(n: str) -> str:
     return f"{n}  ({i.n_train + i.n_val:,} {i.modality} items)" if i.modality != "text" else f"{n}  ({i.n_train + i.n_val:,} texts)"
 
 
+wanted = st.query_params.get("dataset")
+if wanted in infos and "data_ds" not in st.session_state:
+    st.session_state["data_ds"] = wanted  # a shared link opens the same dataset
 name = st.selectbox("Dataset", list(infos), key="data_ds", format_func=_describe)
+st.query_params["dataset"] = name
 info = infos[name]
 st.write(info.description or "")
 st.caption(f"Source: {info.source}" + (f" · registered {info.created_at}" if info.created_at else "")

@@ -30,14 +30,18 @@ if not infos:
     st.stop()
 handoff = st.session_state.get(HANDOFF_KEY) or {}  # the last settings sent to New run, if any
 names = list(infos)
+if "ml_dataset" not in st.session_state:  # a shared link, else the last hand-off, opens that dataset
+    first = next((d for d in (st.query_params.get("dataset"), handoff.get("dataset")) if d in infos), names[0])
+    st.session_state["ml_dataset"] = first
 form, out = st.columns([1, 2.3], gap="large")
 with form:
     dataset = st.selectbox(
-        "Dataset", names, key="ml_dataset", index=names.index(handoff["dataset"]) if handoff.get("dataset") in names else 0,
+        "Dataset", names, key="ml_dataset",
         format_func=lambda k: f"{k}  ({infos[k].modality}"
         + (f", {'x'.join(map(str, infos[k].image_shape))})" if infos[k].image_shape else ")"),
     )  # fmt: skip
 info = infos[dataset]
+st.query_params["dataset"] = dataset
 ui = ui_for(info.modality)
 if ui is None:
     form.info(f"Mask lab does not support {info.modality} datasets yet.")

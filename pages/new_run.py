@@ -37,6 +37,8 @@ if not infos:
 
 # Settings sent by Mask lab ("Use in New run"). Widgets are created with them as defaults under keys
 # suffixed by the hand-off's generation, so a new hand-off gets fresh widgets while reruns keep edits.
+if st.query_params.get("dataset") in infos and "nr_dataset" not in st.session_state:
+    st.session_state["nr_dataset"] = st.query_params["dataset"]  # a shared link opens the same dataset
 handoff = st.session_state.get(HANDOFF_KEY) or {}
 gen = int(handoff.get("gen", 0))
 if handoff and st.session_state.get("nr_handoff_gen") != gen:
@@ -49,6 +51,7 @@ with form:
     dataset = st.selectbox("Dataset", list(infos), key="nr_dataset",
                            format_func=lambda n: f"{n}  ({infos[n].modality})" if n in infos else n)
     info = infos[dataset]
+    st.query_params["dataset"] = dataset
     ui = ui_for(info.modality)
     tasks = tasks_for(info.modality)
     if ui is None or not tasks:

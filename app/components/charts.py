@@ -99,14 +99,14 @@ def show_read_warnings(df: pd.DataFrame | None) -> None:
         st.warning(w)
 
 
-def counts_chart(counts: pd.DataFrame, height: int = 260) -> alt.Chart:
-    """Stacked bars of images per class, coloured by split. ``counts``: class_name, split, count."""
+def counts_chart(counts: pd.DataFrame, height: int = 260, unit: str = "images") -> alt.Chart:
+    """Stacked bars of items (``unit``) per class, coloured by split. ``counts``: class_name, split, count."""
     return (
         alt.Chart(counts)
         .mark_bar()
         .encode(
             x=alt.X("class_name:N", title="class", sort=None),
-            y=alt.Y("count:Q", title="images"),
+            y=alt.Y("count:Q", title=unit),
             color=alt.Color("split:N", title="split"),
             tooltip=["class_name:N", "split:N", "count:Q"],
         )

@@ -445,8 +445,16 @@ def frequency_heatmap(frequency: np.ndarray, height: int = 180) -> alt.Chart:
     """Rect chart of the fraction of samples masking each grid cell (last two grid axes; a 1-D
     grid is one row, leading axes of a 3-D grid are averaged), square cells, colour scale [0, 1]."""
     f = np.asarray(frequency, dtype=float)
-    if f.ndim == 1:
-        f = f[None, :]
+    if f.ndim == 1:  # a sequence: bars per position read better than a one-row strip
+        df = pd.DataFrame({"position": np.arange(f.size), "frequency": f})
+        return (
+            alt.Chart(df, title="Masking frequency per position")
+            .mark_bar()
+            .encode(x=alt.X("position:Q", title="position in the sequence"),
+                    y=alt.Y("frequency:Q", title="masked", scale=alt.Scale(domain=[0, 1])),
+                    tooltip=["position:Q", alt.Tooltip("frequency:Q", format=".3f")])
+            .properties(height=height)
+        )
     while f.ndim > 2:
         f = f.mean(axis=0)
     rows, cols = np.indices(f.shape)
@@ -488,7 +496,7 @@ def mask_stats_panel(stats: MaskStats, masks_per_s: float | None) -> None:
     c1.altair_chart(ratio_hist_chart(stats.ratio, n_pos), width="stretch")
     c2.altair_chart(region_hist_chart(stats.region_sizes), width="stretch")
     c3, c4 = st.columns(2)
-    c3.altair_chart(frequency_heatmap(stats.frequency), width="content")
+    c3.altair_chart(frequency_heatmap(stats.frequency), width="stretch" if len(stats.grid) == 1 else "content")
     c4.markdown(
         ":small[:gray[**Mask ratio per sample**: how far each mask is from the configured ratio (one bar for an "
         "exact strategy). **Masked regions**: sizes of 4-connected masked areas; many of size 1 = scattered "

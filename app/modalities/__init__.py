@@ -21,6 +21,9 @@ from app.modalities import image, text
 
 UIS: dict[str, ModuleType] = {"image": image, "text": text}
 SAMPLE_VIEWS = {"image": image.samples_view, "text_mlm": text.mlm_samples_view, "text_span": text.span_samples_view}
+TASK_KIND = {"image_mim": "image", "text_mlm": "text_mlm", "text_span": "text_span"}  # task -> its sample kind
+SAMPLE_TITLES = {"image": "Reconstructions", "text_mlm": "Predictions on validation texts",
+                 "text_span": "Completions of validation texts"}
 INTERACTIVE = {"text_mlm": text.fill_in_box, "text_span": text.completion_box}
 #: What New run proposes for a task's training, over ``TrainConfig``'s defaults (measured recipes:
 #: see bench/README.md).

@@ -22,7 +22,7 @@ from engine.workspace import workspace_root
 
 N_SAMPLES = 12  # texts in the Data page's sample table
 N_PREVIEW = 8  # first val texts: the run's fixed visualisation rows (train.num_vis defaults to 8)
-HIGHLIGHT = "background:#ffd54f;border-radius:3px;padding:0 2px;font-weight:600"
+HIGHLIGHT = "background:#ffd54f;font-weight:600"
 CORRECT, WRONG = "#2e7d32", "#c62828"
 
 
@@ -71,7 +71,7 @@ def data_section(info) -> None:
         st.altair_chart(chart, width="stretch")
     with right:
         st.subheader("Texts per class and split")
-        st.altair_chart(counts_chart(view["counts"]), width="stretch")
+        st.altair_chart(counts_chart(view["counts"], unit="texts"), width="stretch")
 
 
 # --------------------------------------------------------------------------- token rendering
@@ -174,15 +174,32 @@ def span_samples_view(sample, run) -> None:
     _step_caption(sample, "the highlighted span is hidden; the model writes it from the rest")
     rows = []
     for i in range(len(tokens)):
-        truth = " ".join(_words(sample["target"][i]))
-        gen = " ".join(_words(sample["generated"][i]))
+        truth, gen = detok(sample["target"][i]), detok(sample["generated"][i])
         st.html(f"<div style='line-height:1.9'>{sentence_html(tokens[i], mask[i])}</div>")
-        rows.append({"hidden span": _join(truth), "model's span": _join(gen), "exact": "✓" if truth == gen else ""})
+        rows.append({"hidden span": truth, "model's span": gen, "exact": "✓" if truth == gen else ""})
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
 
 
-def _join(pieces: str) -> str:
-    return pieces.replace(" ##", "")
+def _masked_text(tokens, mask) -> str:
+    """A sample's text with every word that has a masked piece written as ``[MASK]``."""
+    words: list[list] = []
+    for t, m in zip(tokens, mask):
+        if not t or t in ("[CLS]", "[SEP]", "[PAD]"):
+            continue
+        if t.startswith("##") and words:
+            words[-1][0] += t[2:]
+            words[-1][1] |= bool(m)
+        else:
+            words.append([t, bool(m)])
+    return " ".join("[MASK]" if m else w for w, m in words)
+
+
+def detok(tokens) -> str:
+    """Token strings -> text: specials and padding dropped, ``##`` pieces glued to the word before."""
+    out = ""
+    for t in _words(tokens):
+        out += t[2:] if t.startswith("##") else (" " if out else "") + t
+    return out
 
 
 # --------------------------------------------------------------------------- interactive
@@ -219,7 +236,7 @@ def fill_in_box(run, sample) -> None:
     loaded = _checkpoint_picker(run, f"fill_ckpt_{run.run_id}")
     if loaded is None:
         return
-    default = " ".join(_join(" ".join(_words(sample["tokens"][0]))).split()) if sample is not None else ""
+    default = _masked_text(sample["tokens"][0], sample["mask"][0]) if sample is not None else ""
     text = st.text_input("Sentence", value=default, key=f"fill_text_{run.run_id}",
                          help="write [MASK] where a word is hidden, or pick words below")
     words = text.split()
@@ -252,7 +269,7 @@ def completion_box(run, sample) -> None:
         toks, m = sample["tokens"][0], sample["mask"][0]
         kept = [("[MASK]" if m[j] and (j == 0 or not m[j - 1]) else t) for j, t in enumerate(toks) if not m[j] or
                 (j == 0 or not m[j - 1])]
-        default = _join(" ".join(_words(kept)))
+        default = detok(kept)
     text = st.text_input("Text with one [MASK]", value=default, key=f"span_text_{run.run_id}")
     out = guarded(complete_span, loaded, text)
     if out is not None:
@@ -275,12 +292,12 @@ def tokenizer_fields(key: str, carried: dict) -> dict:
     from engine.config import TokenizerConfig
 
     d = {**TokenizerConfig().model_dump(), **(carried.get("tokenizer") or {})}
-    a, b, c = st.columns(3)
+    a, b = st.columns(2)
     kind = a.selectbox("Tokenizer", ["wordpiece", "char"], index=["wordpiece", "char"].index(d["kind"]),
                        key=f"{key}_tok_kind", help="WordPiece trained on the train split, or one token per character")
     vocab = b.number_input("Vocabulary size", min_value=16, max_value=200_000, value=int(d["vocab_size"]), step=500,
                            key=f"{key}_tok_vocab", disabled=kind == "char", help="WordPiece target size, specials included")
-    max_len = c.number_input("Max tokens", min_value=8, max_value=1024, value=int(d["max_len"]), step=16,
+    max_len = a.number_input("Max tokens", min_value=8, max_value=1024, value=int(d["max_len"]), step=16,
                              key=f"{key}_tok_len", help="per text, [CLS] and [SEP] included; longer texts are cut")
     return {"kind": kind, "vocab_size": int(vocab), "max_len": int(max_len), "lowercase": bool(d["lowercase"]),
             "min_frequency": int(d["min_frequency"])}

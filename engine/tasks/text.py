@@ -80,6 +80,25 @@ def ensure_one_masked(mask: torch.Tensor, eligible: torch.Tensor, generator: tor
     return mask | (pick & need[:, None])
 
 
+def whole_words(mask: torch.Tensor, word_ids: torch.Tensor) -> torch.Tensor:
+    """Grow a mask to whole words: every token of a word with a masked token is masked.
+
+    A contiguous span stays contiguous (it can only grow at its two ends), so span completion
+    hides whole words and never asks for the rest of a half-hidden word.
+
+    Args:
+        mask: ``[B, L]`` bool; word_ids: ``[B, L]`` int64, ``-1`` outside words (never masked here).
+
+    Returns:
+        ``[B, L]`` bool.
+    """
+    w = word_ids.clamp_min(-1) + 1  # 0 = no word
+    hit = torch.zeros(mask.shape[0], int(w.max()) + 1 if w.numel() else 1, dtype=torch.bool, device=mask.device)
+    hit.scatter_reduce_(1, w, mask, reduce="amax")
+    hit[:, 0] = False
+    return mask | hit.gather(1, w)
+
+
 def vis_masks(cfg: RunConfig, rows: dict[str, torch.Tensor]) -> torch.Tensor:
     """The masks of the run's fixed visualisation rows (``[N, L]`` bool): the masking strategy at
     ``masking.ratio`` from ``torch.Generator().manual_seed(train.seed)``, every row with a maskable
@@ -89,7 +108,9 @@ def vis_masks(cfg: RunConfig, rows: dict[str, torch.Tensor]) -> torch.Tensor:
     g = torch.Generator().manual_seed(cfg.train.seed)
     mask = draw_mask(cfg.masking, tuple(rows["ids"].shape), g, eligible=rows["eligible"], ratio=cfg.masking.ratio,
                      word_ids=rows["word_ids"], sentence_ids=rows["sentence_ids"])
-    return mask if cfg.task == "text_span" else ensure_one_masked(mask, rows["eligible"], g)
+    if cfg.task == "text_span":
+        return whole_words(mask, rows["word_ids"])
+    return ensure_one_masked(mask, rows["eligible"], g)
 
 
 @dataclass(frozen=True)
@@ -405,6 +426,10 @@ class TextSpanTask(_TextTask):
             b = self.rows(self.val, idx)
             span = self._mask(b, g, cfg.masking.ratio)
             self.eval_batches.append((b, span, self._example(b, span)))
+
+    def _mask(self, b, generator, ratio):
+        """The one-segment strategy's span, grown to whole words (:func:`whole_words`)."""
+        return whole_words(super()._mask(b, generator, ratio), b["word_ids"])
 
     def _example(self, b, span):
         from engine.models.span_infill import span_corrupt
