@@ -146,26 +146,28 @@ def _step_caption(sample, what: str) -> None:
 
 
 def mlm_samples_view(sample, run) -> None:
-    """MLM samples: each sentence with its masked tokens highlighted, then the top-3 predictions
-    with their probabilities at every masked token (the correct one marked)."""
+    """MLM samples: the numbered sentences with their masked tokens highlighted (underline green
+    when the model's top-1 is right, red when wrong), then one table of the top-3 predictions with
+    their probabilities at every masked token, the correct one marked."""
     tokens, mask = sample["tokens"], sample["mask"]
     top, probs = sample["top_tokens"], sample["top_probs"]
     _step_caption(sample, "masked tokens highlighted; underline green = top-1 correct, red = wrong")
     names = sample.meta.get("class_names", [])
+    lines, rows = [], []
     for i in range(len(tokens)):
         pos = np.flatnonzero(mask[i])
         marks = {int(j): CORRECT if top[i, j, 0] == tokens[i, j] else WRONG for j in pos}
-        label = names[int(sample["labels"][i])] if names and 0 <= int(sample["labels"][i]) < len(names) else ""
-        tag = f" <span style='color:#888'>({html.escape(label)})</span>" if label else ""
-        st.html(f"<div style='line-height:1.9;font-size:1.05em'>{sentence_html(tokens[i], mask[i], marks)}{tag}</div>")
-        rows = []
+        y = int(sample["labels"][i])
+        tag = f" <span style='color:#888'>({html.escape(names[y])})</span>" if names and 0 <= y < len(names) else ""
+        lines.append(f"<li style='line-height:1.9;font-size:1.05em'>{sentence_html(tokens[i], mask[i], marks)}{tag}</li>")
         for j in pos:
             cands = [f"{'✓ ' if top[i, j, k] == tokens[i, j] else ''}{top[i, j, k]} {probs[i, j, k]:.0%}"
                      for k in range(top.shape[2]) if top[i, j, k]]
-            rows.append({"position": int(j), "hidden token": tokens[i, j], "top-1": cands[0] if cands else "",
-                         "top-2": cands[1] if len(cands) > 1 else "", "top-3": cands[2] if len(cands) > 2 else ""})
-        if rows:
-            st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+            rows.append({"text": i + 1, "hidden token": tokens[i, j],
+                         **{f"top-{k + 1}": cands[k] if k < len(cands) else "" for k in range(top.shape[2])}})
+    st.html(f"<ol style='padding-left:1.5em;margin:0'>{''.join(lines)}</ol>")
+    if rows:
+        st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
 
 
 def span_samples_view(sample, run) -> None:

@@ -324,3 +324,58 @@ def test_d_mask_lab_charts_and_strategy_switch(server, page):
     expect(page.get_by_test_id("stJson")).to_contain_text(name)
     settle(page)
     shot(page, "new-run-strategy")
+
+
+def test_e_text_csv_upload_mlm_run_and_fill_in_box(server, page, workspace_dir, shared_data, tmp_path):
+    """Upload a small CSV of real questions, launch an MLM run on it, and see the fill-in box answer."""
+    rows = (shared_data / "trec" / "train.tsv").read_text(encoding="utf-8").splitlines()[:301]
+    csv_path = tmp_path / "questions.csv"
+    import csv as _csv
+
+    with open(csv_path, "w", newline="", encoding="utf-8") as f:
+        w = _csv.writer(f)
+        for r in rows:
+            w.writerow(r.split("\t"))
+    page.goto(server + "/data")
+    expect(page.get_by_role("heading", name="Data")).to_be_visible(timeout=30_000)
+    page.get_by_text("Import a dataset").click()
+    page.get_by_test_id("stFileUploaderDropzoneInput").set_input_files(str(csv_path))
+    expect(page.get_by_text(re.compile(r"questions\.csv: text \(csv\) · 300 texts to import · 6 classes"))).to_be_visible(timeout=30_000)
+    name = page.get_by_label("Dataset name", exact=True)
+    name.fill("questions")
+    name.press("Enter")
+    settle(page)
+    page.get_by_role("button", name="Import").click()
+    expect(page.get_by_test_id("stAlertContentSuccess")).to_contain_text("Imported all 300 texts", timeout=30_000)
+    expect(page.get_by_role("heading", name="Length")).to_be_visible(timeout=30_000)
+    settle(page)
+    shot(page, "e1-data-questions")
+
+    page.goto(server + "/new_run?dataset=questions")
+    expect(page.get_by_role("heading", name="Mask preview")).to_be_visible(timeout=30_000)
+    expect(page.get_by_text(re.compile(r"The first 8 validation texts of questions"))).to_be_visible(timeout=30_000)
+    for label, value in [("Steps", "40"), ("Batch size", "16"), ("Eval interval (steps)", "20")]:
+        box = page.get_by_label(label, exact=True)
+        box.fill(value)
+        box.press("Enter")
+        settle(page)
+    shot(page, "e2-new-run-text")
+    page.get_by_role("button", name="Launch").click()
+    success = page.get_by_test_id("stAlertContentSuccess")
+    expect(success).to_contain_text("Launched run", timeout=30_000)
+    run_id = re.search(r"Launched run (\S+?):", success.inner_text()).group(1)
+    assert get_run(run_id, workspace_dir).config["task"] == "text_mlm"
+    wait_until(lambda: get_run(run_id, workspace_dir).status == "completed", 180, "the MLM run to complete")
+
+    page.goto(f"{server}/run_detail?run={run_id}")
+    expect(page.get_by_role("heading", name="Fill in the blanks")).to_be_visible(timeout=30_000)
+    expect(page.get_by_text("Model input:")).to_be_visible(timeout=30_000)  # the default sentence has [MASK]s
+    table = page.get_by_test_id("stDataFrame").last
+    expect(table).to_be_visible(timeout=30_000)
+    settle(page)
+    # hide one more word by clicking it: the predictions follow
+    before = page.get_by_text("Model input:").inner_text()
+    page.get_by_test_id("stButtonGroup").get_by_role("button").first.click()
+    settle(page)
+    expect(page.get_by_text("Model input:")).not_to_have_text(before, timeout=20_000)
+    shot(page, "e3-fill-in")
