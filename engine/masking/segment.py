@@ -68,7 +68,7 @@ def segment_length_range(n: torch.Tensor, min_frac: float, max_frac: float) -> t
 
 
 @register_masking(
-    "sentence_span", params=SentenceSpanParams, grid_dims=(1,), modalities=("text", "audio"), uses_ratio=False,
+    "sentence_span", params=SentenceSpanParams, grid_dims=(1,), modalities=("text",), uses_ratio=False,
     exact=False, needs=("sentence_ids",),
     summary="one contiguous segment of 20-50% per row: a whole sentence where one fits "
             "(span completion, T5-style infilling, Raffel et al. 2020)",
@@ -106,8 +106,10 @@ def sentence_span_mask(
     A row with ``n = 0`` is all False; ``n = 1`` masks its single position (at least one token).
     The random numbers are one ``[B, 3]`` float64 uniform draw ``(u0, u1, u2)`` from ``generator``,
     so row ``b``'s mask depends only on row ``b`` and the seed. ``ratio`` is validated and ignored
-    (``uses_ratio=False``): the budget is ``min_frac`` / ``max_frac``. Without ``sentence_ids`` (e.g.
-    audio frames, or a direct call) every position is in one sentence, so the rule is step 4 alone.
+    (``uses_ratio=False``): the budget is ``min_frac`` / ``max_frac``. Without ``sentence_ids`` (a
+    direct call) every position is in one sentence, so the rule is step 4 alone; that is the
+    behaviour intended for audio frames, which the registry will offer once an audio task passes
+    ``sentence_ids`` (e.g. all 0, or voiced stretches) through ``draw_mask``.
 
     Args:
         shape: ``(B, L)`` tokens (or frames).

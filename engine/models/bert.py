@@ -31,12 +31,15 @@ from engine.models.text_common import TokenEmbedding, bert_init, masked_mean, pa
 
 __all__ = ["BertMLM", "TEXT_PRESETS"]
 
-# Widths/depths of BertMLM (keyword arguments without vocab_size / max_len). Step times at batch
-# 64 x 32 tokens on a 2-core CPU are in the report of this module's tests (bench/ in the lead's note).
+# Widths/depths of BertMLM (keyword arguments without vocab_size / max_len). One AdamW step at batch
+# 64 x 32 tokens, vocab 8000, 15% masked, on the 2-core development CPU (bench/text_step_time.py,
+# torch 2.11, load average about 1): tiny 66 ms (2 threads) / 134 ms (1 thread), mini 282 / 514 ms,
+# small 773 / 1502 ms. With other processes on the cores, 2 threads can be several times slower
+# than 1 (threads wait on each other).
 TEXT_PRESETS: dict[str, dict[str, Any]] = {
-    "tiny": dict(embed_dim=128, depth=2, num_heads=2, mlp_ratio=4.0),  # BERT-tiny (Turc et al. 2019)
-    "mini": dict(embed_dim=256, depth=4, num_heads=4, mlp_ratio=4.0),  # BERT-mini: 4 x 256, 4 heads, MLP 1024
-    "small": dict(embed_dim=384, depth=6, num_heads=6, mlp_ratio=4.0),
+    "tiny": dict(embed_dim=128, depth=2, num_heads=2, mlp_ratio=4.0),  # BERT-tiny (Turc et al. 2019), 1.45M params at V=8000
+    "mini": dict(embed_dim=256, depth=4, num_heads=4, mlp_ratio=4.0),  # BERT-mini: 4 x 256, 4 heads, MLP 1024; 5.3M
+    "small": dict(embed_dim=384, depth=6, num_heads=6, mlp_ratio=4.0),  # 13.9M
 }
 
 

@@ -41,7 +41,9 @@ __all__ = [
 ]
 
 # Widths/depths of SpanInfiller (keyword arguments without vocab_size / max_len): the BERT presets'
-# widths with a decoder about half as deep as the encoder.
+# widths with a decoder about half as deep as the encoder. One AdamW step at batch 64 x 32 tokens,
+# vocab 8000, one sentence_span segment per row, 2-core CPU (bench/text_step_time.py, load about 1):
+# tiny 138 ms (2 threads) / 218 ms (1 thread), mini 364 / 640 ms, small 1022 / 1792 ms.
 SPAN_PRESETS: dict[str, dict[str, Any]] = {
     "tiny": dict(embed_dim=128, enc_depth=2, dec_depth=2, num_heads=2, mlp_ratio=4.0),
     "mini": dict(embed_dim=256, enc_depth=4, dec_depth=2, num_heads=4, mlp_ratio=4.0),
