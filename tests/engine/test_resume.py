@@ -255,6 +255,20 @@ def test_a_real_divergence_ends_diverged_and_resumes_with_a_lower_lr(workspace, 
     assert rec.config["train"]["lr"] == 0.001
 
 
+def test_weights_that_blow_up_in_a_step_with_a_finite_loss_are_never_checkpointed(workspace, one_thread):
+    """The same real divergence with a checkpoint every step: step 15's loss is finite (computed
+    before its update) but its update leaves NaN weights. That step's checkpoint is refused, so the
+    newest kept checkpoint (step 14) is a good one."""
+    run_id, d = new_run(with_train(DIVERGES, checkpoint_interval=1))
+    assert execute_run(d) == "diverged"
+    rec = get_run(run_id)
+    assert rec.error.startswith("the weights became NaN or infinite at step 15 (")
+    assert rec.error.endswith("no checkpoint of this step was written; lower train.lr (now 10.0) or check the data")
+    assert [p.name for p in list_checkpoints(d)] == ["step-0000013", "step-0000014"]
+    assert all(bool(torch.isfinite(w).all()) for w in load_weights(list_checkpoints(d)[-1]).values())
+    assert rows(run_id, "loss")[-1][0] == 15 and math.isfinite(rows(run_id, "loss")[-1][1])
+
+
 def _wait(pred, timeout: float, what: str, poll: float = 0.2) -> None:
     end = time.time() + timeout
     while time.time() < end:
