@@ -8,31 +8,17 @@ worker's step callback (ends ``failed``, checkpoint of step 4 kept); a click res
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
-from streamlit.testing.v1 import AppTest
 
 from engine.config import RunConfig
 from engine.store import create_run, get_run, read_config_history
 from engine.worker import execute_run
+from tests.app.test_reliability_pages import page  # AppTest of a page, with ?run=<id>
 
-ENTRY = Path(__file__).resolve().parents[2] / "app" / "streamlit_app.py"
 CFG = {"data": {"dataset": "digits"}, "model": {"preset": "tiny", "patch_size": 2},
        "train": {"steps": 12, "batch_size": 32, "eval_interval": 4, "checkpoint_interval": 4, "warmup_steps": 2,
                  "device": "cpu", "num_threads": 1}}
-
-
-def page(name: str, run_id: str | None = None) -> AppTest:
-    at = AppTest.from_file(str(ENTRY), default_timeout=60)
-    at.run()
-    if name != "runs":
-        at.switch_page(f"../pages/{name}.py")
-        if run_id is not None:
-            at.query_params["run"] = run_id
-        at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
 
 
 def stopped_run(name: str, stop_after: int | None = 6) -> str:
