@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import ConfigError, DatasetError, ResumeError
+from engine.runqueue import dequeue
 from engine.store.checkpoints import checkpoint_step, latest_complete_checkpoint
 from engine.store.history import append_config_history, config_diff
 from engine.store.lock import RunLock
@@ -145,6 +146,7 @@ def prepare_resume(run_dir: Path, make_config: Callable[[dict[str, Any], int], d
         if restart is None:
             unlink_quietly(d / CANCEL_FILE)
         remove_temps(d)
+        dequeue(d.parent.parent, d.name)  # a ticket of a worker that died while queued
         append_config_history(d, step, config)
         now = time.time()
         created = st.get("created_at", now)

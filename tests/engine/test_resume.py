@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -27,10 +28,11 @@ from engine.data import import_source, load_dataset
 from engine.errors import ConfigError, DatasetError, ResumeError, RunLockedError
 from engine.launcher import resume, submit
 from engine.resume import frozen_changes, prepare_resume, resume_config
+from engine.runqueue import enqueue
 from engine.schedule import lr_at
 from engine.store import (
     CANCEL_FILE, RunLock, create_run, get_run, latest_checkpoint_step, list_checkpoints, load_weights,
-    read_config_history, read_status, run_alive, sample_steps, signal_holder,
+    read_config_history, read_status, run_alive, sample_steps, signal_holder, write_status,
 )
 from engine.store.metrics import read_run_table
 from engine.worker import execute_run
@@ -206,6 +208,27 @@ def test_what_a_resume_may_change_and_what_it_refuses(workspace, one_thread):
     lr = dict(rows(run_id, "lr"))  # logged at step s: the rate of update s, lr_at(s - 1)
     assert lr[4] == lr_at(3, base_lr=0.0015, min_lr=0.0, warmup_steps=2, total_steps=12)  # the old schedule
     assert lr[5] == lr_at(4, base_lr=0.0005, min_lr=0.0, warmup_steps=2, total_steps=20)  # the new one
+
+
+def test_a_run_killed_while_queued_resumes_without_waiting_for_itself(workspace, one_thread):
+    """A worker that died while waiting for a slot leaves its queue ticket behind: a resume removes
+    it, and a worker that still finds an older ticket of its own run does not wait for itself."""
+    run_id, d = new_run(IMAGE)
+    execute_run(d, on_step=crash_at(6))
+    write_status(d, {**read_status(d), "status": "queued", "pid": 4_000_000, "queued_at": 1.0})  # its worker died
+    stale = enqueue(workspace, d)
+    assert stale.name == f"{10**6:020d}-{run_id}" and get_run(run_id).status == "interrupted"
+    prepare_resume(d)
+    assert not stale.exists()
+    stale.touch()  # as if left behind after the resume
+    result: list[str] = []
+    worker = threading.Thread(target=lambda: result.append(execute_run(d)))
+    worker.start()
+    worker.join(120)
+    if worker.is_alive():
+        (d / CANCEL_FILE).touch()
+        worker.join()
+    assert result == ["completed"] and not stale.exists()
 
 
 def test_a_changed_dataset_is_refused(workspace, one_thread, tmp_path):
