@@ -231,6 +231,17 @@ def test_a_run_killed_while_queued_resumes_without_waiting_for_itself(workspace,
     assert result == ["completed"] and not stale.exists()
 
 
+def test_cli_resume_refusals_are_one_line_errors(workspace, one_thread):
+    run_id, d = new_run(IMAGE)
+    execute_run(d, on_step=crash_at(6))
+    for args, message in (([run_id, "--set", "model.preset=small"],
+                           "error: model.preset: a resume cannot change it ('tiny' -> 'small')"),
+                          (["no-such-run"], "error: no run 'no-such-run'")):
+        out = subprocess.run([sys.executable, "-m", "engine", "resume", *args], cwd=REPO, capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 2 and out.stderr.startswith(message) and "Traceback" not in out.stderr, out.stderr
+
+
 def test_a_changed_dataset_is_refused(workspace, one_thread, tmp_path):
     """Resuming on other data than the run started with would silently train on it: refused."""
     lines = ["text\tlabel"] + [f"question number {i} about {w}\t{w}" for i, w in
