@@ -14,9 +14,8 @@ import signal
 import subprocess
 import sys
 import threading
-from pathlib import Path
-
 from collections.abc import Sequence
+from pathlib import Path
 
 from engine.config import RunConfig
 from engine.errors import QueueFullError

@@ -1,9 +1,12 @@
 """One run, start to end, in the current process: run lock, queue, slot, status, metrics, fit, final status.
 
-Started by :func:`engine.launcher.submit` as ``python -m engine.worker <run_dir>`` in its own
-session, or called in-process by ``python -m engine run``. The worker holds the run lock
+Started by :func:`engine.launcher.submit` (or ``resume``) as ``python -m engine.worker <run_dir>``
+in its own session, or called in-process by ``python -m engine run``. The worker holds the run lock
 (:mod:`engine.store.lock`) from before it writes ``queued`` until it exits; only the lock holder
-writes a run's files after submission.
+writes a run's files after submission. A status ``queued`` with ``resume_from`` (written by
+:func:`engine.resume.prepare_resume`) makes it continue from that checkpoint. With
+``train.max_restarts`` set, ``python -m engine.worker`` is a supervisor (:func:`supervise`) that
+runs the training worker as a child (``--once``) and resumes it when it dies.
 
 How a run ends, by what happens to its worker:
 
@@ -14,7 +17,8 @@ non-finite loss (NonFiniteLossError)           ``diverged``, with the loop's mes
 a write fails (StorageError: disk full...)     ``failed``, "no space left on device while writing ..."
 any other exception                            ``failed``, with the error; traceback in worker.log
 SIGKILL, SIGHUP, SIGQUIT, SIGSEGV, OOM, power   nothing written: readers see the lock free and
-                                               report ``interrupted`` (resumable)
+                                               report ``interrupted`` (resumable; under the restart
+                                               policy, resumed automatically)
 ============================================  ==========================================
 
 On a full disk the final status write itself may fail: the worker then deletes its temporary
@@ -212,6 +216,16 @@ def _execute(run_dir: Path, should_stop: Callable[[], bool], on_step: Callable[[
         dequeue(workspace, run_id)
 
 
+def _exit_reason(rc: int) -> str:
+    """``-9`` -> ``"signal SIGKILL"``, ``1`` -> ``"exit code 1"`` (a ``Popen.returncode``)."""
+    if rc >= 0:
+        return f"exit code {rc}"
+    try:
+        return f"signal {signal.Signals(-rc).name}"
+    except ValueError:
+        return f"signal {-rc}"
+
+
 def supervise(run_dir: Path, max_restarts: int) -> int:
     """The restart policy (``train.max_restarts``, as torchrun's elastic agent): run the worker as a
     child process and, when it dies without recording an outcome, resume the run from its latest
@@ -251,7 +265,7 @@ def supervise(run_dir: Path, max_restarts: int) -> int:
             rc = child.wait()
             if state["stop"] or rc == 2 or get_run(run_dir.name, workspace).status != "interrupted":
                 return rc
-            why = f"signal {signal.Signals(-rc).name}" if rc < 0 else f"exit code {rc}"
+            why = _exit_reason(rc)
             if (run_dir / CANCEL_FILE).exists():
                 _say(f"masklab: the worker of run {run_dir.name} died ({why}) after a cancel request; not restarting")
                 return 1
