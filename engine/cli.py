@@ -4,6 +4,7 @@
     python -m engine submit CONFIG [--set key=value ...]   train in the background; prints the run id
     python -m engine runs [--json]                         runs with status, latest metrics and errors
     python -m engine cancel RUN_ID
+    python -m engine resume RUN_ID [--set key=value ...]   continue from the latest checkpoint (background)
     python -m engine log RUN_ID [--bytes N]                the end of a background run's worker log
     python -m engine doctor [--repair] [--json]            check the workspace; repair what can be
     python -m engine data add PATH [--name NAME]           import images (.zip/folder) or text
@@ -37,6 +38,12 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help="machine-readable output")
     c = sub.add_parser("cancel", help="cancel a queued or running run")
     c.add_argument("run_id")
+    rs = sub.add_parser("resume", help="continue a failed, cancelled, diverged or interrupted run from its latest "
+                        "checkpoint, in a background process")
+    rs.add_argument("run_id")
+    rs.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="change a field from the checkpoint on, e.g. --set train.lr=5e-4 --set train.steps=2000 "
+                    "(not the model, task, data or seed)")
     lg = sub.add_parser("log", help="print the end of a background run's worker log")
     lg.add_argument("run_id")
     lg.add_argument("--bytes", type=int, default=64_000, help="at most this many bytes from the end")
@@ -82,6 +89,9 @@ def cmd_run(args) -> int:
     check_run(cfg)
     run_id, d = create_run(cfg.to_dict())
     print(f"run {run_id}  ({d})", flush=True)
+    if cfg.train.max_restarts:
+        print("note: train.max_restarts applies to background runs (submit); a foreground run is not restarted "
+              f"(resume it with python -m engine resume {run_id})", file=sys.stderr)
     bar = tqdm(total=cfg.train.steps, unit="step", dynamic_ncols=True)
 
     def on_step(step: int) -> None:
@@ -111,6 +121,15 @@ def cmd_submit(args) -> int:
     from engine.launcher import submit
 
     print(submit(load_config(args.config, args.overrides)))
+    return 0
+
+
+def cmd_resume(args) -> int:
+    from engine.launcher import resume
+
+    step = resume(args.run_id, args.overrides)
+    print(f"resuming {args.run_id} from step {step} in the background "
+          f"(python -m engine runs; python -m engine log {args.run_id})")
     return 0
 
 
@@ -227,8 +246,8 @@ def cmd_data(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit code."""
     args = _parser().parse_args(argv)
-    handler = {"run": cmd_run, "submit": cmd_submit, "runs": cmd_runs, "cancel": cmd_cancel, "log": cmd_log,
-               "doctor": cmd_doctor, "data": cmd_data}
+    handler = {"run": cmd_run, "submit": cmd_submit, "runs": cmd_runs, "cancel": cmd_cancel, "resume": cmd_resume,
+               "log": cmd_log, "doctor": cmd_doctor, "data": cmd_data}
     try:
         return handler[args.cmd](args)
     except MasklabError as e:

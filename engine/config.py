@@ -133,6 +133,9 @@ class TrainConfig(_Strict):
     num_threads: int = Field(0, ge=0, description="torch CPU threads; 0 = torch's default")
     deterministic: bool = Field(False, description="torch.use_deterministic_algorithms (and cuBLAS's fixed "
                                 "workspace on CUDA): identical results on the same device, some ops slower or refused")
+    max_restarts: int = Field(0, ge=0, le=100, description="background runs: when the worker process dies without "
+                              "recording an outcome (killed, crashed), resume it from its last checkpoint up to "
+                              "this many times (torchrun's --max-restarts)")
 
     @model_validator(mode="after")
     def _check(self) -> "TrainConfig":

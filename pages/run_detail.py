@@ -15,6 +15,7 @@ from app.components import (
     status_label, status_message,
 )
 from app.components.quality import headline_of, loss_title, quality_table
+from app.components.resume import resume_panel
 from app.modalities import INTERACTIVE, SAMPLE_TITLES, SAMPLE_VIEWS, TASK_KIND
 from engine.store import get_run, latest_checkpoint_step, load_samples, read_log, read_metrics
 
@@ -73,6 +74,7 @@ def samples_panel(run_id: str) -> None:
 
 status_panel(run_id)
 rec = next(r for r in runs if r.run_id == run_id)
+resume_panel(rec)
 st.subheader("Validation figure and baselines")
 quality_table(rec)
 st.subheader(SAMPLE_TITLES.get(TASK_KIND.get(rec.config.get("task", "image_mim"), ""), "Samples"))

@@ -16,6 +16,7 @@ from app.components import (
 )
 from engine.launcher import cancel
 from app.components.quality import loss_title
+from app.components.resume import resume_buttons
 from engine.store import list_runs, read_metrics
 
 LOSS_KEYS = ["loss", "val_loss"]
@@ -37,6 +38,7 @@ def runs_panel() -> None:
         if button.button("Cancel", key=f"cancel-{r.run_id}", help=f"stop {r.run_id} after its current step"):
             if guarded(cancel, r.run_id):
                 st.toast(f"Cancelling {r.run_id}: it stops after the current step.")
+    resume_buttons(records)
 
 
 runs_panel()

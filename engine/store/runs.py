@@ -231,7 +231,8 @@ def _record(d: Path) -> RunRecord:
         path=d,
         updated_at=_float(st.get("updated_at")),
         extra={k: v for k, v in st.items() if k in ("device", "n_params", "throughput", "num_threads",
-                                                    "deterministic", "queued_at", "format")},
+                                                    "deterministic", "queued_at", "format", "resume_from",
+                                                    "restarts")},
         warnings=tuple(warnings),
     )
 
