@@ -89,6 +89,22 @@ def test_data_add_name_encoding_and_fill(workspace, tmp_path):
     assert bad.returncode == 2 and "is not a colour" in bad.stderr
 
 
+def test_data_add_geometry_options(workspace, tmp_path):
+    from tests.engine.test_import import _photo_640x480
+
+    archive = tmp_path / "photos.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("p/a.png", _photo_640x480())
+    out = engine_cli("data", "add", str(archive), "--name", "ph", "--geometry", "pad", "--pad-fill", "mean",
+                     "--image-size", "32")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "Geometry: pad (fill: mean) to 32x32: 1 padded. Sizes read: 640x480 (1)." in out.stdout
+    auto = engine_cli("data", "add", str(archive), "--name", "ph2")
+    assert auto.returncode == 0 and "centre crop to 480x480 (auto: every image is 640x480): 1 centre-cropped" in auto.stdout
+    bad = engine_cli("data", "add", str(archive), "--name", "ph3", "--geometry", "pad", "--pad-fill", "stripes")
+    assert bad.returncode == 2 and "pad fill 'stripes' is not 'edge', 'mean' or a colour" in bad.stderr
+
+
 @pytest.mark.slow
 def test_submit_runs_cancel(workspace):
     out = engine_cli("submit", "configs/mae-digits.yaml", "--set", "train.steps=100000", "--set", "name=cli-bg")
