@@ -321,7 +321,7 @@ class Members:
         try:
             self._zf = zipfile.ZipFile(path)
         except (OSError, zipfile.BadZipFile, ValueError) as e:
-            raise DatasetError(f"{label}: the zip directory is damaged; re-create the archive ({e})") from e
+            raise DatasetError(f"{label}: the zip directory is damaged; re-create the archive") from e
         infos = self._zf.infolist()
         if len(infos) > limits.max_members:
             raise DatasetError(f"{label}: {len(infos)} entries, over the limit of {limits.max_members} "

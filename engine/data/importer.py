@@ -374,8 +374,9 @@ def import_archive(
     with Members(src, label, limits) as ms:
         report.names = decode_names(ms.members, name_encoding)
         candidates, report.rejected, report.skipped = _classify(ms.members, limits)
-        sizes = Counter(s for s in (_header_size(m) for m in candidates) if s is not None) if image_size is None else None
-        if image_size is None:
+        if image_size is None:  # sizes of the images that can pass the pixel limit
+            sizes = Counter(s for s in map(_header_size, candidates)
+                            if s is not None and s[0] * s[1] <= limits.max_image_pixels)
             image_size, report.size_rule = auto_size(sizes)
         report.image_size = image_size
         stored = image_size * image_size * 3  # the resized copy each image keeps

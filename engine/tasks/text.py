@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from engine.config import RunConfig, TokenizerConfig
 from engine.errors import ConfigError
 from engine.masking import draw_mask, get_masking, strategies_for
+from engine.messages import describe_error
 from engine.store.samples import Sample
 from engine.tasks import register_task
 from engine.tasks.base import Task
@@ -551,8 +552,11 @@ def _tokenizer_of(loaded, workspace=None):
 
     try:
         return load_tokenizer(loaded.info["tokenizer_id"], workspace)
-    except (KeyError, ValueError, OSError) as e:
-        raise InferenceError(f"run {loaded.run_id}: its tokenizer cannot be loaded ({e})") from e
+    except KeyError:
+        raise InferenceError(f"run {loaded.run_id}: its task.json names no tokenizer; it cannot be loaded") from None
+    except (ValueError, OSError) as e:  # load_tokenizer's ValueError is already in our words
+        why = str(e) if isinstance(e, ValueError) else describe_error(e)
+        raise InferenceError(f"run {loaded.run_id}: its tokenizer cannot be loaded: {why}") from e
 
 
 def fill_in(loaded, text: str, k: int = TOP_K, workspace=None) -> list[FillIn]:

@@ -180,7 +180,7 @@ def test_params_form_maps_each_pydantic_field(workspace, probe):
     [
         ("number_input:offset", 5, "masking.params: offset (5) must be < k (2)"),
         ("text_input:widths", "1, x", "masking.params.widths.1: "),
-        ("number_input:scale", 0.0, "masking.params.scale: Input should be greater than 0"),
+        ("number_input:scale", 0.0, "masking.params.scale: must be more than 0"),
     ],
 )
 def test_bad_param_is_an_error_naming_the_field(workspace, probe, widget, value, message):

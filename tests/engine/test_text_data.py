@@ -302,7 +302,7 @@ def test_jsonl_roles_detected_by_name_and_values(tmp_path):
     table = read_table(path)
     assert table.columns == ["clip", "transcript", "Speaker_ID", "category", "score"] and len(table.rows) == 8
     assert table.column("score")[:2] == ["0.0", "0.5"]
-    assert table.rejected == [(f"{path}:9", "a JSON list, not an object"), (f"{path}:10", "not valid JSON (Expecting property name enclosed in double quotes)")]
+    assert table.rejected == [(f"{path}:9", "a JSON list, not an object"), (f"{path}:10", 'not valid JSON at column 2: each line must be one JSON object, e.g. {"text": "...", "label": "..."}')]
     roles = detect_roles(table)
     assert (roles.file, roles.text, roles.label, roles.group) == ("clip", "transcript", "category", "Speaker_ID")
     # file column by its values when no column is named like one; label by cardinality when none is named like one
@@ -318,7 +318,7 @@ def test_csv_row_with_wrong_field_count_is_rejected_with_its_line(workspace, tmp
     path = tmp_path / "r.csv"
     path.write_text('text,label\n"multi\nline, quoted",a\nplain,b,extra\nlast,a\n')
     report = import_source(path)
-    assert report.rejected == [(f"{path}:4", "3 fields, the header has 2")]
+    assert report.rejected == [(f"{path}:4", "3 fields where the header has 2: a quote left open, or a separator missing or too many")]
     assert sorted(load_dataset("r").texts()) == ["last", "multi line, quoted"]
 
 
