@@ -1,7 +1,7 @@
 """Command line on the same engine as the dashboard.
 
-    python -m engine run CONFIG [--set key=value ...]      train in the foreground (progress bar)
-    python -m engine submit CONFIG [--set key=value ...]   train in the background; prints the run id
+    python -m engine run [CONFIG] [--set key=value ...]    train in the foreground (progress bar)
+    python -m engine submit [CONFIG] [--set key=value ...] train in the background; prints the run id
     python -m engine runs [--json]                         runs with status, latest metrics and errors
     python -m engine cancel RUN_ID
     python -m engine log RUN_ID [--bytes N]                the end of a background run's worker log
@@ -31,7 +31,8 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True)
     for name, help_ in (("run", "train in the foreground"), ("submit", "train in a background process")):
         s = sub.add_parser(name, help=help_)
-        s.add_argument("config", help="YAML run config, e.g. configs/mae-digits.yaml")
+        s.add_argument("config", nargs="?", default=None,
+                       help="YAML run config, e.g. configs/mae-digits.yaml (none: the defaults, then --set)")
         s.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                        help="override a field, e.g. --set train.steps=200 (repeatable)")
     r = sub.add_parser("runs", help="list runs")

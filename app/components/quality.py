@@ -36,8 +36,10 @@ def headline_of(config: dict) -> tuple[str, str]:
         return ("val_loss", "min")
 
 
-def quality_table(rec) -> None:
-    """The headline figure at its latest step next to every baseline, best marked."""
+def quality_table(rec, step: int | None = None) -> None:
+    """The headline figure at its latest step next to every baseline, best marked.
+
+    ``step``: the step the headline value was logged at (the last evaluation), when known."""
     metric, better = headline_of(rec.config)
     latest = rec.latest or {}
     rows = [{"predictor": f"this run ({metric})", "value": latest.get(metric)}]
@@ -53,4 +55,4 @@ def quality_table(rec) -> None:
                  column_config={"value": st.column_config.NumberColumn(format="percent" if pct else "%.4f")})
     st.caption(("higher is better · baselines on the same validation masks and inputs" if pct else
                 "lower is better · baselines on the same validation masks, scored with the run's objective")
-               + f" · baselines from step 0, this run at step {rec.step}")
+               + f" · baselines from step 0, this run at step {rec.step if step is None else step}")
