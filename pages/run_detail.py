@@ -15,7 +15,7 @@ from app.components import guarded, run_label, runs_or_stop, short_label, status
 from app.components.charts import axis_controls
 from app.components.quality import headline_of, quality_table
 from app.components.run_summary import checkpoint_download, curves, summary
-from app.components.runs import cancel_control, latest_points
+from app.components.runs import latest_points, progress_with_cancel
 from app.components.urlstate import PageState
 from app.modalities import INTERACTIVE, SAMPLE_TITLES, SAMPLE_VIEWS, TASK_KIND
 from engine.launcher import cancel
@@ -42,10 +42,7 @@ def status_panel(run_id: str) -> None:
         return
     summary(rec)
     if rec.is_active:
-        bar, button = st.columns([5, 2], vertical_alignment="bottom")
-        bar.progress(rec.progress, text=f"{rec.progress:.0%}")
-        with button:
-            cancel_control(rec, cancel, "rd_cancel")
+        progress_with_cancel(rec, cancel, "rd_cancel", f"{rec.status} · {rec.progress:.0%}")
     status_message(rec, guarded(latest_checkpoint_step, run_id) if rec.is_resumable else None)
     curves(run_id, rec.config, legend, x_axis, log_y)
 

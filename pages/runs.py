@@ -15,7 +15,7 @@ import streamlit as st
 from app.components import guarded, render_metrics_chart, run_label, run_table, runs_or_stop, short_label
 from app.components.charts import axis_controls, show_read_warnings
 from app.components.quality import loss_title
-from app.components.runs import cancel_control
+from app.components.runs import progress_with_cancel
 from app.components.urlstate import PageState
 from engine.launcher import cancel
 from engine.store import list_runs, read_metrics
@@ -35,10 +35,7 @@ def runs_panel() -> None:
     records = guarded(list_runs) or []
     run_table(records)
     for r in (r for r in records if r.is_active):
-        bar, button = st.columns([5, 2], vertical_alignment="bottom")
-        bar.progress(r.progress, text=f"**{run_label(r)}** · {r.status} · step {r.step} / {r.total_steps}")
-        with button:
-            cancel_control(r, cancel, "runs_cancel")
+        progress_with_cancel(r, cancel, "runs_cancel", f"**{run_label(r)}** · {r.status} · step {r.step} / {r.total_steps}")
 
 
 runs_panel()
@@ -65,13 +62,14 @@ def live_charts(run_ids: list[str], smoothing: float, x_axis: str, log_y: bool) 
     show_read_warnings(df)
     opts = {"run_labels": legend, "x": x_axis}
     titles = " / ".join(sorted({loss_title(cfgs.get(r, {})) for r in run_ids})) or "loss"
-    panels = [("Loss", LOSS_KEYS, titles, smoothing, log_y), ("Throughput", ["throughput"], "samples/s", smoothing, False),
-              ("Learning rate", ["lr"], "learning rate", 0.0, log_y), ("Mask ratio", ["mask_ratio"], "masked fraction", 0.0, False)]
+    panels = [("Loss", LOSS_KEYS, titles, smoothing, log_y, 280), ("Throughput", ["throughput"], "samples/s", smoothing, False, 280),
+              ("Learning rate", ["lr"], "learning rate", 0.0, log_y, 180), ("Mask ratio", ["mask_ratio"], "masked fraction", 0.0, False, 180)]
     for row in (panels[:2], panels[2:]):
-        for col, (title, keys, y_title, smooth, log) in zip(st.columns(2), row):
+        for col, (title, keys, y_title, smooth, log, height) in zip(st.columns(2), row):
             with col:
                 st.subheader(title)
-                render_metrics_chart(df[df["key"].isin(keys)], smoothing=smooth, y_title=y_title, log_y=log, **opts)
+                render_metrics_chart(df[df["key"].isin(keys)], smoothing=smooth, y_title=y_title, log_y=log, height=height,
+                                     y_domain=(0, 1) if keys == ["mask_ratio"] else None, **opts)  # fmt: skip
     loss = df[df["key"] == "loss"]
     last = loss.groupby("run_id")["step"].max()
     steps = " · ".join(f"{legend.get(r, r)}: step {int(last[r])}" for r in run_ids if r in last.index)

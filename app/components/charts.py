@@ -46,6 +46,7 @@ def metrics_chart(
     height: int = 280,
     x: str = "step",
     log_y: bool = False,
+    y_domain: tuple[float, float] | None = None,
 ) -> alt.LayerChart | None:
     """Line chart of ``value`` against ``step`` (or time): colour = run, dash = metric key.
 
@@ -58,6 +59,7 @@ def metrics_chart(
         x: ``"step"``, ``"relative"`` (minutes since each run's first logged point) or ``"wall"``
             (local clock time), see :data:`X_AXES`.
         log_y: a log-scale y axis (values <= 0 are left out, a log scale cannot show them).
+        y_domain: a fixed y range (e.g. ``(0, 1)`` for a fraction); default: the data's.
 
     Returns:
         The chart, or None when ``df`` has no rows (or none left for a log axis).
@@ -82,9 +84,14 @@ def metrics_chart(
         x_enc = alt.X("time:T", title="wall clock (UTC)")
     else:
         x_enc = alt.X("step:Q", title="step", axis=alt.Axis(format="d", tickMinStep=1))
-    y_scale = alt.Scale(type="log") if log_y else alt.Scale(zero=False)
-    color = alt.Color("run:N", title="run", scale=alt.Scale(scheme="tableau10"), legend=alt.Legend(labelLimit=240))
-    dash = alt.StrokeDash("key:N", title="metric")
+    y_scale = alt.Scale(type="log") if log_y else alt.Scale(zero=False, domain=list(y_domain) if y_domain else alt.Undefined)
+    # Legends under the plot (beside it they take half of a half-width chart), and none for a single
+    # run or a single metric (the page says which).
+    def legend(field: str, **kw):
+        return alt.Legend(orient="bottom", direction="vertical", **kw) if d[field].nunique() > 1 else None
+
+    color = alt.Color("run:N", title="run", scale=alt.Scale(scheme="tableau10"), legend=legend("run", labelLimit=240))
+    dash = alt.StrokeDash("key:N", title="metric", legend=legend("key"))
     tooltip = ["run:N", "key:N", "step:Q", alt.Tooltip("value:Q", format=".4g")]
     base = alt.Chart(d.drop(columns=["wall_time"], errors="ignore")).encode(
         x=x_enc, color=color, strokeDash=dash, detail="run_id:N")
@@ -104,7 +111,8 @@ def metrics_chart(
             .mark_point(filled=True, size=30)
             .encode(x=x_enc, y=alt.Y("smoothed:Q", scale=y_scale), color=color, detail="key:N", tooltip=tooltip)
         )
-    return alt.layer(*layers).properties(height=height).interactive(bind_y=False)
+    # "fit-x": the plot is `height` tall and the legends come on top (Streamlit's "fit" would squeeze them in)
+    return alt.layer(*layers).properties(height=height, autosize=alt.AutoSizeParams(type="fit-x", contains="padding")).interactive(bind_y=False)
 
 
 def axis_controls(url, key: str) -> tuple[str, bool]:

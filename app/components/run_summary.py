@@ -40,7 +40,7 @@ def summary(rec: Any) -> None:
                 f"· dataset `{(rec.config.get('data') or {}).get('dataset', '')}`")
     weights = guarded(checkpoint_weights, rec.run_id)
     m = st.columns(6)
-    m[0].metric("Step", f"{rec.step} / {rec.total_steps}")
+    m[0].metric(f"Step of {rec.total_steps}", f"{rec.step}")
     for col, key in ((m[1], "loss"), (m[2], metric)):
         step, value = points.get((rec.run_id, key), (None, None))
         name, pct = METRIC_NAMES.get(key, (key.replace("_", " "), False))
@@ -69,7 +69,7 @@ def curves(run_id: str, config: dict, legend: dict, x: str, log_y: bool) -> None
     with mid:
         render_metrics_chart(df[df["key"] == "lr"], y_title="learning rate", height=220, log_y=log_y, **opts)
     with right:
-        render_metrics_chart(df[df["key"] == "mask_ratio"], y_title="mask ratio", height=220, **opts)
+        render_metrics_chart(df[df["key"] == "mask_ratio"], y_title="mask ratio", height=220, y_domain=(0, 1), **opts)
     if metric != "val_loss":
         render_metrics_chart(df[df["key"] == metric], y_title=METRIC_NAMES.get(metric, (metric,))[0],
                              raw_keys=(metric,), height=180, **opts)  # fmt: skip

@@ -169,7 +169,6 @@ def runs_frame(records: Sequence[Any], points: dict | None = None) -> pd.DataFra
             {
                 "run": short_label(r),
                 "status": status_label(r.status),
-                "progress": float(r.progress or 0.0),
                 "step": f"{r.step} / {r.total_steps}",
                 "dataset": (cfg.get("data") or {}).get("dataset", ""),
                 "task": cfg.get("task", "image_mim"),
@@ -177,57 +176,61 @@ def runs_frame(records: Sequence[Any], points: dict | None = None) -> pd.DataFra
                 "preset": (cfg.get("model") or {}).get("preset", ""),
                 "masking": masking_label(cfg),
                 "lr": (cfg.get("train") or {}).get("lr"),
-                "loss": loss,
-                "loss step": loss_step,
-                "validation": format_metric(key, head, head_step),
+                "loss": "–" if loss is None else f"{loss:.4f}" + (f" @ {loss_step}" if loss_step not in (None, r.step) else ""),
+                "validation": format_metric(key, head, None if head_step == r.step else head_step).replace(" @ step ", " @ "),
                 "time": format_duration(r.duration_s),
                 "run id": r.run_id,
             }
         )
+        row = rows[-1]
+        lr = f"lr {row['lr']:g}" if isinstance(row["lr"], (int, float)) else ""
+        row["recipe"] = " · ".join(str(v) for v in (row["task"], row["units"], row["preset"], row["masking"], lr) if v)
     return pd.DataFrame(rows)
 
 
+#: Column widths (pixels) of the run table: together about the width of the page's main column.
+TABLE_COLUMNS = {"run": 165, "status": 75, "step": 80, "dataset": 92, "recipe": 333, "loss": 55, "validation": 140}
+
+
 def run_table(records: Sequence[Any]) -> None:
-    """``st.dataframe`` of :func:`runs_frame` (with each figure's step) that fits the page width."""
-    st.dataframe(
-        runs_frame(records, latest_points(records)),
-        hide_index=True,
-        width="stretch",
-        column_config={
-            "run": st.column_config.TextColumn("run", width="medium"),
-            "status": st.column_config.TextColumn("status", width="small"),
-            "progress": st.column_config.ProgressColumn("progress", min_value=0.0, max_value=1.0, format="percent",
-                                                        width="small"),
-            "step": st.column_config.TextColumn("step", width="small"),
-            "lr": st.column_config.NumberColumn("lr", format="%.0e", width="small"),
-            "loss": st.column_config.NumberColumn("loss", format="%.4f", width="small",
-                                                  help="latest training loss (masked units), at 'loss step'"),
-            "loss step": st.column_config.NumberColumn("loss step", format="%d", width="small"),
-            "validation": st.column_config.TextColumn("validation", width="medium",
-                                                      help="the task's headline validation figure and its step"),
-            "run id": None,  # hidden: the run label ends with the id's last 6 characters
-        },
-    )
+    """``st.dataframe`` of :func:`runs_frame` that fits the page: the key hyperparameters in one
+    ``recipe`` column (task · patch or tokenizer · preset · masking · lr), each figure with its step
+    when that is not the run's (``0.0741 val loss @ 200`` after a cancel at step 204); the other
+    columns (the recipe's parts, the duration, the run id) are hidden."""
+    frame = runs_frame(records, latest_points(records))
+    helps = {"recipe": "task · patch size or tokenizer · model preset · masking · learning rate",
+             "loss": "latest training loss (@ its step when not the run's step)",
+             "validation": "the task's headline validation figure @ the step it was measured"}
+    config = {c: (st.column_config.TextColumn(c, width=TABLE_COLUMNS[c], help=helps.get(c)) if c in TABLE_COLUMNS
+                  else None) for c in frame.columns}  # fmt: skip
+    st.dataframe(frame[list(TABLE_COLUMNS) + [c for c in frame.columns if c not in TABLE_COLUMNS]],
+                 hide_index=True, width="stretch", column_config=config)
 
 
-def cancel_control(rec: Any, cancel_fn, key: str) -> None:
-    """A Cancel button that asks first: the first click shows what cancelling does and a
-    "Yes, cancel" / "Keep running" pair (kept in ``st.session_state``, so a self-refreshing
-    fragment does not lose it); only the confirmation calls ``cancel_fn(run_id)``."""
+def progress_with_cancel(rec: Any, cancel_fn, key: str, text: str) -> None:
+    """An active run's progress bar with a Cancel button that asks first. The first click replaces
+    the line by what cancelling does and a "Yes, cancel" / "Keep running" pair (the question is kept
+    in ``st.session_state`` by the buttons' callbacks, so a self-refreshing fragment does not lose
+    it); only the confirmation calls ``cancel_fn(run_id)``."""
     ask = f"{key}_ask_{rec.run_id}"
-    if not st.session_state.get(ask):
-        if st.button("Cancel", key=f"{key}_{rec.run_id}", help=f"stop {rec.run_id} after its current step"):
-            st.session_state[ask] = True
-            st.rerun(scope="fragment")
-        return
-    st.warning(f"Cancel **{run_label(rec)}**? It stops after its current step (now {rec.step} of "
-               f"{rec.total_steps}); a cancelled run can be resumed from its latest checkpoint.")
-    yes, no = st.columns(2)
-    if yes.button("Yes, cancel", key=f"{key}_yes_{rec.run_id}", type="primary"):
-        st.session_state.pop(ask, None)
+
+    def answer(value: bool) -> None:
+        st.session_state[ask] = value
+
+    def confirm() -> None:
+        st.session_state[ask] = False
         if guarded(cancel_fn, rec.run_id):
             st.toast(f"Cancelling {rec.run_id}: it stops after the current step.")
-        st.rerun(scope="fragment")
-    if no.button("Keep running", key=f"{key}_no_{rec.run_id}"):
-        st.session_state.pop(ask, None)
-        st.rerun(scope="fragment")
+
+    if not st.session_state.get(ask):
+        bar, button = st.columns([5, 1], vertical_alignment="bottom")
+        bar.progress(rec.progress, text=text)
+        button.button("Cancel", key=f"{key}_{rec.run_id}", help=f"stop {rec.run_id} after its current step",
+                      on_click=answer, args=(True,))  # fmt: skip
+        return
+    with st.container(border=True):
+        st.markdown(f"Cancel **{run_label(rec)}**? It stops after its current step (now {rec.step} of "
+                    f"{rec.total_steps}); a cancelled run keeps its checkpoints and can be resumed.")
+        yes, no, _ = st.columns([1, 1, 3])
+        yes.button("Yes, cancel", key=f"{key}_yes_{rec.run_id}", type="primary", on_click=confirm)
+        no.button("Keep running", key=f"{key}_no_{rec.run_id}", on_click=answer, args=(False,))

@@ -53,20 +53,19 @@ def run_fields(info, task: str, key: str, carried: dict) -> dict:
         masking = masking_controls("image", 2, key, carried.get("masking"))  # patch grids
         st.page_link("../pages/mask_lab.py", label="Compare strategies in Mask lab")
     patch = patch_select(info, masking, key, dig(carried, "model.patch_size"))
-    a, b = st.columns(2)
-    archs = ["mae_vit", "simmim_vit"]
-    arch = a.selectbox("Model", archs, key=f"{key}_arch", index=index_of(archs, dig(carried, "model.arch")),
-                       format_func=lambda k: {"mae_vit": "MAE (encoder + light decoder)",
-                                              "simmim_vit": "SimMIM (encoder + linear head)"}[k])  # fmt: skip
-    losses = ["mse", "l1"]
-    loss = b.selectbox("Loss on masked patches", losses, key=f"{key}_loss_{arch}",
-                       index=index_of(losses, dig(carried, "objective.loss"), 0 if arch == "mae_vit" else 1))
+    archs = ["mae_vit", "simmim_vit"]  # full-width selects: their option texts are not cut off
+    arch = st.selectbox("Model", archs, key=f"{key}_arch", index=index_of(archs, dig(carried, "model.arch")),
+                        format_func=lambda k: {"mae_vit": "MAE (encoder + light decoder)",
+                                               "simmim_vit": "SimMIM (encoder + linear head)"}[k])  # fmt: skip
     presets = get_model_spec(arch).presets
-    preset = a.selectbox("Model preset", list(presets), key=f"{key}_preset_{arch}",
-                         index=index_of(list(presets), dig(carried, "model.preset")),
-                         format_func=lambda k: f"{k}  (width {presets[k]['embed_dim']}, depth {presets[k]['depth']})")
-    norm = b.checkbox("Normalised-pixel target", value=bool(dig(carried, "objective.norm_pix_loss", False)),
-                      key=f"{key}_normpix", help="score each patch against its own mean/std-normalised pixels (MAE sec. 4)")
+    preset = st.selectbox("Model preset", list(presets), key=f"{key}_preset_{arch}",
+                          index=index_of(list(presets), dig(carried, "model.preset")),
+                          format_func=lambda k: f"{k}  (width {presets[k]['embed_dim']}, depth {presets[k]['depth']})")
+    losses = ["mse", "l1"]
+    loss = st.selectbox("Loss on the masked patches", losses, key=f"{key}_loss_{arch}",
+                        index=index_of(losses, dig(carried, "objective.loss"), 0 if arch == "mae_vit" else 1))
+    norm = st.checkbox("Normalised-pixel target", value=bool(dig(carried, "objective.norm_pix_loss", False)),
+                       key=f"{key}_normpix", help="score each patch against its own mean/std-normalised pixels (MAE sec. 4)")
     return {"task": task, "masking": masking, "model": {"arch": arch, "preset": preset, "patch_size": int(patch)},
             "objective": {"loss": loss, "norm_pix_loss": bool(norm)}}
 

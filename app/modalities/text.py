@@ -328,16 +328,15 @@ def run_fields(info, task: str, key: str, carried: dict) -> dict:
         st.page_link("../pages/mask_lab.py", label="Compare strategies in Mask lab")
     presets = get_model_spec(arch).presets
     names = list(presets)
-    a, b = st.columns(2)
-    preset = a.selectbox("Model preset", names, index=index_of(names, dig(carried, "model.preset"), index_of(names, "mini")),
-                         key=f"{key}_preset_{arch}",
-                         format_func=lambda k: f"{k}  (width {presets[k]['embed_dim']}, "
-                                               f"depth {presets[k].get('depth', presets[k].get('enc_depth'))})")
+    preset = st.selectbox("Model preset", names, index=index_of(names, dig(carried, "model.preset"), index_of(names, "mini")),
+                          key=f"{key}_preset_{arch}",
+                          format_func=lambda k: f"{k}  (width {presets[k]['embed_dim']}, "
+                                                f"depth {presets[k].get('depth', presets[k].get('enc_depth'))})")
     out = {"task": task, "masking": masking, "data": {"tokenizer": tokenizer}, "model": {"arch": arch, "preset": preset}}
     if task == "text_mlm":
-        share = b.slider("Shown as [MASK]", 0.0, 1.0, float(dig(carried, "task_params.mask_share", 0.8)), 0.05,
-                         key=f"{key}_mask_share",
-                         help="BERT's 80/10/10: the rest is split evenly between a random token and the original")
+        share = st.slider("Shown as [MASK]", 0.0, 1.0, float(dig(carried, "task_params.mask_share", 0.8)), 0.05,
+                          key=f"{key}_mask_share",
+                          help="BERT's 80/10/10: the rest is split evenly between a random token and the original")
         out["task_params"] = {"mask_share": share, "random_share": round((1 - share) / 2, 6)}
     return out
 

@@ -140,3 +140,18 @@ def test_runs_selection_smoothing_and_axes_come_from_the_url(workspace, page):
         assert at.selectbox(key="rd_run").value == b and at.radio(key="rd_x").value == "wall"
         assert any("loss @ step 20" == m.label for m in at.metric)  # every figure says its step
         assert url(at)["run"] == b
+
+
+def test_cancel_asks_before_it_cancels(workspace):
+    from engine.store import CANCEL_FILE
+
+    run_id, d = create_run(RunConfig.from_dict({"name": "waiting"}).to_dict())  # queued: active, no worker yet
+    at = open_with("../pages/runs.py", {})
+    at.button(key=f"runs_cancel_{run_id}").click().run()
+    assert any(m.value.startswith("Cancel **waiting") for m in at.markdown)
+    assert not (d / CANCEL_FILE).exists()  # asking cancels nothing
+    at.button(key=f"runs_cancel_no_{run_id}").click().run()
+    assert not any(m.value.startswith("Cancel **waiting") for m in at.markdown) and not (d / CANCEL_FILE).exists()
+    at.button(key=f"runs_cancel_{run_id}").click().run()
+    at.button(key=f"runs_cancel_yes_{run_id}").click().run()
+    assert (d / CANCEL_FILE).exists()
