@@ -57,10 +57,13 @@ with form:
         n = url.widget(st.number_input, "Batch for statistics", "n", default=256, cast=int, min_value=8, max_value=4096,
                        step=64, key="ml_n", help="masks drawn over this many real train samples")  # fmt: skip
 lab = {**controls, "data": {"dataset": dataset, **controls.get("data", {})}, "train": {"seed": int(seed)}}
+steps = int(dig(carried, "train.steps", DEFAULTS.train.steps))
+if (controls.get("masking") or {}).get("schedule", "constant") != "constant":
+    lab["train"]["steps"] = steps
+url.put_config(lab)  # before the slow results: a reload meanwhile keeps the settings
 if controls.get("masking") is None:
     st.stop()
 cfg = guarded(RunConfig.from_dict, lab)
-steps = int(dig(carried, "train.steps", DEFAULTS.train.steps))
 with out:
     if cfg is not None:
         ui.lab_results(cfg, info, int(n))
@@ -71,7 +74,7 @@ with out:
             st.altair_chart(schedule_chart(lambda s: ratio_at(cfg.masking, s, int(steps)), int(steps)), width="stretch")
 if cfg is not None and cfg.masking.schedule != "constant":
     lab["train"]["steps"] = int(steps)
-url.put_config(lab)
+    url.put_config(lab)
 with form:
     if st.button("Use in New run", type="primary", disabled=cfg is None, key="ml_use",
                  help="open New run with this dataset, task, grid, seed and masking"):  # fmt: skip

@@ -69,11 +69,13 @@ def live_charts(run_ids: list[str], smoothing: float, x_axis: str, log_y: bool) 
             with col:
                 st.subheader(title)
                 render_metrics_chart(df[df["key"].isin(keys)], smoothing=smooth, y_title=y_title, log_y=log, height=height,
-                                     y_domain=(0, 1) if keys == ["mask_ratio"] else None, **opts)  # fmt: skip
+                                     y_domain=(0, 1) if keys == ["mask_ratio"] else None, legends=height > 200,
+                                     **opts)  # fmt: skip
     loss = df[df["key"] == "loss"]
     last = loss.groupby("run_id")["step"].max()
     steps = " · ".join(f"{legend.get(r, r)}: step {int(last[r])}" for r in run_ids if r in last.index)
-    st.caption(f"{len(loss)} loss points · latest step per run: {steps or 'none yet'} · refreshes every 2 s")
+    st.caption(f"{len(loss)} loss points · latest step per run: {steps or 'none yet'} · colours as in the charts "
+               "above · refreshes every 2 s")
 
 
 if selected:

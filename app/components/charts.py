@@ -47,6 +47,7 @@ def metrics_chart(
     x: str = "step",
     log_y: bool = False,
     y_domain: tuple[float, float] | None = None,
+    legends: bool = True,
 ) -> alt.LayerChart | None:
     """Line chart of ``value`` against ``step`` (or time): colour = run, dash = metric key.
 
@@ -60,6 +61,7 @@ def metrics_chart(
             (local clock time), see :data:`X_AXES`.
         log_y: a log-scale y axis (values <= 0 are left out, a log scale cannot show them).
         y_domain: a fixed y range (e.g. ``(0, 1)`` for a fraction); default: the data's.
+        legends: False leaves them out (a chart under another with the same colours).
 
     Returns:
         The chart, or None when ``df`` has no rows (or none left for a log axis).
@@ -88,7 +90,7 @@ def metrics_chart(
     # Legends under the plot (beside it they take half of a half-width chart), and none for a single
     # run or a single metric (the page says which).
     def legend(field: str, **kw):
-        return alt.Legend(orient="bottom", direction="vertical", **kw) if d[field].nunique() > 1 else None
+        return alt.Legend(orient="bottom", direction="vertical", **kw) if legends and d[field].nunique() > 1 else None
 
     color = alt.Color("run:N", title="run", scale=alt.Scale(scheme="tableau10"), legend=legend("run", labelLimit=240))
     dash = alt.StrokeDash("key:N", title="metric", legend=legend("key"))

@@ -386,6 +386,16 @@ def test_e_text_csv_upload_mlm_run_and_fill_in_box(server, page, workspace_dir, 
     shot(page, "e3-fill-in")
 
 
+def url_has(page, *parts: str, timeout: float = 30) -> None:
+    """Wait until the page's URL holds every ``parts`` (the page writes its state as it runs; the
+    Playwright page sees URL changes only while it is asked something, hence its own wait)."""
+    deadline = time.time() + timeout
+    while not all(p in page.url for p in parts):
+        if time.time() > deadline:
+            raise AssertionError(f"the URL {page.url} lacks {[p for p in parts if p not in page.url]}")
+        page.wait_for_timeout(500)
+
+
 def reload_and_settle(page) -> None:
     """F5: a new session; only the URL carries the state over."""
     url = page.url
@@ -401,7 +411,7 @@ def test_f_reloaded_urls_restore_each_page(server, page, workspace_dir):
     expect(page.get_by_role("heading", name="Mask preview")).to_be_visible(timeout=30_000)
     pick_strategy(page, "block")
     type_into(page, "Steps", "77")
-    assert "train.steps=77" in page.url and "masking.strategy=block" in page.url
+    url_has(page, "train.steps=77", "masking.strategy=block")
     reload_and_settle(page)
     expect(page.get_by_label("Steps", exact=True)).to_have_value("77", timeout=30_000)
     expect(page.get_by_role("combobox", name="Masking strategy")).to_have_value("block")
@@ -414,6 +424,7 @@ def test_f_reloaded_urls_restore_each_page(server, page, workspace_dir):
     expect(page.get_by_role("heading", name="Mask lab")).to_be_visible(timeout=30_000)
     pick_strategy(page, "bernoulli")
     type_into(page, "Batch for statistics", "64")
+    url_has(page, "masking.strategy=bernoulli", "n=64")
     reload_and_settle(page)
     expect(page.get_by_role("combobox", name="Masking strategy")).to_have_value("bernoulli", timeout=30_000)
     expect(page.get_by_label("Batch for statistics", exact=True)).to_have_value("64")
@@ -430,7 +441,11 @@ def test_f_reloaded_urls_restore_each_page(server, page, workspace_dir):
     expect(page.get_by_role("heading", name="Length")).to_be_visible(timeout=30_000)
     assert "dataset=fortunes" in page.url
 
-    # Runs: smoothing, log axis, x axis (the runs of the tests above are in the workspace)
+    # Runs: smoothing, log axis, x axis (with the runs of the tests above, or one finished run)
+    if not list_runs(workspace_dir):
+        from tests.app.test_url_state import _finished
+
+        _finished("url-state", workspace_dir)
     page.goto(server)  # Runs is the default page, at the root
     expect(page.get_by_role("heading", name="Runs", exact=True)).to_be_visible(timeout=30_000)
     page.get_by_role("slider", name="EMA smoothing").focus()
@@ -440,9 +455,9 @@ def test_f_reloaded_urls_restore_each_page(server, page, workspace_dir):
     settle(page)
     page.get_by_text("time since start").click()
     settle(page)
-    assert "smoothing=0.61" in page.url and "y=log" in page.url and "x=relative" in page.url
+    url_has(page, "smoothing=0.61", "y=log", "x=relative")
     reload_and_settle(page)
-    expect(page.get_by_role("slider", name="EMA smoothing")).to_have_attribute("aria-valuenow", "0.61", timeout=30_000)
+    expect(page.get_by_role("slider", name="EMA smoothing")).to_have_value("0.61", timeout=30_000)
     expect(page.get_by_role("checkbox", name="log y axis")).to_be_checked()
     expect(page.get_by_role("radio", name="time since start")).to_be_checked()
     shot(page, "f2-runs-reloaded")

@@ -112,8 +112,9 @@ def test_data_page_dataset_and_sidebar_memory(workspace):
     assert url(at)["train.steps"] == "55" and at.number_input(key="nr_steps_image_mim").value == 55
 
 
-def _finished(name: str) -> str:
-    run_id, d = create_run(RunConfig.from_dict({"name": name, "train": {"steps": 20}}).to_dict())
+def _finished(name: str, workspace=None) -> str:
+    """A completed 20-step run with loss, lr, mask ratio, throughput and one val loss."""
+    run_id, d = create_run(RunConfig.from_dict({"name": name, "train": {"steps": 20}}).to_dict(), workspace)
     w = MetricsWriter(d, run_id, flush_interval=0)
     for s in range(1, 21):
         w.log(s, {"loss": 1.0 / s, "lr": 1e-3, "mask_ratio": 0.75, "throughput": 50.0})
