@@ -40,11 +40,15 @@ def status_panel(run_id: str) -> None:
     rec = guarded(get_run, run_id)
     if rec is None:
         return
-    summary(rec)
+    points = latest_points([rec])
+    summary(rec, points)
     if rec.is_active:
         progress_with_cancel(rec, cancel, "rd_cancel", f"{rec.status} · {rec.progress:.0%}")
     status_message(rec, guarded(latest_checkpoint_step, run_id) if rec.is_resumable else None)
     curves(run_id, rec.config, legend, x_axis, log_y)
+    st.subheader("Validation figure and baselines")  # here, so the table is as fresh as the figures above
+    step, value = points.get((rec.run_id, headline_of(rec.config)[0]), (None, None))
+    quality_table(rec, step, value)
 
 
 @st.fragment(run_every="2s")
@@ -68,9 +72,6 @@ def samples_panel(run_id: str) -> None:
 
 status_panel(run_id)
 rec = next(r for r in runs if r.run_id == run_id)
-st.subheader("Validation figure and baselines")
-head_step = latest_points([rec]).get((rec.run_id, headline_of(rec.config)[0]), (None, None))[0]
-quality_table(rec, head_step)
 st.subheader(SAMPLE_TITLES.get(TASK_KIND.get(rec.config.get("task", "image_mim"), ""), "Samples"))
 samples_panel(run_id)
 box = INTERACTIVE.get(rec.config.get("task", "image_mim"))

@@ -10,17 +10,15 @@ import streamlit as st
 from app.components.charts import render_metrics_chart, show_read_warnings
 from app.components.errors import guarded
 from app.components.quality import headline_of, loss_title
-from app.components.runs import METRIC_NAMES, format_duration, latest_points, run_label, status_badge
+from app.components.runs import METRIC_NAMES, format_duration, run_label, status_badge
 from engine.store import checkpoint_weights, read_metrics
 
 
 def device_text(rec: Any) -> str:
-    """Where the run trains: the device the worker recorded, else the configured one."""
+    """Where the run trains: the device the worker recorded (at the end), else the configured one
+    (``auto``: CUDA when present, else CPU)."""
     recorded = (rec.extra or {}).get("device")
-    if recorded:
-        return str(recorded)
-    asked = ((rec.config or {}).get("train") or {}).get("device", "auto")
-    return "auto (CUDA if present)" if asked == "auto" else str(asked)
+    return str(recorded) if recorded else str(((rec.config or {}).get("train") or {}).get("device", "auto"))
 
 
 def param_text(rec: Any, weights) -> str:
@@ -31,10 +29,9 @@ def param_text(rec: Any, weights) -> str:
     return f"{n / 1e6:.2f} M" if n >= 1e5 else f"{n:,}"
 
 
-def summary(rec: Any) -> None:
-    """Badge, name, then the figures: step, latest loss and headline (each with its step),
-    duration, device, parameters."""
-    points = latest_points([rec])
+def summary(rec: Any, points: dict) -> None:
+    """Badge, name, then the figures: step, latest loss and headline (each with its step from
+    ``points``, :func:`app.components.runs.latest_points`), duration, device, parameters."""
     metric, _ = headline_of(rec.config)
     st.markdown(f"{status_badge(rec.status)} **{run_label(rec)}** · task `{rec.config.get('task', 'image_mim')}` "
                 f"· dataset `{(rec.config.get('data') or {}).get('dataset', '')}`")
@@ -48,7 +45,8 @@ def summary(rec: Any) -> None:
         col.metric(name + (f" @ step {step}" if step is not None else ""), shown,
                    help="the last logged value and the step it was logged at")
     m[3].metric("Duration", format_duration(rec.duration_s) or "–")
-    m[4].metric("Device", device_text(rec))
+    m[4].metric("Device", device_text(rec), help="train.device; auto takes CUDA when present, else the CPU. The "
+                "device used is recorded when the run ends.")
     m[5].metric("Parameters", param_text(rec, weights))
 
 

@@ -197,3 +197,9 @@ def test_launch_from_new_run_page(workspace):
     assert not at.exception
     assert row_labels(at) == ["Original", "Masked input", "Reconstruction", "Reconstruction + visible patches"]
     assert len(captions(at)) == 32
+    # device, size and the checkpoint's weights, each figure with its step
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Step of 6"] == "6" and metrics["Device"] == "cpu" and metrics["Parameters"] != "–"
+    assert metrics["loss @ step 6"] != "–" and metrics["val loss @ step 6"] != "–"
+    (download,) = [b for b in at.get("download_button") if "checkpoint" in b.proto.label]
+    assert download.proto.label.startswith("Download checkpoint (step 6, ")

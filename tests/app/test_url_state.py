@@ -156,3 +156,19 @@ def test_cancel_asks_before_it_cancels(workspace):
     at.button(key=f"runs_cancel_{run_id}").click().run()
     at.button(key=f"runs_cancel_yes_{run_id}").click().run()
     assert (d / CANCEL_FILE).exists()
+
+
+def test_text_forms_come_from_the_url(workspace):
+    """The text views take the same URL fields: task, tokenizer, masking, preset, BERT's share."""
+    at = open_with("../pages/new_run.py", {"dataset": "fortunes", "task": "text_mlm", "data.tokenizer.kind": "char",
+                                           "data.tokenizer.max_len": "64", "masking.ratio": "0.2",
+                                           "task_params.mask_share": "0.6", "train.steps": "30"})  # fmt: skip
+    assert not at.error, [e.value for e in at.error]
+    resolved = json.loads(at.json[0].value)
+    assert resolved["task"] == "text_mlm" and resolved["data"]["tokenizer"]["kind"] == "char"
+    assert resolved["data"]["tokenizer"]["max_len"] == 64 and resolved["masking"]["ratio"] == 0.2
+    assert resolved["task_params"]["mask_share"] == 0.6 and resolved["train"]["steps"] == 30
+    assert any("fixed validation texts of **fortunes** (chosen class by class)" in c.value for c in at.caption)
+    lab = open_with("../pages/mask_lab.py", {"dataset": "fortunes", "task": "text_span", "data.tokenizer.kind": "char"})
+    assert lab.selectbox(key="ml_task").value == "text_span" and lab.selectbox(key="ml_tok_kind").value == "char"
+    assert url(lab)["masking.strategy"] == "sentence_span"
