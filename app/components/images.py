@@ -17,8 +17,10 @@ import streamlit as st
 MASK_GREY = 0.5
 #: Tiny images (8x8 digits) are upscaled with nearest neighbour to about this many pixels a side.
 TARGET_PX = 96
-#: CSS that keeps upscaled pixels crisp when the browser stretches an image to its column width.
-PIXELATED_CSS = "<style>[data-testid='stImage'] img { image-rendering: pixelated; }</style>"
+#: CSS that keeps upscaled pixels crisp when the browser stretches an image to its column width, and
+#: frames every image with a thin grey line, so that white (or black) padding shows against the page.
+PIXELATED_CSS = ("<style>[data-testid='stImage'] img { image-rendering: pixelated; "
+                 "box-shadow: 0 0 0 1px #9e9e9e; }</style>")
 
 
 def as_numpy(x: Any) -> np.ndarray:

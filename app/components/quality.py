@@ -36,11 +36,14 @@ def headline_of(config: dict) -> tuple[str, str]:
         return ("val_loss", "min")
 
 
-def quality_table(rec) -> None:
-    """The headline figure at its latest step next to every baseline, best marked."""
+def quality_table(rec, step: int | None = None, value: float | None = None) -> None:
+    """The headline figure at its latest step next to every baseline, best marked.
+
+    ``step``, ``value``: the headline's last logged point (the last evaluation), when known; else the
+    value of ``rec.latest`` and the run's step."""
     metric, better = headline_of(rec.config)
     latest = rec.latest or {}
-    rows = [{"predictor": f"this run ({metric})", "value": latest.get(metric)}]
+    rows = [{"predictor": f"this run ({metric})", "value": latest.get(metric) if value is None else value}]
     rows += [{"predictor": k.removeprefix("baseline/").replace("_", " "), "value": v}
              for k, v in sorted(latest.items()) if k.startswith("baseline/")]
     if len(rows) == 1 or rows[0]["value"] is None:
@@ -53,4 +56,4 @@ def quality_table(rec) -> None:
                  column_config={"value": st.column_config.NumberColumn(format="percent" if pct else "%.4f")})
     st.caption(("higher is better · baselines on the same validation masks and inputs" if pct else
                 "lower is better · baselines on the same validation masks, scored with the run's objective")
-               + f" · baselines from step 0, this run at step {rec.step}")
+               + f" · baselines from step 0, this run at step {rec.step if step is None else step}")

@@ -16,15 +16,8 @@ from app.components.charts import counts_chart
 from app.components.datasets import get_view
 from app.components.errors import guarded
 from app.components.images import image_grid, image_rows, mask_overlay, recon_rows
-from app.components.masks import (
-    default_patch,
-    guarded_mask,
-    mask_stats_panel,
-    masking_controls,
-    patch_label,
-    patch_sizes,
-    train_batch,
-)
+from app.components.masks import guarded_mask, mask_stats_panel, masking_controls, patch_select, train_batch
+from app.components.urlstate import dig, index_of
 from engine.config import MaskingConfig
 from engine.masking import draw_mask, get_masking, grid_shape, image_side_inputs, preview_masks
 from engine.models import get_model_spec
@@ -52,33 +45,33 @@ def data_section(info) -> None:
 
 
 def run_fields(info, task: str, key: str, carried: dict) -> dict:
-    """New run's image fields: patch size (only sizes that tile the images), architecture, loss,
-    normalised-pixel target, preset, masking. Returns the partial config dict."""
-    c, h, w = info.image_shape
-    sizes = patch_sizes(h, w)
-    p0 = carried["patch_size"] if carried.get("patch_size") in sizes else default_patch(sizes, h)
-    patch = st.selectbox("Patch size", sizes, index=sizes.index(p0), key=f"{key}_patch_{h}x{w}",
-                         format_func=lambda p: patch_label(p, h, w))  # fmt: skip
+    """New run's image fields: masking, patch size (only sizes that tile the images and that this
+    masking can train with), architecture, loss, normalised-pixel target, preset. ``carried``: a
+    partial run config whose values are the widgets' defaults (from the URL). Returns the partial
+    config dict."""
     with st.container(border=True):
         masking = masking_controls("image", 2, key, carried.get("masking"))  # patch grids
-        st.page_link("../pages/mask_lab.py", label="Compare strategies in Mask lab", icon="🎭")
-    a, b = st.columns(2)
-    arch = a.selectbox("Model", ["mae_vit", "simmim_vit"], key=f"{key}_arch",
-                       format_func=lambda k: {"mae_vit": "MAE (encoder + light decoder)",
-                                              "simmim_vit": "SimMIM (encoder + linear head)"}[k])  # fmt: skip
-    loss = b.selectbox("Loss on masked patches", ["mse", "l1"], index=0 if arch == "mae_vit" else 1,
-                       key=f"{key}_loss_{arch}")  # fmt: skip
+        st.page_link("../pages/mask_lab.py", label="Compare strategies in Mask lab")
+    patch = patch_select(info, masking, key, dig(carried, "model.patch_size"))
+    archs = ["mae_vit", "simmim_vit"]  # full-width selects: their option texts are not cut off
+    arch = st.selectbox("Model", archs, key=f"{key}_arch", index=index_of(archs, dig(carried, "model.arch")),
+                        format_func=lambda k: {"mae_vit": "MAE (encoder + light decoder)",
+                                               "simmim_vit": "SimMIM (encoder + linear head)"}[k])  # fmt: skip
     presets = get_model_spec(arch).presets
-    preset = a.selectbox("Model preset", list(presets), key=f"{key}_preset_{arch}",
-                         format_func=lambda k: f"{k}  (width {presets[k]['embed_dim']}, depth {presets[k]['depth']})")
-    norm = b.checkbox("Normalised-pixel target", value=False, key=f"{key}_normpix",
-                      help="score each patch against its own mean/std-normalised pixels (MAE sec. 4)")
+    preset = st.selectbox("Model preset", list(presets), key=f"{key}_preset_{arch}",
+                          index=index_of(list(presets), dig(carried, "model.preset")),
+                          format_func=lambda k: f"{k}  (width {presets[k]['embed_dim']}, depth {presets[k]['depth']})")
+    losses = ["mse", "l1"]
+    loss = st.selectbox("Loss on the masked patches", losses, key=f"{key}_loss_{arch}",
+                        index=index_of(losses, dig(carried, "objective.loss"), 0 if arch == "mae_vit" else 1))
+    norm = st.checkbox("Normalised-pixel target", value=bool(dig(carried, "objective.norm_pix_loss", False)),
+                       key=f"{key}_normpix", help="score each patch against its own mean/std-normalised pixels (MAE sec. 4)")
     return {"task": task, "masking": masking, "model": {"arch": arch, "preset": preset, "patch_size": int(patch)},
             "objective": {"loss": loss, "norm_pix_loss": bool(norm)}}
 
 
 def mask_preview(cfg, info) -> None:
-    """The first validation images with the masks this run uses for its reconstruction grid."""
+    """The run's fixed validation images with the masks it uses for its reconstruction grid."""
     view = guarded(get_view, info.name)
     if view is None:
         return
@@ -88,8 +81,8 @@ def mask_preview(cfg, info) -> None:
         return
     per = masks[0].numel()
     st.caption(
-        f"The first {len(view.preview)} validation images of **{info.name}** with the masks this run "
-        f"will use for its reconstruction grid ({cfg.masking.strategy}): {int(masks[0].sum())} of {per} "
+        f"The {len(view.preview)} fixed validation images of **{info.name}** (chosen class by class) with the "
+        f"masks this run will use for its reconstruction grid ({cfg.masking.strategy}): {int(masks[0].sum())} of {per} "
         "patches masked" + ("." if get_masking(cfg.masking.strategy).exact else " in the first image.")
         + (f" These are drawn at masking.ratio {cfg.masking.ratio:g}, the start of the {cfg.masking.schedule} "
            f"schedule; training ramps to {cfg.masking.final_ratio:g} (see the curve in Mask lab)."
@@ -137,14 +130,11 @@ def _mask_stats(masking_json: str, images_key: tuple, _images, patch: int, seed:
     return mask_stats(mask), rate, masking_problem(cfg, mask)
 
 
-def lab_controls(info, handoff: dict, key: str) -> dict:
-    """Mask lab's image controls: the patch grid and the masking; returns the partial config."""
-    c, h, w = info.image_shape
-    sizes = patch_sizes(h, w)
-    p0 = handoff.get("patch_size") if handoff.get("patch_size") in sizes else default_patch(sizes, h)
-    patch = st.selectbox("Patch size", sizes, index=sizes.index(p0), key=f"{key}_patch_{h}x{w}",
-                         format_func=lambda p: patch_label(p, h, w))  # fmt: skip
-    masking = masking_controls("image", 2, key, handoff.get("masking"))
+def lab_controls(info, carried: dict, key: str) -> dict:
+    """Mask lab's image controls: the masking and the patch grid (``carried``: a partial run config
+    of defaults); returns the partial config."""
+    masking = masking_controls("image", 2, key, carried.get("masking"))
+    patch = patch_select(info, masking, key, dig(carried, "model.patch_size"))
     return {"task": "image_mim", "masking": masking, "model": {"patch_size": int(patch)}}
 
 

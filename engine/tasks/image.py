@@ -8,8 +8,9 @@ al. 2022: encoder over all patches with mask tokens, linear head); the objective
 
 Validation: ``val_loss`` is the objective on at most :data:`EVAL_MAX_ROWS` fixed validation images
 with fixed masks drawn once at ``masking.ratio`` (so the curve stays comparable along a schedule).
-Samples: the first ``train.num_vis`` validation images with :func:`engine.masking.preview_masks`,
-exactly what New run and Mask lab preview.
+Samples: ``train.num_vis`` validation images chosen by :func:`engine.data.representative` (class by
+class, the same rows for every seed) with :func:`engine.masking.preview_masks`, exactly what New run
+and Mask lab preview.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 import torch
 
 from engine.config import RunConfig
+from engine.data.sampling import representative
 from engine.errors import ConfigError
 from engine.masking import draw_mask, get_masking, grid_shape, image_side_inputs, preview_masks, strategies_for
 from engine.store.samples import Sample
@@ -102,10 +104,11 @@ class ImageMIMTask(Task):
         self._ds = ds
         self.x_train = x_train.to(device)
         self.x_eval = x_val[:EVAL_MAX_ROWS].to(device)
-        self.vis_x = x_val[: t.num_vis].to(device)
-        self.vis_labels = y_val[: t.num_vis].numpy()
+        vis = torch.from_numpy(representative(y_val.numpy(), t.num_vis))  # class-stratified, as every view
+        self.vis_x = x_val[vis].to(device)
+        self.vis_labels = y_val[vis].numpy()
         # == the New run preview
-        self.vis_mask = preview_masks(cfg, self.image_shape, len(self.vis_x), images=x_val[: t.num_vis]).flatten(1).to(device)
+        self.vis_mask = preview_masks(cfg, self.image_shape, len(self.vis_x), images=x_val[vis]).flatten(1).to(device)
         self.needs_images = bool(get_masking(cfg.masking.strategy).needs)
         # The same val masks at every eval, drawn once (superpixels of the val images are computed once).
         g_eval = torch.Generator().manual_seed(t.seed + 10_000)

@@ -78,12 +78,31 @@ def _record(**kw) -> RunRecord:
 def test_runs_frame_and_labels():
     rec = _record()
     row = runs_frame([rec]).iloc[0]
-    assert row["progress"] == 0.25 and row["step"] == "50 / 200" and row["duration"] == "1m 15s"
-    assert row["loss"] == 0.1 and pd.isna(row["val loss"]) and row["dataset"] == "digits"
+    assert row["step"] == "50 / 200" and row["time"] == "1m 15s"
+    assert row["loss"] == "0.1000" and row["validation"] == "–" and row["dataset"] == "digits"
+    assert (row["task"], row["units"], row["status"]) == ("image_mim", "", "running")
     assert run_label(rec) == "mae · 20260101-000000-abcdef" and short_label(rec) == "mae · abcdef"
     unnamed = _record(name="20260101-000000-abcdef")  # the store names unnamed runs by their id
-    assert run_label(unnamed) == unnamed.run_id and runs_frame([unnamed]).iloc[0]["name"] == ""
+    assert run_label(unnamed) == unnamed.run_id and runs_frame([unnamed]).iloc[0]["run"] == unnamed.run_id
     assert format_duration(None) == "" and format_duration(5) == "5s" and format_duration(3700) == "1h 01m"
+
+
+def test_runs_frame_shows_hyperparameters_and_each_figure_with_its_step():
+    image = _record(config={"task": "image_mim", "data": {"dataset": "digits"}, "model": {"patch_size": 2, "preset": "tiny"},
+                            "train": {"lr": 0.002}}, latest={"loss": 0.05, "val_loss": 0.07})
+    text = _record(run_id="20260101-000000-fedcba", config={
+        "task": "text_mlm", "data": {"dataset": "trec", "tokenizer": {"kind": "wordpiece", "vocab_size": 8000}},
+        "model": {"preset": "mini"}, "train": {"lr": 0.001}}, latest={"loss": 3.1, "val_top1": 0.412})
+    points = {(image.run_id, "loss"): (37, 0.05), (image.run_id, "val_loss"): (0, 0.0741),
+              (text.run_id, "val_top1"): (2000, 0.412)}
+    frame = runs_frame([image, text], points)
+    a, b = frame.iloc[0], frame.iloc[1]
+    assert (a["units"], a["preset"], a["lr"], a["loss"]) == ("patch 2", "tiny", 0.002, "0.0500 @ 37")
+    assert a["recipe"] == "image_mim · patch 2 · tiny · random · lr 0.002"
+    assert a["validation"] == "0.0741 val loss @ 0"  # a cancelled run's val loss is the step-0 one: said so
+    assert (b["task"], b["units"], b["preset"]) == ("text_mlm", "wordpiece 8000", "mini")
+    assert b["validation"] == "41.2% top-1 @ 2000"  # a text run's headline metric
+    assert runs_frame([image]).iloc[0]["validation"] == "0.0700 val loss"  # no metrics read: no step claimed
 
 
 def test_runs_frame_shows_each_runs_masking():
