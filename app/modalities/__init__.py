@@ -24,7 +24,7 @@ SAMPLE_VIEWS = {"image": image.samples_view, "text_mlm": text.mlm_samples_view, 
 TASK_KIND = {"image_mim": "image", "text_mlm": "text_mlm", "text_span": "text_span"}  # task -> its sample kind
 SAMPLE_TITLES = {"image": "Reconstructions", "text_mlm": "Predictions on validation texts",
                  "text_span": "Completions of validation texts"}
-INTERACTIVE = {"text_mlm": text.fill_in_box, "text_span": text.completion_box}
+INTERACTIVE = {"text_mlm": text.fill_in_box, "text_span": text.completion_box, "image_mim": image.masking_box}
 #: What New run proposes for a task's training, over ``TrainConfig``'s defaults (measured recipes:
 #: see bench/README.md).
 TRAIN_DEFAULTS: dict[str, dict] = {
