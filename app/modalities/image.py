@@ -54,28 +54,47 @@ def data_section(info) -> None:
     right.altair_chart(counts_chart(view.counts), width="stretch")
 
 
+def train_defaults(info) -> dict:
+    """The training fields New run proposes for an image dataset (steps, batch size, learning rate,
+    warmup, eval and checkpoint intervals): the measured recipe of its image size
+    (:func:`engine.tasks.image.recipe_for`)."""
+    from engine.tasks.image import recipe_for
+
+    return recipe_for(info.image_shape)["train"]
+
+
 def run_fields(info, task: str, key: str, carried: dict) -> dict:
     """New run's image fields: patch size (only sizes that tile the images), architecture, loss,
-    normalised-pixel target, preset, masking. Returns the partial config dict."""
+    normalised-pixel target, preset, masking; the defaults are the measured recipe of the image
+    size (:func:`engine.tasks.image.recipe_for`). Returns the partial config dict."""
+    from engine.tasks.image import recipe_for
+
     c, h, w = info.image_shape
+    recipe = recipe_for(info.image_shape)
     sizes = patch_sizes(h, w)
-    p0 = carried["patch_size"] if carried.get("patch_size") in sizes else default_patch(sizes, h)
+    p0 = next((p for p in (carried.get("patch_size"), recipe["model"]["patch_size"]) if p in sizes),
+              default_patch(sizes, h))
     patch = st.selectbox("Patch size", sizes, index=sizes.index(p0), key=f"{key}_patch_{h}x{w}",
                          format_func=lambda p: patch_label(p, h, w))  # fmt: skip
     with st.container(border=True):
         masking = masking_controls("image", 2, key, carried.get("masking"))  # patch grids
         st.page_link("../pages/mask_lab.py", label="Compare strategies in Mask lab", icon="🎭")
     a, b = st.columns(2)
-    arch = a.selectbox("Model", ["mae_vit", "simmim_vit"], key=f"{key}_arch",
+    archs = ["mae_vit", "simmim_vit"]
+    arch = a.selectbox("Model", archs, index=archs.index(recipe["model"]["arch"]), key=f"{key}_arch",
                        format_func=lambda k: {"mae_vit": "MAE (encoder + light decoder)",
                                               "simmim_vit": "SimMIM (encoder + linear head)"}[k])  # fmt: skip
     loss = b.selectbox("Loss on masked patches", ["mse", "l1"], index=0 if arch == "mae_vit" else 1,
                        key=f"{key}_loss_{arch}")  # fmt: skip
     presets = get_model_spec(arch).presets
-    preset = a.selectbox("Model preset", list(presets), key=f"{key}_preset_{arch}",
+    names = list(presets)
+    preset = a.selectbox("Model preset", names, key=f"{key}_preset_{arch}_{h}x{w}",
+                         index=names.index(recipe["model"]["preset"]) if recipe["model"]["preset"] in names else 0,
                          format_func=lambda k: f"{k}  (width {presets[k]['embed_dim']}, depth {presets[k]['depth']})")
-    norm = b.checkbox("Normalised-pixel target", value=False, key=f"{key}_normpix",
-                      help="score each patch against its own mean/std-normalised pixels (MAE sec. 4)")
+    norm = b.checkbox("Normalised-pixel target", value=bool(recipe["objective"]["norm_pix_loss"]),
+                      key=f"{key}_normpix_{h}x{w}",
+                      help="score each patch against its own mean/std-normalised pixels (MAE sec. 4); the run then "
+                           "reports no pixel MSE (de-normalising a prediction needs the hidden patch's own statistics)")
     return {"task": task, "masking": masking, "model": {"arch": arch, "preset": preset, "patch_size": int(patch)},
             "objective": {"loss": loss, "norm_pix_loss": bool(norm)}}
 

@@ -34,6 +34,44 @@ PROBE_IMAGES = 64
 DEFAULT_PATCH = 2
 
 
+#: The recipes New run proposes and the example configs use (configs/mae-*.yaml), by image size
+#: ``(H, W)``: partial run configs (model, objective, train) measured with bench/image_quality.py
+#: at random masking 0.75 to fit 5 minutes of one CPU thread (figures in bench/README.md).
+RECIPES: dict[tuple[int, int], dict] = {
+    # scikit-learn digits: 4x4 patches of 2x2 px
+    (8, 8): {"model": {"arch": "mae_vit", "preset": "tiny", "patch_size": 2},
+             "objective": {"loss": "mse", "norm_pix_loss": False},
+             "train": {"steps": 2400, "batch_size": 128, "lr": 2e-3, "warmup_steps": 100, "eval_interval": 200,
+                       "checkpoint_interval": 800}},
+    # Fashion-MNIST, MNIST: 4x4 patches of 7x7 px
+    (28, 28): {"model": {"arch": "mae_vit", "preset": "tiny", "patch_size": 7},
+               "objective": {"loss": "mse", "norm_pix_loss": False},
+               "train": {"steps": 2000, "batch_size": 128, "lr": 2e-3, "warmup_steps": 100, "eval_interval": 250,
+                         "checkpoint_interval": 1000}},
+}
+#: Grid side (patches) of the generic recipe for other sizes: few tokens keep a CPU run short.
+GENERIC_GRID_SIDE = 8
+
+
+def recipe_for(image_shape: tuple[int, int, int]) -> dict:
+    """What New run proposes for an image dataset of ``image_shape = (C, H, W)``: a partial run config
+    ``{"model": {...}, "objective": {...}, "train": {...}}`` (a fresh copy).
+
+    Sizes in :data:`RECIPES` get their measured recipe; any other size gets the 8x8 recipe's
+    model, objective and training with the patch size whose grid side is closest to
+    :data:`GENERIC_GRID_SIDE` (the smaller patch on a tie); it is not measured.
+    """
+    import copy
+
+    _, H, W = image_shape
+    if (H, W) in RECIPES:
+        return copy.deepcopy(RECIPES[(H, W)])
+    r = copy.deepcopy(RECIPES[(8, 8)])
+    sizes = [p for p in range(1, min(H, W) + 1) if H % p == 0 and W % p == 0]
+    r["model"]["patch_size"] = min(sizes, key=lambda p: (abs(min(H, W) // p - GENERIC_GRID_SIDE), p))
+    return r
+
+
 @register_task
 class ImageMIMTask(Task):
     """Masked image modeling on patch grids (MAE / SimMIM). See the module docstring."""
