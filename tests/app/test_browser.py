@@ -5,7 +5,9 @@
 - C: a run survives a restart of the Streamlit server and the new server shows it still running.
 - D: Mask lab shows masks on real digits and the three statistics charts, and follows a strategy
   switch; New run offers the same strategies.
+- E: a CSV of real questions is imported, an MLM run trains on it, the fill-in box answers.
 - F: a reloaded URL restores each page's state (New run, Mask lab, Data, Runs, Run detail).
+- G: Run detail's masking box: a click on a patch hides exactly that patch of the model input.
 
 Screenshots go to ``test-artifacts/`` (git-ignored) for a human look.
 """
@@ -242,8 +244,9 @@ def test_b_launch_watch_curves_and_reconstructions(server, page, workspace_dir):
     expect(page.get_by_role("heading", name="Reconstructions")).to_be_visible(timeout=20_000)
     expect(page.get_by_text("Reconstruction + visible patches")).to_be_visible(timeout=60_000)
     images = page.get_by_test_id("stImage").locator("img")
-    expect(images).to_have_count(32, timeout=20_000)  # 4 rows x 8 fixed validation images
-    assert all(images.nth(i).evaluate("img => img.naturalWidth > 0") for i in range(32))
+    # main view + 4 rows x 8 fixed validation images (+ the masking box once a checkpoint is kept)
+    wait_until(lambda: images.count() >= 40, 20, "the reconstruction views")
+    assert all(images.nth(i).evaluate("img => img.naturalWidth > 0") for i in range(40))
     expect(page.get_by_text(re.compile(r"Step \d+ · 8 fixed validation images"))).to_be_visible()
     shot(page, "b3-run-detail")
 
@@ -470,3 +473,63 @@ def test_f_reloaded_urls_restore_each_page(server, page, workspace_dir):
     reload_and_settle(page)
     expect(page.get_by_role("combobox", name="Run")).to_have_value(re.compile(re.escape(run_id)), timeout=30_000)
     expect(page.get_by_role("radio", name="wall clock")).to_be_checked()
+
+
+def _png(page, img) -> "np.ndarray":
+    """The pixels of a rendered ``<img>`` (fetched from the server by its ``src``), ``(H, W, 3)`` uint8."""
+    import io
+    from urllib.parse import urljoin
+
+    import numpy as np
+    from PIL import Image
+
+    body = page.request.get(urljoin(page.url, img.get_attribute("src"))).body()
+    return np.asarray(Image.open(io.BytesIO(body)).convert("RGB"))
+
+
+def test_g_interactive_masking(server, page, workspace_dir):
+    """Run detail's masking box: clicking a patch's button hides exactly that patch of the model
+    input (the rendered masked image), clicking it again shows it; the reconstruction follows."""
+    import numpy as np
+
+    from app.components.images import MASK_GREY
+
+    cfg = RunConfig.from_dict({"name": "masking-box", "train": {"steps": 20, "batch_size": 32, "eval_interval": 10,
+                                                                "checkpoint_interval": 20}})
+    run_id = submit(cfg, workspace_dir)
+    wait_until(lambda: get_run(run_id, workspace_dir).status == "completed", 120, "the run to complete")
+    page.goto(f"{server}/run_detail?run={run_id}")
+    expect(page.get_by_role("heading", name="Mask it yourself")).to_be_visible(timeout=30_000)
+    box = page.locator(f".st-key-mim_box_{run_id}")
+    expect(box.get_by_text(re.compile(r"\d+ of 16 patches hidden · checkpoint of step 20"))).to_be_visible(timeout=30_000)
+    box.get_by_role("button", name="Show all").click()
+    expect(box.get_by_text("0 of 16 patches hidden")).to_be_visible(timeout=20_000)
+    settle(page)
+    imgs = box.get_by_test_id("stImage").locator("img")
+    expect(imgs).to_have_count(4)
+    original = _png(page, imgs.nth(3))
+    before = _png(page, imgs.nth(0))
+    assert (before == original).all()  # nothing hidden: the model input is the image
+    k = before.shape[0] // 4  # displayed pixels per patch (4x4 grid of 2x2-px patches, upscaled)
+    grey = round(MASK_GREY * 255)
+
+    def hidden_patches(img) -> set[tuple[int, int]]:
+        changed = set()
+        for r in range(4):
+            for c in range(4):
+                cell = img[r * k : (r + 1) * k, c * k : (c + 1) * k]
+                if not (cell == original[r * k : (r + 1) * k, c * k : (c + 1) * k]).all():
+                    assert (cell == grey).all(), f"patch {(r, c)} changed but is not flat grey"
+                    changed.add((r, c))
+        return changed
+
+    recon_before = _png(page, imgs.nth(1))
+    for label, expected in [("07", {(1, 2)}), ("12", {(1, 2), (2, 3)}), ("07", {(2, 3)})]:
+        src = imgs.nth(0).get_attribute("src")
+        box.get_by_role("button", name=label, exact=True).click()
+        wait_until(lambda: imgs.nth(0).get_attribute("src") != src, 20, f"the model input after clicking {label}")
+        settle(page)
+        assert hidden_patches(_png(page, imgs.nth(0))) == expected
+        expect(box.get_by_text(f"{len(expected)} of 16 patches hidden")).to_be_visible()
+    assert not (_png(page, imgs.nth(1)) == recon_before).all()  # the reconstruction follows the mask
+    shot(page, "f-interactive-masking")

@@ -7,7 +7,10 @@ import pandas as pd
 import pytest
 
 from app.components.charts import ema, metrics_chart
-from app.components.images import MASK_GREY, chw_to_hwc_uint8, mask_overlay, recon_rows, upscale
+from app.components.images import (
+    ERROR_MAX, ERROR_VISIBLE_RGB, MASK_GREY, chw_to_hwc_uint8, error_colors, error_map, mask_overlay, masked_only,
+    recon_rows, upscale,
+)
 from app.components.runs import format_duration, run_label, runs_frame, short_label
 from engine.store import RunRecord
 
@@ -36,11 +39,42 @@ def test_mask_overlay_greys_exactly_the_masked_patches():
         mask_overlay(x, np.zeros((2, 3, 3), bool))
 
 
-def test_recon_rows_are_the_four_mae_rows():
+def test_recon_rows_are_the_mae_rows_and_the_error_map():
     x = np.full((3, 3, 4, 4), 0.25, np.float32)
     rows = recon_rows(x, np.ones((3, 2, 2), bool), x, x)
-    assert [r[0] for r in rows] == ["Original", "Masked input", "Reconstruction", "Reconstruction + visible patches"]
+    assert [r[0] for r in rows] == ["Original", "Masked input", "Prediction at masked patches (grey: visible, not scored)",
+                                    "Reconstruction + visible patches",
+                                    "Squared error at masked patches (black 0 → yellow ≥ 0.25)"]
     assert all(r[1].shape == (3, 4, 4, 3) for r in rows)
+
+
+def test_masked_only_greys_the_visible_patches():
+    pred = np.full((1, 1, 4, 4), 0.8, np.float32)
+    mask = np.array([[[True, False], [False, True]]])
+    out = masked_only(pred, mask)
+    assert out.shape == (1, 4, 4, 3)
+    assert (out[0, :2, :2] == round(0.8 * 255)).all() and (out[0, 2:, 2:] == round(0.8 * 255)).all()
+    assert (out[0, :2, 2:] == round(MASK_GREY * 255)).all() and (out[0, 2:, :2] == round(MASK_GREY * 255)).all()
+
+
+def test_error_map_colours_and_per_image_mse():
+    images = np.zeros((2, 1, 4, 4), np.float32)
+    pred = np.zeros((2, 1, 4, 4), np.float32)
+    pred[0, 0, :2, :2] = 0.5  # squared error 0.25 = ERROR_MAX at the top-left patch of image 0
+    pred[0, 0, 2:, 2:] = 2.0  # clipped to 1: squared error 1, saturates
+    mask = np.array([[[True, False], [False, True]], [[False, False], [False, False]]])
+    rgb, mse = error_map(images, pred, mask)
+    assert rgb.shape == (2, 4, 4, 3)
+    assert (rgb[0, :2, :2] == error_colors(np.float32(ERROR_MAX))).all()
+    assert (rgb[0, 2:, 2:] == error_colors(np.float32(ERROR_MAX))).all()  # saturated
+    assert (rgb[0, :2, 2:] == ERROR_VISIBLE_RGB).all() and (rgb[1] == ERROR_VISIBLE_RGB).all()
+    assert mse[0] == pytest.approx((0.25 * 4 + 1.0 * 4) / 8) and np.isnan(mse[1])  # nothing masked in image 1
+
+
+def test_error_colors_run_dark_to_bright():
+    c = error_colors(np.linspace(0, ERROR_MAX, 50)).astype(int)
+    assert tuple(c[0]) == (0, 0, 4) and tuple(c[-1]) == (252, 255, 164)
+    assert (np.diff(c.sum(axis=1)) >= 0).all()  # brightness never drops along the ramp
 
 
 def test_ema_is_per_series_and_debiased():

@@ -195,8 +195,10 @@ def test_launch_from_new_run_page(workspace):
     assert get_run(run_id).status == "completed", get_run(run_id).error
     at = open_page("../pages/run_detail.py")
     assert not at.exception
-    assert row_labels(at) == ["Original", "Masked input", "Reconstruction", "Reconstruction + visible patches"]
-    assert len(captions(at)) == 32
+    assert row_labels(at) == ["Reconstruction + visible patches", "Original", "Masked input",
+                              "Prediction at masked patches (grey: visible, not scored)",
+                              "Squared error at masked patches (black 0 → yellow ≥ 0.25)"]
+    assert len(captions(at)) == 8 + 4 * 8 + 4  # main view, four rows, the masking box
     # device, size and the checkpoint's weights, each figure with its step
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Step of 6"] == "6" and metrics["Device"] == "cpu" and metrics["Parameters"] != "–"
