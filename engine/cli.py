@@ -13,6 +13,13 @@
                 [--image-size N] [--geometry crop|stretch|pad] [--pad-fill edge|mean|COLOUR]
     python -m engine data inspect PATH                     what `data add` would do (columns, classes)
     python -m engine data list
+    python -m engine data delete NAME                      delete an imported dataset
+    python -m engine delete RUN_ID                         delete an ended run (its folder)
+    python -m engine audit [--limit N] [--json]            who did what, newest first
+    python -m engine users list | add NAME --role R | remove NAME | email EMAIL --role R|none
+
+The CLI acts as the local admin (``local:<OS user>`` in the audit log); ``MASKLAB_MODE=demo``
+refuses every write here too.
 
 Exit codes: 0 success; 1 a run failed or diverged, an import refused a file or had to guess the
 encoding of its member names, or doctor left problems unresolved; 2 a usage or input error.
@@ -83,6 +90,25 @@ def _parser() -> argparse.ArgumentParser:
                    help="images: colour under transparent pixels: a name or #rrggbb (default white)")
     a.add_argument("--overwrite", action="store_true", help="replace an existing dataset of that name")
     d.add_parser("list", help="list datasets")
+    dd = d.add_parser("delete", help="delete an imported dataset")
+    dd.add_argument("name")
+    rm = sub.add_parser("delete", help="delete an ended run (config, metrics, checkpoints, samples, log)")
+    rm.add_argument("run_id")
+    au = sub.add_parser("audit", help="the audit log: who launched, cancelled, deleted or imported what, and when")
+    au.add_argument("--limit", type=int, default=50, help="the newest N lines (0: all)")
+    au.add_argument("--json", action="store_true", help="one JSON object per line")
+    u = sub.add_parser("users", help="the users file (dashboard sign-in)").add_subparsers(dest="users_cmd", required=True)
+    u.add_parser("list", help="users and e-mails with their roles")
+    ua = u.add_parser("add", help="add a password user or change its role/password")
+    ua.add_argument("name")
+    ua.add_argument("--role", required=True, choices=["viewer", "editor", "admin"])
+    ua.add_argument("--password-stdin", action="store_true", help="read the password from standard input "
+                    "(default: asked twice on the terminal; with --role alone an existing user keeps it)")
+    ur = u.add_parser("remove", help="remove a password user")
+    ur.add_argument("name")
+    ue = u.add_parser("email", help="role of an e-mail signing in through an identity provider")
+    ue.add_argument("email")
+    ue.add_argument("--role", required=True, choices=["viewer", "editor", "admin", "none"])
     return p
 
 
@@ -94,6 +120,9 @@ def cmd_run(args) -> int:
     from engine.store import create_run, get_run
     from engine.worker import execute_run
 
+    from engine.access import check
+
+    check("run.submit")  # demo mode refuses a foreground run too
     cfg = load_config(args.config, args.overrides)
     check_run(cfg)
     run_id, d = create_run(cfg.to_dict())
@@ -230,8 +259,67 @@ def _print_plan(plan) -> None:
         print(f"rejected {where}: {reason}")
 
 
+def cmd_delete(args) -> int:
+    from engine.launcher import delete_run
+
+    delete_run(args.run_id)
+    print(f"deleted run {args.run_id}")
+    return 0
+
+
+def cmd_audit(args) -> int:
+    from engine.audit import read_audit
+
+    for e in reversed(read_audit(limit=args.limit or None)):
+        if args.json:
+            print(json.dumps({**e.details, **{k: v for k, v in vars(e).items() if k != "details"}}))
+            continue
+        why = f"  ({e.details['reason']})" if "reason" in e.details else ""
+        print(f"{e.time}  {e.user} ({e.role})  {e.action} {e.target}  {e.outcome}{why}")
+    return 0
+
+
+def cmd_users(args) -> int:
+    import getpass
+
+    from engine.users import load_users, remove_user, set_email_role, set_user, users_path
+
+    if args.users_cmd == "list":
+        users = load_users()
+        print(f"{users_path()}: {len(users.users)} users, {len(users.emails)} e-mails"
+              + (f", default role {users.default_role}" if users.default_role else ""))
+        for name, entry in sorted(users.users.items()):
+            print(f"  {name:24} {entry.role}")
+        for email, role in sorted(users.emails.items()):
+            print(f"  {email:24} {role}  (identity provider)")
+        return 0
+    if args.users_cmd == "add":
+        password = None
+        if args.password_stdin:
+            password = sys.stdin.readline().rstrip("\n")
+        elif sys.stdin.isatty():
+            password = getpass.getpass(f"password for {args.name} (empty: keep the current one): ") or None
+            if password is not None and getpass.getpass("again: ") != password:
+                print("error: the passwords differ", file=sys.stderr)
+                return 2
+        who = set_user(args.name, args.role, password)
+        print(f"{who.name}: {who.role}")
+        return 0
+    if args.users_cmd == "remove":
+        print(f"removed {args.name}" if remove_user(args.name) else f"no user {args.name}")
+        return 0
+    set_email_role(args.email, None if args.role == "none" else args.role)
+    print(f"{args.email}: {args.role}")
+    return 0
+
+
 def cmd_data(args) -> int:
-    from engine.data import import_source, inspect_source, list_datasets
+    from engine.data import delete_dataset, import_source, inspect_source, list_datasets
+
+    if args.data_cmd == "delete":
+        delete_dataset(args.name)
+        print(f"deleted dataset {args.name}")
+        return 0
 
     if args.data_cmd == "list":
         for info in list_datasets():
@@ -256,7 +344,8 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit code."""
     args = _parser().parse_args(argv)
     handler = {"run": cmd_run, "submit": cmd_submit, "runs": cmd_runs, "cancel": cmd_cancel, "resume": cmd_resume,
-               "log": cmd_log, "doctor": cmd_doctor, "data": cmd_data}
+               "log": cmd_log, "doctor": cmd_doctor, "data": cmd_data, "delete": cmd_delete, "audit": cmd_audit,
+               "users": cmd_users}
     try:
         return handler[args.cmd](args)
     except MasklabError as e:

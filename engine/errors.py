@@ -60,3 +60,8 @@ class QueueFullError(MasklabError):
 class ResumeError(MasklabError):
     """A run cannot be resumed: it is not failed/cancelled/diverged/interrupted, it is starting, or it
     has no complete checkpoint. The message says which and what to do instead."""
+
+
+class PermissionDeniedError(MasklabError, PermissionError):
+    """The identity acting may not do this (its role is too low, no one is signed in, or the dashboard
+    is in demo mode). The message names who, what and the role needed; nothing was changed."""

@@ -17,19 +17,20 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+from engine.access import Identity, authorized
 from engine.config import RunConfig
-from engine.errors import QueueFullError
+from engine.errors import QueueFullError, ResumeError, RunLockedError
 from engine.resume import check_same_data, prepare_resume, resume_config
 from engine.runqueue import enqueue, max_queued, submit_lock, waiting_runs
-from engine.store import ACTIVE, CANCEL_FILE, create_run, get_run, run_dir
+from engine.store import ACTIVE, CANCEL_FILE, RunLock, create_run, get_run, run_dir
 from engine.store.lock import signal_holder
-from engine.store.runs import LOG_FILE
+from engine.store.runs import LOG_FILE, is_starting
 from engine.workspace import workspace_root
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-def submit(cfg: RunConfig, workspace=None) -> str:
+def submit(cfg: RunConfig, workspace=None, *, actor: Identity | None = None) -> str:
     """Create the run (resolved config, status ``queued``, queue ticket) and start its worker; return the run id.
 
     Returns at once; the worker waits for its turn (first come, first served) and a free slot
@@ -39,20 +40,24 @@ def submit(cfg: RunConfig, workspace=None) -> str:
         ConfigError, DatasetError: from :func:`engine.checks.check_run`; no run is created.
         QueueFullError: ``$MASKLAB_MAX_QUEUED`` runs are already waiting; no run is created.
         StorageError: the run folder cannot be written (disk full...).
+        PermissionDeniedError: ``actor`` (default: :func:`engine.access.current_identity`) is not an
+            editor, or demo mode; checked first, nothing is written.
     """
     from engine.checks import check_run
 
     ws = workspace_root(workspace)
-    check_run(cfg, ws)
-    with submit_lock(ws):
-        _check_queue_cap(ws)
-        run_id, d = create_run(cfg.to_dict(), ws)
-        enqueue(ws, d)
-    start_worker(d, ws)
+    with authorized("run.submit", f"new run on {cfg.data.dataset}", actor=actor, workspace=ws) as entry:
+        check_run(cfg, ws)
+        with submit_lock(ws):
+            _check_queue_cap(ws)
+            run_id, d = create_run(cfg.to_dict(), ws)
+            enqueue(ws, d)
+        start_worker(d, ws)
+        entry.update(target=run_id, dataset=cfg.data.dataset, task=cfg.task)
     return run_id
 
 
-def resume(run_id: str, overrides: Sequence[str] = (), workspace=None) -> int:
+def resume(run_id: str, overrides: Sequence[str] = (), workspace=None, *, actor: Identity | None = None) -> int:
     """Continue a failed, cancelled, diverged or interrupted run from its latest complete checkpoint;
     return that checkpoint's step. Returns at once; the run queues like a new one (at the back).
 
@@ -69,10 +74,17 @@ def resume(run_id: str, overrides: Sequence[str] = (), workspace=None) -> int:
         DatasetError: its dataset is gone, or its content changed since the run started.
         QueueFullError: ``$MASKLAB_MAX_QUEUED`` runs are already waiting. Nothing is changed on any error.
         StorageError: the run folder cannot be written.
+        PermissionDeniedError: ``actor`` is not an editor, or demo mode (checked first).
     """
+    ws = workspace_root(workspace)
+    with authorized("run.resume", run_id, actor=actor, workspace=ws) as entry:
+        entry["overrides"] = list(overrides)
+        return _resume(run_id, overrides, ws)
+
+
+def _resume(run_id: str, overrides: Sequence[str], ws: Path) -> int:
     from engine.checks import check_run
 
-    ws = workspace_root(workspace)
     d = run_dir(run_id, ws)
 
     def make_config(old: dict, step: int) -> dict:
@@ -119,7 +131,7 @@ def start_worker(d: Path, workspace=None, *, supervised: bool = False) -> subpro
     return proc
 
 
-def cancel(run_id: str, workspace=None) -> bool:
+def cancel(run_id: str, workspace=None, *, actor: Identity | None = None) -> bool:
     """Ask a queued or running run to stop. Returns False if it had already ended (or was interrupted).
 
     Writes the ``cancel`` marker (the worker polls it every step and while queued) and sends
@@ -129,14 +141,53 @@ def cancel(run_id: str, workspace=None) -> bool:
 
     Raises:
         RunNotFoundError: unknown run id.
+        PermissionDeniedError: ``actor`` is not an editor, or demo mode (checked first).
     """
-    rec = get_run(run_id, workspace)
-    if rec.status not in ACTIVE:
-        return False
-    d = run_dir(run_id, workspace)
-    try:
-        (d / CANCEL_FILE).touch()
-    except OSError:  # a full disk: the signal below still reaches a running worker
-        pass
-    signal_holder(d, signal.SIGTERM)
-    return True
+    with authorized("run.cancel", run_id, actor=actor, workspace=workspace) as entry:
+        rec = get_run(run_id, workspace)
+        entry["was"] = rec.status
+        if rec.status not in ACTIVE:
+            return False
+        d = run_dir(run_id, workspace)
+        try:
+            (d / CANCEL_FILE).touch()
+        except OSError:  # a full disk: the signal below still reaches a running worker
+            pass
+        signal_holder(d, signal.SIGTERM)
+        return True
+
+
+def delete_run(run_id: str, workspace=None, *, actor: Identity | None = None) -> None:
+    """Delete an ended run: its folder (config, metrics, checkpoints, samples, log) goes at once.
+
+    The run's lock is taken first, so its worker is provably gone and cannot start meanwhile; the
+    folder is renamed to a hidden name in ``runs/`` (readers stop listing it at that instant), then
+    removed.
+
+    Raises:
+        RunNotFoundError: unknown run id.
+        RunLockedError: the run is queued or running (cancel it first); nothing is deleted.
+        PermissionDeniedError: ``actor`` is not an admin, or demo mode (checked first).
+        StorageError: the folder cannot be renamed (read-only workspace...).
+    """
+    import shutil
+
+    from engine.workspace import storage_error
+
+    with authorized("run.delete", run_id, actor=actor, workspace=workspace):
+        d = run_dir(run_id, workspace)  # RunNotFoundError; a run with a damaged config can be deleted
+        try:
+            lock = RunLock(d).acquire(timeout=1.0)
+        except RunLockedError:
+            raise RunLockedError(f"run {run_id} is queued or running: cancel it first, then delete it") from None
+        try:
+            if is_starting(d):
+                raise ResumeError(f"run {run_id} is starting (it was queued moments ago): cancel it first")
+            gone = d.with_name(f".deleted-{run_id}-{os.getpid()}")
+            try:
+                os.rename(d, gone)
+            except OSError as e:
+                raise storage_error(e, f"run {run_id} (deleting it)", d) from e
+        finally:
+            lock.release()
+        shutil.rmtree(gone, ignore_errors=True)

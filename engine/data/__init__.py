@@ -20,7 +20,7 @@ from engine.data.dataset import DatasetInfo, ImageDataset, TextDataset
 from engine.data.importer import ArchiveScan, ImportReport, import_archive, scan_archive
 from engine.data.ingest import SourcePlan, detect_modality, import_source, inspect_source
 from engine.data.limits import ImportLimits
-from engine.data.registry import list_datasets, load_dataset
+from engine.data.registry import delete_dataset, list_datasets, load_dataset
 from engine.data.sampling import VIEW_SEED, representative
 from engine.data.tabular import ColumnRoles, ImportOptions
 from engine.data.text import CleaningCounts, TextImportReport
@@ -40,6 +40,7 @@ __all__ = [
     "TextImportReport",
     "VIEW_SEED",
     "bundled_status",
+    "delete_dataset",
     "detect_modality",
     "import_archive",
     "import_source",

@@ -40,6 +40,7 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 from PIL import Image, ImageColor
 
+from engine.access import permission
 from engine.data import bundled, storage
 from engine.data.archive import Member, Members, NameDecoding, decode_names, read_problem
 from engine.data.archive import classify
@@ -294,6 +295,20 @@ def auto_size(sizes: Counter) -> tuple[int, str]:
                              f"choose the size to keep more detail")
 
 
+def _import_target(a: dict) -> str:
+    """What an import acts on, for the audit log: the dataset name asked for, else the source."""
+    return a.get("name") or a.get("source_label") or str(a.get("path"))
+
+
+def _import_outcome(report) -> dict:
+    """The audit details of an import report (dataset name, counts)."""
+    out = {"accepted": report.accepted, "rejected": len(report.rejected), "source": report.source}
+    if report.dataset is not None:
+        out["target"] = report.dataset.name
+    return out
+
+
+@permission("data.import", _import_target, _import_outcome)
 def import_archive(
     path: str | os.PathLike[str],
     name: str | None = None,

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from engine.access import Identity
 from engine.data import importer, storage, text
 from engine.data.images import EXTENSIONS as IMAGE_EXTENSIONS
 from engine.data.tabular import TABLE_EXTENSIONS, ColumnRoles, ImportOptions
@@ -206,6 +207,7 @@ def import_source(
     fill: str = "white",
     geometry: str = "crop",
     pad_fill: str = "edge",
+    actor: Identity | None = None,
 ) -> importer.ImportReport | text.TextImportReport:
     """Import any source as a dataset: images with :func:`engine.data.importer.import_archive`
     (``image_size`` (None: the data's own size), ``geometry``, ``pad_fill``, ``fill``,
@@ -216,10 +218,12 @@ def import_source(
     Raises:
         DatasetError: as :func:`detect_modality` and the modality's importer; options that do not
             apply to the source (column options or length filters for images). Nothing is written then.
+        PermissionDeniedError: ``actor`` (default :func:`engine.access.current_identity`) is not an
+            editor, or demo mode; nothing is written (the importer checks before it reads a pixel).
     """
     label = source_label or str(path)
     modality = detect_modality(path, label)
     _, do_import = IMPORTERS[modality]
     return do_import(Path(path).expanduser(), name, options or ImportOptions(), workspace=workspace,
                      overwrite=overwrite, source_label=label, image_size=image_size, fill=fill,
-                     geometry=geometry, pad_fill=pad_fill)  # fmt: skip
+                     geometry=geometry, pad_fill=pad_fill, actor=actor)  # fmt: skip

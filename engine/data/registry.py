@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 
+from engine.access import permission
 from engine.data import bundled, storage
 from engine.data.dataset import Dataset, DatasetInfo, validate_name
 from engine.errors import DatasetError
@@ -88,3 +89,34 @@ def check_new_name(name: str, workspace: PathLike = None, overwrite: bool = Fals
         raise DatasetError(f"dataset {name!r} already exists; choose another name or replace it"
                            f" (`data add --overwrite`, or tick 'Replace' on the Data page)")  # fmt: skip
     return name
+
+
+@permission("data.delete", lambda a: str(a["name"]))
+def delete_dataset(name: str, workspace: PathLike = None) -> None:
+    """Delete registered dataset ``name`` (its folder in ``<workspace>/datasets/``). Admins only.
+
+    The folder is renamed to a hidden name first (readers stop listing it at that instant), then
+    removed. Runs trained on it keep their results; resuming them is refused (their dataset is gone).
+
+    Raises:
+        DatasetError: an invalid name, a bundled dataset (it would come back on its next load), or
+            no such dataset.
+        PermissionDeniedError: ``actor`` is not an admin, or demo mode (checked first).
+        StorageError: the folder cannot be renamed (read-only workspace...).
+    """
+    import shutil
+
+    from engine.workspace import storage_error
+
+    validate_name(name)
+    if name in bundled.BUNDLED:
+        raise DatasetError(f"{name!r} is a bundled dataset: it cannot be deleted (it is rebuilt on its next use)")
+    if not storage.is_registered(name, workspace):
+        raise DatasetError(f"no dataset {name!r} to delete")
+    folder = storage.datasets_dir(workspace) / name
+    gone = folder.with_name(f".deleted-{name}-{os.getpid()}")
+    try:
+        os.rename(folder, gone)
+    except OSError as e:
+        raise storage_error(e, f"dataset {name} (deleting it)", folder) from e
+    shutil.rmtree(gone, ignore_errors=True)

@@ -40,6 +40,7 @@ from pathlib import Path, PurePosixPath
 
 import numpy as np
 
+from engine.access import permission
 from engine.data import importer, registry, storage
 from engine.data.dataset import DatasetInfo, TextDataset, seeded_split
 from engine.data.sampling import import_order
@@ -445,6 +446,7 @@ class TextImportReport:
         return "\n".join(lines)
 
 
+@permission("data.import", importer._import_target, importer._import_outcome)
 def import_text(
     path: str | os.PathLike[str],
     name: str | None = None,
