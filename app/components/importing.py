@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
+from app.components.access import actor
 from app.components.errors import guarded
 from engine.data import ImportOptions, import_source, inspect_source
 from engine.data.tabular import ROLES
@@ -167,7 +168,7 @@ def import_panel() -> str | None:
     if st.button("Import", type="primary", key="data_import"):
         with st.spinner(f"Importing {upload.name}…"):
             report = guarded(import_source, path, new_name.strip() or None, options, overwrite=overwrite,
-                             source_label=upload.name, **extra)  # fmt: skip
+                             source_label=upload.name, actor=actor(), **extra)  # fmt: skip
         st.session_state["data_report"] = (report, upload.name) if report is not None else None
         if report is not None and report.dataset is not None:
             return report.dataset.name
