@@ -41,7 +41,7 @@ expect = playwright_sync.expect
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = REPO / "test-artifacts"
 CHART = "canvas, svg.marks, .vega-embed"
-NAV_TITLES = ["Data", "New run", "Mask lab", "Runs", "Run detail"]
+NAV_TITLES = ["Data", "New run", "Mask lab", "Runs", "Run detail", "Audit"]  # the local admin also gets Audit
 
 
 def free_port() -> int:
@@ -61,18 +61,25 @@ def start_server(workspace: Path) -> tuple[subprocess.Popen, str]:
         cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 30
+    wait_for_health(proc, url, log.name)
+    return proc, url
+
+
+def wait_for_health(proc: subprocess.Popen, url: str, log_name: str, timeout: float = 30) -> None:
+    """Poll ``url``'s ``/_stcore/health`` until it answers ``ok``; stop the server and raise if it
+    exits or does not answer within ``timeout`` seconds (its output is in ``log_name``)."""
+    deadline = time.time() + timeout
     while time.time() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"streamlit exited with {proc.returncode}; see {log.name}")
+            raise RuntimeError(f"streamlit exited with {proc.returncode}; see {log_name}")
         try:
             with urllib.request.urlopen(url + "/_stcore/health", timeout=1) as r:
                 if r.read() == b"ok":
-                    return proc, url
+                    return
         except OSError:
             time.sleep(0.2)
     stop_server(proc)
-    raise RuntimeError(f"streamlit did not answer on {url} within 30 s")
+    raise RuntimeError(f"streamlit did not answer on {url} within {timeout:.0f} s")
 
 
 def stop_server(proc: subprocess.Popen) -> None:

@@ -9,8 +9,6 @@ import os
 import re
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import playwright.sync_api as playwright_sync
@@ -21,7 +19,7 @@ from engine.errors import PermissionDeniedError
 from engine.launcher import cancel, delete_run, submit
 from engine.store import create_run, get_run, write_status
 from engine.users import set_user
-from tests.app.test_browser import CHROMIUM, free_port, settle, shot, stop_server
+from tests.app.test_browser import CHROMIUM, free_port, settle, shot, stop_server, wait_for_health
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
@@ -38,18 +36,8 @@ def serve(workspace: Path, **env: str) -> tuple[subprocess.Popen, str]:
                             env={**os.environ, "MASKLAB_WORKSPACE": str(workspace), **env}, stdout=log,
                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)  # fmt: skip
     url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"app.serve exited with {proc.returncode}; see {log.name}")
-        try:
-            with urllib.request.urlopen(url + "/_stcore/health", timeout=1) as r:
-                if r.read() == b"ok":
-                    return proc, url
-        except OSError:
-            time.sleep(0.2)
-    stop_server(proc)
-    raise RuntimeError(f"app.serve did not answer on {url}")
+    wait_for_health(proc, url, log.name)
+    return proc, url
 
 
 @pytest.fixture(scope="module")
