@@ -189,6 +189,28 @@ def check(action: str, actor: Identity | None = None) -> Identity:
     return who
 
 
+def authorize(action: str, target: str, *, actor: Identity | None = None,
+              workspace: str | os.PathLike[str] | Path | None = None) -> Identity:
+    """:func:`check`, with a refusal recorded in the audit log (not in demo mode); returns the identity.
+
+    For an action whose outcome another process records (a background import); else use
+    :func:`authorized`.
+
+    Raises:
+        PermissionDeniedError: as :func:`check`.
+    """
+    from engine import audit
+
+    who = actor if actor is not None else current_identity()
+    why = refusal(action, who)
+    if why is not None:
+        if not is_demo():
+            audit.record(action, target, "refused", who, workspace, quiet=True, reason=why)
+        raise PermissionDeniedError(why)
+    assert who is not None
+    return who
+
+
 @contextmanager
 def authorized(action: str, target: str, *, actor: Identity | None = None,
                workspace: str | os.PathLike[str] | Path | None = None) -> Iterator[dict[str, Any]]:
@@ -205,13 +227,7 @@ def authorized(action: str, target: str, *, actor: Identity | None = None,
     """
     from engine import audit
 
-    who = actor if actor is not None else current_identity()
-    why = refusal(action, who)
-    if why is not None:
-        if not is_demo():
-            audit.record(action, target, "refused", who, workspace, quiet=True, reason=why)
-        raise PermissionDeniedError(why)
-    assert who is not None
+    who = authorize(action, target, actor=actor, workspace=workspace)
     entry: dict[str, Any] = {"target": target}
     try:
         yield entry

@@ -34,6 +34,7 @@ import os
 import re
 import warnings
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -324,6 +325,7 @@ def import_archive(
     fill: Fill = "white",
     name_encoding: str | None = None,
     limits: ImportLimits | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> ImportReport:
     """Import a ``.zip`` file or a folder of images and register it as dataset ``name``.
 
@@ -354,6 +356,8 @@ def import_archive(
         name_encoding: encoding of the member names the archive does not mark as UTF-8 (e.g.
             ``"cp932"``); default: detected (see :mod:`engine.data.archive`).
         limits: bounds of this import; default :meth:`ImportLimits.from_env`.
+        progress: called as ``progress(done, total)`` after each image file is read (a background
+            import reports it; see :mod:`engine.data.jobs`).
     Returns:
         An :class:`ImportReport`; its ``dataset`` is the registered dataset's info (images stored as
         uint8 ``[N, S, S, C]``, ``S`` the side used, C in {1, 3}); ``geometry_counts`` says what was
@@ -395,7 +399,9 @@ def import_archive(
             image_size, report.size_rule = auto_size(sizes)
         report.image_size = image_size
         stored = image_size * image_size * 3  # the resized copy each image keeps
-        for m in candidates:
+        for i, m in enumerate(candidates):
+            if progress is not None:
+                progress(i, len(candidates))
             try:
                 if m.size is not None and m.size + stored > left:
                     raise Refused(budget_reason(m.size + stored, left, limits))
@@ -419,6 +425,8 @@ def import_archive(
             paths.append(m.name)
             if note is not None:
                 report.converted.append((m.name, note))
+        if progress is not None:
+            progress(len(candidates), len(candidates))
     report.rejected.sort()
     report.skipped.sort()
     if not images:

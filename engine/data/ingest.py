@@ -162,7 +162,7 @@ def _import_text(path: Path, name: str | None, options: ImportOptions, **kw: Any
     return text.import_text(path, name, options, **kw)
 
 
-IMAGE_ONLY = ("image_size", "fill", "geometry", "pad_fill")
+IMAGE_ONLY = ("image_size", "fill", "geometry", "pad_fill", "progress")
 """Keyword options of :func:`import_source` that only images use (ignored for text)."""
 
 IMPORTERS: dict[str, tuple[Callable[..., SourcePlan], Callable[..., Any]]] = {
@@ -208,10 +208,12 @@ def import_source(
     geometry: str = "crop",
     pad_fill: str = "edge",
     actor: Identity | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> importer.ImportReport | text.TextImportReport:
     """Import any source as a dataset: images with :func:`engine.data.importer.import_archive`
     (``image_size`` (None: the data's own size), ``geometry``, ``pad_fill``, ``fill``,
-    ``options.val_fraction``, ``options.seed``, ``options.name_encoding``), text with
+    ``options.val_fraction``, ``options.seed``, ``options.name_encoding``, ``progress(done, total)``
+    per image file), text with
     :func:`engine.data.text.import_text` (columns, filters, split). Both reports have ``summary()``,
     ``dataset``, ``accepted``, ``rejected`` and ``skipped``.
 
@@ -226,4 +228,4 @@ def import_source(
     _, do_import = IMPORTERS[modality]
     return do_import(Path(path).expanduser(), name, options or ImportOptions(), workspace=workspace,
                      overwrite=overwrite, source_label=label, image_size=image_size, fill=fill,
-                     geometry=geometry, pad_fill=pad_fill, actor=actor)  # fmt: skip
+                     geometry=geometry, pad_fill=pad_fill, actor=actor, progress=progress)  # fmt: skip
