@@ -23,11 +23,9 @@ if "data_pending" in st.session_state:  # select a dataset that was just importe
     url.put("dataset", st.session_state["data_ds"])
 
 if can("data.import", actor()):  # editors; the engine refuses anyone else anyway
-    with st.expander("Import a dataset", expanded=False):
-        imported = import_panel()
-        if imported:
-            st.session_state["data_pending"] = imported
-            st.rerun()
+    busy = "data_job" in st.session_state or st.session_state.get("data_report") is not None
+    with st.expander("Import a dataset", expanded=busy):
+        import_panel()  # a finished import selects its dataset through data_pending
 
 for b in bundled_status():
     if not b.available:

@@ -2,7 +2,8 @@
 
 Upload a file -> masklab inspects it (``engine.data.inspect_source``: modality, columns and their
 detected roles, classes, cleaning counts, a preview) -> the user changes the column roles or the
-options and sees the plan again -> "Import" runs ``engine.data.import_source`` and shows the
+options and sees the plan again -> "Import" starts ``engine.data.jobs.start_import`` (another process:
+a progress bar and Cancel, re-read every second, the page stays live) and at its end shows the
 per-file report, with a banner whose colour says all in / some refused / nothing in.
 """
 
@@ -17,7 +18,8 @@ import streamlit as st
 
 from app.components.access import actor
 from app.components.errors import guarded
-from engine.data import ImportOptions, import_source, inspect_source
+from engine.data import ImportOptions, inspect_source
+from engine.data.jobs import cancel_import, import_status, start_import
 from engine.data.tabular import ROLES
 
 UPLOAD_LABEL = "Dataset file: a .zip of images (PNG, JPEG, WebP, BMP, TIFF, GIF) or of .txt files, or one .txt / .csv / .tsv / .jsonl"
@@ -91,19 +93,54 @@ def _refusals(rejected, skipped) -> None:
             st.dataframe(pd.DataFrame(skipped, columns=["file", "why skipped"]), hide_index=True, width="stretch")
 
 
-def show_report(report, name: str) -> None:
-    """The import report under a banner coloured by the outcome: all in, some refused, nothing in."""
-    what = "texts" if hasattr(report, "cleaning") else "images"
-    if report.dataset is None:
+def show_report(outcome, name: str) -> None:
+    """An import's outcome (``engine.data.jobs.ImportOutcome``) under a banner coloured by the
+    outcome: all in, some refused, nothing in."""
+    what = "texts" if outcome.modality == "text" else "images"
+    if outcome.dataset is None:
         st.error(f"Nothing was imported from {name}.")
-    elif report.rejected:
-        st.warning(f"Imported {report.accepted:,} {what} from {name} as **{report.dataset.name}**; "
-                   f"{len(report.rejected)} refused (listed below).")
+    elif outcome.rejected:
+        st.warning(f"Imported {outcome.accepted:,} {what} from {name} as **{outcome.dataset}**; "
+                   f"{len(outcome.rejected)} refused (listed below).")
     else:
-        st.success(f"Imported all {report.accepted:,} {what} from {name} as dataset **{report.dataset.name}**.")
-    if getattr(report, "image_size", 0):
-        st.caption(f"Geometry: {report.geometry_line()}.")
-    _refusals(report.rejected, report.skipped)
+        st.success(f"Imported all {outcome.accepted:,} {what} from {name} as dataset **{outcome.dataset}**.")
+    if outcome.geometry:
+        st.caption(f"Geometry: {outcome.geometry}.")
+    _refusals(outcome.rejected, outcome.skipped)
+
+
+@st.fragment(run_every="1s")
+def import_progress() -> None:
+    """The running import of this session (``engine.data.jobs``, another process): a progress bar
+    and Cancel; at its end the report, and the new dataset is selected. Re-read every second."""
+    held = st.session_state.get("data_job")
+    if held is None:
+        return
+    job_id, name = held
+    job = guarded(import_status, job_id)
+    if job is None:
+        st.session_state.pop("data_job", None)
+        return
+    if job.active:
+        bar, button = st.columns([5, 1], vertical_alignment="bottom")
+        frac = job.done / job.total if job.total else 0.0
+        bar.progress(frac, text=f"Importing {name}: {job.done:,} / {job.total:,} files read" if job.total
+                     else f"Importing {name}…")  # fmt: skip
+        if button.button("Cancel import", key=f"cancel_{job_id}"):
+            guarded(cancel_import, job_id, actor=actor())
+        return
+    st.session_state.pop("data_job", None)
+    if job.state == "completed":
+        st.session_state["data_report"] = (job.outcome, name)
+        if job.outcome.dataset:
+            st.session_state["data_pending"] = job.outcome.dataset
+        st.rerun(scope="app")
+    elif job.state == "cancelled":
+        st.session_state["data_report"] = None
+        st.info(f"Import of {name} cancelled; nothing was registered.")
+    else:
+        st.session_state["data_report"] = None
+        st.error(f"Import of {name} {job.state}: {job.error}")
 
 
 #: Image sizes offered; "auto" is the images' own size when they all share one (else 64).
@@ -132,9 +169,11 @@ def geometry_options(key: str) -> dict:
 
 
 def import_panel() -> str | None:
-    """The whole panel; returns the name of a dataset that was just imported (else None)."""
+    """The whole panel: the running import (if any), the upload, its plan and options, Import.
+    Returns None (a finished import selects its dataset through ``data_pending``)."""
     # Any file is taken: one of another type is refused by the engine in masklab's words (a type
     # filter here would show a red chip whose reason appears only on hover).
+    import_progress()
     upload = st.file_uploader(UPLOAD_LABEL, key="data_upload")
     if upload is None:
         return None
@@ -165,13 +204,15 @@ def import_panel() -> str | None:
         plan = guarded(_plan, str(path), upload.file_id, options.model_dump_json(), upload.name) or plan
     _show_plan(plan)
     overwrite = st.checkbox("Replace an existing dataset of the same name", key=f"{key}_over")
-    if st.button("Import", type="primary", key="data_import"):
-        with st.spinner(f"Importing {upload.name}…"):
-            report = guarded(import_source, path, new_name.strip() or None, options, overwrite=overwrite,
-                             source_label=upload.name, actor=actor(), **extra)  # fmt: skip
-        st.session_state["data_report"] = (report, upload.name) if report is not None else None
-        if report is not None and report.dataset is not None:
-            return report.dataset.name
+    busy = "data_job" in st.session_state
+    if st.button("Import", type="primary", key="data_import", disabled=busy):
+        # In a background process (engine.data.jobs): progress, cancel, a memory cap; this page stays live.
+        job = guarded(start_import, path, new_name.strip() or None, options, overwrite=overwrite,
+                      source_label=upload.name, actor=actor(), **extra)  # fmt: skip
+        if job is not None:
+            st.session_state["data_job"] = (job, upload.name)
+            st.session_state["data_report"] = None
+            st.rerun(scope="app")
     held = st.session_state.get("data_report")
     if held:
         show_report(*held)

@@ -147,7 +147,8 @@ def start_import(path: str | os.PathLike[str], name: str | None = None, options:
 
     Raises:
         PermissionDeniedError: ``actor`` is not an editor, or demo mode; no process is started.
-        DatasetError: ``$MASKLAB_IMPORT_MEMORY_MB`` is invalid, or the source does not exist.
+        DatasetError: ``$MASKLAB_IMPORT_MEMORY_MB`` is invalid, the source does not exist, or
+            ``name`` is invalid, reserved or taken (without ``overwrite``).
         StorageError: the job folder cannot be written.
     """
     ws = workspace_root(workspace)
@@ -156,6 +157,10 @@ def start_import(path: str | os.PathLike[str], name: str | None = None, options:
     memory_cap_bytes()
     if not Path(path).exists():
         raise DatasetError(f"{label}: no such file or folder")
+    if name is not None:  # a bad, reserved or taken name is refused now, not after the whole import
+        from engine.data.registry import check_new_name
+
+        check_new_name(name, ws, overwrite)
     job_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
     d = jobs_dir(ws) / job_id
     d.mkdir(parents=True)
