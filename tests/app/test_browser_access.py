@@ -177,3 +177,55 @@ def test_users_file_sign_in_shows_each_role_its_pages(workspace, running_run, br
             ctx.close()
     finally:
         stop_server(proc)
+
+
+def test_oidc_sign_in_against_a_local_provider_gives_each_role_its_pages(workspace, running_run, browser, tmp_path):
+    """st.login against oidc-provider-mock started here; roles from the users file by e-mail."""
+    from oidc_provider_mock import User, run_server_in_thread
+
+    from engine.users import set_email_role
+
+    set_email_role("vera@example.org", "viewer")
+    set_email_role("ada@example.org", "admin")
+    users = [User(sub=s, claims={"email": f"{s}@example.org", "email_verified": True}) for s in ("vera", "ada", "eve")]
+    port = free_port()
+    home = tmp_path / "home"
+    (home / ".streamlit").mkdir(parents=True)
+    with run_server_in_thread(user_claims=users) as provider:
+        (home / ".streamlit" / "secrets.toml").write_text(
+            "[auth]\n"
+            f'redirect_uri = "http://127.0.0.1:{port}/oauth2callback"\n'
+            'cookie_secret = "a-test-cookie-secret-of-some-length-0123456789"\n'
+            'client_id = "masklab-test"\nclient_secret = "masklab-test-secret"\n'
+            f'server_metadata_url = "http://localhost:{provider.server_port}/.well-known/openid-configuration"\n')
+        log = open(workspace.parent / "serve-oidc.log", "wb")
+        proc = subprocess.Popen([sys.executable, "-m", "app.serve", "--port", str(port)], cwd=REPO,
+                                env={**os.environ, "MASKLAB_WORKSPACE": str(workspace), "HOME": str(home)},
+                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)  # fmt: skip
+        url = f"http://127.0.0.1:{port}"
+        wait_for_health(proc, url, log.name)
+        expected = {"vera": ["Runs", "Run detail"], "ada": ["Data", "New run", "Mask lab", "Runs", "Run detail", "Audit"]}
+        try:
+            for sub in ("vera", "ada", "eve"):
+                ctx = browser.new_context(viewport={"width": 1400, "height": 2000})
+                page = ctx.new_page()
+                page.goto(url)
+                expect(page.get_by_role("heading", name="Sign in to masklab")).to_be_visible(timeout=30_000)
+                assert page.get_by_label("Password", exact=True).count() == 0  # no users file users: no form
+                page.get_by_role("button", name="Sign in with your organisation's account").click()
+                page.locator("input[name=sub]").wait_for(timeout=30_000)  # the provider's own form
+                page.locator("input[name=sub]").fill(sub)
+                page.get_by_role("button", name="Authorize").click()
+                if sub == "eve":  # signed in at the provider, but no role in masklab
+                    expect(page.get_by_text("eve@example.org has no role in masklab")).to_be_visible(timeout=30_000)
+                    expect(page.get_by_test_id("stSidebarNavLink")).to_have_count(0)
+                else:
+                    expect(page.get_by_text(f"Signed in as {sub}@example.org")).to_be_visible(timeout=30_000)
+                    settle(page)
+                    titles = [t.strip() for t in page.get_by_test_id("stSidebarNavLink").all_inner_texts()]
+                    assert titles == expected[sub]
+                    expect(page.get_by_role("button", name="Cancel", exact=True)).to_have_count(0 if sub == "vera" else 1)
+                shot(page, f"oidc-{sub}")
+                ctx.close()
+        finally:
+            stop_server(proc)
