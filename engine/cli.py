@@ -1,7 +1,7 @@
 """Command line on the same engine as the dashboard.
 
-    python -m engine run CONFIG [--set key=value ...]      train in the foreground (progress bar)
-    python -m engine submit CONFIG [--set key=value ...]   train in the background; prints the run id
+    python -m engine run [CONFIG] [--set key=value ...]    train in the foreground (progress bar)
+    python -m engine submit [CONFIG] [--set key=value ...] train in the background; prints the run id
     python -m engine runs [--json]                         runs with status, latest metrics and errors
     python -m engine cancel RUN_ID
     python -m engine resume RUN_ID [--set key=value ...]   continue from the latest checkpoint (background)
@@ -10,6 +10,7 @@
     python -m engine data add PATH [--name NAME]           import images (.zip/folder) or text
                                                            (.txt, .csv, .tsv, .jsonl, .zip of .txt)
                 [--name-encoding ENC] [--fill COLOUR] [--text-column C] [--label-column C] ...
+                [--image-size N] [--geometry crop|stretch|pad] [--pad-fill edge|mean|COLOUR]
     python -m engine data inspect PATH                     what `data add` would do (columns, classes)
     python -m engine data list
 
@@ -31,7 +32,8 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True)
     for name, help_ in (("run", "train in the foreground"), ("submit", "train in a background process")):
         s = sub.add_parser(name, help=help_)
-        s.add_argument("config", help="YAML run config, e.g. configs/mae-digits.yaml")
+        s.add_argument("config", nargs="?", default=None,
+                       help="YAML run config, e.g. configs/mae-digits.yaml (none: the defaults, then --set)")
         s.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                        help="override a field, e.g. --set train.steps=200 (repeatable)")
     r = sub.add_parser("runs", help="list runs")
@@ -69,9 +71,16 @@ def _parser() -> argparse.ArgumentParser:
                         help="encoding of zip member names not marked as UTF-8, e.g. cp437, cp1252, cp932 "
                         "(default: detected; the report says which)")
     a.add_argument("--name", default=None)
-    a.add_argument("--image-size", type=int, default=32, help="images: side in pixels after resizing (default 32)")
+    a.add_argument("--image-size", type=int, default=None, metavar="N",
+                   help="images: side in pixels of the square images stored (default: the images' own size "
+                   "when they all share it, else 64)")
+    a.add_argument("--geometry", choices=["crop", "stretch", "pad"], default="crop",
+                   help="images: how a non-square image becomes square: centre crop (default), stretch, or pad")
+    a.add_argument("--pad-fill", default="edge", metavar="edge|mean|COLOUR",
+                   help="images, with --geometry pad: repeat the edge pixels (default), the image's mean "
+                   "colour, or a colour (a name or #rrggbb)")
     a.add_argument("--fill", default="white", metavar="COLOUR",
-                   help="images: colour under transparent pixels and in the padding: a name or #rrggbb (default white)")
+                   help="images: colour under transparent pixels: a name or #rrggbb (default white)")
     a.add_argument("--overwrite", action="store_true", help="replace an existing dataset of that name")
     d.add_parser("list", help="list datasets")
     return p
@@ -237,7 +246,7 @@ def cmd_data(args) -> int:
         _print_plan(inspect_source(args.path, _import_options(args)))
         return 0
     report = import_source(args.path, args.name, _import_options(args), image_size=args.image_size,
-                           overwrite=args.overwrite, fill=args.fill)
+                           overwrite=args.overwrite, fill=args.fill, geometry=args.geometry, pad_fill=args.pad_fill)
     print(report.summary())
     names = getattr(report, "names", None)
     return 1 if report.rejected or (names is not None and names.ambiguous) else 0

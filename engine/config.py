@@ -186,19 +186,10 @@ class RunConfig(_Strict):
 
 
 def _format_validation_error(e: ValidationError) -> str:
-    parts = []
-    for err in e.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "config"
-        msg = err["msg"].removeprefix("Value error, ")
-        if msg.startswith("@"):  # a message that names its own field (e.g. masking.params.p: ...)
-            parts.append(msg[1:])
-        elif err["type"] == "extra_forbidden":
-            parts.append(f"{loc}: unknown field")
-        elif "input" in err and not isinstance(err["input"], dict):
-            parts.append(f"{loc}: {msg} (got {err['input']!r})")
-        else:
-            parts.append(f"{loc}: {msg}")
-    return "invalid run config: " + "; ".join(parts)
+    """``invalid run config: <field>: <what is wrong>; ...`` in masklab's words (:mod:`engine.messages`)."""
+    from engine.messages import format_problems
+
+    return "invalid run config: " + format_problems(e)
 
 
 def apply_overrides(d: dict[str, Any], overrides: list[str]) -> dict[str, Any]:

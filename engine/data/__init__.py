@@ -9,6 +9,7 @@ written once and atomically. Images: ``images`` uint8 ``[N, H, W, C]``; text: ``
     >>> ds = load_dataset("digits")
     >>> x, y = ds.tensors("train")      # float32 [N, 1, 8, 8] in [0, 1], int64 [N]
     >>> load_dataset("fortunes").texts("train")[:2]
+    >>> representative(ds.labels[ds.indices("val")], 8)   # the rows every sample view shows
     >>> scan_archive("stamps.zip").class_names          # what an image import would take, no pixel read
     >>> plan = inspect_source("trec.tsv")   # modality, detected columns, preview, classes
     >>> report = import_source("trec.tsv", "trec", ImportOptions(label_column="label")); print(report.summary())
@@ -20,6 +21,7 @@ from engine.data.importer import ArchiveScan, ImportReport, import_archive, scan
 from engine.data.ingest import SourcePlan, detect_modality, detect_source, import_source, inspect_source
 from engine.data.limits import ImportLimits
 from engine.data.registry import list_datasets, load_dataset
+from engine.data.sampling import VIEW_SEED, representative
 from engine.data.tabular import ColumnRoles, ImportOptions
 from engine.data.text import CleaningCounts, TextImportReport
 
@@ -36,6 +38,7 @@ __all__ = [
     "SourcePlan",
     "TextDataset",
     "TextImportReport",
+    "VIEW_SEED",
     "bundled_status",
     "detect_modality",
     "detect_source",
@@ -44,5 +47,6 @@ __all__ = [
     "inspect_source",
     "list_datasets",
     "load_dataset",
+    "representative",
     "scan_archive",
 ]

@@ -28,6 +28,7 @@ import numpy as np
 
 from engine.data.dataset import Dataset, DatasetInfo, ImageDataset, TextDataset, n_val_for, seeded_split
 from engine.errors import DatasetError
+from engine.messages import describe_error
 
 FASHION_ENV = "MASKLAB_FASHION_MNIST_DIR"
 FASHION_DEFAULT_DIR = "/usr/share/datasets/fashion-mnist"
@@ -155,7 +156,7 @@ def _fortunes(files: tuple[tuple[str, int, int], ...]) -> TextDataset:
         try:
             data = Path(path).read_bytes()
         except OSError as e:
-            raise DatasetError(f"{path}: cannot read fortune file ({e}); {FORTUNES_HOW_TO}") from e
+            raise DatasetError(f"{path}: cannot read fortune file ({describe_error(e)}); {FORTUNES_HOW_TO}") from e
         entries = parse_fortunes(decode_utf8(data, path))
         texts += entries
         topics += [k] * len(entries)

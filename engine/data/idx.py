@@ -43,6 +43,7 @@ import numpy as np
 
 from engine.data.limits import ImportLimits, human_bytes
 from engine.errors import DatasetError
+from engine.messages import describe_error
 
 #: type code -> (numpy big-endian dtype, name in the format's description)
 IDX_TYPES: dict[int, tuple[str, str]] = {
@@ -126,7 +127,7 @@ def read_idx(data: bytes, where: str, max_bytes: int | None = None) -> np.ndarra
                                f"{human_bytes(max_bytes)} left (MASKLAB_MAX_DECODED_BYTES)")
         body = f.read(h.nbytes + 1)  # one more byte: trailing data is refused too
     except (OSError, EOFError) as e:  # gzip.BadGzipFile is an OSError
-        raise DatasetError(f"{where}: damaged gzip data ({e})") from None
+        raise DatasetError(f"{where}: damaged gzip data ({describe_error(e)})") from None
     if len(body) != h.nbytes:
         what = "fewer" if len(body) < h.nbytes else "more"
         raise DatasetError(f"{where}: {what} data bytes than its header announces ({h.dims}, "
@@ -148,7 +149,7 @@ def read_idx_file(path: Path, header_only: bool = False) -> IdxHeader | np.ndarr
                 return read_header(f, str(path))
         return read_idx(Path(path).read_bytes(), str(path))
     except OSError as e:
-        raise DatasetError(f"{path}: cannot read IDX file ({e})") from e
+        raise DatasetError(f"{path}: cannot read IDX file ({describe_error(e)})") from e
 
 
 # ---------------------------------------------------------------- import

@@ -167,10 +167,13 @@ def _inspect_text(path: Path, options: ImportOptions, label: str) -> SourcePlan:
 
 
 def _import_text(path: Path, name: str | None, options: ImportOptions, **kw: Any) -> text.TextImportReport:
-    kw.pop("image_size", None)
-    kw.pop("fill", None)
+    for k in IMAGE_ONLY:
+        kw.pop(k, None)
     return text.import_text(path, name, options, **kw)
 
+
+IMAGE_ONLY = ("image_size", "fill", "geometry", "pad_fill")
+"""Keyword options of :func:`import_source` that only images use (ignored for text)."""
 
 IMPORTERS: dict[str, tuple[Callable[..., SourcePlan], Callable[..., Any]]] = {
     "image": (_inspect_image, _import_image),
@@ -213,11 +216,14 @@ def import_source(
     workspace: PathLike | None = None,
     overwrite: bool = False,
     source_label: str | None = None,
-    image_size: int = 32,
+    image_size: int | None = None,
     fill: str = "white",
+    geometry: str = "crop",
+    pad_fill: str = "edge",
 ) -> importer.ImportReport | text.TextImportReport:
     """Import any source as a dataset: images with :func:`engine.data.importer.import_archive`
-    (``image_size``, ``fill``, ``options.val_fraction``, ``options.seed``, ``options.name_encoding``), text with
+    (``image_size`` (None: the data's own size), ``geometry``, ``pad_fill``, ``fill``,
+    ``options.val_fraction``, ``options.seed``, ``options.name_encoding``), text with
     :func:`engine.data.text.import_text` (columns, filters, split). Both reports have ``summary()``,
     ``dataset``, ``accepted``, ``rejected`` and ``skipped``.
 
@@ -228,4 +234,5 @@ def import_source(
     label = source_label or str(path)
     _, do_import = IMPORTERS[detect_source(path, label)]
     return do_import(Path(path).expanduser(), name, options or ImportOptions(), workspace=workspace,
-                     overwrite=overwrite, source_label=label, image_size=image_size, fill=fill)  # fmt: skip
+                     overwrite=overwrite, source_label=label, image_size=image_size, fill=fill,
+                     geometry=geometry, pad_fill=pad_fill)  # fmt: skip

@@ -34,12 +34,14 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import pickle
 import re
 import shutil
 import struct
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -275,3 +277,45 @@ def load_weights(ckpt_dir: Path) -> dict[str, Any]:
         return load_file(str(path))
     except (OSError, SafetensorError) as e:
         raise DamagedFileError(f"{path}: unreadable model weights ({e})") from None
+
+
+@dataclass(frozen=True)
+class CheckpointWeights:
+    """The weights file of a run's newest complete checkpoint, described from its header alone.
+
+    Attributes:
+        run_id, step: whose and which checkpoint.
+        path: its ``model.safetensors``.
+        n_params: numbers stored (sum over tensors of the product of their shapes).
+        n_bytes: size of the file.
+    """
+
+    run_id: str
+    step: int
+    path: Path
+    n_params: int
+    n_bytes: int
+
+    def read(self) -> bytes:
+        """The file's bytes (e.g. for a download button)."""
+        return self.path.read_bytes()
+
+
+def checkpoint_weights(run_id: str, workspace=None) -> CheckpointWeights | None:
+    """:class:`CheckpointWeights` of the run's newest complete checkpoint, or None when it keeps
+    none. The parameter count is read from the safetensors header (no tensor is loaded, no torch).
+    Raises RunNotFoundError for an unknown run."""
+    from engine.store.runs import run_dir
+
+    p = latest_complete_checkpoint(run_dir(run_id, workspace))
+    if p is None:
+        return None
+    weights = p / WEIGHTS
+    try:
+        with open(weights, "rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(n))
+        count = sum(math.prod(v["shape"]) for k, v in header.items() if k != "__metadata__")
+    except (OSError, ValueError, KeyError, TypeError, struct.error):
+        return None
+    return CheckpointWeights(run_id, checkpoint_step(p), weights, int(count), weights.stat().st_size)

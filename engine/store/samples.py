@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import DamagedFileError
+from engine.messages import describe_error
 from engine.store.runs import run_dir
 from engine.workspace import atomic_write_bytes
 
@@ -93,7 +94,7 @@ def read_sample_file(path: Path) -> Sample:
     try:
         return _decode(path)
     except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as e:
-        raise DamagedFileError(f"{path}: unreadable reconstruction samples ({e}); "
+        raise DamagedFileError(f"{path}: unreadable reconstruction samples ({describe_error(e)}); "
                                f"`python -m engine doctor` reports damaged files") from None
 
 
