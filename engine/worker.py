@@ -194,6 +194,9 @@ def _execute(run_dir: Path, should_stop: Callable[[], bool], on_step: Callable[[
                          resume_from=ckpt)
             writer.close()
             final = "cancelled" if result.stopped else "completed"
+            if final == "completed" and cfg.evaluation.auto and os.environ.get(AUTO_EVAL_ENV, "1") != "0":
+                write_status(run_dir, {**status, "status": "running", "phase": "evaluating", "latest": writer.latest})
+                _evaluate_final(run_dir, result.device, workspace)
             _final(run_dir, {**status, "status": final, "step": result.steps_done, "ended_at": time.time(),
                              "latest": writer.latest, "device": result.device, "n_params": result.n_params})
             return final
@@ -214,6 +217,22 @@ def _execute(run_dir: Path, should_stop: Callable[[], bool], on_step: Callable[[
         return final
     finally:
         dequeue(workspace, run_id)
+
+
+AUTO_EVAL_ENV = "MASKLAB_AUTO_EVAL"
+"""Set to ``0`` to skip every run's automatic evaluation in this environment (a test suite, a demo)."""
+
+
+def _evaluate_final(run_dir: Path, device: str, workspace: Path) -> None:
+    """The automatic evaluation of a completed run's final checkpoint (``evaluation.auto``, unless
+    ``$MASKLAB_AUTO_EVAL`` is 0), in the worker while it still holds the run lock and its slot. Its
+    failure does not fail the run: the reason is in ``evaluation/job.json`` and the log."""
+    from engine.eval.job import evaluate_and_save
+
+    try:
+        evaluate_and_save(run_dir, None, device=device, workspace=workspace)
+    except Exception:  # noqa: BLE001 - recorded in job.json; the training result stands
+        _print_exc()
 
 
 def _exit_reason(rc: int) -> str:
