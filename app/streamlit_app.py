@@ -30,6 +30,7 @@ PAGES = [
     st.Page("../pages/mask_lab.py", title="Mask lab"),
     st.Page("../pages/runs.py", title="Runs", default=True),
     st.Page("../pages/run_detail.py", title="Run detail"),
+    st.Page("../pages/compare.py", title="Compare"),
 ]
 
 st.navigation(PAGES).run()
