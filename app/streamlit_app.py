@@ -31,6 +31,7 @@ PAGES = [
     st.Page("../pages/runs.py", title="Runs", default=True),
     st.Page("../pages/run_detail.py", title="Run detail"),
     st.Page("../pages/compare.py", title="Compare"),
+    st.Page("../pages/sweeps.py", title="Sweeps"),
 ]
 
 st.navigation(PAGES).run()

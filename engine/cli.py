@@ -24,7 +24,7 @@ import argparse
 import json
 import sys
 
-from engine.errors import MasklabError
+from engine.errors import ConfigError, MasklabError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -46,6 +46,16 @@ def _parser() -> argparse.ArgumentParser:
     rs.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                     help="change a field from the checkpoint on, e.g. --set train.lr=5e-4 --set train.steps=2000 "
                     "(not the model, task, data or seed)")
+    sw = sub.add_parser("sweep", help="queue one run per value of a config field and seed (e.g. mask ratio vs "
+                        "linear-probe accuracy); the engine runs MASKLAB_MAX_RUNS at a time")
+    sw.add_argument("config", nargs="?", default=None, help="YAML run config (none: the defaults, then --set)")
+    sw.add_argument("--over", required=True, metavar="FIELD=V1,V2,...",
+                    help="the swept field and its values, e.g. masking.ratio=0.25,0.5,0.75,0.9")
+    sw.add_argument("--seeds", type=int, default=1, help="replicates per value: train.seed 0..N-1")
+    sw.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    de = sub.add_parser("delete", help="delete a run (refused while it is queued or running, unless --cancel)")
+    de.add_argument("run_id")
+    de.add_argument("--cancel", action="store_true", help="cancel it first if it is queued or running")
     ev = sub.add_parser("evaluate", help="evaluate a saved checkpoint of an ended run (probe, kNN, k-means next to "
                         "a random-init encoder and the raw input), in a background process")
     ev.add_argument("run_id")
@@ -88,6 +98,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="images: colour under transparent pixels: a name or #rrggbb (default white)")
     a.add_argument("--overwrite", action="store_true", help="replace an existing dataset of that name")
     d.add_parser("list", help="list datasets")
+    dd = d.add_parser("delete", help="delete a dataset (runs that used it keep their results)")
+    dd.add_argument("name")
     return p
 
 
@@ -144,6 +156,35 @@ def cmd_resume(args) -> int:
     step = resume(args.run_id, args.overrides)
     print(f"resuming {args.run_id} from step {step} in the background "
           f"(python -m engine runs; python -m engine log {args.run_id})")
+    return 0
+
+
+def cmd_delete(args) -> int:
+    from engine.housekeeping import delete_run
+
+    freed = delete_run(args.run_id, cancel=args.cancel)
+    print(f"deleted {args.run_id} ({freed / 2**20:.1f} MiB freed)")
+    return 0
+
+
+def cmd_sweep(args) -> int:
+    import yaml
+
+    from engine.config import load_config
+    from engine.sweep import submit_sweep, sweep_of
+
+    if "=" not in args.over:
+        raise ConfigError(f"--over {args.over!r}: expected FIELD=V1,V2,..., e.g. masking.ratio=0.25,0.5,0.75,0.9")
+    field, raw = args.over.split("=", 1)
+    values = [yaml.safe_load(v) for v in raw.split(",") if v.strip()]
+    base = load_config(args.config, args.overrides).to_dict()
+    ids = submit_sweep(base, field.strip(), values, list(range(max(1, args.seeds))))
+    from engine.store import get_run
+
+    sid = sweep_of(get_run(ids[0]).name)["id"]
+    print(f"sweep {sid}: {len(ids)} runs queued ({field} in {values}, {args.seeds} seed(s)); see the Sweeps page")
+    for r in ids:
+        print(r)
     return 0
 
 
@@ -272,6 +313,14 @@ def cmd_data(args) -> int:
             print(f"{info.name:20} {info.modality:6} {shape:12}  train {info.n_train:6}  val {info.n_val:6}"
                   f"  classes {len(info.class_names):3}  {info.source}")
         return 0
+    if args.data_cmd == "delete":
+        from engine.housekeeping import delete_dataset, runs_using
+
+        users = runs_using(args.name)
+        freed = delete_dataset(args.name)
+        kept = f"; {len(users)} run(s) that used it keep their results" if users else ""
+        print(f"deleted dataset {args.name} ({freed / 2**20:.1f} MiB freed){kept}")
+        return 0
     if args.data_cmd == "inspect":
         _print_plan(inspect_source(args.path, _import_options(args)))
         return 0
@@ -286,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit code."""
     args = _parser().parse_args(argv)
     handler = {"run": cmd_run, "submit": cmd_submit, "runs": cmd_runs, "cancel": cmd_cancel, "resume": cmd_resume,
-               "evaluate": cmd_evaluate, "log": cmd_log, "doctor": cmd_doctor, "data": cmd_data}
+               "evaluate": cmd_evaluate, "sweep": cmd_sweep, "delete": cmd_delete, "log": cmd_log, "doctor": cmd_doctor, "data": cmd_data}
     try:
         return handler[args.cmd](args)
     except MasklabError as e:

@@ -77,7 +77,14 @@ with c2:
                            max_value=0.99, step=0.01, key="cmp_smoothing")  # fmt: skip
 with c1:
     x_axis, log_y = axis_controls(url, "cmp")
-metrics = guarded(read_metrics, ids, ["loss", "val_loss", "throughput"], max_points=1000)
+@st.cache_data(max_entries=16, ttl=600, show_spinner=False)
+def _metrics(ids: tuple[str, ...], versions: tuple) -> object:
+    """The compared runs' curves, re-read only when one of them moved on (``versions``: each run's
+    status, step and last status write), so a rerun of finished runs costs no Parquet read."""
+    return read_metrics(list(ids), ["loss", "val_loss", "throughput"], max_points=1000)
+
+
+metrics = guarded(_metrics, tuple(ids), tuple((r.status, r.step, r.updated_at) for r in picked))
 if metrics is not None:
     show_read_warnings(metrics)
     titles = " / ".join(sorted({loss_title(r.config) for r in picked}))

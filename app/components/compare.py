@@ -80,12 +80,12 @@ def mark_best(df: pd.DataFrame, columns: Sequence[str], higher: bool = True, fmt
     out = df.copy()
     for c in plain:
         if c in out:
-            out[c] = ["-" if pd.isna(v) else fmt.format(v) for v in df[c]]
+            out[c] = ["–" if pd.isna(v) else fmt.format(v) for v in df[c]]
     for c in columns:
         if c not in out or out[c].isna().all():
             continue
         best = out[c].max() if higher else out[c].min()
-        out[c] = [("-" if pd.isna(v) else fmt.format(v)) + (BEST if v == best and len(out) > 1 else "") for v in df[c]]
+        out[c] = [("–" if pd.isna(v) else fmt.format(v)) + (BEST if v == best and len(out) > 1 else "") for v in df[c]]
     return out
 
 
@@ -123,7 +123,7 @@ def efficiency_frame(records: Sequence[Any], metrics: pd.DataFrame, labels: Mapp
             "step to loss": hit[0] if hit else np.nan,
             "seconds to loss": hit[1] if hit else np.nan,
             "parameters (M)": r.extra["n_params"] / 1e6 if r.extra.get("n_params") else np.nan,
-            "device": r.extra.get("device", "-"),
+            "device": r.extra.get("device", "–"),
         })  # fmt: skip
     return pd.DataFrame(rows)
 
@@ -144,7 +144,7 @@ def eff_display(eff: pd.DataFrame) -> pd.DataFrame:
         vals = eff[c]
         best = None if vals.isna().all() or c in ("steps", "parameters (M)") else (
             vals.min() if c in lower else vals.max())
-        out[c] = [("-" if pd.isna(v) else fmt.format(int(v) if fmt == "{:d}" else v))
+        out[c] = [("–" if pd.isna(v) else fmt.format(int(v) if fmt == "{:d}" else v))
                   + (BEST if best is not None and v == best and len(eff) > 1 else "") for v in vals]
     return out
 

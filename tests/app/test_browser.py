@@ -41,7 +41,7 @@ expect = playwright_sync.expect
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = REPO / "test-artifacts"
 CHART = "canvas, svg.marks, .vega-embed"
-NAV_TITLES = ["Data", "New run", "Mask lab", "Runs", "Run detail"]
+NAV_TITLES = ["Data", "New run", "Mask lab", "Runs", "Run detail", "Compare", "Sweeps"]
 
 
 def free_port() -> int:
