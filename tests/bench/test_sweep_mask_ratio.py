@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "sweep_mask_ratio.py"
+from tests.bench import load_bench
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("sweep_mask_ratio", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("sweep_mask_ratio")
 
 
 @pytest.mark.slow
