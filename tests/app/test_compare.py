@@ -41,7 +41,7 @@ def test_mark_best_and_time_to_loss():
 
 
 @pytest.fixture
-def four_runs(workspace, one_thread, monkeypatch):
+def four_runs(workspace, monkeypatch):
     monkeypatch.setenv("MASKLAB_AUTO_EVAL", "1")
     ids = []
     for i, ratio in enumerate((0.25, 0.5, 0.75, 0.9)):
