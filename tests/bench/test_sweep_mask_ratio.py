@@ -12,7 +12,7 @@ def _bench():
 
 
 @pytest.mark.slow
-def test_scaled_down_sweep_gives_every_figure_per_ratio(workspace, one_thread):
+def test_scaled_down_sweep_gives_every_figure_per_ratio(workspace):
     bench = _bench()
     df = bench.run_sweep(workspace, [0.5, 0.9], [0], steps=40, rows=300, quiet=True)
     assert df["value"].tolist() == [0.5, 0.9] and (df["status"] == "completed").all()
