@@ -48,13 +48,15 @@ identity_bar(who)
 # Page paths are relative to this file. The titles here are the sidebar labels; pages link to each
 # other with the same paths (st.page_link("../pages/run_detail.py")). No icons: emoji need an emoji
 # font and Material icons a web font, and a machine offline without either shows empty boxes.
-READ_ONLY = ["../pages/runs.py", "../pages/run_detail.py"]
+READ_ONLY = ["../pages/runs.py", "../pages/run_detail.py", "../pages/compare.py", "../pages/sweeps.py"]
 PAGES = {
     "../pages/data.py": "Data",
     "../pages/new_run.py": "New run",
     "../pages/mask_lab.py": "Mask lab",
     "../pages/runs.py": "Runs",
     "../pages/run_detail.py": "Run detail",
+    "../pages/compare.py": "Compare",
+    "../pages/sweeps.py": "Sweeps",
     "../pages/audit.py": "Audit",
 }
 shown = [p for p in PAGES if (p in READ_ONLY or not read_only(who)) and (p != "../pages/audit.py" or can("audit.read", who))]

@@ -52,6 +52,7 @@ ACTIONS: dict[str, tuple[str, str]] = {
     "run.submit": ("editor", "launch runs"),
     "run.resume": ("editor", "resume runs"),
     "run.cancel": ("editor", "cancel runs"),
+    "run.evaluate": ("editor", "evaluate runs"),
     "run.delete": ("admin", "delete runs"),
     "data.import": ("editor", "import datasets"),
     "data.delete": ("admin", "delete datasets"),

@@ -31,7 +31,7 @@ import argparse
 import json
 import sys
 
-from engine.errors import MasklabError
+from engine.errors import ConfigError, MasklabError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -53,6 +53,18 @@ def _parser() -> argparse.ArgumentParser:
     rs.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                     help="change a field from the checkpoint on, e.g. --set train.lr=5e-4 --set train.steps=2000 "
                     "(not the model, task, data or seed)")
+    sw = sub.add_parser("sweep", help="queue one run per value of a config field and seed (e.g. mask ratio vs "
+                        "linear-probe accuracy); the engine runs MASKLAB_MAX_RUNS at a time")
+    sw.add_argument("config", nargs="?", default=None, help="YAML run config (none: the defaults, then --set)")
+    sw.add_argument("--over", required=True, metavar="FIELD=V1,V2,...",
+                    help="the swept field and its values, e.g. masking.ratio=0.25,0.5,0.75,0.9")
+    sw.add_argument("--seeds", type=int, default=1, help="replicates per value: train.seed 0..N-1")
+    sw.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    ev = sub.add_parser("evaluate", help="evaluate a saved checkpoint of an ended run (probe, kNN, k-means next to "
+                        "a random-init encoder and the raw input), in a background process")
+    ev.add_argument("run_id")
+    ev.add_argument("--step", type=int, default=None, help="checkpoint step (default: the latest kept)")
+    ev.add_argument("--foreground", action="store_true", help="run here and print the figures")
     lg = sub.add_parser("log", help="print the end of a background run's worker log")
     lg.add_argument("run_id")
     lg.add_argument("--bytes", type=int, default=64_000, help="at most this many bytes from the end")
@@ -168,6 +180,52 @@ def cmd_resume(args) -> int:
     step = resume(args.run_id, args.overrides)
     print(f"resuming {args.run_id} from step {step} in the background "
           f"(python -m engine runs; python -m engine log {args.run_id})")
+    return 0
+
+
+def cmd_sweep(args) -> int:
+    import yaml
+
+    from engine.config import load_config
+    from engine.sweep import submit_sweep, sweep_of
+
+    if "=" not in args.over:
+        raise ConfigError(f"--over {args.over!r}: expected FIELD=V1,V2,..., e.g. masking.ratio=0.25,0.5,0.75,0.9")
+    field, raw = args.over.split("=", 1)
+    values = [yaml.safe_load(v) for v in raw.split(",") if v.strip()]
+    base = load_config(args.config, args.overrides).to_dict()
+    ids = submit_sweep(base, field.strip(), values, list(range(max(1, args.seeds))))
+    from engine.store import get_run
+
+    sid = sweep_of(get_run(ids[0]).name)["id"]
+    print(f"sweep {sid}: {len(ids)} runs queued ({field} in {values}, {args.seeds} seed(s)); see the Sweeps page")
+    for r in ids:
+        print(r)
+    return 0
+
+
+def cmd_evaluate(args) -> int:
+    from engine.launcher import evaluate
+
+    if not args.foreground:
+        step = evaluate(args.run_id, args.step)
+        print(f"evaluating step {step} of {args.run_id} in the background (python -m engine log {args.run_id})")
+        return 0
+    from engine.eval.job import run_job
+    from engine.store import get_run
+    from engine.store.evaluations import read_evaluations, read_job
+
+    rec = get_run(args.run_id)
+    rc = run_job(rec.path, args.step)
+    job = read_job(args.run_id) or {}
+    if rc != 0:
+        print(f"error: {job.get('error') or 'the run is locked by another process'}", file=sys.stderr)
+        return 2
+    ev = next(e for e in read_evaluations(args.run_id)[0] if e.step == job.get("step"))
+    print(f"step {ev.step}: {ev.rows['train']} train / {ev.rows['val']} val rows, {ev.seconds:.1f} s")
+    for enc, figs in ev.representation.items():
+        print(f"  {enc:12} " + "  ".join(f"{k} {v:.4f}" for k, v in figs.items()))
+    print("  reconstruction " + "  ".join(f"{k} {v:.4f}" for k, v in ev.reconstruction.items()))
     return 0
 
 
@@ -344,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit code."""
     args = _parser().parse_args(argv)
     handler = {"run": cmd_run, "submit": cmd_submit, "runs": cmd_runs, "cancel": cmd_cancel, "resume": cmd_resume,
-               "log": cmd_log, "doctor": cmd_doctor, "data": cmd_data, "delete": cmd_delete, "audit": cmd_audit,
+               "evaluate": cmd_evaluate, "sweep": cmd_sweep, "log": cmd_log, "doctor": cmd_doctor, "data": cmd_data, "delete": cmd_delete, "audit": cmd_audit,
                "users": cmd_users}
     try:
         return handler[args.cmd](args)

@@ -144,6 +144,15 @@ class TrainConfig(_Strict):
         return self
 
 
+class EvalConfig(_Strict):
+    """The evaluation job (:mod:`engine.eval.job`): representation figures of frozen features next to
+    a randomly initialised encoder and the raw input."""
+
+    auto: bool = Field(True, description="evaluate the final checkpoint when the run completes (in its worker)")
+    max_rows: int = Field(2000, ge=20, le=100_000, description="rows of each split whose features are probed")
+    tsne_max_rows: int = Field(1000, ge=0, le=10_000, description="t-SNE map only up to this many val rows (PCA always)")
+
+
 class RunConfig(_Strict):
     """Everything a run needs; saved resolved with the run.
 
@@ -161,6 +170,7 @@ class RunConfig(_Strict):
     model: ModelConfig = ModelConfig()
     objective: ObjectiveConfig = ObjectiveConfig()
     train: TrainConfig = TrainConfig()
+    evaluation: EvalConfig = EvalConfig()
 
     @model_validator(mode="after")
     def _resolve(self) -> "RunConfig":

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -101,6 +102,50 @@ def _resume(run_id: str, overrides: Sequence[str], ws: Path) -> int:
     return step
 
 
+def evaluate(run_id: str, step: int | None = None, workspace=None, *, actor: Identity | None = None) -> int:
+    """Evaluate a saved checkpoint of an ended run in the background (:mod:`engine.eval.job`): the
+    job queues for a run slot like a training run and writes its results with the run. Returns the
+    checkpoint step it will evaluate (the latest complete one when ``step`` is None).
+
+    Raises:
+        RunNotFoundError: unknown run.
+        RunActiveError: the run is queued or running (it is evaluated at its end when
+            ``evaluation.auto``), or an evaluation of it is already queued or running.
+        EvaluationError: no complete checkpoint (at ``step``).
+        QueueFullError: ``$MASKLAB_MAX_QUEUED`` runs are already waiting. Nothing is started on any error.
+        PermissionDeniedError: ``actor`` (default :func:`engine.access.current_identity`) is not an
+            editor, or demo mode (checked first).
+    """
+    with authorized("run.evaluate", run_id, actor=actor, workspace=workspace):
+        return _evaluate(run_id, step, workspace)
+
+
+def _evaluate(run_id: str, step: int | None, workspace) -> int:
+    from engine.errors import EvaluationError, RunActiveError
+    from engine.store.checkpoints import checkpoint_complete, list_checkpoints
+    from engine.store.evaluations import job_active, write_job
+
+    ws = workspace_root(workspace)
+    rec = get_run(run_id, ws)
+    if rec.status in ACTIVE:
+        raise RunActiveError(f"run {run_id} is {rec.status}; its final checkpoint is evaluated when it completes "
+                             f"(evaluation.auto), other checkpoints once it has ended")
+    steps = [int(p.name.split("-")[1]) for p in list_checkpoints(rec.path) if checkpoint_complete(p)]
+    if step is not None and step not in steps or not steps:
+        at = "" if step is None else f" at step {step}"
+        kept = f" (kept: {', '.join(map(str, steps))})" if steps else ""
+        raise EvaluationError(f"run {run_id} has no complete checkpoint{at} to evaluate{kept}")
+    step = steps[-1] if step is None else step
+    with submit_lock(ws):
+        if job_active(run_id, ws):
+            raise RunActiveError(f"an evaluation of run {run_id} is already queued or running")
+        _check_queue_cap(ws)
+        write_job(rec.path, status="queued", step=step, queued_at=time.time())
+    cmd = [sys.executable, "-m", "engine.eval.job", str(rec.path), "--step", str(step)]
+    _start(cmd, rec.path, ws)
+    return step
+
+
 def _check_queue_cap(ws: Path) -> None:
     """Raise QueueFullError while ``$MASKLAB_MAX_QUEUED`` runs wait (call holding ``submit_lock``)."""
     waiting, cap = len(waiting_runs(ws, prune=True)), max_queued()
@@ -119,11 +164,21 @@ def start_worker(d: Path, workspace=None, *, supervised: bool = False) -> subpro
     (``supervised`` True) starts ``--once`` workers that share its session and log and waits for them itself.
     """
     ws = workspace_root(workspace)
-    env = {**os.environ, "MASKLAB_WORKSPACE": str(ws)}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     cmd = [sys.executable, "-m", "engine.worker", *(["--once"] if supervised else []), str(d)]
     if supervised:
-        return subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, close_fds=True)
+        return subprocess.Popen(cmd, cwd=REPO_ROOT, env=_env(ws), stdin=subprocess.DEVNULL, close_fds=True)
+    return _start(cmd, d, ws)
+
+
+def _env(ws: Path) -> dict[str, str]:
+    env = {**os.environ, "MASKLAB_WORKSPACE": str(ws)}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+def _start(cmd: list[str], d: Path, ws: Path) -> subprocess.Popen:
+    """Start ``cmd`` in its own session with ``<d>/worker.log`` as stdout/stderr; a thread reaps it."""
+    env = _env(ws)
     with open(Path(d) / LOG_FILE, "ab") as log:
         proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)

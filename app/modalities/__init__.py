@@ -26,6 +26,8 @@ SAMPLE_VIEWS = {"image": image.samples_view, "text_mlm": text.mlm_samples_view, 
 TASK_KIND = {"image_mim": "image", "text_mlm": "text_mlm", "text_span": "text_span"}  # task -> its sample kind
 SAMPLE_TITLES = {"image": "Reconstructions", "text_mlm": "Predictions on validation texts",
                  "text_span": "Completions of validation texts"}
+#: sample kind -> the Compare page's view of several runs' samples ``(samples: {label: Sample}) -> [(caption, image)]``.
+COMPARE_VIEWS = {"image": image.compare_view, "text_mlm": text.compare_view, "text_span": text.compare_view}
 INTERACTIVE = {"text_mlm": text.fill_in_box, "text_span": text.completion_box, "image_mim": image.masking_box}
 #: What New run proposes for a task's training, over ``TrainConfig``'s defaults (measured recipes:
 #: see bench/README.md).

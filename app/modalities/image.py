@@ -328,3 +328,34 @@ def masking_box(run, sample) -> None:
             n = int(hidden.sum())
             st.caption(f"{n} of {h * w} patches hidden · checkpoint of step {loaded.step}"
                        + (f" · MSE at the hidden patches {mse[0]:.4f}" if n else " · nothing hidden, nothing to predict"))
+
+
+def compare_view(samples: dict, n: int = 6) -> list[tuple[str, np.ndarray]]:
+    """The Compare page's reconstruction grid: rows are the first ``n`` fixed validation images
+    (the same rows for runs on the same dataset: :func:`engine.data.representative`), columns are
+    the original, then per run its masked input and its reconstruction with the visible patches
+    pasted back, at each run's latest samples. ``samples``: run label -> ``Sample`` of kind
+    ``image``. Returns the ``(caption, uint8 column image)`` pairs drawn (the HTML report reuses them)."""
+    from app.components.compare import stack_column
+    from app.components.images import chw_to_hwc_uint8, upscale
+
+    if not samples:
+        return []
+    first = next(iter(samples.values()))
+    k = min(n, *(len(s["images"]) for s in samples.values()))
+    same = all(s["images"].shape == first["images"].shape and np.allclose(s["images"][:k], first["images"][:k])
+               for s in samples.values())
+    columns = [("original", chw_to_hwc_uint8(first["images"][:k]))]
+    for label, s in samples.items():
+        columns.append((f"{label} · masked (step {s.step})", mask_overlay(s["images"][:k], s["mask"][:k])))
+        columns.append((f"{label} · reconstruction (step {s.step})", chw_to_hwc_uint8(s["pasted"][:k])))
+    if not same:
+        st.caption("These runs' fixed validation images differ (other datasets or image sizes): each column shows "
+                   "its own run's images.")
+    drawn = [(c, stack_column(np.stack([upscale(np.asarray(im), 96) for im in imgs]))) for c, imgs in columns]
+    per_row = 9
+    for start in range(0, len(drawn), per_row):
+        cols = st.columns(per_row, gap="small")
+        for col, (caption, img) in zip(cols, drawn[start:start + per_row]):
+            col.image(img, caption=caption, width="stretch")
+    return drawn

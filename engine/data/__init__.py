@@ -18,7 +18,7 @@ written once and atomically. Images: ``images`` uint8 ``[N, H, W, C]``; text: ``
 from engine.data.bundled import BundledStatus, bundled_status
 from engine.data.dataset import DatasetInfo, ImageDataset, TextDataset
 from engine.data.importer import ArchiveScan, ImportReport, import_archive, scan_archive
-from engine.data.ingest import SourcePlan, detect_modality, import_source, inspect_source
+from engine.data.ingest import SourcePlan, detect_modality, detect_source, import_source, inspect_source
 from engine.data.limits import ImportLimits
 from engine.data.registry import delete_dataset, list_datasets, load_dataset
 from engine.data.sampling import VIEW_SEED, representative
@@ -42,6 +42,7 @@ __all__ = [
     "bundled_status",
     "delete_dataset",
     "detect_modality",
+    "detect_source",
     "import_archive",
     "import_source",
     "inspect_source",

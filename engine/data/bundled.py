@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import gzip
 import os
 import re
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -190,32 +188,19 @@ def _build_fortunes() -> TextDataset:
     return _fortunes(tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files))
 
 
-def _idx_header(f, path: Path, magic: int) -> tuple[int, ...]:
-    """Read an IDX header (big-endian magic, then one uint32 per dimension) and check the magic."""
-    ndim = 3 if magic == IDX_IMAGES_MAGIC else 1
-    head = f.read(4 * (1 + ndim))
-    if len(head) < 4 * (1 + ndim):
-        raise DatasetError(f"{path}: truncated IDX header")
-    found, *dims = struct.unpack(f">{1 + ndim}I", head)
-    if found != magic:
-        kind = "images" if magic == IDX_IMAGES_MAGIC else "labels"
-        raise DatasetError(f"{path}: not an IDX {kind} file (magic number {found}, expected {magic})")
-    return tuple(dims)
-
-
 def _read_idx(path: Path, magic: int, header_only: bool = False) -> np.ndarray | tuple[int, ...]:
-    """Read a gzip IDX file: uint8 ``[N, H, W]`` (magic 2051) or ``[N]`` (magic 2049); or just its dims."""
+    """Read a gzip IDX file (:mod:`engine.data.idx`): uint8 ``[N, H, W]`` (magic 2051) or ``[N]``
+    (magic 2049); or just its dims. Raises DatasetError naming the file and how to get it."""
+    from engine.data.idx import read_idx_file
+
     try:
-        with gzip.open(path, "rb") as f:
-            dims = _idx_header(f, path, magic)
-            if header_only:
-                return dims
-            data = np.frombuffer(f.read(), dtype=np.uint8)
-    except (OSError, EOFError) as e:
-        raise DatasetError(f"{path}: cannot read IDX file ({describe_error(e)}); {FASHION_HOW_TO}") from e
-    if data.size != int(np.prod(dims)):
-        raise DatasetError(f"{path}: {data.size} bytes of data, header says {dims}")
-    return data.reshape(dims)
+        header = read_idx_file(path, header_only=True)
+        if header.magic != magic:
+            kind = "images" if magic == IDX_IMAGES_MAGIC else "labels"
+            raise DatasetError(f"{path}: not an IDX {kind} file (magic number {header.magic}, expected {magic})")
+        return header.dims if header_only else read_idx_file(path)
+    except DatasetError as e:
+        raise DatasetError(f"{e}; {FASHION_HOW_TO}") from None
 
 
 def bundled_info(name: str, created_at: str = "") -> DatasetInfo:

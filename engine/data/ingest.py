@@ -6,21 +6,23 @@
 
 :func:`detect_modality` decides from the file itself (its extension, or what a zip or folder holds);
 :data:`IMPORTERS` maps each modality to how it is inspected and imported. Images go to
-:func:`engine.data.importer.import_archive` unchanged; text to :func:`engine.data.text.import_text`.
-Audio and paired data will be new entries in :data:`IMPORTERS` and in :func:`detect_modality`.
+:func:`engine.data.importer.import_archive` unchanged; IDX files (the MNIST format) to
+:func:`engine.data.idx.import_idx`; text to :func:`engine.data.text.import_text`.
+Audio and paired data will be new entries in :data:`IMPORTERS` and in :func:`detect_source`.
 """
 
 from __future__ import annotations
 
 import os
 import zipfile
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from engine.access import Identity
-from engine.data import importer, storage, text
+from engine.data import idx, importer, storage, text
 from engine.data.images import EXTENSIONS as IMAGE_EXTENSIONS
 from engine.data.tabular import TABLE_EXTENSIONS, ColumnRoles, ImportOptions
 from engine.errors import DatasetError
@@ -65,9 +67,9 @@ class SourcePlan:
     notes: list[str] = field(default_factory=list)
 
 
-def _tree_extensions(path: Path, label: str) -> dict[str, int]:
-    """Visible files by lower-case extension in a zip or folder (``__MACOSX`` and hidden files left
-    out), read from the directory alone with the archive safeguards (entry count limit)."""
+def _tree_names(path: Path, label: str) -> list[str]:
+    """Visible file names in a zip or folder (``__MACOSX`` and hidden files left out), read from the
+    directory alone with the archive safeguards (entry count limit)."""
     from engine.data.archive import Members, clean_path, decode_names
     from engine.data.limits import ImportLimits
 
@@ -77,24 +79,20 @@ def _tree_extensions(path: Path, label: str) -> dict[str, int]:
     with Members(path, label, ImportLimits.from_env()) as ms:
         decode_names(ms.members)
         names = [clean_path(m.name) for m in ms.members]
-    counts: dict[str, int] = {}
-    for n in names:
-        parts = PurePosixPath(n).parts
-        if parts and parts[0] != "__MACOSX" and not any(p.startswith(".") for p in parts):
-            ext = PurePosixPath(n).suffix.lower()
-            counts[ext] = counts.get(ext, 0) + 1
-    return counts
+    return [n for n in names if (parts := PurePosixPath(n).parts) and parts[0] != "__MACOSX"
+            and not any(p.startswith(".") for p in parts)]
 
 
-def detect_modality(path: PathLike, source_label: str | None = None) -> str:
-    """The modality of a source, from the file itself.
+def detect_source(path: PathLike, source_label: str | None = None) -> str:
+    """How a source is imported: a key of :data:`IMPORTERS`, from the file itself.
 
     Rules: a ``.txt``, ``.csv``, ``.tsv`` or ``.jsonl`` file is ``"text"``; a zip or a folder is
-    ``"image"`` when it holds PNG/JPEG files (other files are then skipped, as before), else
-    ``"text"`` when it holds ``.txt`` files.
+    ``"idx"`` when it holds an IDX images file and an IDX labels file (MNIST's
+    ``*-idx3-ubyte[.gz]`` + ``*-idx1-ubyte[.gz]``), else ``"image"`` when it holds PNG/JPEG...
+    files (other files are then skipped, as before), else ``"text"`` when it holds ``.txt`` files.
 
     Raises:
-        DatasetError: missing path, an unknown file type, or a zip/folder with neither (naming what it holds).
+        DatasetError: missing path, an unknown file type, or a zip/folder with none of these (naming what it holds).
     """
     src = Path(path).expanduser()
     label = source_label or str(path)
@@ -105,13 +103,26 @@ def detect_modality(path: PathLike, source_label: str | None = None) -> str:
         return "text"
     if src.is_file() and ext in IMAGE_EXTENSIONS:
         raise DatasetError(f"{label}: a single image; put the images in a .zip (sub-folders = labels)")
-    counts = _tree_extensions(src, label)
+    names = _tree_names(src, label)
+    if idx.holds_idx(names):
+        return "idx"
+    counts = Counter(PurePosixPath(n).suffix.lower() for n in names)
     if any(counts.get(e) for e in IMAGE_EXTENSIONS):
         return "image"
     if any(counts.get(e) for e in text.TEXT_EXTENSIONS):
         return "text"
     found = ", ".join(f"{n} x {e or 'no extension'}" for e, n in sorted(counts.items())) or "no files"
-    raise DatasetError(f"{label}: no images (PNG, JPEG, WebP, BMP, TIFF, GIF) and no .txt documents inside ({found})")
+    raise DatasetError(f"{label}: no images (PNG, JPEG, WebP, BMP, TIFF, GIF, IDX) and no .txt documents inside "
+                       f"({found})")
+
+
+def detect_modality(path: PathLike, source_label: str | None = None) -> str:
+    """The modality of a source (``"image"``, ``"text"``): that of its importer (:func:`detect_source`).
+
+    Raises:
+        DatasetError: as :func:`detect_source`.
+    """
+    return IMPORTER_MODALITY[detect_source(path, source_label)]
 
 
 def _check_image_options(options: ImportOptions, label: str) -> None:
@@ -167,9 +178,13 @@ IMAGE_ONLY = ("image_size", "fill", "geometry", "pad_fill", "progress")
 
 IMPORTERS: dict[str, tuple[Callable[..., SourcePlan], Callable[..., Any]]] = {
     "image": (_inspect_image, _import_image),
+    "idx": (idx.inspect_idx, idx.import_idx),
     "text": (_inspect_text, _import_text),
 }
-"""modality -> ``(inspect(path, options, label) -> SourcePlan, import(path, name, options, **kw) -> report)``."""
+"""source kind (:func:`detect_source`) -> ``(inspect(path, options, label) -> SourcePlan,
+import(path, name, options, **kw) -> report)``."""
+IMPORTER_MODALITY = {"image": "image", "idx": "image", "text": "text"}
+"""The dataset modality each importer produces."""
 
 
 def inspect_source(
@@ -190,8 +205,7 @@ def inspect_source(
             line, an unknown column listing the columns, ...).
     """
     label = source_label or str(path)
-    modality = detect_modality(path, label)
-    inspect, _ = IMPORTERS[modality]
+    inspect, _ = IMPORTERS[detect_source(path, label)]
     return inspect(Path(path).expanduser(), options or ImportOptions(), label)
 
 
@@ -224,8 +238,7 @@ def import_source(
             editor, or demo mode; nothing is written (the importer checks before it reads a pixel).
     """
     label = source_label or str(path)
-    modality = detect_modality(path, label)
-    _, do_import = IMPORTERS[modality]
+    _, do_import = IMPORTERS[detect_source(path, label)]
     return do_import(Path(path).expanduser(), name, options or ImportOptions(), workspace=workspace,
                      overwrite=overwrite, source_label=label, image_size=image_size, fill=fill,
                      geometry=geometry, pad_fill=pad_fill, actor=actor, progress=progress)  # fmt: skip

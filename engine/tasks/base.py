@@ -194,3 +194,16 @@ class Task(ABC):
         Returns:
             ``(X float32 [N, D], y int64 [N])`` (labels; -1 where a row has none).
         """
+
+    def raw_features(self, max_rows: int | None = None) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+        """The raw-input baseline of the representation figures: ``((X_train, y_train), (X_val, y_val))``,
+        ``X float32 [N, D]``, the first ``max_rows`` rows of each split (the rows :meth:`features` uses).
+        Images: the pixels; audio: log-mel mean and standard deviation per band; text: TF-IDF fitted on
+        the train split. Both splits at once, since such features may be fitted on train.
+
+        Raises:
+            EvaluationError: the task has no raw-input features (the default).
+        """
+        from engine.errors import EvaluationError
+
+        raise EvaluationError(f"task {self.name!r} defines no raw-input features (Task.raw_features)")

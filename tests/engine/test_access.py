@@ -17,7 +17,7 @@ from engine.audit import audit_path, read_audit
 from engine.config import RunConfig
 from engine.data import delete_dataset, import_source, list_datasets
 from engine.errors import DatasetError, MasklabError, PermissionDeniedError, ResumeError, RunLockedError, RunNotFoundError
-from engine.launcher import cancel, delete_run, resume, submit
+from engine.launcher import cancel, delete_run, evaluate, resume, submit
 from engine.store import create_run, get_run, list_runs, run_alive, write_status
 from engine.users import load_users, set_user
 
@@ -66,6 +66,7 @@ def test_a_viewer_is_refused_on_every_write_path_and_nothing_changes(workspace, 
         "run.submit": lambda: submit(RunConfig.from_dict(CFG), actor=VIEWER),
         "run.resume": lambda: resume(run_id, actor=VIEWER),
         "run.cancel": lambda: cancel(run_id, actor=VIEWER),
+        "run.evaluate": lambda: evaluate(run_id, actor=VIEWER),
         "run.delete": lambda: delete_run(run_id, actor=VIEWER),
         "data.import": lambda: import_source(src, "other", actor=VIEWER),
         "data.delete": lambda: delete_dataset("kept", actor=VIEWER),
@@ -92,6 +93,8 @@ def test_an_editor_launches_resumes_cancels_and_imports_but_cannot_delete(worksp
     with pytest.raises(ResumeError):
         resume(run_id, actor=EDITOR)
     assert cancel(run_id, actor=EDITOR) is False  # already ended
+    with pytest.raises(MasklabError, match="has no complete checkpoint to evaluate"):
+        evaluate(run_id, actor=EDITOR)
     report = import_source(_texts(tmp_path), "mine", actor=EDITOR)
     assert report.dataset.name == "mine"
     for call, words in ((lambda: delete_run(run_id, actor=EDITOR), "delete runs"),
@@ -102,8 +105,9 @@ def test_an_editor_launches_resumes_cancels_and_imports_but_cannot_delete(worksp
             call()
     assert get_run(run_id).status == "failed" and "mine" in {i.name for i in list_datasets()}
     lines = [(a["action"], a["target"], a["outcome"]) for a in _audit(workspace)]
-    assert lines[:4] == [("run.submit", "new run on missing", "failed"), ("run.resume", run_id, "failed"),
-                         ("run.cancel", run_id, "ok"), ("data.import", "mine", "ok")]
+    assert lines[:5] == [("run.submit", "new run on missing", "failed"), ("run.resume", run_id, "failed"),
+                         ("run.cancel", run_id, "ok"), ("run.evaluate", run_id, "failed"),
+                         ("data.import", "mine", "ok")]
 
 
 def test_an_admin_deletes_runs_and_datasets_and_reads_the_audit(workspace, tmp_path):
@@ -162,7 +166,7 @@ def test_demo_mode_refuses_every_write_even_for_an_admin_and_writes_nothing(work
     monkeypatch.setenv("MASKLAB_MODE", "demo")
     before = sorted(workspace.rglob("*"))
     for call in (lambda: submit(RunConfig.from_dict(CFG), actor=ADMIN), lambda: cancel(run_id, actor=ADMIN),
-                 lambda: resume(run_id, actor=ADMIN), lambda: delete_run(run_id), lambda: import_source(_texts(tmp_path), "d"),
+                 lambda: resume(run_id, actor=ADMIN), lambda: evaluate(run_id, actor=ADMIN), lambda: delete_run(run_id), lambda: import_source(_texts(tmp_path), "d"),
                  lambda: delete_dataset("x", actor=ADMIN), lambda: set_user("x", "admin", "pw")):  # fmt: skip
         with pytest.raises(PermissionDeniedError, match=r"^masklab is in demo mode \(MASKLAB_MODE=demo\): it cannot "):
             call()
