@@ -34,7 +34,7 @@ from PIL import Image, ImageColor, ImageOps
 
 from engine.data import bundled, storage
 from engine.data.archive import Member, Members, NameDecoding, decode_names, read_problem
-from engine.data.archive import classify
+from engine.data.archive import classify, refusal_lines, skip_reason
 from engine.data.dataset import DatasetInfo, seeded_split, validate_name
 from engine.data.images import EXTENSIONS, Refused, check_format, decode, open_header
 from engine.data.limits import ImportLimits, budget_reason
@@ -88,13 +88,7 @@ class ImportReport:
         if self.converted:
             lines.append("Converted:")
             lines += [f"  {n} x {note}" for note, n in Counter(n for _, n in self.converted).most_common()]
-        if self.rejected:
-            lines.append("Rejected:")
-            lines += [f"  {path}: {reason}" for path, reason in self.rejected]
-        if self.skipped:
-            lines.append("Skipped (not images):")
-            lines += [f"  {n} x {reason}" for reason, n in Counter(r for _, r in self.skipped).most_common()]
-        return "\n".join(lines)
+        return "\n".join(lines + refusal_lines(self.rejected, self.skipped, "Skipped (not images)"))
 
 
 @dataclass
@@ -121,15 +115,7 @@ class ArchiveScan:
 
 def _skip_reason(rel: str) -> str | None:
     """Why a file is not an image candidate, or None if it has an image extension."""
-    parts = PurePosixPath(rel).parts
-    if parts and parts[0] == "__MACOSX":
-        return "macOS metadata"
-    if any(p.startswith(".") for p in parts):
-        return "hidden file"
-    ext = PurePosixPath(rel).suffix.lower()
-    if ext not in EXTENSIONS:
-        return f"not an image file ({ext or 'no extension'})"
-    return None
+    return skip_reason(rel, EXTENSIONS, "an image file")
 
 
 def _classify(members: list[Member], limits: ImportLimits) -> tuple[list[Member], list, list]:
