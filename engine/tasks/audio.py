@@ -352,6 +352,7 @@ class _AudioTask(Task):
     def run_info(self) -> dict:
         return {"dataset_hash": self._ds.info.source_hash, "sample_rate": self.spec.sample_rate, "n_train": self.n_train,
                 "n_mels": self.grid.n_mels, "frames": self.grid.frames, "grid": list(self.grid.shape),
+                "model_dims": {"n_mels": self.grid.n_mels, "frames": self.grid.frames, "patch": [self.grid.pf, self.grid.pt]},
                 "norm_mean": [round(float(v), 6) for v in self.feats.mean],
                 "norm_std": [round(float(v), 6) for v in self.feats.std]}  # fmt: skip
 

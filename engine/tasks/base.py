@@ -155,7 +155,9 @@ class Task(ABC):
     def run_info(self) -> dict:
         """Facts about what this run trains on that readers need later, saved once at the start as
         ``<run_dir>/task.json`` (JSON-safe): e.g. ``dataset_hash`` (the dataset content it trained
-        on), ``tokenizer_id`` and ``vocab_size``. Default: none."""
+        on), ``tokenizer_id`` and ``vocab_size``; ``model_dims``, when present, are the keyword
+        dimensions its model builder takes (:func:`engine.inference.load_model` passes them on).
+        Default: none."""
         return {}
 
     def after_step(self, step: int) -> None:
