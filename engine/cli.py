@@ -1,15 +1,17 @@
 """Command line on the same engine as the dashboard.
 
-    python -m engine run CONFIG [--set key=value ...]      train in the foreground (progress bar)
-    python -m engine submit CONFIG [--set key=value ...]   train in the background; prints the run id
+    python -m engine run [CONFIG] [--set key=value ...]    train in the foreground (progress bar)
+    python -m engine submit [CONFIG] [--set key=value ...] train in the background; prints the run id
     python -m engine runs [--json]                         runs with status, latest metrics and errors
     python -m engine cancel RUN_ID
+    python -m engine resume RUN_ID [--set key=value ...]   continue from the latest checkpoint (background)
     python -m engine log RUN_ID [--bytes N]                the end of a background run's worker log
     python -m engine doctor [--repair] [--json]            check the workspace; repair what can be
     python -m engine data add PATH [--name NAME]           import images (.zip/folder), text
                                                            (.txt, .csv, .tsv, .jsonl, .zip of .txt) or
                                                            audio (.wav/.flac/.ogg, .zip/folder of them)
                 [--name-encoding ENC] [--fill COLOUR] [--text-column C] [--label-column C] ...
+                [--image-size N] [--geometry crop|stretch|pad] [--pad-fill edge|mean|COLOUR]
                 [--file-column C] [--group-column C] [--sample-rate HZ]   (audio: manifest, pipeline rate)
     python -m engine data inspect PATH                     what `data add` would do (columns, classes)
     python -m engine data list
@@ -32,13 +34,20 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True)
     for name, help_ in (("run", "train in the foreground"), ("submit", "train in a background process")):
         s = sub.add_parser(name, help=help_)
-        s.add_argument("config", help="YAML run config, e.g. configs/mae-digits.yaml")
+        s.add_argument("config", nargs="?", default=None,
+                       help="YAML run config, e.g. configs/mae-digits.yaml (none: the defaults, then --set)")
         s.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                        help="override a field, e.g. --set train.steps=200 (repeatable)")
     r = sub.add_parser("runs", help="list runs")
     r.add_argument("--json", action="store_true", help="machine-readable output")
     c = sub.add_parser("cancel", help="cancel a queued or running run")
     c.add_argument("run_id")
+    rs = sub.add_parser("resume", help="continue a failed, cancelled, diverged or interrupted run from its latest "
+                        "checkpoint, in a background process")
+    rs.add_argument("run_id")
+    rs.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="change a field from the checkpoint on, e.g. --set train.lr=5e-4 --set train.steps=2000 "
+                    "(not the model, task, data or seed)")
     lg = sub.add_parser("log", help="print the end of a background run's worker log")
     lg.add_argument("run_id")
     lg.add_argument("--bytes", type=int, default=64_000, help="at most this many bytes from the end")
@@ -66,9 +75,16 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--sample-rate", type=int, default=None, metavar="HZ",
                         help="audio: resample every clip to this rate (default 16000)")
     a.add_argument("--name", default=None)
-    a.add_argument("--image-size", type=int, default=32, help="images: side in pixels after resizing (default 32)")
+    a.add_argument("--image-size", type=int, default=None, metavar="N",
+                   help="images: side in pixels of the square images stored (default: the images' own size "
+                   "when they all share it, else 64)")
+    a.add_argument("--geometry", choices=["crop", "stretch", "pad"], default="crop",
+                   help="images: how a non-square image becomes square: centre crop (default), stretch, or pad")
+    a.add_argument("--pad-fill", default="edge", metavar="edge|mean|COLOUR",
+                   help="images, with --geometry pad: repeat the edge pixels (default), the image's mean "
+                   "colour, or a colour (a name or #rrggbb)")
     a.add_argument("--fill", default="white", metavar="COLOUR",
-                   help="images: colour under transparent pixels and in the padding: a name or #rrggbb (default white)")
+                   help="images: colour under transparent pixels: a name or #rrggbb (default white)")
     a.add_argument("--overwrite", action="store_true", help="replace an existing dataset of that name")
     d.add_parser("list", help="list datasets")
     return p
@@ -86,6 +102,9 @@ def cmd_run(args) -> int:
     check_run(cfg)
     run_id, d = create_run(cfg.to_dict())
     print(f"run {run_id}  ({d})", flush=True)
+    if cfg.train.max_restarts:
+        print("note: train.max_restarts applies to background runs (submit); a foreground run is not restarted "
+              f"(resume it with python -m engine resume {run_id})", file=sys.stderr)
     bar = tqdm(total=cfg.train.steps, unit="step", dynamic_ncols=True)
 
     def on_step(step: int) -> None:
@@ -115,6 +134,15 @@ def cmd_submit(args) -> int:
     from engine.launcher import submit
 
     print(submit(load_config(args.config, args.overrides)))
+    return 0
+
+
+def cmd_resume(args) -> int:
+    from engine.launcher import resume
+
+    step = resume(args.run_id, args.overrides)
+    print(f"resuming {args.run_id} from step {step} in the background "
+          f"(python -m engine runs; python -m engine log {args.run_id})")
     return 0
 
 
@@ -225,7 +253,7 @@ def cmd_data(args) -> int:
         _print_plan(inspect_source(args.path, _import_options(args)))
         return 0
     report = import_source(args.path, args.name, _import_options(args), image_size=args.image_size,
-                           overwrite=args.overwrite, fill=args.fill)
+                           overwrite=args.overwrite, fill=args.fill, geometry=args.geometry, pad_fill=args.pad_fill)
     print(report.summary())
     names = getattr(report, "names", None)
     return 1 if report.rejected or (names is not None and names.ambiguous) else 0
@@ -234,8 +262,8 @@ def cmd_data(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit code."""
     args = _parser().parse_args(argv)
-    handler = {"run": cmd_run, "submit": cmd_submit, "runs": cmd_runs, "cancel": cmd_cancel, "log": cmd_log,
-               "doctor": cmd_doctor, "data": cmd_data}
+    handler = {"run": cmd_run, "submit": cmd_submit, "runs": cmd_runs, "cancel": cmd_cancel, "resume": cmd_resume,
+               "log": cmd_log, "doctor": cmd_doctor, "data": cmd_data}
     try:
         return handler[args.cmd](args)
     except MasklabError as e:

@@ -159,6 +159,9 @@ class TrainConfig(_Strict):
     num_threads: int = Field(0, ge=0, description="torch CPU threads; 0 = torch's default")
     deterministic: bool = Field(False, description="torch.use_deterministic_algorithms (and cuBLAS's fixed "
                                 "workspace on CUDA): identical results on the same device, some ops slower or refused")
+    max_restarts: int = Field(0, ge=0, le=100, description="background runs: when the worker process dies without "
+                              "recording an outcome (killed, crashed), resume it from its last checkpoint up to "
+                              "this many times (torchrun's --max-restarts)")
 
     @model_validator(mode="after")
     def _check(self) -> "TrainConfig":
@@ -209,19 +212,10 @@ class RunConfig(_Strict):
 
 
 def _format_validation_error(e: ValidationError) -> str:
-    parts = []
-    for err in e.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "config"
-        msg = err["msg"].removeprefix("Value error, ")
-        if msg.startswith("@"):  # a message that names its own field (e.g. masking.params.p: ...)
-            parts.append(msg[1:])
-        elif err["type"] == "extra_forbidden":
-            parts.append(f"{loc}: unknown field")
-        elif "input" in err and not isinstance(err["input"], dict):
-            parts.append(f"{loc}: {msg} (got {err['input']!r})")
-        else:
-            parts.append(f"{loc}: {msg}")
-    return "invalid run config: " + "; ".join(parts)
+    """``invalid run config: <field>: <what is wrong>; ...`` in masklab's words (:mod:`engine.messages`)."""
+    from engine.messages import format_problems
+
+    return "invalid run config: " + format_problems(e)
 
 
 def apply_overrides(d: dict[str, Any], overrides: list[str]) -> dict[str, Any]:

@@ -21,7 +21,8 @@ class RunNotFoundError(MasklabError, KeyError):
 
 
 class NonFiniteLossError(MasklabError):
-    """The training loss became NaN or infinite; the run is marked failed with this message."""
+    """The training or validation loss (or the weights) became NaN or infinite; the run ends ``diverged``
+    with this message and no checkpoint of that step is written."""
 
 
 class StorageError(MasklabError, OSError):
@@ -54,3 +55,8 @@ class RunLockedError(MasklabError):
 
 class QueueFullError(MasklabError):
     """``submit`` refused a run because ``$MASKLAB_MAX_QUEUED`` runs are already waiting for a slot."""
+
+
+class ResumeError(MasklabError):
+    """A run cannot be resumed: it is not failed/cancelled/diverged/interrupted, it is starting, or it
+    has no complete checkpoint. The message says which and what to do instead."""

@@ -23,6 +23,7 @@ import torch
 
 from engine.config import RunConfig
 from engine.errors import MasklabError
+from engine.messages import describe_error
 from engine.store import get_run
 from engine.store.checkpoints import checkpoint_complete, list_checkpoints, load_weights
 
@@ -94,7 +95,8 @@ def load_model(run_id: str, step: int | None = None, workspace=None) -> LoadedMo
     try:
         info = json.loads((rec.path / "task.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
-        raise InferenceError(f"run {run_id} has no readable task.json ({e}); it cannot be loaded for inference") from e
+        raise InferenceError(f"run {run_id} has no readable task.json ({describe_error(e)}); it cannot be loaded "
+                             "for inference") from e
     cfg = RunConfig.from_dict(rec.config)
     dims: dict[str, Any] = {}
     if "image_shape" in info:
@@ -106,5 +108,6 @@ def load_model(run_id: str, step: int | None = None, workspace=None) -> LoadedMo
     try:
         model.load_state_dict(load_weights(folder))
     except (RuntimeError, OSError) as e:
-        raise InferenceError(f"cannot load {weights}: {e}") from e
+        raise InferenceError(f"cannot load {weights}: its weights do not fit this run's model (damaged, or written by "
+                             "another masklab)") from e
     return LoadedModel(run_id, int(folder.name.split("-")[1]), cfg, info, model.eval())

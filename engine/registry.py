@@ -49,15 +49,11 @@ def validate_params(model: type[M], params: dict[str, Any] | None, prefix: str, 
     try:
         return model.model_validate(params or {})
     except ValidationError as e:
+        from engine.messages import field_problems
+
         parts = []
-        for err in e.errors():
-            loc = ".".join([prefix, *(str(p) for p in err["loc"])])
-            msg = err["msg"].removeprefix("Value error, ")
-            if err["type"] == "extra_forbidden":
-                known = ", ".join(model.model_fields) or "none"
-                parts.append(f"{loc}: unknown parameter of {owner} (its parameters: {known})")
-            elif "input" in err and not isinstance(err["input"], dict):
-                parts.append(f"{loc}: {msg} (got {err['input']!r})")
-            else:
-                parts.append(f"{loc}: {msg}")
+        for loc, text, _ in field_problems(e, prefix):
+            if text == "unknown field":
+                text = f"unknown parameter of {owner} (its parameters: {', '.join(model.model_fields) or 'none'})"
+            parts.append(f"{loc}: {text}" if loc else text)
         raise ConfigError("; ".join(parts)) from None

@@ -128,11 +128,13 @@ def _try_slot(workspace: Path):
 
 
 def _older_waiting(workspace: Path, mine: Path) -> bool:
-    """True if a live run queued before ``mine``; dead runs' older tickets are removed on the way."""
+    """True if a live run queued before ``mine``; dead runs' older tickets, and older tickets of this
+    same run (left by an earlier worker of it that died while queued), are removed on the way."""
+    run_id = mine.name.split("-", 1)[1]
     for t in _tickets(workspace):
         if t.name >= mine.name:
             return False
-        if _waiting(workspace, t):
+        if t.name.split("-", 1)[1] != run_id and _waiting(workspace, t):
             return True
         unlink_quietly(t)
     return False

@@ -6,12 +6,14 @@ The worker (engine/worker.py) and the foreground CLI wrap it.
 
 Schedule (MAE, He et al. 2022, appendix A.1): AdamW (beta2 = 0.95, no weight decay on biases,
 norms, tokens), linear warmup then half-cycle cosine. Step 0 is evaluated before any update, so
-the val-loss curve starts at the untrained model.
+the val-loss curve starts at the untrained model. One state (model, optimiser, step, generators,
+data order, task state) makes a checkpoint and resumes from it, as in Lightning Fabric.
 """
 
 from __future__ import annotations
 
 import math
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,16 +23,16 @@ import torch
 
 from engine.checks import check_run
 from engine.config import RunConfig
-from engine.errors import NonFiniteLossError
+from engine.errors import DamagedFileError, NonFiniteLossError
 from engine.masking import ratio_at
 from engine.models import count_parameters
+from engine.resume import TASK_INFO, check_same_data  # task.json: what the task reports of its data
 from engine.schedule import lr_at
-from engine.store.checkpoints import save_checkpoint
+from engine.store.checkpoints import load_checkpoint_state, load_weights, save_checkpoint
 from engine.store.samples import save_samples
 from engine.tasks import build_task
 from engine.workspace import atomic_write_json
 
-TASK_INFO = "task.json"  # what the task reports of its data (dataset hash, tokenizer id...), see Task.run_info
 
 
 class MetricsSink(Protocol):
@@ -80,6 +82,7 @@ def fit(
     should_stop: Callable[[], bool] = lambda: False,
     on_step: Callable[[int], None] | None = None,
     workspace=None,
+    resume_from: Path | None = None,
 ) -> FitResult:
     """Train ``cfg`` and write checkpoints and reconstruction samples under ``out_dir``.
 
@@ -90,16 +93,30 @@ def fit(
     reconstruction sample. The val loss always uses ``masking.ratio`` with fixed masks, so its
     curve stays comparable across a ratio schedule.
 
+    Resume (``resume_from``, a complete checkpoint folder of this run): the model's weights, the
+    optimiser, ``g_mask``, ``g_data``, the global torch RNG (and CUDA's), the data order (this
+    epoch's permutation and the position in it) and the task's own state
+    (:meth:`~engine.tasks.Task.state_dict`) are restored; the LR and mask-ratio schedules are pure
+    functions of the step (:func:`engine.schedule.lr_at`, :func:`engine.masking.ratio_at`), so they
+    continue too. Step 0's baselines and eval are not repeated; the first step logged is the
+    checkpoint's step + 1. With the same config, the run continues bit-identically on CPU (same
+    thread count); a changed ``train.lr`` or ``train.steps`` takes effect from the next step.
+
     Args:
         cfg: validated run config.
         out_dir: the run folder (``checkpoints/`` and ``samples/`` are written there).
         sink: metrics destination.
         should_stop: polled once per step; True ends training after the current step.
         on_step: called with the number of completed steps after each step.
+        resume_from: a checkpoint folder (``checkpoints/step-NNNNNNN``) to continue from; None trains
+            from scratch.
 
     Raises:
-        NonFiniteLossError: the training loss became NaN or infinite.
-        DatasetError, ConfigError: the dataset or the model configuration is unusable.
+        NonFiniteLossError: the training or validation loss, or the weights at a checkpoint, became
+            NaN or infinite (no checkpoint of that step is written).
+        DatasetError, ConfigError: the dataset or the model configuration is unusable; on resume, the
+            dataset's content changed since the run started.
+        DamagedFileError: the checkpoint to resume from cannot be read.
     """
     t = cfg.train
     out_dir = Path(out_dir)
@@ -109,7 +126,10 @@ def fit(
         torch.set_num_threads(t.num_threads)
     torch.manual_seed(t.seed)  # model init
     task = build_task(cfg, device, workspace)
-    atomic_write_json(out_dir / TASK_INFO, {"task": cfg.task, **task.run_info()})
+    info = {"task": cfg.task, **task.run_info()}
+    if resume_from is not None:
+        check_same_data(out_dir, info.get("dataset_hash") or "")
+    atomic_write_json(out_dir / TASK_INFO, info)
     model = task.model
     opt = torch.optim.AdamW(param_groups(model, t.weight_decay), lr=t.lr, betas=(0.9, 0.95))
     use_amp = device.type == "cuda" and t.amp
@@ -136,14 +156,30 @@ def fit(
         return metrics["val_loss"]
 
     def checkpoint(step: int) -> None:
-        save_checkpoint(out_dir, step, model, opt, cfg, {"g_mask": g_mask.get_state(), "g_data": g_data.get_state()},
-                        keep=t.keep_checkpoints)
+        # A weight that became NaN/inf in this step's update leaves this step's loss finite (it was
+        # computed before the update): never keep such a checkpoint as the "last good" one.
+        bad = [name for name, p in model.named_parameters() if not bool(torch.isfinite(p).all())]
+        if bad:
+            raise NonFiniteLossError(f"the weights became NaN or infinite at step {step} ({bad[0]}"
+                                     f"{f' and {len(bad) - 1} more' if len(bad) > 1 else ''}); no checkpoint of this "
+                                     f"step was written; lower train.lr (now {t.lr}) or check the data")
+        rng = {"g_mask": g_mask, "g_data": g_data}
+        if device.type == "cuda":
+            rng["cuda"] = torch.cuda.get_rng_state_all()
+        small = torch.int32 if task.n_train < 2**31 else torch.int64
+        save_checkpoint(out_dir, step, model, opt, cfg, rng, keep=t.keep_checkpoints,
+                        loop={"perm": perm.to(small), "pos": pos, "val_first": val_first, "val_last": val_last},
+                        task_state=task.state_dict())
 
-    with torch.no_grad():
-        sink.log(0, task.baselines())
-    val_first = val_last = evaluate(0)
-    perm = torch.randperm(task.n_train, generator=g_data)
-    pos, step, stopped = 0, 0, False
+    if resume_from is None:
+        with torch.no_grad():
+            sink.log(0, task.baselines())
+        val_first = val_last = evaluate(0)
+        perm = torch.randperm(task.n_train, generator=g_data)
+        pos = step = 0
+    else:
+        step, perm, pos, val_first, val_last = _restore(resume_from, task, opt, g_mask, g_data, device)
+    last_ckpt, stopped = step, False
     model.train()
     while step < t.steps:
         if should_stop():
@@ -175,9 +211,49 @@ def fit(
             val_last = evaluate(step)
         if step % t.checkpoint_interval == 0 or step == t.steps:
             checkpoint(step)
+            last_ckpt = step
         if on_step is not None:
             on_step(step)
-    if stopped and step > 0:
+    if stopped and step > last_ckpt:
         checkpoint(step)
     sink.flush()
     return FitResult(step, stopped, val_first, val_last, str(device), count_parameters(model))
+
+
+def _restore(ckpt: Path, task, opt: torch.optim.Optimizer, g_mask: torch.Generator, g_data: torch.Generator,
+             device: torch.device) -> tuple[int, torch.Tensor, int, float, float]:
+    """Load checkpoint ``ckpt`` into the task's model, ``opt``, the generators, the global RNGs and
+    the task's state. Returns ``(step, perm, pos, val_first, val_last)``.
+
+    The optimiser keeps the current config's hyperparameters (a resume may change
+    ``train.weight_decay``); only its moments and step counts come from the checkpoint.
+
+    Raises:
+        DamagedFileError: unreadable files, or weights / optimiser state that do not fit the model.
+    """
+    state = load_checkpoint_state(ckpt)
+    try:
+        task.model.load_state_dict(load_weights(ckpt))
+        settings = [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups]
+        opt.load_state_dict(state["optimizer"])
+    except (RuntimeError, ValueError, KeyError) as e:
+        raise DamagedFileError(f"{ckpt}: does not fit this run's model ({str(e).splitlines()[0][:200]})") from None
+    for group, kept in zip(opt.param_groups, settings):
+        group.update(kept)
+    rng, loop = state.get("rng", {}), state.get("loop") or {}
+    g_mask.set_state(rng["g_mask"])
+    g_data.set_state(rng["g_data"])
+    task.load_state_dict(state.get("task") or {})
+    step = int(state["step"])
+    perm, pos = loop.get("perm"), int(loop.get("pos", 0))
+    if perm is None or len(perm) != task.n_train:
+        print(f"masklab: checkpoint step {step} has no data order for {task.n_train} rows (written by an older "
+              f"masklab); a new epoch order is drawn from the restored generator", file=sys.stderr)
+        perm, pos = torch.empty(0, dtype=torch.long), 0  # the loop draws a new permutation at once
+    nan = float("nan")
+    val_first, val_last = float(loop.get("val_first", nan)), float(loop.get("val_last", nan))
+    # Last, so nothing above (model build, loading) moves them: dropout etc. continue where they were.
+    torch.set_rng_state(state["torch_rng"])
+    if device.type == "cuda" and "cuda" in rng:
+        torch.cuda.set_rng_state_all(rng["cuda"])
+    return step, perm.long(), pos, val_first, val_last

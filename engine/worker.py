@@ -1,9 +1,12 @@
 """One run, start to end, in the current process: run lock, queue, slot, status, metrics, fit, final status.
 
-Started by :func:`engine.launcher.submit` as ``python -m engine.worker <run_dir>`` in its own
-session, or called in-process by ``python -m engine run``. The worker holds the run lock
+Started by :func:`engine.launcher.submit` (or ``resume``) as ``python -m engine.worker <run_dir>``
+in its own session, or called in-process by ``python -m engine run``. The worker holds the run lock
 (:mod:`engine.store.lock`) from before it writes ``queued`` until it exits; only the lock holder
-writes a run's files after submission.
+writes a run's files after submission. A status ``queued`` with ``resume_from`` (written by
+:func:`engine.resume.prepare_resume`) makes it continue from that checkpoint. With
+``train.max_restarts`` set, ``python -m engine.worker`` is a supervisor (:func:`supervise`) that
+runs the training worker as a child (``--once``) and resumes it when it dies.
 
 How a run ends, by what happens to its worker:
 
@@ -14,7 +17,8 @@ non-finite loss (NonFiniteLossError)           ``diverged``, with the loop's mes
 a write fails (StorageError: disk full...)     ``failed``, "no space left on device while writing ..."
 any other exception                            ``failed``, with the error; traceback in worker.log
 SIGKILL, SIGHUP, SIGQUIT, SIGSEGV, OOM, power   nothing written: readers see the lock free and
-                                               report ``interrupted`` (resumable)
+                                               report ``interrupted`` (resumable; under the restart
+                                               policy, resumed automatically)
 ============================================  ==========================================
 
 On a full disk the final status write itself may fail: the worker then deletes its temporary
@@ -35,12 +39,14 @@ import traceback
 from pathlib import Path
 from typing import Callable
 
-from engine.errors import MasklabError, NonFiniteLossError, RunLockedError, StorageError
+from engine.errors import MasklabError, NonFiniteLossError, ResumeError, RunLockedError, StorageError
+from engine.resume import RESUME_FIELD, reset_after
 from engine.runqueue import dequeue, max_runs, run_slot
 from engine.store import CANCEL_FILE, MetricsWriter, read_status, write_status
+from engine.store.checkpoints import CKPT_DIR, checkpoint_problem
 from engine.store.lock import RunLock
 from engine.store.runs import CONFIG_FILE
-from engine.workspace import atomic_write_json, is_temp_name, read_json, unlink_quietly, write_new_file
+from engine.workspace import atomic_write_json, read_json, remove_temps, unlink_quietly, write_new_file
 
 STATUS_EVERY_S = 1.0
 RESERVE_FILE, RESERVE_BYTES = ".reserve.tmp", 64 * 1024
@@ -60,24 +66,6 @@ def _print_exc() -> None:
         sys.stderr.flush()
     except OSError:
         pass
-
-
-def remove_temps(run_dir: Path) -> int:
-    """Delete every temporary file and folder under ``run_dir`` (the caller holds the run lock, so
-    none belongs to a live writer). Returns how many were removed."""
-    import shutil
-
-    n = 0
-    for root, dirs, files in os.walk(run_dir):
-        for name in [d for d in dirs if is_temp_name(d)]:
-            shutil.rmtree(Path(root) / name, ignore_errors=True)
-            dirs.remove(name)
-            n += 1
-        for name in files:
-            if is_temp_name(name):
-                unlink_quietly(Path(root) / name)
-                n += 1
-    return n
 
 
 def resolve_threads(train_cfg: dict) -> int:
@@ -143,8 +131,11 @@ def _execute(run_dir: Path, should_stop: Callable[[], bool], on_step: Callable[[
     run_id, workspace = run_dir.name, run_dir.parent.parent
     base = read_status(run_dir)
     created = base.get("created_at", time.time())
-    status = {"created_at": created, "queued_at": base.get("queued_at", created), "pid": os.getpid(), "step": 0,
-              "total_steps": base.get("total_steps", 0)}
+    # A resume (engine.resume.prepare_resume) wrote status queued with the checkpoint step to continue from.
+    resume_from = base.get(RESUME_FIELD) if base.get("status") == "queued" else None
+    status = {"created_at": created, "queued_at": base.get("queued_at", created), "pid": os.getpid(),
+              "step": int(resume_from or 0), "total_steps": base.get("total_steps", 0),
+              **{k: base[k] for k in (RESUME_FIELD, "restarts") if resume_from is not None and k in base}}
     writer = None
     try:
         try:  # room for the final status on a full disk (best effort: without it, the run goes on)
@@ -177,6 +168,15 @@ def _execute(run_dir: Path, should_stop: Callable[[], bool], on_step: Callable[[
             status.update(started_at=time.time(), num_threads=torch.get_num_threads(),
                           deterministic=cfg.train.deterministic)
             write_status(run_dir, {**status, "status": "running"})
+            ckpt = None
+            if resume_from is not None:  # drop what a killed worker logged after the checkpoint
+                reset_after(run_dir, int(resume_from))
+                if resume_from:
+                    ckpt = run_dir / CKPT_DIR / f"step-{int(resume_from):07d}"
+                    problem = checkpoint_problem(ckpt)
+                    if problem:
+                        raise ResumeError(f"checkpoint step {resume_from} of run {run_id} cannot be resumed from: "
+                                          f"{problem}")
             writer = MetricsWriter(run_dir, run_id)
             last = {"t": 0.0}
 
@@ -190,7 +190,8 @@ def _execute(run_dir: Path, should_stop: Callable[[], bool], on_step: Callable[[
                 if on_step is not None:
                     on_step(step)
 
-            result = fit(cfg, run_dir, writer, should_stop=should_stop, on_step=progress, workspace=workspace)
+            result = fit(cfg, run_dir, writer, should_stop=should_stop, on_step=progress, workspace=workspace,
+                         resume_from=ckpt)
             writer.close()
             final = "cancelled" if result.stopped else "completed"
             _final(run_dir, {**status, "status": final, "step": result.steps_done, "ended_at": time.time(),
@@ -215,15 +216,102 @@ def _execute(run_dir: Path, should_stop: Callable[[], bool], on_step: Callable[[
         dequeue(workspace, run_id)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m engine.worker RUN_DIR``: exit code 0 when completed or cancelled, 1 when failed or
-    diverged, 2 when another live process holds the run (nothing written)."""
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        print("usage: python -m engine.worker RUN_DIR", file=sys.stderr)
-        return 2
+def _exit_reason(rc: int) -> str:
+    """``-9`` -> ``"signal SIGKILL"``, ``1`` -> ``"exit code 1"`` (a ``Popen.returncode``)."""
+    if rc >= 0:
+        return f"exit code {rc}"
     try:
-        final = execute_run(Path(argv[0]))
+        return f"signal {signal.Signals(-rc).name}"
+    except ValueError:
+        return f"signal {-rc}"
+
+
+def supervise(run_dir: Path, max_restarts: int) -> int:
+    """The restart policy (``train.max_restarts``, as torchrun's elastic agent): run the worker as a
+    child process and, when it dies without recording an outcome, resume the run from its latest
+    checkpoint and start a new one, up to ``max_restarts`` times. Returns the exit code (the last
+    worker's; 1 when it gave up).
+
+    "Died without recording an outcome" is what readers call ``interrupted``: the child is gone, its
+    run lock is free and the status still says queued/running (SIGKILL, the OOM killer, a segfault).
+    A run that ends ``completed``, ``cancelled``, ``failed`` or ``diverged`` is not restarted: a
+    Python error or a non-finite loss would come back the same way. A ``cancel`` marker stops the
+    restarts too. A restart is :func:`engine.resume.prepare_resume` (history entry, status queued
+    with ``resume_from`` and ``restarts``, without a checkpoint: from step 0) and keeps the run's
+    place in the queue. SIGTERM / SIGINT sent to the supervisor are passed on to the worker, and
+    nothing is restarted afterwards. The supervisor holds no lock, imports no torch and writes only
+    while it holds the run lock (inside ``prepare_resume``).
+    """
+    from engine.launcher import start_worker
+    from engine.resume import prepare_resume
+    from engine.runqueue import enqueue
+    from engine.store.runs import get_run
+
+    run_dir = Path(run_dir).resolve()
+    workspace = run_dir.parent.parent
+    state: dict = {"child": None, "stop": False}
+
+    def forward(signum, frame):
+        state["stop"] = True
+        child = state["child"]
+        if child is not None and child.poll() is None:
+            child.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+    restarts = 0
+    try:
+        while True:
+            child = state["child"] = start_worker(run_dir, workspace, supervised=True)
+            rc = child.wait()
+            if state["stop"] or rc == 2 or get_run(run_dir.name, workspace).status != "interrupted":
+                return rc
+            why = _exit_reason(rc)
+            if (run_dir / CANCEL_FILE).exists():
+                _say(f"masklab: the worker of run {run_dir.name} died ({why}) after a cancel request; not restarting")
+                return 1
+            if restarts >= max_restarts:
+                _say(f"masklab: the worker of run {run_dir.name} died ({why}); no restart left (train.max_restarts="
+                     f"{max_restarts}); the run stays interrupted: resume it by hand")
+                return 1
+            restarts += 1
+            try:
+                step = prepare_resume(run_dir, restart=restarts, lock_timeout=10.0)
+                enqueue(workspace, run_dir)
+            except (MasklabError, OSError) as e:  # resumed by hand meanwhile, a full disk...
+                _say(f"masklab: not restarting run {run_dir.name}: {e}")
+                return 1
+            _say(f"masklab: the worker of run {run_dir.name} died ({why}); restart {restarts}/{max_restarts} "
+                 f"from step {step}")
+            if state["stop"]:
+                return 1
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m engine.worker [--once] RUN_DIR``: exit code 0 when completed or cancelled, 1 when
+    failed or diverged (or the restart policy gave up), 2 when another live process holds the run
+    (nothing written).
+
+    A run whose config sets ``train.max_restarts`` runs under :func:`supervise`, which starts
+    ``--once`` workers (``--once``: this process trains, whatever the config says)."""
+    argv = sys.argv[1:] if argv is None else argv
+    once = "--once" in argv
+    args = [a for a in argv if a != "--once"]
+    if len(args) != 1:
+        print("usage: python -m engine.worker [--once] RUN_DIR", file=sys.stderr)
+        return 2
+    run_dir = Path(args[0])
+    if not once:
+        try:
+            restarts = int(read_json(run_dir / CONFIG_FILE).get("train", {}).get("max_restarts") or 0)
+        except (OSError, ValueError, TypeError, AttributeError):
+            restarts = 0  # the worker reports an unreadable config
+        if restarts > 0:
+            return supervise(run_dir, restarts)
+    try:
+        final = execute_run(run_dir)
     except RunLockedError as e:
         _say(f"masklab: {e}")
         return 2

@@ -180,6 +180,23 @@ def unlink_quietly(path: Path) -> None:
         pass
 
 
+def remove_temps(folder: Path) -> int:
+    """Delete every temporary file and folder (:func:`is_temp_name`) under ``folder``. Only for a
+    caller that holds the lock of the run in ``folder`` (so none belongs to a live writer). Returns
+    how many were removed."""
+    n = 0
+    for root, dirs, files in os.walk(folder):
+        for name in [d for d in dirs if is_temp_name(d)]:
+            shutil.rmtree(Path(root) / name, ignore_errors=True)
+            dirs.remove(name)
+            n += 1
+        for name in files:
+            if is_temp_name(name):
+                unlink_quietly(Path(root) / name)
+                n += 1
+    return n
+
+
 def atomic_write_bytes(path: Path, data: bytes | memoryview, *, what: str | None = None) -> None:
     """Write ``data`` to ``path`` so that a reader sees the old file or the new one, never a part.
 

@@ -1,5 +1,6 @@
 """Data: import a dataset (images or text, every format through one panel), then look at any
-dataset: samples, sizes and class counts, drawn by the dataset's modality view."""
+dataset: representative samples (class by class), sizes and class counts, drawn by the dataset's
+modality view. The dataset shown is in the URL (``?dataset=name``): a reload or a link reopens it."""
 
 from __future__ import annotations
 
@@ -8,13 +9,16 @@ import streamlit as st
 from app.components import guarded
 from app.components.datasets import dataset_infos
 from app.components.importing import import_panel
+from app.components.urlstate import PageState, index_of
 from app.modalities import ui_for
 from engine.data import bundled_status
 
 st.title("Data")
+url = PageState("data", ("dataset",))
 
 if "data_pending" in st.session_state:  # select a dataset that was just imported
     st.session_state["data_ds"] = st.session_state.pop("data_pending")
+    url.put("dataset", st.session_state["data_ds"])
 
 with st.expander("Import a dataset", expanded=False):
     imported = import_panel()
@@ -41,11 +45,9 @@ def _describe(n: str) -> str:
     return f"{n}  ({i.n_train + i.n_val:,} {i.modality} items)" if i.modality != "text" else f"{n}  ({i.n_train + i.n_val:,} texts)"
 
 
-wanted = st.query_params.get("dataset")
-if wanted in infos and "data_ds" not in st.session_state:
-    st.session_state["data_ds"] = wanted  # a shared link opens the same dataset
-name = st.selectbox("Dataset", list(infos), key="data_ds", format_func=_describe)
-st.query_params["dataset"] = name
+names = list(infos)
+name = st.selectbox("Dataset", names, key="data_ds", format_func=_describe, index=index_of(names, url.get("dataset")))
+url.put("dataset", name)
 info = infos[name]
 st.write(info.description or "")
 st.caption(f"Source: {info.source}" + (f" · registered {info.created_at}" if info.created_at else "")

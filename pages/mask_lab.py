@@ -5,9 +5,11 @@ images, a tokenizer for text); the page shows the masks a run with these setting
 fixed validation samples (the very functions the training loop calls), then statistics of a batch
 of masks drawn on real train samples: the actual ratio per sample, the sizes of contiguous masked
 regions, how often each position is masked, and how many masks per second the strategy draws.
-"Use in New run" carries the settings to the New run page. Nothing here trains.
+Nothing here trains.
 
-The controls and results come from the dataset modality's view (``app.modalities``).
+The settings live in the URL (the same ``key=value`` fields as New run's, plus ``n``, the batch for
+statistics), so a reload or a copied link reopens the same lab; "Use in New run" opens New run with
+them. The controls and results come from the dataset modality's view (``app.modalities``).
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import streamlit as st
 
 from app.components import guarded
 from app.components.datasets import dataset_infos
-from app.components.masks import HANDOFF_KEY, schedule_chart
+from app.components.masks import schedule_chart
+from app.components.urlstate import PageState, dig, flatten, index_of
 from app.modalities import ui_for
 from engine.config import RunConfig
 from engine.masking import ratio_at
@@ -24,58 +27,58 @@ from engine.masking import ratio_at
 DEFAULTS = RunConfig()
 
 st.title("Mask lab")
+url = PageState("mask_lab", ("n",), config=True)
 infos = guarded(dataset_infos) or {}
 if not infos:
     st.warning("No dataset available: import one on the Data page.")
     st.stop()
-handoff = st.session_state.get(HANDOFF_KEY) or {}  # the last settings sent to New run, if any
+carried = url.config()
 names = list(infos)
-if "ml_dataset" not in st.session_state:  # a shared link, else the last hand-off, opens that dataset
-    first = next((d for d in (st.query_params.get("dataset"), handoff.get("dataset")) if d in infos), names[0])
-    st.session_state["ml_dataset"] = first
 form, out = st.columns([1, 2.3], gap="large")
 with form:
     dataset = st.selectbox(
-        "Dataset", names, key="ml_dataset",
+        "Dataset", names, key="ml_dataset", index=index_of(names, dig(carried, "data.dataset")),
         format_func=lambda k: f"{k}  ({infos[k].modality}"
         + (f", {'x'.join(map(str, infos[k].image_shape))})" if infos[k].image_shape else ")"),
     )  # fmt: skip
 info = infos[dataset]
-st.query_params["dataset"] = dataset
 ui = ui_for(info.modality)
 if ui is None:
     form.info(f"Mask lab does not support {info.modality} datasets yet.")
     st.stop()
-carried = handoff if handoff.get("dataset") == dataset else {}
+if dig(carried, "data.dataset", dataset) != dataset:
+    carried = {}  # another dataset than the URL's: start from the defaults
 with form:
     controls = ui.lab_controls(info, carried, "ml")
     a, b = st.columns(2)
-    seed = a.number_input("Seed", min_value=0, max_value=2**31 - 1, value=int(carried.get("seed", DEFAULTS.train.seed)),
+    seed = a.number_input("Seed", min_value=0, max_value=2**31 - 1, value=int(dig(carried, "train.seed", DEFAULTS.train.seed)),
                           key="ml_seed", help="fixes the masks (train.seed of a run)")  # fmt: skip
-    n = b.number_input("Batch for statistics", min_value=8, max_value=4096, value=256, step=64, key="ml_n",
-                       help="masks drawn over this many real train samples")  # fmt: skip
+    with b:
+        n = url.widget(st.number_input, "Batch for statistics", "n", default=256, cast=int, min_value=8, max_value=4096,
+                       step=64, key="ml_n", help="masks drawn over this many real train samples")  # fmt: skip
+lab = {**controls, "data": {"dataset": dataset, **controls.get("data", {})}, "train": {"seed": int(seed)}}
+steps = int(dig(carried, "train.steps", DEFAULTS.train.steps))
+if (controls.get("masking") or {}).get("schedule", "constant") != "constant":
+    lab["train"]["steps"] = steps
+url.put_config(lab)  # before the slow results: a reload meanwhile keeps the settings
 if controls.get("masking") is None:
     st.stop()
-cfg = guarded(RunConfig.from_dict, {**controls, "data": {"dataset": dataset, **controls.get("data", {})},
-                                    "train": {"seed": int(seed)}})  # fmt: skip
+cfg = guarded(RunConfig.from_dict, lab)
+with out:
+    if cfg is not None:
+        ui.lab_results(cfg, info, int(n))
+        if cfg.masking.schedule != "constant":
+            steps = st.columns([1, 2])[0].number_input("Run length (steps)", min_value=1, max_value=1_000_000,
+                                                       value=steps, step=100, key="ml_steps",
+                                                       help="train.steps of the run, for the schedule")  # fmt: skip
+            st.altair_chart(schedule_chart(lambda s: ratio_at(cfg.masking, s, int(steps)), int(steps)), width="stretch")
+if cfg is not None and cfg.masking.schedule != "constant":
+    lab["train"]["steps"] = int(steps)
+    url.put_config(lab)
 with form:
     if st.button("Use in New run", type="primary", disabled=cfg is None, key="ml_use",
                  help="open New run with this dataset, task, grid, seed and masking"):  # fmt: skip
-        prev = st.session_state.get(HANDOFF_KEY) or {}
-        st.session_state[HANDOFF_KEY] = {
-            "gen": int(prev.get("gen", 0)) + 1, "dataset": dataset, "task": cfg.task, "patch_size": cfg.model.patch_size,
-            "seed": int(seed), "masking": cfg.masking.model_dump(mode="json"),
-            "tokenizer": cfg.data.tokenizer.model_dump() if cfg.data.tokenizer else None,
-        }  # fmt: skip
-        st.switch_page("../pages/new_run.py")
+        st.switch_page("../pages/new_run.py", query_params={k: url.params[k] for k in flatten(lab)
+                                                             if k in url.params})  # fmt: skip
     with st.expander("masking config"):
         st.json(cfg.masking.model_dump(mode="json") if cfg is not None else controls.get("masking"))
-if cfg is None:
-    st.stop()
-with out:
-    ui.lab_results(cfg, info, int(n))
-    if cfg.masking.schedule != "constant":
-        steps = st.columns([1, 2])[0].number_input("Run length (steps)", min_value=1, max_value=1_000_000,
-                                                   value=DEFAULTS.train.steps, step=100, key="ml_steps",
-                                                   help="train.steps of the run, for the schedule")  # fmt: skip
-        st.altair_chart(schedule_chart(lambda s: ratio_at(cfg.masking, s, int(steps)), int(steps)), width="stretch")

@@ -1,9 +1,12 @@
 """New run: pick a dataset and a task, configure masking, model and training, preview the run's own
-masks on real samples, launch.
+masks on real samples, launch, or take the form away as YAML or as a command line.
 
-The modality's fields and preview come from its view (``app.modalities``); the preview calls the
-engine function the run itself calls for its samples, so it shows the run's masks. Launching only
-calls ``engine.launcher.submit``, which starts a background worker process and returns at once.
+The form lives in the URL (``?dataset=digits&task=image_mim&masking.ratio=0.6&train.steps=300``,
+one parameter per field: :mod:`app.components.urlstate`), so a reload or a copied link reopens it;
+Mask lab's "Use in New run" opens this page with its settings in the URL. The modality's fields and
+preview come from its view (``app.modalities``); the preview calls the engine function the run
+itself calls for its samples, so it shows the run's masks. Launching only calls
+``engine.launcher.submit``, which starts a background worker process and returns at once.
 """
 
 from __future__ import annotations
@@ -14,8 +17,9 @@ import streamlit as st
 
 from app.components import guarded
 from app.components.datasets import dataset_infos
-from app.components.masks import HANDOFF_KEY
-from app.modalities import TRAIN_DEFAULTS, ui_for
+from app.components.run_form import export_panel, train_fields
+from app.components.urlstate import PageState, dig, index_of
+from app.modalities import ui_for
 from engine.checks import check_run
 from engine.config import RunConfig
 from engine.launcher import submit
@@ -30,57 +34,37 @@ def preflight(cfg_json: str) -> str:
 
 
 st.title("New run")
+url = PageState("new_run", config=True)
 infos = guarded(dataset_infos) or {}
 if not infos:
     st.warning("No dataset available: import one on the Data page.")
     st.stop()
-
-# Settings sent by Mask lab ("Use in New run"). Widgets are created with them as defaults under keys
-# suffixed by the hand-off's generation, so a new hand-off gets fresh widgets while reruns keep edits.
-if st.query_params.get("dataset") in infos and "nr_dataset" not in st.session_state:
-    st.session_state["nr_dataset"] = st.query_params["dataset"]  # a shared link opens the same dataset
-handoff = st.session_state.get(HANDOFF_KEY) or {}
-gen = int(handoff.get("gen", 0))
-if handoff and st.session_state.get("nr_handoff_gen") != gen:
-    st.session_state["nr_handoff_gen"] = gen
-    if handoff.get("dataset") in infos:
-        st.session_state["nr_dataset"] = handoff["dataset"]
+carried = url.config()  # the form as the URL has it (partial run config)
 
 form, preview = st.columns([1, 2], gap="large")
 with form:
-    dataset = st.selectbox("Dataset", list(infos), key="nr_dataset",
+    names = list(infos)
+    dataset = st.selectbox("Dataset", names, key="nr_dataset", index=index_of(names, dig(carried, "data.dataset")),
                            format_func=lambda n: f"{n}  ({infos[n].modality})" if n in infos else n)
     info = infos[dataset]
-    st.query_params["dataset"] = dataset
     ui = ui_for(info.modality)
     tasks = tasks_for(info.modality)
     if ui is None or not tasks:
         st.info(f"No task trains on {info.modality} datasets yet.")
         st.stop()
-    carried = handoff if handoff.get("dataset") == dataset else {}
-    task = st.selectbox("Task", tasks, key=f"nr_task_{info.modality}_{gen}",
-                        index=tasks.index(carried["task"]) if carried.get("task") in tasks else 0,
-                        format_func=lambda t: f"{t}: {get_task(t).summary}")
-    fields = ui.run_fields(info, task, f"nr_m{gen}", carried)
-    t = {**RunConfig().train.model_dump(), **TRAIN_DEFAULTS.get(task, {})}
-    a, b = st.columns(2)
-    steps = a.number_input("Steps", min_value=1, max_value=1_000_000, value=int(t["steps"]), step=100, key=f"nr_steps_{task}")
-    batch = b.number_input("Batch size", min_value=1, max_value=65536, value=int(t["batch_size"]), step=16, key=f"nr_batch_{task}")
-    lr = a.number_input("Learning rate", min_value=1e-6, max_value=10.0, value=float(t["lr"]), step=1e-4, format="%.5f",
-                        key=f"nr_lr_{task}")
-    seed = b.number_input("Seed", min_value=0, max_value=2**31 - 1, value=int(carried.get("seed", t["seed"])),
-                          help="also fixes the preview masks", key=f"nr_seed_{gen}")
-    eval_every = a.number_input("Eval interval (steps)", min_value=1, max_value=1_000_000, value=int(t["eval_interval"]),
-                                key=f"nr_eval_{task}")
-    run_name = b.text_input("Run name", placeholder="optional", max_chars=200)
+    if dig(carried, "data.dataset", dataset) != dataset:
+        carried = {}  # another dataset than the URL's: the form's proposals for it
+    task = st.selectbox("Task", tasks, key=f"nr_task_{info.modality}", index=index_of(tasks, carried.get("task")))
+    st.caption(get_task(task).summary)  # under the box: inside an option it is cut off
+    if carried.get("task", task) != task:
+        carried = {}  # another task than the URL's: its proposals
+    fields = ui.run_fields(info, task, "nr_m", carried)
+    train = train_fields(task, "nr", carried)
+    run_name = st.text_input("Run name", value=str(carried.get("name", "")), placeholder="optional", max_chars=200,
+                             key="nr_name")  # fmt: skip
 
-cfg_dict = {
-    "name": run_name.strip(), **fields, "data": {"dataset": dataset, **fields.get("data", {})},
-    "train": {
-        "steps": int(steps), "batch_size": int(batch), "lr": float(lr), "seed": int(seed),
-        "eval_interval": int(eval_every), "warmup_steps": min(int(t["warmup_steps"]), int(steps) // 10),
-    },
-}  # fmt: skip
+cfg_dict = {"name": run_name.strip(), **fields, "data": {"dataset": dataset, **fields.get("data", {})}, "train": train}
+url.put_config(cfg_dict)
 cfg = guarded(RunConfig.from_dict, cfg_dict) if fields.get("masking") is not None else None
 
 with preview:
@@ -100,8 +84,9 @@ with preview:
         st.success(f"Launched run **{launched}**: it trains in a background process.")
         l1, l2 = st.columns(2)
         with l1:
-            st.page_link("../pages/run_detail.py", label="Open run detail", icon="🔍", query_params={"run": launched})
+            st.page_link("../pages/run_detail.py", label="Open run detail", query_params={"run": launched})
         with l2:
-            st.page_link("../pages/runs.py", label="Compare runs", icon="📈")
+            st.page_link("../pages/runs.py", label="Compare runs")
+    export_panel(cfg_dict, cfg)
     with st.expander("Resolved config"):
         st.json(cfg.to_dict() if cfg is not None else cfg_dict)

@@ -1,34 +1,39 @@
-"""Run detail: status, resolved config, curves and the reconstruction grid of one run.
+"""Run detail: status, figures (each with its step), device and size, curves, baselines, the
+samples of one run, its worker log and its checkpoint.
 
-The run comes from ``?run=<id>`` (links from New run and Runs), else the most recent one. The
-status and the reconstruction grid are fragments that re-read the run every 2 s, so a new eval's
-samples show up without reloading the page. A failed, diverged or interrupted run says why; its
-worker log is in a collapsed expander.
+The run comes from ``?run=<id>`` (links from New run and Runs), else the most recent one; the chart
+axes are in the URL too (``&x=relative&y=log``). The summary and the samples are fragments that
+re-read the run every 2 s, so a new eval's samples show up without reloading the page. A failed,
+diverged or interrupted run says why; an active run can be cancelled (after a confirmation).
 """
 
 from __future__ import annotations
 
 import streamlit as st
 
-from app.components import (
-    format_duration, guarded, render_metrics_chart, run_label, runs_or_stop, short_label, show_read_warnings,
-    status_label, status_message,
-)
-from app.components.quality import headline_of, loss_title, quality_table
+from app.components import guarded, run_label, runs_or_stop, short_label, status_message
+from app.components.charts import axis_controls
+from app.components.quality import headline_of, quality_table
+from app.components.run_summary import checkpoint_download, curves, summary
+from app.components.runs import latest_points, progress_with_cancel
+from app.components.urlstate import PageState
+from app.components.resume import resume_panel
 from app.modalities import INTERACTIVE, SAMPLE_TITLES, SAMPLE_VIEWS, TASK_KIND
-from engine.store import get_run, latest_checkpoint_step, load_samples, read_log, read_metrics
+from engine.launcher import cancel
+from engine.store import get_run, latest_checkpoint_step, load_samples, read_log
 
 st.title("Run detail")
+url = PageState("run_detail", ("run", "x", "y"))
 runs = runs_or_stop()
 
 ids = [r.run_id for r in runs]
 labels = {r.run_id: run_label(r) for r in runs}
 legend = {r.run_id: short_label(r) for r in runs}
-wanted = st.query_params.get("run")
+wanted = url.get("run", cast=str)
 if wanted and wanted not in ids:
     st.error(f"No run {wanted!r} in this workspace; showing the most recent run instead.")
-run_id = st.selectbox("Run", ids, index=ids.index(wanted) if wanted in ids else 0, format_func=labels.get)
-st.query_params["run"] = run_id  # the URL names the run shown (shareable, survives a reload)
+run_id = url.widget(st.selectbox, "Run", "run", default=ids[0], options=ids, format_func=labels.get, key="rd_run")
+x_axis, log_y = axis_controls(url, "rd")
 
 
 @st.fragment(run_every="2s")
@@ -36,20 +41,15 @@ def status_panel(run_id: str) -> None:
     rec = guarded(get_run, run_id)
     if rec is None:
         return
-    m = st.columns(5)
-    m[0].metric("Status", status_label(rec.status))
-    m[1].metric("Step", f"{rec.step} / {rec.total_steps}")
-    metric, _ = headline_of(rec.config)
-    for col, key in ((m[2], "loss"), (m[3], metric)):
-        v = rec.latest.get(key)
-        col.metric(key.replace("_", " "), f"{v:.4f}" if v is not None else "–")
-    m[4].metric("Duration", format_duration(rec.duration_s) or "–")
-    st.progress(rec.progress, text=f"{rec.progress:.0%}")
+    points = latest_points([rec])
+    summary(rec, points)
+    if rec.is_active:
+        progress_with_cancel(rec, cancel, "rd_cancel", f"{rec.status} · {rec.progress:.0%}")
     status_message(rec, guarded(latest_checkpoint_step, run_id) if rec.is_resumable else None)
-    df = guarded(read_metrics, [run_id], ["loss", "val_loss"], max_points=500)
-    if df is not None:
-        show_read_warnings(df)
-        render_metrics_chart(df, smoothing=0.6, run_labels=legend, y_title=loss_title(rec.config), height=220)
+    curves(run_id, rec.config, legend, x_axis, log_y)
+    st.subheader("Validation figure and baselines")  # here, so the table is as fresh as the figures above
+    step, value = points.get((rec.run_id, headline_of(rec.config)[0]), (None, None))
+    quality_table(rec, step, value)
 
 
 @st.fragment(run_every="2s")
@@ -73,8 +73,7 @@ def samples_panel(run_id: str) -> None:
 
 status_panel(run_id)
 rec = next(r for r in runs if r.run_id == run_id)
-st.subheader("Validation figure and baselines")
-quality_table(rec)
+resume_panel(rec)
 st.subheader(SAMPLE_TITLES.get(TASK_KIND.get(rec.config.get("task", "image_mim"), ""), "Samples"))
 samples_panel(run_id)
 box = INTERACTIVE.get(rec.config.get("task", "image_mim"))
@@ -89,3 +88,5 @@ with st.expander("Worker log"):  # read only when the page runs, not every 2 s
     else:
         st.caption("No worker log: this run ran in the foreground (`python -m engine run`), its output went to "
                    "that terminal." if log is None else "The worker log is empty so far.")
+with st.expander("Checkpoint"):
+    checkpoint_download(rec)

@@ -32,6 +32,10 @@ def ema(df: pd.DataFrame, smoothing: float) -> pd.Series:
     )
 
 
+#: x axes a metrics chart offers: the step, the time since the run's first logged point, the clock.
+X_AXES = {"step": "step", "relative": "time since start", "wall": "wall clock"}
+
+
 def metrics_chart(
     df: pd.DataFrame,
     *,
@@ -40,48 +44,89 @@ def metrics_chart(
     raw_keys: tuple[str, ...] = ("val_loss",),
     y_title: str = "value",
     height: int = 280,
+    x: str = "step",
+    log_y: bool = False,
+    y_domain: tuple[float, float] | None = None,
+    legends: bool = True,
 ) -> alt.LayerChart | None:
-    """Line chart of ``value`` against ``step``: colour = run, dash = metric key.
+    """Line chart of ``value`` against ``step`` (or time): colour = run, dash = metric key.
 
     Args:
-        df: long frame with columns ``run_id, key, step, value``.
+        df: long frame with columns ``run_id, key, step, value`` (and ``wall_time``, unix seconds,
+            for a time axis).
         smoothing: EMA weight in [0, 0.99]; when > 0 the raw curve stays as a faint line.
         run_labels: run_id -> legend label (defaults to the run id).
         raw_keys: keys never smoothed: sparse eval metrics (a few points) that EMA would distort.
+        x: ``"step"``, ``"relative"`` (minutes since each run's first logged point) or ``"wall"``
+            (local clock time), see :data:`X_AXES`.
+        log_y: a log-scale y axis (values <= 0 are left out, a log scale cannot show them).
+        y_domain: a fixed y range (e.g. ``(0, 1)`` for a fraction); default: the data's.
+        legends: False leaves them out (a chart under another with the same colours).
 
     Returns:
-        The chart, or None when ``df`` has no rows.
+        The chart, or None when ``df`` has no rows (or none left for a log axis).
     """
     if df is None or df.empty:
         return None
-    d = df[["run_id", "key", "step", "value"]].sort_values(["run_id", "key", "step"]).copy()
+    cols = ["run_id", "key", "step", "value"] + (["wall_time"] if "wall_time" in df else [])
+    d = df[cols].sort_values(["run_id", "key", "step"]).copy()
     d["run"] = d["run_id"].map(lambda r: (run_labels or {}).get(r, r))
     raw = d["key"].isin(raw_keys)
     d["smoothed"] = ema(d, smoothing).where(~raw, d["value"])
     d = d.dropna(subset=["smoothed"])
-    x = alt.X("step:Q", title="step", axis=alt.Axis(format="d", tickMinStep=1))
-    color = alt.Color("run:N", title="run", scale=alt.Scale(scheme="tableau10"), legend=alt.Legend(labelLimit=240))
-    dash = alt.StrokeDash("key:N", title="metric")
+    if log_y:
+        d = d[(d["smoothed"] > 0) & (d["value"] > 0)]
+        if d.empty:
+            return None
+    if x == "relative" and "wall_time" in d:
+        d["minutes"] = (d["wall_time"] - d.groupby("run_id")["wall_time"].transform("min")) / 60.0
+        x_enc = alt.X("minutes:Q", title="minutes since the run's first point")
+    elif x == "wall" and "wall_time" in d:
+        d["time"] = pd.to_datetime(d["wall_time"], unit="s", utc=True).dt.tz_convert(None)
+        x_enc = alt.X("time:T", title="wall clock (UTC)")
+    else:
+        x_enc = alt.X("step:Q", title="step", axis=alt.Axis(format="d", tickMinStep=1))
+    y_scale = alt.Scale(type="log") if log_y else alt.Scale(zero=False, domain=list(y_domain) if y_domain else alt.Undefined)
+    # Legends under the plot (beside it they take half of a half-width chart), and none for a single
+    # run or a single metric (the page says which).
+    def legend(field: str, **kw):
+        return alt.Legend(orient="bottom", direction="vertical", **kw) if legends and d[field].nunique() > 1 else None
+
+    color = alt.Color("run:N", title="run", scale=alt.Scale(scheme="tableau10"), legend=legend("run", labelLimit=240))
+    dash = alt.StrokeDash("key:N", title="metric", legend=legend("key"))
     tooltip = ["run:N", "key:N", "step:Q", alt.Tooltip("value:Q", format=".4g")]
-    base = alt.Chart(d).encode(x=x, color=color, strokeDash=dash, detail="run_id:N")
+    base = alt.Chart(d.drop(columns=["wall_time"], errors="ignore")).encode(
+        x=x_enc, color=color, strokeDash=dash, detail="run_id:N")
     layers = []
     if smoothing > 0 and not d["key"].isin(raw_keys).all():
         faint = base.transform_filter(~alt.FieldOneOfPredicate(field="key", oneOf=list(raw_keys)))
-        layers.append(faint.mark_line(opacity=0.2).encode(y=alt.Y("value:Q")))
+        layers.append(faint.mark_line(opacity=0.2).encode(y=alt.Y("value:Q", scale=y_scale)))
     layers.append(
-        base.mark_line().encode(
-            y=alt.Y("smoothed:Q", title=y_title, scale=alt.Scale(zero=False)), tooltip=tooltip
-        )
+        base.mark_line().encode(y=alt.Y("smoothed:Q", title=y_title + (" (log)" if log_y else ""), scale=y_scale),
+                                tooltip=tooltip)
     )
     sizes = d.groupby(["run_id", "key"])["step"].transform("size")
-    sparse = d[sizes < _POINTS_BELOW]
+    sparse = d[sizes < _POINTS_BELOW].drop(columns=["wall_time"], errors="ignore")
     if not sparse.empty:
         layers.append(
             alt.Chart(sparse)
             .mark_point(filled=True, size=30)
-            .encode(x=x, y=alt.Y("smoothed:Q"), color=color, detail="key:N", tooltip=tooltip)
+            .encode(x=x_enc, y=alt.Y("smoothed:Q", scale=y_scale), color=color, detail="key:N", tooltip=tooltip)
         )
-    return alt.layer(*layers).properties(height=height).interactive(bind_y=False)
+    # "fit-x": the plot is `height` tall and the legends come on top (Streamlit's "fit" would squeeze them in)
+    return alt.layer(*layers).properties(height=height, autosize=alt.AutoSizeParams(type="fit-x", contains="padding")).interactive(bind_y=False)
+
+
+def axis_controls(url, key: str) -> tuple[str, bool]:
+    """The x axis (:data:`X_AXES`) and log-y choice of a page's charts, kept in its URL (``x``, ``y``)."""
+    a, b = st.columns([3, 1], vertical_alignment="bottom")
+    with a:
+        x = url.widget(st.radio, "x axis", "x", default="step", options=list(X_AXES), format_func=X_AXES.get,
+                       horizontal=True, key=f"{key}_x")  # fmt: skip
+    with b:
+        log_y = url.widget(st.checkbox, "log y axis", "y", default=False, cast=lambda v: v == "log",
+                           encode_as=lambda v: "log" if v else None, key=f"{key}_logy")  # fmt: skip
+    return x, log_y
 
 
 def render_metrics_chart(df: pd.DataFrame, *, empty_text: str = "no points yet", **kwargs) -> None:

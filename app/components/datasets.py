@@ -2,8 +2,9 @@
 
 Pages never keep a whole dataset in the cache: :func:`dataset_view` loads it through
 ``engine.data.load_dataset`` once per (workspace, name, version) and keeps only what the pages
-draw: a few sample images, the class counts and the first validation images (the same images a
-run shows in its reconstruction grid).
+draw: a few sample images, the class counts and the run's fixed validation images (the same images
+a run shows in its reconstruction grid). Every choice is :func:`engine.data.representative`: class
+by class, seeded, the same at every visit.
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from engine.data import list_datasets, load_dataset
+from engine.data import list_datasets, load_dataset, representative
 from engine.workspace import workspace_root
 
 N_SAMPLES = 24  # images in the Data page's sample grid (half train, half val when both exist)
-N_PREVIEW = 8  # first val images: the run's fixed reconstruction images (train.num_vis defaults to 8)
+N_PREVIEW = 8  # the run's fixed reconstruction images (train.num_vis defaults to 8)
 
 
 @dataclass(frozen=True)
@@ -29,8 +30,8 @@ class DatasetView:
         info: the engine's ``DatasetInfo`` (name, image_shape (C, H, W), class_names, n_train, n_val...).
         samples: uint8 ``(S, H, W, C)`` sample images; ``sample_captions``: "class · split" each.
         counts: images per class and split (``class_name, split, count``).
-        preview: float32 ``(N_PREVIEW, C, H, W)`` in [0, 1]: the first val images (train when no val
-            split), exactly what a run puts in its reconstruction grid.
+        preview: float32 ``(N_PREVIEW, C, H, W)`` in [0, 1]: the representative val images (train
+            when no val split), exactly what a run puts in its reconstruction grid.
         preview_captions: class name of each preview image.
     """
 
@@ -63,16 +64,13 @@ def dataset_view(workspace: str, name: str, version: str) -> DatasetView:
     ``created_at``) are only cache keys: a re-imported dataset gets a new entry."""
     ds = load_dataset(name)
     info = ds.info
-    rng = np.random.default_rng(0)  # the same samples at every visit
-    train, val = ds.indices("train"), ds.indices("val")
-    k_val = min(len(val), N_SAMPLES // 2)  # half val when there are enough, train fills the rest
-    k_train = min(len(train), N_SAMPLES - k_val)
-    picks = [(int(i), "train") for i in np.sort(rng.choice(train, size=k_train, replace=False))]
-    picks += [(int(i), "val") for i in np.sort(rng.choice(val, size=k_val, replace=False))]
+    picks = sample_rows(ds, N_SAMPLES)
     samples = ds.images[[i for i, _ in picks]] if picks else ds.images[:0]
     captions = [f"{info.class_names[ds.labels[i]]} · {s}" for i, s in picks]
     x, y = ds.tensors("val" if info.n_val else "train")
-    preview = x[:N_PREVIEW].numpy().astype(np.float32)
+    rows = representative(y.numpy(), N_PREVIEW)  # == the run's fixed validation images
+    preview = x[rows].numpy().astype(np.float32)
+    y = y[rows]
     return DatasetView(
         info=info,
         samples=samples,
@@ -81,3 +79,13 @@ def dataset_view(workspace: str, name: str, version: str) -> DatasetView:
         preview=preview,
         preview_captions=[info.class_names[int(c)] for c in y[:N_PREVIEW]],
     )
+
+
+def sample_rows(ds, n: int) -> list[tuple[int, str]]:
+    """``(row, split)`` of ``n`` sample rows of any dataset: half from val when it has enough, train
+    fills the rest; each half :func:`engine.data.representative` (class by class)."""
+    train, val = ds.indices("train"), ds.indices("val")
+    k_val = min(len(val), n // 2)
+    k_train = min(len(train), n - k_val)
+    picks = [(int(train[i]), "train") for i in representative(ds.labels[train], k_train)]
+    return picks + [(int(val[i]), "val") for i in representative(ds.labels[val], k_val)]

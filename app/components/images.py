@@ -17,8 +17,10 @@ import streamlit as st
 MASK_GREY = 0.5
 #: Tiny images (8x8 digits) are upscaled with nearest neighbour to about this many pixels a side.
 TARGET_PX = 96
-#: CSS that keeps upscaled pixels crisp when the browser stretches an image to its column width.
-PIXELATED_CSS = "<style>[data-testid='stImage'] img { image-rendering: pixelated; }</style>"
+#: CSS that keeps upscaled pixels crisp when the browser stretches an image to its column width, and
+#: frames every image with a thin grey line, so that white (or black) padding shows against the page.
+PIXELATED_CSS = ("<style>[data-testid='stImage'] img { image-rendering: pixelated; "
+                 "box-shadow: 0 0 0 1px #9e9e9e; }</style>")
 
 
 def as_numpy(x: Any) -> np.ndarray:
@@ -33,6 +35,13 @@ def chw_to_hwc_uint8(images: Any) -> np.ndarray:
     x = as_numpy(images).astype(np.float32)
     x = np.clip(x, 0.0, 1.0).transpose(0, 2, 3, 1)
     return np.round(x * 255.0).astype(np.uint8)
+
+
+def as_rgb(images: Any) -> np.ndarray:
+    """``(N, H, W, C)`` uint8 with C = 1 or 3 -> ``(N, H, W, 3)`` (grey repeated), so that grey
+    images and colour overlays can be shown in one grid."""
+    x = as_numpy(images)
+    return np.repeat(x, 3, axis=3) if x.shape[3] == 1 else x[..., :3]
 
 
 def upscale(img: np.ndarray, target_px: int = TARGET_PX) -> np.ndarray:
@@ -92,13 +101,10 @@ def mask_overlay(images: Any, mask: Any) -> np.ndarray:
         ``(N, H, W, 3)`` uint8: visible patches as they are, masked patches flat grey.
     """
     x = as_numpy(images).astype(np.float32)
-    m = as_numpy(mask).astype(bool)
-    n, c, h_px, w_px = x.shape
-    if m.shape[0] != n or h_px % m.shape[1] or w_px % m.shape[2]:
-        raise ValueError(f"mask {m.shape} does not tile images {x.shape}")
-    ph, pw = h_px // m.shape[1], w_px // m.shape[2]
-    pixel_mask = m.repeat(ph, axis=1).repeat(pw, axis=2)  # (N, H, W)
-    rgb = np.repeat(x, 3, axis=1) if c == 1 else x[:, :3]
+    if as_numpy(mask).shape[0] != x.shape[0]:
+        raise ValueError(f"mask {as_numpy(mask).shape} does not tile images {x.shape}")
+    pixel_mask = _pixel_mask(mask, x.shape[2:])  # (N, H, W)
+    rgb = np.repeat(x, 3, axis=1) if x.shape[1] == 1 else x[:, :3]
     out = np.where(pixel_mask[:, None], MASK_GREY, np.clip(rgb, 0.0, 1.0))
     return chw_to_hwc_uint8(out)
 
@@ -115,17 +121,85 @@ def image_rows(rows: Sequence[tuple[str, Any]], captions: Sequence[str] | None =
         image_grid(imgs, captions if i == 0 else None, columns=len(imgs))
 
 
-def recon_rows(images: Any, mask: Any, pred: Any, pasted: Any) -> list[tuple[str, np.ndarray]]:
-    """The four rows of an MAE reconstruction figure as uint8 ``(N, H, W, C)`` arrays.
+def _pixel_mask(mask: Any, shape: tuple[int, int]) -> np.ndarray:
+    """``(N, h, w)`` bool patch mask -> ``(N, H, W)`` bool pixel mask for images of ``shape = (H, W)``."""
+    m = as_numpy(mask).astype(bool)
+    if shape[0] % m.shape[1] or shape[1] % m.shape[2]:
+        raise ValueError(f"mask {m.shape} does not tile images of {shape[0]}x{shape[1]}")
+    return m.repeat(shape[0] // m.shape[1], axis=1).repeat(shape[1] // m.shape[2], axis=2)
+
+
+def masked_only(pred: Any, mask: Any) -> np.ndarray:
+    """The prediction at the masked patches only; visible patches flat grey (they are not scored,
+    so the model is not trained to reproduce them).
 
     Args:
-        images, pred, pasted: ``(N, C, H, W)`` floats (original, reconstruction, reconstruction
-            with the visible patches pasted back).
+        pred: ``(N, C, H, W)`` floats in [0, 1], C = 1 or 3; mask: ``(N, h, w)`` bool, True = masked.
+
+    Returns:
+        ``(N, H, W, 3)`` uint8.
+    """
+    x = as_numpy(pred).astype(np.float32)
+    pm = _pixel_mask(mask, x.shape[2:])
+    rgb = np.repeat(x, 3, axis=1) if x.shape[1] == 1 else x[:, :3]
+    return chw_to_hwc_uint8(np.where(pm[:, None], np.clip(rgb, 0.0, 1.0), MASK_GREY))
+
+
+#: Squared error (pixel units, [0, 1]) at which the error map saturates.
+ERROR_MAX = 0.25
+#: Anchors of the error colour map, from 0 to ERROR_MAX (a perceptually ordered dark-to-bright
+#: ramp in the spirit of matplotlib's "inferno": black, purple, red-orange, yellow).
+_ERROR_ANCHORS = np.array([[0, 0, 4], [87, 16, 110], [188, 55, 84], [249, 142, 9], [252, 255, 164]], np.float32)
+#: Colour of the visible patches in the error map (not scored): a cool grey apart from the ramp.
+ERROR_VISIBLE_RGB = (150, 170, 190)
+
+
+def error_colors(err: np.ndarray, vmax: float = ERROR_MAX) -> np.ndarray:
+    """Map squared errors to RGB: ``(...) float -> (..., 3) uint8``, 0 black to ``vmax`` (and above)
+    pale yellow, linear in between over the anchors of :data:`_ERROR_ANCHORS`."""
+    t = np.clip(np.asarray(err, np.float32) / vmax, 0.0, 1.0) * (len(_ERROR_ANCHORS) - 1)
+    lo = np.minimum(t.astype(np.int64), len(_ERROR_ANCHORS) - 2)
+    frac = (t - lo)[..., None]
+    return np.round(_ERROR_ANCHORS[lo] * (1 - frac) + _ERROR_ANCHORS[lo + 1] * frac).astype(np.uint8)
+
+
+def error_map(images: Any, pred: Any, mask: Any, vmax: float = ERROR_MAX) -> tuple[np.ndarray, np.ndarray]:
+    """Per-pixel squared error at the masked patches, as colours, and the masked-patch MSE per image.
+
+    Args:
+        images, pred: ``(N, C, H, W)`` floats in [0, 1] (the prediction is clipped to [0, 1]);
+        mask: ``(N, h, w)`` bool, True = masked; vmax: the error shown at full brightness.
+
+    Returns:
+        ``(rgb (N, H, W, 3) uint8, mse (N,) float)``: the squared error averaged over channels,
+        coloured by :func:`error_colors`, visible patches in :data:`ERROR_VISIBLE_RGB`; and each
+        image's mean squared error over its masked pixels (NaN when nothing is masked).
+    """
+    x, p = as_numpy(images).astype(np.float32), np.clip(as_numpy(pred).astype(np.float32), 0.0, 1.0)
+    pm = _pixel_mask(mask, x.shape[2:])
+    err = ((p - x) ** 2).mean(axis=1)  # (N, H, W)
+    rgb = error_colors(err, vmax)
+    rgb[~pm] = ERROR_VISIBLE_RGB
+    n = pm.reshape(len(pm), -1).sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mse = np.where(n > 0, (err * pm).reshape(len(pm), -1).sum(axis=1) / n, np.nan)
+    return rgb, mse
+
+
+def recon_rows(images: Any, mask: Any, pred: Any, pasted: Any) -> list[tuple[str, np.ndarray]]:
+    """The rows of an MAE reconstruction figure as uint8 ``(N, H, W, C)`` arrays: original, masked
+    input, the prediction at the masked patches only (visible ones grey: not trained there), the
+    reconstruction with the visible patches pasted back, and the error map.
+
+    Args:
+        images, pred, pasted: ``(N, C, H, W)`` floats (original, prediction of every patch,
+            prediction with the visible patches pasted back).
         mask: ``(N, h, w)`` bool, True = masked.
     """
     return [
         ("Original", chw_to_hwc_uint8(images)),
         ("Masked input", mask_overlay(images, mask)),
-        ("Reconstruction", chw_to_hwc_uint8(pred)),
+        ("Prediction at masked patches (grey: visible, not scored)", masked_only(pred, mask)),
         ("Reconstruction + visible patches", chw_to_hwc_uint8(pasted)),
+        (f"Squared error at masked patches (black 0 → yellow ≥ {ERROR_MAX:g})", error_map(images, pasted, mask)[0]),
     ]

@@ -19,7 +19,6 @@ from app.components.errors import guarded
 from engine.data import ImportOptions, import_source, inspect_source
 from engine.data.tabular import ROLES
 
-ACCEPTED = ["zip", "txt", "csv", "tsv", "jsonl"]
 UPLOAD_LABEL = "Dataset file: a .zip of images (PNG, JPEG, WebP, BMP, TIFF, GIF) or of .txt files, or one .txt / .csv / .tsv / .jsonl"
 _AUTO, _NONE = "(detect)", "(none)"
 
@@ -72,10 +71,20 @@ def _show_plan(plan) -> None:
     _refusals(plan.rejected, plan.skipped)
 
 
+#: Up to this many refusals are listed as a table whose cells wrap (a whole reason is readable);
+#: more go to a scrollable data frame.
+WRAPPED_ROWS = 20
+
+
 def _refusals(rejected, skipped) -> None:
     if rejected:
         st.markdown(f"**Refused ({len(rejected)})**: each with the reason and what to do")
-        st.dataframe(pd.DataFrame(rejected, columns=["file", "reason"]), hide_index=True, width="stretch")
+        frame = pd.DataFrame(rejected, columns=["file", "reason"])
+        if len(frame) <= WRAPPED_ROWS:
+            st.table(frame.set_index("file"))
+        else:
+            st.dataframe(frame, hide_index=True, width="stretch",
+                         column_config={"reason": st.column_config.TextColumn("reason", width="large")})
     if skipped:
         with st.expander(f"Skipped, not data files ({len(skipped)})"):
             st.dataframe(pd.DataFrame(skipped, columns=["file", "why skipped"]), hide_index=True, width="stretch")
@@ -91,12 +100,41 @@ def show_report(report, name: str) -> None:
                    f"{len(report.rejected)} refused (listed below).")
     else:
         st.success(f"Imported all {report.accepted:,} {what} from {name} as dataset **{report.dataset.name}**.")
+    if getattr(report, "image_size", 0):
+        st.caption(f"Geometry: {report.geometry_line()}.")
     _refusals(report.rejected, report.skipped)
+
+
+#: Image sizes offered; "auto" is the images' own size when they all share one (else 64).
+SIZES = ["auto", 8, 16, 28, 32, 48, 64, 96, 128, 224]
+GEOMETRY_LABELS = {"crop": "centre crop", "stretch": "stretch", "pad": "pad"}
+PAD_LABELS = {"edge": "edge pixels", "mean": "mean colour", "colour": "a colour"}
+
+
+def geometry_options(key: str) -> dict:
+    """How images become square (``engine.data.images.fit_square``): size, geometry, pad fill,
+    and the colour under transparency. Returns ``import_source``'s image keyword arguments."""
+    c, d = st.columns(2)
+    size = c.selectbox("Image size (pixels)", SIZES, key=f"{key}_size",
+                       format_func=lambda v: "auto (the images' own size)" if v == "auto" else f"{v} x {v}",
+                       help="auto: the images' size when they all share one; 64 when sizes differ")  # fmt: skip
+    geometry = d.radio("Non-square images", list(GEOMETRY_LABELS), format_func=GEOMETRY_LABELS.get, horizontal=True,
+                       key=f"{key}_geometry", help="centre crop keeps the middle square; stretch changes the "
+                       "aspect ratio; pad keeps the whole image and fills the rest")  # fmt: skip
+    out = {"image_size": None if size == "auto" else int(size), "geometry": geometry}
+    e, f = st.columns(2)
+    if geometry == "pad":
+        how = e.radio("Pad with", list(PAD_LABELS), format_func=PAD_LABELS.get, horizontal=True, key=f"{key}_padfill")
+        out["pad_fill"] = f.color_picker("Pad colour", "#808080", key=f"{key}_padcolour") if how == "colour" else how
+    out["fill"] = st.color_picker("Colour under transparency", "#ffffff", key=f"{key}_fill")
+    return out
 
 
 def import_panel() -> str | None:
     """The whole panel; returns the name of a dataset that was just imported (else None)."""
-    upload = st.file_uploader(UPLOAD_LABEL, type=ACCEPTED, key="data_upload")
+    # Any file is taken: one of another type is refused by the engine in masklab's words (a type
+    # filter here would show a red chip whose reason appears only on hover).
+    upload = st.file_uploader(UPLOAD_LABEL, key="data_upload")
     if upload is None:
         return None
     path = _stash(upload)
@@ -117,11 +155,9 @@ def import_panel() -> str | None:
         hi = d.number_input("Drop texts longer than (characters, 0 = no limit)", 0, 10_000_000, 0, key=f"{key}_max")
         base.update(min_chars=int(lo) or None, max_chars=int(hi) or None)
     else:
-        c, d, e = st.columns(3)
-        extra["image_size"] = int(c.select_slider("Image size (pixels)", [8, 16, 28, 32, 48, 64], 32, key=f"{key}_size"))
-        extra["fill"] = d.color_picker("Fill under transparency", "#ffffff", key=f"{key}_fill")
-        enc = e.text_input("Member-name encoding", placeholder="detected", key=f"{key}_enc",
-                           help="for zips whose names are not UTF-8, e.g. cp437, cp1252, cp932")
+        extra.update(geometry_options(key))
+        enc = st.text_input("Member-name encoding", placeholder="detected", key=f"{key}_enc",
+                            help="for zips whose names are not UTF-8, e.g. cp437, cp1252, cp932")
         base["name_encoding"] = enc.strip() or None
     options = ImportOptions(**base)
     if options != ImportOptions(val_fraction=base["val_fraction"]):  # roles or filters changed: inspect again

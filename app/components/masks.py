@@ -21,6 +21,7 @@ Pydantic field -> widget:
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import types
@@ -35,16 +36,13 @@ import streamlit as st
 import yaml
 
 from engine.config import MaskingConfig
-from engine.data import load_dataset
+from engine.data import load_dataset, representative
 from engine.errors import ConfigError, MasklabError
 from engine.masking import get_masking, grid_shape, strategies_for
 from engine.masking.registry import MaskingStrategy
 from engine.masking.stats import MaskStats
 from engine.workspace import workspace_root
 
-#: ``st.session_state`` key of the settings Mask lab hands to New run ("Use in New run"):
-#: ``{"gen": int, "dataset": str, "patch_size": int, "seed": int, "masking": dict}``.
-HANDOFF_KEY = "mask_lab_handoff"
 #: Range of the mask-ratio sliders: 0 (nothing to predict) and 1 (nothing visible) make no run.
 RATIO_RANGE = (0.05, 0.95)
 _NONE = "None"
@@ -79,6 +77,51 @@ def patch_label(p: int, h: int, w: int) -> str:
     """``"2 px  →  4x4 = 16 patches"`` for the patch-size selectbox."""
     n = (h // p) * (w // p)
     return f"{p} px  →  {h // p}x{w // p} = {n} patch" + ("es" if n != 1 else "")
+
+
+@st.cache_data(max_entries=32, ttl=900, show_spinner=False)
+def _refused_sizes(workspace: str, dataset: str, version: str, masking_json: str, sizes: tuple[int, ...]) -> dict:
+    """``patch size -> the pre-flight's reason`` for the sizes ``engine.checks.check_run`` refuses with
+    this masking (``{}`` when the masking itself is invalid: its own error is shown elsewhere).
+    ``workspace`` and ``version`` are cache keys."""
+    from engine.checks import check_run
+    from engine.config import RunConfig
+
+    masking = json.loads(masking_json)
+    refused = {}
+    for p in sizes:
+        try:
+            cfg = RunConfig.from_dict({"data": {"dataset": dataset}, "masking": masking, "model": {"patch_size": p}})
+        except ConfigError:
+            return {}
+        try:
+            check_run(cfg)
+        except MasklabError as e:
+            refused[p] = str(e)
+    return refused
+
+
+def patch_select(info: Any, masking: dict[str, Any] | None, key: str, carried: int | None = None) -> int:
+    """The patch-size select: only the sizes that tile the images *and* that the launcher's
+    pre-flight accepts with ``masking`` (e.g. one 8x8 patch with random masking would mask
+    everything: not offered). When no size passes, every tiling size is offered and the page shows
+    the refusal. Returns the chosen size."""
+    c, h, w = info.image_shape
+    tiling = patch_sizes(h, w)
+    refused = {}
+    if masking is not None:
+        refused = _refused_sizes(str(workspace_root()), info.name, info.created_at,
+                                 json.dumps(masking, sort_keys=True), tuple(tiling))  # fmt: skip
+    sizes = [p for p in tiling if p not in refused] or tiling
+    p0 = carried if carried in sizes else default_patch(sizes, h)
+    help_ = "Sizes that tile the images and that this masking can train with."
+    if refused and len(sizes) < len(tiling):
+        help_ += " Not offered: " + "; ".join(f"{p} px ({why.split(': ', 1)[-1]})" for p, why in refused.items())
+    patch = st.selectbox("Patch size", sizes, index=sizes.index(p0), key=f"{key}_patch_{h}x{w}",
+                         format_func=lambda p: patch_label(p, h, w), help=help_)  # fmt: skip
+    if refused and len(sizes) < len(tiling):
+        st.caption(f"Not offered with this masking: {', '.join(f'{p} px' for p in refused)} (see the help).")
+    return int(patch)
 
 
 # --------------------------------------------------------------------------- errors
@@ -337,9 +380,9 @@ def masking_controls(
     index = names.index(d["strategy"]) if d["strategy"] in names else 0
     name = st.selectbox(
         "Masking strategy", names, index=index, key=f"{key_prefix}_strategy",
-        format_func=lambda n: f"{n}: {get_masking(n).summary}" if get_masking(n).summary else n,
-        help="Registered strategies for this data: engine.masking.MASKING_REGISTRY.",
-    )  # fmt: skip
+        help="Registered strategies for this data: engine.masking.MASKING_REGISTRY. What each does is written "
+             "under the box.",
+    )  # the summary goes under the box: inside the option it was cut off
     strategy = get_masking(name)
     st.markdown(f":small[:gray[{_strategy_note(strategy)}]]")
     ratio = float(d["ratio"])
@@ -376,15 +419,14 @@ def train_batch(info: Any, n: int) -> np.ndarray:
 
 @st.cache_data(max_entries=4, ttl=900, show_spinner="Loading images…")
 def train_images(workspace: str, name: str, version: str, n: int) -> np.ndarray:
-    """``n`` train images of ``name`` (a fixed random choice, sorted; all when there are fewer),
-    float32 ``[n, C, H, W]`` in [0, 1] like ``ImageDataset.tensors``. ``workspace`` and ``version``
-    are cache keys only. Raises ``engine.errors.DatasetError``."""
+    """``n`` train images of ``name`` (:func:`engine.data.representative`: class by class; all
+    when there are fewer), float32 ``[n, C, H, W]`` in [0, 1] like ``ImageDataset.tensors``.
+    ``workspace`` and ``version`` are cache keys only. Raises ``engine.errors.DatasetError``."""
     ds = load_dataset(name)
     idx = ds.indices("train")
     if len(idx) == 0:
         idx = np.arange(len(ds))
-    if len(idx) > n:
-        idx = np.sort(np.random.default_rng(0).choice(idx, size=n, replace=False))
+    idx = idx[representative(ds.labels[idx], n)]
     return np.ascontiguousarray(ds.images[idx].transpose(0, 3, 1, 2), dtype=np.float32) / np.float32(255.0)
 
 
@@ -411,7 +453,7 @@ def ratio_hist_chart(ratio: np.ndarray, n_positions: int, height: int = 240) -> 
             x=alt.X("lo:Q", bin="binned", title="masked fraction", scale=alt.Scale(domain=[0, 1]),
                     axis=alt.Axis(format=".1f")),  # fmt: skip
             x2="hi:Q",
-            y=alt.Y("count:Q", title="samples", axis=alt.Axis(format="d", tickMinStep=1)),
+            y=alt.Y("count:Q", title="samples (count)", axis=alt.Axis(format="d", tickMinStep=1)),
             tooltip=[alt.Tooltip("lo:Q", format=".3f", title="from"), alt.Tooltip("hi:Q", format=".3f", title="to"),
                      alt.Tooltip("count:Q", title="samples")],  # fmt: skip
         )
@@ -420,8 +462,8 @@ def ratio_hist_chart(ratio: np.ndarray, n_positions: int, height: int = 240) -> 
 
 
 def region_hist_chart(sizes: np.ndarray, height: int = 240) -> alt.Chart:
-    """Bars of contiguous masked regions per size (positions); integer bins, at most ~40 bars,
-    symlog counts (a few large regions stay visible next to many single positions)."""
+    """Bars of contiguous masked regions per size (positions); integer bins, at most ~40 bars, a
+    linear count axis (both axes labelled with their unit)."""
     top = int(sizes.max()) if sizes.size else 1
     width = max(1, math.ceil(top / 40))
     edges = np.arange(1, top + width + 1, width) - 0.5
@@ -433,7 +475,7 @@ def region_hist_chart(sizes: np.ndarray, height: int = 240) -> alt.Chart:
             x=alt.X("lo:Q", bin="binned", title="region size (positions)",
                     scale=alt.Scale(domain=[0.5, float(edges[-1])], nice=False), axis=alt.Axis(format="d", tickMinStep=1)),  # fmt: skip
             x2="hi:Q",
-            y=alt.Y("count:Q", title="regions", scale=alt.Scale(type="symlog"), axis=alt.Axis(format="d")),
+            y=alt.Y("count:Q", title="regions (count)", axis=alt.Axis(format="d", tickMinStep=1)),
             tooltip=[alt.Tooltip("lo:Q", format=".1f", title="from"), alt.Tooltip("hi:Q", format=".1f", title="to"),
                      alt.Tooltip("count:Q", title="regions")],  # fmt: skip
         )

@@ -1,8 +1,12 @@
-"""A run's headline validation figure next to its trivial baselines (same masks, same units).
+"""A run's validation figures next to its trivial baselines (same masks, same units).
 
-Every task logs its baselines once at step 0 as ``baseline/<name>`` (engine.tasks.Task.baselines)
-and names its headline metric (``Task.headline``); this component puts them in one small table so a
-viewer can tell learning from averaging.
+Every task logs its baselines once at step 0 (engine.tasks.Task.baselines) and names its headline
+metric (``Task.headline``); a task may declare more figures (``figures``: ``[(metric, "min" |
+"max")]``, e.g. the image task's pixel MSE and PSNR) and notes on how its baselines were measured
+(``quality_notes(config)``). Key convention: ``baseline/<name>`` is predictor ``name`` on the headline,
+``baseline/<name>/<figure>`` the same predictor on the figure ``val_<figure>``. This component puts
+them in one small table (predictors by figures, the best of each starred) so a viewer can tell
+learning from averaging.
 """
 
 from __future__ import annotations
@@ -36,21 +40,103 @@ def headline_of(config: dict) -> tuple[str, str]:
         return ("val_loss", "min")
 
 
-def quality_table(rec) -> None:
-    """The headline figure at its latest step next to every baseline, best marked."""
-    metric, better = headline_of(rec.config)
+#: Column titles of the figures tasks declare (``Task.figures``); other metrics show their own name.
+FIGURE_TITLES = {"val_mse": "pixel MSE", "val_psnr": "PSNR (dB)", "val_top1": "top-1", "val_span_acc": "span accuracy"}
+
+
+def figures_of(config: dict) -> list[tuple[str, str]]:
+    """The figures a run's table shows, ``[(metric, "min" | "max")]``: the task's headline, then the
+    extra figures it declares as ``figures`` (e.g. the image task's pixel MSE and PSNR)."""
+    from engine.errors import ConfigError
+    from engine.tasks import get_task
+
+    try:
+        extra = list(getattr(get_task((config or {}).get("task", "image_mim")), "figures", ()))
+    except ConfigError:
+        extra = []
+    return [headline_of(config)] + [f for f in extra if f[0] != headline_of(config)[0]]
+
+
+def baseline_key(metric: str, headline: str, name: str) -> str:
+    """Where predictor ``name``'s value of ``metric`` is logged: ``baseline/<name>`` for the
+    headline, ``baseline/<name>/<figure>`` for a figure ``val_<figure>`` (``baseline/knn/mse``)."""
+    return f"baseline/{name}" if metric == headline else f"baseline/{name}/{metric.removeprefix('val_')}"
+
+
+def quality_rows(rec, step: int | None = None, value: float | None = None) -> tuple[pd.DataFrame, list[tuple[str, str]]]:
+    """The run and every baseline (rows) by figure (columns), numbers or None where not logged.
+
+    ``step``, ``value``: the headline's last logged point (the last evaluation), when known; else
+    the run's latest values at the run's step.
+
+    Baseline names come from the ``baseline/<name>`` keys (a name may itself contain ``_``, never
+    ``/``); the first column is the headline. Returns the frame (column ``predictor``, then one per
+    figure, titled by the metric key) and the figures.
+    """
+    figures = figures_of(rec.config)
+    headline = figures[0][0]
     latest = rec.latest or {}
-    rows = [{"predictor": f"this run ({metric})", "value": latest.get(metric)}]
-    rows += [{"predictor": k.removeprefix("baseline/").replace("_", " "), "value": v}
-             for k, v in sorted(latest.items()) if k.startswith("baseline/")]
-    if len(rows) == 1 or rows[0]["value"] is None:
+    names = sorted({k.split("/")[1] for k in latest if k.startswith("baseline/")})
+    run = {m: latest.get(m) for m, _ in figures}
+    if value is not None:
+        run[headline] = value
+    rows = [{"predictor": f"this run (step {rec.step if step is None else step})", **run}]
+    rows += [{"predictor": n.replace("_", " "), **{m: latest.get(baseline_key(m, headline, n)) for m, _ in figures}}
+             for n in names]
+    return pd.DataFrame(rows), figures
+
+
+def _fmt(metric: str, v: float, pct: bool) -> str:
+    return f"{v:.1%}" if pct else f"{v:.2f}" if metric == "val_psnr" else f"{v:.4f}"
+
+
+def quality_table(rec, step: int | None = None, value: float | None = None) -> None:
+    """The run's figures at its latest step next to every baseline's, the best of each column starred.
+
+    The headline (``Task.headline``) and the task's extra ``figures`` are the columns; a column no
+    predictor has is left out. The caption compares the run with the best baseline on the last
+    lower-is-better figure the run has (its share of that baseline's value; the image task: pixel
+    MSE), else on the headline (its margin when higher is better), and adds the task's notes.
+    ``step``, ``value``: as in :func:`quality_rows`.
+    """
+    df, figures = quality_rows(rec, step, value)
+    first = pd.to_numeric(df[figures[0][0]], errors="coerce")
+    if len(df) == 1 or pd.isna(first.iloc[0]):
         return
-    df = pd.DataFrame(rows)
-    best = df["value"].idxmax() if better == "max" else df["value"].idxmin()
-    df["best"] = ["★" if i == best else "" for i in df.index]
-    pct = better == "max"  # accuracies
-    st.dataframe(df, hide_index=True, width="content",
-                 column_config={"value": st.column_config.NumberColumn(format="percent" if pct else "%.4f")})
-    st.caption(("higher is better · baselines on the same validation masks and inputs" if pct else
-                "lower is better · baselines on the same validation masks, scored with the run's objective")
-               + f" · baselines from step 0, this run at step {rec.step}")
+    shown, compare = pd.DataFrame({"predictor": df["predictor"]}), None
+    for metric, better in figures:
+        col = pd.to_numeric(df[metric], errors="coerce")
+        if col.isna().all():
+            continue
+        best = col.idxmax() if better == "max" else col.idxmin()
+        pct = better == "max" and metric != "val_psnr" and bool(col.dropna().between(0, 1).all())  # accuracies
+        title = loss_title(rec.config) if metric == "val_loss" else FIGURE_TITLES.get(metric, metric)
+        shown[f"{title} {'↓' if better == 'min' else '↑'}"] = [
+            "–" if pd.isna(v) else _fmt(metric, v, pct) + (" ★" if i == best else "") for i, v in col.items()]
+        base = col.iloc[1:]
+        if not pd.isna(col.iloc[0]) and base.notna().any() and (compare is None or better == "min"):
+            compare = (metric, better, title, pct, col.iloc[0], base)
+    st.dataframe(shown, hide_index=True, width="content")
+    notes = []
+    if compare is not None:
+        metric, better, title, pct, run, base = compare
+        b = base.idxmin() if better == "min" else base.idxmax()
+        who = df["predictor"][b]
+        notes.append(f"{title}: this run at {run / base[b]:.0%} of the best baseline ({who})" if better == "min" else
+                     f"{title}: this run {(run - base[b]) * 100:+.1f} points over the best baseline ({who})" if pct else
+                     f"{title}: this run {run - base[b]:+.2f} over the best baseline ({who})")
+    st.caption(f"★ best of each column · baselines measured once at step 0 on the same validation masks, "
+               f"this run at step {rec.step if step is None else step}" + "".join(f" · {n}" for n in notes + _baseline_notes(rec.config)))
+
+
+def _baseline_notes(config: dict) -> list[str]:
+    """What the task says about how its figures and baselines were measured
+    (``Task.quality_notes(config)``, when the task has it)."""
+    from engine.errors import ConfigError
+    from engine.tasks import get_task
+
+    try:
+        notes = getattr(get_task((config or {}).get("task", "image_mim")), "quality_notes", None)
+    except ConfigError:
+        return []
+    return list(notes(config or {})) if notes is not None else []

@@ -1,4 +1,11 @@
-"""The run table and run labels (from ``engine.store.RunRecord`` value objects)."""
+"""The run table, run labels, status badges and the cancel control (from ``engine.store.RunRecord``
+value objects).
+
+Every figure says its step: the latest value of a run's headline metric comes with the step it was
+logged at (:func:`latest_points` reads it from the run's metrics, not from ``status.json``, which
+keeps values only), so a cancelled run's "val loss" reads "0.0741 @ step 0" when its last evaluation
+was the untrained model.
+"""
 
 from __future__ import annotations
 
@@ -9,19 +16,27 @@ import pandas as pd
 import streamlit as st
 
 from app.components.errors import guarded
-from engine.store import list_runs
+from engine.store import list_runs, read_metrics
 
+#: Status -> the colour of its badge (Streamlit's named colours: text on a tinted pill, no icon font).
+STATUS_COLOURS = {
+    "queued": "gray", "running": "blue", "completed": "green", "cancelled": "gray", "failed": "red",
+    "diverged": "violet", "interrupted": "orange",
+}  # fmt: skip
 
-#: Status -> the word shown with a colour sign (emoji: material icons need a web font, offline here).
-STATUS_LABELS = {
-    "queued": "⏳ queued", "running": "🔵 running", "completed": "🟢 completed", "cancelled": "⚪ cancelled",
-    "failed": "🔴 failed", "diverged": "🟣 diverged", "interrupted": "🟠 interrupted",
-}
+#: Headline metric -> (short name, percent?) for tables and captions.
+METRIC_NAMES = {"val_loss": ("val loss", False), "val_top1": ("top-1", True), "val_span_acc": ("span acc", True)}
 
 
 def status_label(status: str) -> str:
-    """``"interrupted"`` -> ``"🟠 interrupted"`` (an unknown status is shown as it is)."""
-    return STATUS_LABELS.get(status, status)
+    """The word shown for a status: the status itself (no emoji: it renders as a box without an
+    emoji font)."""
+    return status
+
+
+def status_badge(status: str) -> str:
+    """Markdown of a coloured badge for ``status``, e.g. ``:green-badge[completed]``."""
+    return f":{STATUS_COLOURS.get(status, 'gray')}-badge[{status}]"
 
 
 def status_message(rec: Any, checkpoint_step: int | None) -> None:
@@ -47,7 +62,7 @@ def runs_or_stop() -> list:
     if not runs:
         if runs is not None:
             st.info("No runs yet.")
-        st.page_link("../pages/new_run.py", label="Start a run", icon="🚀")
+        st.page_link("../pages/new_run.py", label="Start a run")
         st.stop()
     return runs
 
@@ -93,39 +108,129 @@ def masking_label(config: dict | None) -> str:
     return f"{name} {ratio}".strip()
 
 
-def runs_frame(records: Sequence[Any]) -> pd.DataFrame:
-    """One row per run with the columns of the run table (newest first, as given)."""
+def grid_label(config: dict | None) -> str:
+    """What a run's units are: ``patch 2`` for images, ``wordpiece 8000`` / ``char`` for text."""
+    cfg = config or {}
+    patch = (cfg.get("model") or {}).get("patch_size")
+    if patch:
+        return f"patch {patch}"
+    tok = (cfg.get("data") or {}).get("tokenizer") or {}
+    if tok:
+        return "char" if tok.get("kind") == "char" else f"{tok.get('kind', 'wordpiece')} {tok.get('vocab_size', '')}".strip()
+    return ""
+
+
+def headline_key(config: dict | None) -> str:
+    """The run's headline metric (``val_loss`` when its task is unknown)."""
+    from app.components.quality import headline_of
+
+    return headline_of(config or {})[0]
+
+
+def latest_points(records: Sequence[Any]) -> dict[tuple[str, str], tuple[int, float]]:
+    """``(run_id, key) -> (step, value)`` of the last logged ``loss``, ``val_loss`` and headline
+    point of each run, from its metrics (one point per series; damaged files are skipped)."""
+    if not records:
+        return {}
+    keys = sorted({"loss", "val_loss"} | {headline_key(r.config) for r in records})
+    df = guarded(read_metrics, [r.run_id for r in records], keys, max_points=1)
+    if df is None or df.empty:
+        return {}
+    last = df.sort_values("step").groupby(["run_id", "key"]).tail(1)
+    return {(r.run_id, r.key): (int(r.step), float(r.value)) for r in last.itertuples()}
+
+
+def format_metric(key: str, value: float | None, step: int | None = None) -> str:
+    """``0.0741 val loss @ step 300`` / ``41.2% top-1 @ step 2000`` / ``–``."""
+    if value is None:
+        return "–"
+    name, pct = METRIC_NAMES.get(key, (key.replace("_", " "), False))
+    text = f"{value:.1%} {name}" if pct else f"{value:.4f} {name}"
+    return text + (f" @ step {step}" if step is not None else "")
+
+
+def runs_frame(records: Sequence[Any], points: dict | None = None) -> pd.DataFrame:
+    """One row per run with the columns of the run table (newest first, as given): who, status,
+    progress, the key hyperparameters (task, patch or tokenizer, preset, masking, lr, steps), the
+    latest loss and headline figure each with its step, dataset and duration.
+
+    Args:
+        records: run records.
+        points: :func:`latest_points` (default: the values of ``status.json``, without steps).
+    """
     rows = []
     for r in records:
+        cfg = r.config or {}
         latest = r.latest or {}
+        key = headline_key(cfg)
+        loss_step, loss = (points or {}).get((r.run_id, "loss"), (None, latest.get("loss")))
+        head_step, head = (points or {}).get((r.run_id, key), (None, latest.get(key)))
         rows.append(
             {
-                "name": r.name if r.name != r.run_id else "",
-                "masking": masking_label(r.config),
-                "run id": r.run_id,
+                "run": short_label(r),
                 "status": status_label(r.status),
-                "progress": float(r.progress or 0.0),
                 "step": f"{r.step} / {r.total_steps}",
-                "loss": latest.get("loss"),
-                "val loss": latest.get("val_loss"),
-                "samples/s": latest.get("throughput"),
-                "duration": format_duration(r.duration_s),
-                "dataset": (r.config or {}).get("data", {}).get("dataset", ""),
+                "dataset": (cfg.get("data") or {}).get("dataset", ""),
+                "task": cfg.get("task", "image_mim"),
+                "units": grid_label(cfg),
+                "preset": (cfg.get("model") or {}).get("preset", ""),
+                "masking": masking_label(cfg),
+                "lr": (cfg.get("train") or {}).get("lr"),
+                "loss": "–" if loss is None else f"{loss:.4f}" + (f" @ {loss_step}" if loss_step not in (None, r.step) else ""),
+                "validation": format_metric(key, head, None if head_step == r.step else head_step).replace(" @ step ", " @ "),
+                "time": format_duration(r.duration_s),
+                "run id": r.run_id,
             }
         )
+        row = rows[-1]
+        lr = f"lr {row['lr']:g}" if isinstance(row["lr"], (int, float)) else ""
+        row["recipe"] = " · ".join(str(v) for v in (row["task"], row["units"], row["preset"], row["masking"], lr) if v)
     return pd.DataFrame(rows)
 
 
+#: Column widths (pixels) of the run table: together about the width of the page's main column.
+TABLE_COLUMNS = {"run": 165, "status": 75, "step": 80, "dataset": 92, "recipe": 333, "loss": 55, "validation": 140}
+
+
 def run_table(records: Sequence[Any]) -> None:
-    """``st.dataframe`` of :func:`runs_frame` with a progress bar column."""
-    st.dataframe(
-        runs_frame(records),
-        hide_index=True,
-        width="stretch",
-        column_config={
-            "progress": st.column_config.ProgressColumn("progress", min_value=0.0, max_value=1.0, format="percent"),
-            "loss": st.column_config.NumberColumn("loss", format="%.4f"),
-            "val loss": st.column_config.NumberColumn("val loss", format="%.4f"),
-            "samples/s": st.column_config.NumberColumn("samples/s", format="%.0f"),
-        },
-    )
+    """``st.dataframe`` of :func:`runs_frame` that fits the page: the key hyperparameters in one
+    ``recipe`` column (task · patch or tokenizer · preset · masking · lr), each figure with its step
+    when that is not the run's (``0.0741 val loss @ 200`` after a cancel at step 204); the other
+    columns (the recipe's parts, the duration, the run id) are hidden."""
+    frame = runs_frame(records, latest_points(records))
+    helps = {"recipe": "task · patch size or tokenizer · model preset · masking · learning rate",
+             "loss": "latest training loss (@ its step when not the run's step)",
+             "validation": "the task's headline validation figure @ the step it was measured"}
+    config = {c: (st.column_config.TextColumn(c, width=TABLE_COLUMNS[c], help=helps.get(c)) if c in TABLE_COLUMNS
+                  else None) for c in frame.columns}  # fmt: skip
+    st.dataframe(frame[list(TABLE_COLUMNS) + [c for c in frame.columns if c not in TABLE_COLUMNS]],
+                 hide_index=True, width="stretch", column_config=config)
+
+
+def progress_with_cancel(rec: Any, cancel_fn, key: str, text: str) -> None:
+    """An active run's progress bar with a Cancel button that asks first. The first click replaces
+    the line by what cancelling does and a "Yes, cancel" / "Keep running" pair (the question is kept
+    in ``st.session_state`` by the buttons' callbacks, so a self-refreshing fragment does not lose
+    it); only the confirmation calls ``cancel_fn(run_id)``."""
+    ask = f"{key}_ask_{rec.run_id}"
+
+    def answer(value: bool) -> None:
+        st.session_state[ask] = value
+
+    def confirm() -> None:
+        st.session_state[ask] = False
+        if guarded(cancel_fn, rec.run_id):
+            st.toast(f"Cancelling {rec.run_id}: it stops after the current step.")
+
+    if not st.session_state.get(ask):
+        bar, button = st.columns([5, 1], vertical_alignment="bottom")
+        bar.progress(rec.progress, text=text)
+        button.button("Cancel", key=f"{key}_{rec.run_id}", help=f"stop {rec.run_id} after its current step",
+                      on_click=answer, args=(True,))  # fmt: skip
+        return
+    with st.container(border=True):
+        st.markdown(f"Cancel **{run_label(rec)}**? It stops after its current step (now {rec.step} of "
+                    f"{rec.total_steps}); a cancelled run keeps its checkpoints and can be resumed.")
+        yes, no, _ = st.columns([1, 1, 3])
+        yes.button("Yes, cancel", key=f"{key}_yes_{rec.run_id}", type="primary", on_click=confirm)
+        no.button("Keep running", key=f"{key}_no_{rec.run_id}", on_click=answer, args=(False,))

@@ -6,7 +6,9 @@ Each modality module provides the same functions:
 - ``run_fields(info, task, key, carried) -> dict``: New run's modality fields as a partial run
   config (task, masking, model, data, objective, task_params);
 - ``mask_preview(cfg, info)``: the run's own masks on real samples (New run);
-- ``lab_controls(info, handoff, key) -> dict`` and ``lab_results(cfg, info, n)``: Mask lab.
+- ``lab_controls(info, handoff, key) -> dict`` and ``lab_results(cfg, info, n)``: Mask lab;
+- optionally ``train_defaults(info) -> dict``: New run's training defaults for that dataset
+  (:func:`train_defaults` merges them over the task's :data:`TRAIN_DEFAULTS`).
 
 :data:`SAMPLE_VIEWS` maps a sample kind (:class:`engine.store.Sample`) to its view
 ``(sample, run) -> None`` and :data:`INTERACTIVE` a task to its interactive box ``(run, sample)``.
@@ -26,7 +28,7 @@ TASK_KIND = {"image_mim": "image", "text_mlm": "text_mlm", "text_span": "text_sp
              "audio_mae": "audio_spec", "audio_frames": "audio_spec"}  # task -> its sample kind
 SAMPLE_TITLES = {"image": "Reconstructions", "text_mlm": "Predictions on validation texts",
                  "text_span": "Completions of validation texts", "audio_spec": "Spectrograms and audio"}
-INTERACTIVE = {"text_mlm": text.fill_in_box, "text_span": text.completion_box}
+INTERACTIVE = {"text_mlm": text.fill_in_box, "text_span": text.completion_box, "image_mim": image.masking_box}
 #: What New run proposes for a task's training, over ``TrainConfig``'s defaults (measured recipes:
 #: see bench/README.md).
 TRAIN_DEFAULTS: dict[str, dict] = {
@@ -35,6 +37,15 @@ TRAIN_DEFAULTS: dict[str, dict] = {
     "audio_mae": {"steps": 1000, "batch_size": 32, "lr": 1.5e-3, "warmup_steps": 50, "eval_interval": 100},
     "audio_frames": {"steps": 1000, "batch_size": 32, "lr": 1.5e-3, "warmup_steps": 50, "eval_interval": 100},
 }
+
+
+def train_defaults(task: str, info) -> dict:
+    """What New run proposes for a run's training fields on dataset ``info``, over ``TrainConfig``'s
+    defaults: the task's :data:`TRAIN_DEFAULTS`, then the modality's per-dataset recipe (the
+    modality module's ``train_defaults(info)``, when it has one: images by image size)."""
+    ui = UIS.get(info.modality)
+    per_dataset = ui.train_defaults(info) if ui is not None and hasattr(ui, "train_defaults") else {}
+    return {**TRAIN_DEFAULTS.get(task, {}), **per_dataset}
 
 
 def ui_for(modality: str) -> ModuleType | None:

@@ -9,22 +9,18 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import streamlit as st
 import torch
 
 from app.components.charts import counts_chart
 from app.components.datasets import get_view
 from app.components.errors import guarded
-from app.components.images import image_grid, image_rows, mask_overlay, recon_rows
-from app.components.masks import (
-    default_patch,
-    guarded_mask,
-    mask_stats_panel,
-    masking_controls,
-    patch_label,
-    patch_sizes,
-    train_batch,
+from app.components.images import (
+    as_rgb, chw_to_hwc_uint8, error_map, image_grid, image_rows, mask_overlay, masked_only, recon_rows,
 )
+from app.components.masks import guarded_mask, mask_stats_panel, masking_controls, patch_select, train_batch
+from app.components.urlstate import dig, index_of
 from engine.config import MaskingConfig
 from engine.masking import draw_mask, get_masking, grid_shape, image_side_inputs, preview_masks
 from engine.models import get_model_spec
@@ -51,34 +47,51 @@ def data_section(info) -> None:
     right.altair_chart(counts_chart(view.counts), width="stretch")
 
 
+def train_defaults(info) -> dict:
+    """The training fields New run proposes for an image dataset (steps, batch size, learning rate,
+    warmup, eval and checkpoint intervals): the measured recipe of its image size
+    (:func:`engine.tasks.image.recipe_for`)."""
+    from engine.tasks.image import recipe_for
+
+    return recipe_for(info.image_shape)["train"]
+
+
 def run_fields(info, task: str, key: str, carried: dict) -> dict:
-    """New run's image fields: patch size (only sizes that tile the images), architecture, loss,
-    normalised-pixel target, preset, masking. Returns the partial config dict."""
+    """New run's image fields: masking, patch size (only sizes that tile the images and that this
+    masking can train with), architecture, loss, normalised-pixel target, preset. The widgets'
+    defaults are ``carried`` (a partial run config, from the URL), else the measured recipe of the
+    image size (:func:`engine.tasks.image.recipe_for`). Returns the partial config dict."""
+    from engine.tasks.image import recipe_for
+
     c, h, w = info.image_shape
-    sizes = patch_sizes(h, w)
-    p0 = carried["patch_size"] if carried.get("patch_size") in sizes else default_patch(sizes, h)
-    patch = st.selectbox("Patch size", sizes, index=sizes.index(p0), key=f"{key}_patch_{h}x{w}",
-                         format_func=lambda p: patch_label(p, h, w))  # fmt: skip
+    recipe = recipe_for(info.image_shape)
     with st.container(border=True):
         masking = masking_controls("image", 2, key, carried.get("masking"))  # patch grids
-        st.page_link("../pages/mask_lab.py", label="Compare strategies in Mask lab", icon="🎭")
-    a, b = st.columns(2)
-    arch = a.selectbox("Model", ["mae_vit", "simmim_vit"], key=f"{key}_arch",
-                       format_func=lambda k: {"mae_vit": "MAE (encoder + light decoder)",
-                                              "simmim_vit": "SimMIM (encoder + linear head)"}[k])  # fmt: skip
-    loss = b.selectbox("Loss on masked patches", ["mse", "l1"], index=0 if arch == "mae_vit" else 1,
-                       key=f"{key}_loss_{arch}")  # fmt: skip
+        st.page_link("../pages/mask_lab.py", label="Compare strategies in Mask lab")
+    patch = patch_select(info, masking, key, dig(carried, "model.patch_size", recipe["model"]["patch_size"]))
+    archs = ["mae_vit", "simmim_vit"]  # full-width selects: their option texts are not cut off
+    arch = st.selectbox("Model", archs, key=f"{key}_arch",
+                        index=index_of(archs, dig(carried, "model.arch", recipe["model"]["arch"])),
+                        format_func=lambda k: {"mae_vit": "MAE (encoder + light decoder)",
+                                               "simmim_vit": "SimMIM (encoder + linear head)"}[k])  # fmt: skip
     presets = get_model_spec(arch).presets
-    preset = a.selectbox("Model preset", list(presets), key=f"{key}_preset_{arch}",
-                         format_func=lambda k: f"{k}  (width {presets[k]['embed_dim']}, depth {presets[k]['depth']})")
-    norm = b.checkbox("Normalised-pixel target", value=False, key=f"{key}_normpix",
-                      help="score each patch against its own mean/std-normalised pixels (MAE sec. 4)")
+    names = list(presets)
+    preset = st.selectbox("Model preset", names, key=f"{key}_preset_{arch}_{h}x{w}",
+                          index=index_of(names, dig(carried, "model.preset", recipe["model"]["preset"])),
+                          format_func=lambda k: f"{k}  (width {presets[k]['embed_dim']}, depth {presets[k]['depth']})")
+    losses = ["mse", "l1"]
+    loss = st.selectbox("Loss on the masked patches", losses, key=f"{key}_loss_{arch}",
+                        index=index_of(losses, dig(carried, "objective.loss"), 0 if arch == "mae_vit" else 1))
+    norm = st.checkbox("Normalised-pixel target", key=f"{key}_normpix_{h}x{w}",
+                       value=bool(dig(carried, "objective.norm_pix_loss", recipe["objective"]["norm_pix_loss"])),
+                       help="score each patch against its own mean/std-normalised pixels (MAE sec. 4); the run then "
+                            "reports no pixel MSE (de-normalising a prediction needs the hidden patch's own statistics)")
     return {"task": task, "masking": masking, "model": {"arch": arch, "preset": preset, "patch_size": int(patch)},
             "objective": {"loss": loss, "norm_pix_loss": bool(norm)}}
 
 
 def mask_preview(cfg, info) -> None:
-    """The first validation images with the masks this run uses for its reconstruction grid."""
+    """The run's fixed validation images with the masks it uses for its reconstruction grid."""
     view = guarded(get_view, info.name)
     if view is None:
         return
@@ -88,8 +101,8 @@ def mask_preview(cfg, info) -> None:
         return
     per = masks[0].numel()
     st.caption(
-        f"The first {len(view.preview)} validation images of **{info.name}** with the masks this run "
-        f"will use for its reconstruction grid ({cfg.masking.strategy}): {int(masks[0].sum())} of {per} "
+        f"The {len(view.preview)} fixed validation images of **{info.name}** (chosen class by class) with the "
+        f"masks this run will use for its reconstruction grid ({cfg.masking.strategy}): {int(masks[0].sum())} of {per} "
         "patches masked" + ("." if get_masking(cfg.masking.strategy).exact else " in the first image.")
         + (f" These are drawn at masking.ratio {cfg.masking.ratio:g}, the start of the {cfg.masking.schedule} "
            f"schedule; training ramps to {cfg.masking.final_ratio:g} (see the curve in Mask lab)."
@@ -99,21 +112,72 @@ def mask_preview(cfg, info) -> None:
     image_rows(rows, captions=view.preview_captions)
 
 
+#: Images per row of the main reconstruction view (each fills a quarter of the page width).
+MAIN_COLUMNS = 4
+#: Upscaling target of the main view's images (nearest neighbour; 28x28 -> 308 px, 8x8 -> 320 px).
+MAIN_PX = 320
+
+
+def step_picker(run_id: str, steps: list[int], key: str) -> int:
+    """A slider over the saved evaluation steps; it follows the newest step while left at the
+    newest one (a live run adds steps), and stays where the viewer put it otherwise."""
+    last_key = f"{key}_newest"
+    if st.session_state.get(key) not in steps or st.session_state.get(key) == st.session_state.get(last_key):
+        st.session_state[key] = steps[-1]
+    st.session_state[last_key] = steps[-1]
+    return st.select_slider("Evaluation step", steps, key=key,
+                            help="every saved evaluation of this run: the same images and masks at each step")
+
+
+def _pixel_figures(run_id: str, step: int) -> dict[str, float]:
+    """The run's ``val_mse`` / ``val_psnr`` logged at ``step`` (empty when not logged)."""
+    from engine.store import read_metrics
+
+    df = guarded(read_metrics, [run_id], ["val_mse", "val_psnr"], max_points=None)
+    if df is None or df.empty:
+        return {}
+    at = df[df.step == step]
+    return dict(zip(at.key, at.value))
+
+
 def samples_view(sample, run) -> None:
-    """A run's reconstruction grid at one step: original, masked input, reconstruction,
-    reconstruction with the visible patches pasted back."""
+    """A run's reconstructions at one saved evaluation (a slider goes over all of them): the
+    reconstruction with the visible patches pasted back, large (the main view, with each image's
+    masked-patch MSE), then one row each of the originals, masked inputs, the prediction at the
+    masked patches only, and the error map."""
+    from engine.store import load_samples, sample_steps
+
+    if run is not None:
+        steps = guarded(sample_steps, run.run_id) or [sample.step]
+        if len(steps) > 1:
+            step = step_picker(run.run_id, steps, f"recon_step_{run.run_id}")
+            if step != sample.step:
+                sample = guarded(load_samples, run.run_id, step) or sample
     names = sample.meta.get("class_names", [])
     images, mask = sample["images"], sample["mask"]
-    captions = [names[int(y)] if 0 <= int(y) < len(names) else str(int(y)) for y in sample["labels"]]
-    masking = (run.config.get("masking", {}) if run is not None else {})
+    classes = [names[int(y)] if 0 <= int(y) < len(names) else str(int(y)) for y in sample["labels"]]
+    config = run.config if run is not None else {}
+    masking = config.get("masking", {})
     fixed = (f" (fixed masks at masking.ratio {masking.get('ratio')}, the start of its "
              f"{masking.get('schedule')} schedule)") if masking.get("schedule", "constant") != "constant" else ""
+    figures = _pixel_figures(run.run_id, sample.step) if run is not None else {}
+    overall = (f" · pixel MSE over all validation masks at this step {figures['val_mse']:.4f} "
+               f"(PSNR {figures['val_psnr']:.1f} dB)") if "val_mse" in figures else ""
     st.caption(
         f"Step {sample.step} · {len(images)} fixed validation images · patch {sample.meta.get('patch_size')} px · "
         f"{masking.get('strategy', 'random')} masking · "
-        f"{int(mask[0].sum())} of {mask[0].size} patches masked in the first image{fixed}"
+        f"{int(mask[0].sum())} of {mask[0].size} patches masked in the first image{fixed}{overall}"
     )
-    image_rows(recon_rows(images, mask, sample["pred_img"], sample["pasted"]), captions=captions)
+    if (config.get("objective") or {}).get("norm_pix_loss"):
+        st.caption("This run predicts per-patch normalised pixels: the images below are de-normalised with each "
+                   "hidden patch's true mean and std, as MAE's figures do, so they peek at the answer.")
+    rows = dict(recon_rows(images, mask, sample["pred_img"], sample["pasted"]))
+    _, mse = error_map(images, sample["pasted"], mask)
+    main = "Reconstruction + visible patches"
+    st.markdown(f"**{main}**")
+    image_grid(rows.pop(main), [f"{c} · MSE {m:.3f}" for c, m in zip(classes, mse)], columns=MAIN_COLUMNS,
+               target_px=MAIN_PX)
+    image_rows(list(rows.items()), captions=classes)
 
 
 @st.cache_data(max_entries=16, ttl=900, show_spinner="Drawing masks…")
@@ -137,14 +201,11 @@ def _mask_stats(masking_json: str, images_key: tuple, _images, patch: int, seed:
     return mask_stats(mask), rate, masking_problem(cfg, mask)
 
 
-def lab_controls(info, handoff: dict, key: str) -> dict:
-    """Mask lab's image controls: the patch grid and the masking; returns the partial config."""
-    c, h, w = info.image_shape
-    sizes = patch_sizes(h, w)
-    p0 = handoff.get("patch_size") if handoff.get("patch_size") in sizes else default_patch(sizes, h)
-    patch = st.selectbox("Patch size", sizes, index=sizes.index(p0), key=f"{key}_patch_{h}x{w}",
-                         format_func=lambda p: patch_label(p, h, w))  # fmt: skip
-    masking = masking_controls("image", 2, key, handoff.get("masking"))
+def lab_controls(info, carried: dict, key: str) -> dict:
+    """Mask lab's image controls: the masking and the patch grid (``carried``: a partial run config
+    of defaults); returns the partial config."""
+    masking = masking_controls("image", 2, key, carried.get("masking"))
+    patch = patch_select(info, masking, key, dig(carried, "model.patch_size"))
     return {"task": "image_mim", "masking": masking, "model": {"patch_size": int(patch)}}
 
 
@@ -171,3 +232,99 @@ def lab_results(cfg, info, n: int) -> None:
     st.caption(f"{stats.batch_size} masks of {h // patch}x{w // patch} patches drawn over real train images of "
                f"**{info.name}**{at}.")
     mask_stats_panel(stats, rate)
+
+
+# --------------------------------------------------------------------------- interactive masking
+
+#: Grids with more patches a side than this get the box tool only (a toggle per patch would not fit).
+MAX_TOGGLE_SIDE = 16
+
+
+def _set_rows(prefix: str, hidden) -> None:
+    """Put a ``[h, w]`` bool mask into the per-row patch toggles (an ``on_click`` callback)."""
+    for r, row in enumerate(hidden):
+        st.session_state[f"{prefix}_row{r}"] = [int(c) for c in np.flatnonzero(row)]
+
+
+def _random_rows(prefix: str, h: int, w: int) -> None:
+    """Hide a new random 75% of the patches (MAE's ratio), a different draw at each click."""
+    draws = st.session_state.get(f"{prefix}_draws", 0) + 1
+    st.session_state[f"{prefix}_draws"] = draws
+    rng = np.random.default_rng(draws)
+    _set_rows(prefix, rng.permutation(h * w).reshape(h, w) < round(0.75 * h * w))
+
+
+def _hide_box(prefix: str, hidden, rows: str, cols: str) -> None:
+    """Hide the box of patches chosen with the two range sliders, on top of the current mask."""
+    (r0, r1), (c0, c1) = st.session_state[rows], st.session_state[cols]
+    out = np.array(hidden, bool)
+    out[r0 - 1 : r1, c0 - 1 : c1] = True
+    _set_rows(prefix, out)
+
+
+def _patch_toggles(prefix: str, h: int, w: int) -> np.ndarray:
+    """One row of toggle buttons per patch row (``st.pills``, multi-select; a selected button is a
+    hidden patch), numbered row-major from 1. Returns the ``[h, w]`` bool mask they set."""
+    hidden = np.zeros((h, w), bool)
+    digits = len(str(h * w))
+    for r in range(h):
+        picked = st.pills(f"Patch row {r + 1}", list(range(w)), selection_mode="multi", key=f"{prefix}_row{r}",
+                          format_func=lambda c, r=r: f"{r * w + c + 1:0{digits}d}", label_visibility="collapsed")
+        hidden[r, list(picked or [])] = True
+    return hidden
+
+
+def masking_box(run, sample) -> None:
+    """Run detail's interactive masking for image runs: pick one of the run's fixed validation
+    images, hide or show patches (a toggle per patch, laid out as the patch grid, or a box), and
+    see a kept checkpoint's reconstruction at once (:func:`engine.tasks.image.reconstruct`, in the
+    dashboard process, the model cached as the text fill-in box caches it)."""
+    from app.modalities.text import _checkpoint_picker  # one model cache for every interactive box
+    from engine.tasks.image import reconstruct
+
+    st.subheader("Mask it yourself")
+    if sample is None or sample.kind != "image":
+        st.info("The box needs the run's validation images: they are saved with its first evaluation (step 0).")
+        return
+    with st.container(key=f"mim_box_{run.run_id}"):
+        loaded = _checkpoint_picker(run, f"mim_ckpt_{run.run_id}")
+        if loaded is None:
+            return
+        images, masks = sample["images"], sample["mask"]
+        names = sample.meta.get("class_names", [])
+        classes = [names[int(y)] if 0 <= int(y) < len(names) else str(int(y)) for y in sample["labels"]]
+        i = st.selectbox("Validation image", list(range(len(images))), key=f"mim_img_{run.run_id}",
+                         format_func=lambda k: f"{k + 1} · {classes[k]}")
+        h, w = masks.shape[1:]
+        prefix = f"mim_{run.run_id}_{i}"
+        if f"{prefix}_row0" not in st.session_state:
+            _set_rows(prefix, masks[i])  # start from the run's own mask of this image
+        current = np.array([[c in (st.session_state.get(f"{prefix}_row{r}") or []) for c in range(w)]
+                            for r in range(h)])
+        left, right = st.columns([2, 3], gap="large")
+        with left:
+            b = st.columns(3)
+            b[0].button("Run's mask", key=f"{prefix}_reset", on_click=_set_rows, args=(prefix, masks[i]))
+            b[1].button("Show all", key=f"{prefix}_none", on_click=_set_rows, args=(prefix, np.zeros((h, w), bool)))
+            b[2].button("Random 75%", key=f"{prefix}_random", on_click=_random_rows, args=(prefix, h, w))
+            if max(h, w) <= MAX_TOGGLE_SIDE:
+                st.caption("Click a patch number to hide it (highlighted = hidden), again to show it.")
+                hidden = _patch_toggles(prefix, h, w)
+            else:
+                hidden = current
+            rows, cols = f"{prefix}_box_rows", f"{prefix}_box_cols"
+            with st.expander("Hide a box of patches", expanded=max(h, w) > MAX_TOGGLE_SIDE):
+                st.slider("Patch rows", 1, h, (1, max(1, h // 2)), key=rows)
+                st.slider("Patch columns", 1, w, (1, max(1, w // 2)), key=cols)
+                st.button("Hide this box", key=f"{prefix}_box", on_click=_hide_box, args=(prefix, hidden, rows, cols))
+        with right:
+            out = reconstruct(loaded, images[i], hidden)
+            x, m = images[i : i + 1], hidden[None]
+            _, mse = error_map(x, out["pasted"][None], m)
+            image_grid(np.concatenate([mask_overlay(x, m), as_rgb(chw_to_hwc_uint8(out["pasted"][None])),
+                                       masked_only(out["pred_img"][None], m), as_rgb(chw_to_hwc_uint8(x))]),
+                       ["Model input", "Reconstruction + visible patches", "Prediction at hidden patches", "Original"],
+                       columns=2, target_px=MAIN_PX)
+            n = int(hidden.sum())
+            st.caption(f"{n} of {h * w} patches hidden · checkpoint of step {loaded.step}"
+                       + (f" · MSE at the hidden patches {mse[0]:.4f}" if n else " · nothing hidden, nothing to predict"))

@@ -18,10 +18,11 @@ import streamlit as st
 
 from app.components.charts import counts_chart
 from app.components.errors import guarded
+from app.components.urlstate import dig, index_of
 from engine.workspace import workspace_root
 
 N_SAMPLES = 12  # texts in the Data page's sample table
-N_PREVIEW = 8  # first val texts: the run's fixed visualisation rows (train.num_vis defaults to 8)
+N_PREVIEW = 8  # the run's fixed visualisation rows (train.num_vis defaults to 8)
 HIGHLIGHT = "background:#ffd54f;font-weight:600"
 CORRECT, WRONG = "#2e7d32", "#c62828"
 
@@ -31,18 +32,19 @@ CORRECT, WRONG = "#2e7d32", "#c62828"
 
 @st.cache_data(max_entries=6, ttl=900, show_spinner="Loading texts…")
 def text_view(workspace: str, name: str, version: str) -> dict:
-    """What the Data page shows of a text dataset: a fixed random sample of texts with label and
-    split, character and word lengths of every text, class counts. ``workspace`` and ``version``
-    are cache keys only."""
+    """What the Data page shows of a text dataset: representative texts with label and split
+    (:func:`app.components.datasets.sample_rows`, class by class), character and word lengths of
+    every text, class counts. ``workspace`` and ``version`` are cache keys only."""
+    from app.components.datasets import sample_rows
     from engine.data import load_dataset
 
     ds = load_dataset(name)
     texts = ds.texts()
-    rng = np.random.default_rng(0)
-    pick = np.sort(rng.choice(len(texts), size=min(N_SAMPLES, len(texts)), replace=False)) if texts else []
+    picks = sample_rows(ds, N_SAMPLES)
     split = ["train" if s == 0 else "val" for s in ds.split]
-    sample = pd.DataFrame({"text": [texts[i] for i in pick], "label": [ds.info.class_names[ds.labels[i]] for i in pick],
-                           "split": [split[i] for i in pick]})
+    sample = pd.DataFrame({"text": [texts[i] for i, _ in picks],
+                           "label": [ds.info.class_names[ds.labels[i]] for i, _ in picks],
+                           "split": [s for _, s in picks]})
     lengths = pd.DataFrame({"characters": [len(t) for t in texts], "words": [len(t.split()) for t in texts], "split": split})
     return {"sample": sample, "lengths": lengths, "counts": ds.counts()}
 
@@ -127,12 +129,13 @@ def _preview(cfg_json: str, version: str, n: int):
 
 
 def mask_preview(cfg, info, n: int = N_PREVIEW) -> None:
-    """The first ``n`` validation texts with the masks the run will use for its samples."""
+    """The run's ``n`` fixed validation texts with the masks the run will use for its samples."""
     pv = guarded(_preview, json.dumps(cfg.to_dict(), sort_keys=True), info.created_at, n)
     if pv is None:
         return
     eligible = pv.eligible.sum()
-    st.caption(f"The first {len(pv.texts)} validation texts of **{info.name}** tokenised with this run's tokenizer, "
+    st.caption(f"The {len(pv.texts)} fixed validation texts of **{info.name}** (chosen class by class) tokenised "
+               "with this run's tokenizer, "
                f"with the masks the run uses for its samples ({cfg.masking.strategy}): "
                f"{int(pv.mask.sum())} of {int(eligible)} maskable tokens masked.")
     masked_sentences(pv.tokens, pv.mask, [info.class_names[int(y)] for y in pv.labels])
@@ -290,12 +293,12 @@ TASK_MASKING = {"text_mlm": {"strategy": "random", "ratio": 0.15}, "text_span": 
 
 
 def tokenizer_fields(key: str, carried: dict) -> dict:
-    """Tokenizer settings (``data.tokenizer``)."""
+    """Tokenizer settings (``data.tokenizer``; defaults from the partial config ``carried``)."""
     from engine.config import TokenizerConfig
 
-    d = {**TokenizerConfig().model_dump(), **(carried.get("tokenizer") or {})}
+    d = {**TokenizerConfig().model_dump(), **(dig(carried, "data.tokenizer") or {})}
     a, b = st.columns(2)
-    kind = a.selectbox("Tokenizer", ["wordpiece", "char"], index=["wordpiece", "char"].index(d["kind"]),
+    kind = a.selectbox("Tokenizer", ["wordpiece", "char"], index=index_of(["wordpiece", "char"], d["kind"]),
                        key=f"{key}_tok_kind", help="WordPiece trained on the train split, or one token per character")
     vocab = b.number_input("Vocabulary size", min_value=16, max_value=200_000, value=int(d["vocab_size"]), step=500,
                            key=f"{key}_tok_vocab", disabled=kind == "char", help="WordPiece target size, specials included")
@@ -322,29 +325,31 @@ def run_fields(info, task: str, key: str, carried: dict) -> dict:
     tokenizer = tokenizer_fields(key, carried)
     with st.container(border=True):
         masking = masking_fields(task, key, carried)
-        st.page_link("../pages/mask_lab.py", label="Compare strategies in Mask lab", icon="🎭")
+        st.page_link("../pages/mask_lab.py", label="Compare strategies in Mask lab")
     presets = get_model_spec(arch).presets
     names = list(presets)
-    a, b = st.columns(2)
-    preset = a.selectbox("Model preset", names, index=names.index("mini") if "mini" in names else 0, key=f"{key}_preset_{arch}",
-                         format_func=lambda k: f"{k}  (width {presets[k]['embed_dim']}, "
-                                               f"depth {presets[k].get('depth', presets[k].get('enc_depth'))})")
+    preset = st.selectbox("Model preset", names, index=index_of(names, dig(carried, "model.preset"), index_of(names, "mini")),
+                          key=f"{key}_preset_{arch}",
+                          format_func=lambda k: f"{k}  (width {presets[k]['embed_dim']}, "
+                                                f"depth {presets[k].get('depth', presets[k].get('enc_depth'))})")
     out = {"task": task, "masking": masking, "data": {"tokenizer": tokenizer}, "model": {"arch": arch, "preset": preset}}
     if task == "text_mlm":
-        share = b.slider("Shown as [MASK]", 0.0, 1.0, 0.8, 0.05, key=f"{key}_mask_share",
-                         help="BERT's 80/10/10: the rest is split evenly between a random token and the original")
+        share = st.slider("Shown as [MASK]", 0.0, 1.0, float(dig(carried, "task_params.mask_share", 0.8)), 0.05,
+                          key=f"{key}_mask_share",
+                          help="BERT's 80/10/10: the rest is split evenly between a random token and the original")
         out["task_params"] = {"mask_share": share, "random_share": round((1 - share) / 2, 6)}
     return out
 
 
-def lab_controls(info, handoff: dict, key: str) -> dict:
-    """Mask lab's text controls: the task (which strategies apply), tokenizer and masking."""
+def lab_controls(info, carried: dict, key: str) -> dict:
+    """Mask lab's text controls: the task (which strategies apply), tokenizer and masking
+    (``carried``: a partial run config of defaults)."""
     from engine.tasks import tasks_for
 
     tasks = tasks_for("text")
-    task = st.selectbox("Task", tasks, key=f"{key}_task", index=tasks.index(handoff["task"]) if handoff.get("task") in tasks else 0)
-    tokenizer = tokenizer_fields(key, handoff)
-    return {"task": task, "masking": masking_fields(task, key, handoff), "data": {"tokenizer": tokenizer}}
+    task = st.selectbox("Task", tasks, key=f"{key}_task", index=index_of(tasks, carried.get("task")))
+    tokenizer = tokenizer_fields(key, carried)
+    return {"task": task, "masking": masking_fields(task, key, carried), "data": {"tokenizer": tokenizer}}
 
 
 @st.cache_data(max_entries=16, ttl=900, show_spinner="Drawing masks…")

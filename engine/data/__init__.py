@@ -12,6 +12,7 @@ written once and atomically. Images: ``images`` uint8 ``[N, H, W, C]``; text: ``
     >>> x, y = ds.tensors("train")      # float32 [N, 1, 8, 8] in [0, 1], int64 [N]
     >>> load_dataset("fortunes").texts("train")[:2]
     >>> load_dataset("asterisk-prompts").clip(0)      # float32 [n] in [-1, 1] at .rate Hz
+    >>> representative(ds.labels[ds.indices("val")], 8)   # the rows every sample view shows
     >>> scan_archive("stamps.zip").class_names          # what an image import would take, no pixel read
     >>> plan = inspect_source("trec.tsv")   # modality, detected columns, preview, classes
     >>> report = import_source("trec.tsv", "trec", ImportOptions(label_column="label")); print(report.summary())
@@ -24,6 +25,7 @@ from engine.data.importer import ArchiveScan, ImportReport, import_archive, scan
 from engine.data.ingest import SourcePlan, detect_modality, import_source, inspect_source
 from engine.data.limits import ImportLimits
 from engine.data.registry import list_datasets, load_dataset
+from engine.data.sampling import VIEW_SEED, representative
 from engine.data.tabular import ColumnRoles, ImportOptions
 from engine.data.text import CleaningCounts, TextImportReport
 
@@ -42,6 +44,7 @@ __all__ = [
     "SourcePlan",
     "TextDataset",
     "TextImportReport",
+    "VIEW_SEED",
     "bundled_status",
     "detect_modality",
     "import_archive",
@@ -49,5 +52,6 @@ __all__ = [
     "inspect_source",
     "list_datasets",
     "load_dataset",
+    "representative",
     "scan_archive",
 ]

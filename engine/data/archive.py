@@ -105,6 +105,8 @@ class Member:
         problem: a reason to refuse it that is known from the directory alone (encrypted, link).
         read: returns the content, at most ``size`` bytes.
         name: the decoded posix path inside the archive, set by :func:`decode_names`.
+        head: ``head(n)`` returns the first ``n`` bytes at most (no CRC check), e.g. to read an image
+            header; None: only :attr:`read` is available.
     """
 
     raw_name: bytes
@@ -115,6 +117,7 @@ class Member:
     unicode_name: str | None = None
     problem: str | None = None
     name: str = field(default="")
+    head: Callable[[int], bytes] | None = None
 
 
 def unsafe_path(name: str) -> str | None:
@@ -279,8 +282,20 @@ def _zip_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> Member:
         with zf.open(info) as f:  # read(n) inflates at most n bytes; the CRC is checked at the declared end
             return f.read(info.file_size)
 
+    def head(n: int) -> bytes:
+        with zf.open(info) as f:
+            return f.read(min(n, info.file_size))
+
     return Member(raw, flagged, info.file_size, read, info.compress_size,
-                  None if flagged else _unicode_path(info.extra, raw), problem)  # fmt: skip
+                  None if flagged else _unicode_path(info.extra, raw), problem, head=head)  # fmt: skip
+
+
+def _file_head(p: Path) -> Callable[[int], bytes]:
+    def head(n: int) -> bytes:
+        with open(p, "rb") as f:
+            return f.read(n)
+
+    return head
 
 
 def _folder_members(root: Path, label: str, limits: ImportLimits) -> list[Member]:
@@ -297,7 +312,7 @@ def _folder_members(root: Path, label: str, limits: ImportLimits) -> list[Member
             problem = None
             if p.is_symlink() and not p.resolve().is_relative_to(top):
                 problem = "path leaves the folder (a symbolic link to a file outside it)"
-            out.append(Member(raw, False, size, p.read_bytes, problem=problem))
+            out.append(Member(raw, False, size, p.read_bytes, problem=problem, head=_file_head(p)))
             if len(out) > limits.max_members:
                 raise DatasetError(f"{label}: more than {limits.max_members} files, over the limit "
                                    "(MASKLAB_MAX_MEMBERS); import a smaller folder or raise the limit")  # fmt: skip
@@ -333,7 +348,7 @@ class Members:
         try:
             self._zf = zipfile.ZipFile(path)
         except (OSError, zipfile.BadZipFile, ValueError) as e:
-            raise DatasetError(f"{label}: the zip directory is damaged; re-create the archive ({e})") from e
+            raise DatasetError(f"{label}: the zip directory is damaged; re-create the archive") from e
         infos = self._zf.infolist()
         if len(infos) > limits.max_members:
             raise DatasetError(f"{label}: {len(infos)} entries, over the limit of {limits.max_members} "

@@ -34,6 +34,7 @@ import numpy as np
 from engine.data import audio
 from engine.data.dataset import Dataset, DatasetInfo, ImageDataset, TextDataset, n_val_for, seeded_split
 from engine.errors import DatasetError
+from engine.messages import describe_error
 
 FASHION_ENV = "MASKLAB_FASHION_MNIST_DIR"
 FASHION_DEFAULT_DIR = "/usr/share/datasets/fashion-mnist"
@@ -165,7 +166,7 @@ def _fortunes(files: tuple[tuple[str, int, int], ...]) -> TextDataset:
         try:
             data = Path(path).read_bytes()
         except OSError as e:
-            raise DatasetError(f"{path}: cannot read fortune file ({e}); {FORTUNES_HOW_TO}") from e
+            raise DatasetError(f"{path}: cannot read fortune file ({describe_error(e)}); {FORTUNES_HOW_TO}") from e
         entries = parse_fortunes(decode_utf8(data, path))
         texts += entries
         topics += [k] * len(entries)
@@ -219,7 +220,7 @@ def _read_idx(path: Path, magic: int, header_only: bool = False) -> np.ndarray |
                 return dims
             data = np.frombuffer(f.read(), dtype=np.uint8)
     except (OSError, EOFError) as e:
-        raise DatasetError(f"{path}: cannot read IDX file ({e}); {FASHION_HOW_TO}") from e
+        raise DatasetError(f"{path}: cannot read IDX file ({describe_error(e)}); {FASHION_HOW_TO}") from e
     if data.size != int(np.prod(dims)):
         raise DatasetError(f"{path}: {data.size} bytes of data, header says {dims}")
     return data.reshape(dims)

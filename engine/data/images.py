@@ -377,3 +377,85 @@ def decode(im: Image.Image, data: bytes, fill: tuple[int, int, int]) -> tuple[Im
     if orientation in _ORIENT:
         img = img.transpose(_ORIENT[orientation])
     return img, out.note
+
+
+# --------------------------------------------------------------------------- geometry
+
+GEOMETRIES = {"crop": "centre crop", "stretch": "stretch", "pad": "pad"}
+"""How an image becomes ``size x size`` (see :func:`fit_square`), with the words reports use."""
+
+PAD_FILLS = ("edge", "mean")
+"""Pad fills besides a colour: repeat the edge pixels, or the image's mean colour."""
+
+PadFill = str | tuple[int, int, int]
+
+
+def fit_square(img: Image.Image, size: int, geometry: str, pad_fill: PadFill = "edge") -> tuple[Image.Image, str]:
+    """Make a decoded ``L`` or ``RGB`` image ``size x size`` by the chosen geometry.
+
+    Rules (Pillow LANCZOS for every resampling):
+
+    - an image already ``size x size`` is kept as it is (``"kept"``); any other square image is
+      resized (``"resized"``), whatever the geometry;
+    - ``"crop"``: the centre square of side ``s = min(w, h)`` (``(w - s) // 2`` columns off the left,
+      ``(h - s) // 2`` rows off the top) is cut out, then resized to ``size``: ``"cropped"``. The cut
+      comes first, so no pixel outside the square bleeds in through the resampling filter (as it
+      would with ``ImageOps.fit``'s crop box);
+    - ``"stretch"``: resized to ``size x size``, the aspect ratio not kept: ``"stretched"``;
+    - ``"pad"``: scaled so that its longer side is ``size`` (the shorter side
+      ``max(1, round(short * size / long))``), then placed with ``(size - w) // 2`` columns left and
+      ``(size - h) // 2`` rows above, the rest filled with ``pad_fill``: ``"edge"`` repeats the
+      outermost pixels (``numpy.pad(mode="edge")``), ``"mean"`` is the scaled image's mean colour
+      (rounded half up, per channel), or an RGB colour (a grey image becomes RGB for a colour that
+      is not grey): ``"padded"``.
+
+    Args:
+        img: mode ``L`` or ``RGB``.
+        size: output side in pixels.
+        geometry: ``"crop"``, ``"stretch"`` or ``"pad"`` (:data:`GEOMETRIES`).
+        pad_fill: ``"edge"``, ``"mean"`` or an RGB tuple (only used by ``"pad"``).
+
+    Returns:
+        ``(image, action)``: the ``size x size`` image (mode ``L`` or ``RGB``) and what was done.
+
+    Raises:
+        ValueError: an unknown geometry or pad fill.
+    """
+    if geometry not in GEOMETRIES:
+        raise ValueError(f"geometry must be one of {', '.join(GEOMETRIES)}, not {geometry!r}")
+    w, h = img.size
+    lanczos = Image.Resampling.LANCZOS
+    if (w, h) == (size, size):
+        return img, "kept"
+    if w == h:
+        return img.resize((size, size), lanczos), "resized"
+    if geometry == "crop":
+        side = min(w, h)
+        left, top = (w - side) // 2, (h - side) // 2
+        square = img.crop((left, top, left + side, top + side))
+        return (square if side == size else square.resize((size, size), lanczos)), "cropped"
+    if geometry == "stretch":
+        return img.resize((size, size), lanczos), "stretched"
+    long = max(w, h)
+    nw, nh = (size, max(1, round(h * size / long))) if w >= h else (max(1, round(w * size / long)), size)
+    small = np.asarray(img.resize((nw, nh), lanczos))
+    left, top = (size - nw) // 2, (size - nh) // 2
+    pads = ((top, size - nh - top), (left, size - nw - left))
+    if isinstance(pad_fill, str) and pad_fill == "edge":
+        out = np.pad(small, pads + ((0, 0),) * (small.ndim - 2), mode="edge")
+    else:
+        if isinstance(pad_fill, str) and pad_fill == "mean":
+            axes = (0, 1)
+            colour = np.floor(small.astype(np.float64).mean(axis=axes) + 0.5).astype(np.uint8)
+        elif isinstance(pad_fill, tuple) and len(pad_fill) == 3:
+            colour = np.asarray(pad_fill, np.uint8)
+            if small.ndim == 2 and len(set(pad_fill)) == 1:
+                colour = colour[:1][0]
+            elif small.ndim == 2:
+                small = np.repeat(small[..., None], 3, -1)
+        else:
+            raise ValueError(f"pad fill must be 'edge', 'mean' or an RGB tuple, not {pad_fill!r}")
+        out = np.empty((size, size) + small.shape[2:], np.uint8)
+        out[...] = colour
+        out[top : top + nh, left : left + nw] = small
+    return Image.fromarray(out, "L" if out.ndim == 2 else "RGB"), "padded"

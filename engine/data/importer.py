@@ -16,32 +16,49 @@ Rules (see :func:`import_archive`; the details live in the modules named):
   RGB; transparency over the ``fill`` colour, white by default).
 - Labels are first-level sub-folder names, after stripping one top folder common to every image
   (``zip -r stamps.zip stamps/`` makes one). Images not in a sub-folder get the class ``unlabeled``.
-- The dataset has 1 channel if every image is gray after the rules (and the fill is gray or no image
-  needed padding), else 3. Each image is resized to ``image_size`` x ``image_size`` keeping its aspect
-  ratio, padding the short side with the fill colour (``ImageOps.contain`` then ``ImageOps.pad``, LANCZOS).
+- Geometry (:func:`engine.data.images.fit_square`): every image becomes ``image_size`` x
+  ``image_size`` by the chosen ``geometry``: centre crop (default), stretch, or pad with ``pad_fill``
+  (edge pixels, the mean colour, or a colour). Square images are only resized. ``image_size=None``
+  (default) is the data's own size when every image has the same one (:func:`auto_size`). The
+  report counts what was done (``geometry_counts``) and the sizes read.
+- The dataset has 1 channel if every image is gray after the rules and the geometry (a pad colour
+  that is not gray makes a padded image colour), else 3.
+- Rows are stored in a seeded shuffled order (:func:`engine.data.sampling.import_order`), each with
+  its split.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import re
+import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 import numpy as np
-from PIL import Image, ImageColor, ImageOps
+from PIL import Image, ImageColor
 
 from engine.data import bundled, storage
 from engine.data.archive import Member, Members, NameDecoding, decode_names, read_problem
 from engine.data.archive import classify, refusal_lines, skip_reason
 from engine.data.dataset import DatasetInfo, seeded_split, validate_name
-from engine.data.images import EXTENSIONS, Refused, check_format, decode, open_header
+from engine.data.images import (
+    EXTENSIONS, GEOMETRIES, PAD_FILLS, PadFill, Refused, check_format, decode, fit_square, open_header, sniff,
+)
 from engine.data.limits import ImportLimits, budget_reason
+from engine.data.sampling import import_order
 from engine.errors import DatasetError
 
 UNLABELED = "unlabeled"
 Fill = str | tuple[int, int, int]
+MIN_SIDE, MAX_SIDE = 4, 1024
+"""Allowed output side in pixels."""
+AUTO_MIXED_SIDE = 64
+"""Side chosen by :func:`auto_size` when the images have different sizes."""
+HEADER_PEEK = 64 * 1024
+"""Bytes read of each member to find its size for :func:`auto_size` (more only when the header lies further)."""
 
 
 @dataclass
@@ -58,7 +75,12 @@ class ImportReport:
         converted: ``(path, note)`` for images converted by a rule worth knowing (32-bit pixels scaled
             from their own range, CMYK with or without its ICC profile, 16-bit colour TIFF).
         details: the decoding library's own message for a rejected path, where there is one.
-        fill: the RGB fill colour transparency and padding were composited over.
+        fill: the RGB fill colour transparency was composited over.
+        geometry: ``"crop"``, ``"stretch"`` or ``"pad"``; ``pad_fill``: ``"edge"``, ``"mean"`` or RGB.
+        image_size: the output side in pixels; ``size_rule``: how it was chosen ("" when given).
+        source_sizes: ``"WxH" -> images`` as decoded (after EXIF orientation).
+        geometry_counts: images per action of :func:`engine.data.images.fit_square`: ``kept``,
+            ``resized``, ``cropped``, ``stretched``, ``padded``.
     """
 
     source: str
@@ -70,6 +92,25 @@ class ImportReport:
     converted: list[tuple[str, str]] = field(default_factory=list)
     details: dict[str, str] = field(default_factory=dict)
     fill: tuple[int, int, int] = (255, 255, 255)
+    geometry: str = "crop"
+    pad_fill: PadFill = "edge"
+    image_size: int = 0
+    size_rule: str = ""
+    source_sizes: Counter = field(default_factory=Counter)
+    geometry_counts: Counter = field(default_factory=Counter)
+
+    def geometry_line(self) -> str:
+        """What was done to the images' size and shape, with counts, e.g. ``centre crop to 28x28
+        (auto: every image is 28x28): 950 kept as they are, 50 cropped``."""
+        how = GEOMETRIES.get(self.geometry, self.geometry)
+        if self.geometry == "pad":
+            fill = self.pad_fill if isinstance(self.pad_fill, str) else "#{:02x}{:02x}{:02x}".format(*self.pad_fill)
+            how += f" (fill: {fill})"
+        rule = f" ({self.size_rule})" if self.size_rule else ""
+        words = {"kept": "kept as they are", "resized": "resized (square already)", "cropped": "centre-cropped",
+                 "stretched": "stretched", "padded": "padded"}
+        counts = ", ".join(f"{n} {words.get(a, a)}" for a, n in self.geometry_counts.most_common())
+        return f"{how} to {self.image_size}x{self.image_size}{rule}: {counts or 'no image'}"
 
     def summary(self) -> str:
         """Multi-line report: the dataset, how names were decoded, conversions by kind, every rejected
@@ -83,6 +124,10 @@ class ImportReport:
                 f"Dataset {d.name!r}: {d.n_train} train + {d.n_val} val images, {c}x{h}x{w}, "
                 f"{len(d.class_names)} classes ({', '.join(d.class_names)})."
             )
+        if self.image_size:
+            sizes = ", ".join(f"{k} ({n})" for k, n in self.source_sizes.most_common(5))
+            more = f" and {len(self.source_sizes) - 5} more sizes" if len(self.source_sizes) > 5 else ""
+            lines.append(f"Geometry: {self.geometry_line()}. Sizes read: {sizes}{more}.")
         if self.names is not None and self.names.how != "ascii":
             lines.append(("Warning: " if self.names.ambiguous else "") + self.names.describe() + ".")
         if self.converted:
@@ -183,12 +228,66 @@ def _default_name(path: Path) -> str:
     return name
 
 
+def _pad_fill(pad_fill: PadFill | str) -> PadFill:
+    """``"edge"``, ``"mean"``, or the RGB of a colour (a name, ``#rrggbb`` or a tuple)."""
+    if isinstance(pad_fill, str) and pad_fill.strip().lower() in PAD_FILLS:
+        return pad_fill.strip().lower()
+    try:
+        return _fill_rgb(pad_fill)
+    except DatasetError:
+        raise DatasetError(f"pad fill {pad_fill!r} is not 'edge', 'mean' or a colour (a name such as "
+                           "'black', or #rrggbb)") from None
+
+
+def _header_size(m: Member) -> tuple[int, int] | None:
+    """``(width, height)`` from the member's header (its first :data:`HEADER_PEEK` bytes, or all of
+    it when the header lies further, e.g. a TIFF directory at the end); None when unreadable (the
+    import pass then refuses it with the reason)."""
+    for read in ((lambda: m.head(HEADER_PEEK)) if m.head else None, m.read):
+        if read is None:
+            continue
+        try:
+            data = read()
+            fmt = sniff(data)
+            if fmt is None:
+                return None
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return Image.open(io.BytesIO(data), formats=[fmt]).size
+        except Exception:  # noqa: BLE001 - a header cut by the peek, a damaged member: try the whole, then give up
+            continue
+    return None
+
+
+def auto_size(sizes: Counter) -> tuple[int, str]:
+    """The side :func:`import_archive` uses when ``image_size`` is None, and why (for the report).
+
+    Every image of one size ``W x H``: its shorter side (the data's own size: MNIST's 28x28 stays
+    28x28, no resampling; 640x480 photos become 480x480). Sizes that differ: :data:`AUTO_MIXED_SIDE`
+    (a size a CPU run can train). Clamped to the allowed [4, 1024].
+
+    Args:
+        sizes: ``(width, height) -> images``.
+    """
+    if len(sizes) == 1:
+        (w, h), n = next(iter(sizes.items()))
+        side = min(max(min(w, h), MIN_SIDE), MAX_SIDE)
+        return side, f"auto: every image is {w}x{h}"
+    if not sizes:
+        return AUTO_MIXED_SIDE, "auto"
+    (w0, h0), _ = sizes.most_common(1)[0]
+    return AUTO_MIXED_SIDE, (f"auto: sizes differ ({len(sizes)} sizes, most often {w0}x{h0}); "
+                             f"choose the size to keep more detail")
+
+
 def import_archive(
     path: str | os.PathLike[str],
     name: str | None = None,
     *,
     workspace: str | os.PathLike[str] | None = None,
-    image_size: int = 32,
+    image_size: int | None = None,
+    geometry: str = "crop",
+    pad_fill: PadFill | str = "edge",
     val_fraction: float = 0.1,
     seed: int = 0,
     overwrite: bool = False,
@@ -200,34 +299,40 @@ def import_archive(
     """Import a ``.zip`` file or a folder of images and register it as dataset ``name``.
 
     See the module docstring for which files are used, how names, pixels, labels and colour are
-    decided and how images are resized. The split is :func:`engine.data.dataset.seeded_split`
-    (``val_fraction`` of each class to val, stratified when possible; the same seed gives the same
-    split). The dataset is registered atomically: a failed import leaves no partial dataset and leaves
-    an existing one intact.
+    decided and how images are made square (:func:`engine.data.images.fit_square`). The split is
+    :func:`engine.data.dataset.seeded_split` (``val_fraction`` of each class to val, stratified when
+    possible; the same seed gives the same split), decided in path order; the rows are then stored in
+    the seeded order of :func:`engine.data.sampling.import_order`. The dataset is registered
+    atomically: a failed import leaves no partial dataset and leaves an existing one intact.
 
     Args:
         path: a ``.zip`` file or a folder.
         name: dataset name; default: the archive/folder name without extension, lower-cased, other
             characters than ``a-z0-9_-`` replaced by ``-``.
         workspace: workspace folder (default ``$MASKLAB_WORKSPACE`` or ``./workspace``).
-        image_size: output height and width in pixels.
+        image_size: output height and width in pixels, in [4, 1024]; None: :func:`auto_size` (the
+            data's own size when every image has it).
+        geometry: ``"crop"`` (centre crop, the default), ``"stretch"`` or ``"pad"``: how an image
+            that is not square becomes square.
+        pad_fill: for ``"pad"``: ``"edge"`` (default), ``"mean"``, or a colour (name, ``#rrggbb``, RGB tuple).
         val_fraction: fraction of images put in the val split, in [0, 1).
-        seed: split seed.
+        seed: split and storage-order seed.
         overwrite: replace an existing dataset of that name (only once the import succeeded).
         source_label: how reports and errors name the archive (default: ``path``); the dashboard
             passes the uploaded file's name, not the temporary copy's path.
-        fill: colour that transparency is composited over and the padding is filled with: a Pillow
-            colour string (``"white"``, ``"#808080"``) or an RGB tuple.
+        fill: colour that transparency is composited over: a Pillow colour string (``"white"``,
+            ``"#808080"``) or an RGB tuple.
         name_encoding: encoding of the member names the archive does not mark as UTF-8 (e.g.
             ``"cp932"``); default: detected (see :mod:`engine.data.archive`).
         limits: bounds of this import; default :meth:`ImportLimits.from_env`.
     Returns:
         An :class:`ImportReport`; its ``dataset`` is the registered dataset's info (images stored as
-        uint8 ``[N, image_size, image_size, C]``, C in {1, 3}).
+        uint8 ``[N, S, S, C]``, ``S`` the side used, C in {1, 3}); ``geometry_counts`` says what was
+        done to how many images.
     Raises:
         DatasetError: missing path, not a zip/folder, too many entries, invalid/reserved/existing name,
-            bad ``image_size``/``val_fraction``/``fill``/``name_encoding`` or limits, or no usable image
-            (the message names the path and the first reasons).
+            bad ``image_size``/``geometry``/``pad_fill``/``val_fraction``/``fill``/``name_encoding`` or
+            limits, or no usable image (the message names the path and the first reasons).
     """
     src, label = _source(path, source_label)
     name = validate_name(name if name is not None else _default_name(src))
@@ -236,21 +341,31 @@ def import_archive(
     if storage.is_registered(name, workspace) and not overwrite:
         raise DatasetError(f"dataset {name!r} already exists; choose another name or replace it"
                            f" (`data add --overwrite`, or tick 'Replace' on the Data page)")  # fmt: skip
-    if not (isinstance(image_size, int) and 4 <= image_size <= 1024):
-        raise DatasetError(f"image_size must be an integer in [4, 1024], not {image_size!r}")
+    if image_size is not None and not (isinstance(image_size, int) and MIN_SIDE <= image_size <= MAX_SIDE):
+        raise DatasetError(f"image size must be a whole number of pixels from {MIN_SIDE} to {MAX_SIDE}, "
+                           f"not {image_size!r}")
+    if geometry not in GEOMETRIES:
+        raise DatasetError(f"geometry {geometry!r} is not one of {', '.join(GEOMETRIES)} "
+                           "(centre crop, stretch, or pad)")
     if not 0.0 <= val_fraction < 1.0:
         raise DatasetError(f"val_fraction must be in [0, 1), not {val_fraction}")
     rgb = _fill_rgb(fill)
+    pad = _pad_fill(pad_fill)
     limits = limits or ImportLimits.from_env()
 
-    report = ImportReport(source=label, fill=rgb)
+    report = ImportReport(source=label, fill=rgb, geometry=geometry, pad_fill=pad)
     paths: list[str] = []
     images: list[Image.Image] = []
     left = limits.max_decoded_bytes
-    stored = image_size * image_size * 3  # the resized copy each image keeps
     with Members(src, label, limits) as ms:
         report.names = decode_names(ms.members, name_encoding)
         candidates, report.rejected, report.skipped = _classify(ms.members, limits)
+        if image_size is None:  # sizes of the images that can pass the pixel limit
+            sizes = Counter(s for s in map(_header_size, candidates)
+                            if s is not None and s[0] * s[1] <= limits.max_image_pixels)
+            image_size, report.size_rule = auto_size(sizes)
+        report.image_size = image_size
+        stored = image_size * image_size * 3  # the resized copy each image keeps
         for m in candidates:
             try:
                 if m.size is not None and m.size + stored > left:
@@ -268,7 +383,10 @@ def import_archive(
                 if r.detail:
                     report.details[m.name] = r.detail
                 continue
-            images.append(ImageOps.contain(img, (image_size, image_size), method=Image.Resampling.LANCZOS))
+            report.source_sizes[f"{img.size[0]}x{img.size[1]}"] += 1
+            fitted, action = fit_square(img, image_size, geometry, pad)
+            report.geometry_counts[action] += 1
+            images.append(fitted)
             paths.append(m.name)
             if note is not None:
                 report.converted.append((m.name, note))
@@ -280,16 +398,15 @@ def import_archive(
         refused = "; ".join(f"{p}: {r}" for p, r in report.rejected[:3])
         raise DatasetError(f"{label}: no readable images; {len(report.rejected)} files refused: {refused}")
 
-    padded = any(im.size != (image_size, image_size) for im in images)
-    gray_fill = rgb[0] == rgb[1] == rgb[2]
-    channels = 1 if all(im.mode == "L" for im in images) and (gray_fill or not padded) else 3
-    mode, color = ("L", rgb[0]) if channels == 1 else ("RGB", rgb)
-    pixels = np.stack([
-        np.asarray(ImageOps.pad(im.convert(mode), (image_size, image_size), color=color)) for im in images
-    ]).reshape(len(images), image_size, image_size, channels)  # fmt: skip
+    channels = 1 if all(im.mode == "L" for im in images) else 3
+    mode = "L" if channels == 1 else "RGB"
+    pixels = np.stack([np.asarray(im.convert(mode)) for im in images]).reshape(
+        len(images), image_size, image_size, channels)  # fmt: skip
     names, class_names = _labels(paths)
     labels = np.array([class_names.index(n) for n in names], dtype=np.int64)
     split = seeded_split(labels, val_fraction, seed)
+    order = import_order(len(labels), seed)  # stored shuffled: a class-ordered zip gives no class-ordered slice
+    pixels, labels, split = pixels[order], labels[order], split[order]
     fill_text = "white" if rgb == (255, 255, 255) else "#{:02x}{:02x}{:02x}".format(*rgb)
     info = DatasetInfo(
         name=name,
@@ -300,8 +417,8 @@ def import_archive(
         n_train=int((split == 0).sum()),
         n_val=int((split == 1).sum()),
         created_at=storage.utc_now(),
-        description=f"Imported from {src.name}: {len(images)} images in {len(class_names)} classes, "
-        f"resized to {image_size}x{image_size} (transparency and padding over {fill_text}).",
+        description=f"Imported from {src.name}: {len(images)} images in {len(class_names)} classes; "
+        f"{report.geometry_line()} (transparency over {fill_text}).",
     )
     storage.write_dataset(info, pixels, labels, split, workspace, overwrite=overwrite)
     report.dataset, report.accepted = info, len(images)

@@ -186,9 +186,13 @@ def _inspect_text(path: Path, options: ImportOptions, label: str) -> SourcePlan:
 
 def _import_text(path: Path, name: str | None, options: ImportOptions, **kw: Any) -> text.TextImportReport:
     _check_options(options, kw.get("source_label") or str(path), "text", "text")
-    kw.pop("image_size", None)
-    kw.pop("fill", None)
+    for k in IMAGE_ONLY:
+        kw.pop(k, None)
     return text.import_text(path, name, options, **kw)
+
+
+IMAGE_ONLY = ("image_size", "fill", "geometry", "pad_fill")
+"""Keyword options of :func:`import_source` that only images use (ignored for text and audio)."""
 
 
 def _inspect_audio(path: Path, options: ImportOptions, label: str) -> SourcePlan:
@@ -198,8 +202,8 @@ def _inspect_audio(path: Path, options: ImportOptions, label: str) -> SourcePlan
 
 def _import_audio(path: Path, name: str | None, options: ImportOptions, **kw: Any) -> audio.AudioImportReport:
     _check_options(options, kw.get("source_label") or str(path), "audio", "audio")
-    kw.pop("image_size", None)
-    kw.pop("fill", None)
+    for k in IMAGE_ONLY:
+        kw.pop(k, None)
     return audio.import_audio(path, name, options, **kw)
 
 
@@ -243,11 +247,14 @@ def import_source(
     workspace: PathLike | None = None,
     overwrite: bool = False,
     source_label: str | None = None,
-    image_size: int = 32,
+    image_size: int | None = None,
     fill: str = "white",
+    geometry: str = "crop",
+    pad_fill: str = "edge",
 ) -> importer.ImportReport | text.TextImportReport | audio.AudioImportReport:
     """Import any source as a dataset: images with :func:`engine.data.importer.import_archive`
-    (``image_size``, ``fill``, ``options.val_fraction``, ``options.seed``, ``options.name_encoding``), text with
+    (``image_size`` (None: the data's own size), ``geometry``, ``pad_fill``, ``fill``,
+    ``options.val_fraction``, ``options.seed``, ``options.name_encoding``), text with
     :func:`engine.data.text.import_text` (columns, filters, split), audio with
     :func:`engine.data.audio.import_audio` (manifest columns, ``options.sample_rate``, split). Every
     report has ``summary()``, ``dataset``, ``accepted``, ``rejected`` and ``skipped``.
@@ -261,4 +268,5 @@ def import_source(
     modality = detect_modality(path, label)
     _, do_import = IMPORTERS[modality]
     return do_import(Path(path).expanduser(), name, options or ImportOptions(), workspace=workspace,
-                     overwrite=overwrite, source_label=label, image_size=image_size, fill=fill)  # fmt: skip
+                     overwrite=overwrite, source_label=label, image_size=image_size, fill=fill,
+                     geometry=geometry, pad_fill=pad_fill)  # fmt: skip

@@ -90,9 +90,11 @@ class ImportLimits(BaseModel):
         try:
             return cls(**values)
         except ValidationError as e:
-            err = e.errors()[0]
-            var = ENV_VARS[str(err["loc"][0])]
-            raise DatasetError(f"{var}={environ.get(var)!r}: {err['msg']}") from None
+            from engine.messages import field_problems
+
+            loc, text, _ = field_problems(e)[0]
+            var = ENV_VARS[loc]
+            raise DatasetError(f"{var}={environ.get(var)!r}: {text.split(' (got ')[0]}") from None
 
 
 ENV_VARS = {

@@ -32,6 +32,7 @@ from engine.data.dataset import (
     validate_name,
 )
 from engine.errors import DatasetError
+from engine.messages import describe_error
 from engine.workspace import atomic_write_json, publish_folder, read_json, workspace_root
 
 log = logging.getLogger(__name__)
@@ -75,7 +76,7 @@ def read_info(folder: Path) -> DatasetInfo:
     try:
         return DatasetInfo.from_dict(read_json(path))
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise DatasetError(f"{path}: bad dataset metadata ({e}); delete {folder}, add it again") from e
+        raise DatasetError(f"{path}: bad dataset metadata ({describe_error(e)}); delete {folder}, add it again") from e
 
 
 def dataset_type(info: DatasetInfo, where: Path | str) -> type[LabelledRows]:
@@ -107,7 +108,7 @@ def read_dataset(name: str, workspace: str | os.PathLike[str] | None = None) -> 
         with np.load(path, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files if k in cls.ARRAYS + cls.OPTIONAL_ARRAYS}
     except (OSError, ValueError, KeyError, zipfile.BadZipFile) as e:
-        raise DatasetError(f"{path}: cannot read dataset arrays ({e}); delete {folder}, add it again") from e
+        raise DatasetError(f"{path}: cannot read dataset arrays ({describe_error(e)}); delete {folder}, add it again") from e
     problems = cls.problems(info, arrays)
     if problems:
         raise DatasetError(f"{path}: does not match {folder / META}: " + "; ".join(problems))
@@ -156,7 +157,7 @@ def save_dataset(ds: Dataset, workspace: str | os.PathLike[str] | None = None, *
     try:
         published = publish_folder(target, fill, marker=META, overwrite=overwrite)
     except OSError as e:
-        raise DatasetError(f"cannot register dataset {info.name!r} at {target}: {e}") from e
+        raise DatasetError(f"cannot register dataset {info.name!r} at {target}: {describe_error(e)}") from e
     if not published:
         raise DatasetError(
             f"dataset {info.name!r} already exists in {root}; choose another name or replace it"

@@ -29,6 +29,7 @@ from pathlib import Path, PurePosixPath
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from engine.errors import DatasetError
+from engine.messages import describe_error
 
 TABLE_EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl"}
 """File extension -> table kind."""
@@ -109,11 +110,9 @@ def import_options(**kwargs) -> ImportOptions:
     try:
         return ImportOptions(**kwargs)
     except ValidationError as e:
-        msgs = "; ".join(
-            f"{'.'.join(map(str, err['loc'])) or 'options'}: {err['msg'].removeprefix('Value error, ')}"
-            for err in e.errors()
-        )
-        raise DatasetError(f"import options: {msgs}") from None
+        from engine.messages import format_problems
+
+        raise DatasetError(f"import options: {format_problems(e, empty_loc='options')}") from None
 
 
 def utf8_problem(data: bytes) -> str | None:
@@ -151,7 +150,7 @@ def read_utf8_file(path: Path, where: str, max_bytes: int) -> str:
             raise DatasetError(f"{where}: larger than {max_bytes // 2**20} MB")
         return decode_utf8(path.read_bytes(), where)
     except OSError as e:
-        raise DatasetError(f"{where}: cannot read file ({e})") from e
+        raise DatasetError(f"{where}: cannot read the file ({describe_error(e)})") from e
 
 
 @dataclass
@@ -244,13 +243,15 @@ def _read_delimited(text: str, label: str, kind: str) -> Table:
                 table = Table(label, kind, _header(row, label))
             elif len(row) != len(table.columns):
                 table.rejected.append(
-                    (f"{label}:{start}", f"{len(row)} fields, the header has {len(table.columns)}")
+                    (f"{label}:{start}", f"{len(row)} field{'s' if len(row) != 1 else ''} where the header has "
+                                         f"{len(table.columns)}: a quote left open, or a separator missing or too many")
                 )
             else:
                 table.rows.append(row)
                 table.lines.append(start)
     except csv.Error as e:
-        raise DatasetError(f"{label}: {kind.upper()} syntax error at line {reader.line_num}: {e}") from e
+        raise DatasetError(f"{label}: not valid {kind.upper()} at line {reader.line_num}: its rows cannot be split "
+                           "into fields; check the quoting") from e
     if table is None:
         raise DatasetError(f"{label}: empty file (no header row)")
     return table
@@ -271,7 +272,8 @@ def _read_jsonl(text: str, label: str) -> Table:
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as e:
-            table.rejected.append((f"{label}:{i}", f"not valid JSON ({e.msg})"))
+            table.rejected.append((f"{label}:{i}", f"not valid JSON at column {e.colno}: each line must be one JSON "
+                                   "object, e.g. {\"text\": \"...\", \"label\": \"...\"}"))
             continue
         if not isinstance(obj, dict):
             table.rejected.append((f"{label}:{i}", f"a JSON {type(obj).__name__}, not an object"))

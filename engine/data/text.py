@@ -23,9 +23,11 @@ Invalid UTF-8 in a single ``.txt`` or table refuses the whole file, naming the f
 Cleaning (:func:`clean_texts`, counts in the report), in this order: whitespace normalised (every
 run of Unicode whitespace, line breaks included, becomes one space; leading/trailing stripped);
 empty documents dropped; documents shorter than ``min_chars`` or longer than ``max_chars``
-characters dropped; exact duplicates (after normalisation) dropped, the first one kept. Stored
-order = source order of the kept documents; the split is
-:func:`engine.data.dataset.seeded_split` (stratified by class, or by group with a group column).
+characters dropped; exact duplicates (after normalisation) dropped, the first one kept. The split
+is :func:`engine.data.dataset.seeded_split` (stratified by class, or by group with a group column)
+over the kept documents in source order; they are then stored in the seeded order of
+:func:`engine.data.sampling.import_order` (each with its split), so a class-ordered source gives no
+class-ordered slice.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ import numpy as np
 from engine.data import importer, registry, storage
 from engine.data.archive import refusal_lines, skip_reason
 from engine.data.dataset import DatasetInfo, TextDataset, seeded_split
+from engine.data.sampling import import_order
 from engine.data.tabular import (
     TABLE_EXTENSIONS,
     ColumnRoles,
@@ -484,7 +487,9 @@ def import_text(
         stats={**text_stats(prep.texts), "cleaning": prep.cleaning.as_dict()},
         group_names=prep.group_names,
     )
-    ds = TextDataset.from_texts(info, prep.texts, prep.labels, split, prep.groups)
+    order = import_order(len(prep.texts), options.seed)  # stored shuffled: no class-ordered slices
+    ds = TextDataset.from_texts(info, [prep.texts[i] for i in order], prep.labels[order], split[order],
+                                None if prep.groups is None else prep.groups[order])
     folder = storage.save_dataset(ds, workspace, overwrite=overwrite)
     return TextImportReport(
         source=label, kind=src.kind, dataset=storage.read_info(folder), accepted=len(prep.texts),

@@ -3,6 +3,7 @@
 Public API (pages and the CLI use only these):
     list_runs, get_run -> RunRecord; read_metrics -> DataFrame (``attrs["warnings"]``);
     load_samples -> Sample; read_log -> str; latest_checkpoint_step -> int;
+    checkpoint_weights -> CheckpointWeights (the newest complete checkpoint's weights: step, size, parameters);
     read_config_history -> list of {step, config, changed}.
 Write side (only the holder of the run lock, plus the launcher's create_run): write_status,
 MetricsWriter, save_samples, save_checkpoint, append_config_history, truncate_metrics, compact_metrics.
@@ -14,7 +15,7 @@ from __future__ import annotations
 import pandas as pd
 
 from engine.store.checkpoints import (
-    latest_checkpoint_step, latest_complete_checkpoint, list_checkpoints, load_checkpoint_state, load_weights,
+    CheckpointWeights, checkpoint_weights, latest_checkpoint_step, latest_complete_checkpoint, list_checkpoints, load_checkpoint_state, load_weights,
     save_checkpoint,
 )
 from engine.store.history import append_config_history, read_config_history
@@ -52,8 +53,8 @@ def read_metrics(
 
 
 __all__ = [
-    "ACTIVE", "CANCEL_FILE", "RESUMABLE", "STATUSES", "MetricsWriter", "RunLock", "RunRecord", "Sample",
-    "append_config_history", "compact_metrics", "create_run", "get_run", "latest_checkpoint_step",
+    "ACTIVE", "CANCEL_FILE", "RESUMABLE", "STATUSES", "CheckpointWeights", "MetricsWriter", "RunLock", "RunRecord",
+    "Sample", "append_config_history", "checkpoint_weights", "compact_metrics", "create_run", "get_run", "latest_checkpoint_step",
     "latest_complete_checkpoint", "list_checkpoints", "list_runs", "load_checkpoint_state", "load_samples",
     "load_weights", "lock_holder", "read_config_history", "read_log", "read_metrics", "read_status", "run_alive",
     "run_dir", "runs_root", "sample_steps", "save_checkpoint", "save_samples", "signal_holder", "truncate_metrics",

@@ -1,9 +1,23 @@
 """Checkpoints: ``checkpoints/step-NNNNNNN/`` = ``model.safetensors`` + ``state.pt`` + ``manifest.json``.
 
-``model.safetensors`` holds the weights only (no pickle). ``state.pt`` holds what resuming needs:
-optimizer state, step, the resolved config and the RNG states, as plain tensors, dicts, lists,
-tuples, numbers and strings only, so it loads with ``torch.load(weights_only=True)`` (no code runs
-on load). ``manifest.json`` (written last) lists the files and their sizes: a checkpoint is complete
+``model.safetensors`` holds the weights only (no pickle). ``state.pt`` holds what resuming needs,
+as plain tensors, dicts, lists, tuples, numbers and strings only, so it loads with
+``torch.load(weights_only=True)`` (no code runs on load):
+
+========== ==============================================================================
+step       optimizer steps done
+optimizer  ``optimizer.state_dict()`` (AdamW moments and step counts, param-group settings)
+config     the resolved config the run trained with up to this step
+rng        the loop's generators: ``g_mask`` (training masks), ``g_data`` (batch order),
+           ``cuda`` (every CUDA device's RNG, on a CUDA run)
+torch_rng  the global torch CPU RNG (dropout on CPU, anything else drawn from it)
+loop       the loop's position: ``perm`` (this epoch's batch order, int32/int64 ``[n_train]``),
+           ``pos`` (rows of it used), ``val_first`` / ``val_last`` (val loss at step 0 / latest)
+task       :meth:`engine.tasks.Task.state_dict` (e.g. an EMA teacher); ``{}`` for most tasks
+========== ==============================================================================
+
+``loop`` and ``task`` were added within format 2: a checkpoint without them still resumes (a
+new epoch order is drawn from the restored ``g_data``; the run says so in its log). ``manifest.json`` (written last) lists the files and their sizes: a checkpoint is complete
 when its manifest matches its files.
 
 A checkpoint is built in a temporary folder (``.tmp-step-NNNNNNN-<pid>``: every file fsynced,
@@ -20,12 +34,14 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import pickle
 import re
 import shutil
 import struct
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -71,14 +87,16 @@ def plain_state(obj: Any, where: str = "rng") -> Any:
                     f"weights_only=True; store its state as tensors, numbers, strings, lists or dicts")
 
 
-def save_checkpoint(run_dir: Path, step: int, model, optimizer, cfg, rng: dict, *, keep: int = 2) -> Path:
+def save_checkpoint(run_dir: Path, step: int, model, optimizer, cfg, rng: dict, *, keep: int = 2,
+                    loop: dict | None = None, task_state: dict | None = None) -> Path:
     """Write the checkpoint of ``step`` and delete all but the newest ``keep`` complete ones. Returns its folder.
 
     Args:
         run_dir: the run folder. step: optimizer steps done. model: its ``state_dict()`` goes to
         safetensors. optimizer: its ``state_dict()`` goes to ``state.pt``. cfg: a ``RunConfig``
         (``to_dict()`` is stored). rng: generator states etc., made loadable by :func:`plain_state`.
-        keep: complete checkpoints kept (the newest ones).
+        keep: complete checkpoints kept (the newest ones). loop: the training loop's position
+        (data order...). task_state: the task's own state. Both are stored through :func:`plain_state`.
 
     Raises:
         StorageError: a file cannot be written (disk full...); the temporary folder is removed and
@@ -93,7 +111,8 @@ def save_checkpoint(run_dir: Path, step: int, model, optimizer, cfg, rng: dict, 
     tmp = root / f".tmp-step-{step:07d}-{os.getpid()}"
     old = root / f".tmp-old-step-{step:07d}-{os.getpid()}"
     state = {"format": CKPT_FORMAT, "step": int(step), "optimizer": optimizer.state_dict(), "config": cfg.to_dict(),
-             "rng": plain_state(rng), "torch_rng": torch.get_rng_state()}
+             "rng": plain_state(rng), "torch_rng": torch.get_rng_state(),
+             "loop": plain_state(loop or {}, "loop"), "task": plain_state(task_state or {}, "task")}
     current = final / WEIGHTS  # what is being written, for the error message
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -220,7 +239,8 @@ def latest_checkpoint_step(run_id: str, workspace=None) -> int | None:
 
 
 def load_checkpoint_state(ckpt_dir: Path) -> dict[str, Any]:
-    """The non-weight state of a checkpoint (``step``, ``optimizer``, ``config``, ``rng``, ``torch_rng``).
+    """The non-weight state of a checkpoint (``step``, ``optimizer``, ``config``, ``rng``, ``torch_rng``,
+    ``loop``, ``task``: see the module docstring; the last two may be missing in older checkpoints).
 
     Loaded with ``torch.load(weights_only=True)`` on CPU: nothing in the file can run code.
 
@@ -257,3 +277,45 @@ def load_weights(ckpt_dir: Path) -> dict[str, Any]:
         return load_file(str(path))
     except (OSError, SafetensorError) as e:
         raise DamagedFileError(f"{path}: unreadable model weights ({e})") from None
+
+
+@dataclass(frozen=True)
+class CheckpointWeights:
+    """The weights file of a run's newest complete checkpoint, described from its header alone.
+
+    Attributes:
+        run_id, step: whose and which checkpoint.
+        path: its ``model.safetensors``.
+        n_params: numbers stored (sum over tensors of the product of their shapes).
+        n_bytes: size of the file.
+    """
+
+    run_id: str
+    step: int
+    path: Path
+    n_params: int
+    n_bytes: int
+
+    def read(self) -> bytes:
+        """The file's bytes (e.g. for a download button)."""
+        return self.path.read_bytes()
+
+
+def checkpoint_weights(run_id: str, workspace=None) -> CheckpointWeights | None:
+    """:class:`CheckpointWeights` of the run's newest complete checkpoint, or None when it keeps
+    none. The parameter count is read from the safetensors header (no tensor is loaded, no torch).
+    Raises RunNotFoundError for an unknown run."""
+    from engine.store.runs import run_dir
+
+    p = latest_complete_checkpoint(run_dir(run_id, workspace))
+    if p is None:
+        return None
+    weights = p / WEIGHTS
+    try:
+        with open(weights, "rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(n))
+        count = sum(math.prod(v["shape"]) for k, v in header.items() if k != "__metadata__")
+    except (OSError, ValueError, KeyError, TypeError, struct.error):
+        return None
+    return CheckpointWeights(run_id, checkpoint_step(p), weights, int(count), weights.stat().st_size)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import DamagedFileError
+from engine.messages import describe_error
 from engine.store.runs import CONFIG_FILE
 from engine.workspace import atomic_write_json, read_json
 
@@ -53,11 +54,11 @@ def read_config_history(run_dir: Path) -> list[dict[str, Any]]:
     except FileNotFoundError:
         pass
     except (OSError, ValueError) as e:
-        raise DamagedFileError(f"{path}: unreadable config history ({e})") from None
+        raise DamagedFileError(f"{path}: unreadable config history ({describe_error(e)})") from None
     try:
         return [{"step": 0, "config": read_json(run_dir / CONFIG_FILE), "changed": {}}]
     except (OSError, ValueError) as e:
-        raise DamagedFileError(f"{run_dir / CONFIG_FILE}: unreadable run config ({e})") from None
+        raise DamagedFileError(f"{run_dir / CONFIG_FILE}: unreadable run config ({describe_error(e)})") from None
 
 
 def append_config_history(run_dir: Path, step: int, config: dict[str, Any]) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import DamagedFileError, FormatVersionError, RunNotFoundError
+from engine.messages import describe_error
 from engine.store.lock import run_alive
 from engine.workspace import FORMAT, atomic_write_json, read_json, workspace_root
 
@@ -168,7 +169,7 @@ def read_status_checked(d: Path) -> tuple[dict[str, Any], list[str]]:
     except FileNotFoundError:
         return {}, []
     except (OSError, ValueError) as e:
-        return {}, [f"{d.name}/{STATUS_FILE} is unreadable ({e}); status, step and latest metrics are unknown"]
+        return {}, [f"{d.name}/{STATUS_FILE} is unreadable ({describe_error(e)}); status, step and latest metrics are unknown"]
 
 
 def _float(v: Any) -> float | None:
@@ -198,7 +199,7 @@ def _record(d: Path) -> RunRecord:
     try:
         cfg = read_json(d / CONFIG_FILE)
     except (OSError, ValueError) as e:
-        raise DamagedFileError(f"{d / CONFIG_FILE}: unreadable run config ({e})") from None
+        raise DamagedFileError(f"{d / CONFIG_FILE}: unreadable run config ({describe_error(e)})") from None
     st, warnings = read_status_checked(d)
     fmt = st.get("format", 1)
     if isinstance(fmt, int) and fmt > FORMAT:
@@ -231,7 +232,8 @@ def _record(d: Path) -> RunRecord:
         path=d,
         updated_at=_float(st.get("updated_at")),
         extra={k: v for k, v in st.items() if k in ("device", "n_params", "throughput", "num_threads",
-                                                    "deterministic", "queued_at", "format")},
+                                                    "deterministic", "queued_at", "format", "resume_from",
+                                                    "restarts")},
         warnings=tuple(warnings),
     )
 

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import DamagedFileError
+from engine.messages import describe_error
 from engine.store.runs import run_dir
 from engine.workspace import atomic_write_bytes
 
@@ -73,12 +74,27 @@ def sample_steps(run_id: str, workspace=None) -> list[int]:
     return sorted(int(p.stem.split("-")[1]) for p in (run_dir(run_id, workspace) / SAMPLES_DIR).glob("recon-*.npz"))
 
 
+def delete_samples_after(d: Path, step: int) -> int:
+    """Delete the run folder ``d``'s samples of steps after ``step`` (a resume from ``step`` makes them
+    again). Only for the holder of the run lock. Returns how many files were removed."""
+    n = 0
+    for p in (Path(d) / SAMPLES_DIR).glob("recon-*.npz"):
+        try:
+            later = int(p.stem.split("-")[1]) > step
+        except ValueError:
+            continue
+        if later:
+            p.unlink(missing_ok=True)
+            n += 1
+    return n
+
+
 def read_sample_file(path: Path) -> Sample:
     """The samples in ``path``. Raises DamagedFileError naming ``path`` when it cannot be read."""
     try:
         return _decode(path)
     except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as e:
-        raise DamagedFileError(f"{path}: unreadable reconstruction samples ({e}); "
+        raise DamagedFileError(f"{path}: unreadable reconstruction samples ({describe_error(e)}); "
                                f"`python -m engine doctor` reports damaged files") from None
 
 

@@ -20,6 +20,12 @@ Randomness: the loop owns the batch order (``g_data``) and passes a generator to
 :meth:`Task.train_loss` for the masks (``g_mask``); the task draws its fixed validation masks from
 its own generator seeded with ``train.seed + 10_000``. Model weights are initialised from the
 global torch RNG, which the loop seeds with ``train.seed`` right before building the task.
+
+Resume: a checkpoint holds the model's weights, the optimiser, the loop's generators, the data
+order and :meth:`Task.state_dict`; a task must draw every random number of training from the
+generator it is given (or the global torch RNG, which the checkpoint also keeps), so a resumed run
+continues bit-identically. A task with state beyond the model (an EMA teacher...) returns it from
+:meth:`Task.state_dict` and takes it back in :meth:`Task.load_state_dict`.
 """
 
 from __future__ import annotations
@@ -162,6 +168,18 @@ class Task(ABC):
 
     def after_step(self, step: int) -> None:
         """Hook after each optimiser step (e.g. an EMA teacher update). Default: nothing."""
+
+    def state_dict(self) -> dict:
+        """The task's training state beyond :attr:`model`'s weights and the loop's generators, saved
+        in every checkpoint (e.g. an EMA teacher's weights, a running statistic). Values must be
+        tensors, numbers, strings, lists or dicts (``torch.load(weights_only=True)`` loads them; see
+        :func:`engine.store.checkpoints.plain_state`). Default: nothing (``{}``)."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what :meth:`state_dict` returned, when a run resumes from a checkpoint (called
+        after the model's weights are loaded). ``state`` is ``{}`` for a checkpoint written without
+        task state. Default: nothing."""
 
     def baselines(self) -> dict[str, float]:
         """Figures of trivial predictors on the same validation masks and objective as

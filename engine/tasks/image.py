@@ -8,8 +8,9 @@ al. 2022: encoder over all patches with mask tokens, linear head); the objective
 
 Validation: ``val_loss`` is the objective on at most :data:`EVAL_MAX_ROWS` fixed validation images
 with fixed masks drawn once at ``masking.ratio`` (so the curve stays comparable along a schedule).
-Samples: the first ``train.num_vis`` validation images with :func:`engine.masking.preview_masks`,
-exactly what New run and Mask lab preview.
+Samples: ``train.num_vis`` validation images chosen by :func:`engine.data.representative` (class by
+class, the same rows for every seed) with :func:`engine.masking.preview_masks`, exactly what New run
+and Mask lab preview.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 import torch
 
 from engine.config import RunConfig
+from engine.data.sampling import representative
 from engine.errors import ConfigError
 from engine.masking import draw_mask, get_masking, grid_shape, image_side_inputs, preview_masks, strategies_for
 from engine.store.samples import Sample
@@ -26,10 +28,50 @@ from engine.tasks.base import Task
 
 EVAL_MAX_ROWS = 2048  # val loss is averaged over at most this many fixed val images
 EVAL_CHUNK = 256
+#: The biharmonic baseline is computed on the first this many eval images (about 8 ms per 28x28 image).
+BIHARMONIC_MAX_ROWS = 512
 #: Masks drawn to probe a config (rows of the probe batch); real images for strategies that need them.
 PROBE_ROWS = 256
 PROBE_IMAGES = 64
 DEFAULT_PATCH = 2
+
+
+#: The recipes New run proposes and the example configs use (configs/mae-*.yaml), by image size
+#: ``(H, W)``: partial run configs (model, objective, train) measured with bench/image_quality.py
+#: at random masking 0.75 to fit 5 minutes of one CPU thread (figures in bench/README.md).
+RECIPES: dict[tuple[int, int], dict] = {
+    # scikit-learn digits: 4x4 patches of 2x2 px
+    (8, 8): {"model": {"arch": "mae_vit", "preset": "tiny", "patch_size": 2},
+             "objective": {"loss": "mse", "norm_pix_loss": False},
+             "train": {"steps": 2400, "batch_size": 128, "lr": 2e-3, "warmup_steps": 100, "eval_interval": 200,
+                       "checkpoint_interval": 800}},
+    # Fashion-MNIST, MNIST: 4x4 patches of 7x7 px
+    (28, 28): {"model": {"arch": "mae_vit", "preset": "tiny", "patch_size": 7},
+               "objective": {"loss": "mse", "norm_pix_loss": False},
+               "train": {"steps": 2000, "batch_size": 128, "lr": 2e-3, "warmup_steps": 100, "eval_interval": 250,
+                         "checkpoint_interval": 1000}},
+}
+#: Grid side (patches) of the generic recipe for other sizes: few tokens keep a CPU run short.
+GENERIC_GRID_SIDE = 8
+
+
+def recipe_for(image_shape: tuple[int, int, int]) -> dict:
+    """What New run proposes for an image dataset of ``image_shape = (C, H, W)``: a partial run config
+    ``{"model": {...}, "objective": {...}, "train": {...}}`` (a fresh copy).
+
+    Sizes in :data:`RECIPES` get their measured recipe; any other size gets the 8x8 recipe's
+    model, objective and training with the patch size whose grid side is closest to
+    :data:`GENERIC_GRID_SIDE` (the smaller patch on a tie); it is not measured.
+    """
+    import copy
+
+    _, H, W = image_shape
+    if (H, W) in RECIPES:
+        return copy.deepcopy(RECIPES[(H, W)])
+    r = copy.deepcopy(RECIPES[(8, 8)])
+    sizes = [p for p in range(1, min(H, W) + 1) if H % p == 0 and W % p == 0]
+    r["model"]["patch_size"] = min(sizes, key=lambda p: (abs(min(H, W) // p - GENERIC_GRID_SIDE), p))
+    return r
 
 
 @register_task
@@ -41,6 +83,19 @@ class ImageMIMTask(Task):
     archs = ("mae_vit", "simmim_vit")
     default_loss = "mse"
     unit = "patch"
+    #: Pixel-space figures shown next to the headline, with their baselines ``baseline/<name>/mse``
+    #: and ``/psnr`` (see :meth:`evaluate`); absent for ``norm_pix_loss`` runs.
+    figures = (("val_mse", "min"), ("val_psnr", "max"))
+
+    @classmethod
+    def quality_notes(cls, config: dict) -> list[str]:
+        """How the figures next to the baselines were measured, for the dashboard's table."""
+        notes = [f"biharmonic on the first {BIHARMONIC_MAX_ROWS} validation images only (tens of ms each)",
+                 "pixel figures clip predictions to [0, 1]"]
+        if (config.get("objective") or {}).get("norm_pix_loss"):
+            notes.append("no pixel MSE for this run: it predicts per-patch normalised pixels, and turning them "
+                         "into pixels needs each hidden patch's own mean and std (the answer)")
+        return notes
     summary = "masked image modeling: MAE (He et al. 2022) or SimMIM (Xie et al. 2022) on image patches"
 
     @classmethod
@@ -102,10 +157,11 @@ class ImageMIMTask(Task):
         self._ds = ds
         self.x_train = x_train.to(device)
         self.x_eval = x_val[:EVAL_MAX_ROWS].to(device)
-        self.vis_x = x_val[: t.num_vis].to(device)
-        self.vis_labels = y_val[: t.num_vis].numpy()
+        vis = torch.from_numpy(representative(y_val.numpy(), t.num_vis))  # class-stratified, as every view
+        self.vis_x = x_val[vis].to(device)
+        self.vis_labels = y_val[vis].numpy()
         # == the New run preview
-        self.vis_mask = preview_masks(cfg, self.image_shape, len(self.vis_x), images=x_val[: t.num_vis]).flatten(1).to(device)
+        self.vis_mask = preview_masks(cfg, self.image_shape, len(self.vis_x), images=x_val[vis]).flatten(1).to(device)
         self.needs_images = bool(get_masking(cfg.masking.strategy).needs)
         # The same val masks at every eval, drawn once (superpixels of the val images are computed once).
         g_eval = torch.Generator().manual_seed(t.seed + 10_000)
@@ -130,35 +186,78 @@ class ImageMIMTask(Task):
 
     @torch.no_grad()
     def baselines(self) -> dict[str, float]:
-        """The run's objective on the same fixed val masks for predictions that need no learning:
-        ``baseline/mean_image`` (the training mean image at every masked patch)."""
-        from engine.eval.image_baselines import mean_image_patches, patchify
+        """Trivial predictors on the same fixed val masks (:mod:`engine.eval.image_baselines`):
+        ``mean_image`` (the training mean image), ``visible_mean`` (each image's mean visible pixel),
+        ``biharmonic`` (biharmonic inpainting; on the first :data:`BIHARMONIC_MAX_ROWS` eval images
+        only, with their masks, as it costs tens of ms per 28x28 image) and ``knn`` (the mean of the
+        10 training images nearest on the visible pixels).
 
-        total, n = 0.0, 0
+        Returns:
+            For each name: ``baseline/<name>`` scored with the run's objective (normalised pixels
+            when ``norm_pix_loss``: prediction and target are both normalised per patch), and
+            ``baseline/<name>/mse``, ``baseline/<name>/psnr``: masked-patch pixel MSE ([0, 1] units)
+            and PSNR in dB (:func:`engine.eval.image_baselines.psnr` of the pooled MSE), comparable
+            across objectives and with the run's ``val_mse`` / ``val_psnr``.
+        """
+        from engine.eval.image_baselines import BASELINES, all_baselines, masked_pixel_sse, psnr
+
         P = self.cfg.model.patch_size
-        norm = self.cfg.objective.norm_pix_loss
+        totals = {b: [0.0, 0, 0.0, 0] for b in BASELINES}  # objective sum, images, pixel sse, values
         for i, mask in zip(range(0, len(self.x_eval), EVAL_CHUNK), self.eval_masks):
             xb = self.x_eval[i : i + EVAL_CHUNK]
-            pred = mean_image_patches(self.x_train, len(xb), P)
-            target = patchify(xb, P)
-            if norm:
-                from engine.objectives import normalize_patches
+            target = self.model.patchify(xb.float())
+            for name, pred in all_baselines(xb, mask, self.x_train, P,
+                                             biharmonic_rows=max(0, BIHARMONIC_MAX_ROWS - i)).items():
+                n = len(pred)
+                loss, _ = self.objective(self._scored(pred, target[:n], mask[:n]))
+                sse, count = masked_pixel_sse(pred, target[:n], mask[:n])
+                t = totals[name]
+                t[0], t[1], t[2], t[3] = t[0] + float(loss) * n, t[1] + n, t[2] + sse, t[3] + count
+        out = {}
+        for name, (obj, n, sse, count) in totals.items():
+            if n:
+                mse = sse / max(count, 1)
+                out.update({f"baseline/{name}": obj / n, f"baseline/{name}/mse": mse, f"baseline/{name}/psnr": psnr(mse)})
+        return out
 
-                pred, target = normalize_patches(pred), normalize_patches(target)
-            loss, _ = self.objective({"pred": pred, "target": target, "mask": mask})
-            total += float(loss) * len(xb)
-            n += len(xb)
-        return {"baseline/mean_image": total / max(n, 1)}
+    def _scored(self, pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The objective's inputs for a pixel-space prediction ``[N, L, P*P*C]``: prediction and
+        target normalised per patch when ``norm_pix_loss`` (the run's target), as they are otherwise."""
+        if self.cfg.objective.norm_pix_loss:
+            from engine.objectives import normalize_patches
+
+            pred, target = normalize_patches(pred.float()), normalize_patches(target)
+        return {"pred": pred, "target": target, "mask": mask}
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        total, n = 0.0, 0
+        """``val_loss`` (the objective on the fixed val masks, averaged per image) and, when the model
+        predicts pixels (``norm_pix_loss`` off), ``val_mse`` and ``val_psnr``: the masked-patch
+        pixel MSE of the prediction clipped to [0, 1], pooled over every masked pixel, and its PSNR
+        in dB, the figures the baselines report as ``baseline/<name>/mse`` and ``/psnr``.
+
+        With ``norm_pix_loss`` the model predicts each patch normalised by the hidden patch's own
+        mean and standard deviation; turning that into pixels needs those statistics, which only the
+        target has (MAE's figures use them, and so does the display in :meth:`sample`). Such a
+        figure would peek at the answer, so no pixel figure is reported for these runs.
+        """
+        from engine.eval.image_baselines import masked_pixel_sse, psnr
+
+        total, n, sse, count = 0.0, 0, 0.0, 0
+        pixels = not self.cfg.objective.norm_pix_loss
         for i, mask in zip(range(0, len(self.x_eval), EVAL_CHUNK), self.eval_masks):
             xb = self.x_eval[i : i + EVAL_CHUNK]
-            loss, _ = self.objective(self.model(xb, mask))
+            out = self.model(xb, mask)
+            loss, _ = self.objective(out)
             total += float(loss) * len(xb)
             n += len(xb)
-        return {"val_loss": total / max(n, 1)}
+            if pixels:
+                s, c = masked_pixel_sse(out["pred"], out["target"], mask)
+                sse, count = sse + s, count + c
+        metrics = {"val_loss": total / max(n, 1)}
+        if pixels and count:
+            metrics.update(val_mse=sse / count, val_psnr=psnr(sse / count))
+        return metrics
 
     @torch.no_grad()
     def sample(self, step: int) -> Sample:
@@ -176,3 +275,44 @@ class ImageMIMTask(Task):
         out = [self.model.features(x[i : i + EVAL_CHUNK].to(self.device)).float().cpu() for i in range(0, len(x), EVAL_CHUNK)]
         feats = torch.cat(out).numpy() if out else np.zeros((0, 1), np.float32)
         return feats.astype(np.float32), y.numpy().astype(np.int64)
+
+
+# --- interactive inference --------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def reconstruct(loaded, image, mask) -> dict[str, np.ndarray]:
+    """A kept checkpoint's reconstruction of one image under a mask the caller chose (the
+    dashboard's interactive masking box; :func:`engine.inference.load_model` gives ``loaded``).
+
+    Args:
+        loaded: an :class:`engine.inference.LoadedModel` of an ``image_mim`` run (model in eval mode).
+        image: float ``[C, H, W]`` in [0, 1] (numpy or torch), the run's image shape.
+        mask: bool ``[h, w]`` (or ``[L]``, row-major), True = hidden from the encoder; the run's
+            patch grid. Every patch may be hidden (MAE's encoder then sees its class token only)
+            or none (nothing is scored, the prediction is shown anyway).
+
+    Returns:
+        ``{"pred_img", "pasted"}``, float32 numpy ``[C, H, W]`` in [0, 1], as
+        ``MaskedAutoencoderViT.reconstruct``: the prediction of every patch, and the original at
+        visible patches with the prediction at hidden ones. With ``norm_pix_loss`` the prediction is
+        de-normalised with each true patch's mean and std (MAE's display, which peeks at the hidden
+        patch's statistics).
+
+    Raises:
+        ValueError: the image is not the run's ``(C, H, W)`` or the mask not its ``(h, w)`` grid,
+            naming both shapes.
+    """
+    model = loaded.model
+    x = torch.as_tensor(np.asarray(image, dtype=np.float32))
+    expected = (model.in_chans, *model.img_size)
+    if tuple(x.shape) != expected:
+        raise ValueError(f"reconstruct: image of shape {tuple(x.shape)}, but run {loaded.run_id} trains on "
+                         f"{expected} (C, H, W)")
+    m = torch.as_tensor(np.asarray(mask, dtype=bool))
+    if tuple(m.shape) not in (tuple(model.grid_size), (model.num_patches,)):
+        raise ValueError(f"reconstruct: mask of shape {tuple(m.shape)}, but run {loaded.run_id} has a "
+                         f"{model.grid_size[0]}x{model.grid_size[1]} patch grid")
+    device = next(model.parameters()).device
+    rec = model.reconstruct(x[None].to(device), m.reshape(1, -1).to(device))
+    return {k: v[0].float().cpu().numpy() for k, v in rec.items()}

@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from engine.config import RunConfig, TokenizerConfig
 from engine.errors import ConfigError
 from engine.masking import draw_mask, get_masking, strategies_for
+from engine.messages import describe_error
 from engine.store.samples import Sample
 from engine.tasks import register_task
 from engine.tasks.base import Task
@@ -115,7 +116,7 @@ def vis_masks(cfg: RunConfig, rows: dict[str, torch.Tensor]) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class TextPreview:
-    """What the dashboard shows of a text config before a run: the first ``n`` validation texts,
+    """What the dashboard shows of a text config before a run: the run's ``n`` visualisation texts (:func:`vis_rows`),
     their tokens (``[N, L]`` strings, ``""`` at padding) and the run's masks of them (``[N, L]`` bool)."""
 
     texts: list[str]
@@ -135,27 +136,41 @@ def preview(cfg: RunConfig, n: int, workspace=None) -> TextPreview:
 
     ds = load_dataset(cfg.data.dataset, workspace)
     split = "val" if ds.info.n_val else "train"
-    texts = ds.texts(split)[:n]
+    labels = ds.labels[ds.indices(split)][:EVAL_MAX_ROWS]
+    pick = vis_rows(labels, n)
+    pool = ds.texts(split)[:EVAL_MAX_ROWS]
+    texts = [pool[i] for i in pick]
     tok, _ = _TextTask.tokenizer_for(cfg, ds, workspace)
     enc = tok.encode_batch(texts, max_len=cfg.data.tokenizer.max_len)
     rows = _TextTask.rows(enc, torch.arange(len(enc)))
     mask = vis_masks(cfg, rows)
     return TextPreview(texts, token_strings(tok, rows["ids"]), mask.numpy(), rows["eligible"].numpy(),
-                       ds.labels[ds.indices(split)][:n].astype(np.int64))
+                       labels[pick].astype(np.int64))
+
+
+def vis_rows(val_labels: np.ndarray, n: int) -> np.ndarray:
+    """Positions (int64 ``[min(n, N)]``) of the run's visualisation rows among its first
+    :data:`EVAL_MAX_ROWS` validation texts (labels ``val_labels``): :func:`engine.data.representative`,
+    so the preview and the run's samples show the same class-stratified texts."""
+    from engine.data import representative
+
+    return representative(np.asarray(val_labels)[:EVAL_MAX_ROWS], n)
 
 
 def train_masks(cfg: RunConfig, n: int, workspace=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Masks of ``cfg`` over the first ``n`` train texts, drawn as a training batch is (from
+    """Masks of ``cfg`` over ``n`` train texts (:func:`engine.data.representative`), drawn as a training batch is (from
     ``torch.Generator().manual_seed(train.seed)``), for Mask lab's statistics.
 
     Returns:
         ``(mask [n, L] bool, eligible [n, L] bool)``.
     """
-    from engine.data import load_dataset
+    from engine.data import load_dataset, representative
 
     ds = load_dataset(cfg.data.dataset, workspace)
     tok, _ = _TextTask.tokenizer_for(cfg, ds, workspace)
-    enc = tok.encode_batch(ds.texts("train")[:n], max_len=cfg.data.tokenizer.max_len)
+    train = ds.texts("train")
+    pick = representative(ds.labels[ds.indices("train")], n)
+    enc = tok.encode_batch([train[i] for i in pick], max_len=cfg.data.tokenizer.max_len)
     rows = _TextTask.rows(enc, torch.arange(len(enc)))
     return vis_masks(cfg, rows), rows["eligible"]
 
@@ -229,6 +244,7 @@ class _TextTask(Task):
         self.val_texts = ds.texts(val_split)[:EVAL_MAX_ROWS]
         self.val = self.tok.encode_batch(self.val_texts, max_len=max_len)
         self.val_labels = ds.labels[ds.indices(val_split)][:EVAL_MAX_ROWS].astype(np.int64)
+        self.vis_idx = torch.from_numpy(vis_rows(self.val_labels, cfg.train.num_vis))  # == preview()
         self.n_train = len(self.train)
         self.batch_size = min(cfg.train.batch_size, self.n_train)
         self.special_ids = tuple(self.tok.special_ids)
@@ -366,7 +382,7 @@ class TextMLMTask(_TextTask):
 
     @torch.no_grad()
     def sample(self, step: int) -> Sample:
-        b = self.rows(self.val, torch.arange(min(self.cfg.train.num_vis, len(self.val))))
+        b = self.rows(self.val, self.vis_idx)
         mask = vis_masks(self.cfg, b)
         inputs = b["ids"].masked_fill(mask, self.tok.mask_id)
         dev = self.device
@@ -378,8 +394,8 @@ class TextMLMTask(_TextTask):
         return Sample(step=step, kind="text_mlm", arrays={
             "tokens": self.token_strings(b["ids"]), "mask": mask.numpy(), "attention": b["attention"].numpy(),
             "top_tokens": self.token_strings(top_ids.view(len(mask), -1)).reshape(*mask.shape, TOP_K),
-            "top_probs": top_p.numpy().astype(np.float32), "labels": self.val_labels[: len(mask)],
-        }, meta={"class_names": list(self.class_names), "texts": self.val_texts[: len(mask)],
+            "top_probs": top_p.numpy().astype(np.float32), "labels": self.val_labels[self.vis_idx.numpy()],
+        }, meta={"class_names": list(self.class_names), "texts": [self.val_texts[i] for i in self.vis_idx.tolist()],
                  "tokenizer_id": self.tokenizer_id})
 
     def _features(self, b):
@@ -504,15 +520,15 @@ class TextSpanTask(_TextTask):
 
     @torch.no_grad()
     def sample(self, step: int) -> Sample:
-        b = self.rows(self.val, torch.arange(min(self.cfg.train.num_vis, len(self.val))))
+        b = self.rows(self.val, self.vis_idx)
         span = vis_masks(self.cfg, b)
         ex = self._example(b, span)
         gen = self._generate(ex)
         return Sample(step=step, kind="text_span", arrays={
             "tokens": self.token_strings(b["ids"]), "mask": span.numpy(), "attention": b["attention"].numpy(),
             "target": self.token_strings(ex.tgt_ids), "generated": self.token_strings(gen),
-            "target_mask": ex.tgt_mask.numpy(), "labels": self.val_labels[: len(span)],
-        }, meta={"class_names": list(self.class_names), "texts": self.val_texts[: len(span)],
+            "target_mask": ex.tgt_mask.numpy(), "labels": self.val_labels[self.vis_idx.numpy()],
+        }, meta={"class_names": list(self.class_names), "texts": [self.val_texts[i] for i in self.vis_idx.tolist()],
                  "tokenizer_id": self.tokenizer_id})
 
     def _features(self, b):
@@ -537,8 +553,11 @@ def _tokenizer_of(loaded, workspace=None):
 
     try:
         return load_tokenizer(loaded.info["tokenizer_id"], workspace)
-    except (KeyError, ValueError, OSError) as e:
-        raise InferenceError(f"run {loaded.run_id}: its tokenizer cannot be loaded ({e})") from e
+    except KeyError:
+        raise InferenceError(f"run {loaded.run_id}: its task.json names no tokenizer; it cannot be loaded") from None
+    except (ValueError, OSError) as e:  # load_tokenizer's ValueError is already in our words
+        why = str(e) if isinstance(e, ValueError) else describe_error(e)
+        raise InferenceError(f"run {loaded.run_id}: its tokenizer cannot be loaded: {why}") from e
 
 
 def fill_in(loaded, text: str, k: int = TOP_K, workspace=None) -> list[FillIn]:

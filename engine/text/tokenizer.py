@@ -51,6 +51,7 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
+from engine.messages import describe_error
 from engine.workspace import atomic_write_bytes, atomic_write_json, publish_folder, read_json, workspace_root
 
 log = logging.getLogger(__name__)
@@ -326,7 +327,7 @@ class TextTokenizer:
             settings = TokenizerSettings.model_validate(meta["settings"])
             return cls(Tokenizer.from_file(str(folder / TOKENIZER_FILE)), settings)
         except Exception as e:  # noqa: BLE001 - JSON, pydantic and Rust errors all mean "unusable"
-            raise ValueError(f"{folder}: cannot load tokenizer ({e})") from e
+            raise ValueError(f"{folder}: cannot load the tokenizer ({describe_error(e)}); a new run trains it again") from e
 
 
 def _build(settings: TokenizerSettings):

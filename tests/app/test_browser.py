@@ -5,6 +5,9 @@
 - C: a run survives a restart of the Streamlit server and the new server shows it still running.
 - D: Mask lab shows masks on real digits and the three statistics charts, and follows a strategy
   switch; New run offers the same strategies.
+- E: a CSV of real questions is imported, an MLM run trains on it, the fill-in box answers.
+- F: a reloaded URL restores each page's state (New run, Mask lab, Data, Runs, Run detail).
+- G: Run detail's masking box: a click on a patch hides exactly that patch of the model input.
 
 Screenshots go to ``test-artifacts/`` (git-ignored) for a human look.
 """
@@ -158,6 +161,14 @@ def settle(page, timeout: float = 30_000) -> None:
     expect(page.get_by_test_id("stStatusWidget")).to_have_count(0, timeout=timeout)
 
 
+def type_into(page, label: str, value: str) -> None:
+    """Type ``value`` into the input labelled ``label``, press Enter, wait for the rerun."""
+    box = page.get_by_label(label, exact=True)
+    box.fill(value)
+    box.press("Enter")
+    settle(page)
+
+
 def click_when_live(page, locator, timeout: float = 30) -> None:
     """Click an element of a self-refreshing fragment: while a fragment reruns, Streamlit marks its
     elements inert (not clickable), so retry short clicks between reruns."""
@@ -197,15 +208,9 @@ def test_b_launch_watch_curves_and_reconstructions(server, page, workspace_dir):
     page.get_by_test_id("stSelectbox").filter(has_text="Dataset").click()
     page.get_by_role("option", name="digits").click()
     # Long enough that a fast machine is still training while the test watches; cancelled at the end.
-    for label, value in [("Steps", "2000"), ("Batch size", "64"), ("Eval interval (steps)", "50")]:
-        box = page.get_by_label(label, exact=True)
-        box.fill(value)
-        box.press("Enter")
-        settle(page)
-    name = page.get_by_label("Run name", exact=True)
-    name.fill("browser-e2e")
-    name.press("Enter")
-    settle(page)
+    for label, value in [("Steps", "2000"), ("Batch size", "64"), ("Eval interval (steps)", "50"),
+                         ("Run name", "browser-e2e")]:
+        type_into(page, label, value)
     expect(page.get_by_test_id("stImage")).to_have_count(16)  # preview: 8 originals + 8 masked
     shot(page, "b1-new-run")
 
@@ -219,10 +224,11 @@ def test_b_launch_watch_curves_and_reconstructions(server, page, workspace_dir):
 
     page.get_by_role("link", name="Compare runs").click()
     expect(page.get_by_role("heading", name="Runs")).to_be_visible(timeout=20_000)
-    caption = page.get_by_text(re.compile(r"\d+ loss points · latest step \d+"))
+    caption = page.get_by_text(re.compile(r"\d+ loss points · latest step per run: .*: step \d+"))
 
     def points() -> tuple[int, int]:
-        m = re.search(r"(\d+) loss points · latest step (\d+)", caption.inner_text(timeout=20_000))
+        m = re.search(r"(\d+) loss points · latest step per run: .*browser-e2e · \w+: step (\d+)",
+                      caption.inner_text(timeout=20_000))
         return int(m.group(1)), int(m.group(2))
 
     first = wait_until(lambda: points()[0] >= 3 and points(), 90, "the first loss points on the Runs page")
@@ -238,14 +244,19 @@ def test_b_launch_watch_curves_and_reconstructions(server, page, workspace_dir):
     expect(page.get_by_role("heading", name="Reconstructions")).to_be_visible(timeout=20_000)
     expect(page.get_by_text("Reconstruction + visible patches")).to_be_visible(timeout=60_000)
     images = page.get_by_test_id("stImage").locator("img")
-    expect(images).to_have_count(32, timeout=20_000)  # 4 rows x 8 fixed validation images
-    assert all(images.nth(i).evaluate("img => img.naturalWidth > 0") for i in range(32))
+    # main view + 4 rows x 8 fixed validation images (+ the masking box once a checkpoint is kept)
+    wait_until(lambda: images.count() >= 40, 20, "the reconstruction views")
+    assert all(images.nth(i).evaluate("img => img.naturalWidth > 0") for i in range(40))
     expect(page.get_by_text(re.compile(r"Step \d+ · 8 fixed validation images"))).to_be_visible()
     shot(page, "b3-run-detail")
 
     page.goto(server)  # Runs is the default page, served at the root URL
     expect(page.get_by_role("heading", name="Runs")).to_be_visible(timeout=20_000)
     click_when_live(page, page.get_by_role("button", name="Cancel"))
+    expect(page.get_by_text(re.compile(r"Cancel \*?\*?browser-e2e"))).to_be_visible(timeout=20_000)  # it asks first
+    assert get_run(run_id, workspace_dir).status == "running"
+    shot(page, "b4-cancel-asks")
+    click_when_live(page, page.get_by_role("button", name="Yes, cancel"))
     wait_until(lambda: get_run(run_id, workspace_dir).status == "cancelled", 30, "the run to be cancelled")
 
 
@@ -286,7 +297,7 @@ def other_image_strategy() -> str:
 
 def pick_strategy(page, name: str) -> None:
     page.get_by_test_id("stSelectbox").filter(has_text="Masking strategy").click()
-    page.get_by_role("option", name=re.compile(rf"^{re.escape(name)}: ")).click()
+    page.get_by_role("option", name=name, exact=True).click()
     settle(page)
 
 
@@ -306,7 +317,7 @@ def test_d_mask_lab_charts_and_strategy_switch(server, page):
 
     name = other_image_strategy()
     pick_strategy(page, name)
-    expect(page.get_by_role("combobox", name="Masking strategy")).to_have_value(re.compile(rf"^{re.escape(name)}: "))
+    expect(page.get_by_role("combobox", name="Masking strategy")).to_have_value(name)
     for field in MASKING_REGISTRY[name].params.model_fields:  # its parameter form
         expect(page.get_by_text(field, exact=True).first).to_be_visible()
     wait_until(lambda: [images.nth(i).get_attribute("src") for i in range(8, 16)] != masked_before, 30,
@@ -353,12 +364,9 @@ def test_e_text_csv_upload_mlm_run_and_fill_in_box(server, page, workspace_dir, 
 
     page.goto(server + "/new_run?dataset=questions")
     expect(page.get_by_role("heading", name="Mask preview")).to_be_visible(timeout=30_000)
-    expect(page.get_by_text(re.compile(r"The first 8 validation texts of questions"))).to_be_visible(timeout=30_000)
+    expect(page.get_by_text(re.compile(r"The 8 fixed validation texts of questions"))).to_be_visible(timeout=30_000)
     for label, value in [("Steps", "40"), ("Batch size", "16"), ("Eval interval (steps)", "20")]:
-        box = page.get_by_label(label, exact=True)
-        box.fill(value)
-        box.press("Enter")
-        settle(page)
+        type_into(page, label, value)
     shot(page, "e2-new-run-text")
     page.get_by_role("button", name="Launch").click()
     success = page.get_by_test_id("stAlertContentSuccess")
@@ -379,3 +387,149 @@ def test_e_text_csv_upload_mlm_run_and_fill_in_box(server, page, workspace_dir, 
     settle(page)
     expect(page.get_by_text("Model input:")).not_to_have_text(before, timeout=20_000)
     shot(page, "e3-fill-in")
+
+
+def url_has(page, *parts: str, timeout: float = 30) -> None:
+    """Wait until the page's URL holds every ``parts`` (the page writes its state as it runs; the
+    Playwright page sees URL changes only while it is asked something, hence its own wait)."""
+    deadline = time.time() + timeout
+    while not all(p in page.url for p in parts):
+        if time.time() > deadline:
+            raise AssertionError(f"the URL {page.url} lacks {[p for p in parts if p not in page.url]}")
+        page.wait_for_timeout(500)
+
+
+def reload_and_settle(page) -> None:
+    """F5: a new session; only the URL carries the state over."""
+    url = page.url
+    page.reload()
+    assert page.url == url
+    settle(page, 60_000)
+
+
+def test_f_reloaded_urls_restore_each_page(server, page, workspace_dir):
+    """Every page keeps the state that matters in its URL: a reload (a new session) shows the same view."""
+    # New run: the dataset, a strategy and a field
+    page.goto(server + "/new_run?dataset=digits")
+    expect(page.get_by_role("heading", name="Mask preview")).to_be_visible(timeout=30_000)
+    pick_strategy(page, "block")
+    type_into(page, "Steps", "77")
+    url_has(page, "train.steps=77", "masking.strategy=block")
+    reload_and_settle(page)
+    expect(page.get_by_label("Steps", exact=True)).to_have_value("77", timeout=30_000)
+    expect(page.get_by_role("combobox", name="Masking strategy")).to_have_value("block")
+    page.get_by_text("As YAML or a command line").click()
+    expect(page.get_by_text("--set train.steps=77").first).to_be_visible(timeout=20_000)
+    shot(page, "f1-new-run-reloaded")
+
+    # Mask lab: strategy and the batch for statistics
+    page.goto(server + "/mask_lab")
+    expect(page.get_by_role("heading", name="Mask lab")).to_be_visible(timeout=30_000)
+    pick_strategy(page, "bernoulli")
+    type_into(page, "Batch for statistics", "64")
+    url_has(page, "masking.strategy=bernoulli", "n=64")
+    reload_and_settle(page)
+    expect(page.get_by_role("combobox", name="Masking strategy")).to_have_value("bernoulli", timeout=30_000)
+    expect(page.get_by_label("Batch for statistics", exact=True)).to_have_value("64")
+    expect(page.get_by_text(re.compile(r"^64 masks of"))).to_be_visible(timeout=30_000)
+
+    # Data: the dataset shown
+    page.goto(server + "/data")
+    expect(page.get_by_role("heading", name="Samples")).to_be_visible(timeout=30_000)
+    page.get_by_test_id("stSelectbox").filter(has_text="Dataset").click()
+    page.get_by_role("option", name=re.compile(r"^fortunes")).click()
+    expect(page.get_by_role("heading", name="Length")).to_be_visible(timeout=30_000)
+    settle(page)
+    reload_and_settle(page)
+    expect(page.get_by_role("heading", name="Length")).to_be_visible(timeout=30_000)
+    assert "dataset=fortunes" in page.url
+
+    # Runs: smoothing, log axis, x axis (with the runs of the tests above, or one finished run)
+    if not list_runs(workspace_dir):
+        from tests.app.test_url_state import _finished
+
+        _finished("url-state", workspace_dir)
+    page.goto(server)  # Runs is the default page, at the root
+    expect(page.get_by_role("heading", name="Runs", exact=True)).to_be_visible(timeout=30_000)
+    page.get_by_role("slider", name="EMA smoothing").focus()
+    page.keyboard.press("ArrowRight")
+    settle(page)
+    page.get_by_text("log y axis").click()
+    settle(page)
+    page.get_by_text("time since start").click()
+    settle(page)
+    url_has(page, "smoothing=0.61", "y=log", "x=relative")
+    reload_and_settle(page)
+    expect(page.get_by_role("slider", name="EMA smoothing")).to_have_value("0.61", timeout=30_000)
+    expect(page.get_by_role("checkbox", name="log y axis")).to_be_checked()
+    expect(page.get_by_role("radio", name="time since start")).to_be_checked()
+    shot(page, "f2-runs-reloaded")
+
+    # Run detail: the run and its axes
+    run_id = list_runs(workspace_dir)[-1].run_id  # the oldest: not the default
+    page.goto(f"{server}/run_detail?run={run_id}&x=wall")
+    expect(page.get_by_role("heading", name="Validation figure and baselines")).to_be_visible(timeout=30_000)
+    settle(page)
+    reload_and_settle(page)
+    expect(page.get_by_role("combobox", name="Run")).to_have_value(re.compile(re.escape(run_id)), timeout=30_000)
+    expect(page.get_by_role("radio", name="wall clock")).to_be_checked()
+
+
+def _png(page, img) -> "np.ndarray":
+    """The pixels of a rendered ``<img>`` (fetched from the server by its ``src``), ``(H, W, 3)`` uint8."""
+    import io
+    from urllib.parse import urljoin
+
+    import numpy as np
+    from PIL import Image
+
+    body = page.request.get(urljoin(page.url, img.get_attribute("src"))).body()
+    return np.asarray(Image.open(io.BytesIO(body)).convert("RGB"))
+
+
+def test_g_interactive_masking(server, page, workspace_dir):
+    """Run detail's masking box: clicking a patch's button hides exactly that patch of the model
+    input (the rendered masked image), clicking it again shows it; the reconstruction follows."""
+    import numpy as np
+
+    from app.components.images import MASK_GREY
+
+    cfg = RunConfig.from_dict({"name": "masking-box", "train": {"steps": 20, "batch_size": 32, "eval_interval": 10,
+                                                                "checkpoint_interval": 20}})
+    run_id = submit(cfg, workspace_dir)
+    wait_until(lambda: get_run(run_id, workspace_dir).status == "completed", 120, "the run to complete")
+    page.goto(f"{server}/run_detail?run={run_id}")
+    expect(page.get_by_role("heading", name="Mask it yourself")).to_be_visible(timeout=30_000)
+    box = page.locator(f".st-key-mim_box_{run_id}")
+    expect(box.get_by_text(re.compile(r"\d+ of 16 patches hidden · checkpoint of step 20"))).to_be_visible(timeout=30_000)
+    box.get_by_role("button", name="Show all").click()
+    expect(box.get_by_text("0 of 16 patches hidden")).to_be_visible(timeout=20_000)
+    settle(page)
+    imgs = box.get_by_test_id("stImage").locator("img")
+    expect(imgs).to_have_count(4)
+    original = _png(page, imgs.nth(3))
+    before = _png(page, imgs.nth(0))
+    assert (before == original).all()  # nothing hidden: the model input is the image
+    k = before.shape[0] // 4  # displayed pixels per patch (4x4 grid of 2x2-px patches, upscaled)
+    grey = round(MASK_GREY * 255)
+
+    def hidden_patches(img) -> set[tuple[int, int]]:
+        changed = set()
+        for r in range(4):
+            for c in range(4):
+                cell = img[r * k : (r + 1) * k, c * k : (c + 1) * k]
+                if not (cell == original[r * k : (r + 1) * k, c * k : (c + 1) * k]).all():
+                    assert (cell == grey).all(), f"patch {(r, c)} changed but is not flat grey"
+                    changed.add((r, c))
+        return changed
+
+    recon_before = _png(page, imgs.nth(1))
+    for label, expected in [("07", {(1, 2)}), ("12", {(1, 2), (2, 3)}), ("07", {(2, 3)})]:
+        src = imgs.nth(0).get_attribute("src")
+        box.get_by_role("button", name=label, exact=True).click()
+        wait_until(lambda: imgs.nth(0).get_attribute("src") != src, 20, f"the model input after clicking {label}")
+        settle(page)
+        assert hidden_patches(_png(page, imgs.nth(0))) == expected
+        expect(box.get_by_text(f"{len(expected)} of 16 patches hidden")).to_be_visible()
+    assert not (_png(page, imgs.nth(1)) == recon_before).all()  # the reconstruction follows the mask
+    shot(page, "f-interactive-masking")

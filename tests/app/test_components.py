@@ -7,7 +7,10 @@ import pandas as pd
 import pytest
 
 from app.components.charts import ema, metrics_chart
-from app.components.images import MASK_GREY, chw_to_hwc_uint8, mask_overlay, recon_rows, upscale
+from app.components.images import (
+    ERROR_MAX, ERROR_VISIBLE_RGB, MASK_GREY, chw_to_hwc_uint8, error_colors, error_map, mask_overlay, masked_only,
+    recon_rows, upscale,
+)
 from app.components.runs import format_duration, run_label, runs_frame, short_label
 from engine.store import RunRecord
 
@@ -36,11 +39,42 @@ def test_mask_overlay_greys_exactly_the_masked_patches():
         mask_overlay(x, np.zeros((2, 3, 3), bool))
 
 
-def test_recon_rows_are_the_four_mae_rows():
+def test_recon_rows_are_the_mae_rows_and_the_error_map():
     x = np.full((3, 3, 4, 4), 0.25, np.float32)
     rows = recon_rows(x, np.ones((3, 2, 2), bool), x, x)
-    assert [r[0] for r in rows] == ["Original", "Masked input", "Reconstruction", "Reconstruction + visible patches"]
+    assert [r[0] for r in rows] == ["Original", "Masked input", "Prediction at masked patches (grey: visible, not scored)",
+                                    "Reconstruction + visible patches",
+                                    "Squared error at masked patches (black 0 → yellow ≥ 0.25)"]
     assert all(r[1].shape == (3, 4, 4, 3) for r in rows)
+
+
+def test_masked_only_greys_the_visible_patches():
+    pred = np.full((1, 1, 4, 4), 0.8, np.float32)
+    mask = np.array([[[True, False], [False, True]]])
+    out = masked_only(pred, mask)
+    assert out.shape == (1, 4, 4, 3)
+    assert (out[0, :2, :2] == round(0.8 * 255)).all() and (out[0, 2:, 2:] == round(0.8 * 255)).all()
+    assert (out[0, :2, 2:] == round(MASK_GREY * 255)).all() and (out[0, 2:, :2] == round(MASK_GREY * 255)).all()
+
+
+def test_error_map_colours_and_per_image_mse():
+    images = np.zeros((2, 1, 4, 4), np.float32)
+    pred = np.zeros((2, 1, 4, 4), np.float32)
+    pred[0, 0, :2, :2] = 0.5  # squared error 0.25 = ERROR_MAX at the top-left patch of image 0
+    pred[0, 0, 2:, 2:] = 2.0  # clipped to 1: squared error 1, saturates
+    mask = np.array([[[True, False], [False, True]], [[False, False], [False, False]]])
+    rgb, mse = error_map(images, pred, mask)
+    assert rgb.shape == (2, 4, 4, 3)
+    assert (rgb[0, :2, :2] == error_colors(np.float32(ERROR_MAX))).all()
+    assert (rgb[0, 2:, 2:] == error_colors(np.float32(ERROR_MAX))).all()  # saturated
+    assert (rgb[0, :2, 2:] == ERROR_VISIBLE_RGB).all() and (rgb[1] == ERROR_VISIBLE_RGB).all()
+    assert mse[0] == pytest.approx((0.25 * 4 + 1.0 * 4) / 8) and np.isnan(mse[1])  # nothing masked in image 1
+
+
+def test_error_colors_run_dark_to_bright():
+    c = error_colors(np.linspace(0, ERROR_MAX, 50)).astype(int)
+    assert tuple(c[0]) == (0, 0, 4) and tuple(c[-1]) == (252, 255, 164)
+    assert (np.diff(c.sum(axis=1)) >= 0).all()  # brightness never drops along the ramp
 
 
 def test_ema_is_per_series_and_debiased():
@@ -78,12 +112,31 @@ def _record(**kw) -> RunRecord:
 def test_runs_frame_and_labels():
     rec = _record()
     row = runs_frame([rec]).iloc[0]
-    assert row["progress"] == 0.25 and row["step"] == "50 / 200" and row["duration"] == "1m 15s"
-    assert row["loss"] == 0.1 and pd.isna(row["val loss"]) and row["dataset"] == "digits"
+    assert row["step"] == "50 / 200" and row["time"] == "1m 15s"
+    assert row["loss"] == "0.1000" and row["validation"] == "–" and row["dataset"] == "digits"
+    assert (row["task"], row["units"], row["status"]) == ("image_mim", "", "running")
     assert run_label(rec) == "mae · 20260101-000000-abcdef" and short_label(rec) == "mae · abcdef"
     unnamed = _record(name="20260101-000000-abcdef")  # the store names unnamed runs by their id
-    assert run_label(unnamed) == unnamed.run_id and runs_frame([unnamed]).iloc[0]["name"] == ""
+    assert run_label(unnamed) == unnamed.run_id and runs_frame([unnamed]).iloc[0]["run"] == unnamed.run_id
     assert format_duration(None) == "" and format_duration(5) == "5s" and format_duration(3700) == "1h 01m"
+
+
+def test_runs_frame_shows_hyperparameters_and_each_figure_with_its_step():
+    image = _record(config={"task": "image_mim", "data": {"dataset": "digits"}, "model": {"patch_size": 2, "preset": "tiny"},
+                            "train": {"lr": 0.002}}, latest={"loss": 0.05, "val_loss": 0.07})
+    text = _record(run_id="20260101-000000-fedcba", config={
+        "task": "text_mlm", "data": {"dataset": "trec", "tokenizer": {"kind": "wordpiece", "vocab_size": 8000}},
+        "model": {"preset": "mini"}, "train": {"lr": 0.001}}, latest={"loss": 3.1, "val_top1": 0.412})
+    points = {(image.run_id, "loss"): (37, 0.05), (image.run_id, "val_loss"): (0, 0.0741),
+              (text.run_id, "val_top1"): (2000, 0.412)}
+    frame = runs_frame([image, text], points)
+    a, b = frame.iloc[0], frame.iloc[1]
+    assert (a["units"], a["preset"], a["lr"], a["loss"]) == ("patch 2", "tiny", 0.002, "0.0500 @ 37")
+    assert a["recipe"] == "image_mim · patch 2 · tiny · random · lr 0.002"
+    assert a["validation"] == "0.0741 val loss @ 0"  # a cancelled run's val loss is the step-0 one: said so
+    assert (b["task"], b["units"], b["preset"]) == ("text_mlm", "wordpiece 8000", "mini")
+    assert b["validation"] == "41.2% top-1 @ 2000"  # a text run's headline metric
+    assert runs_frame([image]).iloc[0]["validation"] == "0.0700 val loss"  # no metrics read: no step claimed
 
 
 def test_runs_frame_shows_each_runs_masking():

@@ -141,3 +141,19 @@ def test_config_history_records_what_a_resume_changed(workspace):
     (d / "config_history.json").write_text("[{\"step\": 0}")
     with pytest.raises(DamagedFileError, match="config_history.json"):
         read_config_history(d)
+
+
+def test_checkpoint_weights_counts_parameters_from_the_header(trained):
+    from engine.store import checkpoint_weights
+
+    d, model, opt = trained
+    assert checkpoint_weights(d.name) is None  # no checkpoint yet
+    cfg = RunConfig.from_dict({"train": {"steps": 10}})
+    save_checkpoint(d, 3, model, opt, cfg, rng_states())
+    path = save_checkpoint(d, 7, model, opt, cfg, rng_states())
+    w = checkpoint_weights(d.name)
+    assert (w.step, w.path) == (7, path / "model.safetensors")
+    assert w.n_params == sum(p.numel() for p in model.parameters()) == 4 * 8 + 8 + 8 + 8 + 8 * 2 + 2
+    assert w.n_bytes == w.path.stat().st_size and w.read() == w.path.read_bytes()
+    (path / "manifest.json").write_text("{")  # the newest is damaged: the one before is offered
+    assert checkpoint_weights(d.name).step == 3

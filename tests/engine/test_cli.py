@@ -32,6 +32,8 @@ def test_bad_config_is_a_clear_error_not_a_traceback(workspace, tmp_path):
     assert out.returncode == 2 and "bad.yaml" in out.stderr and "Traceback" not in out.stderr
     out = engine_cli("run", "configs/mae-digits.yaml", "--set", "train.stepz=3")
     assert out.returncode == 2 and "train.stepz: unknown field" in out.stderr
+    out = engine_cli("run", "--set", "train.steps=0")  # no file: the defaults, then --set (New run's command)
+    assert out.returncode == 2 and "train.steps: must be at least 1 (got 0)" in out.stderr
 
 
 def test_data_add_reports_refused_files_and_exits_1(workspace, tmp_path, shared_data):
@@ -89,6 +91,22 @@ def test_data_add_name_encoding_and_fill(workspace, tmp_path):
     assert bad.returncode == 2 and "is not a colour" in bad.stderr
 
 
+def test_data_add_geometry_options(workspace, tmp_path):
+    from tests.engine.test_import import _photo_640x480
+
+    archive = tmp_path / "photos.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("p/a.png", _photo_640x480())
+    out = engine_cli("data", "add", str(archive), "--name", "ph", "--geometry", "pad", "--pad-fill", "mean",
+                     "--image-size", "32")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "Geometry: pad (fill: mean) to 32x32: 1 padded. Sizes read: 640x480 (1)." in out.stdout
+    auto = engine_cli("data", "add", str(archive), "--name", "ph2")
+    assert auto.returncode == 0 and "centre crop to 480x480 (auto: every image is 640x480): 1 centre-cropped" in auto.stdout
+    bad = engine_cli("data", "add", str(archive), "--name", "ph3", "--geometry", "pad", "--pad-fill", "stripes")
+    assert bad.returncode == 2 and "pad fill 'stripes' is not 'edge', 'mean' or a colour" in bad.stderr
+
+
 @pytest.mark.slow
 def test_submit_runs_cancel(workspace):
     out = engine_cli("submit", "configs/mae-digits.yaml", "--set", "train.steps=100000", "--set", "name=cli-bg")
@@ -110,11 +128,14 @@ def test_submit_runs_cancel(workspace):
 @pytest.mark.slow
 def test_example_config_trains_to_below_60_percent_of_initial_val_loss(workspace):
     """The acceptance run: configs/mae-digits.yaml in the foreground, as the README shows it."""
-    out = engine_cli("run", "configs/mae-digits.yaml", timeout=900)
+    from engine.tasks.image import RECIPES
+
+    steps = RECIPES[(8, 8)]["train"]["steps"]  # the config is the 8x8 recipe (tests/engine/test_image_recipes.py)
+    out = engine_cli("run", "configs/mae-digits.yaml", timeout=1800)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.splitlines()[-1].startswith("completed: step 1500/1500")
+    assert out.stdout.splitlines()[-1].startswith(f"completed: step {steps}/{steps}")
     run_id = out.stdout.split()[1]
     val = read_metrics([run_id], ["val_loss"], max_points=None)
     first, last = val.value.iloc[0], val.value.iloc[-1]
-    assert val.step.iloc[0] == 0 and val.step.iloc[-1] == 1500
+    assert val.step.iloc[0] == 0 and val.step.iloc[-1] == steps
     assert last < 0.6 * first, (first, last)

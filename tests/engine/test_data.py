@@ -218,15 +218,17 @@ def test_import_zip_reports_every_file(workspace, stamps_zip):
 
     info = report.dataset
     assert isinstance(info, DatasetInfo) and info.name == "stamps" and info.source == "upload:stamps.zip"
-    assert info.class_names == CATEGORIES and info.image_shape == (3, 32, 32)
+    # stamps come in several sizes: the automatic size is 64, each centre-cropped (or kept square)
+    assert info.class_names == CATEGORIES and info.image_shape == (3, 64, 64) and "sizes differ" in report.size_rule
+    assert sum(report.geometry_counts.values()) == 15 and set(report.geometry_counts) <= {"cropped", "resized", "kept"}
     assert info.n_train + info.n_val == 15 and info.n_val == 3  # stratified: one val image per class
     ds = load_dataset("stamps")
-    assert ds.info == info and ds.images.shape == (15, 32, 32, 3) and ds.images.dtype == np.uint8
+    assert ds.info == info and ds.images.shape == (15, 64, 64, 3) and ds.images.dtype == np.uint8
     assert np.bincount(ds.labels).tolist() == [PER_CLASS] * 3
     assert ds.counts().query("split == 'val'")["count"].tolist() == [1, 1, 1]
     assert (ds.images[:, 0, 0] == 255).all()  # transparent corners composited over white
     x, _ = ds.tensors("train")
-    assert x.shape == (12, 3, 32, 32)
+    assert x.shape == (12, 3, 64, 64)
     assert "stamps" in [d.name for d in list_datasets()]
 
     import_archive(stamps_zip, name="stamps-2", seed=0)

@@ -287,13 +287,98 @@ def test_grey_and_colour_images_make_a_colour_dataset_with_grey_replicated(works
     assert np.array_equal(grey, np.repeat(_rows([0, 2, 255, 255])[..., None], 3, -1))
 
 
-def test_padding_uses_the_fill_colour(workspace, tmp_path):
-    path = tmp_path / "wide.zip"
+# ---------------------------------------------------------------- geometry
+
+RED, GREEN, BLUE = (255, 0, 0), (0, 255, 0), (0, 0, 255)
+
+
+def _photo_640x480() -> bytes:
+    """A 640x480 RGB PNG: columns 0-79 red, 80-559 green (exactly the centre 480x480), 560-639 blue."""
+    a = np.zeros((480, 640, 3), np.uint8)
+    a[:, :80], a[:, 80:560], a[:, 560:] = RED, GREEN, BLUE
+    return _save(Image.fromarray(a), "PNG")
+
+
+def _import_photo(tmp_path, name, **kw):
+    path = tmp_path / f"{name}.zip"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("photos/p.png", _photo_640x480())
+    report = import_archive(path, name=name, image_size=48, val_fraction=0.0, **kw)
+    return load_dataset(name).images[0], report
+
+
+def test_photo_is_centre_cropped_by_default(workspace, tmp_path):
+    img, report = _import_photo(tmp_path, "crop")
+    assert img.shape == (48, 48, 3)
+    assert (img == GREEN).all()  # the centre 480x480 is all green: no red or blue bleeds in at the borders
+    assert report.geometry == "crop" and dict(report.geometry_counts) == {"cropped": 1}
+    assert report.source_sizes == {"640x480": 1}
+    assert "centre crop to 48x48: 1 centre-cropped" in report.summary()
+
+
+def test_photo_is_stretched_with_its_sides_at_the_borders(workspace, tmp_path):
+    img, report = _import_photo(tmp_path, "stretch", geometry="stretch")
+    assert img.shape == (48, 48, 3)
+    assert (img[:, 0] == RED).all() and (img[:, -1] == BLUE).all()  # 80 of 640 columns = 6 of 48
+    assert (img[:, 24] == GREEN).all()
+    assert dict(report.geometry_counts) == {"stretched": 1}
+
+
+@pytest.mark.parametrize("fill", ["#102030", "edge", "mean"])
+def test_photo_is_padded_with_the_chosen_fill(workspace, tmp_path, fill):
+    img, report = _import_photo(tmp_path, f"pad-{fill.strip('#')}", geometry="pad", pad_fill=fill)
+    # 640x480 -> 48x36, 6 rows above and 6 below
+    body = img[6:42]
+    assert (body[:, 0] == RED).all() and (body[:, -1] == BLUE).all() and (body[:, 24] == GREEN).all()
+    top, bottom = img[:6], img[42:]
+    if fill == "#102030":
+        assert (top == (16, 32, 48)).all() and (bottom == (16, 32, 48)).all()
+    elif fill == "edge":
+        assert (top == body[0]).all() and (bottom == body[-1]).all()
+    else:  # the scaled image's mean colour, rounded half up; about 80/640 red, 480/640 green, 80/640 blue
+        mean = np.floor(body.reshape(-1, 3).astype(np.float64).mean(axis=0) + 0.5)
+        assert (top == mean).all() and (bottom == mean).all()
+        assert np.abs(mean - (32, 191, 32)).max() <= 1
+    assert dict(report.geometry_counts) == {"padded": 1}
+
+
+def test_square_images_are_kept_or_resized_and_auto_size_is_the_datas_own(workspace, tmp_path):
+    path = tmp_path / "sq.zip"
+    with zipfile.ZipFile(path, "w") as z:
+        for i in range(3):
+            z.writestr(f"a/{i}.png", _save(Image.new("L", (28, 28), 40 * i), "PNG"))
+    report = import_archive(path, val_fraction=0.0)  # image_size=None: every image is 28x28
+    assert report.dataset.image_shape == (1, 28, 28) and report.image_size == 28
+    assert dict(report.geometry_counts) == {"kept": 3} and "auto: every image is 28x28" in report.size_rule
+    report = import_archive(path, name="sq16", image_size=16, geometry="pad", val_fraction=0.0)
+    assert dict(report.geometry_counts) == {"resized": 3}  # square: the geometry does not matter
+
+
+def test_auto_size_of_mixed_sizes_and_grey_images_padded_with_a_colour(workspace, tmp_path):
+    path = tmp_path / "mixed.zip"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("a/wide.png", _save(Image.new("L", (40, 20), 0), "PNG"))
+        z.writestr("a/square.png", _save(Image.new("L", (30, 30), 0), "PNG"))
+    report = import_archive(path, val_fraction=0.0, geometry="pad", pad_fill="#404040")
+    assert report.image_size == 64 and "sizes differ" in report.size_rule
+    ds = load_dataset("mixed")
+    assert ds.info.image_shape == (1, 64, 64)  # a grey fill keeps a grey dataset
+    wide = ds.images[[i for i in range(2) if ds.images[i, 0, 0, 0] == 64][0], ..., 0]
+    assert (wide[:16] == 64).all() and (wide[16:48] == 0).all() and (wide[48:] == 64).all()
+    report = import_archive(path, name="mixed-red", val_fraction=0.0, geometry="pad", pad_fill="red")
+    assert load_dataset("mixed-red").info.image_shape == (3, 64, 64)  # a colour fill makes the padded image colour
+
+
+def test_bad_geometry_options_are_refused_in_our_words(workspace, tmp_path):
+    path = tmp_path / "w.zip"
     with zipfile.ZipFile(path, "w") as z:
         z.writestr("a.png", _save(Image.new("L", (4, 2), 0), "PNG"))
-    import_archive(path, image_size=4, val_fraction=0.0, fill="#404040")
-    img = load_dataset("wide").images[0, ..., 0]
-    assert img.tolist() == [[64] * 4, [0] * 4, [0] * 4, [64] * 4]
+    with pytest.raises(DatasetError, match="geometry 'squash' is not one of crop, stretch, pad"):
+        import_archive(path, geometry="squash")
+    with pytest.raises(DatasetError, match="pad fill 'nope' is not 'edge', 'mean' or a colour"):
+        import_archive(path, geometry="pad", pad_fill="nope")
+    with pytest.raises(DatasetError, match="image size must be a whole number of pixels from 4 to 1024"):
+        import_archive(path, image_size=2)
     with pytest.raises(DatasetError, match="not a colour"):
         import_archive(path, name="w2", fill="nope")
 

@@ -121,10 +121,10 @@ def test_all_ineligible_row_and_empty_grid():
 @pytest.mark.parametrize("params,field,msg", [
     ({"scales": [2, 4], "shares": [0.5, 0.25]}, "scales", "strictly decreasing"),
     ({"scales": [4, 4], "shares": [0.5, 0.25]}, "scales", "strictly decreasing"),
-    ({"scales": [4, 1], "shares": [0.5, 0.25]}, r"scales\.1", "greater than or equal to 2"),
+    ({"scales": [4, 1], "shares": [0.5, 0.25]}, r"scales\.1", "must be at least 2"),
     ({"shares": [0.8, 0.4]}, "shares", "sum to at most 1"),
     ({"shares": [0.5]}, "shares", "one value per scale"),
-    ({"shares": [0.5, -0.1]}, r"shares\.1", "greater than or equal to 0"),
+    ({"shares": [0.5, -0.1]}, r"shares\.1", "must be at least 0"),
 ])
 def test_bad_params_name_the_field(params, field, msg):
     with pytest.raises(ConfigError, match=rf"masking\.params\.{field}: .*{msg}"):

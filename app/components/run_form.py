@@ -1,0 +1,59 @@
+"""New run's shared pieces: the training fields, and the form as YAML and as a command line.
+
+The form is a partial run config (what :func:`engine.config.RunConfig.from_dict` takes). The URL
+keeps it field by field (:mod:`app.components.urlstate`), the YAML download is the resolved config a
+run would save, and the command is ``python -m engine run`` with one ``--set`` per form field: the
+same ``key=value`` pairs as the URL, so a copied command trains exactly what the page would launch.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+import streamlit as st
+import yaml
+
+from app.components.urlstate import dig, set_flags
+from app.modalities import TRAIN_DEFAULTS
+
+
+def train_fields(task: str, key: str, carried: dict) -> dict[str, Any]:
+    """Steps, batch size, learning rate, seed, eval interval: defaults from ``carried["train"]``
+    (the URL) when the URL's task is this task, else the task's proposal (``TRAIN_DEFAULTS`` over
+    ``TrainConfig``). Returns the ``train`` section (warm-up: the proposal, at most a tenth of the run)."""
+    from engine.config import RunConfig
+
+    t = {**RunConfig().train.model_dump(), **TRAIN_DEFAULTS.get(task, {})}
+    c = {**t, **(dig(carried, "train") or {})}
+    a, b = st.columns(2)
+    steps = a.number_input("Steps", min_value=1, max_value=1_000_000, value=int(c["steps"]), step=100, key=f"{key}_steps_{task}")
+    batch = b.number_input("Batch size", min_value=1, max_value=65536, value=int(c["batch_size"]), step=16,
+                           key=f"{key}_batch_{task}")  # fmt: skip
+    lr = a.number_input("Learning rate", min_value=1e-6, max_value=10.0, value=float(c["lr"]), step=1e-4, format="%.5f",
+                        key=f"{key}_lr_{task}")  # fmt: skip
+    seed = b.number_input("Seed", min_value=0, max_value=2**31 - 1, value=int(c["seed"]),
+                          help="also fixes the preview masks", key=f"{key}_seed")  # fmt: skip
+    every = a.number_input("Eval interval (steps)", min_value=1, max_value=1_000_000, value=int(c["eval_interval"]),
+                           key=f"{key}_eval_{task}")  # fmt: skip
+    return {"steps": int(steps), "batch_size": int(batch), "lr": float(lr), "seed": int(seed), "eval_interval": int(every),
+            "warmup_steps": min(int(t["warmup_steps"]), int(steps) // 10)}
+
+
+def command_line(form: dict[str, Any]) -> str:
+    """``python -m engine run --set k=v ...`` for the form's partial config, shell-quoted."""
+    return " \\\n    ".join(["python -m engine run", *(f"--set {shlex.quote(f)}" for f in set_flags(form))])
+
+
+def export_panel(form: dict[str, Any], cfg: Any) -> None:
+    """The form as a YAML file (the resolved config: every default written out) and as the
+    equivalent command line."""
+    with st.expander("As YAML or a command line"):
+        resolved = cfg.to_dict() if cfg is not None else form
+        text = yaml.safe_dump(resolved, sort_keys=False)
+        name = (form.get("name") or f"{form.get('task', 'run')}-{dig(form, 'data.dataset', '')}").replace(" ", "-")
+        st.download_button("Download YAML", text, file_name=f"{name}.yaml", mime="application/x-yaml",
+                           key="nr_yaml", disabled=cfg is None, on_click="ignore")  # fmt: skip
+        st.caption(f"Run it with `python -m engine run {name}.yaml` (or `submit` to train in the background). "
+                   "Or the same run without a file:")
+        st.code(command_line(form), language="bash")

@@ -1,0 +1,86 @@
+"""Run detail's summary: status badge, figures each with its step, device and size, curves, the
+checkpoint download. Every value shown says the step it belongs to."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import streamlit as st
+
+from app.components.charts import render_metrics_chart, show_read_warnings
+from app.components.errors import guarded
+from app.components.quality import headline_of, loss_title
+from app.components.runs import METRIC_NAMES, format_duration, run_label, status_badge
+from engine.store import checkpoint_weights, read_metrics
+
+
+def device_text(rec: Any) -> str:
+    """Where the run trains: the device the worker recorded (at the end), else the configured one
+    (``auto``: CUDA when present, else CPU)."""
+    recorded = (rec.extra or {}).get("device")
+    return str(recorded) if recorded else str(((rec.config or {}).get("train") or {}).get("device", "auto"))
+
+
+def param_text(rec: Any, weights) -> str:
+    """Parameter count: recorded by the worker at the end, else read from the newest checkpoint."""
+    n = (rec.extra or {}).get("n_params") or (weights.n_params if weights is not None else None)
+    if not n:
+        return "–"
+    return f"{n / 1e6:.2f} M" if n >= 1e5 else f"{n:,}"
+
+
+def summary(rec: Any, points: dict) -> None:
+    """Badge, name, then the figures: step, latest loss and headline (each with its step from
+    ``points``, :func:`app.components.runs.latest_points`), duration, device, parameters."""
+    metric, _ = headline_of(rec.config)
+    st.markdown(f"{status_badge(rec.status)} **{run_label(rec)}** · task `{rec.config.get('task', 'image_mim')}` "
+                f"· dataset `{(rec.config.get('data') or {}).get('dataset', '')}`")
+    weights = guarded(checkpoint_weights, rec.run_id)
+    m = st.columns(6)
+    m[0].metric(f"Step of {rec.total_steps}", f"{rec.step}")
+    for col, key in ((m[1], "loss"), (m[2], metric)):
+        step, value = points.get((rec.run_id, key), (None, None))
+        name, pct = METRIC_NAMES.get(key, (key.replace("_", " "), False))
+        shown = "–" if value is None else (f"{value:.1%}" if pct else f"{value:.4f}")
+        col.metric(name + (f" @ step {step}" if step is not None else ""), shown,
+                   help="the last logged value and the step it was logged at")
+    m[3].metric("Duration", format_duration(rec.duration_s) or "–")
+    m[4].metric("Device", device_text(rec), help="train.device; auto takes CUDA when present, else the CPU. The "
+                "device used is recorded when the run ends.")
+    m[5].metric("Parameters", param_text(rec, weights))
+
+
+def curves(run_id: str, config: dict, legend: dict, x: str, log_y: bool) -> None:
+    """Loss / val loss (with the task's headline when it is another metric), learning rate and
+    mask ratio of one run."""
+    metric, _ = headline_of(config)
+    keys = ["loss", "val_loss", "lr", "mask_ratio"] + ([metric] if metric != "val_loss" else [])
+    df = guarded(read_metrics, [run_id], keys, max_points=500)
+    if df is None:
+        return
+    show_read_warnings(df)
+    opts = {"run_labels": legend, "x": x}
+    left, mid, right = st.columns([2, 1, 1])
+    with left:
+        render_metrics_chart(df[df["key"].isin(["loss", "val_loss"])], smoothing=0.6, y_title=loss_title(config),
+                             height=220, log_y=log_y, **opts)  # fmt: skip
+    with mid:
+        render_metrics_chart(df[df["key"] == "lr"], y_title="learning rate", height=220, log_y=log_y, **opts)
+    with right:
+        render_metrics_chart(df[df["key"] == "mask_ratio"], y_title="mask ratio", height=220, y_domain=(0, 1), **opts)
+    if metric != "val_loss":
+        render_metrics_chart(df[df["key"] == metric], y_title=METRIC_NAMES.get(metric, (metric,))[0],
+                             raw_keys=(metric,), height=180, **opts)  # fmt: skip
+
+
+def checkpoint_download(rec: Any) -> None:
+    """A download button for the newest complete checkpoint's weights (safetensors), read on click."""
+    w = guarded(checkpoint_weights, rec.run_id)
+    if w is None:
+        st.caption("No complete checkpoint yet: one is written every "
+                   f"{(rec.config.get('train') or {}).get('checkpoint_interval', '?')} steps and at the end.")
+        return
+    st.download_button(f"Download checkpoint (step {w.step}, {w.n_bytes / 2**20:.1f} MB, safetensors)", w.read,
+                       file_name=f"{rec.run_id}-step{w.step}.safetensors", mime="application/octet-stream",
+                       key=f"rd_ckpt_{rec.run_id}", on_click="ignore")  # fmt: skip
+    st.caption("The model's weights only (no optimizer state); load them with `safetensors.torch.load_file`.")

@@ -1,0 +1,197 @@
+"""State that survives a reload: the values that matter live in the page's URL (``st.query_params``).
+
+One convention for every page: a widget's *default* is read from the URL and the value it returns
+is written back, so a reload or a copied link reopens the same view, while a widget the user is
+editing keeps its own state (a keyed widget's identity is its key: a changed default does not reset
+it). Two shapes of parameter:
+
+- plain names (``?runs=a,b&smoothing=0.6``): :meth:`PageState.widget` wraps one widget;
+- a run config (``?dataset=digits&task=image_mim&masking.ratio=0.6&train.steps=300``): dotted keys,
+  one per field of the config a form builds (:func:`flatten`), read back as a nested dict
+  (:meth:`PageState.config`) that the form takes as its defaults. The same ``key=value`` pairs are
+  the ``--set`` flags of ``python -m engine run`` (:func:`set_flags`).
+
+Values are JSON when they parse as JSON (``0.6``, ``true``, ``[4, 8]``), else plain text.
+Navigating away and back through the sidebar (which drops the query string) restores the page's
+last state from ``st.session_state``; the URL, when it has any of the page's keys, wins.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import streamlit as st
+import yaml
+
+#: The config key the URL shows as ``dataset`` (shared by Data, New run and Mask lab links).
+DATASET = "data.dataset"
+
+
+def encode(value: Any) -> str:
+    """A URL value: text as it is, anything else as compact JSON (``0.75``, ``true``, ``[4,8]``)."""
+    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+
+
+def decode(raw: str) -> Any:
+    """Inverse of :func:`encode`: JSON when it parses, else the text itself."""
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"masking": {"ratio": 0.6, "params": {}}}`` -> ``{"masking.ratio": 0.6}`` (empty sections
+    dropped; ``data.dataset`` becomes ``dataset``)."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.update(flatten(v, key + "."))
+        elif v is not None:
+            out["dataset" if key == DATASET else key] = v
+    return out
+
+
+def unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """Inverse of :func:`flatten`: dotted keys -> nested dict (``dataset`` -> ``data.dataset``)."""
+    out: dict[str, Any] = {}
+    for key, v in flat.items():
+        *parents, leaf = (DATASET if key == "dataset" else key).split(".")
+        node = out
+        for p in parents:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                break
+        else:
+            node[leaf] = v
+    return out
+
+
+def set_flags(d: Mapping[str, Any]) -> list[str]:
+    """``--set`` arguments of ``python -m engine run`` for a (partial) config: ``key=value`` with
+    values that YAML reads back as the same value (text quoted when it would read as another type)."""
+    out = []
+    for key, v in flatten(d).items():
+        key = DATASET if key == "dataset" else key
+        if isinstance(v, str):
+            text = v if v and yaml.safe_load(v) == v and v.strip() == v else json.dumps(v)
+        else:
+            text = json.dumps(v, separators=(", ", ": "))
+        out.append(f"{key}={text}")
+    return out
+
+
+class PageState:
+    """The URL state of one page.
+
+    Args:
+        page: a name for the page's memory in ``st.session_state``.
+        names: the plain parameters the page owns; ``config=True`` adds every dotted key and ``dataset``.
+        config: the page keeps a run config in its URL.
+
+    On creation, when the URL holds none of the page's parameters (a sidebar click), the page's
+    last state is put back into the URL; parameters of other pages are removed.
+    """
+
+    def __init__(self, page: str, names: tuple[str, ...] = (), *, config: bool = False):
+        self.page, self.names, self.has_config = page, set(names), config
+        self._memory_key = f"_url_state_{page}"
+        current = {k: st.query_params[k] for k in st.query_params}
+        own = {k: v for k, v in current.items() if self.owns(k)}
+        remembered = st.session_state.get(self._memory_key) or {}
+        if not own and remembered:
+            own = dict(remembered)
+        if own != current:
+            st.query_params.from_dict(own)
+        self.params: dict[str, str] = own
+        st.session_state[self._memory_key] = dict(own)
+
+    def owns(self, key: str) -> bool:
+        """True for the page's plain names, and for dotted keys and ``dataset`` on a config page."""
+        return key in self.names or (self.has_config and ("." in key or key in ("dataset", "task", "name")))
+
+    # ------------------------------------------------------------------ plain values
+
+    def get(self, name: str, default: Any = None, cast: Callable[[Any], Any] | None = None) -> Any:
+        """The URL's value of ``name`` (decoded, then ``cast``), or ``default`` when absent or when
+        ``cast`` refuses it (a hand-edited URL never breaks the page)."""
+        if name not in self.params:
+            return default
+        v = decode(self.params[name])
+        try:
+            return cast(v) if cast is not None else v
+        except (TypeError, ValueError):
+            return default
+
+    def put(self, name: str, value: Any) -> None:
+        """Write ``name`` (None removes it) to the URL and the page's memory."""
+        if value is None:
+            self.params.pop(name, None)
+            if name in st.query_params:
+                del st.query_params[name]
+        else:
+            raw = encode(value)
+            self.params[name] = raw
+            if st.query_params.get(name) != raw:
+                st.query_params[name] = raw
+        st.session_state[self._memory_key] = dict(self.params)
+
+    def widget(self, widget: Callable[..., Any], label: str, name: str, *, default: Any,
+               cast: Callable[[Any], Any] | None = None, encode_as: Callable[[Any], Any] | None = None,
+               **kwargs: Any) -> Any:
+        """Draw ``widget`` with its default from the URL, write its value back, return the value.
+
+        The default goes where the widget takes it: ``index`` for ``selectbox``/``radio`` (a URL
+        value not among ``options`` falls back to ``default``), ``default`` for ``multiselect``
+        (values not among ``options`` dropped), ``value`` for the rest. ``encode_as`` turns the value
+        into what the URL keeps (e.g. a list into ``"a,b"``), ``cast`` reads it back.
+
+        Example:
+            smoothing = url.widget(st.slider, "EMA smoothing", "smoothing", default=0.6, cast=float,
+                                   min_value=0.0, max_value=0.99, step=0.01, key="runs_smoothing")
+        """
+        v = self.get(name, default, cast)
+        if widget in (st.selectbox, st.radio, st.sidebar.selectbox):
+            options = list(kwargs["options"])
+            kwargs["index"] = options.index(v) if v in options else (options.index(default) if default in options else 0)
+        elif widget is st.multiselect:
+            options = list(kwargs["options"])
+            kwargs["default"] = [x for x in (v or []) if x in options]
+        else:
+            kwargs["value"] = v
+        out = widget(label, **kwargs)
+        self.put(name, encode_as(out) if encode_as is not None else out)
+        return out
+
+    # ------------------------------------------------------------------ run configs
+
+    def config(self) -> dict[str, Any]:
+        """The run config in the URL as a nested dict (only the fields present)."""
+        return unflatten({k: decode(v) for k, v in self.params.items() if self.owns(k) and k not in self.names})
+
+    def put_config(self, d: Mapping[str, Any]) -> None:
+        """Make the URL's config keys exactly those of ``d`` (:func:`flatten`): new values written,
+        keys of fields the form no longer has (another strategy's parameters) removed."""
+        flat = flatten(d)
+        for key in [k for k in self.params if self.owns(k) and k not in self.names and k not in flat]:
+            self.put(key, None)
+        for key, v in flat.items():
+            self.put(key, v)
+
+
+def dig(d: Mapping[str, Any] | None, dotted: str, default: Any = None) -> Any:
+    """``dig(cfg, "model.preset", "tiny")``: a nested value, or ``default`` when a part is missing."""
+    node: Any = d or {}
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return default
+        node = node[part]
+    return node
+
+
+def index_of(options: list, value: Any, fallback: int = 0) -> int:
+    """Index of a carried default ``value`` in ``options``, else ``fallback`` (for ``index=``)."""
+    return options.index(value) if value in options else fallback

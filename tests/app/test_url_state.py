@@ -1,0 +1,174 @@
+"""State that survives a reload (issue 8, item 5): each page reads its widgets' defaults from the URL
+and writes their values back; New run's form and the ``--set`` command are the same key=value pairs.
+AppTest on the real engine (a fresh AppTest is a fresh browser session: only the URL carries over)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+from streamlit.testing.v1 import AppTest
+
+from app.components.run_form import command_line
+from app.components.urlstate import decode, encode, flatten, set_flags, unflatten
+from engine.config import RunConfig, apply_overrides
+from engine.store import MetricsWriter, create_run, write_status
+
+ENTRY = Path(__file__).resolve().parents[2] / "app" / "streamlit_app.py"
+
+
+def open_with(page: str, params: dict[str, str]) -> AppTest:
+    """A new session that opens ``page`` at a URL with ``params`` (what a reload or a link does)."""
+    at = AppTest.from_file(str(ENTRY), default_timeout=120)
+    if page != "../pages/runs.py":  # Runs is the default page: the first run is that page
+        at.run().switch_page(page)
+    for k, v in params.items():
+        at.query_params[k] = v
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def url(at: AppTest) -> dict[str, str]:
+    return {k: (v[0] if isinstance(v, list) else v) for k, v in dict(at.query_params).items()}
+
+
+def test_values_and_configs_round_trip_through_the_url():
+    form = {"name": "my run", "task": "image_mim", "data": {"dataset": "digits"},
+            "masking": {"strategy": "block", "ratio": 0.6, "params": {"min_patches": 4}, "final_ratio": None},
+            "train": {"steps": 300, "lr": 0.002, "deterministic": False}}  # fmt: skip
+    flat = flatten(form)
+    assert flat["dataset"] == "digits" and "masking.final_ratio" not in flat and flat["masking.params.min_patches"] == 4
+    assert unflatten({k: decode(encode(v)) for k, v in flat.items()}) == {**form, "masking": {
+        k: v for k, v in form["masking"].items() if v is not None}}
+    for v in (0.6, 300, True, [4, 8], "block", "1e-3 as text"):
+        assert decode(encode(v)) == (v if v != "1e-3 as text" else "1e-3 as text")
+    # the --set flags read back by the CLI's own parser give the same config
+    d = apply_overrides({}, set_flags(form))
+    assert d == {**form, "masking": {k: v for k, v in form["masking"].items() if v is not None}}
+    assert "--set 'name=my run'" in command_line(form) and "--set data.dataset=digits" in command_line(form)
+    assert shlex.split(command_line(form).replace("\\\n", ""))[:3] == ["python", "-m", "engine"]
+
+
+def test_new_run_form_is_restored_from_the_url_and_written_back(workspace):
+    at = open_with("../pages/new_run.py", {"dataset": "digits", "task": "image_mim", "masking.strategy": "block",
+                                           "masking.ratio": "0.6", "model.patch_size": "1", "model.preset": "small",
+                                           "train.steps": "77", "train.lr": "0.003", "name": "from a link"})
+    assert not at.error, [e.value for e in at.error]
+    resolved = json.loads(at.json[0].value)
+    assert resolved["masking"]["strategy"] == "block" and resolved["masking"]["ratio"] == 0.6
+    assert resolved["model"]["patch_size"] == 1 and resolved["model"]["preset"] == "small"
+    assert resolved["train"]["steps"] == 77 and resolved["train"]["lr"] == 0.003 and resolved["name"] == "from a link"
+    # every field of the form is in the URL, and follows a change
+    q = url(at)
+    assert q["train.steps"] == "77" and q["masking.strategy"] == "block" and q["model.arch"] == "mae_vit"
+    assert "masking.params.min_patches" in q
+    at.number_input(key="nr_steps_image_mim").set_value(123).run()
+    next(s for s in at.selectbox if s.label == "Masking strategy").set_value("random").run()
+    q = url(at)
+    assert q["train.steps"] == "123" and q["masking.strategy"] == "random"
+    assert not any(k.startswith("masking.params.") for k in q)  # block's parameters left with it
+    # a reload (a new session on that URL) shows the same form
+    again = open_with("../pages/new_run.py", q)
+    assert json.loads(again.json[0].value) == json.loads(at.json[0].value)
+
+
+def test_new_run_yaml_and_command_train_the_same_config(workspace):
+    at = open_with("../pages/new_run.py", {"dataset": "digits", "masking.ratio": "0.5", "train.steps": "40"})
+    resolved = json.loads(at.json[0].value)
+    code = next(c.value for c in at.code if c.value.startswith("python -m engine run"))
+    args = shlex.split(code.replace("\\\n", ""))
+    sets = [args[i + 1] for i, a in enumerate(args) if a == "--set"]
+    assert RunConfig.from_dict(apply_overrides({}, sets)).to_dict() == resolved
+    (button,) = [b for b in at.get("download_button") if "YAML" in b.proto.label]
+    assert button.proto.label == "Download YAML"
+    assert yaml.safe_load(yaml.safe_dump(resolved)) == resolved
+
+
+def test_mask_lab_settings_come_from_the_url_and_go_to_new_run(workspace):
+    at = open_with("../pages/mask_lab.py", {"dataset": "digits", "masking.strategy": "bernoulli", "masking.ratio": "0.5",
+                                            "model.patch_size": "1", "train.seed": "7", "n": "64"})  # fmt: skip
+    assert at.selectbox(key="ml_strategy").value == "bernoulli" and at.slider(key="ml_ratio").value == 0.5
+    assert at.number_input(key="ml_seed").value == 7 and at.number_input(key="ml_n").value == 64
+    assert any(c.value.startswith("64 masks of 8x8 patches") for c in at.caption)
+    at.slider(key="ml_ratio").set_value(0.3).run()
+    assert url(at)["masking.ratio"] == "0.3" and url(at)["n"] == "64"
+    at.button(key="ml_use").click().run()
+    assert at.title[0].value == "New run"
+    resolved = json.loads(at.json[0].value)
+    assert (resolved["masking"]["strategy"], resolved["masking"]["ratio"]) == ("bernoulli", 0.3)
+    assert resolved["model"]["patch_size"] == 1 and resolved["train"]["seed"] == 7
+
+
+def test_data_page_dataset_and_sidebar_memory(workspace):
+    at = open_with("../pages/data.py", {"dataset": "fortunes"})
+    assert at.selectbox(key="data_ds").value == "fortunes"
+    at = open_with("../pages/new_run.py", {"dataset": "digits", "train.steps": "55"})
+    at.switch_page("../pages/runs.py").run()  # the sidebar: the query string is dropped
+    at.switch_page("../pages/new_run.py").run()
+    assert url(at)["train.steps"] == "55" and at.number_input(key="nr_steps_image_mim").value == 55
+
+
+def _finished(name: str, workspace=None) -> str:
+    """A completed 20-step run with loss, lr, mask ratio, throughput and one val loss."""
+    run_id, d = create_run(RunConfig.from_dict({"name": name, "train": {"steps": 20}}).to_dict(), workspace)
+    w = MetricsWriter(d, run_id, flush_interval=0)
+    for s in range(1, 21):
+        w.log(s, {"loss": 1.0 / s, "lr": 1e-3, "mask_ratio": 0.75, "throughput": 50.0})
+    w.log(20, {"val_loss": 0.4})
+    w.close()
+    write_status(d, {"status": "completed", "step": 20, "total_steps": 20, "started_at": 1.0, "ended_at": 3.0})
+    return run_id
+
+
+@pytest.mark.parametrize("page", ["runs", "run_detail"])
+def test_runs_selection_smoothing_and_axes_come_from_the_url(workspace, page):
+    a, b, c = (_finished(n) for n in "abc")
+    if page == "runs":
+        at = open_with("../pages/runs.py", {"runs": f"{a},{c}", "smoothing": "0.3", "x": "relative", "y": "log"})
+        assert at.multiselect(key="runs_selected").value == [a, c] and at.slider(key="runs_smoothing").value == 0.3
+        assert at.radio(key="runs_x").value == "relative" and at.checkbox(key="runs_logy").value is True
+        assert len(at.get("vega_lite_chart")) == 4  # loss, throughput, learning rate, mask ratio
+        at.slider(key="runs_smoothing").set_value(0.8).run()
+        at.checkbox(key="runs_logy").uncheck().run()
+        q = url(at)
+        assert q["smoothing"] == "0.8" and q["runs"] == f"{a},{c}" and "y" not in q
+    else:
+        at = open_with("../pages/run_detail.py", {"run": b, "x": "wall"})
+        assert at.selectbox(key="rd_run").value == b and at.radio(key="rd_x").value == "wall"
+        assert any("loss @ step 20" == m.label for m in at.metric)  # every figure says its step
+        assert url(at)["run"] == b
+
+
+def test_cancel_asks_before_it_cancels(workspace):
+    from engine.store import CANCEL_FILE
+
+    run_id, d = create_run(RunConfig.from_dict({"name": "waiting"}).to_dict())  # queued: active, no worker yet
+    at = open_with("../pages/runs.py", {})
+    at.button(key=f"runs_cancel_{run_id}").click().run()
+    assert any(m.value.startswith("Cancel **waiting") for m in at.markdown)
+    assert not (d / CANCEL_FILE).exists()  # asking cancels nothing
+    at.button(key=f"runs_cancel_no_{run_id}").click().run()
+    assert not any(m.value.startswith("Cancel **waiting") for m in at.markdown) and not (d / CANCEL_FILE).exists()
+    at.button(key=f"runs_cancel_{run_id}").click().run()
+    at.button(key=f"runs_cancel_yes_{run_id}").click().run()
+    assert (d / CANCEL_FILE).exists()
+
+
+def test_text_forms_come_from_the_url(workspace):
+    """The text views take the same URL fields: task, tokenizer, masking, preset, BERT's share."""
+    at = open_with("../pages/new_run.py", {"dataset": "fortunes", "task": "text_mlm", "data.tokenizer.kind": "char",
+                                           "data.tokenizer.max_len": "64", "masking.ratio": "0.2",
+                                           "task_params.mask_share": "0.6", "train.steps": "30"})  # fmt: skip
+    assert not at.error, [e.value for e in at.error]
+    resolved = json.loads(at.json[0].value)
+    assert resolved["task"] == "text_mlm" and resolved["data"]["tokenizer"]["kind"] == "char"
+    assert resolved["data"]["tokenizer"]["max_len"] == 64 and resolved["masking"]["ratio"] == 0.2
+    assert resolved["task_params"]["mask_share"] == 0.6 and resolved["train"]["steps"] == 30
+    assert any("fixed validation texts of **fortunes** (chosen class by class)" in c.value for c in at.caption)
+    lab = open_with("../pages/mask_lab.py", {"dataset": "fortunes", "task": "text_span", "data.tokenizer.kind": "char"})
+    assert lab.selectbox(key="ml_task").value == "text_span" and lab.selectbox(key="ml_tok_kind").value == "char"
+    assert url(lab)["masking.strategy"] == "sentence_span"

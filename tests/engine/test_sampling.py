@@ -1,0 +1,120 @@
+"""Representative samples (issue 8, item 3): one seeded, class-stratified choice for every view and
+for a run's fixed visualisation rows; imports store their rows shuffled."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import zipfile
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from engine.config import RunConfig
+from engine.data import import_source, load_dataset, representative
+from engine.data.sampling import import_order
+
+
+def _round_robin(labels: np.ndarray, n: int, seed: int) -> list[int]:
+    """The rule of :func:`representative` written as a plain loop, to check the vectorised one."""
+    rng = np.random.default_rng(seed)
+    classes = sorted(set(labels.tolist()))
+    order = [classes[k] for k in rng.permutation(len(classes))]
+    members = {c: list(rng.permutation([i for i, y in enumerate(labels) if y == c])) for c in classes}
+    out: list[int] = []
+    while len(out) < min(n, len(labels)):
+        for c in order:
+            if members[c] and len(out) < n:
+                out.append(int(members[c].pop(0)))
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 7])
+def test_representative_is_the_round_robin_rule(seed):
+    rng = np.random.default_rng(123)
+    labels = np.repeat([3, 0, 5, 1], [40, 2, 17, 9])  # class-ordered, uneven, with gaps in the ids
+    labels = np.concatenate([labels, rng.integers(0, 6, 30)])
+    for n in (0, 1, 4, 5, 30, len(labels), len(labels) + 5):
+        got = representative(labels, n, seed=seed)
+        assert got.dtype == np.int64 and got.tolist() == _round_robin(labels, n, seed), n
+
+
+def test_representative_covers_classes_first_and_grows_by_prefix():
+    labels = np.repeat(np.arange(10), 50)  # class-ordered like an MNIST zip
+    pick = representative(labels, 8)
+    assert len(set(labels[pick])) == 8  # eight rows, eight classes
+    assert set(labels[representative(labels, 10)]) == set(range(10))
+    assert np.array_equal(representative(labels, 16)[:8], pick)  # num_vis 8 is a prefix of 16
+    assert np.array_equal(pick, representative(labels, 8))  # the same rows at every call
+    assert not np.array_equal(pick, representative(labels, 8, seed=1))
+    one = representative(np.zeros(100, int), 5)  # an unlabelled set: a seeded random sample
+    assert len(set(one.tolist())) == 5 and not np.array_equal(one, np.arange(5))
+    with pytest.raises(ValueError, match="n must be >= 0"):
+        representative(labels, -1)
+
+
+def _mnist(shared_data, n: int) -> tuple[np.ndarray, np.ndarray]:
+    root = shared_data / "mnist-t10k"
+    x = np.frombuffer(gzip.open(root / "images-idx3-ubyte.gz").read(), np.uint8, offset=16).reshape(-1, 28, 28)
+    y = np.frombuffer(gzip.open(root / "labels-idx1-ubyte.gz").read(), np.uint8, offset=8)
+    return x[:n], y[:n]
+
+
+def test_fixed_validation_samples_of_a_class_ordered_import_cover_several_classes(workspace, tmp_path, shared_data):
+    """A zip of real MNIST digits written class by class (0/, 1/, ... as a user zips folders): the
+    stored rows are shuffled, and the run's fixed validation images (and the New run preview,
+    which calls the same function) are one per class."""
+    from engine.masking import preview_masks
+    from engine.tasks.image import ImageMIMTask
+
+    x, y = _mnist(shared_data, 400)
+    path = tmp_path / "mnist.zip"
+    with zipfile.ZipFile(path, "w") as z:
+        for i in np.argsort(y, kind="stable"):
+            b = io.BytesIO()
+            Image.fromarray(x[i]).save(b, "PNG")
+            z.writestr(f"mnist/{y[i]}/{i:05d}.png", b.getvalue())
+    report = import_source(path, "mnist")
+    ds = load_dataset("mnist")
+    assert report.dataset.image_shape == (1, 28, 28)  # the data's own size
+    assert (np.diff(ds.labels) != 0).sum() > 100  # not stored class by class any more
+    val_labels = ds.labels[ds.indices("val")]
+    assert len(set(val_labels[:8].tolist())) > 1
+
+    cfg = RunConfig.from_dict({"data": {"dataset": "mnist"}, "model": {"preset": "tiny", "patch_size": 4},
+                               "train": {"num_vis": 8, "device": "cpu"}})
+    task = ImageMIMTask(cfg, torch.device("cpu"))
+    s = task.sample(0)
+    names = [ds.info.class_names[k] for k in s["labels"]]
+    assert len(set(names)) == 8, names  # eight fixed validation images, eight different digits
+    # what the New run preview draws: the same rows (representative) and the same masks
+    rows = representative(val_labels, 8)
+    x_val, _ = ds.tensors("val")
+    assert np.array_equal(s["images"], x_val[rows].numpy())
+    assert np.array_equal(s["mask"], preview_masks(cfg, (1, 28, 28), 8, images=x_val[rows]).numpy())
+
+
+def test_text_samples_of_a_class_ordered_table_cover_every_class_and_match_the_preview(workspace, tmp_path, shared_data):
+    from engine.tasks.text import TextMLMTask, preview
+
+    lines = (shared_data / "trec" / "train.tsv").read_text(encoding="utf-8").splitlines()
+    header, rows = lines[0], sorted(lines[1:600], key=lambda r: r.split("\t")[0])  # class by class
+    path = tmp_path / "questions.tsv"
+    path.write_text("\n".join([header, *rows]) + "\n", encoding="utf-8")
+    import_source(path, "questions")
+    cfg = RunConfig.from_dict({"task": "text_mlm", "data": {"dataset": "questions", "tokenizer": {"vocab_size": 500}},
+                               "model": {"preset": "mini"}, "train": {"num_vis": 8, "device": "cpu"}})
+    task = TextMLMTask(cfg, torch.device("cpu"))
+    s = task.sample(0)
+    ds = load_dataset("questions")
+    assert {ds.info.class_names[k] for k in s["labels"]} == set(ds.info.class_names)  # 6 classes in 8 rows
+    pv = preview(cfg, 8)
+    assert pv.texts == s.meta["texts"] and np.array_equal(pv.mask, s["mask"]) and np.array_equal(pv.labels, s["labels"])
+
+
+def test_import_order_is_a_seeded_permutation():
+    a = import_order(50, 0)
+    assert sorted(a.tolist()) == list(range(50)) and np.array_equal(a, import_order(50, 0))
+    assert not np.array_equal(a, import_order(50, 1)) and not np.array_equal(a, np.arange(50))
