@@ -20,10 +20,11 @@ import streamlit as st
 
 from app.components.charts import counts_chart
 from app.components.errors import guarded
+from app.components.urlstate import dig, index_of
 from engine.workspace import workspace_root
 
 N_SAMPLES = 6  # clips with spectrogram and player on the Data page
-N_PREVIEW = 8  # first val clips: a run's fixed sample rows (train.num_vis defaults to 8)
+N_PREVIEW = 8  # representative val clips: a run's fixed sample rows (train.num_vis defaults to 8)
 SCALE = 3  # screen pixels per spectrogram cell
 #: viridis at 0, 1/4, 1/2, 3/4, 1 (matplotlib's values), linearly interpolated in between
 _VIRIDIS = np.array([[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]], np.float32)
@@ -82,9 +83,11 @@ def _seconds(n: int, rate: int) -> str:
 
 @st.cache_data(max_entries=6, ttl=900, show_spinner="Loading clips…")
 def audio_view(workspace: str, name: str, version: str) -> dict:
-    """What the Data page shows of an audio dataset: durations of every clip with its split, a fixed
-    random sample of clips (waveform, log-mel with the default features, label, split, transcript),
-    class counts. ``workspace`` and ``version`` are cache keys only."""
+    """What the Data page shows of an audio dataset: durations of every clip with its split,
+    representative clips (:func:`app.components.datasets.sample_rows`: class by class, half from
+    val; waveform, log-mel with the default features, label, split, transcript), class counts.
+    ``workspace`` and ``version`` are cache keys only."""
+    from app.components.datasets import sample_rows
     from engine.audio.features import ClipFeatures, FeatureSpec
     from engine.config import AudioConfig
     from engine.data import load_dataset
@@ -93,8 +96,7 @@ def audio_view(workspace: str, name: str, version: str) -> dict:
     rate = ds.rate
     split = np.where(ds.split == 0, "train", "val")
     durations = pd.DataFrame({"seconds": ds.lengths() / rate, "split": split})
-    rng = np.random.default_rng(0)
-    pick = np.sort(rng.choice(len(ds), size=min(N_SAMPLES, len(ds)), replace=False))
+    pick = [r for r, _ in sample_rows(ds, N_SAMPLES)]
     clips = [ds.clip(int(i)) for i in pick]
     spec = FeatureSpec.from_config(AudioConfig(), rate)
     feats = ClipFeatures(clips, spec, stats=(np.zeros(spec.n_mels), np.ones(spec.n_mels)))
@@ -156,13 +158,17 @@ TASK_MASKING = {"audio_mae": {"strategy": "random", "ratio": 0.8},
 GRID_DIMS = {"audio_mae": 2, "audio_frames": 1}
 
 
+MEL_BINS = [32, 40, 48, 64, 80, 96, 128]
+
+
 def feature_fields(key: str, carried: dict) -> dict:
-    """``data.audio``: mel bins, window, hop and the model's window length."""
+    """``data.audio``: mel bins, window, hop and the model's window length (defaults from the
+    partial run config ``carried``, else :class:`engine.config.AudioConfig`'s)."""
     from engine.config import AudioConfig
 
-    d = {**AudioConfig().model_dump(), **(carried.get("audio") or {})}
+    d = {**AudioConfig().model_dump(), **(dig(carried, "data.audio") or {})}
     a, b = st.columns(2)
-    n_mels = a.select_slider("Mel bins", [32, 40, 48, 64, 80, 96, 128], int(d["n_mels"]), key=f"{key}_mels")
+    n_mels = a.select_slider("Mel bins", MEL_BINS, d["n_mels"] if d["n_mels"] in MEL_BINS else 64, key=f"{key}_mels")
     clip = b.number_input("Window (seconds)", 0.1, 10.0, float(d["clip_seconds"]), 0.1, key=f"{key}_clip",
                           help="what the model sees at once: shorter clips are padded with silence (never masked "
                                "or scored), longer ones cut (a random window each step)")  # fmt: skip
@@ -173,21 +179,29 @@ def feature_fields(key: str, carried: dict) -> dict:
 
 
 def grid_fields(task: str, n_mels: int, key: str, carried: dict) -> tuple[int, dict]:
-    """The unit grid: patch size (and frames per patch) for AudioMAE, frames per token otherwise."""
+    """The unit grid: patch size (and frames per patch) for AudioMAE, frames per token otherwise
+    (defaults from the partial run config ``carried``)."""
+    patch0 = dig(carried, "model.patch_size")
     if task == "audio_mae":
         sizes = [p for p in (2, 4, 8, 16, 32) if n_mels % p == 0] or [1]
-        p0 = carried.get("patch_size") if carried.get("patch_size") in sizes else (8 if 8 in sizes else sizes[-1])
         a, b = st.columns(2)
-        patch = a.selectbox("Patch: mel bins", sizes, index=sizes.index(p0), key=f"{key}_patch_{n_mels}")
-        frames = b.selectbox("Patch: frames", [2, 4, 8, 16], index=[2, 4, 8, 16].index(8), key=f"{key}_pframes",
+        patch = a.selectbox("Patch: mel bins", sizes, index=index_of(sizes, patch0, index_of(sizes, 8, len(sizes) - 1)),
+                            key=f"{key}_patch_{n_mels}")
+        frames_opts = [2, 4, 8, 16]
+        frames = b.selectbox("Patch: frames", frames_opts, key=f"{key}_pframes",
+                             index=index_of(frames_opts, dig(carried, "task_params.patch_frames"), 2),
                              help="the patch's time side (AudioMAE: square 16x16)")
         return int(patch), {"patch_frames": int(frames)}
-    k = st.selectbox("Frames per token", [1, 2, 4], index=1, key=f"{key}_k", help="frames stacked into one token (10 ms each)")
+    ks = [1, 2, 4]
+    k = st.selectbox("Frames per token", ks, index=index_of(ks, patch0, 1), key=f"{key}_k",
+                     help="frames stacked into one token (one hop each)")
     return int(k), {}
 
 
 def run_fields(info, task: str, key: str, carried: dict) -> dict:
-    """New run's audio fields: features, grid, masking, model (and the frame task's target)."""
+    """New run's audio fields: features, grid, masking, model (and the frame task's target); the
+    widgets' defaults are ``carried`` (a partial run config, from the URL), else the task's proposals
+    (:data:`TASK_MASKING`). Returns the partial config dict."""
     from app.components.masks import masking_controls
     from engine.models import get_model_spec
     from engine.tasks import get_task
@@ -198,16 +212,19 @@ def run_fields(info, task: str, key: str, carried: dict) -> dict:
     with st.container(border=True):
         defaults = carried.get("masking") or TASK_MASKING.get(task, {})
         masking = masking_controls("audio", GRID_DIMS[task], f"{key}_{task}", defaults)
-        st.page_link("../pages/mask_lab.py", label="Compare strategies in Mask lab", icon="🎭")
+        st.page_link("../pages/mask_lab.py", label="Compare strategies in Mask lab")
     presets = get_model_spec(arch).presets
-    a, b = st.columns(2)
-    preset = a.selectbox("Model preset", list(presets), key=f"{key}_preset_{arch}",
-                         format_func=lambda k: f"{k}  (width {presets[k]['embed_dim']}, depth {presets[k]['depth']})")
-    loss = b.selectbox("Loss on masked cells", ["mse", "l1"], key=f"{key}_loss_{task}")
+    names = list(presets)
+    preset = st.selectbox("Model preset", names, key=f"{key}_preset_{arch}", index=index_of(names, dig(carried, "model.preset")),
+                          format_func=lambda k: f"{k}  (width {presets[k]['embed_dim']}, depth {presets[k]['depth']})")
+    losses = ["mse", "l1"]
+    loss = st.selectbox("Loss on masked cells", losses, key=f"{key}_loss_{task}",
+                        index=index_of(losses, dig(carried, "objective.loss")))
     if task == "audio_frames":
-        target = a.selectbox("Target", ["mel", "ema"], key=f"{key}_target",
-                             format_func=lambda t: {"mel": "the masked frames (segment reconstruction)",
-                                                    "ema": "an EMA teacher's features (data2vec)"}[t])  # fmt: skip
+        targets = ["mel", "ema"]
+        target = st.selectbox("Target", targets, key=f"{key}_target", index=index_of(targets, dig(carried, "task_params.target")),
+                              format_func=lambda t: {"mel": "the masked frames (segment reconstruction)",
+                                                     "ema": "an EMA teacher's features (data2vec)"}[t])  # fmt: skip
         task_params["target"] = target
     return {"task": task, "masking": masking, "data": {"audio": audio}, "task_params": task_params,
             "model": {"arch": arch, "preset": preset, "patch_size": patch}, "objective": {"loss": loss}}
@@ -244,13 +261,13 @@ def _range(spec: np.ndarray, real: np.ndarray) -> tuple[float, float]:
 
 
 def mask_preview(cfg, info) -> None:
-    """The first validation clips with the masks the run uses for its samples."""
+    """The run's fixed validation clips (chosen class by class) with the masks it uses for its samples."""
     pv = guarded(_preview, json.dumps(cfg.to_dict(), sort_keys=True), info.created_at, N_PREVIEW)
     if pv is None:
         return
     grid = "x".join(map(str, pv.grid.shape))
     unit = "patches" if pv.grid.dims == 2 else "frame tokens"
-    st.caption(f"The first {len(pv.spec)} validation clips of **{info.name}** ({pv.grid.frames} frames = "
+    st.caption(f"The {len(pv.spec)} fixed validation clips of **{info.name}** (chosen class by class; {pv.grid.frames} frames = "
                f"{pv.grid.frames * cfg.data.audio.hop_ms / 1000:.2f} s window, {grid} {unit} of "
                f"{pv.grid.pf}x{pv.grid.pt} bins x frames) with the masks this run uses for its samples "
                f"({cfg.masking.strategy}); masked cells light grey, silence padding dark (never masked).")
@@ -297,16 +314,19 @@ def samples_view(sample, run) -> None:
 # --------------------------------------------------------------------------- Mask lab
 
 
-def lab_controls(info, handoff: dict, key: str) -> dict:
-    """Mask lab's audio controls: the task (which grid), features, grid and masking."""
+def lab_controls(info, carried: dict, key: str) -> dict:
+    """Mask lab's audio controls: the task (which grid), features, grid and masking (``carried``: a
+    partial run config of defaults, from the URL)."""
     from app.components.masks import masking_controls
     from engine.tasks import tasks_for
 
     tasks = tasks_for("audio")
-    task = st.selectbox("Task", tasks, key=f"{key}_task", index=tasks.index(handoff["task"]) if handoff.get("task") in tasks else 0)
-    audio = feature_fields(key, handoff)
-    patch, task_params = grid_fields(task, audio["n_mels"], key, handoff)
-    defaults = handoff.get("masking") or TASK_MASKING.get(task, {})
+    task = st.selectbox("Task", tasks, key=f"{key}_task", index=index_of(tasks, carried.get("task")))
+    if carried.get("task", task) != task:
+        carried = {}  # another task than the URL's: its proposals
+    audio = feature_fields(key, carried)
+    patch, task_params = grid_fields(task, audio["n_mels"], key, carried)
+    defaults = carried.get("masking") or TASK_MASKING.get(task, {})
     masking = masking_controls("audio", GRID_DIMS[task], f"{key}_{task}", defaults)
     return {"task": task, "masking": masking, "data": {"audio": audio}, "task_params": task_params,
             "model": {"patch_size": patch}}
@@ -339,6 +359,6 @@ def lab_results(cfg, info, n: int) -> None:
     stats, rate, problem = res
     if problem:
         st.warning(f"A run with these settings would be refused: {problem}")
-    st.caption(f"{stats.batch_size} masks over the first windows of real train clips of **{info.name}** (the ratio is "
+    st.caption(f"{stats.batch_size} masks over the first windows of real train clips of **{info.name}** (chosen class by class; the ratio is "
                "over the positions that hold frames; masks/s includes computing the log-mel and voiced frames).")
     mask_stats_panel(stats, rate)

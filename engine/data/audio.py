@@ -71,8 +71,10 @@ from engine.data.archive import refusal_lines, size_problem, skip_reason, unsafe
 from engine.data.dataset import AudioDataset, DatasetInfo, seeded_split, to_pcm
 from engine.data.images import Refused
 from engine.data.limits import ImportLimits, budget_reason
+from engine.data.sampling import import_order
 from engine.data.tabular import TABLE_EXTENSIONS, ColumnRoles, ImportOptions, detect_roles, parse_table
 from engine.errors import DatasetError
+from engine.messages import describe_error
 
 DEFAULT_SAMPLE_RATE = 16_000
 """Pipeline rate (Hz) of an import that does not choose one: the rate of wav2vec 2.0, HuBERT and AudioMAE."""
@@ -457,8 +459,9 @@ def _index(names: list[str]) -> tuple[tuple[str, ...], np.ndarray]:
 
 
 def build_dataset(d: DecodedSource, info: DatasetInfo, rate: int, val_fraction: float, seed: int) -> AudioDataset:
-    """The :class:`AudioDataset` of a decoded source: classes and groups sorted, seeded split, stats.
-    ``info`` gives name, source, description and created_at; the rest is filled here."""
+    """The :class:`AudioDataset` of a decoded source: classes and groups sorted, seeded split (on the
+    source order), rows stored in :func:`engine.data.sampling.import_order`, stats. ``info`` gives
+    name, source, description and created_at; the rest is filled here."""
     class_names, labels = _index(d.labels)
     group_names, groups = _index(d.groups) if d.groups is not None else ((), None)
     split = seeded_split(labels, val_fraction, seed, groups)
@@ -466,7 +469,10 @@ def build_dataset(d: DecodedSource, info: DatasetInfo, rate: int, val_fraction: 
     info = dataclasses.replace(info, modality="audio", image_shape=None, class_names=class_names,
                                n_train=int((split == 0).sum()), n_val=int((split == 1).sum()),
                                stats=audio_stats(lengths, rate, d.decoded), group_names=group_names)  # fmt: skip
-    return AudioDataset.from_clips(info, [c.pcm for c in d.decoded], rate, labels, split, groups, d.transcripts)
+    order = import_order(len(labels), seed)  # stored shuffled, as every import: no class-ordered slices
+    transcripts = None if d.transcripts is None else [d.transcripts[i] for i in order]
+    return AudioDataset.from_clips(info, [d.decoded[i].pcm for i in order], rate, labels[order], split[order],
+                                   None if groups is None else groups[order], transcripts)
 
 
 @dataclass
@@ -651,7 +657,7 @@ def _asterisk_info(folder: str, mtime_ns: int) -> DatasetInfo:
             i = sf.info(str(f))
             lengths.append(round(i.frames * ASTERISK_RATE / i.samplerate))
         except (RuntimeError, ValueError) as e:
-            raise DatasetError(f"{f}: cannot read the WAV header ({e}); {ASTERISK_HOW_TO}") from None
+            raise DatasetError(f"{f}: cannot read the WAV header ({describe_error(e)}); {ASTERISK_HOW_TO}") from None
     return DatasetInfo(name="asterisk-prompts", modality="audio", source="bundled:asterisk-prompts",
                        image_shape=None, class_names=class_names, n_train=int((split == 0).sum()),
                        n_val=int((split == 1).sum()), created_at="", description=ASTERISK_DESCRIPTION,

@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.models.layers import Block
-from engine.models.mae import MaskedAutoencoderViT, pool
+from engine.models.mae import MaskedAutoencoderViT, pool, pool_stats
 from engine.models.pos_embed import sincos_1d
 
 
@@ -191,11 +191,12 @@ class FrameTransformer(nn.Module):
             t.mul_(tau).add_(s.detach(), alpha=1.0 - tau)
 
     @torch.no_grad()
-    def features(self, spec: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
+    def features(self, spec: torch.Tensor, keep: torch.Tensor | None = None, stats: bool = False) -> torch.Tensor:
         """Frozen features for probes: the (student) encoder on the unmasked input, tokens averaged
-        (over ``keep [B, L]`` when given, e.g. not the padding). Returns ``[B, D]``."""
+        (over ``keep [B, L]`` when given, e.g. not the padding), or with ``stats`` their mean and
+        standard deviation (:func:`engine.models.mae.pool_stats`). Returns ``[B, D]`` (``[B, 2D]``)."""
         out, _ = self.encoder(self.tokenize(spec))
-        return pool(out, keep)
+        return (pool_stats if stats else pool)(out, keep)
 
 
 def _init(m: nn.Module) -> None:

@@ -227,7 +227,7 @@ class MaskedAutoencoderViT(nn.Module):
         return {"pred": pred, "target": self.forward_target(imgs), "mask": mask}
 
     @torch.no_grad()
-    def features(self, imgs: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
+    def features(self, imgs: torch.Tensor, keep: torch.Tensor | None = None, stats: bool = False) -> torch.Tensor:
         """Frozen features for probes: the encoder on every patch (nothing masked), final norm,
         patch tokens averaged (MAE's linear probing also uses pooled encoder features).
 
@@ -235,13 +235,15 @@ class MaskedAutoencoderViT(nn.Module):
             imgs: ``[B, C, H, W]``.
             keep: optional ``[B, L]`` bool: average only these patches (e.g. not the silence
                 padding of a short clip); a row with none averages every patch.
+            stats: mean and standard deviation of the patch tokens (:func:`pool_stats`) instead
+                of the mean.
 
         Returns:
-            ``[B, D]``.
+            ``[B, D]`` (``[B, 2D]`` with ``stats``).
         """
         mask = torch.zeros(imgs.shape[0], self.num_patches, dtype=torch.bool, device=imgs.device)
         latent, _, _ = self.forward_encoder(imgs, mask)
-        return pool(latent[:, 1:, :], keep)
+        return (pool_stats if stats else pool)(latent[:, 1:, :], keep)
 
     @torch.no_grad()
     def reconstruct(self, imgs: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -280,6 +282,16 @@ def pool(tokens: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor
     w = keep.to(device=tokens.device, dtype=tokens.dtype)
     w = torch.where(w.sum(dim=1, keepdim=True) > 0, w, torch.ones_like(w))
     return (tokens * w[..., None]).sum(dim=1) / w.sum(dim=1, keepdim=True)
+
+
+def pool_stats(tokens: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
+    """Statistics pooling: the mean and the standard deviation (population) of ``tokens [B, L, D]``
+    over ``L`` (the ``keep [B, L]`` positions only, as :func:`pool`). Returns ``[B, 2D]`` (means,
+    then standard deviations), the utterance-level readout of x-vectors (Snyder et al. 2018), and
+    the same statistics as the log-mel mean/std baseline of :func:`engine.eval.logmel_stats`."""
+    mean = pool(tokens, keep)
+    var = pool((tokens - mean[:, None, :]) ** 2, keep)
+    return torch.cat([mean, var.clamp_min(0).sqrt()], dim=1)
 
 
 def display_images(model, imgs: torch.Tensor, pred: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:

@@ -30,10 +30,10 @@ Validation (on at most :data:`EVAL_MAX_ROWS` val clips, first window, fixed mask
 squared error of the predicted normalised log-mel over the masked real cells, comparable across
 models and targets), next to ``baseline/mean_spec_mse`` (every masked cell = its bin's train mean)
 and ``baseline/interp_spec_mse`` (linear interpolation in time between the nearest visible frames
-of the same mel bin) on the same masks. Samples: the first ``train.num_vis`` val clips' spectrograms
+of the same mel bin) on the same masks. Samples: ``train.num_vis`` representative val clips' spectrograms
 (original, masked, reconstructed) and Griffin-Lim audio of the original and of the reconstruction.
-Frozen features (probes): the encoder on every window of a clip with nothing masked, tokens of the
-clip averaged (padding excluded), windows averaged.
+Frozen features (probes): the encoder on every window of a clip with nothing masked, the mean and
+standard deviation of the clip's tokens (padding excluded), windows averaged.
 """
 
 from __future__ import annotations
@@ -212,15 +212,19 @@ class AudioPreview:
     transcripts: list[str]
 
 
-def _vis_rows(ds, n: int) -> np.ndarray:
-    split = "val" if ds.info.n_val else "train"
-    return ds.indices(split)[:n]
+def vis_rows(ds, n: int) -> np.ndarray:
+    """The dataset rows a run shows in its samples and every preview shows: ``n`` validation clips
+    (train clips when there is no validation split) chosen by :func:`engine.data.representative`."""
+    from engine.data import representative
+
+    rows = ds.indices("val" if ds.info.n_val else "train")
+    return rows[representative(ds.labels[rows], n)]
 
 
 def preview(cfg: RunConfig, n: int, workspace=None) -> AudioPreview:
     """The run's visualisation windows and masks for ``cfg`` (what its samples will show).
 
-    The masks are ``draw_mask`` of the first ``n`` validation clips' first windows from
+    The masks are ``draw_mask`` of the first windows of :func:`vis_rows` from
     ``torch.Generator().manual_seed(train.seed)``, the call the run's :meth:`_AudioTask.sample`
     makes (masks depend on the frames' positions and voicing, not on the normalisation).
 
@@ -231,7 +235,7 @@ def preview(cfg: RunConfig, n: int, workspace=None) -> AudioPreview:
 
     ds = load_dataset(cfg.data.dataset, workspace)
     spec, grid = _spec_and_grid(cfg, ds.rate)
-    rows = _vis_rows(ds, n)
+    rows = vis_rows(ds, n)
     feats, w = _first_windows(ds, rows, spec, grid)
     mask = draw_masks(cfg, grid, w, torch.Generator().manual_seed(cfg.train.seed))
     waves = np.stack([feats.wave_window(ds.clip(int(i)), 0, grid.frames) for i in rows]) if len(rows) else \
@@ -248,17 +252,18 @@ def _first_windows(ds, rows: np.ndarray, spec: FeatureSpec, grid: Grid) -> tuple
 
 
 def train_masks(cfg: RunConfig, n: int, workspace=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Masks of ``cfg`` over the first windows of the first ``n`` train clips, from
-    ``torch.Generator().manual_seed(train.seed)``, for Mask lab's statistics.
+    """Masks of ``cfg`` over the first windows of ``n`` train clips (:func:`engine.data.representative`),
+    from ``torch.Generator().manual_seed(train.seed)``, for Mask lab's statistics.
 
     Returns:
         ``(mask [n, *grid] bool, eligible [n, *grid] bool)``.
     """
-    from engine.data import load_dataset
+    from engine.data import load_dataset, representative
 
     ds = load_dataset(cfg.data.dataset, workspace)
     spec, grid = _spec_and_grid(cfg, ds.rate)
-    _, w = _first_windows(ds, ds.indices("train")[:n], spec, grid)
+    rows = ds.indices("train")
+    _, w = _first_windows(ds, rows[representative(ds.labels[rows], n)], spec, grid)
     return draw_masks(cfg, grid, w, torch.Generator().manual_seed(cfg.train.seed)), grid.eligible(w)
 
 
@@ -274,6 +279,14 @@ class _AudioTask(Task):
     headline = ("val_spec_mse", "min")
     grid_dims: int = 2
     default_patch: int = 8
+
+    @classmethod
+    def quality_notes(cls, config: dict) -> list[str]:
+        """How the figures next to the baselines were measured, for the dashboard's table."""
+        return [f"log-mel MSE over the masked frames of the clips (never the padding), in units of each mel bin's "
+                f"train standard deviation, on at most {EVAL_MAX_ROWS} validation clips (first window)",
+                "baselines: mean spec = each bin's train mean; interp spec = linear interpolation in time "
+                "between the nearest visible frames"]
 
     # --- config time ------------------------------------------------------------------------------
 
@@ -409,10 +422,10 @@ class _AudioTask(Task):
 
     @torch.no_grad()
     def sample(self, step: int) -> Sample:
-        """The first ``train.num_vis`` val clips (first window) with :func:`preview`'s masks: log-mel
+        """``train.num_vis`` val clips (:func:`vis_rows`, first window) with :func:`preview`'s masks: log-mel
         of the original, the prediction, the masked cells, and Griffin-Lim audio (int16) of the
         original spectrogram and of the reconstruction with the visible cells pasted back."""
-        rows = torch.as_tensor(self.val_rows[: self.cfg.train.num_vis])
+        rows = torch.as_tensor(vis_rows(self._ds, self.cfg.train.num_vis))
         w = self.feats.window(rows, torch.zeros(len(rows), dtype=torch.int64), self.grid.frames)
         mask = draw_masks(self.cfg, self.grid, w, torch.Generator().manual_seed(self.cfg.train.seed))
         _, pred = self._predict(w, mask)
@@ -438,8 +451,10 @@ class _AudioTask(Task):
 
     @torch.no_grad()
     def features(self, split: str, max_rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Every window of each clip through the encoder (nothing masked), the clip's tokens averaged
-        (padding excluded), the windows averaged weighted by their real frames. ``([N, D], [N])``."""
+        """Every window of each clip through the encoder (nothing masked), the mean and standard
+        deviation of the window's tokens (padding excluded; statistics pooling, the same statistics
+        as the log-mel baseline :func:`engine.eval.logmel_stats`), the windows averaged weighted by
+        their real frames. ``([N, 2D], [N])``."""
         rows = self._ds.indices(split)[:max_rows]
         row, start = self.feats.windows(rows, self.grid.frames)
         out, weight = [], []
@@ -447,7 +462,7 @@ class _AudioTask(Task):
         self.model.eval()
         for i in range(0, len(row), FEATURE_CHUNK):
             w = self.feats.window(row[i : i + FEATURE_CHUNK], start[i : i + FEATURE_CHUNK], self.grid.frames)
-            out.append(self.model.features(self._model_in(w), self._keep(w).to(self.device)).float().cpu())
+            out.append(self.model.features(self._model_in(w), self._keep(w).to(self.device), stats=True).float().cpu())
             weight.append(w.real.sum(dim=1).float())
         self.model.train(was)
         if not out:

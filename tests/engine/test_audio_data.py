@@ -24,6 +24,7 @@ from engine.data.audio import (
     sniff,
 )
 from engine.data.dataset import PCM_SCALE, to_pcm
+from engine.data.sampling import import_order
 from engine.data.storage import DATA, datasets_dir
 from engine.errors import DatasetError
 
@@ -175,7 +176,8 @@ def test_formats_are_decided_by_content_and_mismatches_refused(workspace, tmp_pa
     }
     assert report.skipped == [("d/notes.md", "not an audio file (.md)")]
     ds = load_dataset("formats", workspace)
-    pcm = [ds.audio_pcm[ds.audio_offsets[i] : ds.audio_offsets[i + 1]] for i in range(3)]  # a.wav, b.flac, c.ogg
+    src = np.argsort(import_order(3, ImportOptions().seed))  # stored row of each source clip (rows are shuffled)
+    pcm = [ds.audio_pcm[ds.audio_offsets[i] : ds.audio_offsets[i + 1]] for i in src]  # a.wav, b.flac, c.ogg
     np.testing.assert_array_equal(pcm[0], to_pcm(x)[0])
     np.testing.assert_array_equal(pcm[1], pcm[0])  # FLAC is lossless
     ogg_x = pcm[2].astype(np.float64)
@@ -226,8 +228,9 @@ def test_fsdd_folder_with_its_manifest_is_split_by_speaker(workspace, fsdd):
     speakers_train = {ds.info.group_names[g] for g in ds.groups[ds.split == 0]}
     assert len(speakers_val) == 1 and not speakers_val & speakers_train  # validation speakers are unseen
     # every clip has the manifest's label and speaker, and its own samples
-    for i in (0, 777, 1999):  # clips are stored in manifest order
-        r = rows[i]
+    order = import_order(2000, ImportOptions().seed)  # stored row i is manifest row order[i]
+    for i in (0, 777, 1999):
+        r = rows[order[i]]
         assert ds.info.class_names[ds.labels[i]] == r["label"] and ds.info.group_names[ds.groups[i]] == r["speaker"]
         pcm = ds.audio_pcm[ds.audio_offsets[i] : ds.audio_offsets[i + 1]]
         np.testing.assert_array_equal(pcm, to_pcm(sf.read(fsdd / r["path"], dtype="float32")[0])[0])

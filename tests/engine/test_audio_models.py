@@ -7,7 +7,7 @@ import torch
 
 from engine.config import RunConfig
 from engine.models import MODEL_REGISTRY, FrameTransformer, MaskedAutoencoderViT, build_model, count_parameters
-from engine.models.mae import pool
+from engine.models.mae import pool, pool_stats
 from engine.objectives import masked_mse
 from engine.train import param_groups
 
@@ -46,6 +46,9 @@ def test_pool_averages_only_the_kept_positions():
     keep = torch.tensor([[True, True, False, False], [False, False, False, False]])
     out = pool(t, keep)
     assert torch.allclose(out[0], t[0, :2].mean(0)) and torch.allclose(out[1], t[1].mean(0))
+    st = pool_stats(t, keep)
+    assert st.shape == (2, 6) and torch.allclose(st[0, :3], out[0]) and torch.allclose(st[1, :3], out[1])
+    assert torch.allclose(st[0, 3:], t[0, :2].std(0, unbiased=False)) and torch.allclose(st[1, 3:], t[1].std(0, unbiased=False))
 
 
 def test_frame_tokens_round_trip_and_order():

@@ -3,10 +3,6 @@ through the real loop and store (both tasks, both targets), samples, features, i
 
 from __future__ import annotations
 
-import csv
-import io
-import zipfile
-
 import numpy as np
 import pytest
 import torch
@@ -18,6 +14,7 @@ from engine.errors import ConfigError
 from engine.store import create_run, get_run, load_samples
 from engine.tasks import build_task, get_task
 from engine.tasks.audio import Grid, interp_time
+from tests.fsdd import subset_zip
 
 
 @pytest.fixture(scope="module")
@@ -25,16 +22,7 @@ def ws(tmp_path_factory, shared_data):
     """A workspace with ``digits4``: 48 real FSDD clips (digits 0-3, jackson and theo, 6 takes each),
     split by speaker through a manifest's group column, at 8 kHz."""
     ws = tmp_path_factory.mktemp("audio-tasks") / "workspace"
-    root = shared_data / "fsdd"
-    with open(root / "manifest.csv", newline="") as f:
-        rows = [r for r in csv.DictReader(f) if r["label"] in "0123" and r["speaker"] in ("jackson", "theo")
-                and int(r["index"]) < 6]
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as z:
-        z.writestr("set/manifest.csv", "path,label,speaker\n" + "".join(f"{r['path']},{r['label']},{r['speaker']}\n" for r in rows))
-        for r in rows:
-            z.write(root / r["path"], f"set/{r['path']}")
-    (ws.parent / "digits4.zip").write_bytes(buf.getvalue())
+    subset_zip(shared_data, ws.parent / "digits4.zip", "0123", ("jackson", "theo"), 6)
     ws.mkdir()
     rep = import_source(ws.parent / "digits4.zip", "digits4", ImportOptions(group_column="speaker", sample_rate=8000,
                                                                              val_fraction=0.5), workspace=ws)
@@ -139,13 +127,13 @@ def test_features_average_every_window_of_a_clip(ws):
     task = build_task(cfg, "cpu", ws)
     x, y = task.features("val")
     ds = load_dataset("digits4", ws)
-    assert x.shape == (ds.info.n_val, 128) and np.array_equal(y, ds.labels[ds.indices("val")])
+    assert x.shape == (ds.info.n_val, 256) and np.array_equal(y, ds.labels[ds.indices("val")])
     # the longest val clip spans several 0.2 s windows: its feature is their average weighted by real frames
     rows = ds.indices("val")
     i = int(np.argmax(task.feats.n_frames[rows].numpy()))
     row, start = task.feats.windows([rows[i]], task.grid.frames)
     assert len(row) >= 3
     w = task.feats.window(row, start, task.grid.frames)
-    f = task.model.features(w.spec[:, None], task.grid.eligible(w))
+    f = task.model.features(w.spec[:, None], task.grid.eligible(w), stats=True)
     wt = w.real.sum(dim=1).float()
     assert np.allclose(x[i], ((f * wt[:, None]).sum(0) / wt.sum()).numpy(), atol=1e-5)
