@@ -132,10 +132,11 @@ def data_section(info) -> None:
     cols = st.columns(3)
     for k, s in enumerate(view["samples"]):
         with cols[k % 3]:
-            st.image(spec_image(s["mel"], scale=2), caption=f"{s['label']} · {s['split']} · {s['seconds']:.2f} s"
-                     + (f" · “{s['transcript']}”" if s["transcript"] else ""), width="stretch")
+            # natural size (3 px a frame and a bin): the widths compare the clips' durations
+            st.image(spec_image(s["mel"], scale=SCALE), caption=f"{s['label']} · {s['split']} · {s['seconds']:.2f} s"
+                     + (f" · “{s['transcript']}”" if s["transcript"] else ""), width="content")
             st.audio(s["wave"], sample_rate=view["rate"])
-    st.caption("Log-mel spectrograms (64 bins, 25 ms window, 10 ms hop; low frequencies at the bottom).")
+    st.caption("Log-mel spectrograms (64 bins, 25 ms window, 10 ms hop, 3 pixels a frame; low frequencies at the bottom).")
     left, right = st.columns(2)
     with left:
         st.subheader("Duration")
@@ -277,38 +278,74 @@ def mask_preview(cfg, info) -> None:
 # --------------------------------------------------------------------------- Run detail
 
 
+def png(img: np.ndarray) -> bytes:
+    """uint8 RGB ``[H, W, 3]`` -> PNG bytes."""
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(img).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def wav(wave: np.ndarray, rate: int) -> bytes:
+    """int16 PCM (or float in [-1, 1]) ``[n]`` -> 16-bit WAV bytes at ``rate`` Hz."""
+    import io
+
+    import soundfile as sf
+
+    w = np.asarray(wave)
+    w = w.astype(np.float32) / 32767.0 if w.dtype == np.int16 else w.astype(np.float32)
+    buf = io.BytesIO()
+    sf.write(buf, np.clip(w, -1, 1), int(rate), subtype="PCM_16", format="WAV")
+    return buf.getvalue()
+
+
+@st.cache_data(max_entries=8, ttl=900, show_spinner=False)
+def _sample_media(run_id: str, step: int, _sample) -> list[dict]:
+    """PNG and WAV bytes of every clip of a run's sample at ``step`` (``_sample``, not hashed: the
+    sample of a run and step never changes), so the Run detail fragment that redraws every 2 s
+    encodes nothing again."""
+    spec, pred = _sample["spec"].astype(np.float32), _sample["pred"].astype(np.float32)
+    mask, real = _sample["mask"], _sample["real"]
+    rate = int(_sample.meta.get("sample_rate", 16000))
+    out = []
+    for i in range(len(spec)):
+        lo_hi = _range(spec[i], real[i])
+        pasted = np.where(mask[i], pred[i], spec[i])
+        out.append({"hidden": int(mask[i].sum()),
+                    "images": [png(spec_image(spec[i], real[i], lo_hi=lo_hi)),
+                               png(spec_image(spec[i], real[i], mask[i], lo_hi=lo_hi)),
+                               png(spec_image(pasted, real[i], lo_hi=lo_hi))],
+                    "sounds": [wav(_sample[k][i], rate) for k in ("wave", "wave_gl", "wave_recon")]})
+    return out
+
+
 def samples_view(sample, run) -> None:
     """A run's fixed validation clips: original, masked and reconstructed spectrograms side by side,
     players for the original, for Griffin-Lim of the original and of the reconstruction."""
     names = sample.meta.get("class_names", [])
-    rate = int(sample.meta.get("sample_rate", 16000))
-    spec, pred, mask, real = sample["spec"].astype(np.float32), sample["pred"].astype(np.float32), sample["mask"], sample["real"]
+    spec = sample["spec"]
     masking = (run.config.get("masking", {}) if run is not None else {})
     st.caption(f"Step {sample.step} · {len(spec)} fixed validation clips · {masking.get('strategy', '?')} masking on a "
                f"{'x'.join(map(str, sample.meta.get('grid', [])))} grid of {sample.meta.get('unit', 'positions')}s · "
                "reconstruction = the prediction at masked cells, the original elsewhere · audio by Griffin-Lim "
                "(32 iterations): compare the reconstruction's sound with Griffin-Lim of the original, not with the "
                "recording")
-    for i in range(len(spec)):
+    media = _sample_media(run.run_id if run is not None else "", int(sample.step), sample)
+    for i, m in enumerate(media):
         y = int(sample["labels"][i])
         label = names[y] if 0 <= y < len(names) else str(y)
         text = (sample.meta.get("transcripts") or [""] * len(spec))[i]
         st.markdown(f"**{i + 1}. {label}**" + (f" · “{text}”" if text else ""))
-        lo_hi = _range(spec[i], real[i])
-        cells = mask[i]
-        pasted = np.where(cells, pred[i], spec[i])
-        a, b, c = st.columns(3)
-        a.image(spec_image(spec[i], real[i], lo_hi=lo_hi), caption="original", width="stretch")
-        b.image(spec_image(spec[i], real[i], cells, lo_hi=lo_hi), caption=f"masked input ({int(cells.sum())} cells hidden)",
-                width="stretch")
-        c.image(spec_image(pasted, real[i], lo_hi=lo_hi), caption="reconstruction", width="stretch")
-        p1, p2, p3 = st.columns(3)
-        with p1:
-            play(sample["wave"][i], rate, "original recording")
-        with p2:
-            play(sample["wave_gl"][i], rate, "Griffin-Lim of the original spectrogram")
-        with p3:
-            play(sample["wave_recon"][i], rate, "Griffin-Lim of the reconstruction")
+        captions = ["original", f"masked input ({m['hidden']} cells hidden)", "reconstruction"]
+        for col, img, cap in zip(st.columns(3), m["images"], captions):
+            col.image(img, caption=cap, width="stretch")
+        players = ["original recording", "Griffin-Lim of the original spectrogram", "Griffin-Lim of the reconstruction"]
+        for col, snd, cap in zip(st.columns(3), m["sounds"], players):
+            col.caption(cap)
+            col.audio(snd, format="audio/wav")
 
 
 # --------------------------------------------------------------------------- Mask lab

@@ -3,6 +3,8 @@ through the real loop and store (both tasks, both targets), samples, features, i
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -15,6 +17,8 @@ from engine.store import create_run, get_run, load_samples
 from engine.tasks import build_task, get_task
 from engine.tasks.audio import Grid, interp_time
 from tests.fsdd import subset_zip
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -137,3 +141,30 @@ def test_features_average_every_window_of_a_clip(ws):
     f = task.model.features(w.spec[:, None], task.grid.eligible(w), stats=True)
     wt = w.real.sum(dim=1).float()
     assert np.allclose(x[i], ((f * wt[:, None]).sum(0) / wt.sum()).numpy(), atol=1e-5)
+
+
+AUDIO_CONFIGS = ("configs/audio-mae-asterisk.yaml", "configs/audio-frames-fsdd.yaml")
+
+
+def test_example_configs_pass_the_preflight_on_an_imported_set(ws):
+    from engine.config import load_config
+
+    for path in AUDIO_CONFIGS:
+        cfg = load_config(REPO / path, ["data.dataset=digits4"])
+        assert cfg.task in ("audio_mae", "audio_frames")
+        assert check_run(cfg, ws).name == "digits4"
+
+
+@pytest.mark.slow
+def test_audio_frames_config_runs_from_the_cli(ws):
+    """`python -m engine run configs/audio-frames-fsdd.yaml --set data.dataset=NAME`, shortened."""
+    import os
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "engine", "run", "configs/audio-frames-fsdd.yaml", "--set",
+                          "data.dataset=digits4", "--set", "train.steps=4", "--set", "train.eval_interval=2"],
+                         capture_output=True, text=True, timeout=300, cwd=REPO,
+                         env={**os.environ, "MASKLAB_WORKSPACE": str(ws)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "completed: step 4/4" in out.stdout
