@@ -323,8 +323,12 @@ def _sample_media(run_id: str, step: int, _sample) -> list[dict]:
 
 
 def samples_view(sample, run) -> None:
-    """A run's fixed validation clips: original, masked and reconstructed spectrograms side by side,
-    players for the original, for Griffin-Lim of the original and of the reconstruction."""
+    """A run's fixed validation clips at one saved evaluation (a slider goes over all of them, as
+    the image view's): original, masked and reconstructed spectrograms side by side, players for the
+    original, for Griffin-Lim of the original and of the reconstruction."""
+    from app.modalities.image import pick_sample
+
+    sample = pick_sample(sample, run, "audio_step")
     names = sample.meta.get("class_names", [])
     spec = sample["spec"]
     masking = (run.config.get("masking", {}) if run is not None else {})

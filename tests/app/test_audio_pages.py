@@ -105,3 +105,8 @@ def test_run_detail_shows_spectrograms_and_players_of_a_run(env):
     assert caps.count("original") == 3 and caps.count("reconstruction") == 3
     assert len([c for c in caps if c.startswith("masked input (")]) == 3
     assert players(at) == 9  # the recording, Griffin-Lim of the original and of the reconstruction
+    # a slider over the saved evaluations (steps 0 and 2): the first one shows step 0's sample
+    slider = at.select_slider(key=f"audio_step_{run_id}")
+    assert slider.options == ["0", "2"] and slider.value == 2
+    slider.set_value(0).run()
+    assert any(c.value.startswith("Step 0 · 3 fixed validation clips") for c in at.caption)
