@@ -17,7 +17,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 \
 
 # Bundled sample data from Debian (Fashion-MNIST, MIT licence); curl for the health check.
 RUN apt-get update \
- && apt-get install -y --no-install-recommends dataset-fashion-mnist curl \
+ && apt-get install -y --no-install-recommends dataset-fashion-mnist fortunes asterisk-core-sounds-en-wav curl \
  && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /opt/masklab

@@ -7,10 +7,12 @@
     python -m engine resume RUN_ID [--set key=value ...]   continue from the latest checkpoint (background)
     python -m engine log RUN_ID [--bytes N]                the end of a background run's worker log
     python -m engine doctor [--repair] [--json]            check the workspace; repair what can be
-    python -m engine data add PATH [--name NAME]           import images (.zip/folder) or text
-                                                           (.txt, .csv, .tsv, .jsonl, .zip of .txt)
+    python -m engine data add PATH [--name NAME]           import images (.zip/folder), text
+                                                           (.txt, .csv, .tsv, .jsonl, .zip of .txt) or
+                                                           audio (.wav/.flac/.ogg, .zip/folder of them)
                 [--name-encoding ENC] [--fill COLOUR] [--text-column C] [--label-column C] ...
                 [--image-size N] [--geometry crop|stretch|pad] [--pad-fill edge|mean|COLOUR]
+                [--file-column C] [--group-column C] [--sample-rate HZ]   (audio: manifest, pipeline rate)
     python -m engine data inspect PATH                     what `data add` would do (columns, classes)
     python -m engine data list
     python -m engine data delete NAME                      delete an imported dataset
@@ -73,8 +75,8 @@ def _parser() -> argparse.ArgumentParser:
     dr.add_argument("--json", action="store_true", help="machine-readable output")
     d = sub.add_parser("data", help="datasets").add_subparsers(dest="data_cmd", required=True)
     a = d.add_parser("add", help="import images (.zip or folder of PNG/JPEG/WebP/BMP/TIFF/GIF, labels = sub-folder "
-                     "names) or text "
-                     "(.txt, .csv, .tsv, .jsonl, .zip of .txt files)")
+                     "names), text (.txt, .csv, .tsv, .jsonl, .zip of .txt files) or audio (.wav/.flac/.ogg, "
+                     ".zip or folder of them; labels = sub-folders or a manifest table)")
     i = d.add_parser("inspect", help="show what `data add` would import: modality, columns and roles, classes")
     for sp in (a, i):
         sp.add_argument("path")
@@ -89,6 +91,8 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--name-encoding", default=None, metavar="ENC",
                         help="encoding of zip member names not marked as UTF-8, e.g. cp437, cp1252, cp932 "
                         "(default: detected; the report says which)")
+        sp.add_argument("--sample-rate", type=int, default=None, metavar="HZ",
+                        help="audio: resample every clip to this rate (default 16000)")
     a.add_argument("--name", default=None)
     a.add_argument("--image-size", type=int, default=None, metavar="N",
                    help="images: side in pixels of the square images stored (default: the images' own size "
@@ -297,6 +301,7 @@ def _import_options(args):
         file_column=args.file_column, text_column=args.text_column, label_column=args.label_column,
         group_column=args.group_column, min_chars=args.min_chars, max_chars=args.max_chars,
         val_fraction=args.val_fraction, seed=args.seed, name_encoding=args.name_encoding,
+        sample_rate=args.sample_rate,
     )  # fmt: skip
 
 
@@ -383,6 +388,8 @@ def cmd_data(args) -> int:
         for info in list_datasets():
             if info.image_shape is not None:
                 shape = "x".join(map(str, info.image_shape))
+            elif "sample_rate" in info.stats:
+                shape = f"{info.stats['sample_rate']} Hz"
             else:
                 shape = f"~{info.stats.get('chars_mean', 0):.0f} chars" if "chars_mean" in info.stats else "-"
             print(f"{info.name:20} {info.modality:6} {shape:12}  train {info.n_train:6}  val {info.n_val:6}"

@@ -43,6 +43,8 @@ def _describe(n: str) -> str:
         return n
     if i.image_shape:
         return f"{n}  ({i.n_train + i.n_val:,} images, {'x'.join(map(str, i.image_shape[1:]))} px)"
+    if i.modality == "audio":
+        return f"{n}  ({i.n_train + i.n_val:,} clips, {i.stats.get('sample_rate', 0) / 1000:g} kHz)"
     return f"{n}  ({i.n_train + i.n_val:,} {i.modality} items)" if i.modality != "text" else f"{n}  ({i.n_train + i.n_val:,} texts)"
 
 

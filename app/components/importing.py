@@ -22,7 +22,12 @@ from engine.data import ImportOptions, inspect_source
 from engine.data.jobs import cancel_import, import_status, start_import
 from engine.data.tabular import ROLES
 
-UPLOAD_LABEL = "Dataset file: a .zip of images (PNG, JPEG, WebP, BMP, TIFF, GIF) or of .txt files, or one .txt / .csv / .tsv / .jsonl"
+UPLOAD_LABEL = ("Dataset file: a .zip of images (PNG, JPEG, WebP, BMP, TIFF, GIF), of audio clips (WAV, FLAC, Ogg) or of "
+                ".txt files, or one .txt / .csv / .tsv / .jsonl / .wav / .flac / .ogg")
+#: What one item of each modality is called in the plan and the report.
+UNITS = {"image": "images", "text": "texts", "audio": "clips"}
+#: Pipeline rates offered for audio (Hz); every clip is resampled to the chosen one.
+SAMPLE_RATES = [8000, 16000, 22050, 44100, 48000]
 _AUTO, _NONE = "(detect)", "(none)"
 
 
@@ -62,7 +67,7 @@ def _column_options(plan, key: str) -> dict:
 
 def _show_plan(plan) -> None:
     st.markdown(f"**{plan.source}**: {plan.modality} ({plan.kind}) · {plan.n_items:,} "
-                f"{'images' if plan.modality == 'image' else 'texts'} to import · {len(plan.class_names)} classes")
+                f"{UNITS.get(plan.modality, 'items')} to import · {len(plan.class_names)} classes")
     if plan.label_counts:
         st.caption("Classes: " + ", ".join(f"{c} ({n})" for c, n in plan.label_counts.items()))
     if plan.cleaning:
@@ -96,7 +101,7 @@ def _refusals(rejected, skipped) -> None:
 def show_report(outcome, name: str) -> None:
     """An import's outcome (``engine.data.jobs.ImportOutcome``) under a banner coloured by the
     outcome: all in, some refused, nothing in."""
-    what = "texts" if outcome.modality == "text" else "images"
+    what = UNITS.get(outcome.modality, "items")
     if outcome.dataset is None:
         st.error(f"Nothing was imported from {name}.")
     elif outcome.rejected:
@@ -195,7 +200,16 @@ def import_panel() -> str | None:
         hi = d.number_input("Drop texts longer than (characters, 0 = no limit)", 0, 10_000_000, 0, key=f"{key}_max")
         base.update(min_chars=int(lo) or None, max_chars=int(hi) or None)
     else:
-        extra.update(geometry_options(key))
+        if plan.modality == "audio":
+            from engine.data.audio import DEFAULT_SAMPLE_RATE
+
+            rate = st.selectbox("Sample rate (Hz)", SAMPLE_RATES, index=SAMPLE_RATES.index(DEFAULT_SAMPLE_RATE),
+                                key=f"{key}_rate", format_func=lambda r: f"{r:,} Hz",
+                                help="every clip is made mono and resampled to this rate (the report says which "
+                                     "clips were)")  # fmt: skip
+            base["sample_rate"] = int(rate)
+        else:
+            extra.update(geometry_options(key))
         enc = st.text_input("Member-name encoding", placeholder="detected", key=f"{key}_enc",
                             help="for zips whose names are not UTF-8, e.g. cp437, cp1252, cp932")
         base["name_encoding"] = enc.strip() or None

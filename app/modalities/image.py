@@ -129,6 +129,21 @@ def step_picker(run_id: str, steps: list[int], key: str) -> int:
                             help="every saved evaluation of this run: the same images and masks at each step")
 
 
+def pick_sample(sample, run, key: str):
+    """The run's sample at the evaluation step chosen with :func:`step_picker` (shown only when the
+    run saved more than one); ``sample`` (its newest) when there is no choice or no run."""
+    from engine.store import load_samples, sample_steps
+
+    if run is None:
+        return sample
+    steps = guarded(sample_steps, run.run_id) or [sample.step]
+    if len(steps) > 1:
+        step = step_picker(run.run_id, steps, f"{key}_{run.run_id}")
+        if step != sample.step:
+            return guarded(load_samples, run.run_id, step) or sample
+    return sample
+
+
 def _pixel_figures(run_id: str, step: int) -> dict[str, float]:
     """The run's ``val_mse`` / ``val_psnr`` logged at ``step`` (empty when not logged)."""
     from engine.store import read_metrics
@@ -145,14 +160,7 @@ def samples_view(sample, run) -> None:
     reconstruction with the visible patches pasted back, large (the main view, with each image's
     masked-patch MSE), then one row each of the originals, masked inputs, the prediction at the
     masked patches only, and the error map."""
-    from engine.store import load_samples, sample_steps
-
-    if run is not None:
-        steps = guarded(sample_steps, run.run_id) or [sample.step]
-        if len(steps) > 1:
-            step = step_picker(run.run_id, steps, f"recon_step_{run.run_id}")
-            if step != sample.step:
-                sample = guarded(load_samples, run.run_id, step) or sample
+    sample = pick_sample(sample, run, "recon_step")
     names = sample.meta.get("class_names", [])
     images, mask = sample["images"], sample["mask"]
     classes = [names[int(y)] if 0 <= int(y) < len(names) else str(int(y)) for y in sample["labels"]]

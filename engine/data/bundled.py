@@ -6,6 +6,9 @@
 - ``fashion-mnist``: the IDX gzip files of Debian's ``dataset-fashion-mnist`` package in
   ``/usr/share/datasets/fashion-mnist`` (or ``$MASKLAB_FASHION_MNIST_DIR``); 28x28, 1 channel, 10
   classes; the official split: train = the 60,000 training images, val = the 10,000 test (t10k) images.
+- ``asterisk-prompts``: the voice prompts of Debian's ``asterisk-core-sounds-en-wav`` in
+  ``/usr/share/asterisk/sounds/en_US_f_Allison`` (or ``$MASKLAB_ASTERISK_DIR``), audio at 8 kHz,
+  label = folder, transcripts; built by :func:`engine.data.audio.build_asterisk` (rules there).
 - ``fortunes``: the fortune-cookie files of Debian's ``fortunes`` package (with ``fortunes-min``) in
   ``/usr/share/games/fortunes`` (or ``$MASKLAB_FORTUNES_DIR``): one document per fortune (entries are
   separated by lines holding a single ``%``), label = topic file name. Every topic file without an
@@ -26,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.data import audio
 from engine.data.dataset import Dataset, DatasetInfo, ImageDataset, TextDataset, n_val_for, seeded_split
 from engine.errors import DatasetError
 from engine.messages import describe_error
@@ -68,9 +72,10 @@ DESCRIPTIONS = {
     "the University of California), see /usr/share/doc/fortunes/copyright; the texts are quoted from "
     "many authors.",
 }
+DESCRIPTIONS["asterisk-prompts"] = audio.ASTERISK_DESCRIPTION
 BUNDLED = tuple(DESCRIPTIONS)
 """Names of the bundled datasets, in listing order. These names are reserved for imports."""
-MODALITY = {"digits": "image", "fashion-mnist": "image", "fortunes": "text"}
+MODALITY = {"digits": "image", "fashion-mnist": "image", "fortunes": "text", "asterisk-prompts": "audio"}
 """Modality of each bundled dataset (known without reading it)."""
 
 
@@ -111,11 +116,13 @@ def _fortune_files() -> list[Path]:
 
 
 def bundled_status() -> list[BundledStatus]:
-    """Status of ``digits``, ``fashion-mnist`` and ``fortunes`` (checks files only; loads no data)."""
+    """Status of every bundled dataset (checks files only; loads no data)."""
     return [
         BundledStatus("digits", True, DESCRIPTIONS["digits"], "part of scikit-learn; nothing to install"),
         BundledStatus("fashion-mnist", _fashion_available(), DESCRIPTIONS["fashion-mnist"], FASHION_HOW_TO),
         BundledStatus("fortunes", bool(_fortune_files()), DESCRIPTIONS["fortunes"], FORTUNES_HOW_TO),
+        BundledStatus("asterisk-prompts", audio.asterisk_available(), DESCRIPTIONS["asterisk-prompts"],
+                      audio.ASTERISK_HOW_TO),
     ]
 
 
@@ -125,6 +132,7 @@ def is_available(name: str) -> bool:
         name == "digits"
         or (name == "fashion-mnist" and _fashion_available())
         or (name == "fortunes" and bool(_fortune_files()))
+        or (name == "asterisk-prompts" and audio.asterisk_available())
     )
 
 
@@ -222,6 +230,8 @@ def bundled_info(name: str, created_at: str = "") -> DatasetInfo:
         shape, classes = (1, h, w), FASHION_CLASSES
     elif name == "fortunes":
         return dataclasses.replace(_build_fortunes().info, created_at=created_at)
+    elif name == "asterisk-prompts":
+        return audio.asterisk_info(created_at)
     else:
         raise DatasetError(f"{name!r} is not a bundled dataset (bundled: {', '.join(BUNDLED)})")
     return DatasetInfo(
@@ -249,6 +259,8 @@ def build_bundled(name: str, created_at: str) -> Dataset:
     if name == "fortunes":
         ds = _build_fortunes()
         return dataclasses.replace(ds, info=dataclasses.replace(ds.info, created_at=created_at))
+    if name == "asterisk-prompts":
+        return audio.build_asterisk(created_at)
     info = bundled_info(name, created_at)
     if name == "digits":
         from sklearn.datasets import load_digits

@@ -42,7 +42,7 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 
 from engine.access import permission
-from engine.data.importer import _import_outcome, _import_target
+from engine.data.archive import import_outcome, import_target
 from engine.data.limits import ImportLimits, human_bytes
 from engine.errors import DatasetError
 from engine.messages import describe_error
@@ -330,7 +330,7 @@ def _split_note(pairs: list[IdxPair], options) -> str:
     return f"seeded stratified split, {options.val_fraction:g} to val (seed {options.seed})"
 
 
-@permission("data.import", _import_target, _import_outcome)
+@permission("data.import", import_target, import_outcome)
 def import_idx(path: Path, name: str | None, options, *, workspace=None, overwrite: bool = False,
                source_label: str | None = None, limits: ImportLimits | None = None, image_size: int | None = None,
                fill: str = "white", geometry: str = "crop", pad_fill: str = "edge", progress=None):

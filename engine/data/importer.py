@@ -43,8 +43,8 @@ from PIL import Image, ImageColor
 
 from engine.access import permission
 from engine.data import bundled, storage
-from engine.data.archive import Member, Members, NameDecoding, decode_names, read_problem
-from engine.data.archive import classify
+from engine.data.archive import Member, Members, NameDecoding, decode_names, import_outcome, import_target, read_problem
+from engine.data.archive import classify, refusal_lines, skip_reason
 from engine.data.dataset import DatasetInfo, seeded_split, validate_name
 from engine.data.images import (
     EXTENSIONS, GEOMETRIES, PAD_FILLS, PadFill, Refused, check_format, decode, fit_square, open_header, sniff,
@@ -135,13 +135,7 @@ class ImportReport:
         if self.converted:
             lines.append("Converted:")
             lines += [f"  {n} x {note}" for note, n in Counter(n for _, n in self.converted).most_common()]
-        if self.rejected:
-            lines.append("Rejected:")
-            lines += [f"  {path}: {reason}" for path, reason in self.rejected]
-        if self.skipped:
-            lines.append("Skipped (not images):")
-            lines += [f"  {n} x {reason}" for reason, n in Counter(r for _, r in self.skipped).most_common()]
-        return "\n".join(lines)
+        return "\n".join(lines + refusal_lines(self.rejected, self.skipped, "Skipped (not images)"))
 
 
 @dataclass
@@ -168,15 +162,7 @@ class ArchiveScan:
 
 def _skip_reason(rel: str) -> str | None:
     """Why a file is not an image candidate, or None if it has an image extension."""
-    parts = PurePosixPath(rel).parts
-    if parts and parts[0] == "__MACOSX":
-        return "macOS metadata"
-    if any(p.startswith(".") for p in parts):
-        return "hidden file"
-    ext = PurePosixPath(rel).suffix.lower()
-    if ext not in EXTENSIONS:
-        return f"not an image file ({ext or 'no extension'})"
-    return None
+    return skip_reason(rel, EXTENSIONS, "an image file")
 
 
 def _classify(members: list[Member], limits: ImportLimits) -> tuple[list[Member], list, list]:
@@ -296,20 +282,9 @@ def auto_size(sizes: Counter) -> tuple[int, str]:
                              f"choose the size to keep more detail")
 
 
-def _import_target(a: dict) -> str:
-    """What an import acts on, for the audit log: the dataset name asked for, else the source."""
-    return a.get("name") or a.get("source_label") or str(a.get("path"))
 
 
-def _import_outcome(report) -> dict:
-    """The audit details of an import report (dataset name, counts)."""
-    out = {"accepted": report.accepted, "rejected": len(report.rejected), "source": report.source}
-    if report.dataset is not None:
-        out["target"] = report.dataset.name
-    return out
-
-
-@permission("data.import", _import_target, _import_outcome)
+@permission("data.import", import_target, import_outcome)
 def import_archive(
     path: str | os.PathLike[str],
     name: str | None = None,

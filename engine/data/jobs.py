@@ -67,7 +67,7 @@ class ImportOutcome:
     """What a finished import did, in plain values (what the Data page shows).
 
     Attributes:
-        modality: ``"image"`` or ``"text"``.
+        modality: ``"image"``, ``"text"`` or ``"audio"``.
         dataset: the registered dataset's name (None when nothing was imported).
         accepted: images or documents in the dataset.
         rejected / skipped: ``(file, reason)``.
@@ -237,7 +237,9 @@ def cancel_import(job_id: str, *, workspace: str | os.PathLike[str] | None = Non
 
 
 def _outcome(report: Any) -> dict[str, Any]:
-    modality = "text" if hasattr(report, "cleaning") else "image"
+    from engine.data.audio import AudioImportReport
+
+    modality = "text" if hasattr(report, "cleaning") else "audio" if isinstance(report, AudioImportReport) else "image"
     return asdict(ImportOutcome(
         modality, report.dataset.name if report.dataset is not None else None, report.accepted,
         list(report.rejected), list(report.skipped),

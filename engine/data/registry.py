@@ -16,14 +16,16 @@ PathLike = str | os.PathLike[str] | None
 
 def list_datasets(workspace: PathLike = None, modality: str | None = None) -> list[DatasetInfo]:
     """All datasets that :func:`load_dataset` can load: bundled ones first (``digits``, ``fashion-mnist``,
-    ``fortunes``), then the registered ones by name. Check ``info.modality`` (``"image"``, ``"text"``).
+    ``fortunes``, ``asterisk-prompts``), then the registered ones by name. Check ``info.modality``
+    (``"image"``, ``"text"``, ``"audio"``).
 
     Cheap: it reads ``meta.json`` files and, for a bundled set not yet registered, computes its info
     without loading pixels or registering it (Fashion-MNIST: only the IDX headers are read; fortunes:
-    the topic files are parsed once per process, ~0.1 s); such an info has ``created_at == ""``. A bundled set whose files are missing is left out unless it was
-    registered before. Datasets with an unreadable ``meta.json`` are logged and left out.
+    the topic files are parsed once per process, ~0.1 s; asterisk-prompts: the WAV headers, once per
+    process); such an info has ``created_at == ""``. A bundled set whose files are missing is left out
+    unless it was registered before. Datasets with an unreadable ``meta.json`` are logged and left out.
 
-    ``modality`` (``"image"``, ``"text"``) keeps only the datasets of that modality (a page that
+    ``modality`` (``"image"``, ``"text"``, ``"audio"``) keeps only the datasets of that modality (a page that
     draws images asks for ``modality="image"``); a bundled set of another modality is then not
     even read.
     """
@@ -46,13 +48,15 @@ def load_dataset(name: str, workspace: PathLike = None) -> Dataset:
     """Load dataset ``name`` from the workspace.
 
     A registered dataset is read as is (nothing is written). A bundled one (``digits``,
-    ``fashion-mnist``, ``fortunes``) that is available but not registered yet is built, registered atomically in
-    ``<workspace>/datasets/<name>/`` and then loaded; later calls only read it.
+    ``fashion-mnist``, ``fortunes``, ``asterisk-prompts``) that is available but not registered yet is
+    built, registered atomically in ``<workspace>/datasets/<name>/`` and then loaded; later calls only
+    read it.
 
     Returns:
-        An :class:`~engine.data.dataset.ImageDataset` (images uint8 ``[N, H, W, C]``) or a
-        :class:`~engine.data.dataset.TextDataset` (``text(i)``, ``texts(split)``), by
-        ``info.modality``; both have labels int64 ``[N]`` and split uint8 ``[N]``.
+        An :class:`~engine.data.dataset.ImageDataset` (images uint8 ``[N, H, W, C]``), a
+        :class:`~engine.data.dataset.TextDataset` (``text(i)``, ``texts(split)``) or an
+        :class:`~engine.data.dataset.AudioDataset` (``clip(i)``, int16 PCM), by ``info.modality``;
+        all have labels int64 ``[N]`` and split uint8 ``[N]``.
     Raises:
         DatasetError: unknown name (the message lists the known names), a bundled set that is not
             available (the message says how to install it), an invalid name, or unreadable files

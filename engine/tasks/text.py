@@ -187,6 +187,7 @@ class _TextTask(Task):
     modality = "text"
     unit = "token"
     default_loss = "cross_entropy"
+    data_sections = ("tokenizer",)
 
     @classmethod
     def resolve(cls, cfg: RunConfig) -> None:
