@@ -77,7 +77,7 @@ def _tree_names(path: Path, label: str) -> list[str]:
 
     if not path.is_dir() and not zipfile.is_zipfile(path):
         raise DatasetError(f"{label}: not a zip archive, a folder or a known file type "
-                           f"(.zip, .txt, {', '.join(TABLE_EXTENSIONS)})")  # fmt: skip
+                           f"(.zip, .txt, {', '.join(TABLE_EXTENSIONS)}, {', '.join(audio.EXTENSIONS)})")  # fmt: skip
     with Members(path, label, ImportLimits.from_env()) as ms:
         decode_names(ms.members)
         names = [clean_path(m.name) for m in ms.members]
