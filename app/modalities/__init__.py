@@ -29,7 +29,8 @@ TASK_KIND = {"image_mim": "image", "text_mlm": "text_mlm", "text_span": "text_sp
 SAMPLE_TITLES = {"image": "Reconstructions", "text_mlm": "Predictions on validation texts",
                  "text_span": "Completions of validation texts", "audio_spec": "Spectrograms and audio"}
 #: sample kind -> the Compare page's view of several runs' samples ``(samples: {label: Sample}) -> [(caption, image)]``.
-COMPARE_VIEWS = {"image": image.compare_view, "text_mlm": text.compare_view, "text_span": text.compare_view}
+COMPARE_VIEWS = {"image": image.compare_view, "text_mlm": text.compare_view, "text_span": text.compare_view,
+                 "audio_spec": audio.compare_view}
 INTERACTIVE = {"text_mlm": text.fill_in_box, "text_span": text.completion_box, "image_mim": image.masking_box}
 #: What New run proposes for a task's training, over ``TrainConfig``'s defaults (measured recipes:
 #: see bench/README.md).

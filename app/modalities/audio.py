@@ -352,6 +352,46 @@ def samples_view(sample, run) -> None:
             col.audio(snd, format="audio/wav")
 
 
+def compare_view(samples: dict, n: int = 4) -> list[tuple[str, np.ndarray]]:
+    """The Compare page's grid for audio runs: rows are the first ``n`` fixed validation clips (the
+    same clips for runs on the same dataset and window: :func:`engine.data.representative`), columns
+    the original log-mel spectrogram, then per run its masked input and its reconstruction (the
+    prediction at masked cells, the original elsewhere), at each run's latest samples, on one colour
+    range per clip. ``samples``: run label -> ``Sample`` of kind ``audio_spec``. Returns the
+    ``(caption, uint8 column image)`` pairs drawn (the HTML report reuses them)."""
+    from app.components.compare import stack_column
+
+    if not samples:
+        return []
+    first = next(iter(samples.values()))
+    k = min(n, *(len(s["spec"]) for s in samples.values()))
+    same = all(s["spec"].shape == first["spec"].shape and np.allclose(s["spec"][:k], first["spec"][:k])
+               for s in samples.values())
+    ranges = [_range(first["spec"][i].astype(np.float32), first["real"][i]) for i in range(k)]
+
+    def column(s, kind: str) -> np.ndarray:
+        spec = s["spec"][:k].astype(np.float32)
+        rows = []
+        for i in range(k):
+            lo_hi = ranges[i] if same else _range(spec[i], s["real"][i])
+            x = np.where(s["mask"][i], s["pred"][i].astype(np.float32), spec[i]) if kind == "recon" else spec[i]
+            rows.append(spec_image(x, s["real"][i], s["mask"][i] if kind == "masked" else None, lo_hi=lo_hi, scale=2))
+        return stack_column(np.stack(rows))
+
+    drawn = [("original", column(first, "original"))]
+    for label, s in samples.items():
+        drawn.append((f"{label} · masked (step {s.step})", column(s, "masked")))
+        drawn.append((f"{label} · reconstruction (step {s.step})", column(s, "recon")))
+    if not same:
+        st.caption("These runs' fixed validation clips differ (other datasets or windows): each column shows its own "
+                   "run's clips.")
+    per_row = 5
+    for start in range(0, len(drawn), per_row):
+        for col, (caption, img) in zip(st.columns(per_row, gap="small"), drawn[start:start + per_row]):
+            col.image(img, caption=caption, width="stretch")
+    return drawn
+
+
 # --------------------------------------------------------------------------- Mask lab
 
 
