@@ -117,7 +117,8 @@ def show_report(outcome, name: str) -> None:
 @st.fragment(run_every="1s")
 def import_progress() -> None:
     """The running import of this session (``engine.data.jobs``, another process): a progress bar
-    and Cancel; at its end the report, and the new dataset is selected. Re-read every second."""
+    and Cancel; at its end the report (or why it ended), and the new dataset is selected. Re-read
+    every second; :func:`import_panel` draws it only while this session holds an import."""
     held = st.session_state.get("data_job")
     if held is None:
         return
@@ -134,18 +135,18 @@ def import_progress() -> None:
         if button.button("Cancel import", key=f"cancel_{job_id}"):
             guarded(cancel_import, job_id, actor=actor())
         return
+    # Ended: the whole page reruns (the fragment, and its 1 s timer, stop; the note outlives it).
     st.session_state.pop("data_job", None)
     if job.state == "completed":
         st.session_state["data_report"] = (job.outcome, name)
         if job.outcome.dataset:
             st.session_state["data_pending"] = job.outcome.dataset
-        st.rerun(scope="app")
-    elif job.state == "cancelled":
-        st.session_state["data_report"] = None
-        st.info(f"Import of {name} cancelled; nothing was registered.")
     else:
         st.session_state["data_report"] = None
-        st.error(f"Import of {name} {job.state}: {job.error}")
+        st.session_state["data_import_note"] = (
+            ("info", f"Import of {name} cancelled; nothing was registered.") if job.state == "cancelled"
+            else ("error", f"Import of {name} {job.state}: {job.error}"))
+    st.rerun(scope="app")
 
 
 #: Image sizes offered; "auto" is the images' own size when they all share one (else 64).
@@ -178,7 +179,11 @@ def import_panel() -> str | None:
     Returns None (a finished import selects its dataset through ``data_pending``)."""
     # Any file is taken: one of another type is refused by the engine in masklab's words (a type
     # filter here would show a red chip whose reason appears only on hover).
-    import_progress()
+    if st.session_state.get("data_job") is not None:  # the 1 s fragment only while an import runs
+        import_progress()
+    note = st.session_state.pop("data_import_note", None)
+    if note is not None:
+        (st.info if note[0] == "info" else st.error)(note[1])
     upload = st.file_uploader(UPLOAD_LABEL, key="data_upload")
     if upload is None:
         return None
