@@ -6,8 +6,8 @@ automatic page menu next to the ``st.navigation`` one.
 
 Before any page, on every rerun: the exposure check (``app.serve.exposure_problem``: an address
 other than 127.0.0.1 needs sign-in), then the sign-in gate (``app.components.access``). The pages a
-session gets follow its role: read-only sessions (a viewer, or ``MASKLAB_MODE=demo``) get Runs and
-Run detail; editors every page; admins also the Audit page. The engine checks the role again in
+session gets follow its role: read-only sessions (a viewer, or ``MASKLAB_MODE=demo``) get Runs, Run
+detail, Compare and Sweeps (Compare without its Evaluate button); editors every page; admins also the Audit page. The engine checks the role again in
 every write call, so hiding is only a convenience.
 """
 

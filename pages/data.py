@@ -23,7 +23,8 @@ if "data_pending" in st.session_state:  # select a dataset that was just importe
     url.put("dataset", st.session_state["data_ds"])
 
 if can("data.import", actor()):  # editors; the engine refuses anyone else anyway
-    busy = "data_job" in st.session_state or st.session_state.get("data_report") is not None
+    # Open while an import runs or has something to say (its report, or why it ended without one).
+    busy = any(st.session_state.get(k) is not None for k in ("data_job", "data_report", "data_import_note"))
     with st.expander("Import a dataset", expanded=busy):
         import_panel()  # a finished import selects its dataset through data_pending
 

@@ -17,9 +17,11 @@ Each import is ``python -m engine.data.jobs <job_dir>``, one OS process in its o
 ``job.log``         the process's stdout/stderr
 ==================  ==========================================================================
 
-The process caps its address space (``RLIMIT_AS``) at ``$MASKLAB_IMPORT_MEMORY_MB`` (default 2048
-MB) once its modules are loaded; an import that needs more ends ``failed`` with a message naming the
-variable (Python's MemoryError), never the machine's OOM killer. A dataset is registered only by
+The process first loads the modules its kind of import needs (:data:`PRELOAD`: torch alone maps about
+3 GB of address space), then caps its address space (``RLIMIT_AS``) at what it has mapped plus
+``$MASKLAB_IMPORT_MEMORY_MB`` (default 2048 MB); an import that needs more ends ``failed`` with a
+message naming the variable (Python's MemoryError), never the machine's OOM killer. Any other
+unexpected error also ends ``failed``, with its type and message (the traceback is in ``job.log``). A dataset is registered only by
 the final atomic rename of :func:`engine.workspace.publish_folder`: SIGTERM (cancel) raises
 :class:`ImportCancelled` in the process, the temporary folder is removed on the way out, and no
 partial dataset is ever visible. A job whose process died without a result (SIGKILL) reads
@@ -40,6 +42,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -247,6 +250,42 @@ def _outcome(report: Any) -> dict[str, Any]:
     ))  # fmt: skip
 
 
+#: Modules an import of each kind (:func:`engine.data.ingest.detect_source`) loads lazily, loaded
+#: before the memory cap: under it, mapping a large shared library fails ("failed to map segment").
+PRELOAD: dict[str, tuple[str, ...]] = {
+    "audio": ("soundfile", "torch", "torchaudio"),  # decode; resampling to the pipeline rate
+    "image": ("PIL.Image",),
+    "idx": ("PIL.Image",),
+    "text": (),
+}
+
+
+def _preload(path: str, label: str) -> None:
+    """Import :data:`PRELOAD`'s modules for the source's kind (nothing when the kind is unknown:
+    the import itself then refuses the source in masklab's words)."""
+    import importlib
+
+    from engine.data.ingest import detect_source
+
+    try:
+        kind = detect_source(path, label)
+    except MasklabError:
+        return
+    for name in PRELOAD.get(kind, ()):
+        importlib.import_module(name)
+    if "PIL.Image" in sys.modules:
+        sys.modules["PIL.Image"].init()  # every format plugin, not only the first few
+
+
+def mapped_bytes() -> int:
+    """This process's address space now (``VmSize`` of ``/proc/self/status``), in bytes."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    raise OSError("no VmSize in /proc/self/status")
+
+
 def run_job(d: Path) -> int:
     """The import process: take the job's lock, cap memory, import, write ``result.json``. Returns
     the exit code (0 completed, 1 failed, 130 cancelled)."""
@@ -272,7 +311,11 @@ def run_job(d: Path) -> int:
     try:
         if (d / CANCEL_FILE).exists():
             raise ImportCancelled()
-        resource.setrlimit(resource.RLIMIT_AS, (cap, hard))  # the soft limit: lifted again below
+        _preload(job["path"], job["source_label"])
+        limit = mapped_bytes() + cap
+        if hard != resource.RLIM_INFINITY:
+            limit = min(limit, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))  # the soft limit: lifted again below
         report = import_source(job["path"], job["name"], ImportOptions(**job["options"]),
                                overwrite=job["overwrite"], source_label=job["source_label"],
                                actor=Identity(**job["actor"]), progress=progress, **job["image_options"])  # fmt: skip
@@ -285,6 +328,10 @@ def run_job(d: Path) -> int:
             "registered. Import fewer or smaller images at once, or raise the cap")}, 1  # fmt: skip
     except MasklabError as e:
         result, code = {"state": "failed", "error": str(e)}, 1
+    except Exception as e:  # a bug or an environment fault: still an ended job, with the reason
+        traceback.print_exc()
+        result, code = {"state": "failed", "error": (
+            f"{type(e).__name__}: {e}; nothing was registered (the traceback is in {d / 'job.log'})")}, 1
     finally:
         resource.setrlimit(resource.RLIMIT_AS, (hard, hard))
     signal.signal(signal.SIGTERM, signal.SIG_DFL)

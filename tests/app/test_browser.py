@@ -255,7 +255,11 @@ def test_b_launch_watch_curves_and_reconstructions(server, page, workspace_dir):
     images = page.get_by_test_id("stImage").locator("img")
     # main view + 4 rows x 8 fixed validation images (+ the masking box once a checkpoint is kept)
     wait_until(lambda: images.count() >= 40, 20, "the reconstruction views")
-    assert all(images.nth(i).evaluate("img => img.naturalWidth > 0") for i in range(40))
+    # The live run's views redraw as checkpoints arrive, so count decoded images in one pass until 40
+    # have loaded; a broken image never does and times this out.
+    wait_until(lambda: page.evaluate("""() => [...document.querySelectorAll('[data-testid="stImage"] img')]
+                                          .filter(i => i.complete && i.naturalWidth > 0).length""") >= 40,
+               30, "40 decoded reconstruction images")
     expect(page.get_by_text(re.compile(r"Step \d+ · 8 fixed validation images"))).to_be_visible()
     shot(page, "b3-run-detail")
 

@@ -25,7 +25,11 @@ REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 expect = playwright_sync.expect
 CFG = {"data": {"dataset": "digits"}, "model": {"preset": "tiny", "patch_size": 2}, "train": {"steps": 50}}
-WRITE_CONTROLS = re.compile(r"^(Cancel|Resume|Launch|Import|Delete run|Delete dataset|Browse files)$")
+WRITE_CONTROLS = re.compile(r"^(Cancel|Resume|Launch|Import|Evaluate|Delete run|Delete dataset|Browse files)$")
+# The sidebar of each role, in the router's order (app/streamlit_app.py).
+VIEWER_PAGES = ["Runs", "Run detail", "Compare", "Sweeps"]
+EDITOR_PAGES = ["Data", "New run", "Mask lab", *VIEWER_PAGES]
+ADMIN_PAGES = [*EDITOR_PAGES, "Audit"]
 
 
 def serve(workspace: Path, **env: str) -> tuple[subprocess.Popen, str]:
@@ -95,7 +99,7 @@ def test_demo_mode_has_no_write_controls_and_its_write_paths_refuse(workspace, r
         expect(page.get_by_text("running · step 10 / 50")).to_be_visible(timeout=30_000)  # the live run's progress line
         settle(page)
         titles = [t.strip() for t in page.get_by_test_id("stSidebarNavLink").all_inner_texts()]
-        assert titles == ["Runs", "Run detail"]
+        assert titles == VIEWER_PAGES
         expect(page.get_by_text("Demo: read-only")).to_be_visible()
         assert _visible_write_controls(page) == []
         shot(page, "demo-runs")
@@ -106,6 +110,12 @@ def test_demo_mode_has_no_write_controls_and_its_write_paths_refuse(workspace, r
         settle(page)
         assert _visible_write_controls(page) == []
         shot(page, "demo-run-detail")
+
+        page.goto(f"{url}/compare?runs={live},{ended}")  # read-only too: no Evaluate button
+        expect(page.get_by_role("heading", name="Compare runs")).to_be_visible(timeout=30_000)
+        settle(page)
+        assert _visible_write_controls(page) == []
+        shot(page, "demo-compare")
 
         page.goto(f"{url}/new_run")  # not in the demo's navigation
         settle(page)
@@ -161,8 +171,7 @@ def test_users_file_sign_in_shows_each_role_its_pages(workspace, running_run, br
     set_user("ed", "editor", "pw-ed")
     set_user("ada", "admin", "pw-ada")
     proc, url = serve(workspace)
-    expected = {"vera": ["Runs", "Run detail"], "ed": ["Data", "New run", "Mask lab", "Runs", "Run detail"],
-                "ada": ["Data", "New run", "Mask lab", "Runs", "Run detail", "Audit"]}  # fmt: skip
+    expected = {"vera": VIEWER_PAGES, "ed": EDITOR_PAGES, "ada": ADMIN_PAGES}
     try:
         for name, pages in expected.items():
             ctx = browser.new_context(viewport={"width": 1400, "height": 2000})
@@ -204,7 +213,7 @@ def test_oidc_sign_in_against_a_local_provider_gives_each_role_its_pages(workspa
                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)  # fmt: skip
         url = f"http://127.0.0.1:{port}"
         wait_for_health(proc, url, log.name)
-        expected = {"vera": ["Runs", "Run detail"], "ada": ["Data", "New run", "Mask lab", "Runs", "Run detail", "Audit"]}
+        expected = {"vera": VIEWER_PAGES, "ada": ADMIN_PAGES}
         try:
             for sub in ("vera", "ada", "eve"):
                 ctx = browser.new_context(viewport={"width": 1400, "height": 2000})

@@ -16,6 +16,8 @@ from PIL import Image
 from engine.access import Identity
 from engine.data import list_datasets, load_dataset
 from engine.data.jobs import ImportJob, cancel_import, import_status, jobs_dir, memory_cap_bytes, start_import
+from tests.engine.test_idx import idx_bytes
+from tests.fsdd import subset_zip
 from engine.errors import DatasetError, PermissionDeniedError
 
 EDITOR, VIEWER = Identity("ed", "editor", "password"), Identity("vera", "viewer", "password")
@@ -59,6 +61,43 @@ def test_a_background_import_reports_progress_and_its_outcome(workspace, tmp_pat
     audit = [json.loads(line) for line in (workspace / "audit" / "audit.jsonl").read_text().splitlines()]
     assert [(a["user"], a["action"], a["target"], a["outcome"], a["accepted"]) for a in audit] == [
         ("ed", "data.import", "pics", "ok", 40)]  # written by the import process, as the one who asked
+
+
+def _source(kind: str, tmp_path: Path, shared_data: Path) -> tuple[Path, int]:
+    """A small real source of each kind an import job runs, and how many items it holds."""
+    if kind == "image":
+        return _zip(tmp_path / "pics.zip", 6), 6
+    if kind == "idx":
+        images = np.random.default_rng(0).integers(0, 256, (12, 28, 28))
+        with zipfile.ZipFile(tmp_path / "mnist.zip", "w") as z:
+            z.writestr("t10k-images-idx3-ubyte.gz", idx_bytes(images, 0x08, gz=True))
+            z.writestr("t10k-labels-idx1-ubyte.gz", idx_bytes(np.arange(12) % 3, 0x08, gz=True))
+        return tmp_path / "mnist.zip", 12
+    if kind == "text":
+        (tmp_path / "lines.txt").write_text("".join(f"line number {i} of a small corpus\n" for i in range(30)))
+        return tmp_path / "lines.txt", 30
+    # FSDD clips are 8 kHz: the job resamples them to the 16 kHz pipeline rate with torchaudio
+    return subset_zip(shared_data, tmp_path / "spoken.zip", "01", ("jackson",), 3), 6
+
+
+@pytest.mark.parametrize("kind", ["image", "idx", "text", "audio"])
+def test_every_kind_of_import_completes_under_the_default_memory_cap(kind, workspace, tmp_path, shared_data):
+    # Each kind loads its heavy modules (torch for audio maps ~3 GB) before the cap is set; a module
+    # first imported under the cap failed to map ("libtorch_cpu.so: failed to map segment").
+    path, n = _source(kind, tmp_path, shared_data)
+    job = start_import(path, "src", actor=EDITOR, **({"image_size": 8} if kind == "image" else {}))
+    st = _wait(job, lambda s: not s.active, timeout=300)
+    assert (st.state, st.error, st.outcome.modality, st.outcome.accepted) == ("completed", "", kind.replace("idx", "image"), n)
+
+
+def test_an_unexpected_error_ends_the_job_failed_with_its_reason(workspace, tmp_path):
+    # An image option the importer does not take: a TypeError inside the process, not a MasklabError.
+    job = start_import(_zip(tmp_path / "pics.zip", 2), "pics", actor=EDITOR, no_such_option=1)
+    st = _wait(job, lambda s: not s.active)
+    assert st.state == "failed"
+    assert st.error.startswith("TypeError: ") and "no_such_option" in st.error and "nothing was registered" in st.error
+    assert "Traceback" in (jobs_dir() / job / "job.log").read_text()
+    _no_partial_dataset(workspace, "pics")
 
 
 def test_a_cancelled_import_leaves_no_partial_dataset(workspace, tmp_path):
