@@ -85,6 +85,6 @@ else:
     st.caption("Each run's main figure at its last evaluation beside the best predictor that does not learn "
                "(measured at step 0 on the same validation masks); probe and kNN: frozen encoder features at its "
                "latest evaluation, beside the same model at its initial weights and chance (the most common class).")
-    st.subheader("Reconstructions of the same validation inputs")
+    st.subheader("Reconstructions side by side")
     show_reconstructions(runs, legend)
 st.caption("masklab · read-only presentation view · " + " · ".join(run_label(r) for r in runs))
