@@ -7,7 +7,7 @@ automatic page menu next to the ``st.navigation`` one.
 Before any page, on every rerun: the exposure check (``app.serve.exposure_problem``: an address
 other than 127.0.0.1 needs sign-in), then the sign-in gate (``app.components.access``). The pages a
 session gets follow its role: read-only sessions (a viewer, or ``MASKLAB_MODE=demo``) get Runs, Run
-detail, Compare and Sweeps (Compare without its Evaluate button); editors every page; admins also the Audit page. The engine checks the role again in
+detail, Compare, Sweeps and Presentation (Compare without its Evaluate button); editors every page; admins also the Audit page. The engine checks the role again in
 every write call, so hiding is only a convenience.
 """
 
@@ -30,7 +30,7 @@ from app.serve import exposure_problem, signin_configured  # noqa: E402
 from engine.access import acting_as, can, is_demo  # noqa: E402
 from engine.errors import MasklabError  # noqa: E402
 
-st.set_page_config(page_title="masklab", layout="wide")
+st.set_page_config(page_title="masklab", layout="wide", initial_sidebar_state="auto")  # Presentation: "collapsed"
 st.html(PIXELATED_CSS)  # upscaled 8x8 digits stay crisp squares; a thin frame shows padding
 
 try:
@@ -48,7 +48,8 @@ identity_bar(who)
 # Page paths are relative to this file. The titles here are the sidebar labels; pages link to each
 # other with the same paths (st.page_link("../pages/run_detail.py")). No icons: emoji need an emoji
 # font and Material icons a web font, and a machine offline without either shows empty boxes.
-READ_ONLY = ["../pages/runs.py", "../pages/run_detail.py", "../pages/compare.py", "../pages/sweeps.py"]
+READ_ONLY = ["../pages/runs.py", "../pages/run_detail.py", "../pages/compare.py", "../pages/sweeps.py",
+             "../pages/present.py"]
 PAGES = {
     "../pages/data.py": "Data",
     "../pages/new_run.py": "New run",
@@ -57,6 +58,7 @@ PAGES = {
     "../pages/run_detail.py": "Run detail",
     "../pages/compare.py": "Compare",
     "../pages/sweeps.py": "Sweeps",
+    "../pages/present.py": "Presentation",
     "../pages/audit.py": "Audit",
 }
 shown = [p for p in PAGES if (p in READ_ONLY or not read_only(who)) and (p != "../pages/audit.py" or can("audit.read", who))]

@@ -17,15 +17,14 @@ from app.components import guarded, render_metrics_chart, run_label, runs_or_sto
 from app.components.charts import axis_controls, show_read_warnings
 from app.components.compare import (
     REP_FIGURES, config_diff, downstream_frame, eff_display, efficiency_frame, mark_best, probe_bars, report_html,
+    show_reconstructions,
 )
 from app.components.errors import user_errors
 from app.components.quality import loss_title
-from app.components.runs import masking_label
 from app.components.urlstate import PageState
-from app.modalities import COMPARE_VIEWS
 from app.components.access import allowed
 from engine.launcher import evaluate
-from engine.store import load_samples, read_metrics
+from engine.store import read_metrics
 from engine.store.evaluations import latest_evaluation, read_job
 from engine.tasks import get_task
 
@@ -69,6 +68,8 @@ if len(picked_ids) < 2:
     st.stop()
 picked = [r for r in runs if r.run_id in picked_ids]
 ids = [r.run_id for r in picked]
+st.page_link("../pages/present.py", label="Presentation view", query_params={"runs": ",".join(ids)},
+             help="These runs full width for a demo: key numbers and reconstructions, no controls")
 
 # ---------------------------------------------------------------- curves
 st.header("Curves")
@@ -104,25 +105,7 @@ else:
 
 # ---------------------------------------------------------------- reconstructions
 st.header("Reconstructions of the same validation inputs")
-by_kind: dict[str, dict] = {}
-for r in picked:
-    s = guarded(load_samples, r.run_id)
-    if s is not None:
-        by_kind.setdefault(s.kind, {})[legend[r.run_id]] = s
-drawn = []
-if not by_kind:
-    st.caption("None of these runs has saved samples yet.")
-for kind, samples in by_kind.items():
-    view = COMPARE_VIEWS.get(kind)
-    if view is None:
-        st.caption(f"No compare view for {kind!r} samples.")
-        continue
-    seeds = {(r.config.get("train") or {}).get("seed") for r in picked}
-    st.caption(f"Latest saved samples of each run · mask seed {'same for all' if len(seeds) == 1 else 'differs'} "
-               f"(train.seed {', '.join(map(str, sorted(s for s in seeds if s is not None)))}) · "
-               + " · ".join(f"{lab}: {masking_label(next(r.config for r in picked if legend[r.run_id] == lab))}"
-                            for lab in samples))
-    drawn += view(samples)
+drawn = show_reconstructions(picked, legend)
 
 # ---------------------------------------------------------------- downstream
 st.header("Downstream: frozen-feature probes")

@@ -15,11 +15,11 @@ from app.components import guarded, run_label, runs_or_stop, short_label, status
 from app.components.access import allowed, delete_panel
 from app.components.charts import axis_controls
 from app.components.quality import headline_of, quality_table
-from app.components.run_summary import checkpoint_download, curves, summary
+from app.components.run_summary import checkpoint_download, curves, show_samples, summary
 from app.components.runs import latest_points, progress_with_cancel
 from app.components.urlstate import PageState
 from app.components.resume import resume_panel
-from app.modalities import INTERACTIVE, SAMPLE_TITLES, SAMPLE_VIEWS, TASK_KIND
+from app.modalities import INTERACTIVE, SAMPLE_TITLES, TASK_KIND
 from engine.launcher import cancel, delete_run
 from engine.store import get_run, latest_checkpoint_step, load_samples, read_log
 
@@ -35,6 +35,8 @@ if wanted and wanted not in ids:
     st.error(f"No run {wanted!r} in this workspace; showing the most recent run instead.")
 run_id = url.widget(st.selectbox, "Run", "run", default=ids[0], options=ids, format_func=labels.get, key="rd_run")
 x_axis, log_y = axis_controls(url, "rd")
+st.page_link("../pages/present.py", label="Presentation view", query_params={"run": run_id},
+             help="This run full width for a demo: key numbers and reconstructions, no controls")
 
 
 @st.fragment(run_every="2s")
@@ -55,21 +57,8 @@ def status_panel(run_id: str) -> None:
 
 @st.fragment(run_every="2s")
 def samples_panel(run_id: str) -> None:
-    """The run's latest samples, drawn by the view of their kind (app.modalities.SAMPLE_VIEWS)."""
-    sample = guarded(load_samples, run_id)
-    run = guarded(get_run, run_id)
-    if sample is None:
-        if run is not None and not run.is_active:
-            st.info(f"This run ended ({run.status}) before saving any sample.")
-        else:
-            every = run.config.get("train", {}).get("eval_interval", "?") if run else "?"
-            st.info(f"No reconstructions yet: they are saved when training starts (step 0), then every {every} steps.")
-        return
-    view = SAMPLE_VIEWS.get(sample.kind)
-    if view is None:
-        st.info(f"The dashboard has no view for {sample.kind!r} samples.")
-        return
-    view(sample, run)
+    """The run's latest samples (re-read every 2 s: a new evaluation's show up)."""
+    show_samples(run_id)
 
 
 status_panel(run_id)

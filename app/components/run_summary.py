@@ -1,5 +1,5 @@
 """Run detail's summary: status badge, figures each with its step, device and size, curves, the
-checkpoint download. Every value shown says the step it belongs to."""
+run's samples, the checkpoint download. Every value shown says the step it belongs to."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from app.components.charts import render_metrics_chart, show_read_warnings
 from app.components.errors import guarded
 from app.components.quality import headline_of, loss_title
 from app.components.runs import METRIC_NAMES, format_duration, run_label, status_badge
-from engine.store import checkpoint_weights, read_metrics
+from engine.store import checkpoint_weights, get_run, load_samples, read_metrics
 
 
 def device_text(rec: Any) -> str:
@@ -71,6 +71,28 @@ def curves(run_id: str, config: dict, legend: dict, x: str, log_y: bool) -> None
     if metric != "val_loss":
         render_metrics_chart(df[df["key"] == metric], y_title=METRIC_NAMES.get(metric, (metric,))[0],
                              raw_keys=(metric,), height=180, **opts)  # fmt: skip
+
+
+def show_samples(run_id: str) -> None:
+    """The run's latest samples, drawn by the view of their kind (``app.modalities.SAMPLE_VIEWS``:
+    reconstructions, predictions, spectrograms), or a plain note when it has none yet or the
+    dashboard has no view for them. Run detail and Presentation."""
+    from app.modalities import SAMPLE_VIEWS
+
+    sample = guarded(load_samples, run_id)
+    run = guarded(get_run, run_id)
+    if sample is None:
+        if run is not None and not run.is_active:
+            st.info(f"This run ended ({run.status}) before saving any sample.")
+        else:
+            every = run.config.get("train", {}).get("eval_interval", "?") if run else "?"
+            st.info(f"No reconstructions yet: they are saved when training starts (step 0), then every {every} steps.")
+        return
+    view = SAMPLE_VIEWS.get(sample.kind)
+    if view is None:
+        st.info(f"The dashboard has no view for {sample.kind!r} samples.")
+        return
+    view(sample, run)
 
 
 def checkpoint_download(rec: Any) -> None:

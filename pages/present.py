@@ -1,0 +1,90 @@
+"""Presentation: one run, or several side by side, for a demo: full width, read only, no controls.
+
+``?run=<id>`` shows one run: its key numbers (the task's main figure next to its best trivial
+baseline; the latest evaluation's linear-probe and kNN accuracy next to the same model at its
+initial weights), the table of every baseline, and its samples drawn by its modality's view
+(``app.modalities.SAMPLE_VIEWS``). ``?runs=<id>,<id>`` shows several: one row of key numbers per
+run and the same validation inputs reconstructed by each (``app.modalities.COMPARE_VIEWS``). Without
+either, the most recent run. Run detail and Compare link here. Nothing on this page writes: no
+Cancel, Resume, Launch, Evaluate or Delete, and no filters; the sidebar starts collapsed.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from app.components import guarded, run_label, short_label, status_badge
+from app.components.compare import show_reconstructions
+from app.components.present import key_numbers, key_table, show_key_metrics
+from app.components.quality import headline_of, quality_table
+from app.components.run_summary import show_samples
+from app.components.runs import format_duration, latest_points, masking_label
+from app.components.urlstate import PageState
+from app.modalities import SAMPLE_TITLES, TASK_KIND
+from engine.errors import RunNotFoundError
+from engine.store import get_run, list_runs
+from engine.store.evaluations import latest_evaluation
+
+st.set_page_config(initial_sidebar_state="collapsed")  # the entry says "auto"; a direct link opens without it
+url = PageState("present", ("run", "runs"))
+asked = url.get("runs", "", cast=str) or url.get("run", "", cast=str)
+wanted = list(dict.fromkeys(x.strip() for x in asked.split(",") if x.strip()))  # in order, once each
+if not wanted:
+    newest = guarded(list_runs) or []
+    if not newest:
+        st.title("Presentation")
+        st.info("No runs yet: this page shows a run once one has been started.")
+        st.stop()
+    wanted = [newest[0].run_id]
+    st.caption("The most recent run. Run detail and Compare open this page for the runs they show "
+               "(`?run=<id>`, or `?runs=<id>,<id>` for several).")
+
+
+def record(run_id: str):
+    """The run's record; an unknown id raises with a message for people (not the workspace path)."""
+    try:
+        return get_run(run_id)
+    except RunNotFoundError:
+        raise RunNotFoundError(f"No run {run_id!r} in this workspace: the link may be mistyped, or the run "
+                               "was deleted.") from None
+
+
+runs = [r for r in (guarded(record, x) for x in wanted) if r is not None]  # damaged folders: their own message
+if not runs:
+    st.stop()
+
+
+def subtitle(rec) -> str:
+    """One line under a run's name: status, task, dataset, masking, steps and duration."""
+    cfg = rec.config
+    parts = [status_badge(rec.status), f"task `{cfg.get('task', 'image_mim')}`",
+             f"dataset `{(cfg.get('data') or {}).get('dataset', '?')}`", f"masking {masking_label(cfg)}",
+             f"step {rec.step} of {rec.total_steps}"]
+    return " · ".join(parts + ([format_duration(rec.duration_s)] if rec.duration_s else []))
+
+
+points = latest_points(runs)
+numbers = {r.run_id: key_numbers(r, points, guarded(latest_evaluation, r.run_id)) for r in runs}
+if len(runs) == 1:
+    (rec,) = runs
+    st.title(rec.name or rec.run_id)
+    st.markdown(subtitle(rec) + f" · run `{rec.run_id}`")
+    show_key_metrics(numbers[rec.run_id])
+    st.subheader("Validation figure and baselines")
+    step, value = points.get((rec.run_id, headline_of(rec.config)[0]), (None, None))
+    quality_table(rec, step, value)
+    st.subheader(SAMPLE_TITLES.get(TASK_KIND.get(rec.config.get("task", "image_mim"), ""), "Samples"))
+    show_samples(rec.run_id)
+else:
+    legend = {r.run_id: short_label(r) for r in runs}
+    st.title(f"{len(runs)} runs compared")
+    for r in runs:
+        st.markdown(f"**{legend[r.run_id]}** · " + subtitle(r))
+    st.subheader("Key numbers")
+    st.table(key_table([(legend[r.run_id], numbers[r.run_id]) for r in runs]).set_index("run"))
+    st.caption("Each run's main figure at its last evaluation beside the best predictor that does not learn "
+               "(measured at step 0 on the same validation masks); probe and kNN: frozen encoder features at its "
+               "latest evaluation, beside the same model at its initial weights and chance (the most common class).")
+    st.subheader("Reconstructions side by side")
+    show_reconstructions(runs, legend)
+st.caption("masklab · read-only presentation view · " + " · ".join(run_label(r) for r in runs))
