@@ -5,7 +5,7 @@ Public API (pages and the CLI use only these):
     load_samples -> Sample; read_log -> str; latest_checkpoint_step -> int;
     checkpoint_weights -> CheckpointWeights (the newest complete checkpoint's weights: step, size, parameters);
     read_config_history -> list of {step, config, changed};
-    disk_usage -> DiskUsage (bytes per run, per dataset, in total); run_bytes -> int.
+    disk_usage -> DiskUsage (bytes per run, per dataset, in total); run_bytes, dataset_bytes -> int.
 Annotations (tags, note, archived; editors, audited): annotate, set_tags, tag_run, set_note, archive_run.
 Write side (only the holder of the run lock, plus the launcher's create_run): write_status,
 MetricsWriter, save_samples, save_checkpoint, append_config_history, truncate_metrics, compact_metrics.
@@ -40,7 +40,7 @@ from engine.store.runs import (
     write_status,
 )
 from engine.store.samples import Sample, load_samples, sample_steps, save_samples
-from engine.store.usage import DiskUsage, disk_usage, format_bytes, run_bytes
+from engine.store.usage import DiskUsage, dataset_bytes, disk_usage, format_bytes, run_bytes
 
 
 def read_metrics(
@@ -57,7 +57,7 @@ def read_metrics(
 
 
 __all__ = [
-    "Annotations", "DiskUsage", "annotate", "archive_run", "disk_usage", "format_bytes", "run_bytes", "set_note",
+    "Annotations", "DiskUsage", "annotate", "archive_run", "dataset_bytes", "disk_usage", "format_bytes", "run_bytes", "set_note",
     "set_tags", "tag_run",
     "ACTIVE", "CANCEL_FILE", "RESUMABLE", "STATUSES", "CheckpointWeights", "MetricsWriter", "RunLock", "RunRecord",
     "Sample", "append_config_history", "checkpoint_weights", "compact_metrics", "create_run", "get_run", "latest_checkpoint_step",

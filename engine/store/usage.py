@@ -98,6 +98,14 @@ def run_bytes(run_id: str, workspace=None) -> int:
     return folder_bytes(run_dir(run_id, workspace))
 
 
+def dataset_bytes(name: str, workspace=None) -> int:
+    """Bytes used by registered dataset ``name`` (0 for a bundled set not stored yet, or a name that
+    is no folder of ``datasets/``)."""
+    if not name or "/" in name or "\\" in name or name.startswith("."):
+        return 0
+    return folder_bytes(workspace_root(workspace) / "datasets" / name)
+
+
 def disk_usage(workspace=None) -> DiskUsage:
     """Bytes used per run, per registered dataset, and by everything else in the workspace. Hidden
     folders in ``runs/`` and ``datasets/`` (a deletion or an import in progress) count as other."""
