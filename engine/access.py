@@ -4,13 +4,13 @@ Roles (each includes the ones before it):
 
 =========  ==============================================================================
 ``viewer``  read everything (runs, metrics, samples, datasets); change nothing
-``editor``  + launch, resume and cancel runs; import datasets
+``editor``  + launch, resume and cancel runs; tag, annotate and archive runs; import datasets
 ``admin``   + delete runs and datasets, manage users, read the audit log
 =========  ==============================================================================
 
 Every engine function that changes the workspace on a user's behalf (``engine.launcher.submit`` /
-``resume`` / ``cancel`` / ``delete_run``, ``engine.data`` imports and ``delete_dataset``,
-``engine.users`` changes) opens :func:`authorized` with its action from :data:`ACTIONS`. The check
+``resume`` / ``cancel`` / ``delete_run``, ``engine.store.annotations.annotate``, ``engine.data``
+imports and ``delete_dataset``, ``engine.users`` changes) opens :func:`authorized` with its action from :data:`ACTIONS`. The check
 therefore holds however the function is reached: a page, a fragment, a script in the dashboard
 process, the CLI. Refusals raise :class:`~engine.errors.PermissionDeniedError` before anything is
 written, and every attempt (done, failed or refused) is a line of the audit log (:mod:`engine.audit`).
@@ -53,6 +53,7 @@ ACTIONS: dict[str, tuple[str, str]] = {
     "run.resume": ("editor", "resume runs"),
     "run.cancel": ("editor", "cancel runs"),
     "run.evaluate": ("editor", "evaluate runs"),
+    "run.annotate": ("editor", "tag, annotate or archive runs"),
     "run.delete": ("admin", "delete runs"),
     "data.import": ("editor", "import datasets"),
     "data.delete": ("admin", "delete datasets"),

@@ -2,7 +2,11 @@
 
     python -m engine run [CONFIG] [--set key=value ...]    train in the foreground (progress bar)
     python -m engine submit [CONFIG] [--set key=value ...] train in the background; prints the run id
-    python -m engine runs [--json]                         runs with status, latest metrics and errors
+    python -m engine runs [--all] [--json]                 runs with status, latest metrics, errors, tags, disk
+                                                           space (archived runs only with --all)
+    python -m engine tag RUN_ID TAG... [--remove]          add tags to a run (or remove them)
+    python -m engine note RUN_ID TEXT                      set a run's note ("" clears it, - reads stdin)
+    python -m engine archive RUN_ID [--unarchive]          hide a run from run lists (or show it again)
     python -m engine cancel RUN_ID
     python -m engine resume RUN_ID [--set key=value ...]   continue from the latest checkpoint (background)
     python -m engine log RUN_ID [--bytes N]                the end of a background run's worker log
@@ -45,8 +49,19 @@ def _parser() -> argparse.ArgumentParser:
                        help="YAML run config, e.g. configs/mae-digits.yaml (none: the defaults, then --set)")
         s.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                        help="override a field, e.g. --set train.steps=200 (repeatable)")
-    r = sub.add_parser("runs", help="list runs")
+    r = sub.add_parser("runs", help="list runs (not the archived ones unless --all)")
     r.add_argument("--json", action="store_true", help="machine-readable output")
+    r.add_argument("--all", action="store_true", help="archived runs too")
+    tg = sub.add_parser("tag", help="add tags to a run (--remove: remove them)")
+    tg.add_argument("run_id")
+    tg.add_argument("tags", nargs="+", metavar="TAG", help="up to 40 characters each, no comma")
+    tg.add_argument("--remove", action="store_true", help="remove these tags instead")
+    nt = sub.add_parser("note", help="set a run's note")
+    nt.add_argument("run_id")
+    nt.add_argument("text", help='the note (up to 10,000 characters; "" clears it; - reads standard input)')
+    ar = sub.add_parser("archive", help="archive a run: hidden from run lists, not deleted (--unarchive: shown again)")
+    ar.add_argument("run_id")
+    ar.add_argument("--unarchive", action="store_true", help="show it in run lists again")
     c = sub.add_parser("cancel", help="cancel a queued or running run")
     c.add_argument("run_id")
     rs = sub.add_parser("resume", help="continue a failed, cancelled, diverged or interrupted run from its latest "
@@ -234,29 +249,63 @@ def cmd_evaluate(args) -> int:
 
 
 def cmd_runs(args) -> int:
-    from engine.store import list_runs
+    from engine.store import disk_usage, format_bytes, list_runs
 
-    runs = list_runs()
+    every = list_runs()
+    runs = [r for r in every if args.all or not r.archived]
+    usage = disk_usage()
     if args.json:
         print(json.dumps([{
             "run_id": r.run_id, "name": r.name, "status": r.status, "step": r.step,
             "total_steps": r.total_steps, "created_at": r.created_at, "duration_s": r.duration_s,
-            "error": r.error, "latest": r.latest, "warnings": list(r.warnings)} for r in runs], indent=2))
+            "error": r.error, "latest": r.latest, "warnings": list(r.warnings), "tags": list(r.tags),
+            "note": r.note, "archived": r.archived, "disk_bytes": usage.runs.get(r.run_id, 0)} for r in runs], indent=2))
         return 0
+    hidden = len(every) - len(runs)
     if not runs:
-        print("no runs yet")
+        print("no runs yet" if not hidden else f"no runs to show: {hidden} archived (--all shows them)")
         return 0
-    print(f"{'run id':24} {'name':18} {'status':11} {'step':>12} {'loss':>9} {'val_loss':>9} {'time':>7}")
+    print(f"{'run id':24} {'name':18} {'status':11} {'step':>12} {'loss':>9} {'val_loss':>9} {'time':>7} {'disk':>9}")
     for r in runs:
         loss = r.latest.get("loss")
         val = r.latest.get("val_loss")
         dur = f"{r.duration_s:.0f}s" if r.duration_s is not None else "-"
         print(f"{r.run_id:24} {r.name[:18]:18} {r.status:11} {f'{r.step}/{r.total_steps}':>12} "
-              f"{'-' if loss is None else f'{loss:.4f}':>9} {'-' if val is None else f'{val:.4f}':>9} {dur:>7}")
+              f"{'-' if loss is None else f'{loss:.4f}':>9} {'-' if val is None else f'{val:.4f}':>9} {dur:>7} "
+              f"{format_bytes(usage.runs.get(r.run_id, 0)):>9}")
+        if r.tags or r.archived:
+            print("    " + "  ".join((["archived"] if r.archived else []) + ([f"tags: {', '.join(r.tags)}"] if r.tags else [])))
         if r.error and r.status in ("failed", "diverged", "interrupted"):
             print(f"    {r.status}: {r.error}")
         for w in r.warnings:
             print(f"    warning: {w}")
+    print(f"disk: runs {format_bytes(usage.runs_total)}, datasets {format_bytes(usage.datasets_total)}, "
+          f"workspace {format_bytes(usage.total)}" + (f"; {hidden} archived run(s) not shown (--all)" if hidden else ""))
+    return 0
+
+
+def cmd_tag(args) -> int:
+    from engine.store import tag_run
+
+    done = tag_run(args.run_id, remove=args.tags) if args.remove else tag_run(args.run_id, add=args.tags)
+    print(f"{args.run_id}: tags {', '.join(done.tags) or '(none)'}")
+    return 0
+
+
+def cmd_note(args) -> int:
+    from engine.store import set_note
+
+    text = sys.stdin.read() if args.text == "-" else args.text
+    done = set_note(args.run_id, text)
+    print(f"{args.run_id}: note {'cleared' if not done.note else f'saved ({len(done.note):,} characters)'}")
+    return 0
+
+
+def cmd_archive(args) -> int:
+    from engine.store import archive_run
+
+    archive_run(args.run_id, not args.unarchive)
+    print(f"{'unarchived' if args.unarchive else 'archived'} run {args.run_id}")
     return 0
 
 
@@ -410,7 +459,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     handler = {"run": cmd_run, "submit": cmd_submit, "runs": cmd_runs, "cancel": cmd_cancel, "resume": cmd_resume,
                "evaluate": cmd_evaluate, "sweep": cmd_sweep, "log": cmd_log, "doctor": cmd_doctor, "data": cmd_data, "delete": cmd_delete, "audit": cmd_audit,
-               "users": cmd_users}
+               "users": cmd_users, "tag": cmd_tag, "note": cmd_note, "archive": cmd_archive}
     try:
         return handler[args.cmd](args)
     except MasklabError as e:

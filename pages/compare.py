@@ -29,7 +29,8 @@ from engine.store.evaluations import latest_evaluation, read_job
 from engine.tasks import get_task
 
 st.title("Compare runs")
-url = PageState("compare", ("runs", "smoothing", "x", "y", "loss", "dataset", "modality", "strategy", "status", "q"))
+url = PageState("compare", ("runs", "smoothing", "x", "y", "loss", "dataset", "modality", "strategy", "status", "tag",
+                            "q"))
 runs = runs_or_stop()
 
 
@@ -40,23 +41,24 @@ def _modality(cfg: dict) -> str:
         return "?"
 
 
-facets = {
-    "dataset": lambda r: (r.config.get("data") or {}).get("dataset", "?"),
-    "modality": lambda r: _modality(r.config),
-    "strategy": lambda r: (r.config.get("masking") or {}).get("strategy", "?"),
-    "status": lambda r: r.status,
+facets = {  # each gives a run's values for the facet; a run matches when one of them is chosen
+    "dataset": lambda r: {(r.config.get("data") or {}).get("dataset", "?")},
+    "modality": lambda r: {_modality(r.config)},
+    "strategy": lambda r: {(r.config.get("masking") or {}).get("strategy", "?")},
+    "status": lambda r: {r.status},
+    "tag": lambda r: set(r.tags),
 }
-cols = st.columns([2, 1, 1, 1, 1])
+cols = st.columns([2, 1, 1, 1, 1, 1])
 with cols[0]:
     q = url.widget(st.text_input, "Search names and ids", "q", default="", key="cmp_q")
 chosen = {}
 for col, (name, of) in zip(cols[1:], facets.items()):
     with col:
-        options = sorted({of(r) for r in runs})
+        options = sorted(set().union(*(of(r) for r in runs)))
         chosen[name] = url.widget(st.multiselect, name, name, default=[], options=options, key=f"cmp_{name}",
                                   cast=lambda v: str(v).split(","), encode_as=lambda v: ",".join(v) or None)
 shown = [r for r in runs if (not q or q.lower() in run_label(r).lower())
-         and all(not chosen[n] or facets[n](r) in chosen[n] for n in facets)]
+         and all(not chosen[n] or facets[n](r) & set(chosen[n]) for n in facets)]
 labels = {r.run_id: run_label(r) for r in runs}
 legend = {r.run_id: short_label(r) for r in runs}
 picked_ids = url.widget(st.multiselect, f"Runs to compare ({len(shown)} match the filters)", "runs",

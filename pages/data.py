@@ -1,6 +1,6 @@
 """Data: import a dataset (images or text, every format through one panel), then look at any
 dataset: representative samples (class by class), sizes and class counts, drawn by the dataset's
-modality view. The dataset shown is in the URL (``?dataset=name``): a reload or a link reopens it."""
+modality view, and the disk space it takes. The dataset shown is in the URL (``?dataset=name``): a reload or a link reopens it."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from app.components.urlstate import PageState, index_of
 from app.modalities import ui_for
 from engine.access import can
 from engine.data import bundled_status, delete_dataset
+from engine.store import dataset_bytes, format_bytes
 
 st.title("Data")
 url = PageState("data", ("dataset",))
@@ -55,7 +56,8 @@ url.put("dataset", name)
 info = infos[name]
 st.write(info.description or "")
 st.caption(f"Source: {info.source}" + (f" · registered {info.created_at}" if info.created_at else "")
-           + (f" · content hash {info.source_hash[:12]}" if getattr(info, "source_hash", "") else ""))
+           + (f" · content hash {info.source_hash[:12]}" if getattr(info, "source_hash", "") else "")
+           + (f" · {format_bytes(dataset_bytes(name))} on disk" if info.created_at else " · not stored yet"))
 ui = ui_for(info.modality)
 if ui is None:
     st.info(f"The dashboard cannot show {info.modality} datasets yet.")

@@ -5,6 +5,7 @@ The run comes from ``?run=<id>`` (links from New run and Runs), else the most re
 axes are in the URL too (``&x=relative&y=log``). The summary and the samples are fragments that
 re-read the run every 2 s, so a new eval's samples show up without reloading the page. A failed,
 diverged or interrupted run says why; an active run can be cancelled (after a confirmation).
+Editors tag, annotate and archive the run; "Open this config in New run" fills New run's form with it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import streamlit as st
 
 from app.components import guarded, run_label, runs_or_stop, short_label, status_message
 from app.components.access import allowed, delete_panel
+from app.components.annotations import annotations_panel, open_in_new_run
 from app.components.charts import axis_controls
 from app.components.quality import headline_of, quality_table
 from app.components.run_summary import checkpoint_download, curves, show_samples, summary
@@ -63,12 +65,14 @@ def samples_panel(run_id: str) -> None:
 
 status_panel(run_id)
 rec = next(r for r in runs if r.run_id == run_id)
+annotations_panel(rec, sorted({t for r in runs for t in r.tags}))
 resume_panel(rec)
 st.subheader(SAMPLE_TITLES.get(TASK_KIND.get(rec.config.get("task", "image_mim"), ""), "Samples"))
 samples_panel(run_id)
 box = INTERACTIVE.get(rec.config.get("task", "image_mim"))
 if box is not None:
     box(rec, guarded(load_samples, run_id))
+open_in_new_run(rec)
 with st.expander("Resolved config"):
     st.json(rec.config)
 with st.expander("Worker log"):  # read only when the page runs, not every 2 s

@@ -3,6 +3,8 @@
 A run whose worker process is gone shows as interrupted; a metrics file that cannot be read is
 skipped with a warning above the charts. The runs plotted, the smoothing and the axes live in the
 URL (``?runs=a,b&smoothing=0.6&x=step&y=log``), so a reload or a copied link shows the same view.
+Archived runs are hidden unless **Show archived** is on (``&archived=true``); the table says how much
+disk each run takes, and the caption under it the totals.
 
 The table and the charts are fragments that rerun every 2 s on their own; they only read
 ``status.json`` files (``list_runs``) and Parquet metrics (``read_metrics``), both cheap.
@@ -20,28 +22,39 @@ from app.components.resume import resume_buttons
 from app.components.runs import progress_with_cancel
 from app.components.urlstate import PageState
 from engine.launcher import cancel
-from engine.store import list_runs, read_metrics
+from engine.store import disk_usage, format_bytes, list_runs, read_metrics
 
 LOSS_KEYS = ["loss", "val_loss"]
 N_DEFAULT = 3  # runs plotted by default: the most recent ones
 
 st.title("Runs")
-url = PageState("runs", ("runs", "smoothing", "x", "y"))
-runs = runs_or_stop()
+url = PageState("runs", ("runs", "smoothing", "x", "y", "archived"))
+every = runs_or_stop()
+show_archived = url.widget(st.toggle, "Show archived", "archived", default=False, key="runs_archived",
+                           cast=bool, encode_as=lambda v: True if v else None)  # fmt: skip
+runs = [r for r in every if show_archived or not r.archived]
 cfgs = {r.run_id: r.config for r in runs}
 
 
 @st.fragment(run_every="2s")
-def runs_panel() -> None:
-    """Run table, then one progress line and a Cancel button (with confirmation; editors) per active run."""
-    records = guarded(list_runs) or []
-    run_table(records)
+def runs_panel(show_archived: bool) -> None:
+    """Run table with disk space, totals, then one progress line and a Cancel button (with
+    confirmation; editors) per active run."""
+    listed = guarded(list_runs) or []
+    records = [r for r in listed if show_archived or not r.archived]
+    usage = guarded(disk_usage)
+    if records:
+        run_table(records, usage.runs if usage is not None else None)
+    hidden = len(listed) - len(records)
+    st.caption(" · ".join([f"{len(records)} run{'s' * (len(records) != 1)} shown"] + [f"{hidden} archived hidden"] * bool(hidden) + (
+        [f"runs take {format_bytes(usage.runs_total)} on disk, datasets {format_bytes(usage.datasets_total)}, "
+         f"the whole workspace {format_bytes(usage.total)}"] if usage is not None else [])))
     for r in (r for r in records if r.is_active):
         progress_with_cancel(r, allowed("run.cancel", cancel), "runs_cancel", f"**{run_label(r)}** · {r.status} · step {r.step} / {r.total_steps}")
     resume_buttons(records)
 
 
-runs_panel()
+runs_panel(show_archived)
 
 labels = {r.run_id: run_label(r) for r in runs}
 legend = {r.run_id: short_label(r) for r in runs}

@@ -16,7 +16,7 @@ import pandas as pd
 import streamlit as st
 
 from app.components.errors import guarded
-from engine.store import list_runs, read_metrics
+from engine.store import format_bytes, list_runs, read_metrics
 
 #: Status -> the colour of its badge (Streamlit's named colours: text on a tinted pill, no icon font).
 STATUS_COLOURS = {
@@ -149,14 +149,15 @@ def format_metric(key: str, value: float | None, step: int | None = None) -> str
     return text + (f" @ step {step}" if step is not None else "")
 
 
-def runs_frame(records: Sequence[Any], points: dict | None = None) -> pd.DataFrame:
+def runs_frame(records: Sequence[Any], points: dict | None = None, sizes: dict[str, int] | None = None) -> pd.DataFrame:
     """One row per run with the columns of the run table (newest first, as given): who, status,
     progress, the key hyperparameters (task, patch or tokenizer, preset, masking, lr, steps), the
-    latest loss and headline figure each with its step, dataset and duration.
+    latest loss and headline figure each with its step, dataset, duration, tags and disk space.
 
     Args:
         records: run records.
         points: :func:`latest_points` (default: the values of ``status.json``, without steps).
+        sizes: run id -> bytes on disk (:func:`engine.store.disk_usage`); None: no ``disk`` column.
     """
     rows = []
     for r in records:
@@ -179,9 +180,12 @@ def runs_frame(records: Sequence[Any], points: dict | None = None) -> pd.DataFra
                 "loss": "–" if loss is None else f"{loss:.4f}" + (f" @ {loss_step}" if loss_step not in (None, r.step) else ""),
                 "validation": format_metric(key, head, None if head_step == r.step else head_step).replace(" @ step ", " @ "),
                 "time": format_duration(r.duration_s),
+                "tags": ", ".join(getattr(r, "tags", ())),
                 "run id": r.run_id,
             }
         )
+        if sizes is not None:
+            rows[-1]["disk"] = format_bytes(sizes.get(r.run_id, 0))
         row = rows[-1]
         lr = f"lr {row['lr']:g}" if isinstance(row["lr"], (int, float)) else ""
         row["recipe"] = " · ".join(str(v) for v in (row["task"], row["units"], row["preset"], row["masking"], lr) if v)
@@ -190,20 +194,29 @@ def runs_frame(records: Sequence[Any], points: dict | None = None) -> pd.DataFra
 
 #: Column widths (pixels) of the run table: together about the width of the page's main column.
 TABLE_COLUMNS = {"run": 165, "status": 75, "step": 80, "dataset": 92, "recipe": 333, "loss": 55, "validation": 140}
+#: Columns shown when they have something: their width comes out of the recipe column.
+EXTRA_COLUMNS = {"tags": 90, "disk": 60}
 
 
-def run_table(records: Sequence[Any]) -> None:
+def run_table(records: Sequence[Any], sizes: dict[str, int] | None = None) -> None:
     """``st.dataframe`` of :func:`runs_frame` that fits the page: the key hyperparameters in one
     ``recipe`` column (task · patch or tokenizer · preset · masking · lr), each figure with its step
-    when that is not the run's (``0.0741 val loss @ 200`` after a cancel at step 204); the other
-    columns (the recipe's parts, the duration, the run id) are hidden."""
-    frame = runs_frame(records, latest_points(records))
+    when that is not the run's (``0.0741 val loss @ 200`` after a cancel at step 204), the tags when
+    a run has some and the disk space when ``sizes`` (run id -> bytes) is given; the other columns
+    (the recipe's parts, the duration, the run id) are hidden. The recipe column gives up the width
+    the extra columns take."""
+    frame = runs_frame(records, latest_points(records), sizes)
+    widths = dict(TABLE_COLUMNS)
+    extra = {c: w for c, w in EXTRA_COLUMNS.items() if c in frame.columns and frame[c].astype(bool).any()}
+    widths["recipe"] -= sum(extra.values())
+    widths.update(extra)
     helps = {"recipe": "task · patch size or tokenizer · model preset · masking · learning rate",
              "loss": "latest training loss (@ its step when not the run's step)",
-             "validation": "the task's headline validation figure @ the step it was measured"}
-    config = {c: (st.column_config.TextColumn(c, width=TABLE_COLUMNS[c], help=helps.get(c)) if c in TABLE_COLUMNS
-                  else None) for c in frame.columns}  # fmt: skip
-    st.dataframe(frame[list(TABLE_COLUMNS) + [c for c in frame.columns if c not in TABLE_COLUMNS]],
+             "validation": "the task's headline validation figure @ the step it was measured",
+             "disk": "space the run's folder takes (metrics, checkpoints, samples, log)"}
+    config = {c: (st.column_config.TextColumn(c, width=widths[c], help=helps.get(c)) if c in widths else None)
+              for c in frame.columns}  # fmt: skip
+    st.dataframe(frame[list(widths) + [c for c in frame.columns if c not in widths]],
                  hide_index=True, width="stretch", column_config=config)
 
 

@@ -4,7 +4,9 @@ Public API (pages and the CLI use only these):
     list_runs, get_run -> RunRecord; read_metrics -> DataFrame (``attrs["warnings"]``);
     load_samples -> Sample; read_log -> str; latest_checkpoint_step -> int;
     checkpoint_weights -> CheckpointWeights (the newest complete checkpoint's weights: step, size, parameters);
-    read_config_history -> list of {step, config, changed}.
+    read_config_history -> list of {step, config, changed};
+    disk_usage -> DiskUsage (bytes per run, per dataset, in total); run_bytes, dataset_bytes -> int.
+Annotations (tags, note, archived; editors, audited): annotate, set_tags, tag_run, set_note, archive_run.
 Write side (only the holder of the run lock, plus the launcher's create_run): write_status,
 MetricsWriter, save_samples, save_checkpoint, append_config_history, truncate_metrics, compact_metrics.
 Nothing here imports torch at import time (a queued worker must not load it).
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from engine.store.annotations import Annotations, annotate, archive_run, set_note, set_tags, tag_run
 from engine.store.checkpoints import (
     CheckpointWeights, checkpoint_weights, latest_checkpoint_step, latest_complete_checkpoint, list_checkpoints, load_checkpoint_state, load_weights,
     save_checkpoint,
@@ -37,6 +40,7 @@ from engine.store.runs import (
     write_status,
 )
 from engine.store.samples import Sample, load_samples, sample_steps, save_samples
+from engine.store.usage import DiskUsage, dataset_bytes, disk_usage, format_bytes, run_bytes
 
 
 def read_metrics(
@@ -53,6 +57,8 @@ def read_metrics(
 
 
 __all__ = [
+    "Annotations", "DiskUsage", "annotate", "archive_run", "dataset_bytes", "disk_usage", "format_bytes", "run_bytes", "set_note",
+    "set_tags", "tag_run",
     "ACTIVE", "CANCEL_FILE", "RESUMABLE", "STATUSES", "CheckpointWeights", "MetricsWriter", "RunLock", "RunRecord",
     "Sample", "append_config_history", "checkpoint_weights", "compact_metrics", "create_run", "get_run", "latest_checkpoint_step",
     "latest_complete_checkpoint", "list_checkpoints", "list_runs", "load_checkpoint_state", "load_samples",

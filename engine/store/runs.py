@@ -21,6 +21,7 @@ from typing import Any
 
 from engine.errors import DamagedFileError, FormatVersionError, RunNotFoundError
 from engine.messages import describe_error
+from engine.store.annotations import read_annotations
 from engine.store.lock import run_alive
 from engine.workspace import FORMAT, atomic_write_json, read_json, workspace_root
 
@@ -63,7 +64,8 @@ class RunRecord:
     """What the store knows about one run (times are unix seconds).
 
     ``warnings`` lists what could not be read (e.g. a damaged ``status.json``); the record is
-    still usable. ``pid`` is informational (the worker's last known PID): liveness and cancel never
+    still usable. ``tags``, ``note`` and ``archived`` come from ``annotations.json``
+    (:mod:`engine.store.annotations`). ``pid`` is informational (the worker's last known PID): liveness and cancel never
     use it.
     """
 
@@ -83,6 +85,9 @@ class RunRecord:
     updated_at: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    note: str = ""
+    archived: bool = False
 
     @property
     def progress(self) -> float:
@@ -201,6 +206,8 @@ def _record(d: Path) -> RunRecord:
     except (OSError, ValueError) as e:
         raise DamagedFileError(f"{d / CONFIG_FILE}: unreadable run config ({describe_error(e)})") from None
     st, warnings = read_status_checked(d)
+    notes, damaged = read_annotations(d)
+    warnings += damaged
     fmt = st.get("format", 1)
     if isinstance(fmt, int) and fmt > FORMAT:
         raise FormatVersionError(f"run {d.name} was written by a newer masklab (format {fmt}; this masklab "
@@ -235,6 +242,9 @@ def _record(d: Path) -> RunRecord:
                                                     "deterministic", "queued_at", "format", "resume_from",
                                                     "restarts", "peak_mem_bytes", "phase")},
         warnings=tuple(warnings),
+        tags=notes.tags,
+        note=notes.note,
+        archived=notes.archived,
     )
 
 

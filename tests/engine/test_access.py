@@ -18,7 +18,7 @@ from engine.config import RunConfig
 from engine.data import delete_dataset, import_source, list_datasets
 from engine.errors import DatasetError, MasklabError, PermissionDeniedError, ResumeError, RunLockedError, RunNotFoundError
 from engine.launcher import cancel, delete_run, evaluate, resume, submit
-from engine.store import create_run, get_run, list_runs, run_alive, write_status
+from engine.store import annotate, create_run, get_run, list_runs, run_alive, write_status
 from engine.users import load_users, set_user
 
 VIEWER, EDITOR, ADMIN = (Identity("vera", "viewer", "password"), Identity("ed", "editor", "password"),
@@ -68,6 +68,7 @@ def test_a_viewer_is_refused_on_every_write_path_and_nothing_changes(workspace, 
         "run.cancel": lambda: cancel(run_id, actor=VIEWER),
         "run.evaluate": lambda: evaluate(run_id, actor=VIEWER),
         "run.delete": lambda: delete_run(run_id, actor=VIEWER),
+        "run.annotate": lambda: annotate(run_id, tags=["x"], note="n", archived=True, actor=VIEWER),
         "data.import": lambda: import_source(src, "other", actor=VIEWER),
         "data.delete": lambda: delete_dataset("kept", actor=VIEWER),
         "users.manage": lambda: set_user("x", "admin", "pw", actor=VIEWER),
@@ -167,7 +168,8 @@ def test_demo_mode_refuses_every_write_even_for_an_admin_and_writes_nothing(work
     before = sorted(workspace.rglob("*"))
     for call in (lambda: submit(RunConfig.from_dict(CFG), actor=ADMIN), lambda: cancel(run_id, actor=ADMIN),
                  lambda: resume(run_id, actor=ADMIN), lambda: evaluate(run_id, actor=ADMIN), lambda: delete_run(run_id), lambda: import_source(_texts(tmp_path), "d"),
-                 lambda: delete_dataset("x", actor=ADMIN), lambda: set_user("x", "admin", "pw")):  # fmt: skip
+                 lambda: delete_dataset("x", actor=ADMIN), lambda: set_user("x", "admin", "pw"),
+                 lambda: annotate(run_id, tags=["x"], actor=ADMIN)):  # fmt: skip
         with pytest.raises(PermissionDeniedError, match=r"^masklab is in demo mode \(MASKLAB_MODE=demo\): it cannot "):
             call()
     assert sorted(workspace.rglob("*")) == before  # not even an audit line
