@@ -23,6 +23,7 @@ from app.components.runs import progress_with_cancel
 from app.components.urlstate import PageState
 from engine.launcher import cancel
 from engine.store import disk_usage, format_bytes, list_runs, read_metrics
+from engine.workspace import workspace_root
 
 LOSS_KEYS = ["loss", "val_loss"]
 N_DEFAULT = 3  # runs plotted by default: the most recent ones
@@ -36,13 +37,20 @@ runs = [r for r in every if show_archived or not r.archived]
 cfgs = {r.run_id: r.config for r in runs}
 
 
+@st.cache_data(ttl=30, show_spinner=False, max_entries=8)
+def _disk_usage(workspace: str):
+    """:func:`engine.store.disk_usage`, walked at most every 30 s per workspace (it stats every
+    file; the panel below redraws every 2 s)."""
+    return disk_usage(workspace)
+
+
 @st.fragment(run_every="2s")
 def runs_panel(show_archived: bool) -> None:
     """Run table with disk space, totals, then one progress line and a Cancel button (with
     confirmation; editors) per active run."""
     listed = guarded(list_runs) or []
     records = [r for r in listed if show_archived or not r.archived]
-    usage = guarded(disk_usage)
+    usage = guarded(_disk_usage, str(workspace_root()))
     if records:
         run_table(records, usage.runs if usage is not None else None)
     hidden = len(listed) - len(records)
