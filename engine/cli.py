@@ -7,12 +7,21 @@
     python -m engine resume RUN_ID [--set key=value ...]   continue from the latest checkpoint (background)
     python -m engine log RUN_ID [--bytes N]                the end of a background run's worker log
     python -m engine doctor [--repair] [--json]            check the workspace; repair what can be
-    python -m engine data add PATH [--name NAME]           import images (.zip/folder) or text
-                                                           (.txt, .csv, .tsv, .jsonl, .zip of .txt)
+    python -m engine data add PATH [--name NAME]           import images (.zip/folder), text
+                                                           (.txt, .csv, .tsv, .jsonl, .zip of .txt) or
+                                                           audio (.wav/.flac/.ogg, .zip/folder of them)
                 [--name-encoding ENC] [--fill COLOUR] [--text-column C] [--label-column C] ...
                 [--image-size N] [--geometry crop|stretch|pad] [--pad-fill edge|mean|COLOUR]
+                [--file-column C] [--group-column C] [--sample-rate HZ]   (audio: manifest, pipeline rate)
     python -m engine data inspect PATH                     what `data add` would do (columns, classes)
     python -m engine data list
+    python -m engine data delete NAME                      delete an imported dataset
+    python -m engine delete RUN_ID                         delete an ended run (its folder)
+    python -m engine audit [--limit N] [--json]            who did what, newest first
+    python -m engine users list | add NAME --role R | remove NAME | email EMAIL --role R|none
+
+The CLI acts as the local admin (``local:<OS user>`` in the audit log); ``MASKLAB_MODE=demo``
+refuses every write here too.
 
 Exit codes: 0 success; 1 a run failed or diverged, an import refused a file or had to guess the
 encoding of its member names, or doctor left problems unresolved; 2 a usage or input error.
@@ -24,7 +33,7 @@ import argparse
 import json
 import sys
 
-from engine.errors import MasklabError
+from engine.errors import ConfigError, MasklabError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -46,6 +55,18 @@ def _parser() -> argparse.ArgumentParser:
     rs.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                     help="change a field from the checkpoint on, e.g. --set train.lr=5e-4 --set train.steps=2000 "
                     "(not the model, task, data or seed)")
+    sw = sub.add_parser("sweep", help="queue one run per value of a config field and seed (e.g. mask ratio vs "
+                        "linear-probe accuracy); the engine runs MASKLAB_MAX_RUNS at a time")
+    sw.add_argument("config", nargs="?", default=None, help="YAML run config (none: the defaults, then --set)")
+    sw.add_argument("--over", required=True, metavar="FIELD=V1,V2,...",
+                    help="the swept field and its values, e.g. masking.ratio=0.25,0.5,0.75,0.9")
+    sw.add_argument("--seeds", type=int, default=1, help="replicates per value: train.seed 0..N-1")
+    sw.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    ev = sub.add_parser("evaluate", help="evaluate a saved checkpoint of an ended run (probe, kNN, k-means next to "
+                        "a random-init encoder and the raw input), in a background process")
+    ev.add_argument("run_id")
+    ev.add_argument("--step", type=int, default=None, help="checkpoint step (default: the latest kept)")
+    ev.add_argument("--foreground", action="store_true", help="run here and print the figures")
     lg = sub.add_parser("log", help="print the end of a background run's worker log")
     lg.add_argument("run_id")
     lg.add_argument("--bytes", type=int, default=64_000, help="at most this many bytes from the end")
@@ -54,8 +75,8 @@ def _parser() -> argparse.ArgumentParser:
     dr.add_argument("--json", action="store_true", help="machine-readable output")
     d = sub.add_parser("data", help="datasets").add_subparsers(dest="data_cmd", required=True)
     a = d.add_parser("add", help="import images (.zip or folder of PNG/JPEG/WebP/BMP/TIFF/GIF, labels = sub-folder "
-                     "names) or text "
-                     "(.txt, .csv, .tsv, .jsonl, .zip of .txt files)")
+                     "names), text (.txt, .csv, .tsv, .jsonl, .zip of .txt files) or audio (.wav/.flac/.ogg, "
+                     ".zip or folder of them; labels = sub-folders or a manifest table)")
     i = d.add_parser("inspect", help="show what `data add` would import: modality, columns and roles, classes")
     for sp in (a, i):
         sp.add_argument("path")
@@ -70,6 +91,8 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--name-encoding", default=None, metavar="ENC",
                         help="encoding of zip member names not marked as UTF-8, e.g. cp437, cp1252, cp932 "
                         "(default: detected; the report says which)")
+        sp.add_argument("--sample-rate", type=int, default=None, metavar="HZ",
+                        help="audio: resample every clip to this rate (default 16000)")
     a.add_argument("--name", default=None)
     a.add_argument("--image-size", type=int, default=None, metavar="N",
                    help="images: side in pixels of the square images stored (default: the images' own size "
@@ -83,6 +106,25 @@ def _parser() -> argparse.ArgumentParser:
                    help="images: colour under transparent pixels: a name or #rrggbb (default white)")
     a.add_argument("--overwrite", action="store_true", help="replace an existing dataset of that name")
     d.add_parser("list", help="list datasets")
+    dd = d.add_parser("delete", help="delete an imported dataset")
+    dd.add_argument("name")
+    rm = sub.add_parser("delete", help="delete an ended run (config, metrics, checkpoints, samples, log)")
+    rm.add_argument("run_id")
+    au = sub.add_parser("audit", help="the audit log: who launched, cancelled, deleted or imported what, and when")
+    au.add_argument("--limit", type=int, default=50, help="the newest N lines (0: all)")
+    au.add_argument("--json", action="store_true", help="one JSON object per line")
+    u = sub.add_parser("users", help="the users file (dashboard sign-in)").add_subparsers(dest="users_cmd", required=True)
+    u.add_parser("list", help="users and e-mails with their roles")
+    ua = u.add_parser("add", help="add a password user or change its role/password")
+    ua.add_argument("name")
+    ua.add_argument("--role", required=True, choices=["viewer", "editor", "admin"])
+    ua.add_argument("--password-stdin", action="store_true", help="read the password from standard input "
+                    "(default: asked twice on the terminal; with --role alone an existing user keeps it)")
+    ur = u.add_parser("remove", help="remove a password user")
+    ur.add_argument("name")
+    ue = u.add_parser("email", help="role of an e-mail signing in through an identity provider")
+    ue.add_argument("email")
+    ue.add_argument("--role", required=True, choices=["viewer", "editor", "admin", "none"])
     return p
 
 
@@ -94,6 +136,9 @@ def cmd_run(args) -> int:
     from engine.store import create_run, get_run
     from engine.worker import execute_run
 
+    from engine.access import check
+
+    check("run.submit")  # demo mode refuses a foreground run too
     cfg = load_config(args.config, args.overrides)
     check_run(cfg)
     run_id, d = create_run(cfg.to_dict())
@@ -139,6 +184,52 @@ def cmd_resume(args) -> int:
     step = resume(args.run_id, args.overrides)
     print(f"resuming {args.run_id} from step {step} in the background "
           f"(python -m engine runs; python -m engine log {args.run_id})")
+    return 0
+
+
+def cmd_sweep(args) -> int:
+    import yaml
+
+    from engine.config import load_config
+    from engine.sweep import submit_sweep, sweep_of
+
+    if "=" not in args.over:
+        raise ConfigError(f"--over {args.over!r}: expected FIELD=V1,V2,..., e.g. masking.ratio=0.25,0.5,0.75,0.9")
+    field, raw = args.over.split("=", 1)
+    values = [yaml.safe_load(v) for v in raw.split(",") if v.strip()]
+    base = load_config(args.config, args.overrides).to_dict()
+    ids = submit_sweep(base, field.strip(), values, list(range(max(1, args.seeds))))
+    from engine.store import get_run
+
+    sid = sweep_of(get_run(ids[0]).name)["id"]
+    print(f"sweep {sid}: {len(ids)} runs queued ({field} in {values}, {args.seeds} seed(s)); see the Sweeps page")
+    for r in ids:
+        print(r)
+    return 0
+
+
+def cmd_evaluate(args) -> int:
+    from engine.launcher import evaluate
+
+    if not args.foreground:
+        step = evaluate(args.run_id, args.step)
+        print(f"evaluating step {step} of {args.run_id} in the background (python -m engine log {args.run_id})")
+        return 0
+    from engine.eval.job import run_job
+    from engine.store import get_run
+    from engine.store.evaluations import read_evaluations, read_job
+
+    rec = get_run(args.run_id)
+    rc = run_job(rec.path, args.step)
+    job = read_job(args.run_id) or {}
+    if rc != 0:
+        print(f"error: {job.get('error') or 'the run is locked by another process'}", file=sys.stderr)
+        return 2
+    ev = next(e for e in read_evaluations(args.run_id)[0] if e.step == job.get("step"))
+    print(f"step {ev.step}: {ev.rows['train']} train / {ev.rows['val']} val rows, {ev.seconds:.1f} s")
+    for enc, figs in ev.representation.items():
+        print(f"  {enc:12} " + "  ".join(f"{k} {v:.4f}" for k, v in figs.items()))
+    print("  reconstruction " + "  ".join(f"{k} {v:.4f}" for k, v in ev.reconstruction.items()))
     return 0
 
 
@@ -210,6 +301,7 @@ def _import_options(args):
         file_column=args.file_column, text_column=args.text_column, label_column=args.label_column,
         group_column=args.group_column, min_chars=args.min_chars, max_chars=args.max_chars,
         val_fraction=args.val_fraction, seed=args.seed, name_encoding=args.name_encoding,
+        sample_rate=args.sample_rate,
     )  # fmt: skip
 
 
@@ -230,13 +322,74 @@ def _print_plan(plan) -> None:
         print(f"rejected {where}: {reason}")
 
 
+def cmd_delete(args) -> int:
+    from engine.launcher import delete_run
+
+    delete_run(args.run_id)
+    print(f"deleted run {args.run_id}")
+    return 0
+
+
+def cmd_audit(args) -> int:
+    from engine.audit import read_audit
+
+    for e in reversed(read_audit(limit=args.limit or None)):
+        if args.json:
+            print(json.dumps({**e.details, **{k: v for k, v in vars(e).items() if k != "details"}}))
+            continue
+        why = f"  ({e.details['reason']})" if "reason" in e.details else ""
+        print(f"{e.time}  {e.user} ({e.role})  {e.action} {e.target}  {e.outcome}{why}")
+    return 0
+
+
+def cmd_users(args) -> int:
+    import getpass
+
+    from engine.users import load_users, remove_user, set_email_role, set_user, users_path
+
+    if args.users_cmd == "list":
+        users = load_users()
+        print(f"{users_path()}: {len(users.users)} users, {len(users.emails)} e-mails"
+              + (f", default role {users.default_role}" if users.default_role else ""))
+        for name, entry in sorted(users.users.items()):
+            print(f"  {name:24} {entry.role}")
+        for email, role in sorted(users.emails.items()):
+            print(f"  {email:24} {role}  (identity provider)")
+        return 0
+    if args.users_cmd == "add":
+        password = None
+        if args.password_stdin:
+            password = sys.stdin.readline().rstrip("\n")
+        elif sys.stdin.isatty():
+            password = getpass.getpass(f"password for {args.name} (empty: keep the current one): ") or None
+            if password is not None and getpass.getpass("again: ") != password:
+                print("error: the passwords differ", file=sys.stderr)
+                return 2
+        who = set_user(args.name, args.role, password)
+        print(f"{who.name}: {who.role}")
+        return 0
+    if args.users_cmd == "remove":
+        print(f"removed {args.name}" if remove_user(args.name) else f"no user {args.name}")
+        return 0
+    set_email_role(args.email, None if args.role == "none" else args.role)
+    print(f"{args.email}: {args.role}")
+    return 0
+
+
 def cmd_data(args) -> int:
-    from engine.data import import_source, inspect_source, list_datasets
+    from engine.data import delete_dataset, import_source, inspect_source, list_datasets
+
+    if args.data_cmd == "delete":
+        delete_dataset(args.name)
+        print(f"deleted dataset {args.name}")
+        return 0
 
     if args.data_cmd == "list":
         for info in list_datasets():
             if info.image_shape is not None:
                 shape = "x".join(map(str, info.image_shape))
+            elif "sample_rate" in info.stats:
+                shape = f"{info.stats['sample_rate']} Hz"
             else:
                 shape = f"~{info.stats.get('chars_mean', 0):.0f} chars" if "chars_mean" in info.stats else "-"
             print(f"{info.name:20} {info.modality:6} {shape:12}  train {info.n_train:6}  val {info.n_val:6}"
@@ -256,7 +409,8 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit code."""
     args = _parser().parse_args(argv)
     handler = {"run": cmd_run, "submit": cmd_submit, "runs": cmd_runs, "cancel": cmd_cancel, "resume": cmd_resume,
-               "log": cmd_log, "doctor": cmd_doctor, "data": cmd_data}
+               "evaluate": cmd_evaluate, "sweep": cmd_sweep, "log": cmd_log, "doctor": cmd_doctor, "data": cmd_data, "delete": cmd_delete, "audit": cmd_audit,
+               "users": cmd_users}
     try:
         return handler[args.cmd](args)
     except MasklabError as e:

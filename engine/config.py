@@ -34,11 +34,37 @@ class TokenizerConfig(_Strict):
     max_len: int = Field(128, ge=4, le=4096, description="tokens per text including [CLS] and [SEP]; longer texts are cut")
 
 
+class AudioConfig(_Strict):
+    """How audio becomes the spectrogram a model sees (audio tasks): a log-mel spectrogram
+    (``log(mel power + 1e-6)``, torchaudio's ``MelSpectrogram``, Hann window, centred frames) cut
+    into windows of ``clip_seconds``, normalised per mel bin with the train split's statistics.
+    See :mod:`engine.audio.features`."""
+
+    n_mels: int = Field(64, ge=4, le=256, description="mel bins F (AudioMAE: 128)")
+    window_ms: float = Field(25.0, gt=0.0, le=200.0, description="analysis window in ms (n_fft = window samples)")
+    hop_ms: float = Field(10.0, gt=0.0, le=100.0, description="hop between frames in ms (100 frames/s at 10 ms)")
+    f_min: float = Field(0.0, ge=0.0, description="lowest mel filter edge in Hz")
+    f_max: float | None = Field(None, gt=0.0, description="highest mel filter edge in Hz; None = half the sample rate")
+    clip_seconds: float = Field(1.0, gt=0.0, le=60.0,
+                                description="the model's window: shorter clips are padded with silence (never masked "
+                                            "or scored), longer ones are cut (a random window in training)")
+
+    @model_validator(mode="after")
+    def _check(self) -> "AudioConfig":
+        if self.hop_ms > self.window_ms:
+            raise ValueError(f"hop_ms ({self.hop_ms:g}) must not exceed window_ms ({self.window_ms:g}): frames would skip samples")
+        if self.f_max is not None and self.f_max <= self.f_min:
+            raise ValueError(f"f_max ({self.f_max:g}) must be above f_min ({self.f_min:g})")
+        return self
+
+
 class DataConfig(_Strict):
-    """Which registered (or bundled) dataset a run trains on, and how text is tokenised."""
+    """Which registered (or bundled) dataset a run trains on, and how text is tokenised or audio
+    turned into spectrograms."""
 
     dataset: str = Field("digits", min_length=1, description="dataset name, see `python -m engine data list`")
     tokenizer: TokenizerConfig | None = Field(None, description="text tasks only; filled with the defaults there")
+    audio: AudioConfig | None = Field(None, description="audio tasks only; filled with the defaults there")
 
 
 class MaskingConfig(_Strict):
@@ -147,6 +173,15 @@ class TrainConfig(_Strict):
         return self
 
 
+class EvalConfig(_Strict):
+    """The evaluation job (:mod:`engine.eval.job`): representation figures of frozen features next to
+    a randomly initialised encoder and the raw input."""
+
+    auto: bool = Field(True, description="evaluate the final checkpoint when the run completes (in its worker)")
+    max_rows: int = Field(2000, ge=20, le=100_000, description="rows of each split whose features are probed")
+    tsne_max_rows: int = Field(1000, ge=0, le=10_000, description="t-SNE map only up to this many val rows (PCA always)")
+
+
 class RunConfig(_Strict):
     """Everything a run needs; saved resolved with the run.
 
@@ -164,6 +199,7 @@ class RunConfig(_Strict):
     model: ModelConfig = ModelConfig()
     objective: ObjectiveConfig = ObjectiveConfig()
     train: TrainConfig = TrainConfig()
+    evaluation: EvalConfig = EvalConfig()
 
     @model_validator(mode="after")
     def _resolve(self) -> "RunConfig":

@@ -60,3 +60,18 @@ class QueueFullError(MasklabError):
 class ResumeError(MasklabError):
     """A run cannot be resumed: it is not failed/cancelled/diverged/interrupted, it is starting, or it
     has no complete checkpoint. The message says which and what to do instead."""
+
+
+class PermissionDeniedError(MasklabError, PermissionError):
+    """The identity acting may not do this (its role is too low, no one is signed in, or the dashboard
+    is in demo mode). The message names who, what and the role needed; nothing was changed."""
+
+
+class EvaluationError(MasklabError):
+    """An evaluation cannot be computed: a task without raw-input features or labels, a run without a
+    kept checkpoint at the asked step, a dataset changed since the run. The message says which."""
+
+
+class RunActiveError(MasklabError):
+    """An operation refused because a run (or an evaluation job of it) is still queued or running,
+    e.g. deleting it: the message says to cancel it first."""

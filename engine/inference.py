@@ -103,6 +103,7 @@ def load_model(run_id: str, step: int | None = None, workspace=None) -> LoadedMo
         dims["image_shape"] = tuple(info["image_shape"])
     if "vocab_size" in info:
         dims.update(vocab_size=int(info["vocab_size"]), max_len=cfg.data.tokenizer.max_len)
+    dims.update(info.get("model_dims", {}))  # a task's own builder dimensions (e.g. audio: n_mels, frames, patch)
     model = build_model(cfg, **dims)
     try:
         model.load_state_dict(load_weights(folder))

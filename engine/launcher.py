@@ -14,22 +14,24 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from engine.access import Identity, authorized
 from engine.config import RunConfig
-from engine.errors import QueueFullError
+from engine.errors import QueueFullError, ResumeError, RunLockedError
 from engine.resume import check_same_data, prepare_resume, resume_config
 from engine.runqueue import enqueue, max_queued, submit_lock, waiting_runs
-from engine.store import ACTIVE, CANCEL_FILE, create_run, get_run, run_dir
+from engine.store import ACTIVE, CANCEL_FILE, RunLock, create_run, get_run, run_dir
 from engine.store.lock import signal_holder
-from engine.store.runs import LOG_FILE
+from engine.store.runs import LOG_FILE, is_starting
 from engine.workspace import workspace_root
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-def submit(cfg: RunConfig, workspace=None) -> str:
+def submit(cfg: RunConfig, workspace=None, *, actor: Identity | None = None) -> str:
     """Create the run (resolved config, status ``queued``, queue ticket) and start its worker; return the run id.
 
     Returns at once; the worker waits for its turn (first come, first served) and a free slot
@@ -39,20 +41,24 @@ def submit(cfg: RunConfig, workspace=None) -> str:
         ConfigError, DatasetError: from :func:`engine.checks.check_run`; no run is created.
         QueueFullError: ``$MASKLAB_MAX_QUEUED`` runs are already waiting; no run is created.
         StorageError: the run folder cannot be written (disk full...).
+        PermissionDeniedError: ``actor`` (default: :func:`engine.access.current_identity`) is not an
+            editor, or demo mode; checked first, nothing is written.
     """
     from engine.checks import check_run
 
     ws = workspace_root(workspace)
-    check_run(cfg, ws)
-    with submit_lock(ws):
-        _check_queue_cap(ws)
-        run_id, d = create_run(cfg.to_dict(), ws)
-        enqueue(ws, d)
-    start_worker(d, ws)
+    with authorized("run.submit", f"new run on {cfg.data.dataset}", actor=actor, workspace=ws) as entry:
+        check_run(cfg, ws)
+        with submit_lock(ws):
+            _check_queue_cap(ws)
+            run_id, d = create_run(cfg.to_dict(), ws)
+            enqueue(ws, d)
+        start_worker(d, ws)
+        entry.update(target=run_id, dataset=cfg.data.dataset, task=cfg.task)
     return run_id
 
 
-def resume(run_id: str, overrides: Sequence[str] = (), workspace=None) -> int:
+def resume(run_id: str, overrides: Sequence[str] = (), workspace=None, *, actor: Identity | None = None) -> int:
     """Continue a failed, cancelled, diverged or interrupted run from its latest complete checkpoint;
     return that checkpoint's step. Returns at once; the run queues like a new one (at the back).
 
@@ -69,10 +75,17 @@ def resume(run_id: str, overrides: Sequence[str] = (), workspace=None) -> int:
         DatasetError: its dataset is gone, or its content changed since the run started.
         QueueFullError: ``$MASKLAB_MAX_QUEUED`` runs are already waiting. Nothing is changed on any error.
         StorageError: the run folder cannot be written.
+        PermissionDeniedError: ``actor`` is not an editor, or demo mode (checked first).
     """
+    ws = workspace_root(workspace)
+    with authorized("run.resume", run_id, actor=actor, workspace=ws) as entry:
+        entry["overrides"] = list(overrides)
+        return _resume(run_id, overrides, ws)
+
+
+def _resume(run_id: str, overrides: Sequence[str], ws: Path) -> int:
     from engine.checks import check_run
 
-    ws = workspace_root(workspace)
     d = run_dir(run_id, ws)
 
     def make_config(old: dict, step: int) -> dict:
@@ -86,6 +99,50 @@ def resume(run_id: str, overrides: Sequence[str] = (), workspace=None) -> int:
         step = prepare_resume(d, make_config)
         enqueue(ws, d)
     start_worker(d, ws)
+    return step
+
+
+def evaluate(run_id: str, step: int | None = None, workspace=None, *, actor: Identity | None = None) -> int:
+    """Evaluate a saved checkpoint of an ended run in the background (:mod:`engine.eval.job`): the
+    job queues for a run slot like a training run and writes its results with the run. Returns the
+    checkpoint step it will evaluate (the latest complete one when ``step`` is None).
+
+    Raises:
+        RunNotFoundError: unknown run.
+        RunActiveError: the run is queued or running (it is evaluated at its end when
+            ``evaluation.auto``), or an evaluation of it is already queued or running.
+        EvaluationError: no complete checkpoint (at ``step``).
+        QueueFullError: ``$MASKLAB_MAX_QUEUED`` runs are already waiting. Nothing is started on any error.
+        PermissionDeniedError: ``actor`` (default :func:`engine.access.current_identity`) is not an
+            editor, or demo mode (checked first).
+    """
+    with authorized("run.evaluate", run_id, actor=actor, workspace=workspace):
+        return _evaluate(run_id, step, workspace)
+
+
+def _evaluate(run_id: str, step: int | None, workspace) -> int:
+    from engine.errors import EvaluationError, RunActiveError
+    from engine.store.checkpoints import checkpoint_complete, list_checkpoints
+    from engine.store.evaluations import job_active, write_job
+
+    ws = workspace_root(workspace)
+    rec = get_run(run_id, ws)
+    if rec.status in ACTIVE:
+        raise RunActiveError(f"run {run_id} is {rec.status}; its final checkpoint is evaluated when it completes "
+                             f"(evaluation.auto), other checkpoints once it has ended")
+    steps = [int(p.name.split("-")[1]) for p in list_checkpoints(rec.path) if checkpoint_complete(p)]
+    if step is not None and step not in steps or not steps:
+        at = "" if step is None else f" at step {step}"
+        kept = f" (kept: {', '.join(map(str, steps))})" if steps else ""
+        raise EvaluationError(f"run {run_id} has no complete checkpoint{at} to evaluate{kept}")
+    step = steps[-1] if step is None else step
+    with submit_lock(ws):
+        if job_active(run_id, ws):
+            raise RunActiveError(f"an evaluation of run {run_id} is already queued or running")
+        _check_queue_cap(ws)
+        write_job(rec.path, status="queued", step=step, queued_at=time.time())
+    cmd = [sys.executable, "-m", "engine.eval.job", str(rec.path), "--step", str(step)]
+    _start(cmd, rec.path, ws)
     return step
 
 
@@ -107,11 +164,21 @@ def start_worker(d: Path, workspace=None, *, supervised: bool = False) -> subpro
     (``supervised`` True) starts ``--once`` workers that share its session and log and waits for them itself.
     """
     ws = workspace_root(workspace)
-    env = {**os.environ, "MASKLAB_WORKSPACE": str(ws)}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     cmd = [sys.executable, "-m", "engine.worker", *(["--once"] if supervised else []), str(d)]
     if supervised:
-        return subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, close_fds=True)
+        return subprocess.Popen(cmd, cwd=REPO_ROOT, env=_env(ws), stdin=subprocess.DEVNULL, close_fds=True)
+    return _start(cmd, d, ws)
+
+
+def _env(ws: Path) -> dict[str, str]:
+    env = {**os.environ, "MASKLAB_WORKSPACE": str(ws)}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+def _start(cmd: list[str], d: Path, ws: Path) -> subprocess.Popen:
+    """Start ``cmd`` in its own session with ``<d>/worker.log`` as stdout/stderr; a thread reaps it."""
+    env = _env(ws)
     with open(Path(d) / LOG_FILE, "ab") as log:
         proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
@@ -119,7 +186,7 @@ def start_worker(d: Path, workspace=None, *, supervised: bool = False) -> subpro
     return proc
 
 
-def cancel(run_id: str, workspace=None) -> bool:
+def cancel(run_id: str, workspace=None, *, actor: Identity | None = None) -> bool:
     """Ask a queued or running run to stop. Returns False if it had already ended (or was interrupted).
 
     Writes the ``cancel`` marker (the worker polls it every step and while queued) and sends
@@ -129,14 +196,53 @@ def cancel(run_id: str, workspace=None) -> bool:
 
     Raises:
         RunNotFoundError: unknown run id.
+        PermissionDeniedError: ``actor`` is not an editor, or demo mode (checked first).
     """
-    rec = get_run(run_id, workspace)
-    if rec.status not in ACTIVE:
-        return False
-    d = run_dir(run_id, workspace)
-    try:
-        (d / CANCEL_FILE).touch()
-    except OSError:  # a full disk: the signal below still reaches a running worker
-        pass
-    signal_holder(d, signal.SIGTERM)
-    return True
+    with authorized("run.cancel", run_id, actor=actor, workspace=workspace) as entry:
+        rec = get_run(run_id, workspace)
+        entry["was"] = rec.status
+        if rec.status not in ACTIVE:
+            return False
+        d = run_dir(run_id, workspace)
+        try:
+            (d / CANCEL_FILE).touch()
+        except OSError:  # a full disk: the signal below still reaches a running worker
+            pass
+        signal_holder(d, signal.SIGTERM)
+        return True
+
+
+def delete_run(run_id: str, workspace=None, *, actor: Identity | None = None) -> None:
+    """Delete an ended run: its folder (config, metrics, checkpoints, samples, log) goes at once.
+
+    The run's lock is taken first, so its worker is provably gone and cannot start meanwhile; the
+    folder is renamed to a hidden name in ``runs/`` (readers stop listing it at that instant), then
+    removed.
+
+    Raises:
+        RunNotFoundError: unknown run id.
+        RunLockedError: the run is queued or running (cancel it first); nothing is deleted.
+        PermissionDeniedError: ``actor`` is not an admin, or demo mode (checked first).
+        StorageError: the folder cannot be renamed (read-only workspace...).
+    """
+    import shutil
+
+    from engine.workspace import storage_error
+
+    with authorized("run.delete", run_id, actor=actor, workspace=workspace):
+        d = run_dir(run_id, workspace)  # RunNotFoundError; a run with a damaged config can be deleted
+        try:
+            lock = RunLock(d).acquire(timeout=1.0)
+        except RunLockedError:
+            raise RunLockedError(f"run {run_id} is queued or running: cancel it first, then delete it") from None
+        try:
+            if is_starting(d):
+                raise ResumeError(f"run {run_id} is starting (it was queued moments ago): cancel it first")
+            gone = d.with_name(f".deleted-{run_id}-{os.getpid()}")
+            try:
+                os.rename(d, gone)
+            except OSError as e:
+                raise storage_error(e, f"run {run_id} (deleting it)", d) from e
+        finally:
+            lock.release()
+        shutil.rmtree(gone, ignore_errors=True)

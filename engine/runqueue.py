@@ -53,18 +53,20 @@ def max_queued() -> int:
     return _env_int("MASKLAB_MAX_QUEUED", DEFAULT_MAX_QUEUED, 1)
 
 
-def _ticket_name(run_dir: Path) -> str:
-    st = read_status(run_dir)
-    queued_at = float(st.get("queued_at") or st.get("created_at") or time.time())
+def _ticket_name(run_dir: Path, queued_at: float | None = None) -> str:
+    if queued_at is None:
+        st = read_status(run_dir)
+        queued_at = float(st.get("queued_at") or st.get("created_at") or time.time())
     return f"{int(queued_at * 1e6):020d}-{run_dir.name}"
 
 
-def enqueue(workspace: Path, run_dir: Path) -> Path:
-    """Create the run's ticket (named by its ``queued_at``) if missing; return its path.
+def enqueue(workspace: Path, run_dir: Path, queued_at: float | None = None) -> Path:
+    """Create the run's ticket (named by its ``queued_at``: the status's, unless given, e.g. when an
+    evaluation job of the run was asked for) if missing; return its path.
 
     Raises StorageError when it cannot be written.
     """
-    path = Path(workspace) / QUEUE_DIR / _ticket_name(Path(run_dir))
+    path = Path(workspace) / QUEUE_DIR / _ticket_name(Path(run_dir), queued_at)
     if not path.exists():
         atomic_write_bytes(path, b"", what=f"the queue ticket of run {Path(run_dir).name}")
     return path
@@ -141,11 +143,13 @@ def _older_waiting(workspace: Path, mine: Path) -> bool:
 
 
 @contextmanager
-def run_slot(workspace: Path, run_dir: Path, should_stop: Callable[[], bool], poll_s: float = 0.5) -> Iterator[bool]:
+def run_slot(workspace: Path, run_dir: Path, should_stop: Callable[[], bool], poll_s: float = 0.5,
+             queued_at: float | None = None) -> Iterator[bool]:
     """Wait for this run's turn and a free slot, hold the slot while the body runs; yields False if
-    stopped while waiting. The caller holds the run lock (so its ticket counts as live)."""
+    stopped while waiting. The caller holds the run lock (so its ticket counts as live).
+    ``queued_at``: the ticket's date (default: the run status's ``queued_at``)."""
     workspace, run_dir = Path(workspace), Path(run_dir)
-    mine = enqueue(workspace, run_dir)
+    mine = enqueue(workspace, run_dir, queued_at)
     slot = None
     try:
         while True:
@@ -153,7 +157,7 @@ def run_slot(workspace: Path, run_dir: Path, should_stop: Callable[[], bool], po
                 yield False
                 return
             if not mine.exists():  # pruned by someone who saw us dead (we were slow to start)
-                mine = enqueue(workspace, run_dir)
+                mine = enqueue(workspace, run_dir, queued_at)
             if not _older_waiting(workspace, mine):
                 slot = _try_slot(workspace)
                 if slot is not None:

@@ -41,6 +41,7 @@ from typing import Callable
 
 from engine.errors import MasklabError, NonFiniteLossError, ResumeError, RunLockedError, StorageError
 from engine.resume import RESUME_FIELD, reset_after
+from engine.resources import PeakMemory
 from engine.runqueue import dequeue, max_runs, run_slot
 from engine.store import CANCEL_FILE, MetricsWriter, read_status, write_status
 from engine.store.checkpoints import CKPT_DIR, checkpoint_problem
@@ -179,9 +180,12 @@ def _execute(run_dir: Path, should_stop: Callable[[], bool], on_step: Callable[[
                                           f"{problem}")
             writer = MetricsWriter(run_dir, run_id)
             last = {"t": 0.0}
+            memory = PeakMemory(cfg.train.device if cfg.train.device != "auto" else
+                                ("cuda" if torch.cuda.is_available() else "cpu"))
 
             def progress(step: int) -> None:
                 status["step"] = step
+                status["peak_mem_bytes"] = memory.sample()  # /proc read: microseconds a step
                 now = time.monotonic()
                 if (now - last["t"] >= STATUS_EVERY_S or step == cfg.train.steps
                         or step % cfg.train.eval_interval == 0):  # a new val_loss: show it with its samples
@@ -194,7 +198,11 @@ def _execute(run_dir: Path, should_stop: Callable[[], bool], on_step: Callable[[
                          resume_from=ckpt)
             writer.close()
             final = "cancelled" if result.stopped else "completed"
-            _final(run_dir, {**status, "status": final, "step": result.steps_done, "ended_at": time.time(),
+            ended = time.time()  # training's end: the wall time leaves the evaluation out
+            if final == "completed" and cfg.evaluation.auto and os.environ.get(AUTO_EVAL_ENV, "1") != "0":
+                write_status(run_dir, {**status, "status": "running", "phase": "evaluating", "latest": writer.latest})
+                _evaluate_final(run_dir, result.device, workspace)
+            _final(run_dir, {**status, "status": final, "step": result.steps_done, "ended_at": ended,
                              "latest": writer.latest, "device": result.device, "n_params": result.n_params})
             return final
     except BaseException as e:  # record every failure, including KeyboardInterrupt in the CLI
@@ -214,6 +222,22 @@ def _execute(run_dir: Path, should_stop: Callable[[], bool], on_step: Callable[[
         return final
     finally:
         dequeue(workspace, run_id)
+
+
+AUTO_EVAL_ENV = "MASKLAB_AUTO_EVAL"
+"""Set to ``0`` to skip every run's automatic evaluation in this environment (a test suite, a demo)."""
+
+
+def _evaluate_final(run_dir: Path, device: str, workspace: Path) -> None:
+    """The automatic evaluation of a completed run's final checkpoint (``evaluation.auto``, unless
+    ``$MASKLAB_AUTO_EVAL`` is 0), in the worker while it still holds the run lock and its slot. Its
+    failure does not fail the run: the reason is in ``evaluation/job.json`` and the log."""
+    from engine.eval.job import evaluate_and_save
+
+    try:
+        evaluate_and_save(run_dir, None, device=device, workspace=workspace)
+    except Exception:  # noqa: BLE001 - recorded in job.json; the training result stands
+        _print_exc()
 
 
 def _exit_reason(rc: int) -> str:

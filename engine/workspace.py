@@ -151,7 +151,12 @@ def _write_all(fd: int, data: bytes | memoryview) -> None:
 def write_new_file(path: Path, data: bytes | memoryview) -> None:
     """Create ``path`` (which must not exist), write ``data`` and fsync it. Raises OSError as is:
     the caller owns ``path`` (a temporary name) and removes it on failure."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    _write_synced(path, os.O_CREAT | os.O_EXCL, 0o644, data)
+
+
+def _write_synced(path: Path, flags: int, mode: int, data: bytes | memoryview) -> None:
+    """Open ``path`` for writing with ``flags``, write every byte, fsync, close (OSError as is)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC | flags, mode)
     try:
         _write_all(fd, data)
         os.fsync(fd)
@@ -226,6 +231,27 @@ def atomic_write_bytes(path: Path, data: bytes | memoryview, *, what: str | None
     except OSError as e:
         unlink_quietly(tmp)
         raise storage_error(e, what, path) from e
+
+
+def append_record(path: Path, data: bytes, *, what: str | None = None) -> None:
+    """Append ``data`` (one record, e.g. a JSON line) to the end of ``path`` and fsync it.
+
+    For append-only logs (the audit log): the file is opened with ``O_APPEND``, so records of
+    concurrent writers (dashboard sessions, the CLI) never overwrite each other, and each record is
+    one :func:`_write_all` call; a new file's folder is fsynced so the file survives a power cut.
+
+    Raises:
+        StorageError: any OSError (disk full, read-only...); the message names ``what`` and the path.
+    """
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        new = not path.exists()
+        _write_synced(path, os.O_APPEND | os.O_CREAT, 0o640, data)
+        if new:
+            fsync_dir(path.parent)
+    except OSError as e:
+        raise storage_error(e, what or path.name, path) from e
 
 
 def atomic_write_json(path: Path, obj: Any, *, what: str | None = None) -> None:

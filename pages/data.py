@@ -7,11 +7,13 @@ from __future__ import annotations
 import streamlit as st
 
 from app.components import guarded
+from app.components.access import actor, allowed, delete_panel
 from app.components.datasets import dataset_infos
 from app.components.importing import import_panel
 from app.components.urlstate import PageState, index_of
 from app.modalities import ui_for
-from engine.data import bundled_status
+from engine.access import can
+from engine.data import bundled_status, delete_dataset
 
 st.title("Data")
 url = PageState("data", ("dataset",))
@@ -20,11 +22,11 @@ if "data_pending" in st.session_state:  # select a dataset that was just importe
     st.session_state["data_ds"] = st.session_state.pop("data_pending")
     url.put("dataset", st.session_state["data_ds"])
 
-with st.expander("Import a dataset", expanded=False):
-    imported = import_panel()
-    if imported:
-        st.session_state["data_pending"] = imported
-        st.rerun()
+if can("data.import", actor()):  # editors; the engine refuses anyone else anyway
+    # Open while an import runs or has something to say (its report, or why it ended without one).
+    busy = any(st.session_state.get(k) is not None for k in ("data_job", "data_report", "data_import_note"))
+    with st.expander("Import a dataset", expanded=busy):
+        import_panel()  # a finished import selects its dataset through data_pending
 
 for b in bundled_status():
     if not b.available:
@@ -42,6 +44,8 @@ def _describe(n: str) -> str:
         return n
     if i.image_shape:
         return f"{n}  ({i.n_train + i.n_val:,} images, {'x'.join(map(str, i.image_shape[1:]))} px)"
+    if i.modality == "audio":
+        return f"{n}  ({i.n_train + i.n_val:,} clips, {i.stats.get('sample_rate', 0) / 1000:g} kHz)"
     return f"{n}  ({i.n_train + i.n_val:,} {i.modality} items)" if i.modality != "text" else f"{n}  ({i.n_train + i.n_val:,} texts)"
 
 
@@ -57,3 +61,8 @@ if ui is None:
     st.info(f"The dashboard cannot show {info.modality} datasets yet.")
 else:
     ui.data_section(info)
+remove = allowed("data.delete", delete_dataset)
+if remove is not None and info.created_at and not info.source.startswith("bundled"):  # admins
+    delete_panel("dataset", f"Deletes **{name}** for good. Runs trained on it keep their results but cannot be resumed.",
+                 f"data_delete_{name}", lambda: remove(name), lambda: (st.session_state.pop("data_ds", None),
+                                                                       url.put("dataset", None)))  # fmt: skip

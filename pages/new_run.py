@@ -16,6 +16,7 @@ import json
 import streamlit as st
 
 from app.components import guarded
+from app.components.access import actor
 from app.components.datasets import dataset_infos
 from app.components.run_form import export_panel, train_fields
 from app.components.urlstate import PageState, dig, index_of
@@ -76,7 +77,7 @@ with preview:
     # explained here and Launch stays disabled.
     ready = cfg is not None and guarded(preflight, json.dumps(cfg.to_dict(), sort_keys=True)) is not None
     if st.button("Launch", type="primary", disabled=not ready):
-        run_id = guarded(submit, cfg)
+        run_id = guarded(submit, cfg, actor=actor())
         if run_id is not None:
             st.session_state["nr_launched"] = run_id
     launched = st.session_state.get("nr_launched")

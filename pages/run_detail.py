@@ -12,6 +12,7 @@ from __future__ import annotations
 import streamlit as st
 
 from app.components import guarded, run_label, runs_or_stop, short_label, status_message
+from app.components.access import allowed, delete_panel
 from app.components.charts import axis_controls
 from app.components.quality import headline_of, quality_table
 from app.components.run_summary import checkpoint_download, curves, summary
@@ -19,7 +20,7 @@ from app.components.runs import latest_points, progress_with_cancel
 from app.components.urlstate import PageState
 from app.components.resume import resume_panel
 from app.modalities import INTERACTIVE, SAMPLE_TITLES, SAMPLE_VIEWS, TASK_KIND
-from engine.launcher import cancel
+from engine.launcher import cancel, delete_run
 from engine.store import get_run, latest_checkpoint_step, load_samples, read_log
 
 st.title("Run detail")
@@ -44,7 +45,7 @@ def status_panel(run_id: str) -> None:
     points = latest_points([rec])
     summary(rec, points)
     if rec.is_active:
-        progress_with_cancel(rec, cancel, "rd_cancel", f"{rec.status} · {rec.progress:.0%}")
+        progress_with_cancel(rec, allowed("run.cancel", cancel), "rd_cancel", f"{rec.status} · {rec.progress:.0%}")
     status_message(rec, guarded(latest_checkpoint_step, run_id) if rec.is_resumable else None)
     curves(run_id, rec.config, legend, x_axis, log_y)
     st.subheader("Validation figure and baselines")  # here, so the table is as fresh as the figures above
@@ -90,3 +91,8 @@ with st.expander("Worker log"):  # read only when the page runs, not every 2 s
                    "that terminal." if log is None else "The worker log is empty so far.")
 with st.expander("Checkpoint"):
     checkpoint_download(rec)
+remove = allowed("run.delete", delete_run)
+if remove is not None and not rec.is_active:  # admins; a live run is cancelled first
+    delete_panel("run", f"Deletes **{labels[run_id]}** for good: config, metrics, checkpoints, samples and log.",
+                 f"rd_delete_{run_id}", lambda: remove(run_id), lambda: (st.session_state.pop("rd_run", None),
+                                                                        url.put("run", None)))  # fmt: skip

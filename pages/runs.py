@@ -15,6 +15,7 @@ import streamlit as st
 from app.components import guarded, render_metrics_chart, run_label, run_table, runs_or_stop, short_label
 from app.components.charts import axis_controls, show_read_warnings
 from app.components.quality import loss_title
+from app.components.access import allowed
 from app.components.resume import resume_buttons
 from app.components.runs import progress_with_cancel
 from app.components.urlstate import PageState
@@ -32,11 +33,11 @@ cfgs = {r.run_id: r.config for r in runs}
 
 @st.fragment(run_every="2s")
 def runs_panel() -> None:
-    """Run table, then one progress line and a Cancel button (with confirmation) per active run."""
+    """Run table, then one progress line and a Cancel button (with confirmation; editors) per active run."""
     records = guarded(list_runs) or []
     run_table(records)
     for r in (r for r in records if r.is_active):
-        progress_with_cancel(r, cancel, "runs_cancel", f"**{run_label(r)}** · {r.status} · step {r.step} / {r.total_steps}")
+        progress_with_cancel(r, allowed("run.cancel", cancel), "runs_cancel", f"**{run_label(r)}** · {r.status} · step {r.step} / {r.total_steps}")
     resume_buttons(records)
 
 

@@ -3,6 +3,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
-echo "masklab: http://127.0.0.1:${PORT:-8501}  (workspace: ${MASKLAB_WORKSPACE:-./workspace})"
-exec .venv/bin/python -m streamlit run app/streamlit_app.py --server.headless true \
-  --server.address 127.0.0.1 --server.port "${PORT:-8501}" --browser.gatherUsageStats false
+echo "masklab: http://${MASKLAB_ADDRESS:-127.0.0.1}:${PORT:-8501}  (workspace: ${MASKLAB_WORKSPACE:-./workspace})"
+# app.serve binds 127.0.0.1 unless MASKLAB_ADDRESS says otherwise, and then only with sign-in configured.
+exec .venv/bin/python -m app.serve --port "${PORT:-8501}"

@@ -17,6 +17,7 @@ def workspace(tmp_path, monkeypatch) -> Path:
     ws = tmp_path / "workspace"
     ws.mkdir()
     monkeypatch.setenv("MASKLAB_WORKSPACE", str(ws))
+    monkeypatch.setenv("MASKLAB_AUTO_EVAL", "0")  # tests of the evaluation turn it on where they need it
     return ws
 
 

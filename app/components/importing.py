@@ -2,7 +2,8 @@
 
 Upload a file -> masklab inspects it (``engine.data.inspect_source``: modality, columns and their
 detected roles, classes, cleaning counts, a preview) -> the user changes the column roles or the
-options and sees the plan again -> "Import" runs ``engine.data.import_source`` and shows the
+options and sees the plan again -> "Import" starts ``engine.data.jobs.start_import`` (another process:
+a progress bar and Cancel, re-read every second, the page stays live) and at its end shows the
 per-file report, with a banner whose colour says all in / some refused / nothing in.
 """
 
@@ -15,11 +16,18 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
+from app.components.access import actor
 from app.components.errors import guarded
-from engine.data import ImportOptions, import_source, inspect_source
+from engine.data import ImportOptions, inspect_source
+from engine.data.jobs import cancel_import, import_status, start_import
 from engine.data.tabular import ROLES
 
-UPLOAD_LABEL = "Dataset file: a .zip of images (PNG, JPEG, WebP, BMP, TIFF, GIF) or of .txt files, or one .txt / .csv / .tsv / .jsonl"
+UPLOAD_LABEL = ("Dataset file: a .zip of images (PNG, JPEG, WebP, BMP, TIFF, GIF), of audio clips (WAV, FLAC, Ogg) or of "
+                ".txt files, or one .txt / .csv / .tsv / .jsonl / .wav / .flac / .ogg")
+#: What one item of each modality is called in the plan and the report.
+UNITS = {"image": "images", "text": "texts", "audio": "clips"}
+#: Pipeline rates offered for audio (Hz); every clip is resampled to the chosen one.
+SAMPLE_RATES = [8000, 16000, 22050, 44100, 48000]
 _AUTO, _NONE = "(detect)", "(none)"
 
 
@@ -59,7 +67,7 @@ def _column_options(plan, key: str) -> dict:
 
 def _show_plan(plan) -> None:
     st.markdown(f"**{plan.source}**: {plan.modality} ({plan.kind}) · {plan.n_items:,} "
-                f"{'images' if plan.modality == 'image' else 'texts'} to import · {len(plan.class_names)} classes")
+                f"{UNITS.get(plan.modality, 'items')} to import · {len(plan.class_names)} classes")
     if plan.label_counts:
         st.caption("Classes: " + ", ".join(f"{c} ({n})" for c, n in plan.label_counts.items()))
     if plan.cleaning:
@@ -90,19 +98,55 @@ def _refusals(rejected, skipped) -> None:
             st.dataframe(pd.DataFrame(skipped, columns=["file", "why skipped"]), hide_index=True, width="stretch")
 
 
-def show_report(report, name: str) -> None:
-    """The import report under a banner coloured by the outcome: all in, some refused, nothing in."""
-    what = "texts" if hasattr(report, "cleaning") else "images"
-    if report.dataset is None:
+def show_report(outcome, name: str) -> None:
+    """An import's outcome (``engine.data.jobs.ImportOutcome``) under a banner coloured by the
+    outcome: all in, some refused, nothing in."""
+    what = UNITS.get(outcome.modality, "items")
+    if outcome.dataset is None:
         st.error(f"Nothing was imported from {name}.")
-    elif report.rejected:
-        st.warning(f"Imported {report.accepted:,} {what} from {name} as **{report.dataset.name}**; "
-                   f"{len(report.rejected)} refused (listed below).")
+    elif outcome.rejected:
+        st.warning(f"Imported {outcome.accepted:,} {what} from {name} as **{outcome.dataset}**; "
+                   f"{len(outcome.rejected)} refused (listed below).")
     else:
-        st.success(f"Imported all {report.accepted:,} {what} from {name} as dataset **{report.dataset.name}**.")
-    if getattr(report, "image_size", 0):
-        st.caption(f"Geometry: {report.geometry_line()}.")
-    _refusals(report.rejected, report.skipped)
+        st.success(f"Imported all {outcome.accepted:,} {what} from {name} as dataset **{outcome.dataset}**.")
+    if outcome.geometry:
+        st.caption(f"Geometry: {outcome.geometry}.")
+    _refusals(outcome.rejected, outcome.skipped)
+
+
+@st.fragment(run_every="1s")
+def import_progress() -> None:
+    """The running import of this session (``engine.data.jobs``, another process): a progress bar
+    and Cancel; at its end the report (or why it ended), and the new dataset is selected. Re-read
+    every second; :func:`import_panel` draws it only while this session holds an import."""
+    held = st.session_state.get("data_job")
+    if held is None:
+        return
+    job_id, name = held
+    job = guarded(import_status, job_id)
+    if job is None:
+        st.session_state.pop("data_job", None)
+        return
+    if job.active:
+        bar, button = st.columns([5, 1], vertical_alignment="bottom")
+        frac = job.done / job.total if job.total else 0.0
+        bar.progress(frac, text=f"Importing {name}: {job.done:,} / {job.total:,} files read" if job.total
+                     else f"Importing {name}…")  # fmt: skip
+        if button.button("Cancel import", key=f"cancel_{job_id}"):
+            guarded(cancel_import, job_id, actor=actor())
+        return
+    # Ended: the whole page reruns (the fragment, and its 1 s timer, stop; the note outlives it).
+    st.session_state.pop("data_job", None)
+    if job.state == "completed":
+        st.session_state["data_report"] = (job.outcome, name)
+        if job.outcome.dataset:
+            st.session_state["data_pending"] = job.outcome.dataset
+    else:
+        st.session_state["data_report"] = None
+        st.session_state["data_import_note"] = (
+            ("info", f"Import of {name} cancelled; nothing was registered.") if job.state == "cancelled"
+            else ("error", f"Import of {name} {job.state}: {job.error}"))
+    st.rerun(scope="app")
 
 
 #: Image sizes offered; "auto" is the images' own size when they all share one (else 64).
@@ -131,9 +175,15 @@ def geometry_options(key: str) -> dict:
 
 
 def import_panel() -> str | None:
-    """The whole panel; returns the name of a dataset that was just imported (else None)."""
+    """The whole panel: the running import (if any), the upload, its plan and options, Import.
+    Returns None (a finished import selects its dataset through ``data_pending``)."""
     # Any file is taken: one of another type is refused by the engine in masklab's words (a type
     # filter here would show a red chip whose reason appears only on hover).
+    if st.session_state.get("data_job") is not None:  # the 1 s fragment only while an import runs
+        import_progress()
+    note = st.session_state.pop("data_import_note", None)
+    if note is not None:
+        (st.info if note[0] == "info" else st.error)(note[1])
     upload = st.file_uploader(UPLOAD_LABEL, key="data_upload")
     if upload is None:
         return None
@@ -155,7 +205,16 @@ def import_panel() -> str | None:
         hi = d.number_input("Drop texts longer than (characters, 0 = no limit)", 0, 10_000_000, 0, key=f"{key}_max")
         base.update(min_chars=int(lo) or None, max_chars=int(hi) or None)
     else:
-        extra.update(geometry_options(key))
+        if plan.modality == "audio":
+            from engine.data.audio import DEFAULT_SAMPLE_RATE
+
+            rate = st.selectbox("Sample rate (Hz)", SAMPLE_RATES, index=SAMPLE_RATES.index(DEFAULT_SAMPLE_RATE),
+                                key=f"{key}_rate", format_func=lambda r: f"{r:,} Hz",
+                                help="every clip is made mono and resampled to this rate (the report says which "
+                                     "clips were)")  # fmt: skip
+            base["sample_rate"] = int(rate)
+        else:
+            extra.update(geometry_options(key))
         enc = st.text_input("Member-name encoding", placeholder="detected", key=f"{key}_enc",
                             help="for zips whose names are not UTF-8, e.g. cp437, cp1252, cp932")
         base["name_encoding"] = enc.strip() or None
@@ -164,13 +223,15 @@ def import_panel() -> str | None:
         plan = guarded(_plan, str(path), upload.file_id, options.model_dump_json(), upload.name) or plan
     _show_plan(plan)
     overwrite = st.checkbox("Replace an existing dataset of the same name", key=f"{key}_over")
-    if st.button("Import", type="primary", key="data_import"):
-        with st.spinner(f"Importing {upload.name}…"):
-            report = guarded(import_source, path, new_name.strip() or None, options, overwrite=overwrite,
-                             source_label=upload.name, **extra)  # fmt: skip
-        st.session_state["data_report"] = (report, upload.name) if report is not None else None
-        if report is not None and report.dataset is not None:
-            return report.dataset.name
+    busy = "data_job" in st.session_state
+    if st.button("Import", type="primary", key="data_import", disabled=busy):
+        # In a background process (engine.data.jobs): progress, cancel, a memory cap; this page stays live.
+        job = guarded(start_import, path, new_name.strip() or None, options, overwrite=overwrite,
+                      source_label=upload.name, actor=actor(), **extra)  # fmt: skip
+        if job is not None:
+            st.session_state["data_job"] = (job, upload.name)
+            st.session_state["data_report"] = None
+            st.rerun(scope="app")
     held = st.session_state.get("data_report")
     if held:
         show_report(*held)

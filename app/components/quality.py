@@ -41,7 +41,8 @@ def headline_of(config: dict) -> tuple[str, str]:
 
 
 #: Column titles of the figures tasks declare (``Task.figures``); other metrics show their own name.
-FIGURE_TITLES = {"val_mse": "pixel MSE", "val_psnr": "PSNR (dB)", "val_top1": "top-1", "val_span_acc": "span accuracy"}
+FIGURE_TITLES = {"val_mse": "pixel MSE", "val_psnr": "PSNR (dB)", "val_top1": "top-1", "val_span_acc": "span accuracy",
+                 "val_spec_mse": "log-mel MSE"}
 
 
 def figures_of(config: dict) -> list[tuple[str, str]]:

@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from app.components.access import allowed
 from app.components.errors import guarded
 from app.components.runs import run_label, status_label
 from engine.launcher import resume
@@ -27,7 +28,10 @@ def _checkpoint(rec: Any) -> int | None:
 
 def resume_buttons(records: Sequence[Any]) -> None:
     """Runs page: one line per resumable run that has a complete checkpoint, with a Resume button
-    (same config; Run detail offers changes)."""
+    (same config; Run detail offers changes). Nothing for a session that may not resume."""
+    do_resume = allowed("run.resume", resume)
+    if do_resume is None:
+        return
     for r in records:
         step = _checkpoint(r)
         if step is None:
@@ -36,14 +40,15 @@ def resume_buttons(records: Sequence[Any]) -> None:
         line.markdown(f"**{run_label(r)}** · {status_label(r.status)} at step {r.step} / {r.total_steps} · "
                       f"resumable from step {step}")
         if button.button("Resume", key=f"resume-{r.run_id}", help=f"continue {r.run_id} from its checkpoint of step {step}"):
-            if guarded(resume, r.run_id) is not None:
+            if guarded(do_resume, r.run_id) is not None:
                 st.toast(f"Resuming {r.run_id} from step {step}.")
 
 
 def resume_panel(rec: Any) -> None:
     """Run detail: a Resume form (optional new learning rate and total steps) for a resumable run
-    with a checkpoint, and the config history of a run that was resumed before."""
-    step = _checkpoint(rec)
+    with a checkpoint (editors), and the config history of a run that was resumed before."""
+    do_resume = allowed("run.resume", resume)
+    step = _checkpoint(rec) if do_resume is not None else None
     train = (rec.config or {}).get("train", {})
     if step is not None:
         with st.form(f"resume-form-{rec.run_id}", border=True):
@@ -59,7 +64,7 @@ def resume_panel(rec: Any) -> None:
         if go:
             overrides = ([f"train.lr={lr!r}"] if lr != train.get("lr") else []) + \
                         ([f"train.steps={int(steps)}"] if int(steps) != train.get("steps") else [])
-            if guarded(resume, rec.run_id, overrides) is not None:
+            if guarded(do_resume, rec.run_id, overrides) is not None:
                 st.success(f"Resuming from step {step}" + (f" with {', '.join(overrides)}" if overrides else "")
                            + ": it is queued and starts when a slot is free.")
     config_history(rec)

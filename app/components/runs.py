@@ -211,8 +211,12 @@ def progress_with_cancel(rec: Any, cancel_fn, key: str, text: str) -> None:
     """An active run's progress bar with a Cancel button that asks first. The first click replaces
     the line by what cancelling does and a "Yes, cancel" / "Keep running" pair (the question is kept
     in ``st.session_state`` by the buttons' callbacks, so a self-refreshing fragment does not lose
-    it); only the confirmation calls ``cancel_fn(run_id)``."""
+    it); only the confirmation calls ``cancel_fn(run_id)``. With ``cancel_fn`` None (a session that
+    may not cancel) only the progress bar is shown."""
     ask = f"{key}_ask_{rec.run_id}"
+    if cancel_fn is None:
+        st.progress(rec.progress, text=text)
+        return
 
     def answer(value: bool) -> None:
         st.session_state[ask] = value

@@ -129,6 +129,21 @@ def step_picker(run_id: str, steps: list[int], key: str) -> int:
                             help="every saved evaluation of this run: the same images and masks at each step")
 
 
+def pick_sample(sample, run, key: str):
+    """The run's sample at the evaluation step chosen with :func:`step_picker` (shown only when the
+    run saved more than one); ``sample`` (its newest) when there is no choice or no run."""
+    from engine.store import load_samples, sample_steps
+
+    if run is None:
+        return sample
+    steps = guarded(sample_steps, run.run_id) or [sample.step]
+    if len(steps) > 1:
+        step = step_picker(run.run_id, steps, f"{key}_{run.run_id}")
+        if step != sample.step:
+            return guarded(load_samples, run.run_id, step) or sample
+    return sample
+
+
 def _pixel_figures(run_id: str, step: int) -> dict[str, float]:
     """The run's ``val_mse`` / ``val_psnr`` logged at ``step`` (empty when not logged)."""
     from engine.store import read_metrics
@@ -145,14 +160,7 @@ def samples_view(sample, run) -> None:
     reconstruction with the visible patches pasted back, large (the main view, with each image's
     masked-patch MSE), then one row each of the originals, masked inputs, the prediction at the
     masked patches only, and the error map."""
-    from engine.store import load_samples, sample_steps
-
-    if run is not None:
-        steps = guarded(sample_steps, run.run_id) or [sample.step]
-        if len(steps) > 1:
-            step = step_picker(run.run_id, steps, f"recon_step_{run.run_id}")
-            if step != sample.step:
-                sample = guarded(load_samples, run.run_id, step) or sample
+    sample = pick_sample(sample, run, "recon_step")
     names = sample.meta.get("class_names", [])
     images, mask = sample["images"], sample["mask"]
     classes = [names[int(y)] if 0 <= int(y) < len(names) else str(int(y)) for y in sample["labels"]]
@@ -328,3 +336,34 @@ def masking_box(run, sample) -> None:
             n = int(hidden.sum())
             st.caption(f"{n} of {h * w} patches hidden · checkpoint of step {loaded.step}"
                        + (f" · MSE at the hidden patches {mse[0]:.4f}" if n else " · nothing hidden, nothing to predict"))
+
+
+def compare_view(samples: dict, n: int = 6) -> list[tuple[str, np.ndarray]]:
+    """The Compare page's reconstruction grid: rows are the first ``n`` fixed validation images
+    (the same rows for runs on the same dataset: :func:`engine.data.representative`), columns are
+    the original, then per run its masked input and its reconstruction with the visible patches
+    pasted back, at each run's latest samples. ``samples``: run label -> ``Sample`` of kind
+    ``image``. Returns the ``(caption, uint8 column image)`` pairs drawn (the HTML report reuses them)."""
+    from app.components.compare import stack_column
+    from app.components.images import chw_to_hwc_uint8, upscale
+
+    if not samples:
+        return []
+    first = next(iter(samples.values()))
+    k = min(n, *(len(s["images"]) for s in samples.values()))
+    same = all(s["images"].shape == first["images"].shape and np.allclose(s["images"][:k], first["images"][:k])
+               for s in samples.values())
+    columns = [("original", chw_to_hwc_uint8(first["images"][:k]))]
+    for label, s in samples.items():
+        columns.append((f"{label} · masked (step {s.step})", mask_overlay(s["images"][:k], s["mask"][:k])))
+        columns.append((f"{label} · reconstruction (step {s.step})", chw_to_hwc_uint8(s["pasted"][:k])))
+    if not same:
+        st.caption("These runs' fixed validation images differ (other datasets or image sizes): each column shows "
+                   "its own run's images.")
+    drawn = [(c, stack_column(np.stack([upscale(np.asarray(im), 96) for im in imgs]))) for c, imgs in columns]
+    per_row = 9
+    for start in range(0, len(drawn), per_row):
+        cols = st.columns(per_row, gap="small")
+        for col, (caption, img) in zip(cols, drawn[start:start + per_row]):
+            col.image(img, caption=caption, width="stretch")
+    return drawn

@@ -381,3 +381,31 @@ def lab_results(cfg, info, n: int) -> None:
     st.caption(f"{stats.batch_size} masks over real train texts of **{info.name}** (ratio over the maskable tokens; "
                "masks/s includes tokenising the batch).")
     mask_stats_panel(stats, rate)
+
+
+def compare_view(samples: dict, n: int = 8) -> list:
+    """The Compare page's view of text samples: rows are the first ``n`` fixed validation texts
+    (masked words shown as [MASK]), columns are runs: each run's top-1 words at its masked tokens
+    (MLM) or its generated span (span completion), at its latest samples. ``samples``: run label ->
+    ``Sample``. Returns ``[]`` (no images for the HTML report)."""
+    if not samples:
+        return []
+    first = next(iter(samples.values()))
+    k = min(n, *(len(s["tokens"]) for s in samples.values()))
+    rows = []
+    for i in range(k):
+        row = {"text": _masked_text(first["tokens"][i], first["mask"][i])}
+        if "target" in first.arrays:
+            row["hidden"] = detok(first["target"][i])
+        else:
+            row["hidden"] = " ".join(str(t) for t in first["tokens"][i][first["mask"][i]])
+        for label, s in samples.items():
+            if "generated" in s.arrays:
+                row[f"{label} (step {s.step})"] = detok(s["generated"][i])
+            else:
+                row[f"{label} (step {s.step})"] = " ".join(str(t) for t in s["top_tokens"][i][s["mask"][i], 0])
+        rows.append(row)
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    st.caption("Each run's masks come from its own masking config and seed: runs with the same seed and masking "
+               "hide the same tokens.")
+    return []

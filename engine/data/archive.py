@@ -35,7 +35,7 @@ import zipfile
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from engine.data.limits import ImportLimits, human_bytes
 from engine.errors import DatasetError
@@ -129,6 +129,33 @@ def unsafe_path(name: str) -> str | None:
     if any(ord(ch) < 32 for ch in name):
         return "the name contains control characters (e.g. a NUL byte); rename the file"
     return None
+
+
+def skip_reason(rel: str, extensions, what: str) -> str | None:
+    """Why a member is not a candidate of an import (it is skipped and listed), or None: macOS
+    metadata (``__MACOSX/``), a hidden file or folder, or an extension not in ``extensions``
+    (``what`` names the expected kind, e.g. ``"an image file"``)."""
+    parts = PurePosixPath(rel).parts
+    if parts and parts[0] == "__MACOSX":
+        return "macOS metadata"
+    if any(p.startswith(".") for p in parts):
+        return "hidden file"
+    ext = PurePosixPath(rel).suffix.lower()
+    return None if ext in extensions else f"not {what} ({ext or 'no extension'})"
+
+
+def refusal_lines(rejected: list[tuple[str, str]], skipped: list[tuple[str, str]], skipped_title: str) -> list[str]:
+    """The end of an import report: every rejected file with its reason, skipped files counted by reason."""
+    from collections import Counter
+
+    lines = []
+    if rejected:
+        lines.append("Rejected:")
+        lines += [f"  {path}: {reason}" for path, reason in rejected]
+    if skipped:
+        lines.append(f"{skipped_title}:")
+        lines += [f"  {n} x {reason}" for reason, n in Counter(r for _, r in skipped).most_common()]
+    return lines
 
 
 def clean_path(name: str) -> str:
@@ -400,3 +427,20 @@ def classify(members: list[Member], limits: ImportLimits,
         else:
             candidates.append(m)
     return sorted(candidates, key=lambda m: m.name), rejected, skipped
+
+
+# --------------------------------------------------------------------------- audit details of imports
+
+
+def import_target(a: dict) -> str:
+    """What an import acts on, for the audit log of every importer's ``@permission("data.import")``:
+    the dataset name asked for, else the source."""
+    return a.get("name") or a.get("source_label") or str(a.get("path"))
+
+
+def import_outcome(report) -> dict:
+    """The audit details of an import report (dataset name, counts)."""
+    out = {"accepted": report.accepted, "rejected": len(report.rejected), "source": report.source}
+    if report.dataset is not None:
+        out["target"] = report.dataset.name
+    return out

@@ -6,6 +6,9 @@
 - ``fashion-mnist``: the IDX gzip files of Debian's ``dataset-fashion-mnist`` package in
   ``/usr/share/datasets/fashion-mnist`` (or ``$MASKLAB_FASHION_MNIST_DIR``); 28x28, 1 channel, 10
   classes; the official split: train = the 60,000 training images, val = the 10,000 test (t10k) images.
+- ``asterisk-prompts``: the voice prompts of Debian's ``asterisk-core-sounds-en-wav`` in
+  ``/usr/share/asterisk/sounds/en_US_f_Allison`` (or ``$MASKLAB_ASTERISK_DIR``), audio at 8 kHz,
+  label = folder, transcripts; built by :func:`engine.data.audio.build_asterisk` (rules there).
 - ``fortunes``: the fortune-cookie files of Debian's ``fortunes`` package (with ``fortunes-min``) in
   ``/usr/share/games/fortunes`` (or ``$MASKLAB_FORTUNES_DIR``): one document per fortune (entries are
   separated by lines holding a single ``%``), label = topic file name. Every topic file without an
@@ -19,15 +22,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import gzip
 import os
 import re
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from engine.data import audio
 from engine.data.dataset import Dataset, DatasetInfo, ImageDataset, TextDataset, n_val_for, seeded_split
 from engine.errors import DatasetError
 from engine.messages import describe_error
@@ -70,9 +72,10 @@ DESCRIPTIONS = {
     "the University of California), see /usr/share/doc/fortunes/copyright; the texts are quoted from "
     "many authors.",
 }
+DESCRIPTIONS["asterisk-prompts"] = audio.ASTERISK_DESCRIPTION
 BUNDLED = tuple(DESCRIPTIONS)
 """Names of the bundled datasets, in listing order. These names are reserved for imports."""
-MODALITY = {"digits": "image", "fashion-mnist": "image", "fortunes": "text"}
+MODALITY = {"digits": "image", "fashion-mnist": "image", "fortunes": "text", "asterisk-prompts": "audio"}
 """Modality of each bundled dataset (known without reading it)."""
 
 
@@ -113,11 +116,13 @@ def _fortune_files() -> list[Path]:
 
 
 def bundled_status() -> list[BundledStatus]:
-    """Status of ``digits``, ``fashion-mnist`` and ``fortunes`` (checks files only; loads no data)."""
+    """Status of every bundled dataset (checks files only; loads no data)."""
     return [
         BundledStatus("digits", True, DESCRIPTIONS["digits"], "part of scikit-learn; nothing to install"),
         BundledStatus("fashion-mnist", _fashion_available(), DESCRIPTIONS["fashion-mnist"], FASHION_HOW_TO),
         BundledStatus("fortunes", bool(_fortune_files()), DESCRIPTIONS["fortunes"], FORTUNES_HOW_TO),
+        BundledStatus("asterisk-prompts", audio.asterisk_available(), DESCRIPTIONS["asterisk-prompts"],
+                      audio.ASTERISK_HOW_TO),
     ]
 
 
@@ -127,6 +132,7 @@ def is_available(name: str) -> bool:
         name == "digits"
         or (name == "fashion-mnist" and _fashion_available())
         or (name == "fortunes" and bool(_fortune_files()))
+        or (name == "asterisk-prompts" and audio.asterisk_available())
     )
 
 
@@ -190,32 +196,19 @@ def _build_fortunes() -> TextDataset:
     return _fortunes(tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files))
 
 
-def _idx_header(f, path: Path, magic: int) -> tuple[int, ...]:
-    """Read an IDX header (big-endian magic, then one uint32 per dimension) and check the magic."""
-    ndim = 3 if magic == IDX_IMAGES_MAGIC else 1
-    head = f.read(4 * (1 + ndim))
-    if len(head) < 4 * (1 + ndim):
-        raise DatasetError(f"{path}: truncated IDX header")
-    found, *dims = struct.unpack(f">{1 + ndim}I", head)
-    if found != magic:
-        kind = "images" if magic == IDX_IMAGES_MAGIC else "labels"
-        raise DatasetError(f"{path}: not an IDX {kind} file (magic number {found}, expected {magic})")
-    return tuple(dims)
-
-
 def _read_idx(path: Path, magic: int, header_only: bool = False) -> np.ndarray | tuple[int, ...]:
-    """Read a gzip IDX file: uint8 ``[N, H, W]`` (magic 2051) or ``[N]`` (magic 2049); or just its dims."""
+    """Read a gzip IDX file (:mod:`engine.data.idx`): uint8 ``[N, H, W]`` (magic 2051) or ``[N]``
+    (magic 2049); or just its dims. Raises DatasetError naming the file and how to get it."""
+    from engine.data.idx import read_idx_file
+
     try:
-        with gzip.open(path, "rb") as f:
-            dims = _idx_header(f, path, magic)
-            if header_only:
-                return dims
-            data = np.frombuffer(f.read(), dtype=np.uint8)
-    except (OSError, EOFError) as e:
-        raise DatasetError(f"{path}: cannot read IDX file ({describe_error(e)}); {FASHION_HOW_TO}") from e
-    if data.size != int(np.prod(dims)):
-        raise DatasetError(f"{path}: {data.size} bytes of data, header says {dims}")
-    return data.reshape(dims)
+        header = read_idx_file(path, header_only=True)
+        if header.magic != magic:
+            kind = "images" if magic == IDX_IMAGES_MAGIC else "labels"
+            raise DatasetError(f"{path}: not an IDX {kind} file (magic number {header.magic}, expected {magic})")
+        return header.dims if header_only else read_idx_file(path)
+    except DatasetError as e:
+        raise DatasetError(f"{e}; {FASHION_HOW_TO}") from None
 
 
 def bundled_info(name: str, created_at: str = "") -> DatasetInfo:
@@ -237,6 +230,8 @@ def bundled_info(name: str, created_at: str = "") -> DatasetInfo:
         shape, classes = (1, h, w), FASHION_CLASSES
     elif name == "fortunes":
         return dataclasses.replace(_build_fortunes().info, created_at=created_at)
+    elif name == "asterisk-prompts":
+        return audio.asterisk_info(created_at)
     else:
         raise DatasetError(f"{name!r} is not a bundled dataset (bundled: {', '.join(BUNDLED)})")
     return DatasetInfo(
@@ -264,6 +259,8 @@ def build_bundled(name: str, created_at: str) -> Dataset:
     if name == "fortunes":
         ds = _build_fortunes()
         return dataclasses.replace(ds, info=dataclasses.replace(ds.info, created_at=created_at))
+    if name == "asterisk-prompts":
+        return audio.build_asterisk(created_at)
     info = bundled_info(name, created_at)
     if name == "digits":
         from sklearn.datasets import load_digits

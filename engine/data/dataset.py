@@ -31,8 +31,8 @@ NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 SPLITS = ("train", "val")
 """Split names; a dataset's ``split`` array stores their index (0 = train, 1 = val)."""
 
-MODALITIES = ("image", "text")
-"""Values of :attr:`DatasetInfo.modality` (audio and paired data come later)."""
+MODALITIES = ("image", "text", "audio")
+"""Values of :attr:`DatasetInfo.modality` (paired data comes later)."""
 
 
 def validate_name(name: str) -> str:
@@ -51,7 +51,7 @@ class DatasetInfo:
 
     Attributes:
         name: dataset name, matches :data:`NAME_RE`.
-        modality: one of :data:`MODALITIES`: ``"image"`` or ``"text"``.
+        modality: one of :data:`MODALITIES`: ``"image"``, ``"text"`` or ``"audio"``.
         source: where the data came from, e.g. ``"bundled:digits"``, ``"upload:stamps.zip"``.
         image_shape: images: ``(C, H, W)`` in pixels, ``C`` in {1, 3}; None for other modalities.
         class_names: label ``k`` is ``class_names[k]``.
@@ -62,7 +62,8 @@ class DatasetInfo:
         description: one human sentence or two.
         stats: modality-specific summary numbers for the Data page; text: ``docs``, ``chars_mean``,
             ``chars_median``, ``chars_max``, ``words_mean``, ``words_max`` (characters and
-            whitespace-separated words per document) and ``cleaning`` (the import's cleaning counts).
+            whitespace-separated words per document) and ``cleaning`` (the import's cleaning counts);
+            audio: ``sample_rate`` (Hz) and durations (:func:`engine.data.audio.audio_stats`).
             ``{}`` when there is nothing to say (images, old ``meta.json`` files).
         source_hash: sha256 (hex) of the stored arrays (:func:`engine.data.storage.content_hash`),
             set when the dataset is written; ``""`` for an old ``meta.json``, an unregistered
@@ -295,10 +296,7 @@ class TextDataset(LabelledRows):
         groups: np.ndarray | None = None,
     ) -> TextDataset:
         """Pack ``texts`` (``N`` strings) into ``text_bytes`` / ``text_offsets``; other arrays as given."""
-        encoded = [t.encode("utf-8") for t in texts]
-        offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
-        np.cumsum([len(b) for b in encoded], out=offsets[1:])
-        data = np.frombuffer(b"".join(encoded), dtype=np.uint8).copy()
+        data, offsets = _pack([t.encode("utf-8") for t in texts], np.uint8)
         return cls(info, data, offsets, np.asarray(labels, np.int64), np.asarray(split, np.uint8),
                    None if groups is None else np.asarray(groups, np.int64))  # fmt: skip
 
@@ -319,27 +317,157 @@ class TextDataset(LabelledRows):
 
     @classmethod
     def _own_problems(cls, info: DatasetInfo, arrays: dict[str, np.ndarray], n: int) -> list[str]:
-        data, off = arrays["text_bytes"], arrays["text_offsets"]
-        problems = []
-        if data.dtype != np.uint8 or data.ndim != 1:
-            problems.append(f"text_bytes {data.dtype} {data.shape}, expected uint8 [total]")
-        elif off.dtype != np.int64 or off.shape != (n + 1,) or off[0] != 0 or off[-1] != data.shape[0] \
-                or (np.diff(off) < 0).any():  # fmt: skip
-            problems.append(f"text_offsets must be int64 [{n + 1}], from 0 to {data.shape[0]}, non-decreasing")
-        groups = arrays.get("groups")
-        if groups is None:
-            if info.group_names:
-                problems.append(f"meta has {len(info.group_names)} group names but there is no groups array")
-        elif groups.dtype != np.int64 or groups.shape != (n,) or \
-                (n and not 0 <= groups.min() <= groups.max() < len(info.group_names)):  # fmt: skip
-            problems.append(f"groups must be int64 [{n}] in [0, {len(info.group_names)})")
-        return problems
+        return (_packed_problems(arrays, "text_bytes", "text_offsets", np.uint8, n)
+                + _groups_problems(info, arrays.get("groups"), n))
 
 
-Dataset = ImageDataset | TextDataset
+def _packed_problems(arrays: dict[str, np.ndarray], data_key: str, offsets_key: str, dtype: type, n: int) -> list[str]:
+    """Why a packed array (``data_key`` ``[total]`` of ``dtype``, row ``i`` at
+    ``data[offsets[i]:offsets[i + 1]]``) and its int64 ``[n + 1]`` offsets are malformed (empty: they are not)."""
+    data, off = arrays[data_key], arrays[offsets_key]
+    name = np.dtype(dtype).name
+    if data.dtype != dtype or data.ndim != 1:
+        return [f"{data_key} {data.dtype} {data.shape}, expected {name} [total]"]
+    if off.dtype != np.int64 or off.shape != (n + 1,) or off[0] != 0 or off[-1] != data.shape[0] \
+            or (np.diff(off) < 0).any():  # fmt: skip
+        return [f"{offsets_key} must be int64 [{n + 1}], from 0 to {data.shape[0]}, non-decreasing"]
+    return []
+
+
+def _groups_problems(info: DatasetInfo, groups: np.ndarray | None, n: int) -> list[str]:
+    """Why an optional ``groups`` array does not match ``info.group_names`` (empty: it does)."""
+    if groups is None:
+        if info.group_names:
+            return [f"meta has {len(info.group_names)} group names but there is no groups array"]
+    elif groups.dtype != np.int64 or groups.shape != (n,) or \
+            (n and not 0 <= groups.min() <= groups.max() < len(info.group_names)):  # fmt: skip
+        return [f"groups must be int64 [{n}] in [0, {len(info.group_names)})"]
+    return []
+
+
+def _pack(rows: list[bytes] | list[np.ndarray], dtype: type) -> tuple[np.ndarray, np.ndarray]:
+    """``(data [total] of dtype, offsets int64 [N + 1])``: ``rows`` (bytes or 1-D arrays) one after the other."""
+    offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum([len(r) for r in rows], out=offsets[1:])
+    if rows and isinstance(rows[0], (bytes, bytearray)):
+        data = np.frombuffer(b"".join(rows), dtype=dtype).copy()
+    else:
+        data = np.concatenate([np.asarray(r, dtype=dtype) for r in rows]) if rows else np.zeros(0, dtype)
+    return data, offsets
+
+
+PCM_SCALE = 32767.0
+"""int16 PCM <-> float: ``pcm = round(clip(x, -1, 1) * 32767)``, ``x = pcm / 32767`` (symmetric, so
+full scale maps to +-1 both ways; -32768 is never written)."""
+
+
+@dataclass(eq=False)
+class AudioDataset(LabelledRows):
+    """A labelled audio dataset held in memory: mono clips at one sample rate, stored as int16 PCM
+    one after the other, with offsets (2 bytes a sample: a 1 s clip at 16 kHz is 32 KB).
+
+    Clip ``i`` is ``audio_pcm[audio_offsets[i]:audio_offsets[i + 1]] / 32767`` (:data:`PCM_SCALE`),
+    float samples in [-1, 1] at ``sample_rate[0]`` Hz (the pipeline rate the import resampled to).
+
+    Attributes:
+        info: its :class:`DatasetInfo` (``modality == "audio"``; ``stats`` holds ``sample_rate``
+            and duration statistics, see :func:`engine.data.audio.audio_stats`).
+        audio_pcm: int16 ``[total]`` samples of every clip.
+        audio_offsets: int64 ``[N + 1]`` sample offsets: from 0, non-decreasing, ends at ``total``.
+        sample_rate: int64 ``[1]``: Hz of every clip (stored with the samples, so it is part of
+            the content hash).
+        labels: int64 ``[N]``, class index into ``info.class_names``.
+        split: uint8 ``[N]``, 0 = train, 1 = val.
+        groups: optional int64 ``[N]``, index into ``info.group_names`` (e.g. the speaker); a
+            group's clips are all in one split.
+        text_bytes, text_offsets: optional transcripts, packed as in :class:`TextDataset`
+            (``""`` for a clip without one); both or neither.
+    """
+
+    ARRAYS: ClassVar[tuple[str, ...]] = ("audio_pcm", "audio_offsets", "sample_rate", "labels", "split")
+    OPTIONAL_ARRAYS: ClassVar[tuple[str, ...]] = ("groups", "text_bytes", "text_offsets")
+    DTYPES: ClassVar[dict[str, type]] = {
+        **LabelledRows.DTYPES, "audio_pcm": np.int16, "audio_offsets": np.int64, "sample_rate": np.int64,
+        "groups": np.int64, "text_bytes": np.uint8, "text_offsets": np.int64,
+    }  # fmt: skip
+
+    info: DatasetInfo
+    audio_pcm: np.ndarray
+    audio_offsets: np.ndarray
+    sample_rate: np.ndarray
+    labels: np.ndarray
+    split: np.ndarray
+    groups: np.ndarray | None = None
+    text_bytes: np.ndarray | None = None
+    text_offsets: np.ndarray | None = None
+
+    @classmethod
+    def from_clips(
+        cls,
+        info: DatasetInfo,
+        clips: list[np.ndarray],
+        sample_rate: int,
+        labels: np.ndarray,
+        split: np.ndarray,
+        groups: np.ndarray | None = None,
+        transcripts: list[str] | None = None,
+    ) -> AudioDataset:
+        """Pack ``clips`` (``N`` int16 ``[n_i]`` arrays, see :func:`to_pcm`) and optional transcripts."""
+        pcm, offsets = _pack(clips, np.int16)
+        text = _pack([t.encode("utf-8") for t in transcripts], np.uint8) if transcripts is not None else (None, None)
+        return cls(info, pcm, offsets, np.array([sample_rate], np.int64), np.asarray(labels, np.int64),
+                   np.asarray(split, np.uint8), None if groups is None else np.asarray(groups, np.int64), *text)
+
+    @property
+    def rate(self) -> int:
+        """Sample rate in Hz."""
+        return int(self.sample_rate[0])
+
+    def lengths(self) -> np.ndarray:
+        """Samples per clip, int64 ``[N]``."""
+        return np.diff(self.audio_offsets)
+
+    def clip(self, i: int) -> np.ndarray:
+        """Clip ``i`` as float32 ``[n]`` in [-1, 1] (negative ``i`` counts from the end). Raises IndexError."""
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"clip {i} out of range for {n} clips")
+        i %= n
+        return self.audio_pcm[self.audio_offsets[i] : self.audio_offsets[i + 1]].astype(np.float32) / PCM_SCALE
+
+    def transcript(self, i: int) -> str:
+        """The transcript of clip ``i`` (``""`` when the dataset or the clip has none)."""
+        if self.text_bytes is None:
+            return ""
+        return self.text_bytes[self.text_offsets[i] : self.text_offsets[i + 1]].tobytes().decode("utf-8")
+
+    @classmethod
+    def _own_problems(cls, info: DatasetInfo, arrays: dict[str, np.ndarray], n: int) -> list[str]:
+        problems = _packed_problems(arrays, "audio_pcm", "audio_offsets", np.int16, n)
+        rate = arrays["sample_rate"]
+        if rate.dtype != np.int64 or rate.shape != (1,) or rate[0] <= 0:
+            problems.append(f"sample_rate must be int64 [1], > 0 (got {rate.dtype} {rate.shape})")
+        elif info.stats.get("sample_rate") not in (None, int(rate[0])):
+            problems.append(f"sample_rate {int(rate[0])} Hz, meta says {info.stats['sample_rate']} Hz")
+        if ("text_bytes" in arrays) != ("text_offsets" in arrays):
+            problems.append("text_bytes and text_offsets go together")
+        elif "text_bytes" in arrays:
+            problems += _packed_problems(arrays, "text_bytes", "text_offsets", np.uint8, n)
+        return problems + _groups_problems(info, arrays.get("groups"), n)
+
+
+def to_pcm(x: np.ndarray) -> tuple[np.ndarray, int]:
+    """Float samples -> int16 PCM (:data:`PCM_SCALE`); returns ``(pcm [n], clipped)``, ``clipped``
+    the number of samples outside [-1, 1] that were clipped to full scale."""
+    x = np.asarray(x, dtype=np.float32)
+    clipped = int(np.count_nonzero(np.abs(x) > 1.0))
+    return np.round(np.clip(x, -1.0, 1.0) * PCM_SCALE).astype(np.int16), clipped
+
+
+Dataset = ImageDataset | TextDataset | AudioDataset
 """Any in-memory dataset."""
 
-DATASET_TYPES: dict[str, type[LabelledRows]] = {"image": ImageDataset, "text": TextDataset}
+DATASET_TYPES: dict[str, type[LabelledRows]] = {"image": ImageDataset, "text": TextDataset, "audio": AudioDataset}
 """Dataset class of each modality (``DatasetInfo.modality``)."""
 
 

@@ -34,15 +34,17 @@ import os
 import re
 import warnings
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 import numpy as np
 from PIL import Image, ImageColor
 
+from engine.access import permission
 from engine.data import bundled, storage
-from engine.data.archive import Member, Members, NameDecoding, decode_names, read_problem
-from engine.data.archive import classify
+from engine.data.archive import Member, Members, NameDecoding, decode_names, import_outcome, import_target, read_problem
+from engine.data.archive import classify, refusal_lines, skip_reason
 from engine.data.dataset import DatasetInfo, seeded_split, validate_name
 from engine.data.images import (
     EXTENSIONS, GEOMETRIES, PAD_FILLS, PadFill, Refused, check_format, decode, fit_square, open_header, sniff,
@@ -133,13 +135,7 @@ class ImportReport:
         if self.converted:
             lines.append("Converted:")
             lines += [f"  {n} x {note}" for note, n in Counter(n for _, n in self.converted).most_common()]
-        if self.rejected:
-            lines.append("Rejected:")
-            lines += [f"  {path}: {reason}" for path, reason in self.rejected]
-        if self.skipped:
-            lines.append("Skipped (not images):")
-            lines += [f"  {n} x {reason}" for reason, n in Counter(r for _, r in self.skipped).most_common()]
-        return "\n".join(lines)
+        return "\n".join(lines + refusal_lines(self.rejected, self.skipped, "Skipped (not images)"))
 
 
 @dataclass
@@ -166,15 +162,7 @@ class ArchiveScan:
 
 def _skip_reason(rel: str) -> str | None:
     """Why a file is not an image candidate, or None if it has an image extension."""
-    parts = PurePosixPath(rel).parts
-    if parts and parts[0] == "__MACOSX":
-        return "macOS metadata"
-    if any(p.startswith(".") for p in parts):
-        return "hidden file"
-    ext = PurePosixPath(rel).suffix.lower()
-    if ext not in EXTENSIONS:
-        return f"not an image file ({ext or 'no extension'})"
-    return None
+    return skip_reason(rel, EXTENSIONS, "an image file")
 
 
 def _classify(members: list[Member], limits: ImportLimits) -> tuple[list[Member], list, list]:
@@ -294,6 +282,9 @@ def auto_size(sizes: Counter) -> tuple[int, str]:
                              f"choose the size to keep more detail")
 
 
+
+
+@permission("data.import", import_target, import_outcome)
 def import_archive(
     path: str | os.PathLike[str],
     name: str | None = None,
@@ -309,6 +300,7 @@ def import_archive(
     fill: Fill = "white",
     name_encoding: str | None = None,
     limits: ImportLimits | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> ImportReport:
     """Import a ``.zip`` file or a folder of images and register it as dataset ``name``.
 
@@ -339,6 +331,8 @@ def import_archive(
         name_encoding: encoding of the member names the archive does not mark as UTF-8 (e.g.
             ``"cp932"``); default: detected (see :mod:`engine.data.archive`).
         limits: bounds of this import; default :meth:`ImportLimits.from_env`.
+        progress: called as ``progress(done, total)`` after each image file is read (a background
+            import reports it; see :mod:`engine.data.jobs`).
     Returns:
         An :class:`ImportReport`; its ``dataset`` is the registered dataset's info (images stored as
         uint8 ``[N, S, S, C]``, ``S`` the side used, C in {1, 3}); ``geometry_counts`` says what was
@@ -380,7 +374,9 @@ def import_archive(
             image_size, report.size_rule = auto_size(sizes)
         report.image_size = image_size
         stored = image_size * image_size * 3  # the resized copy each image keeps
-        for m in candidates:
+        for i, m in enumerate(candidates):
+            if progress is not None:
+                progress(i, len(candidates))
             try:
                 if m.size is not None and m.size + stored > left:
                     raise Refused(budget_reason(m.size + stored, left, limits))
@@ -404,6 +400,8 @@ def import_archive(
             paths.append(m.name)
             if note is not None:
                 report.converted.append((m.name, note))
+        if progress is not None:
+            progress(len(candidates), len(candidates))
     report.rejected.sort()
     report.skipped.sort()
     if not images:

@@ -6,20 +6,24 @@
 
 :func:`detect_modality` decides from the file itself (its extension, or what a zip or folder holds);
 :data:`IMPORTERS` maps each modality to how it is inspected and imported. Images go to
-:func:`engine.data.importer.import_archive` unchanged; text to :func:`engine.data.text.import_text`.
-Audio and paired data will be new entries in :data:`IMPORTERS` and in :func:`detect_modality`.
+:func:`engine.data.importer.import_archive` unchanged; IDX files (the MNIST format) to
+:func:`engine.data.idx.import_idx`; text to :func:`engine.data.text.import_text`; audio to
+:func:`engine.data.audio.import_audio`. Paired data will be a new entry in :data:`IMPORTERS`
+and in the detection tables (:data:`FILE_MODALITIES`, :data:`TREE_MODALITIES`).
 """
 
 from __future__ import annotations
 
 import os
 import zipfile
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from engine.data import importer, storage, text
+from engine.access import Identity
+from engine.data import audio, idx, importer, storage, text
 from engine.data.images import EXTENSIONS as IMAGE_EXTENSIONS
 from engine.data.tabular import TABLE_EXTENSIONS, ColumnRoles, ImportOptions
 from engine.errors import DatasetError
@@ -33,9 +37,10 @@ class SourcePlan:
 
     Attributes:
         source: how the source is named.
-        modality: ``"image"`` or ``"text"``.
+        modality: ``"image"``, ``"text"`` or ``"audio"``.
         kind: how it is read: ``"image zip"`` / ``"image folder"``; ``"lines"``, ``"paragraphs"``,
-            ``"csv"``, ``"tsv"``, ``"jsonl"``, ``"txt files"``.
+            ``"csv"``, ``"tsv"``, ``"jsonl"``, ``"txt files"``; ``"audio file"`` / ``"audio zip"`` /
+            ``"audio folder"``.
         columns: the table's columns (``[]`` without a table).
         roles: which column has which role and why (None without a table); change them with the
             ``*_column`` fields of :class:`ImportOptions` and inspect again.
@@ -64,60 +69,95 @@ class SourcePlan:
     notes: list[str] = field(default_factory=list)
 
 
-def _tree_extensions(path: Path, label: str) -> dict[str, int]:
-    """Visible files by lower-case extension in a zip or folder (``__MACOSX`` and hidden files left
-    out), read from the directory alone with the archive safeguards (entry count limit)."""
+def _tree_names(path: Path, label: str) -> list[str]:
+    """Visible file names in a zip or folder (``__MACOSX`` and hidden files left out), read from the
+    directory alone with the archive safeguards (entry count limit)."""
     from engine.data.archive import Members, clean_path, decode_names
     from engine.data.limits import ImportLimits
 
     if not path.is_dir() and not zipfile.is_zipfile(path):
         raise DatasetError(f"{label}: not a zip archive, a folder or a known file type "
-                           f"(.zip, .txt, {', '.join(TABLE_EXTENSIONS)})")  # fmt: skip
+                           f"(.zip, .txt, {', '.join(TABLE_EXTENSIONS)}, {', '.join(audio.EXTENSIONS)})")  # fmt: skip
     with Members(path, label, ImportLimits.from_env()) as ms:
         decode_names(ms.members)
         names = [clean_path(m.name) for m in ms.members]
-    counts: dict[str, int] = {}
-    for n in names:
-        parts = PurePosixPath(n).parts
-        if parts and parts[0] != "__MACOSX" and not any(p.startswith(".") for p in parts):
-            ext = PurePosixPath(n).suffix.lower()
-            counts[ext] = counts.get(ext, 0) + 1
-    return counts
+    return [n for n in names if (parts := PurePosixPath(n).parts) and parts[0] != "__MACOSX"
+            and not any(p.startswith(".") for p in parts)]
 
 
-def detect_modality(path: PathLike, source_label: str | None = None) -> str:
-    """The modality of a source, from the file itself.
+FILE_MODALITIES: list[tuple[str, Any]] = [
+    ("text", (*text.TEXT_EXTENSIONS, *TABLE_EXTENSIONS)),
+    ("audio", (*audio.EXTENSIONS, *audio.UNSUPPORTED)),
+]
+"""A single file's modality by its extension (first match)."""
+TREE_MODALITIES: list[tuple[str, Any]] = [
+    ("image", tuple(IMAGE_EXTENSIONS)),
+    ("audio", tuple(audio.EXTENSIONS)),
+    ("text", text.TEXT_EXTENSIONS),
+]
+"""A zip's or folder's modality: the first whose extensions it holds (images before audio before text,
+so a README.txt beside the clips does not make a text corpus)."""
 
-    Rules: a ``.txt``, ``.csv``, ``.tsv`` or ``.jsonl`` file is ``"text"``; a zip or a folder is
-    ``"image"`` when it holds PNG/JPEG files (other files are then skipped, as before), else
-    ``"text"`` when it holds ``.txt`` files.
+
+def detect_source(path: PathLike, source_label: str | None = None) -> str:
+    """How a source is imported: a key of :data:`IMPORTERS`, from the file itself.
+
+    Rules: a ``.txt``, ``.csv``, ``.tsv`` or ``.jsonl`` file is ``"text"``; a ``.wav``, ``.flac``,
+    ``.ogg`` (or MP3, M4A... refused on import) file is ``"audio"``; a zip or a folder is ``"idx"``
+    when it holds an IDX images file and an IDX labels file (MNIST's ``*-idx3-ubyte[.gz]`` +
+    ``*-idx1-ubyte[.gz]``), else ``"image"`` when it holds PNG/JPEG files (other files are then
+    skipped, as before), else ``"audio"`` when it holds WAV/FLAC/Ogg files (a manifest table beside
+    them labels them), else ``"text"`` when it holds ``.txt`` files.
 
     Raises:
-        DatasetError: missing path, an unknown file type, or a zip/folder with neither (naming what it holds).
+        DatasetError: missing path, an unknown file type, or a zip/folder with none (naming what it holds).
     """
     src = Path(path).expanduser()
     label = source_label or str(path)
     if not src.exists():
         raise DatasetError(f"{label}: no such file or folder")
     ext = src.suffix.lower()
-    if src.is_file() and (ext in text.TEXT_EXTENSIONS or ext in TABLE_EXTENSIONS):
-        return "text"
+    if src.is_file():
+        for modality, exts in FILE_MODALITIES:
+            if ext in exts:
+                return modality
     if src.is_file() and ext in IMAGE_EXTENSIONS:
         raise DatasetError(f"{label}: a single image; put the images in a .zip (sub-folders = labels)")
-    counts = _tree_extensions(src, label)
-    if any(counts.get(e) for e in IMAGE_EXTENSIONS):
-        return "image"
-    if any(counts.get(e) for e in text.TEXT_EXTENSIONS):
-        return "text"
+    names = _tree_names(src, label)
+    if idx.holds_idx(names):
+        return "idx"
+    counts = Counter(PurePosixPath(n).suffix.lower() for n in names)
+    for modality, exts in TREE_MODALITIES:
+        if any(counts.get(e) for e in exts):
+            return modality
     found = ", ".join(f"{n} x {e or 'no extension'}" for e, n in sorted(counts.items())) or "no files"
-    raise DatasetError(f"{label}: no images (PNG, JPEG, WebP, BMP, TIFF, GIF) and no .txt documents inside ({found})")
+    raise DatasetError(f"{label}: no images (PNG, JPEG, WebP, BMP, TIFF, GIF, IDX), no audio (WAV, FLAC, Ogg) "
+                       f"and no .txt documents inside ({found})")
+
+
+def detect_modality(path: PathLike, source_label: str | None = None) -> str:
+    """The modality of a source (``"image"``, ``"text"``, ``"audio"``): that of its importer
+    (:func:`detect_source`).
+
+    Raises:
+        DatasetError: as :func:`detect_source`.
+    """
+    return IMPORTER_MODALITY[detect_source(path, source_label)]
+
+
+#: Options that only one modality reads; the others refuse them (naming the option).
+OPTION_MODALITY = {"min_chars": "text", "max_chars": "text", "sample_rate": "audio"}
+
+
+def _check_options(options: ImportOptions, label: str, modality: str, what: str) -> None:
+    unused = [f"{r}_column" for r in options.given_columns()] if modality == "image" else []
+    unused += [k for k, m in OPTION_MODALITY.items() if m != modality and getattr(options, k) is not None]
+    if unused:
+        raise DatasetError(f"{label}: {', '.join(unused)} do not apply to {what}")
 
 
 def _check_image_options(options: ImportOptions, label: str) -> None:
-    unused = [f"{r}_column" for r in options.given_columns()]
-    unused += [k for k in ("min_chars", "max_chars") if getattr(options, k) is not None]
-    if unused:
-        raise DatasetError(f"{label}: {', '.join(unused)} do not apply to a zip or folder of images")
+    _check_options(options, label, "image", "a zip or folder of images")
 
 
 def _inspect_image(path: Path, options: ImportOptions, label: str) -> SourcePlan:
@@ -146,6 +186,7 @@ def _import_image(path: Path, name: str | None, options: ImportOptions, **kw: An
 
 
 def _inspect_text(path: Path, options: ImportOptions, label: str) -> SourcePlan:
+    _check_options(options, label, "text", "text")
     prep = text.prepare_text(path, options, label)
     src = prep.source
     return SourcePlan(
@@ -156,19 +197,38 @@ def _inspect_text(path: Path, options: ImportOptions, label: str) -> SourcePlan:
 
 
 def _import_text(path: Path, name: str | None, options: ImportOptions, **kw: Any) -> text.TextImportReport:
+    _check_options(options, kw.get("source_label") or str(path), "text", "text")
     for k in IMAGE_ONLY:
         kw.pop(k, None)
     return text.import_text(path, name, options, **kw)
 
 
-IMAGE_ONLY = ("image_size", "fill", "geometry", "pad_fill")
-"""Keyword options of :func:`import_source` that only images use (ignored for text)."""
+IMAGE_ONLY = ("image_size", "fill", "geometry", "pad_fill", "progress")
+"""Keyword options of :func:`import_source` that only images use (ignored for text and audio)."""
+
+
+def _inspect_audio(path: Path, options: ImportOptions, label: str) -> SourcePlan:
+    _check_options(options, label, "audio", "audio")
+    return SourcePlan(label, "audio", **audio.inspect_audio(path, options, label))
+
+
+def _import_audio(path: Path, name: str | None, options: ImportOptions, **kw: Any) -> audio.AudioImportReport:
+    _check_options(options, kw.get("source_label") or str(path), "audio", "audio")
+    for k in IMAGE_ONLY:
+        kw.pop(k, None)
+    return audio.import_audio(path, name, options, **kw)
+
 
 IMPORTERS: dict[str, tuple[Callable[..., SourcePlan], Callable[..., Any]]] = {
     "image": (_inspect_image, _import_image),
+    "idx": (idx.inspect_idx, idx.import_idx),
     "text": (_inspect_text, _import_text),
+    "audio": (_inspect_audio, _import_audio),
 }
-"""modality -> ``(inspect(path, options, label) -> SourcePlan, import(path, name, options, **kw) -> report)``."""
+"""source kind (:func:`detect_source`) -> ``(inspect(path, options, label) -> SourcePlan,
+import(path, name, options, **kw) -> report)``."""
+IMPORTER_MODALITY = {"image": "image", "idx": "image", "text": "text", "audio": "audio"}
+"""The dataset modality each importer produces."""
 
 
 def inspect_source(
@@ -177,11 +237,12 @@ def inspect_source(
     """Look at a source without importing it: modality, columns and their roles, preview, classes.
 
     For text the source is read and cleaned exactly as :func:`import_source` would (so the
-    counts are the import's); for images the files are listed, not decoded.
+    counts are the import's); for images and audio the files are listed (and an audio manifest
+    read), not decoded.
 
     Args:
-        path: a ``.zip`` or folder (images or ``.txt`` files), or a ``.txt`` / ``.csv`` / ``.tsv`` /
-            ``.jsonl`` file.
+        path: a ``.zip`` or folder (images, audio clips or ``.txt`` files), a ``.txt`` / ``.csv`` /
+            ``.tsv`` / ``.jsonl`` file, or one ``.wav`` / ``.flac`` / ``.ogg`` clip.
         options: column options and filters (default: detect everything).
         source_label: how messages name the source (the dashboard passes the uploaded file's name).
     Raises:
@@ -189,8 +250,7 @@ def inspect_source(
             line, an unknown column listing the columns, ...).
     """
     label = source_label or str(path)
-    modality = detect_modality(path, label)
-    inspect, _ = IMPORTERS[modality]
+    inspect, _ = IMPORTERS[detect_source(path, label)]
     return inspect(Path(path).expanduser(), options or ImportOptions(), label)
 
 
@@ -206,20 +266,25 @@ def import_source(
     fill: str = "white",
     geometry: str = "crop",
     pad_fill: str = "edge",
-) -> importer.ImportReport | text.TextImportReport:
+    actor: Identity | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> importer.ImportReport | text.TextImportReport | audio.AudioImportReport:
     """Import any source as a dataset: images with :func:`engine.data.importer.import_archive`
     (``image_size`` (None: the data's own size), ``geometry``, ``pad_fill``, ``fill``,
-    ``options.val_fraction``, ``options.seed``, ``options.name_encoding``), text with
-    :func:`engine.data.text.import_text` (columns, filters, split). Both reports have ``summary()``,
-    ``dataset``, ``accepted``, ``rejected`` and ``skipped``.
+    ``options.val_fraction``, ``options.seed``, ``options.name_encoding``, ``progress(done, total)``
+    per image file), text with :func:`engine.data.text.import_text` (columns, filters, split), audio with
+    :func:`engine.data.audio.import_audio` (manifest columns, ``options.sample_rate``, split). Every
+    report has ``summary()``, ``dataset``, ``accepted``, ``rejected`` and ``skipped``.
 
     Raises:
         DatasetError: as :func:`detect_modality` and the modality's importer; options that do not
-            apply to the source (column options or length filters for images). Nothing is written then.
+            apply to the source (column options or length filters for images, ``sample_rate`` for
+            images and text, length filters for audio). Nothing is written then.
+        PermissionDeniedError: ``actor`` (default :func:`engine.access.current_identity`) is not an
+            editor, or demo mode; nothing is written (the importer checks before it reads a file).
     """
     label = source_label or str(path)
-    modality = detect_modality(path, label)
-    _, do_import = IMPORTERS[modality]
+    _, do_import = IMPORTERS[detect_source(path, label)]
     return do_import(Path(path).expanduser(), name, options or ImportOptions(), workspace=workspace,
                      overwrite=overwrite, source_label=label, image_size=image_size, fill=fill,
-                     geometry=geometry, pad_fill=pad_fill)  # fmt: skip
+                     geometry=geometry, pad_fill=pad_fill, actor=actor, progress=progress)  # fmt: skip

@@ -22,7 +22,12 @@ RATIO)                        directory)                  BMP up to ~110:1 (Tux 
 ``max_decoded_bytes``         4 GiB for the whole import  every byte the import inflates or decodes:
 (MASKLAB_MAX_DECODED_BYTES)                               each member's uncompressed size, its full-size
                                                           pixels and its resized copy; 200 MB of JPEGs
-                                                          (Streamlit's upload cap) decode to about 2 GB
+                                                          (Streamlit's upload cap) decode to about 2 GB;
+                                                          audio: 4 bytes a sample and channel decoded
+``max_clip_seconds``          600 s (10 minutes)          one audio clip, from its header (frames /
+(MASKLAB_MAX_CLIP_SECONDS)                                rate) before decoding: masked-modeling clips
+                                                          are seconds long; a 10-minute recording is
+                                                          already 38 MB of float32 at 16 kHz
 ============================  ==========================  =============================================
 
 A member over a limit is refused with a reason that names the limit and its variable; the other
@@ -53,6 +58,7 @@ class ImportLimits(BaseModel):
         ratio_min_bytes: members with fewer uncompressed bytes skip the ratio check.
         max_image_pixels: width x height of one image, from its header.
         max_decoded_bytes: bytes inflated or decoded by the whole import.
+        max_clip_seconds: duration of one audio clip, from its header.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -63,6 +69,7 @@ class ImportLimits(BaseModel):
     ratio_min_bytes: int = Field(2**20, ge=0)
     max_image_pixels: int = Field(40_000_000, ge=1, le=PILLOW_HARD_LIMIT)
     max_decoded_bytes: int = Field(4 * 2**30, ge=1)
+    max_clip_seconds: float = Field(600.0, gt=0.0)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ImportLimits:
@@ -77,7 +84,7 @@ class ImportLimits(BaseModel):
             if not raw:
                 continue
             try:
-                values[field] = float(raw) if field == "max_compression_ratio" else int(raw)
+                values[field] = float(raw) if field in ("max_compression_ratio", "max_clip_seconds") else int(raw)
             except ValueError:
                 raise DatasetError(f"{var}={raw!r} is not a number; unset it or give e.g. {getattr(cls(), field)}")
         try:
@@ -97,6 +104,7 @@ ENV_VARS = {
     "ratio_min_bytes": "MASKLAB_RATIO_MIN_BYTES",
     "max_image_pixels": "MASKLAB_MAX_IMAGE_PIXELS",
     "max_decoded_bytes": "MASKLAB_MAX_DECODED_BYTES",
+    "max_clip_seconds": "MASKLAB_MAX_CLIP_SECONDS",
 }
 """The environment variable of each :class:`ImportLimits` field."""
 

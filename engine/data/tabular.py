@@ -72,7 +72,10 @@ class ImportOptions(BaseModel):
         seed: split seed.
         min_chars: drop documents shorter than this many characters (after whitespace normalisation).
         max_chars: drop documents longer than this many characters.
-        name_encoding: reserved for the encoding of file names inside archives (not used yet).
+        name_encoding: encoding of the member names a zip does not mark as UTF-8 (images, .txt
+            and audio archives); default: detected (:mod:`engine.data.archive`).
+        sample_rate: audio only: the pipeline rate in Hz every clip is resampled to (default
+            16000, :data:`engine.data.audio.DEFAULT_SAMPLE_RATE`).
     Raises:
         pydantic.ValidationError (a ``ValueError``) naming the field: negative lengths,
         ``min_chars > max_chars``, ``val_fraction`` outside [0, 1), unknown fields.
@@ -89,6 +92,7 @@ class ImportOptions(BaseModel):
     min_chars: int | None = Field(None, ge=0)
     max_chars: int | None = Field(None, ge=1)
     name_encoding: str | None = None
+    sample_rate: int | None = Field(None, ge=1000, le=192_000)
 
     @model_validator(mode="after")
     def _lengths_ordered(self) -> ImportOptions:
@@ -193,7 +197,23 @@ def read_table(path: str | Path, source_label: str | None = None) -> Table:
     kind = TABLE_EXTENSIONS.get(path.suffix.lower())
     if kind is None:
         raise DatasetError(f"{label}: not a table (expected {', '.join(TABLE_EXTENSIONS)})")
-    text = read_utf8_file(path, label, MAX_TABLE_BYTES)
+    return _parse(read_utf8_file(path, label, MAX_TABLE_BYTES), label, kind)
+
+
+def parse_table(data: bytes, source_label: str, kind: str) -> Table:
+    """A table from its bytes (e.g. a manifest inside a zip), read as :func:`read_table` reads a file.
+
+    Args:
+        data: the file's bytes; source_label: how messages name it; kind: ``"csv"``, ``"tsv"`` or ``"jsonl"``.
+    Raises:
+        DatasetError: as :func:`read_table`.
+    """
+    if len(data) > MAX_TABLE_BYTES:
+        raise DatasetError(f"{source_label}: larger than {MAX_TABLE_BYTES // 2**20} MB")
+    return _parse(decode_utf8(data, source_label), source_label, kind)
+
+
+def _parse(text: str, label: str, kind: str) -> Table:
     return _read_jsonl(text, label) if kind == "jsonl" else _read_delimited(text, label, kind)
 
 

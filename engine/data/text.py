@@ -34,13 +34,14 @@ from __future__ import annotations
 
 import os
 import re
-from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import numpy as np
 
+from engine.access import permission
 from engine.data import importer, registry, storage
+from engine.data.archive import import_outcome, import_target, refusal_lines, skip_reason
 from engine.data.dataset import DatasetInfo, TextDataset, seeded_split
 from engine.data.sampling import import_order
 from engine.data.tabular import (
@@ -241,13 +242,7 @@ def split_documents(text: str) -> tuple[list[str], str, str]:
 
 def txt_skip_reason(rel: str) -> str | None:
     """Why a file of a zip/folder is not a text document candidate (skipped, listed), or None."""
-    parts = PurePosixPath(rel).parts
-    if parts and parts[0] == "__MACOSX":
-        return "macOS metadata"
-    if any(p.startswith(".") for p in parts):
-        return "hidden file"
-    ext = PurePosixPath(rel).suffix.lower()
-    return None if ext in TEXT_EXTENSIONS else f"not a .txt file ({ext or 'no extension'})"
+    return skip_reason(rel, TEXT_EXTENSIONS, "a .txt file")
 
 
 def _read_txt_tree(path: Path, label: str, name_encoding: str | None = None) -> TextSource:
@@ -436,15 +431,10 @@ class TextImportReport:
             groups = f", {len(d.group_names)} groups" if d.group_names else ""
             lines.append(f"Dataset {d.name!r}: {d.n_train} train + {d.n_val} val documents, "
                          f"{len(d.class_names)} classes ({per_class}){groups}.")  # fmt: skip
-        if self.rejected:
-            lines.append("Rejected:")
-            lines += [f"  {path}: {reason}" for path, reason in self.rejected]
-        if self.skipped:
-            lines.append("Skipped (not .txt documents):")
-            lines += [f"  {n} x {reason}" for reason, n in Counter(r for _, r in self.skipped).most_common()]
-        return "\n".join(lines)
+        return "\n".join(lines + refusal_lines(self.rejected, self.skipped, "Skipped (not .txt documents)"))
 
 
+@permission("data.import", import_target, import_outcome)
 def import_text(
     path: str | os.PathLike[str],
     name: str | None = None,

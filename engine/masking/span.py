@@ -246,3 +246,97 @@ def span_mask(
     # Compressed index of each eligible position = (number of eligible positions before it).
     rank = (ok.cumsum(dim=1) - 1).clamp_(min=0)
     return ok & masked.gather(1, rank)
+
+
+# --- span starts (wav2vec 2.0) ------------------------------------------------------------------------
+
+
+class SpanStartsParams(StrategyParams):
+    """Parameters of ``span_starts``: the start probability and the span length (wav2vec 2.0's p and M)."""
+
+    p: float = Field(0.065, gt=0.0, le=1.0,
+                     description="probability that a position starts a span (wav2vec 2.0: p = 0.065, which "
+                                 "with M = 10 masks about 49% of the frames)")
+    length: int = Field(10, ge=1, description="span length M in positions (wav2vec 2.0: 10 frames of 20 ms)")
+    min_spans: int = Field(1, ge=0, description="at least this many spans in a row with an eligible position "
+                                                "(Hugging Face's mask_time_min_masks: 2), so every row has a target")
+
+
+@register_masking("span_starts", params=SpanStartsParams, grid_dims=(1,), modalities=("audio", "text"),
+                  uses_ratio=False, exact=False,
+                  summary="each position starts a span of M with probability p; spans may overlap "
+                          "(wav2vec 2.0, Baevski et al. 2020)")
+def span_starts_mask(
+    shape: tuple[int, ...],
+    ratio: float = 0.0,
+    *,
+    generator: torch.Generator,
+    eligible: torch.Tensor | None = None,
+    p: float = 0.065,
+    length: int = 10,
+    min_spans: int = 1,
+) -> torch.Tensor:
+    """Mask the ``length`` positions from every span start; each eligible position is a start with
+    probability ``p`` (wav2vec 2.0's temporal masking: "we sample p = 0.065 of all time-steps to be
+    starting indices and mask the subsequent M = 10 time-steps"). Spans may overlap.
+
+    Algorithm (all rows at once): one uniform ``u [B, L]``; a position is a start when it is
+    eligible and ``u < p``. A row with fewer than ``min_spans`` starts (and an eligible position)
+    gets the eligible non-start positions with the smallest ``u`` as starts until it has
+    ``min(min_spans, n_eligible)`` (the extra starts are uniform among them). A position is masked
+    when a start lies in the ``length`` positions ending at it (a running count of starts,
+    ``cumsum[t] - cumsum[t - length] > 0``), then ANDed with ``eligible``.
+
+    The masked fraction is not a budget: far from the row's start it is ``1 - (1 - p)^length`` per
+    position (49.1% for wav2vec 2.0's 0.065 and 10); ``ratio`` is validated but ignored
+    (``uses_ratio=False``); overlapping spans merge, as in wav2vec 2.0 and Hugging Face's
+    ``_compute_mask_indices``.
+
+    Edge cases: a span running past the end of the row (or into ineligible positions, e.g. the
+    padding of a short clip) is cut there; a row of ``L <= length`` eligible positions with a start
+    at its first position is masked entirely (a one-frame clip with ``min_spans >= 1`` always is;
+    the pre-flight check refuses a config that fully masks more than a quarter of the rows);
+    ``min_spans = 0`` and small ``p`` may mask nothing; ``L = 0`` or an empty batch give an empty
+    mask; an all-ineligible row is all False.
+
+    Args:
+        shape: ``(B, L)``: frames (or tokens).
+        ratio: validated (must be in [0, 1]) and ignored.
+        generator: explicit RNG: ``B * L`` float32 uniforms on ``generator.device``.
+        eligible: optional ``[B, L]`` bool; starts are drawn only there and only there is masked.
+        p: start probability in (0, 1]; length: ``M >= 1``; min_spans: ``>= 0``.
+
+    Returns:
+        ``[B, L]`` bool on ``generator.device``; True = masked.
+
+    Raises:
+        ConfigError: ``ratio`` outside [0, 1]; a bad ``p`` / ``length`` / ``min_spans`` (names
+            ``masking.params.<field>``).
+        ValueError: ``shape`` is not ``(B, L)``, or ``eligible`` does not have ``shape``.
+
+    References: Baevski et al. 2020, "wav2vec 2.0: A Framework for Self-Supervised Learning of
+    Speech Representations", sec. 3.1 and 4.2 (p = 0.065, M = 10); Hugging Face ``transformers``
+    ``_compute_mask_indices`` (``mask_time_min_masks``).
+    """
+    from engine.masking.random import mask_lowest
+
+    check_ratio(ratio)
+    strategy = get_masking("span_starts")
+    prm = strategy.parse_params({"p": p, "length": length, "min_spans": min_spans})
+    B, L = strategy.check_shape(shape)
+    device = generator.device
+    ok = check_eligible(eligible, (B, L), device, "span_starts")
+    if B == 0 or L == 0:
+        return torch.zeros(B, L, dtype=torch.bool, device=device)
+    u = torch.rand(B, L, generator=generator, device=device)
+    ok_ = torch.ones(B, L, dtype=torch.bool, device=device) if ok is None else ok
+    starts = (u < prm.p) & ok_
+    if prm.min_spans:
+        want = torch.minimum(ok_.sum(dim=1, keepdim=True), torch.tensor(prm.min_spans, device=device))
+        short = (want - starts.sum(dim=1, keepdim=True)).clamp_min(0)  # (B, 1) starts still needed
+        if bool(short.any()):
+            noise = u.masked_fill(starts | ~ok_, 2.0)  # only eligible non-starts, smallest u first
+            starts |= mask_lowest(noise, short) & ok_
+    c = torch.nn.functional.pad(starts.to(torch.int32).cumsum(dim=1), (prm.length, 0))  # (B, L + M)
+    masked = (c[:, prm.length:] - c[:, :L]) > 0  # a start in (t - M, t]
+    return masked & ok_

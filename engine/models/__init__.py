@@ -8,14 +8,17 @@ Public API:
     MaskedAutoencoderViT, SimMIMViT — image models
     BertMLM, TEXT_PRESETS — masked language model (BERT) and its sizes
     SpanInfiller, SPAN_PRESETS, span_corrupt — T5-style span infilling and its sizes
+    AUDIO_MAE_PRESETS (``audio_mae_vit``: MaskedAutoencoderViT on spectrogram patches),
+    FrameTransformer, FRAME_PRESETS (``frame_transformer``) — audio models and their sizes
 
 A builder takes the run config and the data-dependent dimensions its task passes
-(``image_shape=(C, H, W)`` for image models, ``vocab_size`` and ``max_len`` for text models).
+(``image_shape=(C, H, W)`` for image models, ``vocab_size`` and ``max_len`` for text models,
+``n_mels``, ``frames`` and ``patch=(P_f, P_t)`` for audio models).
 Models encode and decode; they never draw masks (the mask is an argument) and never own the loss
 (they return named outputs, see :data:`engine.objectives.OUTPUTS`).
 
 References: He et al. 2022 (MAE); Xie et al. 2022 (SimMIM); Devlin et al. 2019 (BERT); Raffel et al.
-2020 (T5).
+2020 (T5); Huang et al. 2022 (AudioMAE); Baevski et al. 2020, 2022 (wav2vec 2.0, data2vec).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from torch import nn
 
 from engine.errors import ConfigError
 from engine.masking import grid_shape
+from engine.models.audio_frames import FrameTransformer
 from engine.models.mae import MaskedAutoencoderViT
 from engine.models.bert import TEXT_PRESETS, BertMLM
 from engine.models.simmim import SimMIMViT
@@ -34,8 +38,9 @@ from engine.models.span_infill import SPAN_PRESETS, SpanInfiller, span_corrupt
 from engine.registry import registrar
 
 __all__ = [
-    "MODEL_REGISTRY", "PRESETS", "SPAN_PRESETS", "TEXT_PRESETS", "BertMLM", "MaskedAutoencoderViT", "ModelSpec",
-    "SimMIMViT", "SpanInfiller", "build_model", "count_parameters", "get_model_spec", "register_model", "span_corrupt",
+    "AUDIO_MAE_PRESETS", "FRAME_PRESETS", "MODEL_REGISTRY", "PRESETS", "SPAN_PRESETS", "TEXT_PRESETS", "BertMLM",
+    "FrameTransformer", "MaskedAutoencoderViT", "ModelSpec", "SimMIMViT", "SpanInfiller", "build_model",
+    "count_parameters", "get_model_spec", "register_model", "span_corrupt",
 ]
 
 # Widths/depths of the ``mae_vit`` arch. "base" is MAE's ViT-B/16 (encoder ~86M parameters at 224x224).
@@ -136,6 +141,47 @@ def _build_t5_span(cfg, *, vocab_size: int, max_len: int) -> SpanInfiller:
 
     return SpanInfiller(vocab_size=vocab_size, max_len=max_len, pad_id=PAD_ID, bos_id=CLS_ID, eos_id=SEP_ID,
                         **_preset(cfg))
+
+
+# Audio sizes. "base" is AudioMAE's ViT-B (Huang et al. 2022: 768 wide, 12 blocks; decoder 512 x 16).
+AUDIO_MAE_PRESETS: dict[str, dict[str, Any]] = {
+    "tiny": dict(embed_dim=128, depth=4, num_heads=4, decoder_embed_dim=64, decoder_depth=2, decoder_num_heads=4),
+    "small": dict(embed_dim=192, depth=6, num_heads=6, decoder_embed_dim=128, decoder_depth=2, decoder_num_heads=4),
+    "base": dict(embed_dim=768, depth=12, num_heads=12, decoder_embed_dim=512, decoder_depth=16, decoder_num_heads=16),
+}
+# "base" is the size of wav2vec 2.0 / data2vec Base's Transformer (768 wide, 12 blocks).
+FRAME_PRESETS: dict[str, dict[str, Any]] = {
+    "tiny": dict(embed_dim=128, depth=4, num_heads=4),
+    "small": dict(embed_dim=192, depth=6, num_heads=6),
+    "base": dict(embed_dim=768, depth=12, num_heads=12),
+}
+
+
+@register_model("audio_mae_vit", AUDIO_MAE_PRESETS,
+                "AudioMAE: ViT encoder on the visible spectrogram patches, light decoder (Huang et al. 2022)")
+def _build_audio_mae(cfg, *, n_mels: int, frames: int, patch: tuple[int, int]) -> MaskedAutoencoderViT:
+    pf, pt = patch
+    if n_mels % pf or frames % pt:
+        raise ConfigError(f"model.patch_size: a {pf} x {pt} patch does not tile {n_mels} mel bins x {frames} frames; "
+                          "use a patch size that divides data.audio.n_mels")
+    if cfg.objective.norm_pix_loss and pf * pt < 2:
+        raise ConfigError("objective.norm_pix_loss: needs at least 2 values per patch; use a larger patch")
+    return MaskedAutoencoderViT(img_size=(n_mels, frames), in_chans=1, patch_size=(pf, pt),
+                                norm_pix_loss=cfg.objective.norm_pix_loss, **_preset(cfg))
+
+
+@register_model("frame_transformer", FRAME_PRESETS,
+                "frame Transformer: masked frames replaced by a mask embedding; predicts the frames or an EMA "
+                "teacher's features (wav2vec 2.0 / data2vec)")
+def _build_frame_transformer(cfg, *, n_mels: int, frames: int, patch: tuple[int, int]) -> FrameTransformer:
+    from engine.tasks.audio import FrameParams
+
+    prm = FrameParams(**cfg.task_params)
+    if prm.top_k > _preset(cfg)["depth"]:
+        raise ConfigError(f"task_params.top_k: {prm.top_k} is more than the {_preset(cfg)['depth']} blocks of preset "
+                          f"{cfg.model.preset!r}")
+    return FrameTransformer(n_mels, frames, patch[1], target=prm.target, top_k=prm.top_k, ema_decay=prm.ema_decay,
+                            ema_decay_end=prm.ema_decay_end, ema_anneal_steps=prm.ema_anneal_steps, **_preset(cfg))
 
 
 def build_model(cfg, **dims: Any) -> nn.Module:

@@ -7,7 +7,9 @@ masked), so any strategy of :mod:`engine.masking` plugs in.
 
 Shapes: B batch, C channels, H/W pixels, P patch size, h/w patch grid (``h = H/P``, ``w = W/P``),
 L = h*w patches in row-major order (patch ``(i, j)`` is index ``i*w + j``, the order of
-``mask.flatten(1)`` for a ``[B, h, w]`` mask), L_vis visible patches, D width.
+``mask.flatten(1)`` for a ``[B, h, w]`` mask), L_vis visible patches, D width. Patches may be
+rectangles ``P_h x P_w`` (``patch_size=(P_h, P_w)``): a spectrogram ``[B, 1, F, T]`` cut into
+``F/P_h x T/P_w`` patches is AudioMAE's input (Huang et al. 2022), ``P*P`` then reads ``P_h*P_w``.
 
 References: He et al. 2022, "Masked Autoencoders Are Scalable Vision Learners" (models_mae.py).
 """
@@ -29,7 +31,7 @@ class MaskedAutoencoderViT(nn.Module):
     Args:
         img_size: ``(H, W)`` in pixels; ``patch_size`` must divide both.
         in_chans: ``C``.
-        patch_size: ``P``.
+        patch_size: ``P``, or ``(P_h, P_w)`` for rectangular patches (``P_h`` divides ``H``, ``P_w`` divides ``W``).
         embed_dim, depth, num_heads: encoder width ``D``, blocks, heads (``num_heads`` divides ``D``).
         decoder_embed_dim, decoder_depth, decoder_num_heads: the same for the decoder.
         mlp_ratio: MLP hidden width / block width.
@@ -42,14 +44,15 @@ class MaskedAutoencoderViT(nn.Module):
             a head count does not divide its width. (:func:`engine.models.build_model` checks the
             config first and raises :class:`~engine.errors.ConfigError` naming the field.)
 
-    References: He et al. 2022, "Masked Autoencoders Are Scalable Vision Learners".
+    References: He et al. 2022, "Masked Autoencoders Are Scalable Vision Learners"; Huang et al.
+    2022, "Masked Autoencoders that Listen" (spectrogram patches).
     """
 
     def __init__(
         self,
         img_size: tuple[int, int],
         in_chans: int,
-        patch_size: int,
+        patch_size: int | tuple[int, int],
         embed_dim: int,
         depth: int,
         num_heads: int,
@@ -62,17 +65,18 @@ class MaskedAutoencoderViT(nn.Module):
         super().__init__()
         H, W = img_size
         P = patch_size
-        if H % P or W % P:
+        ph, pw = patch_hw(P)
+        if H % ph or W % pw:
             raise ValueError(f"patch_size {P} does not divide the image size {H}x{W}")
         self.img_size = (H, W)
         self.in_chans = in_chans
         self.patch_size = P
-        self.grid_size = (H // P, W // P)  # (h, w)
+        self.grid_size = (H // ph, W // pw)  # (h, w)
         self.num_patches = self.grid_size[0] * self.grid_size[1]  # L
         self.norm_pix_loss = norm_pix_loss
 
         # --- encoder -------------------------------------------------------------------------------
-        self.patch_embed = nn.Conv2d(in_chans, embed_dim, kernel_size=P, stride=P)  # (B,C,H,W) -> (B,D,h,w)
+        self.patch_embed = nn.Conv2d(in_chans, embed_dim, kernel_size=(ph, pw), stride=(ph, pw))  # (B,C,H,W) -> (B,D,h,w)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim))
         # Fixed (not learned) sin-cos embeddings; non-persistent buffers: recomputed, not checkpointed.
         self.register_buffer("pos_embed", sincos_2d(embed_dim, self.grid_size, cls_token=True)[None], persistent=False)
@@ -89,7 +93,7 @@ class MaskedAutoencoderViT(nn.Module):
             [Block(decoder_embed_dim, decoder_num_heads, mlp_ratio) for _ in range(decoder_depth)]
         )
         self.decoder_norm = nn.LayerNorm(decoder_embed_dim, eps=1e-6)
-        self.decoder_pred = nn.Linear(decoder_embed_dim, P * P * in_chans)  # pixels of one patch
+        self.decoder_pred = nn.Linear(decoder_embed_dim, ph * pw * in_chans)  # pixels of one patch
 
         self.initialize_weights()
 
@@ -117,20 +121,20 @@ class MaskedAutoencoderViT(nn.Module):
     def patchify(self, imgs: torch.Tensor) -> torch.Tensor:
         """``imgs [B, C, H, W] -> [B, L, P*P*C]``; each patch flattened as (p_row, p_col, channel)."""
         B, C, H, W = imgs.shape
-        P = self.patch_size
-        h, w = H // P, W // P
-        x = imgs.reshape(B, C, h, P, w, P)
-        x = x.permute(0, 2, 4, 3, 5, 1)  # (B, h, w, P, P, C)
-        return x.reshape(B, h * w, P * P * C)
+        ph, pw = patch_hw(self.patch_size)
+        h, w = H // ph, W // pw
+        x = imgs.reshape(B, C, h, ph, w, pw)
+        x = x.permute(0, 2, 4, 3, 5, 1)  # (B, h, w, P_h, P_w, C)
+        return x.reshape(B, h * w, ph * pw * C)
 
     def unpatchify(self, x: torch.Tensor) -> torch.Tensor:
         """``x [B, L, P*P*C] -> imgs [B, C, H, W]``, the inverse of :meth:`patchify` (``L = h*w``, row-major)."""
         B = x.shape[0]
-        P, C = self.patch_size, self.in_chans
+        (ph, pw), C = patch_hw(self.patch_size), self.in_chans
         h, w = self.grid_size
-        x = x.reshape(B, h, w, P, P, C)
-        x = x.permute(0, 5, 1, 3, 2, 4)  # (B, C, h, P, w, P)
-        return x.reshape(B, C, h * P, w * P)
+        x = x.reshape(B, h, w, ph, pw, C)
+        x = x.permute(0, 5, 1, 3, 2, 4)  # (B, C, h, P_h, w, P_w)
+        return x.reshape(B, C, h * ph, w * pw)
 
     @staticmethod
     def _flat_mask(mask: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -223,19 +227,23 @@ class MaskedAutoencoderViT(nn.Module):
         return {"pred": pred, "target": self.forward_target(imgs), "mask": mask}
 
     @torch.no_grad()
-    def features(self, imgs: torch.Tensor) -> torch.Tensor:
+    def features(self, imgs: torch.Tensor, keep: torch.Tensor | None = None, stats: bool = False) -> torch.Tensor:
         """Frozen features for probes: the encoder on every patch (nothing masked), final norm,
         patch tokens averaged (MAE's linear probing also uses pooled encoder features).
 
         Args:
             imgs: ``[B, C, H, W]``.
+            keep: optional ``[B, L]`` bool: average only these patches (e.g. not the silence
+                padding of a short clip); a row with none averages every patch.
+            stats: mean and standard deviation of the patch tokens (:func:`pool_stats`) instead
+                of the mean.
 
         Returns:
-            ``[B, D]``.
+            ``[B, D]`` (``[B, 2D]`` with ``stats``).
         """
         mask = torch.zeros(imgs.shape[0], self.num_patches, dtype=torch.bool, device=imgs.device)
         latent, _, _ = self.forward_encoder(imgs, mask)
-        return latent[:, 1:, :].mean(dim=1)
+        return (pool_stats if stats else pool)(latent[:, 1:, :], keep)
 
     @torch.no_grad()
     def reconstruct(self, imgs: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -256,6 +264,34 @@ class MaskedAutoencoderViT(nn.Module):
         mask = self._flat_mask(mask, imgs.device)
         latent, ids_restore, pad = self.forward_encoder(imgs, mask)
         return display_images(self, imgs, self.forward_decoder(latent, ids_restore, pad).float(), mask)
+
+
+def patch_hw(patch_size: int | tuple[int, int] | list[int]) -> tuple[int, int]:
+    """``(P_h, P_w)`` of a square (``P``) or rectangular (``(P_h, P_w)``) patch size."""
+    if isinstance(patch_size, int):
+        return patch_size, patch_size
+    ph, pw = patch_size
+    return int(ph), int(pw)
+
+
+def pool(tokens: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean of ``tokens [B, L, D]`` over ``L``, over the ``keep [B, L]`` positions only when given
+    (a row with none kept averages all of its positions). Returns ``[B, D]``."""
+    if keep is None:
+        return tokens.mean(dim=1)
+    w = keep.to(device=tokens.device, dtype=tokens.dtype)
+    w = torch.where(w.sum(dim=1, keepdim=True) > 0, w, torch.ones_like(w))
+    return (tokens * w[..., None]).sum(dim=1) / w.sum(dim=1, keepdim=True)
+
+
+def pool_stats(tokens: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
+    """Statistics pooling: the mean and the standard deviation (population) of ``tokens [B, L, D]``
+    over ``L`` (the ``keep [B, L]`` positions only, as :func:`pool`). Returns ``[B, 2D]`` (means,
+    then standard deviations), the utterance-level readout of x-vectors (Snyder et al. 2018), and
+    the same statistics as the log-mel mean/std baseline of :func:`engine.eval.logmel_stats`."""
+    mean = pool(tokens, keep)
+    var = pool((tokens - mean[:, None, :]) ** 2, keep)
+    return torch.cat([mean, var.clamp_min(0).sqrt()], dim=1)
 
 
 def display_images(model, imgs: torch.Tensor, pred: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:

@@ -233,7 +233,7 @@ def _record(d: Path) -> RunRecord:
         updated_at=_float(st.get("updated_at")),
         extra={k: v for k, v in st.items() if k in ("device", "n_params", "throughput", "num_threads",
                                                     "deterministic", "queued_at", "format", "resume_from",
-                                                    "restarts")},
+                                                    "restarts", "peak_mem_bytes", "phase")},
         warnings=tuple(warnings),
     )
 

@@ -63,6 +63,8 @@ class Task(ABC):
         headline: ``(metric, "min" | "max")``: the validation figure that says how well a run does,
             compared with the ``baseline/*`` figures of :meth:`baselines` (same masks, same units).
         summary: one line for the dashboard, naming the paper the recipe follows.
+        data_sections: the optional ``data`` sub-configs the task reads (``"tokenizer"`` for text,
+            ``"audio"`` for audio); a config that sets another one is refused by :meth:`resolve`.
 
     Instance attributes (set by ``__init__``):
         model: the ``nn.Module`` being trained (on ``device``).
@@ -78,6 +80,7 @@ class Task(ABC):
     params: ClassVar[type[BaseModel]] = NoTaskParams
     headline: ClassVar[tuple[str, str]] = ("val_loss", "min")
     summary: ClassVar[str] = ""
+    data_sections: ClassVar[tuple[str, ...]] = ()
 
     model: torch.nn.Module
     n_train: int
@@ -89,7 +92,8 @@ class Task(ABC):
     def resolve(cls, cfg: "RunConfig") -> None:
         """Fill the task's defaults into ``cfg`` in place and check what needs no data.
 
-        The base version resolves ``task_params`` against :attr:`params`, sets ``model.arch`` and
+        The base version resolves ``task_params`` against :attr:`params`, refuses a ``data``
+        sub-config the task does not read (:attr:`data_sections`), sets ``model.arch`` and
         ``objective.loss`` when empty and checks that the arch is one of :attr:`archs`, the preset
         is one of the arch's presets and the objective's inputs are among the model's outputs
         (:meth:`outputs`).
@@ -105,6 +109,9 @@ class Task(ABC):
         resolved = validate_params(cls.params, cfg.task_params, "task_params", f"task {cls.name!r}").model_dump(mode="json")
         if resolved != cfg.task_params:
             object.__setattr__(cfg, "task_params", resolved)  # bypass validate_assignment (no recursion)
+        for section in type(cfg.data).model_fields:
+            if section != "dataset" and section not in cls.data_sections and getattr(cfg.data, section) is not None:
+                raise ConfigError(f"data.{section}: task {cls.name!r} does not use it; remove it")
         if not cfg.model.arch:
             cfg.model.arch = cls.archs[0]
         if cfg.model.arch not in cls.archs:
@@ -154,7 +161,9 @@ class Task(ABC):
     def run_info(self) -> dict:
         """Facts about what this run trains on that readers need later, saved once at the start as
         ``<run_dir>/task.json`` (JSON-safe): e.g. ``dataset_hash`` (the dataset content it trained
-        on), ``tokenizer_id`` and ``vocab_size``. Default: none."""
+        on), ``tokenizer_id`` and ``vocab_size``; ``model_dims``, when present, are the keyword
+        dimensions its model builder takes (:func:`engine.inference.load_model` passes them on).
+        Default: none."""
         return {}
 
     def train_lengths(self) -> torch.Tensor | None:
@@ -201,3 +210,16 @@ class Task(ABC):
         Returns:
             ``(X float32 [N, D], y int64 [N])`` (labels; -1 where a row has none).
         """
+
+    def raw_features(self, max_rows: int | None = None) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+        """The raw-input baseline of the representation figures: ``((X_train, y_train), (X_val, y_val))``,
+        ``X float32 [N, D]``, the first ``max_rows`` rows of each split (the rows :meth:`features` uses).
+        Images: the pixels; audio: log-mel mean and standard deviation per band; text: TF-IDF fitted on
+        the train split. Both splits at once, since such features may be fitted on train.
+
+        Raises:
+            EvaluationError: the task has no raw-input features (the default).
+        """
+        from engine.errors import EvaluationError
+
+        raise EvaluationError(f"task {self.name!r} defines no raw-input features (Task.raw_features)")

@@ -276,6 +276,14 @@ class ImageMIMTask(Task):
         feats = torch.cat(out).numpy() if out else np.zeros((0, 1), np.float32)
         return feats.astype(np.float32), y.numpy().astype(np.int64)
 
+    def raw_features(self, max_rows: int | None = None):
+        """The pixels in [0, 1], flattened: ``X float32 [N, C*H*W]`` per split (see :meth:`Task.raw_features`)."""
+        out = []
+        for split in ("train", "val"):
+            x, y = self._ds.tensors(split)
+            out.append((x[:max_rows].flatten(1).numpy(), y[:max_rows].numpy().astype(np.int64)))
+        return out[0], out[1]
+
 
 # --- interactive inference --------------------------------------------------------------------------
 

@@ -187,6 +187,7 @@ class _TextTask(Task):
     modality = "text"
     unit = "token"
     default_loss = "cross_entropy"
+    data_sections = ("tokenizer",)
 
     @classmethod
     def resolve(cls, cfg: RunConfig) -> None:
@@ -289,6 +290,24 @@ class _TextTask(Task):
                 out.append(self._features(b).float().cpu())
         feats = torch.cat(out).numpy() if out else np.zeros((0, 1), np.float32)
         return feats.astype(np.float32), labels
+
+    def raw_features(self, max_rows: int | None = None):
+        """TF-IDF of words and word pairs (scikit-learn ``TfidfVectorizer``, sublinear tf, at most
+        :data:`TFIDF_MAX_FEATURES` terms, fitted on the train rows), ``X float32 [N, V]`` per split."""
+        from sklearn.feature_extraction.text import TfidfVectorizer
+
+        splits = []
+        for split in ("train", "val"):
+            texts = self._ds.texts(split)[:max_rows]
+            splits.append((texts, self._ds.labels[self._ds.indices(split)][:max_rows].astype(np.int64)))
+        vec = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, max_features=TFIDF_MAX_FEATURES,
+                              lowercase=True).fit(splits[0][0])
+        tr, va = (vec.transform(t).toarray().astype(np.float32) for t, _ in splits)
+        return (tr, splits[0][1]), (va, splits[1][1])
+
+
+#: Terms of the TF-IDF raw-input baseline (:meth:`_TextTask.raw_features`).
+TFIDF_MAX_FEATURES = 5_000
 
 
 @register_task

@@ -8,6 +8,8 @@
 - E: a CSV of real questions is imported, an MLM run trains on it, the fill-in box answers.
 - F: a reloaded URL restores each page's state (New run, Mask lab, Data, Runs, Run detail).
 - G: Run detail's masking box: a click on a patch hides exactly that patch of the model input.
+- H: a zip of real spoken digits with a manifest is uploaded, an audio run is launched from New run
+  (its masks drawn on real spectrograms), and Run detail shows the spectrogram panels and players.
 
 Screenshots go to ``test-artifacts/`` (git-ignored) for a human look.
 """
@@ -41,7 +43,7 @@ expect = playwright_sync.expect
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = REPO / "test-artifacts"
 CHART = "canvas, svg.marks, .vega-embed"
-NAV_TITLES = ["Data", "New run", "Mask lab", "Runs", "Run detail"]
+NAV_TITLES = ["Data", "New run", "Mask lab", "Runs", "Run detail", "Compare", "Sweeps", "Audit"]  # the local admin also gets Audit
 
 
 def free_port() -> int:
@@ -61,18 +63,25 @@ def start_server(workspace: Path) -> tuple[subprocess.Popen, str]:
         cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 30
+    wait_for_health(proc, url, log.name)
+    return proc, url
+
+
+def wait_for_health(proc: subprocess.Popen, url: str, log_name: str, timeout: float = 30) -> None:
+    """Poll ``url``'s ``/_stcore/health`` until it answers ``ok``; stop the server and raise if it
+    exits or does not answer within ``timeout`` seconds (its output is in ``log_name``)."""
+    deadline = time.time() + timeout
     while time.time() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"streamlit exited with {proc.returncode}; see {log.name}")
+            raise RuntimeError(f"streamlit exited with {proc.returncode}; see {log_name}")
         try:
             with urllib.request.urlopen(url + "/_stcore/health", timeout=1) as r:
                 if r.read() == b"ok":
-                    return proc, url
+                    return
         except OSError:
             time.sleep(0.2)
     stop_server(proc)
-    raise RuntimeError(f"streamlit did not answer on {url} within 30 s")
+    raise RuntimeError(f"streamlit did not answer on {url} within {timeout:.0f} s")
 
 
 def stop_server(proc: subprocess.Popen) -> None:
@@ -246,7 +255,11 @@ def test_b_launch_watch_curves_and_reconstructions(server, page, workspace_dir):
     images = page.get_by_test_id("stImage").locator("img")
     # main view + 4 rows x 8 fixed validation images (+ the masking box once a checkpoint is kept)
     wait_until(lambda: images.count() >= 40, 20, "the reconstruction views")
-    assert all(images.nth(i).evaluate("img => img.naturalWidth > 0") for i in range(40))
+    # The live run's views redraw as checkpoints arrive, so count decoded images in one pass until 40
+    # have loaded; a broken image never does and times this out.
+    wait_until(lambda: page.evaluate("""() => [...document.querySelectorAll('[data-testid="stImage"] img')]
+                                          .filter(i => i.complete && i.naturalWidth > 0).length""") >= 40,
+               30, "40 decoded reconstruction images")
     expect(page.get_by_text(re.compile(r"Step \d+ · 8 fixed validation images"))).to_be_visible()
     shot(page, "b3-run-detail")
 
@@ -337,6 +350,21 @@ def test_d_mask_lab_charts_and_strategy_switch(server, page):
     shot(page, "new-run-strategy")
 
 
+def launch_short_run(page, url: str, preview: str, fields: dict[str, str], name: str) -> str:
+    """Open New run at ``url``, wait for the mask preview (its caption matching ``preview``), type
+    ``fields`` (label -> value), take screenshot ``name``, Launch; returns the launched run's id."""
+    page.goto(url)
+    expect(page.get_by_role("heading", name="Mask preview")).to_be_visible(timeout=30_000)
+    expect(page.get_by_text(re.compile(preview))).to_be_visible(timeout=60_000)
+    for label, value in fields.items():
+        type_into(page, label, value)
+    shot(page, name)
+    page.get_by_role("button", name="Launch").click()
+    success = page.get_by_test_id("stAlertContentSuccess")
+    expect(success).to_contain_text("Launched run", timeout=30_000)
+    return re.search(r"Launched run (\S+?):", success.inner_text()).group(1)
+
+
 def test_e_text_csv_upload_mlm_run_and_fill_in_box(server, page, workspace_dir, shared_data, tmp_path):
     """Upload a small CSV of real questions, launch an MLM run on it, and see the fill-in box answer."""
     rows = (shared_data / "trec" / "train.tsv").read_text(encoding="utf-8").splitlines()[:301]
@@ -362,16 +390,8 @@ def test_e_text_csv_upload_mlm_run_and_fill_in_box(server, page, workspace_dir, 
     settle(page)
     shot(page, "e1-data-questions")
 
-    page.goto(server + "/new_run?dataset=questions")
-    expect(page.get_by_role("heading", name="Mask preview")).to_be_visible(timeout=30_000)
-    expect(page.get_by_text(re.compile(r"The 8 fixed validation texts of questions"))).to_be_visible(timeout=30_000)
-    for label, value in [("Steps", "40"), ("Batch size", "16"), ("Eval interval (steps)", "20")]:
-        type_into(page, label, value)
-    shot(page, "e2-new-run-text")
-    page.get_by_role("button", name="Launch").click()
-    success = page.get_by_test_id("stAlertContentSuccess")
-    expect(success).to_contain_text("Launched run", timeout=30_000)
-    run_id = re.search(r"Launched run (\S+?):", success.inner_text()).group(1)
+    run_id = launch_short_run(page, server + "/new_run?dataset=questions", r"The 8 fixed validation texts of questions",
+                              {"Steps": "40", "Batch size": "16", "Eval interval (steps)": "20"}, "e2-new-run-text")
     assert get_run(run_id, workspace_dir).config["task"] == "text_mlm"
     wait_until(lambda: get_run(run_id, workspace_dir).status == "completed", 180, "the MLM run to complete")
 
@@ -533,3 +553,38 @@ def test_g_interactive_masking(server, page, workspace_dir):
         expect(box.get_by_text(f"{len(expected)} of 16 patches hidden")).to_be_visible()
     assert not (_png(page, imgs.nth(1)) == recon_before).all()  # the reconstruction follows the mask
     shot(page, "f-interactive-masking")
+
+
+def test_h_audio_upload_run_spectrograms_and_players(server, page, workspace_dir, shared_data, tmp_path):
+    """Upload FSDD clips with their manifest, launch an audio_frames run, see spectrograms and players."""
+    from tests.fsdd import subset_zip
+
+    z = subset_zip(shared_data, tmp_path / "spoken.zip", "0123", ("jackson", "theo"), 3)
+    page.goto(server + "/data")
+    expect(page.get_by_role("heading", name="Data")).to_be_visible(timeout=30_000)
+    page.get_by_text("Import a dataset").click()
+    page.get_by_test_id("stFileUploaderDropzoneInput").set_input_files(str(z))
+    expect(page.get_by_text(re.compile(r"spoken\.zip: audio \(audio zip\) · 24 clips to import · 4 classes"))).to_be_visible(
+        timeout=30_000)
+    settle(page)
+    page.get_by_role("button", name="Import").click()
+    expect(page.get_by_test_id("stAlertContentSuccess")).to_contain_text("Imported all 24 clips", timeout=60_000)
+    expect(page.get_by_role("heading", name="Clips", exact=True)).to_be_visible(timeout=30_000)
+    settle(page)
+    expect(page.locator("audio")).to_have_count(6, timeout=30_000)  # a player under each spectrogram
+    shot(page, "h1-data-audio")
+
+    run_id = launch_short_run(page, server + "/new_run?dataset=spoken&task=audio_frames&data.audio.n_mels=32&"
+                              "data.audio.clip_seconds=0.5", r"fixed validation clips of spoken",
+                              {"Steps": "4", "Batch size": "8", "Eval interval (steps)": "2"}, "h2-new-run-audio")
+    assert get_run(run_id, workspace_dir).config["task"] == "audio_frames"
+    wait_until(lambda: get_run(run_id, workspace_dir).status == "completed", 240, "the audio run to complete")
+
+    page.goto(f"{server}/run_detail?run={run_id}")
+    expect(page.get_by_role("heading", name="Spectrograms and audio")).to_be_visible(timeout=30_000)
+    expect(page.get_by_text("Griffin-Lim of the reconstruction").first).to_be_visible(timeout=30_000)
+    settle(page)
+    n = get_run(run_id, workspace_dir).config["train"]["num_vis"]
+    expect(page.get_by_text("reconstruction", exact=True)).to_have_count(n, timeout=30_000)  # image captions
+    expect(page.locator("audio")).to_have_count(3 * n, timeout=30_000)  # recording, Griffin-Lim of the original and of the reconstruction
+    shot(page, "h3-run-detail-audio")

@@ -146,3 +146,15 @@ def test_runs_frame_shows_each_runs_masking():
     assert masking(strategy="random", ratio=0.75, schedule="constant") == "random 0.75"
     assert masking(strategy="block", ratio=0.5, schedule="cosine", final_ratio=0.9) == "block 0.5→0.9 cosine"
     assert masking(strategy="region", ratio=0.75, schedule="constant") == "region"  # its params set the budget
+
+
+def test_ema_equals_pandas_ewm_per_series_with_gaps():
+    rng = np.random.default_rng(0)
+    n = 600
+    df = pd.DataFrame({"run_id": rng.choice(["a", "b", "c"], n), "key": rng.choice(["loss", "val_loss"], n),
+                       "value": rng.normal(size=n)}).sort_values(["run_id", "key"], kind="stable")
+    df.loc[df.index[[5, 6, 300]], "value"] = np.nan
+    for smoothing in (0.3, 0.9):
+        ref = df.groupby(["run_id", "key"], sort=False)["value"].transform(
+            lambda s: s.ewm(alpha=1.0 - smoothing, adjust=True).mean())
+        np.testing.assert_allclose(ema(df, smoothing).to_numpy(), ref.to_numpy(), rtol=1e-12, atol=1e-12)

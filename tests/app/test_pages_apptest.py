@@ -13,10 +13,12 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from engine.config import RunConfig
+from engine.data import list_datasets
 from engine.store import create_run, get_run
 ENTRY = Path(__file__).resolve().parents[2] / "app" / "streamlit_app.py"
 
-PAGES = ["../pages/data.py", "../pages/new_run.py", "../pages/mask_lab.py", "../pages/runs.py", "../pages/run_detail.py"]
+PAGES = ["../pages/data.py", "../pages/new_run.py", "../pages/mask_lab.py", "../pages/runs.py", "../pages/run_detail.py",
+         "../pages/compare.py", "../pages/sweeps.py"]
 
 
 def open_page(page: str | None = None) -> AppTest:
@@ -41,7 +43,7 @@ def test_page_renders_on_fresh_workspace(workspace, page):
     at = open_page(page)
     assert not at.exception, [e.value for e in at.exception]
     assert not at.error, [e.value for e in at.error]
-    assert at.title[0].value in {"Data", "New run", "Mask lab", "Runs", "Run detail"}
+    assert at.title[0].value in {"Data", "New run", "Mask lab", "Runs", "Run detail", "Compare runs", "Sweeps"}
 
 
 def test_default_page_is_runs(workspace):
@@ -66,12 +68,15 @@ def test_data_page_shows_digits(workspace):
 def test_data_page_says_how_to_get_a_missing_bundled_set(workspace, tmp_path, monkeypatch):
     monkeypatch.setenv("MASKLAB_FASHION_MNIST_DIR", str(tmp_path / "empty"))
     monkeypatch.setenv("MASKLAB_FORTUNES_DIR", str(tmp_path / "empty"))
+    monkeypatch.setenv("MASKLAB_ASTERISK_DIR", str(tmp_path / "empty"))
     at = open_page("../pages/data.py")
     assert not at.exception
     (note,) = [i.value for i in at.info if "fashion-mnist" in i.value]
     assert "dataset-fashion-mnist" in note  # the Debian package that provides it
     (note,) = [i.value for i in at.info if "fortunes" in i.value]
     assert "apt-get install fortunes" in note
+    (note,) = [i.value for i in at.info if "asterisk-prompts" in i.value]
+    assert "asterisk-core-sounds-en-wav" in note
     assert at.selectbox(key="data_ds").options == ["digits  (1,797 images, 8x8 px)"]
 
 
@@ -106,6 +111,17 @@ def _refused(at: AppTest):
     return next(d.value for d in at.dataframe if list(d.value.columns) == ["file", "reason"])
 
 
+def import_and_wait(at: AppTest, timeout: float = 120) -> AppTest:
+    """Click Import, then rerun the page until its background import (engine.data.jobs) has ended."""
+    at.button(key="data_import").click().run()
+    end = time.time() + timeout
+    while "data_job" in at.session_state and time.time() < end:
+        time.sleep(0.3)
+        at.run()
+    assert "data_job" not in at.session_state, "the import did not end"
+    return at
+
+
 def test_upload_zip_shows_plan_then_report_and_new_dataset(workspace, stamps_zip):
     at = open_page("../pages/data.py")
     at.file_uploader[0].upload("my stamps.zip", stamps_zip, "application/zip").run()
@@ -113,7 +129,7 @@ def test_upload_zip_shows_plan_then_report_and_new_dataset(workspace, stamps_zip
     # before the import: what it would take, from the archive's directory alone
     assert any("image (image zip) · 37 images to import · 3 classes" in m.value for m in at.markdown)
     at.text_input(key="data_new_name").input("stamps").run()
-    at.button(key="data_import").click().run()
+    import_and_wait(at)
     assert not at.exception, [e.value for e in at.exception]
     # one refused file: a warning banner (not green), naming the count
     assert any("Imported 36 images" in w.value and "1 refused" in w.value for w in at.warning), [w.value for w in at.warning]
@@ -157,7 +173,7 @@ def test_upload_csv_detects_columns_then_imports_text(workspace, shared_data):
     label.set_value("fine_label").run()  # 50 fine classes instead of the 6 coarse ones
     assert any("texts to import" in m.value and "classes" in m.value and " 6 classes" not in m.value for m in at.markdown)
     at.text_input(key="data_new_name").input("questions").run()
-    at.button(key="data_import").click().run()
+    import_and_wait(at)
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert at.selectbox(key="data_ds").value == "questions"
     assert any("Imported all 200 texts" in s.value for s in at.success) or any("Imported" in w.value for w in at.warning)
@@ -205,3 +221,35 @@ def test_launch_from_new_run_page(workspace):
     assert metrics["loss @ step 6"] != "–" and metrics["val loss @ step 6"] != "–"
     (download,) = [b for b in at.get("download_button") if "checkpoint" in b.proto.label]
     assert download.proto.label.startswith("Download checkpoint (step 6, ")
+
+
+def test_an_import_runs_in_the_background_with_progress_and_cancel(workspace):
+    """The Data page starts the import in another process, shows its progress and cancels it."""
+    import io
+    import zipfile
+
+    import numpy as np
+    from PIL import Image
+
+    rng, buf = np.random.default_rng(0), io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for i in range(6000):
+            png = io.BytesIO()
+            Image.fromarray(rng.integers(0, 256, (24, 24, 3), dtype=np.uint8)).save(png, "PNG", compress_level=0)
+            z.writestr(f"{'ab'[i % 2]}/{i:05d}.png", png.getvalue())
+    at = open_page("../pages/data.py")
+    at.file_uploader[0].upload("many.zip", buf.getvalue(), "application/zip").run()
+    at.text_input(key="data_new_name").input("many").run()
+    at.button(key="data_import").click().run()
+    end = time.time() + 120
+    while time.time() < end and not any(" / 6,000 files read" in p.proto.text and not p.proto.text.startswith(
+            "Importing many.zip: 0 ") for p in at.get("progress")):  # fmt: skip
+        time.sleep(0.3)
+        at.run()
+    assert at.title[0].value == "Data" and at.button(key="data_import").disabled  # one import at a time
+    next(b for b in at.button if b.label == "Cancel import").click().run()
+    while "data_job" in at.session_state and time.time() < end:
+        time.sleep(0.3)
+        at.run()
+    assert [i.value for i in at.info if "cancelled" in i.value] == ["Import of many.zip cancelled; nothing was registered."]
+    assert "many" not in {i.name for i in list_datasets()}

@@ -1,0 +1,16 @@
+"""Scaled-down versions of the bench/ scripts (slow tests)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parents[2] / "bench"
+
+
+def load_bench(name: str):
+    """The module ``bench/<name>.py`` (bench/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, BENCH_DIR / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "image_quality.py"
+from tests.bench import load_bench
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("image_quality", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("image_quality")
 
 
 @pytest.mark.slow

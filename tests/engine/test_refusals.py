@@ -102,7 +102,7 @@ def test_a_damaged_zip_and_an_unknown_file_type_are_refused_in_our_words(workspa
     pdf.write_bytes(b"%PDF-1.4")
     with pytest.raises(DatasetError) as e:
         import_source(pdf)
-    assert str(e.value) == f"{pdf}: not a zip archive, a folder or a known file type (.zip, .txt, .csv, .tsv, .jsonl)"
+    assert str(e.value) == f"{pdf}: not a zip archive, a folder or a known file type (.zip, .txt, .csv, .tsv, .jsonl, .wav, .wave, .flac, .ogg, .oga, .opus)"
 
 
 @pytest.mark.parametrize(("config", "message"), [

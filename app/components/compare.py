@@ -1,0 +1,206 @@
+"""The Compare page's tables and figures, built from the engine's read API (no Streamlit state here
+except in the ``show_*`` functions).
+
+- :func:`config_diff`: the config fields that differ between runs (flattened dotted keys).
+- :func:`downstream_frame`: each run's latest evaluation (:mod:`engine.store.evaluations`): probe
+  and kNN accuracy, k-means NMI/ARI of the trained encoder, beside the same figures of its random
+  init, its raw input and chance; the best run per column is marked.
+- :func:`efficiency_frame`: throughput (median of the logged samples/s), peak private memory
+  (:mod:`engine.resources`), wall time, time to reach a chosen training loss, parameters.
+- :func:`report_html`: the comparison as one self-contained HTML file (tables and the
+  reconstruction grid as inline PNG; no script, no network).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from app.components.urlstate import flatten
+
+#: Representation figures shown for each run, with their column titles.
+REP_FIGURES = {"probe_acc": "linear probe", "knn_acc": "kNN (k=20)", "kmeans_nmi": "k-means NMI",
+               "kmeans_ari": "k-means ARI"}
+#: Column suffixes of the baselines beside every figure.
+BASELINES = {"random_init": "random init", "raw_input": "raw input"}
+BEST = " ★"
+#: Fields every run has its own value of: never a "difference" worth a row.
+_IGNORED = ("name", "train.num_threads")
+
+
+def config_diff(configs: Mapping[str, dict], labels: Mapping[str, str] | None = None) -> pd.DataFrame:
+    """Rows = dotted config fields whose values differ between the runs, columns = runs (labels).
+    A field missing from a run's config (an older masklab) shows as "(unset)". Empty frame when
+    every field agrees or there are fewer than 2 runs."""
+    flat = {r: flatten(c or {}) for r, c in configs.items()}
+    keys = sorted({k for f in flat.values() for k in f} - set(_IGNORED))
+    rows = []
+    for k in keys:
+        vals = [flat[r].get(k, "(unset)") for r in flat]
+        if len({repr(v) for v in vals}) > 1:
+            rows.append({"field": k, **{(labels or {}).get(r, r): _plain(v) for r, v in zip(flat, vals)}})
+    return pd.DataFrame(rows).set_index("field") if rows and len(flat) > 1 else pd.DataFrame()
+
+
+def _plain(v: Any) -> str:
+    return v if isinstance(v, str) else repr(v)
+
+
+def downstream_frame(evaluations: Mapping[str, Any], labels: Mapping[str, str]) -> pd.DataFrame:
+    """One row per run with an evaluation: its step, then for each figure of :data:`REP_FIGURES`
+    the trained encoder's value and its random-init and raw-input baselines, then chance. Values are
+    fractions; runs without an evaluation are left out."""
+    rows = []
+    for run_id, ev in evaluations.items():
+        if ev is None:
+            continue
+        rep = ev.representation
+        row: dict[str, Any] = {"run": labels.get(run_id, run_id), "step": ev.step}
+        for k, title in REP_FIGURES.items():
+            row[title] = rep.get("trained", {}).get(k, np.nan)
+            for b, btitle in BASELINES.items():
+                row[f"{title} · {btitle}"] = rep.get(b, {}).get(k, np.nan)
+        row["chance"] = rep.get("chance", {}).get("probe_acc", np.nan)
+        row["rows (train/val)"] = f"{ev.rows.get('train', '?')}/{ev.rows.get('val', '?')}"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def mark_best(df: pd.DataFrame, columns: Sequence[str], higher: bool = True, fmt: str = "{:.1%}",
+              plain: Sequence[str] = ()) -> pd.DataFrame:
+    """``df`` with ``columns`` formatted by ``fmt`` and the best value of each (highest when
+    ``higher``) marked with a star; ties all marked. ``plain`` columns are formatted without stars
+    (baselines: not a run's result). Other columns are kept as they are."""
+    out = df.copy()
+    for c in plain:
+        if c in out:
+            out[c] = ["–" if pd.isna(v) else fmt.format(v) for v in df[c]]
+    for c in columns:
+        if c not in out or out[c].isna().all():
+            continue
+        best = out[c].max() if higher else out[c].min()
+        out[c] = [("–" if pd.isna(v) else fmt.format(v)) + (BEST if v == best and len(out) > 1 else "") for v in df[c]]
+    return out
+
+
+def time_to_loss(df: pd.DataFrame, target: float, smoothing_points: int = 20) -> dict[str, tuple[int, float] | None]:
+    """Per run, ``(step, seconds since its first logged point)`` when its training loss, averaged
+    over a moving window of ``smoothing_points`` logged points, first reaches ``target`` (None:
+    never). ``df``: the long metrics frame of the ``loss`` key (``run_id, step, value, wall_time``)."""
+    out: dict[str, tuple[int, float] | None] = {}
+    for run_id, g in df.groupby("run_id"):
+        g = g.sort_values("step")
+        smooth = g["value"].rolling(smoothing_points, min_periods=1).mean()
+        hit = np.flatnonzero(smooth.to_numpy() <= target)
+        out[run_id] = None if not len(hit) else (int(g["step"].iloc[hit[0]]),
+                                                 float(g["wall_time"].iloc[hit[0]] - g["wall_time"].iloc[0]))
+    return out
+
+
+def efficiency_frame(records: Sequence[Any], metrics: pd.DataFrame, labels: Mapping[str, str],
+                     target_loss: float | None) -> pd.DataFrame:
+    """One row per run: median throughput (samples/s over the logged steps), peak private memory
+    (MiB), wall time (s), step and seconds to reach ``target_loss`` (moving mean of the training
+    loss), parameters (millions), device. ``metrics``: the long frame of ``throughput`` and ``loss``."""
+    thr = metrics[metrics["key"] == "throughput"].groupby("run_id")["value"].median() if not metrics.empty else {}
+    ttl = time_to_loss(metrics[metrics["key"] == "loss"], target_loss) if target_loss is not None and not metrics.empty else {}
+    rows = []
+    for r in records:
+        peak = r.extra.get("peak_mem_bytes")
+        hit = ttl.get(r.run_id)
+        rows.append({
+            "run": labels.get(r.run_id, r.run_id),
+            "throughput (samples/s)": float(thr.get(r.run_id, np.nan)) if len(thr) else np.nan,
+            "peak memory (MiB)": peak / 2**20 if peak else np.nan,
+            "wall time (s)": r.duration_s if r.duration_s is not None else np.nan,
+            "steps": r.step,
+            "step to loss": hit[0] if hit else np.nan,
+            "seconds to loss": hit[1] if hit else np.nan,
+            "parameters (M)": r.extra["n_params"] / 1e6 if r.extra.get("n_params") else np.nan,
+            "device": r.extra.get("device", "–"),
+        })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+#: How :func:`eff_display` writes each numeric column of :func:`efficiency_frame`.
+EFF_FORMATS = {"throughput (samples/s)": "{:.0f}", "peak memory (MiB)": "{:.0f}", "wall time (s)": "{:.1f}",
+               "steps": "{:d}", "step to loss": "{:.0f}", "seconds to loss": "{:.1f}", "parameters (M)": "{:.2f}"}
+
+
+def eff_display(eff: pd.DataFrame) -> pd.DataFrame:
+    """:func:`efficiency_frame` as text for a table: numbers by :data:`EFF_FORMATS`, the fastest
+    throughput, smallest memory and shortest times starred, "-" where unknown."""
+    out = eff.copy()
+    lower = ("peak memory (MiB)", "wall time (s)", "step to loss", "seconds to loss")
+    for c, fmt in EFF_FORMATS.items():
+        if c not in eff:
+            continue
+        vals = eff[c]
+        best = None if vals.isna().all() or c in ("steps", "parameters (M)") else (
+            vals.min() if c in lower else vals.max())
+        out[c] = [("–" if pd.isna(v) else fmt.format(int(v) if fmt == "{:d}" else v))
+                  + (BEST if best is not None and v == best and len(eff) > 1 else "") for v in vals]
+    return out
+
+
+def probe_bars(frame: pd.DataFrame) -> pd.DataFrame:
+    """The bar chart's long frame: ``run, figure (linear probe / kNN), encoder (trained, random
+    init, raw input), value``, from :func:`downstream_frame`'s numeric frame."""
+    rows = []
+    for _, r in frame.iterrows():
+        for fig in ("linear probe", "kNN (k=20)"):
+            rows.append({"run": r["run"], "figure": fig, "encoder": "trained", "value": r[fig]})
+            for b in BASELINES.values():
+                rows.append({"run": r["run"], "figure": fig, "encoder": b, "value": r[f"{fig} · {b}"]})
+    return pd.DataFrame(rows)
+
+
+def stack_column(images: np.ndarray, gap: int = 2) -> np.ndarray:
+    """``(N, H, W, 3)`` uint8 -> one ``(N*H + (N-1)*gap, W, 3)`` image, white gaps between rows."""
+    n, h, w, c = images.shape
+    out = np.full((n * h + (n - 1) * gap, w, c), 255, np.uint8)
+    for i in range(n):
+        out[i * (h + gap): i * (h + gap) + h] = images[i]
+    return out
+
+
+def png_b64(img: np.ndarray) -> str:
+    """A uint8 ``(H, W, 3)`` or ``(H, W, 1)`` image as a base64 PNG (for the HTML report)."""
+    from PIL import Image
+
+    if img.ndim == 3 and img.shape[2] == 1:
+        img = img[..., 0]
+    buf = io.BytesIO()
+    Image.fromarray(img).save(buf, format="PNG")
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def report_html(title: str, tables: Sequence[tuple[str, pd.DataFrame]],
+                images: Sequence[tuple[str, np.ndarray]] = (), notes: Sequence[str] = ()) -> str:
+    """A self-contained HTML page: a title, ``notes`` (paragraphs), each ``(heading, table)`` and
+    each ``(caption, uint8 image)`` inline as a PNG data URL. No script and no external resource."""
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
+             "<style>body{font-family:sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;"
+             "font-size:13px}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#f3f3f3}"
+             "img{image-rendering:pixelated;margin:4px}figure{display:inline-block;margin:4px;text-align:center}"
+             "</style></head><body>", f"<h1>{html.escape(title)}</h1>"]
+    parts += [f"<p>{html.escape(n)}</p>" for n in notes]
+    for heading, df in tables:
+        parts.append(f"<h2>{html.escape(heading)}</h2>")
+        parts.append(df.to_html(na_rep="-", border=0, escape=True) if not df.empty else "<p>none</p>")
+    if images:
+        parts.append("<h2>Reconstructions</h2><div>")
+        for caption, img in images:
+            h = img.shape[0]
+            scale = max(1, 320 // max(h, 1)) if h < 320 else 1
+            parts.append(f"<figure><img src='data:image/png;base64,{png_b64(img)}' width='{img.shape[1] * scale}'>"
+                         f"<figcaption>{html.escape(caption)}</figcaption></figure>")
+        parts.append("</div>")
+    parts.append("</body></html>")
+    return "".join(parts)

@@ -1,0 +1,445 @@
+"""Audio in the dashboard: clips as log-mel spectrograms with players, masks drawn over real
+spectrograms (New run, Mask lab), a run's original / masked / reconstructed spectrograms with
+Griffin-Lim audio (Run detail).
+
+A spectrogram is drawn as an image: low frequencies at the bottom, time to the right, a viridis
+colour map over the clip's own log-mel range (1st to 99th percentile of its real frames); masked
+cells are shown greyed with the mask grid's colour, silence padding past a clip's end is dark.
+Every number comes from the engine (:mod:`engine.tasks.audio`, :mod:`engine.audio.features`):
+the previews call the functions the run itself calls for its samples.
+"""
+
+from __future__ import annotations
+
+import json
+
+import altair as alt
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from app.components.charts import counts_chart
+from app.components.errors import guarded
+from app.components.urlstate import dig, index_of
+from engine.workspace import workspace_root
+
+N_SAMPLES = 6  # clips with spectrogram and player on the Data page
+N_PREVIEW = 8  # representative val clips: a run's fixed sample rows (train.num_vis defaults to 8)
+SCALE = 3  # screen pixels per spectrogram cell
+#: viridis at 0, 1/4, 1/2, 3/4, 1 (matplotlib's values), linearly interpolated in between
+_VIRIDIS = np.array([[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]], np.float32)
+MASK_RGB = np.array([235, 235, 235], np.float32)  # masked cells: light grey
+PAD_RGB = np.array([25, 25, 25], np.float32)  # padding past the clip's end
+
+
+# --------------------------------------------------------------------------- drawing
+
+
+def colormap(x: np.ndarray) -> np.ndarray:
+    """``x`` in [0, 1] (any shape) -> RGB float32 ``[..., 3]`` (viridis from 5 anchors)."""
+    pos = np.clip(x, 0, 1) * (len(_VIRIDIS) - 1)
+    i = np.minimum(pos.astype(int), len(_VIRIDIS) - 2)
+    f = (pos - i)[..., None]
+    return _VIRIDIS[i] * (1 - f) + _VIRIDIS[i + 1] * f
+
+
+def spec_image(spec: np.ndarray, real: np.ndarray | None = None, cells: np.ndarray | None = None,
+               lo_hi: tuple[float, float] | None = None, scale: int = SCALE) -> np.ndarray:
+    """A log-mel spectrogram ``[F, T]`` as uint8 RGB ``[F*scale, T*scale, 3]``, low bins at the bottom.
+
+    Args:
+        spec: log-mel (natural log); real: bool ``[T]`` frames of the clip (False = padding, dark);
+        cells: bool ``[F, T]`` masked cells, drawn light grey; lo_hi: the value range of the colour map
+            (default: 1st and 99th percentile of the real frames).
+    """
+    spec = np.asarray(spec, np.float32)
+    real = np.ones(spec.shape[1], bool) if real is None else np.asarray(real, bool)
+    if lo_hi is None:
+        vals = spec[:, real] if real.any() else spec
+        lo_hi = (float(np.percentile(vals, 1)), float(np.percentile(vals, 99)))
+    lo, hi = lo_hi
+    rgb = colormap((spec - lo) / max(hi - lo, 1e-6))
+    if cells is not None:
+        rgb = np.where(np.asarray(cells, bool)[..., None], 0.25 * rgb + 0.75 * MASK_RGB, rgb)
+    rgb = np.where(real[None, :, None], rgb, PAD_RGB)
+    img = rgb[::-1].round().astype(np.uint8)
+    return img.repeat(scale, axis=0).repeat(scale, axis=1)
+
+
+def play(wave: np.ndarray, rate: int, label: str) -> None:
+    """A caption and an audio player for ``wave`` (float in [-1, 1] or int16 PCM) at ``rate`` Hz."""
+    w = np.asarray(wave)
+    w = w.astype(np.float32) / 32767.0 if w.dtype == np.int16 else w.astype(np.float32)
+    st.caption(label)
+    st.audio(w, sample_rate=int(rate))
+
+
+def _seconds(n: int, rate: int) -> str:
+    return f"{n / rate:.2f} s"
+
+
+# --------------------------------------------------------------------------- Data page
+
+
+@st.cache_data(max_entries=6, ttl=900, show_spinner="Loading clips…")
+def audio_view(workspace: str, name: str, version: str) -> dict:
+    """What the Data page shows of an audio dataset: durations of every clip with its split,
+    representative clips (:func:`app.components.datasets.sample_rows`: class by class, half from
+    val; waveform, log-mel with the default features, label, split, transcript), class counts.
+    ``workspace`` and ``version`` are cache keys only."""
+    from app.components.datasets import sample_rows
+    from engine.audio.features import ClipFeatures, FeatureSpec
+    from engine.config import AudioConfig
+    from engine.data import load_dataset
+
+    ds = load_dataset(name)
+    rate = ds.rate
+    split = np.where(ds.split == 0, "train", "val")
+    durations = pd.DataFrame({"seconds": ds.lengths() / rate, "split": split})
+    pick = [r for r, _ in sample_rows(ds, N_SAMPLES)]
+    clips = [ds.clip(int(i)) for i in pick]
+    spec = FeatureSpec.from_config(AudioConfig(), rate)
+    feats = ClipFeatures(clips, spec, stats=(np.zeros(spec.n_mels), np.ones(spec.n_mels)))
+    mels = [feats.logmel[:, int(feats.offsets[k]) : int(feats.offsets[k + 1])].numpy() for k in range(len(pick))]
+    samples = [{"wave": c, "mel": m, "label": ds.info.class_names[ds.labels[i]], "split": split[i],
+                "transcript": ds.transcript(int(i)), "seconds": len(c) / rate} for i, c, m in zip(pick, clips, mels)]
+    return {"durations": durations, "samples": samples, "counts": ds.counts(), "rate": rate}
+
+
+def data_section(info) -> None:
+    """The Data page body for an audio dataset: sizes, durations and sample rates, clips with their
+    spectrogram and a player, clips per class."""
+    view = guarded(audio_view, str(workspace_root()), info.name, info.created_at)
+    if view is None:
+        return
+    st_ = info.stats
+    m = st.columns(5)
+    m[0].metric("Train clips", f"{info.n_train:,}")
+    m[1].metric("Val clips", f"{info.n_val:,}")
+    m[2].metric("Classes", len(info.class_names))
+    m[3].metric("Sample rate", f"{view['rate']:,} Hz")
+    m[4].metric("Total duration", f"{view['durations'].seconds.sum() / 60:.1f} min")
+    d = view["durations"].seconds
+    facts = [f"clip length {d.min():.2f} to {d.max():.2f} s (median {d.median():.2f} s)"]
+    if st_.get("source_rates"):
+        facts.append("recorded at " + ", ".join(f"{int(r):,} Hz ({n} clips)" for r, n in st_["source_rates"].items()))
+    if st_.get("channels"):
+        facts.append("channels " + ", ".join(f"{c}: {n}" for c, n in st_["channels"].items()) + " (stored mono)")
+    if info.group_names:
+        facts.append(f"{len(info.group_names)} groups (e.g. speakers), each in one split")
+    st.caption(" · ".join(facts))
+    st.subheader("Clips")
+    cols = st.columns(3)
+    for k, s in enumerate(view["samples"]):
+        with cols[k % 3]:
+            # natural size (3 px a frame and a bin): the widths compare the clips' durations
+            st.image(spec_image(s["mel"], scale=SCALE), caption=f"{s['label']} · {s['split']} · {s['seconds']:.2f} s"
+                     + (f" · “{s['transcript']}”" if s["transcript"] else ""), width="content")
+            st.audio(s["wave"], sample_rate=view["rate"])
+    st.caption("Log-mel spectrograms (64 bins, 25 ms window, 10 ms hop, 3 pixels a frame; low frequencies at the bottom).")
+    left, right = st.columns(2)
+    with left:
+        st.subheader("Duration")
+        chart = alt.Chart(view["durations"]).mark_bar().encode(
+            x=alt.X("seconds:Q", bin=alt.Bin(maxbins=40), title="seconds per clip"),
+            y=alt.Y("count():Q", title="clips"), color=alt.Color("split:N", title="split"),
+        ).properties(height=260)  # fmt: skip
+        st.altair_chart(chart, width="stretch")
+    with right:
+        st.subheader("Clips per class and split")
+        st.altair_chart(counts_chart(view["counts"], unit="clips"), width="stretch")
+
+
+# --------------------------------------------------------------------------- New run
+
+
+#: What New run proposes for each audio task (AudioMAE masks 80% of the patches; wav2vec 2.0's spans).
+TASK_MASKING = {"audio_mae": {"strategy": "random", "ratio": 0.8},
+                "audio_frames": {"strategy": "span_starts", "params": {"p": 0.065, "length": 5, "min_spans": 1}}}
+GRID_DIMS = {"audio_mae": 2, "audio_frames": 1}
+
+
+MEL_BINS = [32, 40, 48, 64, 80, 96, 128]
+
+
+def feature_fields(key: str, carried: dict) -> dict:
+    """``data.audio``: mel bins, window, hop and the model's window length (defaults from the
+    partial run config ``carried``, else :class:`engine.config.AudioConfig`'s)."""
+    from engine.config import AudioConfig
+
+    d = {**AudioConfig().model_dump(), **(dig(carried, "data.audio") or {})}
+    a, b = st.columns(2)
+    n_mels = a.select_slider("Mel bins", MEL_BINS, d["n_mels"] if d["n_mels"] in MEL_BINS else 64, key=f"{key}_mels")
+    clip = b.number_input("Window (seconds)", 0.1, 10.0, float(d["clip_seconds"]), 0.1, key=f"{key}_clip",
+                          help="what the model sees at once: shorter clips are padded with silence (never masked "
+                               "or scored), longer ones cut (a random window each step)")  # fmt: skip
+    win = a.number_input("Analysis window (ms)", 5.0, 100.0, float(d["window_ms"]), 5.0, key=f"{key}_win")
+    hop = b.number_input("Hop (ms)", 2.5, 50.0, float(d["hop_ms"]), 2.5, key=f"{key}_hop")
+    return {"n_mels": int(n_mels), "window_ms": float(win), "hop_ms": float(hop), "clip_seconds": float(clip),
+            "f_min": float(d["f_min"]), "f_max": d["f_max"]}
+
+
+def grid_fields(task: str, n_mels: int, key: str, carried: dict) -> tuple[int, dict]:
+    """The unit grid: patch size (and frames per patch) for AudioMAE, frames per token otherwise
+    (defaults from the partial run config ``carried``)."""
+    patch0 = dig(carried, "model.patch_size")
+    if task == "audio_mae":
+        sizes = [p for p in (2, 4, 8, 16, 32) if n_mels % p == 0] or [1]
+        a, b = st.columns(2)
+        patch = a.selectbox("Patch: mel bins", sizes, index=index_of(sizes, patch0, index_of(sizes, 8, len(sizes) - 1)),
+                            key=f"{key}_patch_{n_mels}")
+        frames_opts = [2, 4, 8, 16]
+        frames = b.selectbox("Patch: frames", frames_opts, key=f"{key}_pframes",
+                             index=index_of(frames_opts, dig(carried, "task_params.patch_frames"), 2),
+                             help="the patch's time side (AudioMAE: square 16x16)")
+        return int(patch), {"patch_frames": int(frames)}
+    ks = [1, 2, 4]
+    k = st.selectbox("Frames per token", ks, index=index_of(ks, patch0, 1), key=f"{key}_k",
+                     help="frames stacked into one token (one hop each)")
+    return int(k), {}
+
+
+def run_fields(info, task: str, key: str, carried: dict) -> dict:
+    """New run's audio fields: features, grid, masking, model (and the frame task's target); the
+    widgets' defaults are ``carried`` (a partial run config, from the URL), else the task's proposals
+    (:data:`TASK_MASKING`). Returns the partial config dict."""
+    from app.components.masks import masking_controls
+    from engine.models import get_model_spec
+    from engine.tasks import get_task
+
+    arch = get_task(task).archs[0]
+    audio = feature_fields(key, carried)
+    patch, task_params = grid_fields(task, audio["n_mels"], key, carried)
+    with st.container(border=True):
+        defaults = carried.get("masking") or TASK_MASKING.get(task, {})
+        masking = masking_controls("audio", GRID_DIMS[task], f"{key}_{task}", defaults)
+        st.page_link("../pages/mask_lab.py", label="Compare strategies in Mask lab")
+    presets = get_model_spec(arch).presets
+    names = list(presets)
+    preset = st.selectbox("Model preset", names, key=f"{key}_preset_{arch}", index=index_of(names, dig(carried, "model.preset")),
+                          format_func=lambda k: f"{k}  (width {presets[k]['embed_dim']}, depth {presets[k]['depth']})")
+    losses = ["mse", "l1"]
+    loss = st.selectbox("Loss on masked cells", losses, key=f"{key}_loss_{task}",
+                        index=index_of(losses, dig(carried, "objective.loss")))
+    if task == "audio_frames":
+        targets = ["mel", "ema"]
+        target = st.selectbox("Target", targets, key=f"{key}_target", index=index_of(targets, dig(carried, "task_params.target")),
+                              format_func=lambda t: {"mel": "the masked frames (segment reconstruction)",
+                                                     "ema": "an EMA teacher's features (data2vec)"}[t])  # fmt: skip
+        task_params["target"] = target
+    return {"task": task, "masking": masking, "data": {"audio": audio}, "task_params": task_params,
+            "model": {"arch": arch, "preset": preset, "patch_size": patch}, "objective": {"loss": loss}}
+
+
+@st.cache_data(max_entries=16, ttl=600, show_spinner="Drawing masks on real clips…")
+def _preview(cfg_json: str, version: str, n: int):
+    from engine.config import RunConfig
+    from engine.tasks.audio import preview
+
+    return preview(RunConfig.from_dict(json.loads(cfg_json)), n)
+
+
+def mask_rows(pv, names: tuple[str, ...], players: bool = True) -> None:
+    """Each previewed clip: the spectrogram, the same with the run's mask, its player."""
+    for i in range(len(pv.spec)):
+        label = names[int(pv.labels[i])] if 0 <= int(pv.labels[i]) < len(names) else str(int(pv.labels[i]))
+        real = pv.real[i]
+        cells = pv.cells[i] & real[None, :]
+        a, b, c = st.columns([2, 2, 1])
+        lo_hi = _range(pv.spec[i], real)
+        a.image(spec_image(pv.spec[i], real, lo_hi=lo_hi), width="stretch",
+                caption=f"{label}" + (f" · “{pv.transcripts[i]}”" if pv.transcripts[i] else ""))
+        b.image(spec_image(pv.spec[i], real, cells, lo_hi=lo_hi), width="stretch",
+                caption=f"masked: {int(cells.sum())} of {int(real.sum()) * pv.spec.shape[1]} cells")
+        if players:
+            with c:
+                play(pv.waves[i], pv.sample_rate, "clip")
+
+
+def _range(spec: np.ndarray, real: np.ndarray) -> tuple[float, float]:
+    vals = spec[:, real] if real.any() else spec
+    return float(np.percentile(vals, 1)), float(np.percentile(vals, 99))
+
+
+def mask_preview(cfg, info) -> None:
+    """The run's fixed validation clips (chosen class by class) with the masks it uses for its samples."""
+    pv = guarded(_preview, json.dumps(cfg.to_dict(), sort_keys=True), info.created_at, N_PREVIEW)
+    if pv is None:
+        return
+    grid = "x".join(map(str, pv.grid.shape))
+    unit = "patches" if pv.grid.dims == 2 else "frame tokens"
+    st.caption(f"The {len(pv.spec)} fixed validation clips of **{info.name}** (chosen class by class; {pv.grid.frames} frames = "
+               f"{pv.grid.frames * cfg.data.audio.hop_ms / 1000:.2f} s window, {grid} {unit} of "
+               f"{pv.grid.pf}x{pv.grid.pt} bins x frames) with the masks this run uses for its samples "
+               f"({cfg.masking.strategy}); masked cells light grey, silence padding dark (never masked).")
+    mask_rows(pv, info.class_names)
+
+
+# --------------------------------------------------------------------------- Run detail
+
+
+def png(img: np.ndarray) -> bytes:
+    """uint8 RGB ``[H, W, 3]`` -> PNG bytes."""
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(img).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def wav(wave: np.ndarray, rate: int) -> bytes:
+    """int16 PCM (or float in [-1, 1]) ``[n]`` -> 16-bit WAV bytes at ``rate`` Hz."""
+    import io
+
+    import soundfile as sf
+
+    w = np.asarray(wave)
+    w = w.astype(np.float32) / 32767.0 if w.dtype == np.int16 else w.astype(np.float32)
+    buf = io.BytesIO()
+    sf.write(buf, np.clip(w, -1, 1), int(rate), subtype="PCM_16", format="WAV")
+    return buf.getvalue()
+
+
+@st.cache_data(max_entries=8, ttl=900, show_spinner=False)
+def _sample_media(run_id: str, step: int, _sample) -> list[dict]:
+    """PNG and WAV bytes of every clip of a run's sample at ``step`` (``_sample``, not hashed: the
+    sample of a run and step never changes), so the Run detail fragment that redraws every 2 s
+    encodes nothing again."""
+    spec, pred = _sample["spec"].astype(np.float32), _sample["pred"].astype(np.float32)
+    mask, real = _sample["mask"], _sample["real"]
+    rate = int(_sample.meta.get("sample_rate", 16000))
+    out = []
+    for i in range(len(spec)):
+        lo_hi = _range(spec[i], real[i])
+        pasted = np.where(mask[i], pred[i], spec[i])
+        out.append({"hidden": int(mask[i].sum()),
+                    "images": [png(spec_image(spec[i], real[i], lo_hi=lo_hi)),
+                               png(spec_image(spec[i], real[i], mask[i], lo_hi=lo_hi)),
+                               png(spec_image(pasted, real[i], lo_hi=lo_hi))],
+                    "sounds": [wav(_sample[k][i], rate) for k in ("wave", "wave_gl", "wave_recon")]})
+    return out
+
+
+def samples_view(sample, run) -> None:
+    """A run's fixed validation clips at one saved evaluation (a slider goes over all of them, as
+    the image view's): original, masked and reconstructed spectrograms side by side, players for the
+    original, for Griffin-Lim of the original and of the reconstruction."""
+    from app.modalities.image import pick_sample
+
+    sample = pick_sample(sample, run, "audio_step")
+    names = sample.meta.get("class_names", [])
+    spec = sample["spec"]
+    masking = (run.config.get("masking", {}) if run is not None else {})
+    st.caption(f"Step {sample.step} · {len(spec)} fixed validation clips · {masking.get('strategy', '?')} masking on a "
+               f"{'x'.join(map(str, sample.meta.get('grid', [])))} grid of {sample.meta.get('unit', 'positions')}s · "
+               "reconstruction = the prediction at masked cells, the original elsewhere · audio by Griffin-Lim "
+               "(32 iterations): compare the reconstruction's sound with Griffin-Lim of the original, not with the "
+               "recording")
+    media = _sample_media(run.run_id if run is not None else "", int(sample.step), sample)
+    for i, m in enumerate(media):
+        y = int(sample["labels"][i])
+        label = names[y] if 0 <= y < len(names) else str(y)
+        text = (sample.meta.get("transcripts") or [""] * len(spec))[i]
+        st.markdown(f"**{i + 1}. {label}**" + (f" · “{text}”" if text else ""))
+        captions = ["original", f"masked input ({m['hidden']} cells hidden)", "reconstruction"]
+        for col, img, cap in zip(st.columns(3), m["images"], captions):
+            col.image(img, caption=cap, width="stretch")
+        players = ["original recording", "Griffin-Lim of the original spectrogram", "Griffin-Lim of the reconstruction"]
+        for col, snd, cap in zip(st.columns(3), m["sounds"], players):
+            col.caption(cap)
+            col.audio(snd, format="audio/wav")
+
+
+def compare_view(samples: dict, n: int = 4) -> list[tuple[str, np.ndarray]]:
+    """The Compare page's grid for audio runs: rows are the first ``n`` fixed validation clips (the
+    same clips for runs on the same dataset and window: :func:`engine.data.representative`), columns
+    the original log-mel spectrogram, then per run its masked input and its reconstruction (the
+    prediction at masked cells, the original elsewhere), at each run's latest samples, on one colour
+    range per clip. ``samples``: run label -> ``Sample`` of kind ``audio_spec``. Returns the
+    ``(caption, uint8 column image)`` pairs drawn (the HTML report reuses them)."""
+    from app.components.compare import stack_column
+
+    if not samples:
+        return []
+    first = next(iter(samples.values()))
+    k = min(n, *(len(s["spec"]) for s in samples.values()))
+    same = all(s["spec"].shape == first["spec"].shape and np.allclose(s["spec"][:k], first["spec"][:k])
+               for s in samples.values())
+    ranges = [_range(first["spec"][i].astype(np.float32), first["real"][i]) for i in range(k)]
+
+    def column(s, kind: str) -> np.ndarray:
+        spec = s["spec"][:k].astype(np.float32)
+        rows = []
+        for i in range(k):
+            lo_hi = ranges[i] if same else _range(spec[i], s["real"][i])
+            x = np.where(s["mask"][i], s["pred"][i].astype(np.float32), spec[i]) if kind == "recon" else spec[i]
+            rows.append(spec_image(x, s["real"][i], s["mask"][i] if kind == "masked" else None, lo_hi=lo_hi, scale=2))
+        return stack_column(np.stack(rows))
+
+    drawn = [("original", column(first, "original"))]
+    for label, s in samples.items():
+        drawn.append((f"{label} · masked (step {s.step})", column(s, "masked")))
+        drawn.append((f"{label} · reconstruction (step {s.step})", column(s, "recon")))
+    if not same:
+        st.caption("These runs' fixed validation clips differ (other datasets or windows): each column shows its own "
+                   "run's clips.")
+    per_row = 5
+    for start in range(0, len(drawn), per_row):
+        for col, (caption, img) in zip(st.columns(per_row, gap="small"), drawn[start:start + per_row]):
+            col.image(img, caption=caption, width="stretch")
+    return drawn
+
+
+# --------------------------------------------------------------------------- Mask lab
+
+
+def lab_controls(info, carried: dict, key: str) -> dict:
+    """Mask lab's audio controls: the task (which grid), features, grid and masking (``carried``: a
+    partial run config of defaults, from the URL)."""
+    from app.components.masks import masking_controls
+    from engine.tasks import tasks_for
+
+    tasks = tasks_for("audio")
+    task = st.selectbox("Task", tasks, key=f"{key}_task", index=index_of(tasks, carried.get("task")))
+    if carried.get("task", task) != task:
+        carried = {}  # another task than the URL's: its proposals
+    audio = feature_fields(key, carried)
+    patch, task_params = grid_fields(task, audio["n_mels"], key, carried)
+    defaults = carried.get("masking") or TASK_MASKING.get(task, {})
+    masking = masking_controls("audio", GRID_DIMS[task], f"{key}_{task}", defaults)
+    return {"task": task, "masking": masking, "data": {"audio": audio}, "task_params": task_params,
+            "model": {"patch_size": patch}}
+
+
+@st.cache_data(max_entries=16, ttl=900, show_spinner="Drawing masks…")
+def _lab_stats(cfg_json: str, version: str, n: int):
+    from engine.checks import masking_problem
+    from engine.config import RunConfig
+    from engine.masking.stats import mask_stats, masks_per_second
+    from engine.tasks.audio import train_masks
+
+    cfg = RunConfig.from_dict(json.loads(cfg_json))
+    mask, eligible = train_masks(cfg, n)
+    rate = masks_per_second(lambda: train_masks(cfg, n)[0], min_time=0.2, warmup=False)
+    unit = "patches" if mask.dim() == 3 else "frame tokens"
+    return mask_stats(mask, eligible), rate, masking_problem(cfg.masking, mask, unit=unit, eligible=eligible)
+
+
+def lab_results(cfg, info, n: int) -> None:
+    """Mask lab's audio results: the run's masks on real spectrograms, then batch statistics."""
+    from app.components.masks import mask_stats_panel
+
+    st.subheader("Masks on real spectrograms")
+    mask_preview(cfg, info)
+    st.subheader("Statistics")
+    res = guarded(_lab_stats, json.dumps(cfg.to_dict(), sort_keys=True), info.created_at, int(n))
+    if res is None:
+        return
+    stats, rate, problem = res
+    if problem:
+        st.warning(f"A run with these settings would be refused: {problem}")
+    st.caption(f"{stats.batch_size} masks over the first windows of real train clips of **{info.name}** (chosen class by class; the ratio is "
+               "over the positions that hold frames; masks/s includes computing the log-mel and voiced frames).")
+    mask_stats_panel(stats, rate)

@@ -1,0 +1,141 @@
+"""Representation quality of frozen features (scikit-learn): linear probe, kNN, k-means, 2-D maps.
+
+Every figure takes the features of a train split (the probe's training set, the kNN memory) and of a
+validation split (scored), ``X [N, D]`` float with labels ``y [N]`` int64 (-1 = no label: left out).
+The same recipe serves the trained encoder, the randomly initialised encoder of the same shape and
+the raw input, so the three are comparable:
+
+- **Standardisation**: ``StandardScaler`` fitted on the train features, applied to both splits
+  (constant features are left at 0). Every figure below sees the standardised features.
+- **Linear probe**: multinomial ``LogisticRegression`` (L-BFGS, fixed ``C`` = :data:`PROBE_C`,
+  at most :data:`PROBE_MAX_ITER` iterations), top-1 accuracy on val. A fixed C keeps the probe the
+  same for every run (MAE's linear probing also fixes its recipe, He et al. 2022, sec. A.2).
+- **kNN**: ``KNeighborsClassifier`` with k = 20, cosine distance, brute force, majority vote
+  (uniform weights), top-1 accuracy on val (the kNN monitor of Wu et al. 2018 / DINO, without the
+  temperature-weighted vote).
+- **k-means**: ``KMeans`` with as many clusters as classes in val (``n_init`` = 4, seeded) on the
+  val features; NMI (arithmetic normalisation) and ARI of the clusters against the labels.
+- **2-D map** of the val features coloured by label: PCA always, t-SNE (perplexity 30, PCA init,
+  seeded) when there are at most ``tsne_max_rows`` rows.
+
+Accuracies, NMI and ARI are fractions in [0, 1] (ARI can be slightly negative). Seeded (``seed``):
+the same features give the same figures.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from engine.errors import EvaluationError
+
+PROBE_C = 1.0
+PROBE_MAX_ITER = 500
+KNN_K = 20
+KMEANS_N_INIT = 4
+TSNE_PERPLEXITY = 30.0
+#: The figures of :func:`representation_figures`, in display order.
+FIGURES = ("probe_acc", "knn_acc", "kmeans_nmi", "kmeans_ari")
+
+
+@dataclass
+class RepresentationResult:
+    """Figures of one feature set: ``figures`` (name -> value, names of :data:`FIGURES`), and the
+    2-D maps of its val rows (``maps``: ``"pca"`` / ``"tsne"`` -> float32 ``[N, 2]``)."""
+
+    figures: dict[str, float]
+    maps: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def _labelled(X, y, what: str) -> tuple[np.ndarray, np.ndarray]:
+    X = np.asarray(X, dtype=np.float32)
+    y = np.asarray(y, dtype=np.int64)
+    if X.ndim != 2 or len(X) != len(y):
+        raise EvaluationError(f"{what}: features must be [N, D] with one label per row (got {X.shape}, {y.shape})")
+    keep = y >= 0
+    return X[keep], y[keep]
+
+
+def standardise(train: np.ndarray, val: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Both splits standardised with the train split's mean and standard deviation (constant
+    features become 0). float32 in, float32 out."""
+    from sklearn.preprocessing import StandardScaler
+
+    scaler = StandardScaler().fit(train)
+    return scaler.transform(train).astype(np.float32), scaler.transform(val).astype(np.float32)
+
+
+def linear_probe(Xtr: np.ndarray, ytr: np.ndarray, Xva: np.ndarray, yva: np.ndarray, seed: int = 0) -> float:
+    """Val top-1 accuracy of a multinomial logistic regression (C = :data:`PROBE_C`) on standardised features."""
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.linear_model import LogisticRegression
+    import warnings
+
+    with warnings.catch_warnings():  # the iteration cap is part of the fixed recipe
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        clf = LogisticRegression(C=PROBE_C, max_iter=PROBE_MAX_ITER, random_state=seed).fit(Xtr, ytr)
+    return float((clf.predict(Xva) == yva).mean())
+
+
+def knn_accuracy(Xtr: np.ndarray, ytr: np.ndarray, Xva: np.ndarray, yva: np.ndarray, k: int = KNN_K) -> float:
+    """Val top-1 accuracy of a k-nearest-neighbour vote (cosine distance, k capped at the train size)."""
+    from sklearn.neighbors import KNeighborsClassifier
+
+    clf = KNeighborsClassifier(n_neighbors=min(k, len(Xtr)), metric="cosine", algorithm="brute").fit(Xtr, ytr)
+    return float((clf.predict(Xva) == yva).mean())
+
+
+def kmeans_scores(X: np.ndarray, y: np.ndarray, seed: int = 0) -> tuple[float, float]:
+    """``(NMI, ARI)`` of k-means clusters (k = number of classes in ``y``) against the labels ``y``."""
+    from sklearn.cluster import KMeans
+    from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
+
+    k = len(np.unique(y))
+    if k < 2 or len(X) <= k:
+        return float("nan"), float("nan")
+    clusters = KMeans(n_clusters=k, n_init=KMEANS_N_INIT, random_state=seed).fit_predict(X)
+    return float(normalized_mutual_info_score(y, clusters)), float(adjusted_rand_score(y, clusters))
+
+
+def maps_2d(X: np.ndarray, seed: int = 0, tsne_max_rows: int = 1000) -> dict[str, np.ndarray]:
+    """2-D maps of ``X [N, D]``: ``pca`` always (N >= 2), ``tsne`` when ``N <= tsne_max_rows`` and N > 4."""
+    from sklearn.decomposition import PCA
+
+    out: dict[str, np.ndarray] = {}
+    if len(X) < 2:
+        return out
+    d = min(2, X.shape[1])
+    pca = PCA(n_components=d, random_state=seed).fit_transform(X)
+    out["pca"] = np.pad(pca, ((0, 0), (0, 2 - d))).astype(np.float32)
+    if 4 < len(X) <= tsne_max_rows:
+        from sklearn.manifold import TSNE
+
+        perplexity = min(TSNE_PERPLEXITY, (len(X) - 1) / 3)
+        out["tsne"] = TSNE(n_components=2, perplexity=perplexity, init="pca", random_state=seed).fit_transform(X).astype(np.float32)
+    return out
+
+
+def representation_figures(train: tuple, val: tuple, *, seed: int = 0, tsne_max_rows: int = 1000,
+                           maps: bool = True) -> RepresentationResult:
+    """Every figure of the module docstring for one feature set.
+
+    Args:
+        train, val: ``(X [N, D], y [N])`` of each split (rows with ``y < 0`` are left out).
+        seed: seeds the probe, k-means, PCA and t-SNE.
+        tsne_max_rows: t-SNE only for at most this many val rows.
+        maps: compute the 2-D maps.
+
+    Raises:
+        EvaluationError: malformed arrays, fewer than 2 classes in train, or no labelled val row.
+    """
+    Xtr, ytr = _labelled(*train, "train features")
+    Xva, yva = _labelled(*val, "val features")
+    if len(np.unique(ytr)) < 2 or len(Xva) == 0:
+        raise EvaluationError(f"representation figures need labels: {len(np.unique(ytr))} class(es) among "
+                              f"{len(ytr)} labelled train rows, {len(yva)} labelled val rows")
+    Xtr, Xva = standardise(Xtr, Xva)
+    nmi, ari = kmeans_scores(Xva, yva, seed)
+    figures = {"probe_acc": linear_probe(Xtr, ytr, Xva, yva, seed), "knn_acc": knn_accuracy(Xtr, ytr, Xva, yva),
+               "kmeans_nmi": nmi, "kmeans_ari": ari}
+    return RepresentationResult(figures, maps_2d(Xva, seed, tsne_max_rows) if maps else {})

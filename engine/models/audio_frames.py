@@ -1,0 +1,206 @@
+"""Frame-level masked prediction on log-mel spectrograms: a Transformer encoder over frame tokens
+that predicts what is hidden, either the masked frames themselves or the features of an EMA teacher.
+
+Shapes: B batch, F mel bins, T frames, k frames per token (``patch_size``), L = T / k tokens, D width.
+
+- **Input**: a normalised log-mel spectrogram ``[B, 1, F, T]`` (the same tensor the AudioMAE model
+  takes); token ``l`` is frames ``l*k .. l*k + k - 1`` flattened as (frame, mel bin), ``[B, L, k*F]``,
+  projected to ``D`` by a linear layer, plus fixed 1-D sin-cos positions.
+- **Masking** as wav2vec 2.0 / HuBERT / data2vec: the encoder sees every token, a masked token's
+  embedding replaced by one learned mask embedding (so any mask, ragged or not, works; the mask
+  comes from :mod:`engine.masking` over the ``[B, L]`` token grid).
+- **Targets** (``target``):
+
+  - ``"mel"``: the masked frames (segment reconstruction): a linear head ``D -> k*F`` on the
+    encoder output; ``pred``/``target`` ``[B, L, k*F]`` (normalised log-mel), scored by the run's
+    objective (MSE or L1) on the masked tokens.
+  - ``"ema"`` (data2vec, Baevski et al. 2022): a teacher, the exponential moving average of the
+    encoder's weights (:meth:`FrameTransformer.ema_update`), encodes the *unmasked* input; the
+    target of each token is the average of the teacher's top ``top_k`` block outputs, each
+    instance-normalised over time (per channel, as data2vec does for speech), ``[B, L, D]``; a
+    linear head ``D -> D`` on the student predicts it at the masked tokens. A **readout** head
+    ``D -> k*F`` is trained on the *detached* student output (``mel_pred``; the task adds its loss),
+    so the run still shows reconstructed spectrograms and a spectral error without the mel
+    objective reaching the representation.
+
+The teacher is a registered sub-module with frozen parameters (``requires_grad=False``): it is
+checkpointed with the weights (``model.safetensors``) and left out of the optimizer, so a resumed
+run continues from the same teacher.
+
+References: Baevski et al. 2020, "wav2vec 2.0" (masked frames replaced by a learned embedding, the
+encoder sees them all); Baevski et al. 2022, "data2vec: A General Framework for Self-supervised
+Learning in Speech, Vision and Language" (EMA teacher, average of the top-K instance-normalised
+block outputs as targets, tau annealed from tau_0 to tau_e); Hsu et al. 2021 (HuBERT).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from engine.models.layers import Block
+from engine.models.mae import MaskedAutoencoderViT, pool, pool_stats
+from engine.models.pos_embed import sincos_1d
+
+
+class FrameEncoder(nn.Module):
+    """Frame tokens -> contextual features: ``[B, L, k*F] -> [B, L, D]`` (and every block's output).
+
+    Args:
+        in_dim: ``k*F``; max_tokens: ``L`` (positions are fixed sin-cos of ``0..L-1``);
+        embed_dim, depth, num_heads, mlp_ratio: the Transformer (pre-norm blocks, final LayerNorm).
+    """
+
+    def __init__(self, in_dim: int, max_tokens: int, embed_dim: int, depth: int, num_heads: int, mlp_ratio: float = 4.0):
+        super().__init__()
+        self.proj = nn.Linear(in_dim, embed_dim)
+        self.mask_emb = nn.Parameter(torch.zeros(embed_dim))
+        self.register_buffer("pos_embed", sincos_1d(embed_dim, torch.arange(max_tokens)).float()[None], persistent=False)
+        self.blocks = nn.ModuleList([Block(embed_dim, num_heads, mlp_ratio) for _ in range(depth)])
+        self.norm = nn.LayerNorm(embed_dim, eps=1e-6)
+
+    def forward(self, tokens: torch.Tensor, mask: torch.Tensor | None = None) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Encode ``tokens [B, L, k*F]``; masked positions (``mask [B, L]`` bool, True = masked) get
+        the mask embedding instead of their frames.
+
+        Returns:
+            ``(out [B, L, D] after the final norm, [each block's output [B, L, D]])``.
+        """
+        x = self.proj(tokens)
+        if mask is not None:
+            x = torch.where(mask[..., None], self.mask_emb.to(x.dtype), x)
+        x = x + self.pos_embed[:, : x.shape[1]]
+        layers = []
+        for blk in self.blocks:
+            x = blk(x)
+            layers.append(x)
+        return self.norm(x), layers
+
+
+class FrameTransformer(nn.Module):
+    """Masked frame prediction (module docstring): ``forward(spec, mask) -> pred, target, mask``.
+
+    Args:
+        n_mels: ``F``; frames: ``T`` (a multiple of ``patch_size``); patch_size: ``k`` frames per token.
+        embed_dim, depth, num_heads, mlp_ratio: the encoder.
+        target: ``"mel"`` or ``"ema"``.
+        top_k: data2vec's K, the teacher blocks averaged into the target (``1 <= top_k <= depth``).
+        ema_decay, ema_decay_end, ema_anneal_steps: the teacher's tau, linear from ``ema_decay`` to
+            ``ema_decay_end`` over ``ema_anneal_steps`` updates, then constant (data2vec: 0.999 ->
+            0.9999 over 30k updates for speech).
+
+    Raises:
+        ValueError: ``patch_size`` does not divide ``frames``, a bad ``target`` or ``top_k``.
+
+    References: Baevski et al. 2020 (wav2vec 2.0); Baevski et al. 2022 (data2vec).
+    """
+
+    def __init__(self, n_mels: int, frames: int, patch_size: int, embed_dim: int, depth: int, num_heads: int,
+                 mlp_ratio: float = 4.0, target: str = "mel", top_k: int = 2, ema_decay: float = 0.999,
+                 ema_decay_end: float = 0.9999, ema_anneal_steps: int = 1000):
+        super().__init__()
+        if frames % patch_size:
+            raise ValueError(f"patch_size {patch_size} does not divide the {frames} frames of a window")
+        if target not in ("mel", "ema"):
+            raise ValueError(f"target must be 'mel' or 'ema', not {target!r}")
+        if not 1 <= top_k <= depth:
+            raise ValueError(f"top_k must be in [1, depth={depth}] (got {top_k})")
+        self.n_mels, self.frames, self.patch_size = n_mels, frames, patch_size
+        self.num_tokens = frames // patch_size
+        self.target_kind, self.top_k = target, top_k
+        self.ema_decay, self.ema_decay_end, self.ema_anneal_steps = ema_decay, ema_decay_end, ema_anneal_steps
+        tok_dim = patch_size * n_mels
+        self.encoder = FrameEncoder(tok_dim, self.num_tokens, embed_dim, depth, num_heads, mlp_ratio)
+        self.head = nn.Linear(embed_dim, tok_dim if target == "mel" else embed_dim)
+        self.readout = nn.Linear(embed_dim, tok_dim) if target == "ema" else None
+        self.apply(_init)
+        self.teacher = None
+        if target == "ema":
+            self.teacher = copy.deepcopy(self.encoder)
+            for p in self.teacher.parameters():
+                p.requires_grad_(False)
+
+    # --- frames -----------------------------------------------------------------------------------
+
+    def tokenize(self, spec: torch.Tensor) -> torch.Tensor:
+        """``spec [B, 1, F, T] (or [B, F, T]) -> [B, L, k*F]``, token ``l`` = frames ``l*k..l*k+k-1``."""
+        if spec.dim() == 4:
+            spec = spec[:, 0]
+        B, Fm, T = spec.shape
+        k = self.patch_size
+        return spec.transpose(1, 2).reshape(B, T // k, k * Fm)
+
+    def untokenize(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Inverse of :meth:`tokenize`: ``[B, L, k*F] -> [B, 1, F, T]``."""
+        B, L, _ = tokens.shape
+        return tokens.reshape(B, L * self.patch_size, self.n_mels).transpose(1, 2)[:, None]
+
+    # --- model ------------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def teacher_targets(self, tokens: torch.Tensor) -> torch.Tensor:
+        """data2vec targets ``[B, L, D]``: the teacher on the unmasked tokens, the top ``top_k`` block
+        outputs each instance-normalised over time (per channel), averaged."""
+        _, layers = self.teacher(tokens)
+        top = [F.instance_norm(y.float().transpose(1, 2)).transpose(1, 2) for y in layers[-self.top_k:]]
+        return torch.stack(top).mean(dim=0)
+
+    def forward(self, spec: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Predict the masked tokens of ``spec [B, 1, F, T]`` from the rest.
+
+        Args:
+            spec: normalised log-mel; mask: ``[B, L]`` bool, True = masked (moved to ``spec.device``).
+
+        Returns:
+            ``pred``, ``target`` ``[B, L, k*F]`` (mel) or ``[B, L, D]`` (ema), ``mask [B, L]``; with the
+            EMA target also ``mel_pred`` and ``mel_target`` ``[B, L, k*F]`` (the readout head on the
+            detached encoder output, and the frames).
+        """
+        mask = mask.reshape(mask.shape[0], -1).to(device=spec.device, dtype=torch.bool)
+        tokens = self.tokenize(spec)
+        out, _ = self.encoder(tokens, mask)
+        pred = self.head(out)
+        if self.target_kind == "mel":
+            return {"pred": pred, "target": tokens, "mask": mask}
+        return {"pred": pred, "target": self.teacher_targets(tokens), "mask": mask,
+                "mel_pred": self.readout(out.detach()), "mel_target": tokens}
+
+    def reconstruct_tokens(self, spec: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The predicted frames of every token ``[B, L, k*F]`` (the mel head, or the readout)."""
+        out = self.forward(spec, mask)
+        return out["pred"] if self.target_kind == "mel" else out["mel_pred"]
+
+    def ema_decay_at(self, step: int) -> float:
+        """tau after ``step`` updates: linear from ``ema_decay`` to ``ema_decay_end`` over
+        ``ema_anneal_steps``, then ``ema_decay_end`` (data2vec)."""
+        if self.ema_anneal_steps <= 0 or step >= self.ema_anneal_steps:
+            return self.ema_decay_end
+        return self.ema_decay + (self.ema_decay_end - self.ema_decay) * step / self.ema_anneal_steps
+
+    @torch.no_grad()
+    def ema_update(self, step: int) -> None:
+        """``teacher <- tau * teacher + (1 - tau) * encoder`` (every parameter), tau of
+        :meth:`ema_decay_at`; nothing without a teacher."""
+        if self.teacher is None:
+            return
+        tau = self.ema_decay_at(step)
+        for t, s in zip(self.teacher.parameters(), self.encoder.parameters()):
+            t.mul_(tau).add_(s.detach(), alpha=1.0 - tau)
+
+    @torch.no_grad()
+    def features(self, spec: torch.Tensor, keep: torch.Tensor | None = None, stats: bool = False) -> torch.Tensor:
+        """Frozen features for probes: the (student) encoder on the unmasked input, tokens averaged
+        (over ``keep [B, L]`` when given, e.g. not the padding), or with ``stats`` their mean and
+        standard deviation (:func:`engine.models.mae.pool_stats`). Returns ``[B, D]`` (``[B, 2D]``)."""
+        out, _ = self.encoder(self.tokenize(spec))
+        return (pool_stats if stats else pool)(out, keep)
+
+
+def _init(m: nn.Module) -> None:
+    """MAE's init (Linear xavier-uniform with zero bias, LayerNorm (1, 0)); the mask embedding N(0, 0.02)."""
+    MaskedAutoencoderViT._init_module(m)
+    if isinstance(m, FrameEncoder):
+        nn.init.normal_(m.mask_emb, std=0.02)

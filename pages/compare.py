@@ -1,0 +1,180 @@
+"""Compare: saved runs side by side. Filter and pick 2 to N runs, then their curves overlaid, the
+config fields that differ, the same validation inputs reconstructed by each run, the downstream
+(representation) figures next to a random-init encoder, the raw input and chance, and the training
+cost; export as CSV or a self-contained HTML report.
+
+Every choice lives in the URL (``?runs=a,b&smoothing=0.6&x=step&y=log&loss=0.05&dataset=digits``), so a
+link reopens the same comparison. The page only reads the store (status, metrics, samples,
+evaluations); an evaluation is started in the background (:func:`engine.launcher.evaluate`).
+"""
+
+from __future__ import annotations
+
+import altair as alt
+import streamlit as st
+
+from app.components import guarded, render_metrics_chart, run_label, runs_or_stop, short_label
+from app.components.charts import axis_controls, show_read_warnings
+from app.components.compare import (
+    REP_FIGURES, config_diff, downstream_frame, eff_display, efficiency_frame, mark_best, probe_bars, report_html,
+)
+from app.components.errors import user_errors
+from app.components.quality import loss_title
+from app.components.runs import masking_label
+from app.components.urlstate import PageState
+from app.modalities import COMPARE_VIEWS
+from app.components.access import allowed
+from engine.launcher import evaluate
+from engine.store import load_samples, read_metrics
+from engine.store.evaluations import latest_evaluation, read_job
+from engine.tasks import get_task
+
+st.title("Compare runs")
+url = PageState("compare", ("runs", "smoothing", "x", "y", "loss", "dataset", "modality", "strategy", "status", "q"))
+runs = runs_or_stop()
+
+
+def _modality(cfg: dict) -> str:
+    try:
+        return get_task(cfg.get("task", "image_mim")).modality
+    except Exception:  # noqa: BLE001 - a task whose plug-in is not loaded here
+        return "?"
+
+
+facets = {
+    "dataset": lambda r: (r.config.get("data") or {}).get("dataset", "?"),
+    "modality": lambda r: _modality(r.config),
+    "strategy": lambda r: (r.config.get("masking") or {}).get("strategy", "?"),
+    "status": lambda r: r.status,
+}
+cols = st.columns([2, 1, 1, 1, 1])
+with cols[0]:
+    q = url.widget(st.text_input, "Search names and ids", "q", default="", key="cmp_q")
+chosen = {}
+for col, (name, of) in zip(cols[1:], facets.items()):
+    with col:
+        options = sorted({of(r) for r in runs})
+        chosen[name] = url.widget(st.multiselect, name, name, default=[], options=options, key=f"cmp_{name}",
+                                  cast=lambda v: str(v).split(","), encode_as=lambda v: ",".join(v) or None)
+shown = [r for r in runs if (not q or q.lower() in run_label(r).lower())
+         and all(not chosen[n] or facets[n](r) in chosen[n] for n in facets)]
+labels = {r.run_id: run_label(r) for r in runs}
+legend = {r.run_id: short_label(r) for r in runs}
+picked_ids = url.widget(st.multiselect, f"Runs to compare ({len(shown)} match the filters)", "runs",
+                        default=[r.run_id for r in shown[:2]], options=[r.run_id for r in shown],
+                        format_func=labels.get, key="cmp_runs", cast=lambda v: str(v).split(","),
+                        encode_as=lambda v: ",".join(v) or None)  # fmt: skip
+if len(picked_ids) < 2:
+    st.info("Pick at least two runs to compare.")
+    st.stop()
+picked = [r for r in runs if r.run_id in picked_ids]
+ids = [r.run_id for r in picked]
+
+# ---------------------------------------------------------------- curves
+st.header("Curves")
+c1, c2 = st.columns([3, 1])
+with c2:
+    smoothing = url.widget(st.slider, "EMA smoothing", "smoothing", default=0.6, cast=float, min_value=0.0,
+                           max_value=0.99, step=0.01, key="cmp_smoothing")  # fmt: skip
+with c1:
+    x_axis, log_y = axis_controls(url, "cmp")
+@st.cache_data(max_entries=16, ttl=600, show_spinner=False)
+def _metrics(ids: tuple[str, ...], versions: tuple) -> object:
+    """The compared runs' curves, re-read only when one of them moved on (``versions``: each run's
+    status, step and last status write), so a rerun of finished runs costs no Parquet read."""
+    return read_metrics(list(ids), ["loss", "val_loss", "throughput"], max_points=1000)
+
+
+metrics = guarded(_metrics, tuple(ids), tuple((r.status, r.step, r.updated_at) for r in picked))
+if metrics is not None:
+    show_read_warnings(metrics)
+    titles = " / ".join(sorted({loss_title(r.config) for r in picked}))
+    render_metrics_chart(metrics[metrics["key"].isin(["loss", "val_loss"])], smoothing=smoothing, y_title=titles,
+                         log_y=log_y, height=320, run_labels=legend, x=x_axis)  # fmt: skip
+    last = metrics[metrics["key"] == "loss"].groupby("run_id")["step"].max()
+    st.caption("Latest step per run: " + " · ".join(f"{legend[r]}: {int(last[r])}" for r in ids if r in last.index))
+
+# ---------------------------------------------------------------- config diff
+st.header("Config differences")
+diff = config_diff({r.run_id: r.config for r in picked}, legend)
+if diff.empty:
+    st.caption("These runs have the same config (apart from their names).")
+else:
+    st.table(diff)
+
+# ---------------------------------------------------------------- reconstructions
+st.header("Reconstructions of the same validation inputs")
+by_kind: dict[str, dict] = {}
+for r in picked:
+    s = guarded(load_samples, r.run_id)
+    if s is not None:
+        by_kind.setdefault(s.kind, {})[legend[r.run_id]] = s
+drawn = []
+if not by_kind:
+    st.caption("None of these runs has saved samples yet.")
+for kind, samples in by_kind.items():
+    view = COMPARE_VIEWS.get(kind)
+    if view is None:
+        st.caption(f"No compare view for {kind!r} samples.")
+        continue
+    seeds = {(r.config.get("train") or {}).get("seed") for r in picked}
+    st.caption(f"Latest saved samples of each run · mask seed {'same for all' if len(seeds) == 1 else 'differs'} "
+               f"(train.seed {', '.join(map(str, sorted(s for s in seeds if s is not None)))}) · "
+               + " · ".join(f"{lab}: {masking_label(next(r.config for r in picked if legend[r.run_id] == lab))}"
+                            for lab in samples))
+    drawn += view(samples)
+
+# ---------------------------------------------------------------- downstream
+st.header("Downstream: frozen-feature probes")
+evals = {r.run_id: guarded(latest_evaluation, r.run_id) for r in picked}
+frame = downstream_frame(evals, legend)
+missing = [r for r in picked if evals[r.run_id] is None]
+if not frame.empty:
+    cols_best = list(REP_FIGURES.values())
+    st.table(mark_best(frame, cols_best, plain=[c for c in frame if " · " in c] + ["chance"]).set_index("run"))
+    st.caption("Trained encoder at its latest evaluated checkpoint, beside the same model at its initial weights "
+               "(random init), the raw input (pixels / TF-IDF) and chance (the most common val class); best run per "
+               "column starred (the trained encoder's figures only). Probe: logistic regression on standardised features; kNN: k=20, cosine.")
+    bars = probe_bars(frame)
+    chart = alt.Chart(bars).mark_bar().encode(
+        x=alt.X("encoder:N", title=None, sort=["trained", "random init", "raw input"]),
+        y=alt.Y("value:Q", title="val accuracy", scale=alt.Scale(domain=[0, 1])),
+        color=alt.Color("encoder:N", legend=alt.Legend(orient="bottom")),
+        column=alt.Column("run:N", title=None), row=alt.Row("figure:N", title=None),
+        tooltip=["run", "figure", "encoder", alt.Tooltip("value:Q", format=".1%")]).properties(width=90, height=140)
+    st.altair_chart(chart)
+run_eval = allowed("run.evaluate", evaluate)  # None for a viewer or in demo mode: no button
+for r in missing:
+    job = guarded(read_job, r.run_id) or {}
+    state = job.get("status")
+    note = f"evaluation {state} (step {job.get('step')})" if state in ("queued", "running") else "no evaluation yet"
+    if state == "failed":
+        note = f"the last evaluation failed: {job.get('error')}"
+    a, b = st.columns([4, 1], vertical_alignment="center")
+    a.caption(f"{legend[r.run_id]}: {note}")
+    if (state not in ("queued", "running") and not r.is_active and run_eval is not None
+            and b.button("Evaluate", key=f"cmp_eval_{r.run_id}")):
+        with user_errors():
+            step = run_eval(r.run_id)
+            st.toast(f"Evaluating step {step} of {legend[r.run_id]} in the background")
+
+# ---------------------------------------------------------------- efficiency
+st.header("Training cost")
+losses = metrics[metrics["key"] == "loss"] if metrics is not None else None
+default_target = float(round(losses.groupby("run_id")["value"].min().max() * 1.1, 4)) if losses is not None and len(losses) else 0.1
+target = url.widget(st.number_input, "Time to reach training loss (moving mean of 20 points)", "loss",
+                    default=default_target, cast=float, min_value=0.0, format="%.4f", key="cmp_loss")
+eff = efficiency_frame(picked, metrics if metrics is not None else frame.iloc[0:0], legend, target)
+st.table(eff_display(eff).set_index("run"))
+st.caption("Peak memory: the worker's peak private memory (RssAnon high-water on Linux, CUDA max allocated on a GPU). "
+           "Estimated FLOPs per step are not measured yet.")
+
+# ---------------------------------------------------------------- export
+tables = [("Downstream", frame), ("Training cost", eff), ("Config differences", diff.reset_index() if not diff.empty else diff)]
+merged = eff.merge(frame, on="run", how="left") if not frame.empty else eff
+e1, e2 = st.columns(2)
+e1.download_button("Download CSV", merged.to_csv(index=False).encode(), file_name="masklab-compare.csv",
+                   mime="text/csv", key="cmp_csv")
+e2.download_button("Download HTML report", report_html(f"masklab: {len(picked)} runs compared", tables, drawn,
+                   [", ".join(labels[r] for r in ids)]).encode(), file_name="masklab-compare.html",
+                   mime="text/html", key="cmp_html")

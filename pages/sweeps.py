@@ -1,0 +1,74 @@
+"""Sweeps: a result plotted against the swept value, mean and spread over the seed replicates, next to
+the random-init encoder and the raw input (e.g. mask ratio vs linear-probe accuracy, MAE's figure 5
+on the user's own data).
+
+A sweep is queued from the CLI (``python -m engine sweep CONFIG --over masking.ratio=0.25,0.5,0.75,0.9
+--seeds 2``) or :func:`engine.sweep.submit_sweep`; each run is evaluated at its end. The sweep and the
+figure are in the URL (``?sweep=ab12cd&figure=probe_acc``).
+"""
+
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+import streamlit as st
+
+from app.components import guarded, runs_or_stop
+from app.components.urlstate import PageState
+from engine.sweep import sweep_of, sweep_table
+
+FIGURES = {"probe_acc": "linear-probe accuracy", "knn_acc": "kNN accuracy (k=20)"}
+ENCODERS = {"": "trained", "/random_init": "random init", "/raw_input": "raw input"}
+
+st.title("Sweeps")
+url = PageState("sweeps", ("sweep", "figure"))
+runs = runs_or_stop()
+sweeps: dict[str, dict] = {}
+for r in runs:
+    sw = sweep_of(r.name)
+    if sw:
+        sweeps.setdefault(sw["id"], {"field": sw["field"], "base": sw["base"], "n": 0})["n"] += 1
+if not sweeps:
+    st.info("No sweep yet. Queue one with `python -m engine sweep CONFIG --over masking.ratio=0.25,0.5,0.75,0.9 "
+            "--seeds 2`.")
+    st.stop()
+a, b = st.columns([3, 1])
+with a:
+    sid = url.widget(st.selectbox, "Sweep", "sweep", default=next(iter(sweeps)), options=list(sweeps),
+                     format_func=lambda s: f"{sweeps[s]['base']} · {sweeps[s]['field']} · {sweeps[s]['n']} runs · {s}",
+                     key="sw_id")  # fmt: skip
+with b:
+    fig = url.widget(st.selectbox, "Result", "figure", default="probe_acc", options=list(FIGURES),
+                     format_func=FIGURES.get, key="sw_fig")
+df = guarded(sweep_table, sid)
+if df is None or df.empty:
+    st.stop()
+field = sweeps[sid]["field"]
+long = pd.DataFrame([{"value": r["value"], "seed": r["seed"], "encoder": name, "accuracy": r[fig + suffix]}
+                     for _, r in df.iterrows() for suffix, name in ENCODERS.items() if pd.notna(r[fig + suffix])])
+done = int(df[fig].notna().sum())
+st.caption(f"{done} of {len(df)} runs evaluated · mean over seeds (line), min to max (band), each seed a point · "
+           f"evaluated at each run's final checkpoint")
+if long.empty:
+    st.info("No run of this sweep is evaluated yet: each is evaluated when it completes.")
+    st.stop()
+numeric = pd.api.types.is_numeric_dtype(long["value"])
+x = alt.X("value:Q", title=field, axis=alt.Axis(values=sorted(long["value"].unique()), format=".2f")) if numeric \
+    else alt.X("value:N", title=field)
+color = alt.Color("encoder:N", title=None, legend=alt.Legend(orient="bottom", symbolOpacity=1),
+                  scale=alt.Scale(domain=list(ENCODERS.values()), range=["#d62728", "#1f77b4", "#7f7f7f"]))
+base = alt.Chart(long).encode(x=x, color=color)
+band = base.mark_area(opacity=0.15).encode(y=alt.Y("min(accuracy):Q", title=FIGURES[fig]), y2="max(accuracy):Q")
+line = base.mark_line(point=True).encode(y=alt.Y("mean(accuracy):Q", title=FIGURES[fig]))
+dots = base.mark_point(size=25, opacity=0.6).encode(y="accuracy:Q", tooltip=["value", "seed", "encoder",
+                                                                             alt.Tooltip("accuracy:Q", format=".1%")])
+st.altair_chart((band + line + dots).properties(height=360), width="stretch")
+stats = long.groupby(["value", "encoder"])["accuracy"].agg(["mean", "min", "max", "count"]).reset_index()
+stats["cell"] = [f"{m:.1%} ({lo:.1%} to {hi:.1%}, {n} seed{'s' if n > 1 else ''})"
+                 for m, lo, hi, n in zip(stats["mean"], stats["min"], stats["max"], stats["count"])]
+st.table(stats.pivot(index="value", columns="encoder", values="cell")[[e for e in ENCODERS.values()
+                                                                        if e in set(stats["encoder"])]])
+runs_table = df[["run_id", "value", "seed", "status", fig, fig + "/random_init", fig + "/raw_input"]].copy()
+for c in runs_table.columns[-3:]:
+    runs_table[c] = [("not yet" if pd.isna(v) else f"{v:.1%}") for v in runs_table[c]]
+st.table(runs_table.set_index("run_id"))

@@ -1,0 +1,112 @@
+"""The audio pages in AppTest on the real engine: Data (spectrograms, players, duration and rate
+facts), New run and Mask lab (the run's masks on real spectrograms, state in the URL), Run detail
+(original / masked / reconstructed spectrograms and three players per clip). A fresh AppTest is a
+fresh browser session: the URL carries the state, as a reload or a link does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from engine.config import RunConfig
+from engine.data import ImportOptions, import_source
+from engine.store import create_run, get_run
+from tests.fsdd import subset_zip
+
+ENTRY = Path(__file__).resolve().parents[2] / "app" / "streamlit_app.py"
+
+
+@pytest.fixture(scope="module")
+def audio_ws(tmp_path_factory, shared_data) -> Path:
+    """A workspace with ``spoken``: 24 real FSDD clips (digits 0-3, jackson and theo, 3 takes each),
+    split by speaker, and ``run``: a completed 2-step ``audio_frames`` run on it."""
+    ws = tmp_path_factory.mktemp("audio-pages") / "workspace"
+    ws.mkdir()
+    z = subset_zip(shared_data, ws.parent / "spoken.zip", "0123", ("jackson", "theo"), 3)
+    rep = import_source(z, "spoken", ImportOptions(group_column="speaker", sample_rate=8000,
+                                                                           val_fraction=0.5), workspace=ws)
+    assert rep.accepted == 24
+    return ws
+
+
+@pytest.fixture
+def env(audio_ws, monkeypatch) -> Path:
+    monkeypatch.setenv("MASKLAB_WORKSPACE", str(audio_ws))
+    return audio_ws
+
+
+def open_with(page: str, params: dict[str, str]) -> AppTest:
+    at = AppTest.from_file(str(ENTRY), default_timeout=120)
+    at.run().switch_page(page)
+    for k, v in params.items():
+        at.query_params[k] = v
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    return at
+
+
+def captions(at: AppTest) -> list[str]:
+    return [img.caption for el in at.get("image") for img in el.proto.imgs]
+
+
+def players(at: AppTest) -> int:
+    return len(at.get("audio"))
+
+
+def test_data_page_shows_clips_with_players_and_duration_facts(env):
+    at = open_with("../pages/data.py", {"dataset": "spoken"})
+    assert at.selectbox(key="data_ds").value == "spoken"
+    assert "spoken  (24 clips, 8 kHz)" in at.selectbox(key="data_ds").options
+    caps = captions(at)
+    assert len(caps) == 6 and players(at) == 6
+    # three train and three val clips (in three columns), each captioned digit · split · seconds, class by class
+    assert sorted(c.split(" · ")[1] for c in caps) == ["train"] * 3 + ["val"] * 3
+    assert len({c.split(" · ")[0] for c in caps if " · train · " in c}) == 3 and all(c.endswith(" s") for c in caps)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Sample rate"] == "8,000 Hz" and metrics["Train clips"] == "12" and metrics["Val clips"] == "12"
+    assert any("clip length" in c.value and "2 groups" in c.value for c in at.caption)
+
+
+@pytest.mark.parametrize("task, unit", [("audio_mae", "patches"), ("audio_frames", "frame tokens")])
+def test_new_run_draws_the_runs_masks_on_real_spectrograms_from_the_url(env, task, unit):
+    at = open_with("../pages/new_run.py", {"dataset": "spoken", "task": task, "data.audio.n_mels": "32",
+                                           "data.audio.clip_seconds": "0.5", "model.preset": "tiny"})
+    cap = next(c.value for c in at.caption if "fixed validation clips" in c.value)
+    assert f"{unit} of" in cap and "chosen class by class" in cap
+    caps = captions(at)
+    assert len(caps) == 2 * 8 and players(at) == 8  # 8 of the 12 val clips: spectrogram, masked, player
+    masked = [c for c in caps if c.startswith("masked: ")]
+    assert len(masked) == 8 and any(int(c.split()[1]) > 0 for c in masked)
+    url = {k: (v[0] if isinstance(v, list) else v) for k, v in dict(at.query_params).items()}
+    assert url["task"] == task and url["data.audio.n_mels"] == "32" and url["data.audio.clip_seconds"] == "0.5"
+
+
+def test_mask_lab_draws_masks_and_statistics_for_audio(env):
+    at = open_with("../pages/mask_lab.py", {"dataset": "spoken", "task": "audio_frames", "masking.strategy": "span_starts",
+                                            "data.audio.n_mels": "32"})
+    assert at.selectbox(key="ml_task").value == "audio_frames"
+    assert any("masks over the first windows of real train clips" in c.value for c in at.caption)
+    assert len([c for c in captions(at) if c.startswith("masked: ")]) == 8
+
+
+def test_run_detail_shows_spectrograms_and_players_of_a_run(env):
+    from engine.worker import execute_run
+
+    cfg = RunConfig.from_dict({"task": "audio_frames", "data": {"dataset": "spoken", "audio": {"n_mels": 32, "clip_seconds": 0.5}},
+                               "train": {"steps": 2, "batch_size": 4, "eval_interval": 2, "num_vis": 3, "warmup_steps": 0}})
+    run_id, d = create_run(cfg.to_dict(), env)
+    assert execute_run(d) == "completed", get_run(run_id, env).error
+    at = open_with("../pages/run_detail.py", {"run": run_id})
+    assert any(h.value == "Spectrograms and audio" for h in at.subheader)
+    caps = captions(at)
+    assert caps.count("original") == 3 and caps.count("reconstruction") == 3
+    assert len([c for c in caps if c.startswith("masked input (")]) == 3
+    assert players(at) == 9  # the recording, Griffin-Lim of the original and of the reconstruction
+    # a slider over the saved evaluations (steps 0 and 2): the first one shows step 0's sample
+    slider = at.select_slider(key=f"audio_step_{run_id}")
+    assert slider.options == ["0", "2"] and slider.value == 2
+    slider.set_value(0).run()
+    assert any(c.value.startswith("Step 0 · 3 fixed validation clips") for c in at.caption)

@@ -1,0 +1,84 @@
+"""The Compare page and its tables, on real runs trained and evaluated here (digits, tiny MAE)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from app.components.compare import config_diff, downstream_frame, efficiency_frame, mark_best, report_html, time_to_loss
+from engine.config import RunConfig
+from engine.store import create_run, get_run, read_metrics
+from engine.store.evaluations import latest_evaluation
+from engine.worker import execute_run
+from tests.app.test_pages_apptest import ENTRY
+
+BASE = {"data": {"dataset": "digits"}, "model": {"preset": "tiny", "patch_size": 2},
+        "evaluation": {"max_rows": 300, "tsne_max_rows": 0},
+        "train": {"steps": 12, "batch_size": 32, "eval_interval": 6, "checkpoint_interval": 12, "warmup_steps": 2,
+                  "device": "cpu", "num_threads": 1}}
+
+
+def test_config_diff_shows_only_differing_fields():
+    a = {"name": "a", "masking": {"ratio": 0.5, "strategy": "random"}, "train": {"seed": 0, "num_threads": 1}}
+    b = {"name": "b", "masking": {"ratio": 0.75, "strategy": "random"}, "train": {"seed": 0, "num_threads": 2},
+         "evaluation": {"auto": False}}
+    d = config_diff({"r1": a, "r2": b}, {"r1": "A", "r2": "B"})
+    assert list(d.index) == ["evaluation.auto", "masking.ratio"]
+    assert d.loc["masking.ratio"].tolist() == ["0.5", "0.75"] and d.loc["evaluation.auto"].tolist() == ["(unset)", "False"]
+    assert config_diff({"r1": a, "r2": a}).empty and config_diff({"r1": a}).empty
+
+
+def test_mark_best_and_time_to_loss():
+    df = pd.DataFrame({"run": ["a", "b", "c"], "x": [0.5, 0.9, np.nan], "y": [0.2, 0.1, 0.2]})
+    out = mark_best(df, ["x", "y"])
+    assert out["x"].tolist() == ["50.0%", "90.0% ★", "–"] and out["y"].tolist() == ["20.0% ★", "10.0%", "20.0% ★"]
+    loss = pd.DataFrame({"run_id": ["a"] * 4 + ["b"] * 2, "step": [1, 2, 3, 4, 1, 2],
+                         "value": [1.0, 0.5, 0.2, 0.1, 1.0, 0.9], "wall_time": [10, 11, 13, 20, 0, 1]})
+    assert time_to_loss(loss, 0.3, smoothing_points=1) == {"a": (3, 3.0), "b": None}
+    assert time_to_loss(loss, 0.3, smoothing_points=2) == {"a": (4, 10.0), "b": None}  # mean(0.2, 0.1) = 0.15
+
+
+@pytest.fixture
+def four_runs(workspace, monkeypatch):
+    monkeypatch.setenv("MASKLAB_AUTO_EVAL", "1")
+    ids = []
+    for i, ratio in enumerate((0.25, 0.5, 0.75, 0.9)):
+        cfg = {**BASE, "name": f"r{ratio}", "masking": {"ratio": ratio}}
+        run_id, d = create_run(RunConfig.from_dict(cfg).to_dict())
+        assert execute_run(d) == "completed"
+        ids.append(run_id)
+    return ids
+
+
+@pytest.mark.slow
+def test_compare_page_on_four_evaluated_runs(four_runs):
+    ids = four_runs
+    recs = [get_run(r) for r in ids]
+    assert all(r.extra["peak_mem_bytes"] > 50 * 2**20 for r in recs)  # torch alone takes more than 50 MiB
+    labels = {r: r[-6:] for r in ids}
+    frame = downstream_frame({r: latest_evaluation(r) for r in ids}, labels)
+    assert len(frame) == 4 and frame["step"].tolist() == [12] * 4
+    eff = efficiency_frame(recs, read_metrics(ids, ["loss", "throughput"]), labels, target_loss=10.0)
+    assert (eff["throughput (samples/s)"] > 0).all() and (eff["step to loss"] == 1).all()
+    html = report_html("t", [("Downstream", frame)], [("col", np.zeros((4, 4, 3), np.uint8)), ("grey", np.zeros((4, 4, 1), np.uint8))])
+    assert "<table" in html and "data:image/png;base64," in html and "<script" not in html
+
+    at = AppTest.from_file(str(ENTRY), default_timeout=120).run()
+    at.switch_page("../pages/compare.py")
+    at.query_params["runs"] = ",".join(ids)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    headers = [h.value for h in at.header]
+    assert headers == ["Curves", "Config differences", "Reconstructions of the same validation inputs",
+                       "Downstream: frozen-feature probes", "Training cost"]
+    tables = [t.value for t in at.table]
+    diff = next(t for t in tables if "masking.ratio" in t.index)
+    assert list(diff.index) == ["masking.ratio"] and diff.shape[1] == 4
+    down = next(t for t in tables if "linear probe" in t.columns)
+    assert len(down) == 4 and sum("★" in v for v in down["linear probe"]) >= 1
+    assert not any("★" in v for v in down["linear probe · random init"])
+    captions = [img.caption for el in at.get("image") for img in el.proto.imgs]
+    assert captions[0] == "original" and len(captions) == 1 + 2 * 4

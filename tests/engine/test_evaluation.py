@@ -1,0 +1,112 @@
+"""The evaluation job: automatic at the end of a run, on demand for a kept checkpoint (background
+process, run lock, run slot), stored with the run; refusals; image and text tasks."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from engine.config import RunConfig
+from engine.data import import_source
+from engine.errors import EvaluationError, RunActiveError
+from engine.launcher import evaluate
+from engine.store import create_run, get_run
+from engine.store.evaluations import ENCODERS, load_maps, read_evaluations, read_job
+from engine.worker import execute_run
+
+EVAL = {"max_rows": 400, "tsne_max_rows": 200}
+IMAGE = {"name": "img", "data": {"dataset": "digits"}, "model": {"preset": "tiny", "patch_size": 2},
+         "train": {"steps": 30, "batch_size": 64, "eval_interval": 15, "checkpoint_interval": 15, "warmup_steps": 2,
+                   "seed": 3, "device": "cpu", "num_threads": 1}, "evaluation": EVAL}
+
+
+def _run(cfg: dict) -> tuple[str, object]:
+    run_id, d = create_run(RunConfig.from_dict(cfg).to_dict())
+    assert execute_run(d) == "completed"
+    return run_id, d
+
+
+def _check(ev, n_val: int):
+    assert set(ev.representation) == {*ENCODERS, "chance"}
+    for enc in ENCODERS:
+        figs = ev.representation[enc]
+        assert set(figs) == {"probe_acc", "knn_acc", "kmeans_nmi", "kmeans_ari"}
+        assert all(0 <= figs[k] <= 1 for k in ("probe_acc", "knn_acc", "kmeans_nmi"))
+    assert ev.rows["val"] == n_val and ev.seconds > 0
+
+
+@pytest.mark.slow
+def test_completed_image_run_is_evaluated_at_its_end_and_on_demand(workspace, one_thread, monkeypatch):
+    monkeypatch.setenv("MASKLAB_AUTO_EVAL", "1")
+    run_id, d = _run(IMAGE)
+    assert get_run(run_id).status == "completed"
+    evs, warnings = read_evaluations(run_id)
+    assert warnings == [] and [e.step for e in evs] == [30]
+    ev = evs[0]
+    _check(ev, 179)  # digits: 1797 images, 10% val
+    # pixels of 8x8 digits probe at about 95%; an untrained or barely trained ViT far above chance
+    assert ev.representation["raw_input"]["probe_acc"] > 0.9
+    assert ev.representation["random_init"]["probe_acc"] > 0.5 > ev.representation["chance"]["probe_acc"]
+    assert set(ev.reconstruction) >= {"val_loss", "val_mse", "val_psnr"}
+    assert ev.reconstruction["val_loss"] == pytest.approx(get_run(run_id).latest["val_loss"], rel=1e-5)
+    maps = load_maps(run_id, 30)
+    assert maps["pca"].shape == maps["tsne"].shape == (179, 2) and maps["labels"].shape == (179,)
+    assert read_job(run_id)["status"] == "completed"
+    # on demand, the earlier checkpoint, in the foreground job; the same init gives the same random_init figures
+    from engine.eval.job import run_job
+
+    assert run_job(d, 15) == 0
+    evs, _ = read_evaluations(run_id)
+    assert [e.step for e in evs] == [15, 30]
+    assert evs[0].representation["random_init"] == evs[1].representation["random_init"]
+    assert evs[0].representation["raw_input"] == evs[1].representation["raw_input"]
+    with pytest.raises(EvaluationError, match=r"no complete checkpoint at step 7 to evaluate \(kept: 15, 30\)"):
+        evaluate(run_id, 7)
+
+
+def test_refusals_and_a_changed_dataset(workspace, one_thread, tmp_path):
+    run_id, d = _run({**IMAGE, "train": {**IMAGE["train"], "steps": 10, "checkpoint_interval": 100}})
+    assert read_evaluations(run_id) == ([], []) and read_job(run_id) is None  # MASKLAB_AUTO_EVAL=0
+    queued_id, _ = create_run(RunConfig.from_dict(IMAGE).to_dict())  # status queued, just created
+    with pytest.raises(RunActiveError, match=rf"run {queued_id} is queued; its final checkpoint is evaluated"):
+        evaluate(queued_id)
+    # the dataset the run trained on is replaced by other content: the checkpoint is not evaluated on it
+    from engine.eval.job import evaluate_checkpoint
+
+    (d / "task.json").write_text('{"dataset_hash": "0123456789abcdef"}', encoding="utf-8")
+    with pytest.raises(EvaluationError, match=r"its dataset 'digits' changed since the run trained \(content hash 0123456789ab"):
+        evaluate_checkpoint(d)
+
+
+@pytest.mark.slow
+def test_background_job_takes_a_slot_and_writes_with_the_run(workspace, one_thread):
+    run_id, _ = _run(IMAGE)
+    step = evaluate(run_id)
+    assert step == 30 and read_job(run_id)["status"] in ("queued", "running")
+    with pytest.raises(RunActiveError, match="already queued or running"):
+        evaluate(run_id)
+    end = time.time() + 300
+    while read_job(run_id)["status"] in ("queued", "running") and time.time() < end:
+        time.sleep(0.5)
+    assert read_job(run_id)["status"] == "completed", read_job(run_id)
+    _check(read_evaluations(run_id)[0][0], 179)
+
+
+@pytest.mark.slow
+def test_text_run_is_evaluated_with_tfidf_as_raw_input(workspace, one_thread, shared_data, monkeypatch):
+    lines = (shared_data / "trec" / "train.tsv").read_text(encoding="utf-8").splitlines()[:601]
+    path = workspace.parent / "trec-slice.tsv"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    import_source(path, "trec-slice")
+    monkeypatch.setenv("MASKLAB_AUTO_EVAL", "1")
+    run_id, _ = _run({"name": "txt", "task": "text_mlm",
+                      "data": {"dataset": "trec-slice", "tokenizer": {"vocab_size": 400, "max_len": 32}},
+                      "masking": {"ratio": 0.15}, "model": {"preset": "tiny"}, "evaluation": EVAL,
+                      "train": {"steps": 20, "batch_size": 16, "eval_interval": 10, "checkpoint_interval": 10,
+                                "warmup_steps": 2, "seed": 5, "device": "cpu", "num_threads": 1}})
+    ev = read_evaluations(run_id)[0][0]
+    _check(ev, ev.rows["val"])
+    assert ev.rows["val"] > 30 and "val_top1" in ev.reconstruction
+    assert ev.representation["raw_input"]["probe_acc"] > ev.representation["chance"]["probe_acc"]
