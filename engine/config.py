@@ -149,6 +149,9 @@ class TrainConfig(_Strict):
     min_lr: float = Field(0.0, ge=0.0)
     warmup_steps: int = Field(50, ge=0)
     weight_decay: float = Field(0.05, ge=0.0)
+    group_by_length: bool = Field(True, description="batches of rows of similar length (tasks whose rows vary in "
+                                  "length, e.g. text): less padding per step, the same rows per epoch "
+                                  "(engine.train.epoch_order)")
     eval_interval: int = Field(100, ge=1, description="val loss + reconstructions every N steps")
     checkpoint_interval: int = Field(500, ge=1)
     keep_checkpoints: int = Field(2, ge=1)

@@ -64,6 +64,46 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+#: Rows per length group, in batches (Hugging Face's ``LengthGroupedSampler`` uses 50 as well).
+LENGTH_GROUP_BATCHES = 50
+
+
+def epoch_order(n: int, batch: int, generator: torch.Generator, lengths: torch.Tensor | None = None,
+                group_batches: int = LENGTH_GROUP_BATCHES) -> torch.Tensor:
+    """One epoch's order of the train rows ``[0, n)``: int64 ``[n]``, read by the loop ``batch`` at a time.
+
+    Without ``lengths``: ``torch.randperm(n)``. With ``lengths`` (int ``[n]``, e.g. real tokens per
+    text; :meth:`engine.tasks.Task.train_lengths`), length-grouped batching: a random permutation
+    is cut into groups of ``group_batches * batch`` rows, each group is sorted by length and cut into
+    batches, and the full batches are shuffled. Every batch is still a random draw of rows (the
+    rows of an epoch are the same; only which rows share a batch changes), but the rows of a
+    batch have similar lengths, so a batch cut to its longest row (the text tasks' batching) carries
+    little padding: on TREC (WordPiece 4000, batch 64) a training step costs about half as much CPU.
+    The ``n % batch`` rows the loop leaves out at the end of the epoch are a random draw taken
+    before the grouping (not the longest or shortest rows). References: Hugging Face Trainer's
+    ``group_by_length`` (``LengthGroupedSampler``); fairseq's length-bucketed batches.
+
+    Args:
+        n: number of train rows; batch: rows per batch (>= 1); generator: every random number.
+
+    Raises:
+        ValueError: ``lengths`` is not ``[n]``, or ``batch < 1``.
+    """
+    if batch < 1:
+        raise ValueError(f"epoch_order: batch must be >= 1 (got {batch})")
+    perm = torch.randperm(n, generator=generator)
+    if lengths is None:
+        return perm
+    if tuple(lengths.shape) != (n,):
+        raise ValueError(f"epoch_order: lengths must be [n] = [{n}] (got {tuple(lengths.shape)})")
+    full = n - n % batch
+    body, tail = perm[:full], perm[full:]
+    size = max(1, group_batches) * batch
+    grouped = torch.cat([g[torch.argsort(lengths[g], stable=True)] for g in body.split(size)]) if full else body
+    batches = grouped.view(-1, batch)
+    return torch.cat([batches[torch.randperm(len(batches), generator=generator)].reshape(-1), tail])
+
+
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     """AdamW groups: weight decay on matrices only (not on biases, norms, tokens, 1-D params)."""
     decay, no_decay = [], []
@@ -136,6 +176,10 @@ def fit(
     g_mask = torch.Generator().manual_seed(t.seed)  # training masks
     g_data = torch.Generator().manual_seed(t.seed + 1)  # batch order
     batch = task.batch_size
+    lengths = task.train_lengths() if t.group_by_length else None
+
+    def new_epoch() -> torch.Tensor:
+        return epoch_order(task.n_train, batch, g_data, lengths)
 
     def autocast():
         return torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_amp)
@@ -175,7 +219,7 @@ def fit(
         with torch.no_grad():
             sink.log(0, task.baselines())
         val_first = val_last = evaluate(0)
-        perm = torch.randperm(task.n_train, generator=g_data)
+        perm = new_epoch()
         pos = step = 0
     else:
         step, perm, pos, val_first, val_last = _restore(resume_from, task, opt, g_mask, g_data, device)
@@ -187,7 +231,7 @@ def fit(
             break
         t0 = time.perf_counter()
         if pos + batch > len(perm):
-            perm, pos = torch.randperm(task.n_train, generator=g_data), 0
+            perm, pos = new_epoch(), 0
         idx = perm[pos : pos + batch]
         pos += batch
         lr = lr_at(step, base_lr=t.lr, min_lr=t.min_lr, warmup_steps=t.warmup_steps, total_steps=t.steps)

@@ -166,6 +166,13 @@ class Task(ABC):
         Default: none."""
         return {}
 
+    def train_lengths(self) -> torch.Tensor | None:
+        """Size of each train row (int64 ``[n_train]``, e.g. real tokens per text) when rows vary
+        in size and a batch costs what its longest row costs; the loop then groups rows of similar
+        size into batches (``train.group_by_length``, :func:`engine.train.epoch_order`). Default:
+        None (rows of one size, e.g. images)."""
+        return None
+
     def after_step(self, step: int) -> None:
         """Hook after each optimiser step (e.g. an EMA teacher update). Default: nothing."""
 

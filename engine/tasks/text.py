@@ -249,6 +249,11 @@ class _TextTask(Task):
         self.batch_size = min(cfg.train.batch_size, self.n_train)
         self.special_ids = tuple(self.tok.special_ids)
 
+    def train_lengths(self) -> torch.Tensor:
+        """Real tokens per train text (``[CLS]`` and ``[SEP]`` included): a batch is cut to its
+        longest row (:meth:`rows`), so the loop groups texts of similar length."""
+        return self.train.lengths
+
     def run_info(self) -> dict:
         return {"dataset_hash": self._ds.info.source_hash, "tokenizer_id": self.tokenizer_id,
                 "vocab_size": self.tok.vocab_size, "n_train": self.n_train}

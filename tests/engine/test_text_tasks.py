@@ -159,3 +159,39 @@ def test_mlm_fortunes_config_runs_from_the_cli(trec):
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "completed: step 20/20" in out.stdout
+
+
+def test_text_batches_are_cut_to_their_longest_row(trec):
+    """Dynamic padding: a batch of texts is as wide as its longest text, whatever data.tokenizer.max_len is."""
+    for name in ("text_mlm", "text_span"):
+        torch.manual_seed(0)
+        task = build_task(_cfg(name, trec))
+        lengths = task.train_lengths()
+        assert torch.equal(lengths, task.train.attention_mask.sum(1)) and task.train.input_ids.shape[1] == 48
+        order = torch.argsort(lengths)
+        for idx in (order[:8], order[-8:], torch.arange(8)):
+            b = task.rows(task.train, idx)
+            assert b["ids"].shape[1] == int(lengths[idx].max()), name
+            assert b["attention"][:, -1].any() and torch.equal(b["attention"].sum(1), lengths[idx])
+        assert task.rows(task.train, order[:8])["ids"].shape[1] < 16  # the shortest questions: no padding to 48
+
+
+def test_training_batches_group_texts_of_similar_length(trec):
+    """The loop orders an epoch with engine.train.epoch_order over the task's text lengths
+    (train.group_by_length, on by default); off, the order is a plain random permutation."""
+    from engine.store.checkpoints import list_checkpoints, load_checkpoint_state
+    from engine.train import epoch_order
+
+    torch.manual_seed(0)
+    lengths = build_task(_cfg("text_mlm", trec)).train_lengths()
+    perms = {}
+    for group in (True, False):
+        cfg = _cfg("text_mlm", trec, train={**SHORT, "group_by_length": group, "seed": 7})
+        run_id, d = create_run(cfg.to_dict())
+        assert execute_run(d) == "completed", get_run(run_id).error
+        perms[group] = load_checkpoint_state(list_checkpoints(d)[-1])["loop"]["perm"].long()
+    g = lambda: torch.Generator().manual_seed(7 + 1)  # noqa: E731  the loop's g_data
+    assert torch.equal(perms[True], epoch_order(len(lengths), 8, g(), lengths))
+    assert torch.equal(perms[False], torch.randperm(len(lengths), generator=g()))
+    width = lambda perm: sum(int(lengths[perm[i : i + 8]].max()) for i in range(0, len(perm) - 7, 8))  # noqa: E731
+    assert width(perms[True]) < 0.8 * width(perms[False])  # tokens a padded epoch costs

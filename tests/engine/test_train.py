@@ -85,3 +85,42 @@ def test_ratio_schedule_is_followed_step_by_step(workspace):
     # step s (1-based log) used ratio_at(s - 1): 0.25 -> 0.75 in 8 equal steps, exact counts of 16 patches
     expected = [round((0.25 + 0.5 * i / 8) * 16) / 16 for i in range(9)]
     assert ratios == expected
+
+
+def test_epoch_order_without_lengths_is_a_random_permutation():
+    from engine.train import epoch_order
+
+    assert torch.equal(epoch_order(10, 3, torch.Generator().manual_seed(5)),
+                       torch.randperm(10, generator=torch.Generator().manual_seed(5)))
+
+
+def test_epoch_order_groups_rows_of_similar_length_into_batches():
+    from engine.train import epoch_order
+
+    n, batch = 23, 4
+    lengths = torch.randperm(n, generator=torch.Generator().manual_seed(0)) + 3  # distinct lengths 3..25
+    order = epoch_order(n, batch, torch.Generator().manual_seed(1), lengths, group_batches=100)
+    assert sorted(order.tolist()) == list(range(n))  # every row once
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(order[20:], perm[20:])  # the 3 rows the loop leaves out: the random draw's tail
+    # One group holds all 20 other rows: the batches are consecutive runs of their sorted lengths.
+    body = sorted(lengths[perm[:20]].tolist())
+    expected = {tuple(body[i : i + batch]) for i in range(0, 20, batch)}
+    got = [tuple(sorted(lengths[order[i : i + batch]].tolist())) for i in range(0, 20, batch)]
+    assert set(got) == expected and len(got) == len(expected)
+    # Small groups (2 batches of 2) on lengths = row ids: each group of 4 random rows is sorted on its own.
+    small = epoch_order(16, 2, torch.Generator().manual_seed(2), torch.arange(16), group_batches=2)
+    p = torch.randperm(16, generator=torch.Generator().manual_seed(2))
+    expected = {tuple(g[i : i + 2]) for g in (sorted(q.tolist()) for q in p.split(4)) for i in (0, 2)}
+    assert {tuple(small[i : i + 2].tolist()) for i in range(0, 16, 2)} == expected
+
+
+def test_epoch_order_refuses_bad_lengths_and_batch():
+    import pytest
+
+    from engine.train import epoch_order
+
+    with pytest.raises(ValueError, match=r"lengths must be \[n\] = \[5\]"):
+        epoch_order(5, 2, torch.Generator(), torch.ones(4))
+    with pytest.raises(ValueError, match="batch must be >= 1"):
+        epoch_order(5, 0, torch.Generator())
