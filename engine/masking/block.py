@@ -46,6 +46,46 @@ class BlockParams(StrategyParams):
         return v
 
 
+# Bits per word of the packed mask: 62 keeps every word (and each partial sum in _popcount) below
+# 2**63, so int64 shifts and adds never touch the sign bit.
+_WORD = 62
+
+
+def _pack_cols(x: torch.Tensor) -> torch.Tensor:
+    """``[..., W]`` bool -> ``[..., ceil(W / 62)]`` int64: bit ``k`` of word ``j`` is column ``62 j + k``."""
+    W = x.shape[-1]
+    nw = -(-W // _WORD)
+    pad = torch.zeros(*x.shape[:-1], nw * _WORD - W, dtype=torch.bool, device=x.device)
+    bits = torch.cat([x, pad], dim=-1).reshape(*x.shape[:-1], nw, _WORD).long()
+    return (bits << torch.arange(_WORD, device=x.device)).sum(dim=-1)
+
+
+def _unpack_cols(words: torch.Tensor, W: int) -> torch.Tensor:
+    """Inverse of :func:`_pack_cols`: ``[..., nw]`` int64 -> ``[..., W]`` bool."""
+    bits = (words.unsqueeze(-1) >> torch.arange(_WORD, device=words.device)) & 1
+    return bits.flatten(-2)[..., :W].bool()
+
+
+def _col_range(left: torch.Tensor, w: torch.Tensor, nw: int) -> torch.Tensor:
+    """``[N, nw]`` int64 words with the bits of columns ``left .. left + w - 1`` set (``left``, ``w``: ``[N]``)."""
+    base = torch.arange(nw, device=left.device) * _WORD  # (nw,)
+    lo = (left[:, None] - base).clamp_(0, _WORD)
+    hi = (left + w)[:, None].sub(base).clamp_(0, _WORD)
+    one = torch.ones((), dtype=torch.long, device=left.device)
+    return (one << hi) - (one << lo)
+
+
+def _popcount(x: torch.Tensor) -> torch.Tensor:
+    """Set bits of each int64 in ``[0, 2**62)`` (SWAR bit counting, no multiplication)."""
+    x = x - ((x >> 1) & 0x5555555555555555)
+    x = (x & 0x3333333333333333) + ((x >> 2) & 0x3333333333333333)
+    x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0F
+    x = x + (x >> 8)
+    x = x + (x >> 16)
+    x = x + (x >> 32)
+    return x & 0x7F
+
+
 def _draw_blocks(
     ok: torch.Tensor,
     budget: torch.Tensor,
@@ -59,6 +99,13 @@ def _draw_blocks(
 ):
     """The block phase of :func:`block_mask`: BEiT's loop, one candidate block per row per iteration.
 
+    Every iteration draws ``4 * B`` float32 uniforms (one candidate for every row, used or not, so
+    a row's candidates do not depend on when the other rows stop) and evaluates the candidates of
+    the rows still active. The mask is kept as bits, ``[B, H, ceil(W / 62)]`` int64 words per grid
+    row, so a candidate costs ``O(H * W / 62)`` word operations: the patches it would newly mask
+    are ``h * w`` minus the set bits of ``words & column_range`` over its rows (and, with
+    ineligible positions, any set bit of the ineligible words there rejects it).
+
     Args:
         ok: ``[B, H, W]`` bool, eligible positions.
         budget: ``[B]`` int64, patches to mask per row (``<=`` eligible count).
@@ -69,59 +116,66 @@ def _draw_blocks(
     Returns:
         ``mask`` (``[B, H, W]`` bool, at most ``budget`` True per row, only on eligible positions),
         and with ``record`` a dict of 1-D tensors ``row, top, left, h, w, aspect, area`` (one entry
-        per accepted block; ``aspect`` and ``area`` are the drawn values before rounding).
+        per accepted block, in the order accepted; ``aspect`` and ``area`` are the drawn values
+        before rounding).
     """
     B, H, W = ok.shape
     device = ok.device
-    # Float 0/1 grids: the masked (or ineligible) count inside a block is rows . (grid @ cols), and
-    # float kernels beat bool broadcasting on CPU (counts are exact in float32 up to 2**24).
-    mask = torch.zeros(B, H, W, dtype=torch.float32, device=device)
-    bad = None if bool(ok.all()) else (~ok).to(torch.float32)
+    keys = ("row", "top", "left", "h", "w", "aspect", "area")
+    log = {k: [] for k in keys} if record else None
+    if H * W == 0:
+        mask = torch.zeros(B, H, W, dtype=torch.bool, device=device)
+        if record:
+            return mask, {k: torch.zeros(0, dtype=torch.float32 if k in ("aspect", "area") else torch.long,
+                                         device=device) for k in keys}
+        return mask
+    nw = -(-W // _WORD)
+    words = torch.zeros(B, H, nw, dtype=torch.long, device=device)  # the mask, packed per grid row
+    bad = None if bool(ok.all()) else _pack_cols(~ok)
     log_lo = math.log(min_aspect)
     log_hi = math.log(max_aspect if max_aspect is not None else 1.0 / min_aspect)
     remaining = budget.clone()
     fails = torch.zeros(B, dtype=torch.long, device=device)
     active = remaining > 0
     rows = torch.arange(H, device=device).view(1, H)
-    cols = torch.arange(W, device=device).view(1, W)
-    log = {k: [] for k in ("row", "top", "left", "h", "w", "aspect", "area")} if record else None
     # Every accepted block adds >= 1 patch and a row stops after max_attempts failures in a row, so
     # a row is done within budget * max_attempts iterations; the bound only guards against a bug
     # (any shortfall is topped up anyway).
     max_iters = int(budget.max().item()) * max_attempts if B else 0
     for _ in range(max_iters):
-        if not bool(active.any()):
+        idx = active.nonzero().flatten()  # (A,) rows still adding blocks
+        if idx.numel() == 0:
             break
-        u = torch.rand(4, B, generator=generator, device=device)
-        rem = remaining.to(torch.float32)
+        u = torch.rand(4, B, generator=generator, device=device)[:, idx]
+        rem = remaining[idx]
         # BEiT's random.uniform(min_patches, remaining): when fewer than min_patches patches remain
         # the area lies in [remaining, min_patches], and such a block is only accepted where it
         # overlaps earlier blocks enough to add <= remaining new patches (else the top-up finishes).
-        area = min_patches + u[0] * (rem - min_patches)
+        area = min_patches + u[0] * (rem.to(torch.float32) - min_patches)
         aspect = torch.exp(log_lo + u[1] * (log_hi - log_lo))
         # Clipped to the grid, where BEiT would reject an over-large block and retry.
-        h = torch.round(torch.sqrt(area * aspect)).long().clamp_(1, max(H, 1))
-        w = torch.round(torch.sqrt(area / aspect)).long().clamp_(1, max(W, 1))
+        h = torch.round(torch.sqrt(area * aspect)).long().clamp_(1, H)
+        w = torch.round(torch.sqrt(area / aspect)).long().clamp_(1, W)
         top = torch.minimum((u[2] * (H - h + 1)).long(), H - h)
         left = torch.minimum((u[3] * (W - w + 1)).long(), W - w)
-        r = ((rows >= top[:, None]) & (rows < (top + h)[:, None])).to(torch.float32)  # (B, H)
-        c = ((cols >= left[:, None]) & (cols < (left + w)[:, None])).to(torch.float32)  # (B, W)
-        covered = torch.einsum("bhw,bw->bh", mask, c).mul_(r).sum(dim=1).round().long()
+        in_rows = (rows >= top[:, None]) & (rows < (top + h)[:, None])  # (A, H)
+        cols = _col_range(left, w, nw).unsqueeze(1)  # (A, 1, nw)
+        sub = words[idx]  # (A, H, nw)
+        covered = _popcount(sub & cols).sum(dim=2).mul_(in_rows).sum(dim=1)
         new = h * w - covered
-        accept = active & (new > 0) & (new <= remaining)
+        accept = (new > 0) & (new <= rem)
         if bad is not None:  # a block lies entirely on eligible positions
-            accept &= torch.einsum("bhw,bw->bh", bad, c).mul_(r).sum(dim=1) < 0.5
-        # OR the accepted blocks (outer products of their row and column ranges) into the mask.
-        mask = torch.maximum(mask, (r * accept.view(B, 1)).unsqueeze(2) * c.unsqueeze(1))
-        remaining = remaining - new * accept
-        fails = torch.where(accept, torch.zeros_like(fails), fails + active.long())
+            accept &= ~(((bad[idx] & cols) != 0).any(dim=2) & in_rows).any(dim=1)
+        # OR the accepted blocks (their column bits on their rows) into the packed mask.
+        words[idx] = sub | (cols * (in_rows & accept[:, None]).unsqueeze(2))
+        remaining[idx] = rem - new * accept
+        fails[idx] = torch.where(accept, torch.zeros_like(rem), fails[idx] + 1)
         active = (remaining > 0) & (fails < max_attempts)
         if record:
-            idx = accept.nonzero().flatten()
-            for k, v in (("row", idx), ("top", top[idx]), ("left", left[idx]), ("h", h[idx]),
-                         ("w", w[idx]), ("aspect", aspect[idx]), ("area", area[idx])):
-                log[k].append(v)
-    mask = mask > 0.5
+            for k, v in (("row", idx), ("top", top), ("left", left), ("h", h), ("w", w), ("aspect", aspect),
+                         ("area", area)):
+                log[k].append(v[accept])
+    mask = _unpack_cols(words, W)
     if record:
         empty = {"aspect": torch.float32, "area": torch.float32}
         return mask, {k: torch.cat(v) if v else torch.zeros(0, dtype=empty.get(k, torch.long), device=device)
@@ -203,8 +257,10 @@ def block_mask(
     budget = torch.round(ratio * n_ok.double()).long()  # (B,)
     mask = _draw_blocks(ok, budget, generator, min_patches=min_patches, min_aspect=min_aspect,
                         max_aspect=max_aspect, max_attempts=max_attempts)
-    # Top-up: block patches sort first (-1), ineligible last (2); taking exactly `budget` keeps
-    # every block patch (at most budget of them) and adds uniform random eligible ones.
+    # Top-up: the budget - (block patches) unmasked eligible positions with the lowest noise (block
+    # patches and ineligible positions sort last, at 2). The same positions as taking the `budget`
+    # lowest with block patches at -1, but a selection of the few top-up positions only.
+    flat = mask.flatten(1)
     noise = torch.rand(B, H * W, generator=generator, device=device)
-    noise = noise.masked_fill(mask.flatten(1), -1.0).masked_fill(~ok.flatten(1), 2.0)
-    return mask_lowest(noise, budget.view(B, 1)).reshape(shape)
+    noise = noise.masked_fill(flat | ~ok.flatten(1), 2.0)
+    return (flat | mask_lowest(noise, budget - flat.sum(dim=1))).reshape(shape)
