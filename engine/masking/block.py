@@ -87,7 +87,7 @@ def _popcount(x: torch.Tensor) -> torch.Tensor:
 
 
 def _draw_blocks(
-    ok: torch.Tensor,
+    ok: torch.Tensor | tuple[int, int, int],
     budget: torch.Tensor,
     generator: torch.Generator,
     *,
@@ -107,7 +107,7 @@ def _draw_blocks(
     ineligible positions, any set bit of the ineligible words there rejects it).
 
     Args:
-        ok: ``[B, H, W]`` bool, eligible positions.
+        ok: ``[B, H, W]`` bool, eligible positions, or the shape ``(B, H, W)`` when all are eligible.
         budget: ``[B]`` int64, patches to mask per row (``<=`` eligible count).
         generator: explicit RNG; each iteration draws ``4 * B`` float32 uniforms.
         min_patches, min_aspect, max_aspect, max_attempts: see :class:`BlockParams`.
@@ -119,8 +119,10 @@ def _draw_blocks(
         per accepted block, in the order accepted; ``aspect`` and ``area`` are the drawn values
         before rounding).
     """
-    B, H, W = ok.shape
-    device = ok.device
+    if isinstance(ok, torch.Tensor):
+        (B, H, W), device = ok.shape, ok.device
+    else:
+        (B, H, W), device, ok = ok, budget.device, None
     keys = ("row", "top", "left", "h", "w", "aspect", "area")
     log = {k: [] for k in keys} if record else None
     if H * W == 0:
@@ -131,23 +133,36 @@ def _draw_blocks(
         return mask
     nw = -(-W // _WORD)
     words = torch.zeros(B, H, nw, dtype=torch.long, device=device)  # the mask, packed per grid row
-    bad = None if bool(ok.all()) else _pack_cols(~ok)
+    bad = None if ok is None or bool(ok.all()) else _pack_cols(~ok)
     log_lo = math.log(min_aspect)
     log_hi = math.log(max_aspect if max_aspect is not None else 1.0 / min_aspect)
     remaining = budget.clone()
     fails = torch.zeros(B, dtype=torch.long, device=device)
-    active = remaining > 0
-    rows = torch.arange(H, device=device).view(1, H)
+    seen = torch.zeros(B, dtype=torch.long, device=device)  # candidates evaluated per row
+    # The uniforms of BEiT's iteration t are u[t] = rand(4, B) (row b uses column b): drawn ahead in
+    # chunks from a saved state, and at the end the generator is set to exactly where drawing them
+    # one iteration at a time would have left it (max(seen) iterations), so the top-up noise follows.
+    state = generator.get_state()
+    u_all = torch.empty(0, 4, B, device=device)
     # Every accepted block adds >= 1 patch and a row stops after max_attempts failures in a row, so
-    # a row is done within budget * max_attempts iterations; the bound only guards against a bug
+    # a row is done within budget * max_attempts candidates; the bound only guards against a bug
     # (any shortfall is topped up anyway).
     max_iters = int(budget.max().item()) * max_attempts if B else 0
-    for _ in range(max_iters):
-        idx = active.nonzero().flatten()  # (A,) rows still adding blocks
-        if idx.numel() == 0:
+    k = 1  # candidates evaluated per row per step
+    while True:
+        idx = ((remaining > 0) & (fails < max_attempts) & (seen < max_iters)).nonzero().flatten()
+        A = idx.numel()
+        if A == 0:
             break
-        u = torch.rand(4, B, generator=generator, device=device)[:, idx]
-        rem = remaining[idx]
+        # Row idx[a] evaluates its candidates seen .. seen + k - 1 against its current mask, each
+        # as if the ones before it were rejected; the first accepted one is the one BEiT's loop takes.
+        j = seen[idx, None] + torch.arange(k, device=device)  # (A, k)
+        need = int(j.max()) + 1
+        if need > u_all.shape[0]:
+            more = max(need - u_all.shape[0], u_all.shape[0], 16)
+            u_all = torch.cat([u_all, torch.rand(more, 4, B, generator=generator, device=device)])
+        u = u_all[j, :, idx[:, None]].flatten(0, 1).T  # (4, A * k)
+        rem = remaining[idx].repeat_interleave(k)
         # BEiT's random.uniform(min_patches, remaining): when fewer than min_patches patches remain
         # the area lies in [remaining, min_patches], and such a block is only accepted where it
         # overlaps earlier blocks enough to add <= remaining new patches (else the top-up finishes).
@@ -158,23 +173,43 @@ def _draw_blocks(
         w = torch.round(torch.sqrt(area / aspect)).long().clamp_(1, W)
         top = torch.minimum((u[2] * (H - h + 1)).long(), H - h)
         left = torch.minimum((u[3] * (W - w + 1)).long(), W - w)
-        in_rows = (rows >= top[:, None]) & (rows < (top + h)[:, None])  # (A, H)
-        cols = _col_range(left, w, nw).unsqueeze(1)  # (A, 1, nw)
-        sub = words[idx]  # (A, H, nw)
-        covered = _popcount(sub & cols).sum(dim=2).mul_(in_rows).sum(dim=1)
+        # The candidate's own rows only: (A * k, hmax) grid rows, those past its height left out.
+        hmax = int(h.max())
+        offs = torch.arange(hmax, device=device)
+        on = offs < h[:, None]
+        grid_rows = (top[:, None] + offs).clamp_(max=H - 1)
+        row_of = idx.repeat_interleave(k)[:, None]
+        cols = _col_range(left, w, nw).unsqueeze(1)  # (A * k, 1, nw)
+        covered = _popcount(words[row_of, grid_rows] & cols).sum(dim=2).mul_(on).sum(dim=1)
         new = h * w - covered
         accept = (new > 0) & (new <= rem)
         if bad is not None:  # a block lies entirely on eligible positions
-            accept &= ~(((bad[idx] & cols) != 0).any(dim=2) & in_rows).any(dim=1)
+            accept &= ~(((bad[row_of, grid_rows] & cols) != 0).any(dim=2) & on).any(dim=1)
+        # First accepted candidate of each row (k if none), and where the failures would stop it.
+        acc = accept.view(A, k)
+        first = torch.where(acc.any(dim=1), acc.int().argmax(dim=1), k)  # (A,)
+        stop = max_attempts - 1 - fails[idx]  # the rejection at this offset ends the row
+        took = (first < k) & (first <= stop)
+        used = torch.where(took, first + 1, torch.minimum(stop + 1, torch.full_like(stop, k)))
+        seen[idx] += used
+        fails[idx] = torch.where(took, 0, fails[idx] + used)
+        pick = (torch.arange(A, device=device) * k + first.clamp(max=k - 1))[took]  # flat candidate ids
+        rows_acc = idx[took]
+        remaining[rows_acc] -= new[pick]
         # OR the accepted blocks (their column bits on their rows) into the packed mask.
-        words[idx] = sub | (cols * (in_rows & accept[:, None]).unsqueeze(2))
-        remaining[idx] = rem - new * accept
-        fails[idx] = torch.where(accept, torch.zeros_like(rem), fails[idx] + 1)
-        active = (remaining > 0) & (fails < max_attempts)
+        hr = torch.arange(H, device=device)
+        in_rows = (hr >= top[pick, None]) & (hr < (top + h)[pick, None])  # (n_acc, H)
+        words[rows_acc] |= cols[pick] * in_rows.unsqueeze(2)
         if record:
-            for k, v in (("row", idx), ("top", top), ("left", left), ("h", h), ("w", w), ("aspect", aspect),
-                         ("area", area)):
-                log[k].append(v[accept])
+            for key, v in (("row", rows_acc), ("top", top[pick]), ("left", left[pick]), ("h", h[pick]),
+                           ("w", w[pick]), ("aspect", aspect[pick]), ("area", area[pick])):
+                log[key].append(v)
+        # Next step: about as many candidates as a row needed per accepted block in this one.
+        k = max(1, min(max_attempts, -(-int(used.sum()) // max(1, int(took.sum())))))
+    generator.set_state(state)
+    n_iters = int(seen.max()) if B else 0
+    if n_iters:
+        torch.rand(n_iters, 4, B, generator=generator, device=device)
     mask = _unpack_cols(words, W)
     if record:
         empty = {"aspect": torch.float32, "area": torch.float32}
@@ -250,17 +285,15 @@ def block_mask(
     shape = strategy.check_shape(shape)
     B, H, W = shape
     device = generator.device
-    ok = check_eligible(eligible, shape, device, "block")
-    if ok is None:
-        ok = torch.ones(shape, dtype=torch.bool, device=device)
-    n_ok = ok.flatten(1).sum(dim=1)
+    ok = check_eligible(eligible, shape, device, "block")  # None: every position eligible
+    n_ok = ok.flatten(1).sum(dim=1) if ok is not None else torch.full((B,), H * W, device=device)
     budget = torch.round(ratio * n_ok.double()).long()  # (B,)
-    mask = _draw_blocks(ok, budget, generator, min_patches=min_patches, min_aspect=min_aspect,
+    mask = _draw_blocks(ok if ok is not None else shape, budget, generator, min_patches=min_patches, min_aspect=min_aspect,
                         max_aspect=max_aspect, max_attempts=max_attempts)
     # Top-up: the budget - (block patches) unmasked eligible positions with the lowest noise (block
     # patches and ineligible positions sort last, at 2). The same positions as taking the `budget`
     # lowest with block patches at -1, but a selection of the few top-up positions only.
     flat = mask.flatten(1)
     noise = torch.rand(B, H * W, generator=generator, device=device)
-    noise = noise.masked_fill(flat | ~ok.flatten(1), 2.0)
+    noise = noise.masked_fill(flat if ok is None else flat | ~ok.flatten(1), 2.0)
     return (flat | mask_lowest(noise, budget - flat.sum(dim=1))).reshape(shape)
