@@ -86,6 +86,39 @@ def _popcount(x: torch.Tensor) -> torch.Tensor:
     return x & 0x7F
 
 
+# ATen's grain size: an elementwise op on more elements runs on several threads, and on a loaded
+# machine each such op waits for every thread to be scheduled; the per-step work stays below it.
+_SERIAL = 32768
+
+
+def _overlaps(words, bad, row_of, grid_rows, cols):
+    """Masked patches under each candidate block, and whether it touches an ineligible one.
+
+    Args:
+        words: ``[B, H + 1, nw]`` int64, the packed mask (row ``H`` scratch, never read as set).
+        bad: ``[B, H + 1, nw]`` int64 packed ineligible positions, or None.
+        row_of: ``[N, 1]`` batch row of each candidate; grid_rows: ``[N, hmax]`` its grid rows
+            (``H`` past its height); cols: ``[N, 1, nw]`` its column bits.
+
+    Returns:
+        ``covered`` (``[N]`` int64) and ``on_bad`` (``[N]`` bool, or None without ``bad``), computed
+        in chunks of at most ``_SERIAL`` words.
+    """
+    n, per = grid_rows.shape[0], grid_rows.shape[1] * cols.shape[2]
+    step = max(1, _SERIAL // max(per, 1))
+    covered, on_bad = [], []
+    for i in range(0, n, step):
+        sl = slice(i, i + step)
+        # The scratch row of `words` may hold bits (blocks write their unused rows there): zero it out.
+        hit = words[row_of[sl], grid_rows[sl]] & cols[sl]
+        hit.masked_fill_((grid_rows[sl] == words.shape[1] - 1).unsqueeze(2), 0)
+        covered.append(_popcount(hit).sum(dim=(1, 2)))
+        if bad is not None:
+            on_bad.append(((bad[row_of[sl], grid_rows[sl]] & cols[sl]) != 0).flatten(1).any(dim=1))
+    cat = (lambda parts, dt: torch.cat(parts) if parts else torch.zeros(0, dtype=dt, device=words.device))
+    return cat(covered, torch.long), (cat(on_bad, torch.bool) if bad is not None else None)
+
+
 def _draw_blocks(
     ok: torch.Tensor | tuple[int, int, int],
     budget: torch.Tensor,
@@ -132,8 +165,11 @@ def _draw_blocks(
                                          device=device) for k in keys}
         return mask
     nw = -(-W // _WORD)
-    words = torch.zeros(B, H, nw, dtype=torch.long, device=device)  # the mask, packed per grid row
-    bad = None if ok is None or bool(ok.all()) else _pack_cols(~ok)
+    # The mask, packed per grid row, plus a scratch row H that the rows past a block's height read and write.
+    words = torch.zeros(B, H + 1, nw, dtype=torch.long, device=device)
+    bad = None
+    if ok is not None and not bool(ok.all()):
+        bad = _pack_cols(torch.cat([~ok, torch.zeros(B, 1, W, dtype=torch.bool, device=device)], dim=1))
     log_lo = math.log(min_aspect)
     log_hi = math.log(max_aspect if max_aspect is not None else 1.0 / min_aspect)
     remaining = budget.clone()
@@ -177,14 +213,14 @@ def _draw_blocks(
         hmax = int(h.max())
         offs = torch.arange(hmax, device=device)
         on = offs < h[:, None]
-        grid_rows = (top[:, None] + offs).clamp_(max=H - 1)
+        grid_rows = torch.where(on, top[:, None] + offs, H)  # (A * k, hmax), H = the scratch row
         row_of = idx.repeat_interleave(k)[:, None]
         cols = _col_range(left, w, nw).unsqueeze(1)  # (A * k, 1, nw)
-        covered = _popcount(words[row_of, grid_rows] & cols).sum(dim=2).mul_(on).sum(dim=1)
+        covered, on_bad = _overlaps(words, bad, row_of, grid_rows, cols)
         new = h * w - covered
         accept = (new > 0) & (new <= rem)
-        if bad is not None:  # a block lies entirely on eligible positions
-            accept &= ~(((bad[row_of, grid_rows] & cols) != 0).any(dim=2) & on).any(dim=1)
+        if on_bad is not None:  # a block lies entirely on eligible positions
+            accept &= ~on_bad
         # First accepted candidate of each row (k if none), and where the failures would stop it.
         acc = accept.view(A, k)
         first = torch.where(acc.any(dim=1), acc.int().argmax(dim=1), k)  # (A,)
@@ -197,9 +233,10 @@ def _draw_blocks(
         rows_acc = idx[took]
         remaining[rows_acc] -= new[pick]
         # OR the accepted blocks (their column bits on their rows) into the packed mask.
-        hr = torch.arange(H, device=device)
-        in_rows = (hr >= top[pick, None]) & (hr < (top + h)[pick, None])  # (n_acc, H)
-        words[rows_acc] |= cols[pick] * in_rows.unsqueeze(2)
+        # The block's rows only (the scratch row takes the rest): rows differ within a block, so
+        # no two writes of this step hit the same real grid row.
+        r_acc, g_acc = rows_acc[:, None], grid_rows[pick]
+        words[r_acc, g_acc] = words[r_acc, g_acc] | cols[pick]
         if record:
             for key, v in (("row", rows_acc), ("top", top[pick]), ("left", left[pick]), ("h", h[pick]),
                            ("w", w[pick]), ("aspect", aspect[pick]), ("area", area[pick])):
@@ -210,7 +247,7 @@ def _draw_blocks(
     n_iters = int(seen.max()) if B else 0
     if n_iters:
         torch.rand(n_iters, 4, B, generator=generator, device=device)
-    mask = _unpack_cols(words, W)
+    mask = _unpack_cols(words[:, :H], W)
     if record:
         empty = {"aspect": torch.float32, "area": torch.float32}
         return mask, {k: torch.cat(v) if v else torch.zeros(0, dtype=empty.get(k, torch.long), device=device)
