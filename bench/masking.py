@@ -32,6 +32,10 @@ FSDD voiced frames).
 
     pip install -r requirements-bench.txt
     python bench/masking.py [--threads 2] [--min-time 1.0] [--repeats 5] [--quick] [--only NAME]
+                            [--shape 256x128x100] [--vs-random]
+
+``--vs-random`` adds ``random`` at the same shape, ratio and eligibility as a reference to every other
+registry job, timed in turns with it (issue 15: block and hierarchical within 1.5x of random).
 
 Exit status 0, or 1 if a job raised (its row says why), or 2 if transformers / tokenizers are missing.
 """
@@ -269,6 +273,8 @@ class Job:
     ours_frac: Callable[[Any], float]
     refs: list[Ref] = field(default_factory=list)
     note: str = ""
+    ratio: float | None = None  # the mask ratio of a registry job (for --vs-random)
+    eligible: torch.Tensor | None = None
 
 
 def frac_labels(eligible: torch.Tensor) -> Callable[[Any], float]:
@@ -406,7 +412,7 @@ def build_jobs(text: Text, transformers) -> tuple[list[Job], list[str]]:
                 continue
             ratio = RATIOS[(dims, modality)]
             elig = eligible if shape == (B, L) and "text" in strat.modalities else None
-            job = Job(name, shape, None, frac_mask(elig))
+            job = Job(name, shape, None, frac_mask(elig), ratio=ratio, eligible=elig)
             if name == "span":
                 job.note = "default params: SpanBERT geometric p=0.2, max 10"
             try:
@@ -432,6 +438,20 @@ def build_jobs(text: Text, transformers) -> tuple[list[Job], list[str]]:
 # ------------------------------------------------------------------------------------------- main
 
 
+VS_RANDOM = 1.5  # issue 15: block and hierarchical within 1.5x of random's masks/s on the same grid
+
+
+def random_ref(job: Job) -> Ref:
+    """``random`` at the job's shape, ratio and eligibility, as a reference timed in turns with the job."""
+    rnd, g = get_masking("random"), torch.Generator().manual_seed(0)
+    return Ref("random, same grid", lambda: rnd(job.shape, job.ratio, generator=g, eligible=job.eligible),
+               job.ours_frac, 1.0 / VS_RANDOM)
+
+
+def fmt_ratio(r: float | None) -> str:
+    return "-" if r is None else f"{r:.2f}x" if r < 1.0 else f"{r:.1f}x"
+
+
 def fmt_rate(r: float | None) -> str:
     return "-" if r is None else f"{r:,.0f}"
 
@@ -447,6 +467,11 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=5, help="timed repeats per job; the median is shown (default 5)")
     ap.add_argument("--quick", action="store_true", help="smoke run: 0.05 s x 1 repeat per job")
     ap.add_argument("--only", default="", help="run only jobs whose name contains this (comma-separated)")
+    ap.add_argument("--shape", default="",
+                    help="run only jobs at these shapes, e.g. 256x128x100 (comma-separated; see SHAPES)")
+    ap.add_argument("--vs-random", action="store_true",
+                    help="time `random` at the same shape and ratio as each other strategy, interleaved with it "
+                         f"(target: random at most {VS_RANDOM:g}x as fast)")
     args = ap.parse_args()
     if args.quick:
         args.min_time, args.repeats = 0.05, 1
@@ -462,6 +487,16 @@ def main() -> int:
     if args.only:
         keys = [k.strip() for k in args.only.split(",") if k.strip()]
         jobs = [j for j in jobs if any(k in j.name for k in keys)]
+    if args.shape:
+        try:
+            shapes = {tuple(int(v) for v in t.strip().split("x")) for t in args.shape.split(",") if t.strip()}
+        except ValueError:
+            ap.error(f"--shape: expected sizes like 256x128x100, got {args.shape!r}")
+        jobs = [j for j in jobs if j.shape in shapes]
+    if args.vs_random:
+        for j in jobs:
+            if j.ratio is not None and j.name != "random" and j.ours is not None:
+                j.refs.append(random_ref(j))
 
     print(f"masklab masking benchmark: torch {torch.__version__}, transformers {transformers.__version__}, "
           f"{torch.get_num_threads()} threads, batch {B}, median of {args.repeats} x >= {args.min_time:g} s "
@@ -519,12 +554,13 @@ def main() -> int:
             tgt = ""
             if ref.target is not None:
                 ok = ratio is not None and ratio >= ref.target
-                tgt = f">= {ref.target:g}x {'ok' if ok else 'MISSED'}"
-                verdicts.append(f"{j.name} vs {ref.name}: {'-' if ratio is None else f'{ratio:.1f}x'} "
-                                f"(target >= {ref.target:g}x): {'ok' if ok else 'MISSED'}")
+                tgt = f">= {ref.target:.3g}x {'ok' if ok else 'MISSED'}"
+                inv = f", i.e. {ref.name} / {j.name} = {1 / ratio:.2f}x" if ratio and ref.target < 1 else ""
+                verdicts.append(f"{j.name} vs {ref.name}: {fmt_ratio(ratio)}{inv} "
+                                f"(target >= {ref.target:.3g}x): {'ok' if ok else 'MISSED'}")
             print((left if i == 0 else " " * len(left))
                   + f"   {ref.name:<26} {fmt_rate(r):>9} {fmt_frac(ref.frac(out)):>6} "
-                  + f"{'-' if ratio is None else f'{ratio:.1f}x':>7}  {tgt}"
+                  + f"{fmt_ratio(ratio):>7}  {tgt}"
                   + (f"  [{err}]" if err and i == 0 else ""), flush=True)
     print(f"load average after timing: {os.getloadavg()[0]:.2f}")
     if verdicts:

@@ -46,8 +46,81 @@ class BlockParams(StrategyParams):
         return v
 
 
+# Bits per word of the packed mask: 62 keeps every word (and each partial sum in _popcount) below
+# 2**63, so int64 shifts and adds never touch the sign bit.
+_WORD = 62
+
+
+def _pack_cols(x: torch.Tensor) -> torch.Tensor:
+    """``[..., W]`` bool -> ``[..., ceil(W / 62)]`` int64: bit ``k`` of word ``j`` is column ``62 j + k``."""
+    W = x.shape[-1]
+    nw = -(-W // _WORD)
+    pad = torch.zeros(*x.shape[:-1], nw * _WORD - W, dtype=torch.bool, device=x.device)
+    bits = torch.cat([x, pad], dim=-1).reshape(*x.shape[:-1], nw, _WORD).long()
+    return (bits << torch.arange(_WORD, device=x.device)).sum(dim=-1)
+
+
+def _unpack_cols(words: torch.Tensor, W: int) -> torch.Tensor:
+    """Inverse of :func:`_pack_cols`: ``[..., nw]`` int64 -> ``[..., W]`` bool."""
+    bits = (words.unsqueeze(-1) >> torch.arange(_WORD, device=words.device)) & 1
+    return bits.flatten(-2)[..., :W].bool()
+
+
+def _col_range(left: torch.Tensor, w: torch.Tensor, nw: int) -> torch.Tensor:
+    """``[N, nw]`` int64 words with the bits of columns ``left .. left + w - 1`` set (``left``, ``w``: ``[N]``)."""
+    base = torch.arange(nw, device=left.device) * _WORD  # (nw,)
+    lo = (left[:, None] - base).clamp_(0, _WORD)
+    hi = (left + w)[:, None].sub(base).clamp_(0, _WORD)
+    one = torch.ones((), dtype=torch.long, device=left.device)
+    return (one << hi) - (one << lo)
+
+
+def _popcount(x: torch.Tensor) -> torch.Tensor:
+    """Set bits of each int64 in ``[0, 2**62)`` (SWAR bit counting, no multiplication)."""
+    x = x - ((x >> 1) & 0x5555555555555555)
+    x = (x & 0x3333333333333333) + ((x >> 2) & 0x3333333333333333)
+    x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0F
+    x = x + (x >> 8)
+    x = x + (x >> 16)
+    x = x + (x >> 32)
+    return x & 0x7F
+
+
+# ATen's grain size: an elementwise op on more elements runs on several threads, and on a loaded
+# machine each such op waits for every thread to be scheduled; the per-step work stays below it.
+_SERIAL = 32768
+
+
+def _overlaps(words, bad, row_of, grid_rows, cols):
+    """Masked patches under each candidate block, and whether it touches an ineligible one.
+
+    Args:
+        words: ``[B, H + 1, nw]`` int64, the packed mask (row ``H`` scratch, never read as set).
+        bad: ``[B, H + 1, nw]`` int64 packed ineligible positions, or None.
+        row_of: ``[N, 1]`` batch row of each candidate; grid_rows: ``[N, hmax]`` its grid rows
+            (``H`` past its height); cols: ``[N, 1, nw]`` its column bits.
+
+    Returns:
+        ``covered`` (``[N]`` int64) and ``on_bad`` (``[N]`` bool, or None without ``bad``), computed
+        in chunks of at most ``_SERIAL`` words.
+    """
+    n, per = grid_rows.shape[0], grid_rows.shape[1] * cols.shape[2]
+    step = max(1, _SERIAL // max(per, 1))
+    covered, on_bad = [], []
+    for i in range(0, n, step):
+        sl = slice(i, i + step)
+        # The scratch row of `words` may hold bits (blocks write their unused rows there): zero it out.
+        hit = words[row_of[sl], grid_rows[sl]] & cols[sl]
+        hit.masked_fill_((grid_rows[sl] == words.shape[1] - 1).unsqueeze(2), 0)
+        covered.append(_popcount(hit).sum(dim=(1, 2)))
+        if bad is not None:
+            on_bad.append(((bad[row_of[sl], grid_rows[sl]] & cols[sl]) != 0).flatten(1).any(dim=1))
+    cat = (lambda parts, dt: torch.cat(parts) if parts else torch.zeros(0, dtype=dt, device=words.device))
+    return cat(covered, torch.long), (cat(on_bad, torch.bool) if bad is not None else None)
+
+
 def _draw_blocks(
-    ok: torch.Tensor,
+    ok: torch.Tensor | tuple[int, int, int],
     budget: torch.Tensor,
     generator: torch.Generator,
     *,
@@ -59,8 +132,15 @@ def _draw_blocks(
 ):
     """The block phase of :func:`block_mask`: BEiT's loop, one candidate block per row per iteration.
 
+    Every iteration draws ``4 * B`` float32 uniforms (one candidate for every row, used or not, so
+    a row's candidates do not depend on when the other rows stop) and evaluates the candidates of
+    the rows still active. The mask is kept as bits, ``[B, H, ceil(W / 62)]`` int64 words per grid
+    row, so a candidate costs ``O(H * W / 62)`` word operations: the patches it would newly mask
+    are ``h * w`` minus the set bits of ``words & column_range`` over its rows (and, with
+    ineligible positions, any set bit of the ineligible words there rejects it).
+
     Args:
-        ok: ``[B, H, W]`` bool, eligible positions.
+        ok: ``[B, H, W]`` bool, eligible positions, or the shape ``(B, H, W)`` when all are eligible.
         budget: ``[B]`` int64, patches to mask per row (``<=`` eligible count).
         generator: explicit RNG; each iteration draws ``4 * B`` float32 uniforms.
         min_patches, min_aspect, max_aspect, max_attempts: see :class:`BlockParams`.
@@ -69,59 +149,105 @@ def _draw_blocks(
     Returns:
         ``mask`` (``[B, H, W]`` bool, at most ``budget`` True per row, only on eligible positions),
         and with ``record`` a dict of 1-D tensors ``row, top, left, h, w, aspect, area`` (one entry
-        per accepted block; ``aspect`` and ``area`` are the drawn values before rounding).
+        per accepted block, in the order accepted; ``aspect`` and ``area`` are the drawn values
+        before rounding).
     """
-    B, H, W = ok.shape
-    device = ok.device
-    # Float 0/1 grids: the masked (or ineligible) count inside a block is rows . (grid @ cols), and
-    # float kernels beat bool broadcasting on CPU (counts are exact in float32 up to 2**24).
-    mask = torch.zeros(B, H, W, dtype=torch.float32, device=device)
-    bad = None if bool(ok.all()) else (~ok).to(torch.float32)
+    if isinstance(ok, torch.Tensor):
+        (B, H, W), device = ok.shape, ok.device
+    else:
+        (B, H, W), device, ok = ok, budget.device, None
+    keys = ("row", "top", "left", "h", "w", "aspect", "area")
+    log = {k: [] for k in keys} if record else None
+    if H * W == 0:
+        mask = torch.zeros(B, H, W, dtype=torch.bool, device=device)
+        if record:
+            return mask, {k: torch.zeros(0, dtype=torch.float32 if k in ("aspect", "area") else torch.long,
+                                         device=device) for k in keys}
+        return mask
+    nw = -(-W // _WORD)
+    # The mask, packed per grid row, plus a scratch row H that the rows past a block's height read and write.
+    words = torch.zeros(B, H + 1, nw, dtype=torch.long, device=device)
+    bad = None
+    if ok is not None and not bool(ok.all()):
+        bad = _pack_cols(torch.cat([~ok, torch.zeros(B, 1, W, dtype=torch.bool, device=device)], dim=1))
     log_lo = math.log(min_aspect)
     log_hi = math.log(max_aspect if max_aspect is not None else 1.0 / min_aspect)
     remaining = budget.clone()
     fails = torch.zeros(B, dtype=torch.long, device=device)
-    active = remaining > 0
-    rows = torch.arange(H, device=device).view(1, H)
-    cols = torch.arange(W, device=device).view(1, W)
-    log = {k: [] for k in ("row", "top", "left", "h", "w", "aspect", "area")} if record else None
+    seen = torch.zeros(B, dtype=torch.long, device=device)  # candidates evaluated per row
+    # The uniforms of BEiT's iteration t are u[t] = rand(4, B) (row b uses column b): drawn ahead in
+    # chunks from a saved state, and at the end the generator is set to exactly where drawing them
+    # one iteration at a time would have left it (max(seen) iterations), so the top-up noise follows.
+    state = generator.get_state()
+    u_all = torch.empty(0, 4, B, device=device)
     # Every accepted block adds >= 1 patch and a row stops after max_attempts failures in a row, so
-    # a row is done within budget * max_attempts iterations; the bound only guards against a bug
+    # a row is done within budget * max_attempts candidates; the bound only guards against a bug
     # (any shortfall is topped up anyway).
     max_iters = int(budget.max().item()) * max_attempts if B else 0
-    for _ in range(max_iters):
-        if not bool(active.any()):
+    k = 1  # candidates evaluated per row per step
+    while True:
+        idx = ((remaining > 0) & (fails < max_attempts) & (seen < max_iters)).nonzero().flatten()
+        A = idx.numel()
+        if A == 0:
             break
-        u = torch.rand(4, B, generator=generator, device=device)
-        rem = remaining.to(torch.float32)
+        # Row idx[a] evaluates its candidates seen .. seen + k - 1 against its current mask, each
+        # as if the ones before it were rejected; the first accepted one is the one BEiT's loop takes.
+        j = seen[idx, None] + torch.arange(k, device=device)  # (A, k)
+        need = int(j.max()) + 1
+        if need > u_all.shape[0]:
+            more = max(need - u_all.shape[0], u_all.shape[0], 16)
+            u_all = torch.cat([u_all, torch.rand(more, 4, B, generator=generator, device=device)])
+        u = u_all[j, :, idx[:, None]].flatten(0, 1).T  # (4, A * k)
+        rem = remaining[idx].repeat_interleave(k)
         # BEiT's random.uniform(min_patches, remaining): when fewer than min_patches patches remain
         # the area lies in [remaining, min_patches], and such a block is only accepted where it
         # overlaps earlier blocks enough to add <= remaining new patches (else the top-up finishes).
-        area = min_patches + u[0] * (rem - min_patches)
+        area = min_patches + u[0] * (rem.to(torch.float32) - min_patches)
         aspect = torch.exp(log_lo + u[1] * (log_hi - log_lo))
         # Clipped to the grid, where BEiT would reject an over-large block and retry.
-        h = torch.round(torch.sqrt(area * aspect)).long().clamp_(1, max(H, 1))
-        w = torch.round(torch.sqrt(area / aspect)).long().clamp_(1, max(W, 1))
+        h = torch.round(torch.sqrt(area * aspect)).long().clamp_(1, H)
+        w = torch.round(torch.sqrt(area / aspect)).long().clamp_(1, W)
         top = torch.minimum((u[2] * (H - h + 1)).long(), H - h)
         left = torch.minimum((u[3] * (W - w + 1)).long(), W - w)
-        r = ((rows >= top[:, None]) & (rows < (top + h)[:, None])).to(torch.float32)  # (B, H)
-        c = ((cols >= left[:, None]) & (cols < (left + w)[:, None])).to(torch.float32)  # (B, W)
-        covered = torch.einsum("bhw,bw->bh", mask, c).mul_(r).sum(dim=1).round().long()
+        # The candidate's own rows only: (A * k, hmax) grid rows, those past its height left out.
+        hmax = int(h.max())
+        offs = torch.arange(hmax, device=device)
+        on = offs < h[:, None]
+        grid_rows = torch.where(on, top[:, None] + offs, H)  # (A * k, hmax), H = the scratch row
+        row_of = idx.repeat_interleave(k)[:, None]
+        cols = _col_range(left, w, nw).unsqueeze(1)  # (A * k, 1, nw)
+        covered, on_bad = _overlaps(words, bad, row_of, grid_rows, cols)
         new = h * w - covered
-        accept = active & (new > 0) & (new <= remaining)
-        if bad is not None:  # a block lies entirely on eligible positions
-            accept &= torch.einsum("bhw,bw->bh", bad, c).mul_(r).sum(dim=1) < 0.5
-        # OR the accepted blocks (outer products of their row and column ranges) into the mask.
-        mask = torch.maximum(mask, (r * accept.view(B, 1)).unsqueeze(2) * c.unsqueeze(1))
-        remaining = remaining - new * accept
-        fails = torch.where(accept, torch.zeros_like(fails), fails + active.long())
-        active = (remaining > 0) & (fails < max_attempts)
+        accept = (new > 0) & (new <= rem)
+        if on_bad is not None:  # a block lies entirely on eligible positions
+            accept &= ~on_bad
+        # First accepted candidate of each row (k if none), and where the failures would stop it.
+        acc = accept.view(A, k)
+        first = torch.where(acc.any(dim=1), acc.int().argmax(dim=1), k)  # (A,)
+        stop = max_attempts - 1 - fails[idx]  # the rejection at this offset ends the row
+        took = (first < k) & (first <= stop)
+        used = torch.where(took, first + 1, torch.minimum(stop + 1, torch.full_like(stop, k)))
+        seen[idx] += used
+        fails[idx] = torch.where(took, 0, fails[idx] + used)
+        pick = (torch.arange(A, device=device) * k + first.clamp(max=k - 1))[took]  # flat candidate ids
+        rows_acc = idx[took]
+        remaining[rows_acc] -= new[pick]
+        # OR the accepted blocks (their column bits on their rows) into the packed mask.
+        # The block's rows only (the scratch row takes the rest): rows differ within a block, so
+        # no two writes of this step hit the same real grid row.
+        r_acc, g_acc = rows_acc[:, None], grid_rows[pick]
+        words[r_acc, g_acc] = words[r_acc, g_acc] | cols[pick]
         if record:
-            idx = accept.nonzero().flatten()
-            for k, v in (("row", idx), ("top", top[idx]), ("left", left[idx]), ("h", h[idx]),
-                         ("w", w[idx]), ("aspect", aspect[idx]), ("area", area[idx])):
-                log[k].append(v)
-    mask = mask > 0.5
+            for key, v in (("row", rows_acc), ("top", top[pick]), ("left", left[pick]), ("h", h[pick]),
+                           ("w", w[pick]), ("aspect", aspect[pick]), ("area", area[pick])):
+                log[key].append(v)
+        # Next step: about as many candidates as a row needed per accepted block in this one.
+        k = max(1, min(max_attempts, -(-int(used.sum()) // max(1, int(took.sum())))))
+    generator.set_state(state)
+    n_iters = int(seen.max()) if B else 0
+    if n_iters:
+        torch.rand(n_iters, 4, B, generator=generator, device=device)
+    mask = _unpack_cols(words[:, :H], W)
     if record:
         empty = {"aspect": torch.float32, "area": torch.float32}
         return mask, {k: torch.cat(v) if v else torch.zeros(0, dtype=empty.get(k, torch.long), device=device)
@@ -196,15 +322,15 @@ def block_mask(
     shape = strategy.check_shape(shape)
     B, H, W = shape
     device = generator.device
-    ok = check_eligible(eligible, shape, device, "block")
-    if ok is None:
-        ok = torch.ones(shape, dtype=torch.bool, device=device)
-    n_ok = ok.flatten(1).sum(dim=1)
+    ok = check_eligible(eligible, shape, device, "block")  # None: every position eligible
+    n_ok = ok.flatten(1).sum(dim=1) if ok is not None else torch.full((B,), H * W, device=device)
     budget = torch.round(ratio * n_ok.double()).long()  # (B,)
-    mask = _draw_blocks(ok, budget, generator, min_patches=min_patches, min_aspect=min_aspect,
+    mask = _draw_blocks(ok if ok is not None else shape, budget, generator, min_patches=min_patches, min_aspect=min_aspect,
                         max_aspect=max_aspect, max_attempts=max_attempts)
-    # Top-up: block patches sort first (-1), ineligible last (2); taking exactly `budget` keeps
-    # every block patch (at most budget of them) and adds uniform random eligible ones.
+    # Top-up: the budget - (block patches) unmasked eligible positions with the lowest noise (block
+    # patches and ineligible positions sort last, at 2). The same positions as taking the `budget`
+    # lowest with block patches at -1, but a selection of the few top-up positions only.
+    flat = mask.flatten(1)
     noise = torch.rand(B, H * W, generator=generator, device=device)
-    noise = noise.masked_fill(mask.flatten(1), -1.0).masked_fill(~ok.flatten(1), 2.0)
-    return mask_lowest(noise, budget.view(B, 1)).reshape(shape)
+    noise = noise.masked_fill(flat if ok is None else flat | ~ok.flatten(1), 2.0)
+    return (flat | mask_lowest(noise, budget - flat.sum(dim=1))).reshape(shape)

@@ -55,13 +55,12 @@ def _cells(x: torch.Tensor, s: int, n: tuple[int, ...]) -> torch.Tensor:
     """``[B, prod(n)]`` bool: True where all ``s**d`` positions of the aligned cell are True in ``x``.
 
     ``x`` is ``[B, *grid]`` and ``n[j] = grid[j] // s``; the ragged margin beyond ``n[j] * s`` is
-    not part of any cell.
+    not part of any cell. The reduction runs over the within-cell dims of a view (no permuted copy).
     """
     B, d = x.shape[0], len(n)
     crop = x[(slice(None),) + tuple(slice(0, k * s) for k in n)]
     v = crop.reshape([B] + [q for k in n for q in (k, s)])  # (B, n1, s, n2, s, ...)
-    order = [0] + [1 + 2 * j for j in range(d)] + [2 + 2 * j for j in range(d)]
-    return v.permute(order).reshape(B, math.prod(n), s**d).all(dim=-1)
+    return v.all(dim=tuple(2 + 2 * j for j in range(d))).reshape(B, math.prod(n))
 
 
 def _upsample(cells: torch.Tensor, s: int, n: tuple[int, ...], grid: tuple[int, ...]) -> torch.Tensor:
@@ -136,18 +135,23 @@ def hierarchical_mask(
     B, grid = shape[0], shape[1:]
     d, L = len(grid), math.prod(shape[1:])
     device = generator.device
-    ok = check_eligible(eligible, shape, device, "hierarchical")
-    if ok is None:
-        ok = torch.ones(shape, dtype=torch.bool, device=device)
-    budget = torch.round(ratio * ok.reshape(B, L).sum(dim=1).double()).long()  # (B,)
+    ok = check_eligible(eligible, shape, device, "hierarchical")  # None: every position eligible
+    n_ok = ok.reshape(B, L).sum(dim=1) if ok is not None else torch.full((B,), L, device=device)
+    budget = torch.round(ratio * n_ok.double()).long()  # (B,)
     mask = torch.zeros(shape, dtype=torch.bool, device=device)
     used = torch.zeros(B, dtype=torch.long, device=device)
+    first = True  # nothing masked yet
     for s, share in zip(scales, shares):
         n = tuple(D // s for D in grid)
         n_cells = math.prod(n)
         if n_cells == 0:
             continue
-        avail = _cells(ok & ~mask, s, n)  # (B, n_cells)
+        free = ok if first else (~mask if ok is None else ok & ~mask)  # None: all free
+        if free is None:
+            avail = torch.ones(B, n_cells, dtype=torch.bool, device=device)
+        else:
+            avail = _cells(free, s, n)  # (B, n_cells)
+        first = False
         # 1e-9: keep e.g. 0.1 * 160 / 16 from flooring to 0.999... -> 0; never exceeds the budget.
         want = torch.floor(share * budget.double() / s**d + 1e-9).long()
         take = torch.minimum(torch.minimum(want, avail.sum(dim=1)), (budget - used) // s**d)
@@ -156,5 +160,7 @@ def hierarchical_mask(
         mask |= _upsample(cells, s, n, grid)
         used += take * s**d
     noise = torch.rand(B, L, generator=generator, device=device)
-    noise = noise.masked_fill(mask.reshape(B, L), -1.0).masked_fill(~ok.reshape(B, L), 2.0)
+    noise = noise.masked_fill(mask.reshape(B, L), -1.0)
+    if ok is not None:
+        noise = noise.masked_fill(~ok.reshape(B, L), 2.0)
     return mask_lowest(noise, budget.view(B, 1)).reshape(shape)

@@ -36,8 +36,12 @@ def mask_lowest(noise: torch.Tensor, n_mask: torch.Tensor | int) -> torch.Tensor
         n = n_mask.reshape(B, 1).clamp(0, L)
     if B == 0 or L == 0:
         return torch.zeros(B, L, dtype=torch.bool, device=noise.device)
-    k_mask, k_keep = int(n.max()), L - int(n.min())
-    ragged = not isinstance(n_mask, int)  # per-row counts need the selection in order
+    n_min, n_max = (int(v) for v in torch.aminmax(n))
+    k_mask, k_keep = n_max, L - n_min
+    # Rows with different counts need the selection in order (the first n of it); equal counts take
+    # all k selected indices, and topk selects the same set whether or not it sorts (the sort is
+    # a separate pass after the selection), so the cheaper unsorted topk gives the same mask.
+    ragged = n_max != n_min
     if k_mask <= k_keep:  # select the masked positions: the k lowest noises, lowest first
         mask = torch.zeros(B, L, dtype=torch.bool, device=noise.device)
         if k_mask == 0:

@@ -409,3 +409,28 @@ def test_ratio_schedules(kind):
         assert values[10] - values[0] < values[50] - values[40]  # slow start, fast middle
     one_step = ratio_at(cfg, 0, 1)
     assert one_step == 0.5
+
+
+@pytest.mark.parametrize("L,n", [(50, 10), (50, 40), (200, 0), (200, 200), (1000, 750)])
+def test_mask_lowest_equal_counts_as_a_tensor_match_the_int_path(L, n):
+    from engine.masking.random import mask_lowest
+
+    noise = torch.rand(16, L, generator=torch.Generator().manual_seed(L + n))
+    by_int = mask_lowest(noise, n)
+    assert torch.equal(mask_lowest(noise, torch.full((16, 1), n)), by_int)
+    assert (by_int.sum(1) == n).all()
+    # the n lowest noises of each row
+    kth = noise.sort(dim=1).values[:, max(n - 1, 0)]
+    if n:
+        assert torch.equal(by_int, noise <= kth[:, None])
+
+
+def test_mask_lowest_ragged_counts_take_the_lowest_of_each_row():
+    from engine.masking.random import mask_lowest
+
+    noise = torch.rand(32, 300, generator=torch.Generator().manual_seed(3))
+    n = torch.arange(32) * 9  # 0 .. 279, both selection directions
+    for m in (mask_lowest(noise, n), mask_lowest(noise, n.view(32, 1))):
+        assert torch.equal(m.sum(1), n)
+        order = noise.argsort(dim=1)
+        assert all(m[b, order[b, : n[b]]].all() for b in range(32))

@@ -191,3 +191,112 @@ def test_direct_call_validates_params_and_defaults_match_the_model():
     sig = inspect.signature(block_mask).parameters
     for name, field in get_masking("block").params.model_fields.items():
         assert sig[name].default == field.default
+
+
+# ------------------------------------------------------------------ the packed, stepped implementation
+
+
+def dense_block_loop(ok, budget, g, *, min_patches, min_aspect, max_aspect, max_attempts):
+    """BEiT's loop over the whole batch on a dense [B, H, W] mask, one candidate per row per iteration.
+
+    The straightforward batched form (one ``rand(4, B)`` per iteration, every row's candidate tested
+    against the dense mask): ``_draw_blocks`` packs the mask into bits and evaluates several
+    candidates per step, and must give the same blocks and leave the generator at the same place.
+    """
+    B, H, W = ok.shape
+    mask = torch.zeros(B, H, W, dtype=torch.bool)
+    lo = math.log(min_aspect)
+    hi = math.log(max_aspect if max_aspect is not None else 1 / min_aspect)
+    remaining, fails = budget.clone(), torch.zeros(B, dtype=torch.long)
+    active = remaining > 0
+    rows, cols = torch.arange(H)[None], torch.arange(W)[None]
+    while active.any():
+        u = torch.rand(4, B, generator=g)
+        area = min_patches + u[0] * (remaining.float() - min_patches)
+        aspect = torch.exp(lo + u[1] * (hi - lo))
+        h = torch.round(torch.sqrt(area * aspect)).long().clamp(1, H)
+        w = torch.round(torch.sqrt(area / aspect)).long().clamp(1, W)
+        top = torch.minimum((u[2] * (H - h + 1)).long(), H - h)
+        left = torch.minimum((u[3] * (W - w + 1)).long(), W - w)
+        box = (((rows >= top[:, None]) & (rows < (top + h)[:, None]))[:, :, None]
+               & ((cols >= left[:, None]) & (cols < (left + w)[:, None]))[:, None, :])
+        new = (box & ~mask).flatten(1).sum(1)
+        accept = active & (new > 0) & (new <= remaining) & ~(box & ~ok).flatten(1).any(1)
+        mask |= box & accept[:, None, None]
+        remaining -= new * accept
+        fails = torch.where(accept, 0, fails + active.long())
+        active = (remaining > 0) & (fails < max_attempts)
+    return mask
+
+
+@pytest.mark.parametrize("shape,ratio,params,holes", [
+    ((64, 14, 14), 0.4, BEIT, False),
+    ((32, 40, 33), 0.75, dict(BEIT, min_patches=4), False),
+    ((16, 128, 100), 0.8, dict(BEIT, min_patches=4), False),  # the audio grid (rows span 2 packed words)
+    ((32, 20, 70), 0.5, dict(min_patches=2, min_aspect=0.5, max_aspect=3.0, max_attempts=3), True),
+    ((24, 9, 130), 0.6, dict(BEIT, min_patches=4), True),  # 3 words per grid row
+    ((16, 3, 1), 0.9, dict(BEIT, min_patches=1), False),
+])
+def test_same_blocks_and_generator_position_as_the_dense_batched_loop(shape, ratio, params, holes):
+    g = gen(11)
+    ok = torch.ones(shape, dtype=torch.bool)
+    if holes:
+        ok = torch.rand(shape, generator=g) < 0.9
+        ok[:, :, : shape[2] // 2] = True
+    budget = torch.round(ratio * ok.flatten(1).sum(1).double()).long()
+    g1, g2 = gen(12), gen(12)
+    ours = _draw_blocks(ok, budget, g1, **params)
+    ref = dense_block_loop(ok, budget, g2, **params)
+    assert torch.equal(ours, ref)
+    assert torch.equal(torch.rand(8, generator=g1), torch.rand(8, generator=g2))  # same stream position
+    # and without an eligibility tensor (the shape alone): the same as all-True
+    if not holes:
+        assert torch.equal(_draw_blocks(shape, budget, gen(12), **params), ref)
+
+
+def test_chunked_candidate_work_gives_the_same_blocks(monkeypatch):
+    import engine.masking.block as block_module
+
+    ok = torch.rand(32, 30, 70, generator=gen(13)) < 0.95
+    budget = torch.round(0.7 * ok.flatten(1).sum(1).double()).long()
+    want = _draw_blocks(ok, budget, gen(14), **dict(BEIT, min_patches=4))
+    monkeypatch.setattr(block_module, "_SERIAL", 7)  # one candidate per chunk
+    assert torch.equal(_draw_blocks(ok, budget, gen(14), **dict(BEIT, min_patches=4)), want)
+
+
+@pytest.mark.parametrize("W", [1, 5, 61, 62, 63, 100, 124, 130])
+def test_bit_packing_round_trip_column_ranges_and_popcount(W):
+    from engine.masking.block import _col_range, _pack_cols, _popcount, _unpack_cols
+
+    x = torch.rand(6, 7, W, generator=gen(W)) < 0.5
+    words = _pack_cols(x)
+    assert words.shape == (6, 7, -(-W // 62)) and (words >= 0).all() and (words < 2**62).all()
+    assert torch.equal(_unpack_cols(words, W), x)
+    assert torch.equal(_popcount(words).sum(-1), x.sum(-1))
+    left = torch.randint(0, W, (50,), generator=gen(1))
+    w = (torch.rand(50, generator=gen(2)) * (W - left)).long() + 1
+    expected = (torch.arange(W)[None] >= left[:, None]) & (torch.arange(W)[None] < (left + w)[:, None])
+    assert torch.equal(_unpack_cols(_col_range(left, w, -(-W // 62)), W), expected)
+
+
+def test_popcount_of_extreme_words():
+    from engine.masking.block import _popcount
+
+    x = torch.tensor([0, 1, 2**62 - 1, 2**61, 0x5555555555555555 >> 1, 12345678901234])
+    assert _popcount(x).tolist() == [bin(v).count("1") for v in x.tolist()]
+
+
+def test_audio_grid_exact_count_block_bounds_and_determinism():
+    B, H, W = 16, 128, 100
+    budget = torch.full((B,), round(0.8 * H * W))
+    mask, rec = _draw_blocks((B, H, W), budget, gen(15), record=True, **dict(BEIT, min_patches=4))
+    assert (counts(mask) <= budget).all() and counts(mask).sum() > 0.95 * budget.sum()
+    assert ((rec["h"] >= 1) & (rec["h"] <= H) & (rec["w"] >= 1) & (rec["w"] <= W)).all()
+    assert ((rec["top"] >= 0) & (rec["top"] + rec["h"] <= H) & (rec["left"] >= 0) & (rec["left"] + rec["w"] <= W)).all()
+    for b, t, l_, h, w in zip(*(rec[k].tolist() for k in ("row", "top", "left", "h", "w"))):
+        assert mask[b, t:t + h, l_:l_ + w].all()
+    a = rec["aspect"]
+    assert (a >= 0.3 * (1 - 1e-6)).all() and (a <= (1 / 0.3) * (1 + 1e-6)).all()
+    full = block_mask((B, H, W), 0.8, generator=gen(16))
+    assert (counts(full) == round(0.8 * H * W)).all()
+    assert torch.equal(full, block_mask((B, H, W), 0.8, generator=gen(16)))

@@ -143,3 +143,34 @@ def test_registry_record_defaults_and_seed_determinism():
     a = hierarchical_mask((8, 14, 14), 0.75, generator=gen(12))
     assert torch.equal(a, hierarchical_mask((8, 14, 14), 0.75, generator=gen(12)))
     assert not torch.equal(a, hierarchical_mask((8, 14, 14), 0.75, generator=gen(13)))
+
+
+def test_cells_reduce_each_aligned_cell_with_a_ragged_margin():
+    from engine.masking.hierarchical import _cells
+
+    x = torch.rand(5, 11, 9, generator=gen(20)) < 0.9
+    got = _cells(x, 2, (5, 4))
+    expected = torch.stack([x[:, 2 * i:2 * i + 2, 2 * j:2 * j + 2].flatten(1).all(1)
+                            for i in range(5) for j in range(4)], dim=1)
+    assert torch.equal(got, expected)
+    v = torch.rand(3, 4, 6, 6, generator=gen(21)) < 0.95
+    exp3 = torch.stack([v[:, 2 * a:2 * a + 2, 2 * b:2 * b + 2, 2 * c:2 * c + 2].flatten(1).all(1)
+                        for a in range(2) for b in range(3) for c in range(3)], dim=1)
+    assert torch.equal(_cells(v, 2, (2, 3, 3)), exp3)
+
+
+def test_audio_grid_structure_count_and_determinism():
+    # 128x100 at 0.8: budget 10240 -> floor(0.5 * 10240 / 16) = 320 cells of 4x4, floor(0.25 * 10240 / 4) = 640 of 2x2.
+    mask = hierarchical_mask((16, 128, 100), 0.8, generator=gen(22))
+    assert (counts(mask) == 10240).all()
+    assert (full_cells(mask, 4).sum(dim=(1, 2)) >= 320).all()
+    assert (full_cells(mask, 2).sum(dim=(1, 2)) >= 320 * 4 + 640).all()
+    assert torch.equal(mask, hierarchical_mask((16, 128, 100), 0.8, generator=gen(22)))
+
+
+def test_all_true_eligible_gives_the_same_masks_as_none():
+    # The no-eligibility shortcuts (no all-True tensor, no cell check at the first level) change nothing.
+    for shape, kw in [((8, 30, 22), {}), ((8, 40), dict(scales=[5, 3], shares=[0.4, 0.4])), ((4, 4, 8, 8), {})]:
+        a = hierarchical_mask(shape, 0.6, generator=gen(23), **kw)
+        b = hierarchical_mask(shape, 0.6, generator=gen(23), eligible=torch.ones(shape, dtype=torch.bool), **kw)
+        assert torch.equal(a, b)
