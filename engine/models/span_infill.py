@@ -259,8 +259,15 @@ class SpanInfiller(nn.Module):
         return self.decode(self.encode(src_ids, src_mask), src_mask, tgt_in, tgt_mask)
 
     @torch.no_grad()
-    def generate(self, src_ids: torch.Tensor, src_mask: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
+    def generate(self, src_ids: torch.Tensor, src_mask: torch.Tensor, max_new_tokens: int,
+                 lengths: torch.Tensor | None = None) -> torch.Tensor:
         """Greedy decoding: the most probable token at each step, until every row has produced eos.
+
+        With ``lengths`` (``[B]`` int, the span's token count per row, eos excluded), decoding is
+        length-constrained: pad, bos and eos are never chosen inside the span and eos is forced right
+        after it, so each row holds exactly ``lengths[i]`` span tokens, then eos. This is what the
+        count baselines know (:meth:`engine.eval.TokenBaselines.predict_span` emits one token per
+        hidden position), so their accuracies compare with this mode's.
 
         Each step re-runs the decoder on the whole prefix (no key/value cache: spans are tens of
         tokens, and the cost is ``O(T^2)`` decoder positions).
@@ -268,6 +275,8 @@ class SpanInfiller(nn.Module):
         Args:
             src_ids, src_mask: ``[B, Ls]`` encoder input (from :func:`span_corrupt`).
             max_new_tokens: most tokens to generate, eos included (``<= max_len``).
+            lengths: optional ``[B]`` span lengths for length-constrained decoding; each ``<
+                max_new_tokens``.
 
         Returns:
             ``[B, T]`` int64 with ``T <= max_new_tokens``: each row's tokens up to and including its
@@ -275,16 +284,28 @@ class SpanInfiller(nn.Module):
             position by position with ``tgt_ids`` of :func:`span_corrupt`.
 
         Raises:
-            ValueError: ``max_new_tokens`` not in ``[1, max_len]``, or bad encoder input.
+            ValueError: ``max_new_tokens`` not in ``[1, max_len]``, ``lengths`` not ``[B]`` or not
+                in ``[0, max_new_tokens)``, or bad encoder input.
         """
         if not 1 <= max_new_tokens <= self.max_len:
             raise ValueError(f"generate: max_new_tokens must be in [1, max_len = {self.max_len}] (got {max_new_tokens})")
         memory = self.encode(src_ids, src_mask)
         B = src_ids.shape[0]
+        if lengths is not None:
+            lengths = torch.as_tensor(lengths, device=memory.device).long()
+            if lengths.shape != (B,) or bool((lengths < 0).any()) or bool((lengths >= max_new_tokens).any()):
+                raise ValueError(f"generate: lengths must be [B = {B}] span lengths in [0, max_new_tokens = "
+                                 f"{max_new_tokens}) (got shape {tuple(lengths.shape)})")
+            max_new_tokens = int(lengths.max()) + 1 if B else 1
         seq = torch.full((B, 1), self.bos_id, dtype=torch.long, device=memory.device)
         done = torch.zeros(B, dtype=torch.bool, device=memory.device)
-        for _ in range(max_new_tokens):
-            nxt = self.decode(memory, src_mask, seq)[:, -1].argmax(dim=-1)  # (B,)
+        for t in range(max_new_tokens):
+            logits = self.decode(memory, src_mask, seq)[:, -1]  # (B, V)
+            if lengths is not None:
+                logits[:, [self.pad_id, self.bos_id, self.eos_id]] = float("-inf")
+            nxt = logits.argmax(dim=-1)  # (B,)
+            if lengths is not None:
+                nxt = torch.where(lengths == t, torch.full_like(nxt, self.eos_id), nxt)
             nxt = nxt.masked_fill(done, self.pad_id)
             seq = torch.cat([seq, nxt[:, None]], dim=1)
             done |= nxt == self.eos_id

@@ -20,7 +20,9 @@ same settings share it; the run records its id in ``task.json``). Every text is 
   segment) hides one contiguous span; the encoder sees the text with one sentinel (``[MASK]``) in
   its place, the decoder writes the span and ``[SEP]``. Validation: ``val_loss`` (teacher-forced
   cross-entropy), ``val_span_acc`` (greedy generation compared token by token with the span,
-  ``[SEP]`` excluded: what the baselines are scored on), ``val_exact`` (the whole span and its end).
+  ``[SEP]`` excluded: what the baselines are scored on), ``val_span_acc_len`` (the same with
+  length-constrained decoding: the model is told the span's length, as the baselines are),
+  ``val_exact`` (the whole span and its end).
 """
 
 from __future__ import annotations
@@ -494,9 +496,10 @@ class TextSpanTask(_TextTask):
         return loss, {"mask_ratio": span.sum() / b["eligible"].sum().clamp_min(1),
                       **{f"loss/{k}": v for k, v in parts.items()}}
 
-    def _generate(self, ex):
+    def _generate(self, ex, lengths=None):
         T = ex.tgt_ids.shape[1]
-        gen = self.model.generate(ex.src_ids.to(self.device), ex.src_mask.to(self.device), max_new_tokens=T).cpu()
+        gen = self.model.generate(ex.src_ids.to(self.device), ex.src_mask.to(self.device), max_new_tokens=T,
+                                  lengths=lengths).cpu()
         out = torch.full_like(ex.tgt_ids, self.tok.pad_id)
         out[:, : gen.shape[1]] = gen[:, :T]
         return out
@@ -507,7 +510,7 @@ class TextSpanTask(_TextTask):
 
         from engine.models.span_infill import span_exact_match, span_scored_mask
 
-        nll = n_tok = hits = n_span = exact = n_rows = 0.0
+        nll = n_tok = hits = hits_len = n_span = exact = n_rows = 0.0
         for i, (b, span, ex) in enumerate(self.eval_batches):
             logits = self._logits(ex).float()
             tm = ex.tgt_mask.to(logits.device)
@@ -520,7 +523,10 @@ class TextSpanTask(_TextTask):
                 n_span += float(scored.sum())
                 exact += float(span_exact_match(gen, ex.tgt_ids, ex.tgt_mask, reduction="sum"))
                 n_rows += len(gen)
-        return {"val_loss": nll / max(n_tok, 1), "val_span_acc": hits / max(n_span, 1), "val_exact": exact / max(n_rows, 1)}
+                gen = self._generate(ex, lengths=scored.sum(dim=1))  # told the length, as the baselines are
+                hits_len += float(((gen == ex.tgt_ids) & scored).sum())
+        return {"val_loss": nll / max(n_tok, 1), "val_span_acc": hits / max(n_span, 1),
+                "val_span_acc_len": hits_len / max(n_span, 1), "val_exact": exact / max(n_rows, 1)}
 
     @torch.no_grad()
     def baselines(self) -> dict[str, float]:

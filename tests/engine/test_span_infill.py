@@ -229,6 +229,22 @@ def test_generate_stops_at_eos_and_pads():
     assert out.tolist() == [[SEP], [SEP]]
 
 
+def test_length_constrained_generation_writes_exactly_the_span_length_then_eos():
+    model = micro()
+    with torch.no_grad():
+        model.out_bias[SEP] = 100.0  # free decoding would end at once
+        model.out_bias[PAD] = 90.0
+        model.out_bias[CLS] = 80.0
+    ex = example_batch()
+    out = model.generate(ex.src_ids, ex.src_mask, 10, lengths=torch.tensor([3, 1]))
+    assert out.shape == (2, 4)
+    for row, n in zip(out.tolist(), (3, 1)):
+        assert row[n] == SEP and all(t not in (PAD, CLS, SEP) for t in row[:n])  # span tokens, then eos
+        assert row[n + 1 :] == [PAD] * (3 - n)
+    with pytest.raises(ValueError, match=r"lengths must be \[B = 2\] span lengths in \[0, max_new_tokens = 10\)"):
+        model.generate(ex.src_ids, ex.src_mask, 10, lengths=torch.tensor([10, 1]))
+
+
 def test_span_infiller_memorises_examples_and_generates_the_span_exactly(one_thread):
     """Behaviour: a small encoder-decoder overfits 6 texts with fixed spans; greedy decoding then
     reproduces every span token for token, eos included."""
