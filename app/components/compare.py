@@ -163,6 +163,16 @@ def probe_bars(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def shared_inputs(samples: dict, key: str, n: int) -> tuple[dict, int, bool]:
+    """For a reconstruction grid over runs: the first run's sample, how many rows every run has
+    (at most ``n``), and whether all runs saw the same inputs there (``samples[run][key]``, the
+    validation images or spectrograms; same shape and values)."""
+    first = next(iter(samples.values()))
+    k = min(n, *(len(s[key]) for s in samples.values()))
+    same = all(s[key].shape == first[key].shape and np.allclose(s[key][:k], first[key][:k]) for s in samples.values())
+    return first, k, same
+
+
 def stack_column(images: np.ndarray, gap: int = 2) -> np.ndarray:
     """``(N, H, W, 3)`` uint8 -> one ``(N*H + (N-1)*gap, W, 3)`` image, white gaps between rows."""
     n, h, w, c = images.shape

@@ -359,14 +359,11 @@ def compare_view(samples: dict, n: int = 4) -> list[tuple[str, np.ndarray]]:
     prediction at masked cells, the original elsewhere), at each run's latest samples, on one colour
     range per clip. ``samples``: run label -> ``Sample`` of kind ``audio_spec``. Returns the
     ``(caption, uint8 column image)`` pairs drawn (the HTML report reuses them)."""
-    from app.components.compare import stack_column
+    from app.components.compare import shared_inputs, stack_column
 
     if not samples:
         return []
-    first = next(iter(samples.values()))
-    k = min(n, *(len(s["spec"]) for s in samples.values()))
-    same = all(s["spec"].shape == first["spec"].shape and np.allclose(s["spec"][:k], first["spec"][:k])
-               for s in samples.values())
+    first, k, same = shared_inputs(samples, "spec", n)
     ranges = [_range(first["spec"][i].astype(np.float32), first["real"][i]) for i in range(k)]
 
     def column(s, kind: str) -> np.ndarray:

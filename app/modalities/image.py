@@ -344,15 +344,12 @@ def compare_view(samples: dict, n: int = 6) -> list[tuple[str, np.ndarray]]:
     the original, then per run its masked input and its reconstruction with the visible patches
     pasted back, at each run's latest samples. ``samples``: run label -> ``Sample`` of kind
     ``image``. Returns the ``(caption, uint8 column image)`` pairs drawn (the HTML report reuses them)."""
-    from app.components.compare import stack_column
+    from app.components.compare import shared_inputs, stack_column
     from app.components.images import chw_to_hwc_uint8, upscale
 
     if not samples:
         return []
-    first = next(iter(samples.values()))
-    k = min(n, *(len(s["images"]) for s in samples.values()))
-    same = all(s["images"].shape == first["images"].shape and np.allclose(s["images"][:k], first["images"][:k])
-               for s in samples.values())
+    first, k, same = shared_inputs(samples, "images", n)
     columns = [("original", chw_to_hwc_uint8(first["images"][:k]))]
     for label, s in samples.items():
         columns.append((f"{label} · masked (step {s.step})", mask_overlay(s["images"][:k], s["mask"][:k])))
