@@ -272,8 +272,13 @@ class TokenBaselines:
 
     # --- spans -------------------------------------------------------------------------------------
 
-    def predict_span(self, kind: str, input_ids, attention_mask, span_mask) -> torch.Tensor:
+    def predict_span(self, kind: str, input_ids, attention_mask, span_mask, teacher_forced: bool = False) -> torch.Tensor:
         """Predictions for one hidden contiguous span per row (see the module docstring for bigram).
+
+        By default the bigram is greedy, left to right: its left neighbour inside the span is its own
+        previous prediction (what free generation has). ``teacher_forced=True`` gives it the true
+        previous token instead (what a decoder has under teacher forcing): ``input_ids`` must then
+        hold the span's true ids, and a position's own id is still never read.
 
         Args:
             kind: ``"unigram"``, ``"position"`` or ``"bigram"``.
@@ -305,7 +310,8 @@ class TokenBaselines:
         for i in range(width):  # greedy, left to right; all rows at once
             pred = self._bigram(prev, prev_k, r, r_k & (i == length - 1))
             out[:, i] = pred
-            prev, prev_k = pred, np.ones(B, dtype=bool)
+            truth = ids[rows, np.minimum(start + i, L - 1)]  # the token just predicted, read only as context
+            prev, prev_k = (truth if teacher_forced else pred), np.ones(B, dtype=bool)
         return torch.from_numpy(out[np.arange(width)[None, :] < length[:, None]])
 
     def span_accuracy(self, kind: str, input_ids, attention_mask, span_mask) -> float:

@@ -22,7 +22,8 @@ same settings share it; the run records its id in ``task.json``). Every text is 
   cross-entropy), ``val_span_acc`` (greedy generation compared token by token with the span,
   ``[SEP]`` excluded: what the baselines are scored on), ``val_span_acc_len`` (the same with
   length-constrained decoding: the model is told the span's length, as the baselines are),
-  ``val_exact`` (the whole span and its end).
+  ``val_span_acc_tf`` (teacher-forced top-1 on the span tokens; its baseline is ``bigram_tf_acc``,
+  the bigram given the true previous token), ``val_exact`` (the whole span and its end).
 """
 
 from __future__ import annotations
@@ -510,15 +511,16 @@ class TextSpanTask(_TextTask):
 
         from engine.models.span_infill import span_exact_match, span_scored_mask
 
-        nll = n_tok = hits = hits_len = n_span = exact = n_rows = 0.0
+        nll = n_tok = hits = hits_len = hits_tf = n_span = exact = n_rows = 0.0
         for i, (b, span, ex) in enumerate(self.eval_batches):
             logits = self._logits(ex).float()
             tm = ex.tgt_mask.to(logits.device)
             nll += float(F.cross_entropy(logits[tm], ex.tgt_ids.to(logits.device)[tm], reduction="sum"))
             n_tok += float(tm.sum())
             if i * EVAL_CHUNK < GEN_MAX_ROWS:
-                gen = self._generate(ex)
                 scored = span_scored_mask(ex.tgt_mask)
+                hits_tf += float(((logits.argmax(-1).cpu() == ex.tgt_ids) & scored).sum())
+                gen = self._generate(ex)
                 hits += float(((gen == ex.tgt_ids) & scored).sum())
                 n_span += float(scored.sum())
                 exact += float(span_exact_match(gen, ex.tgt_ids, ex.tgt_mask, reduction="sum"))
@@ -526,7 +528,8 @@ class TextSpanTask(_TextTask):
                 gen = self._generate(ex, lengths=scored.sum(dim=1))  # told the length, as the baselines are
                 hits_len += float(((gen == ex.tgt_ids) & scored).sum())
         return {"val_loss": nll / max(n_tok, 1), "val_span_acc": hits / max(n_span, 1),
-                "val_span_acc_len": hits_len / max(n_span, 1), "val_exact": exact / max(n_rows, 1)}
+                "val_span_acc_len": hits_len / max(n_span, 1), "val_span_acc_tf": hits_tf / max(n_span, 1),
+                "val_exact": exact / max(n_rows, 1)}
 
     @torch.no_grad()
     def baselines(self) -> dict[str, float]:
@@ -535,7 +538,7 @@ class TextSpanTask(_TextTask):
         from engine.eval.text_baselines import BASELINE_KINDS, TokenBaselines
 
         base = TokenBaselines.fit(self.train.input_ids, self.train.attention_mask, self.special_ids, self.tok.vocab_size)
-        hits = dict.fromkeys(BASELINE_KINDS, 0.0)
+        hits = dict.fromkeys([*BASELINE_KINDS, "bigram_tf"], 0.0)
         n = 0
         for i, (b, span, _) in enumerate(self.eval_batches):
             if i * EVAL_CHUNK >= GEN_MAX_ROWS:
@@ -544,6 +547,9 @@ class TextSpanTask(_TextTask):
             for k in BASELINE_KINDS:
                 hits[k] += float((base.predict_span(k, b["ids"].masked_fill(span, self.tok.mask_id), b["attention"], span)
                                   == truth).sum())
+            # the bigram given the true previous token: the baseline for val_span_acc_tf
+            hits["bigram_tf"] += float((base.predict_span("bigram", b["ids"], b["attention"], span, teacher_forced=True)
+                                        == truth).sum())
             n += int(span.sum())
         return {f"baseline/{k}_acc": v / max(n, 1) for k, v in hits.items()}
 

@@ -134,6 +134,19 @@ def test_span_baselines_by_hand(base):
         base.predict_span("bigram", ids, att, torch.tensor([[0, 1, 0, 1, 0, 0]], dtype=torch.bool))
 
 
+def test_teacher_forced_span_bigram_reads_the_true_previous_token(base):
+    # Span = 7 8 9 of [CLS] 7 8 9 [SEP]. First token: left [CLS] -> 5 in both modes. Greedy, the
+    # second token follows the prediction 5 -> 6; teacher-forced, it follows the true 7 -> 8, and the
+    # last one sits between the true 8 and [SEP] -> trigram (8, 9, SEP) -> 9.
+    ids, att = padded([[CLS, 7, 8, 9, SEP]])
+    span = torch.tensor([[0, 1, 1, 1, 0]], dtype=torch.bool)
+    assert base.predict_span("bigram", ids, att, span).tolist()[:2] == [5, 6]
+    assert base.predict_span("bigram", ids, att, span, teacher_forced=True).tolist() == [5, 8, 9]
+    # the unigram and position baselines read no context, so teacher forcing changes nothing for them
+    for kind in ("unigram", "position"):
+        assert base.predict_span(kind, ids, att, span, teacher_forced=True).tolist() == base.predict_span(kind, ids, att, span).tolist()
+
+
 def test_errors(base):
     ids, att = padded([[CLS, 5, SEP]])
     with pytest.raises(ValueError, match="unknown baseline 'trigram'"):
