@@ -78,11 +78,15 @@ with preview:
     ready = cfg is not None and guarded(preflight, json.dumps(cfg.to_dict(), sort_keys=True)) is not None
     if st.button("Launch", type="primary", disabled=not ready):
         run_id = guarded(submit, cfg, actor=actor())
-        if run_id is not None:
+        if run_id is not None:  # what was launched, in words: a field left red keeps its last valid value
+            t, m = cfg.train, cfg.masking
             st.session_state["nr_launched"] = run_id
+            st.session_state["nr_launched_what"] = (f"{cfg.data.dataset}, {t.steps:,} steps x batch {t.batch_size}, "
+                                                    f"lr {t.lr:g}, {m.strategy} masking at ratio {m.ratio:g}")
     launched = st.session_state.get("nr_launched")
     if launched:
-        st.success(f"Launched run **{launched}**: it trains in a background process.")
+        st.success(f"Launched run **{launched}** ({st.session_state.get('nr_launched_what', '')}): it trains in a "
+                   "background process.")
         l1, l2 = st.columns(2)
         with l1:
             st.page_link("../pages/run_detail.py", label="Open run detail", query_params={"run": launched})

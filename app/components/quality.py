@@ -124,8 +124,10 @@ def quality_table(rec, step: int | None = None, value: float | None = None) -> N
         b = base.idxmin() if better == "min" else base.idxmax()
         who = df["predictor"][b]
         notes.append(f"{title}: this run at {run / base[b]:.0%} of the best baseline ({who})" if better == "min" else
-                     f"{title}: this run {(run - base[b]) * 100:+.1f} points over the best baseline ({who})" if pct else
-                     f"{title}: this run {run - base[b]:+.2f} over the best baseline ({who})")
+                     f"{title}: this run {abs(run - base[b]) * 100:.1f} points {'above' if run >= base[b] else 'below'} "
+                     f"the best baseline ({who})" if pct else
+                     f"{title}: this run {abs(run - base[b]):.2f} {'above' if run >= base[b] else 'below'} the best "
+                     f"baseline ({who})")
     st.caption(f"★ best of each column · baselines measured once at step 0 on the same validation masks, "
                f"this run at step {rec.step if step is None else step}" + "".join(f" · {n}" for n in notes + _baseline_notes(rec.config)))
 

@@ -31,6 +31,12 @@ CORRECT, WRONG = "#2e7d32", "#c62828"
 
 
 @st.cache_data(max_entries=6, ttl=900, show_spinner="Loading texts…")
+
+def candidate(token: str, prob: float) -> str:
+    """A predicted token and its probability for a table cell: ``“.” · 6%`` (quoted, so a token such
+    as ``-`` or ``.`` cannot read as part of the number)."""
+    return f"“{token}” · {prob:.0%}"
+
 def text_view(workspace: str, name: str, version: str) -> dict:
     """What the Data page shows of a text dataset: representative texts with label and split
     (:func:`app.components.datasets.sample_rows`, class by class), character and word lengths of
@@ -164,7 +170,7 @@ def mlm_samples_view(sample, run) -> None:
         tag = f" <span style='color:#888'>({html.escape(names[y])})</span>" if names and 0 <= y < len(names) else ""
         lines.append(f"<li style='line-height:1.9;font-size:1.05em'>{sentence_html(tokens[i], mask[i], marks)}{tag}</li>")
         for j in pos:
-            cands = [f"{'✓ ' if top[i, j, k] == tokens[i, j] else ''}{top[i, j, k]} {probs[i, j, k]:.0%}"
+            cands = [f"{'✓ ' if top[i, j, k] == tokens[i, j] else ''}{candidate(top[i, j, k], probs[i, j, k])}"
                      for k in range(top.shape[2]) if top[i, j, k]]
             rows.append({"text": i + 1, "hidden token": tokens[i, j],
                          **{f"top-{k + 1}": cands[k] if k < len(cands) else "" for k in range(top.shape[2])}})
@@ -255,7 +261,7 @@ def fill_in_box(run, sample) -> None:
     preds = guarded(fill_in, loaded, query)
     if preds:
         st.dataframe(pd.DataFrame([{"[MASK] #": p.position + 1,
-                                    **{f"top-{k + 1}": f"{t} {pr:.0%}" for k, (t, pr) in enumerate(p.candidates)}}
+                                    **{f"top-{k + 1}": candidate(t, pr) for k, (t, pr) in enumerate(p.candidates)}}
                                    for p in preds]), hide_index=True, width="stretch")
         st.caption(f"Checkpoint of step {loaded.step}; a hidden word is one [MASK], so the model proposes one token "
                    "(a WordPiece piece starts with ##).")

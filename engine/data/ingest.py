@@ -76,8 +76,14 @@ def _tree_names(path: Path, label: str) -> list[str]:
     from engine.data.limits import ImportLimits
 
     if not path.is_dir() and not zipfile.is_zipfile(path):
-        raise DatasetError(f"{label}: not a zip archive, a folder or a known file type "
-                           f"(.zip, .txt, {', '.join(TABLE_EXTENSIONS)}, {', '.join(audio.EXTENSIONS)})")  # fmt: skip
+        if path.stat().st_size == 0:
+            raise DatasetError(f"{label}: the file is empty (0 bytes)")
+        if path.suffix.lower() == ".zip":
+            raise DatasetError(f"{label}: named .zip but not a zip archive (damaged, cut short, or another "
+                               f"kind of file renamed); make the zip again")
+        raise DatasetError(f"{label}: not a file type masklab imports; give a .zip (images, audio clips or .txt "
+                           f"documents), a text file (.txt, {', '.join(TABLE_EXTENSIONS)}) or an audio clip "
+                           f"({', '.join(audio.EXTENSIONS)})")  # fmt: skip
     with Members(path, label, ImportLimits.from_env()) as ms:
         decode_names(ms.members)
         names = [clean_path(m.name) for m in ms.members]

@@ -226,7 +226,8 @@ def test_b_launch_watch_curves_and_reconstructions(server, page, workspace_dir):
     page.get_by_role("button", name="Launch").click()
     success = page.get_by_test_id("stAlertContentSuccess")
     expect(success).to_contain_text("Launched run", timeout=20_000)
-    run_id = re.search(r"Launched run (\S+?):", success.inner_text()).group(1)
+    run_id = re.search(r"Launched run (\S+) \(", success.inner_text()).group(1)
+    assert "(digits, 2,000 steps x batch 64, " in success.inner_text()  # what was launched, in words
     cfg = get_run(run_id, workspace_dir).config
     assert cfg["name"] == "browser-e2e" and cfg["data"]["dataset"] == "digits"
     assert cfg["train"]["steps"] == 2000 and cfg["train"]["eval_interval"] == 50 and cfg["train"]["batch_size"] == 64
@@ -362,7 +363,7 @@ def launch_short_run(page, url: str, preview: str, fields: dict[str, str], name:
     page.get_by_role("button", name="Launch").click()
     success = page.get_by_test_id("stAlertContentSuccess")
     expect(success).to_contain_text("Launched run", timeout=30_000)
-    return re.search(r"Launched run (\S+?):", success.inner_text()).group(1)
+    return re.search(r"Launched run (\S+) \(", success.inner_text()).group(1)
 
 
 def test_e_text_csv_upload_mlm_run_and_fill_in_box(server, page, workspace_dir, shared_data, tmp_path):

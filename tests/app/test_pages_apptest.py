@@ -142,7 +142,7 @@ def test_upload_zip_shows_plan_then_report_and_new_dataset(workspace, stamps_zip
     assert len(caps) == 24 and {c.split(" · ")[0] for c in caps} <= {"animals", "food", "vehicles"}
     # a broken file afterwards shows its error alone, not the earlier report under it
     at.file_uploader[0].upload("broken.zip", b"this is not a zip archive", "application/zip").run()
-    assert at.error and at.error[0].value.startswith("broken.zip: not a zip archive")
+    assert at.error and at.error[0].value.startswith("broken.zip: named .zip but not a zip archive")
     assert not any("Imported" in w.value for w in at.warning)
 
 
@@ -150,7 +150,7 @@ def test_bad_upload_is_an_error_not_an_exception(workspace):
     at = open_page("../pages/data.py")
     at.file_uploader[0].upload("broken.zip", b"this is not a zip archive", "application/zip").run()
     assert not at.exception
-    assert at.error and at.error[0].value.startswith("broken.zip: not a zip archive")  # no temp path
+    assert at.error and at.error[0].value.startswith("broken.zip: named .zip but not a zip archive")  # no temp path
     assert at.selectbox(key="data_ds").value == "digits"  # the page goes on
 
 

@@ -97,12 +97,23 @@ def test_a_damaged_zip_and_an_unknown_file_type_are_refused_in_our_words(workspa
     broken.write_bytes(raw[:-30] + b"\0" * 30)  # the end record destroyed
     with pytest.raises(DatasetError) as e:
         import_source(broken)
-    assert "Errno" not in str(e.value) and str(e.value).startswith(f"{broken}: not a zip archive")
-    pdf = tmp_path / "report.pdf"
+    assert "Errno" not in str(e.value) and str(e.value) == (
+        f"{broken}: named .zip but not a zip archive (damaged, cut short, or another kind of file renamed); make the zip again")
+    # Every other member of the kind: another file renamed .zip, an empty one, an unknown type, empty or not.
+    fake, empty = tmp_path / "notazip.zip", tmp_path / "empty.zip"
+    fake.write_text("just some text")
+    empty.write_bytes(b"")
+    pdf, empty_pdf = tmp_path / "report.pdf", tmp_path / "blank.pdf"
     pdf.write_bytes(b"%PDF-1.4")
-    with pytest.raises(DatasetError) as e:
-        import_source(pdf)
-    assert str(e.value) == f"{pdf}: not a zip archive, a folder or a known file type (.zip, .txt, .csv, .tsv, .jsonl, .wav, .wave, .flac, .ogg, .oga, .opus)"
+    empty_pdf.write_bytes(b"")
+    unknown = ("not a file type masklab imports; give a .zip (images, audio clips or .txt documents), a text file "
+               "(.txt, .csv, .tsv, .jsonl) or an audio clip (.wav, .wave, .flac, .ogg, .oga, .opus)")
+    for path, reason in [(fake, "named .zip but not a zip archive (damaged, cut short, or another kind of file renamed); "
+                                "make the zip again"),
+                         (empty, "the file is empty (0 bytes)"), (pdf, unknown), (empty_pdf, "the file is empty (0 bytes)")]:
+        with pytest.raises(DatasetError) as e:
+            import_source(path)
+        assert str(e.value) == f"{path}: {reason}"
 
 
 @pytest.mark.parametrize(("config", "message"), [
@@ -153,3 +164,28 @@ def test_describe_error_uses_no_library_sentence(tmp_path):
         assert describe_error(e) == "damaged (not a valid zip container)"
     assert describe_error(RuntimeError("Error while loading: something deep in Rust")) == \
         "damaged or not in the expected format"
+
+
+@pytest.mark.parametrize("val_fraction, n", [(0.0, 4), (0.1, 1)])
+def test_a_dataset_with_an_empty_split_is_refused_before_launch(workspace, tmp_path, val_fraction, n):
+    # No validation item (a fraction of 0, or a single image, which always goes to train) gave a run
+    # with no validation figure at all: val loss 0.0000, every baseline PSNR 100, "inf%".
+    from engine.checks import check_run
+    from engine.data.tabular import ImportOptions
+    from engine.launcher import submit
+    from engine.store import list_runs
+
+    path = tmp_path / "few.zip"
+    with zipfile.ZipFile(path, "w") as z:
+        for i in range(n):
+            z.writestr(f"cats/{i}.png", _png())
+    info = import_source(path, "few", ImportOptions(val_fraction=val_fraction), image_size=8).dataset
+    assert (info.n_train, info.n_val) == (n, 0)
+    cfg = RunConfig.from_dict({"data": {"dataset": "few"}, "model": {"patch_size": 2}})
+    message = (f"data.dataset: 'few' has {info.n_train:,} training and {info.n_val:,} validation items; a run needs both. "
+               "Import it again with more items or another validation fraction")
+    for call in (lambda: check_run(cfg), lambda: submit(cfg)):
+        with pytest.raises(DatasetError) as e:
+            call()
+        assert str(e.value) == message
+    assert list_runs() == []
