@@ -147,8 +147,15 @@ for r in missing:
 st.header("Training cost")
 losses = metrics[metrics["key"] == "loss"] if metrics is not None else None
 default_target = float(round(losses.groupby("run_id")["value"].min().max() * 1.1, 4)) if losses is not None and len(losses) else 0.1
+if losses is not None and len(losses):
+    # A target outside these runs' losses (kept in the URL from another selection) would read
+    # "step 1" or "never" for every run: the default for this selection replaces it.
+    kept = url.get("loss", None, float)
+    if kept is not None and not losses["value"].min() <= kept <= losses["value"].max():
+        url.put("loss", None)
 target = url.widget(st.number_input, "Time to reach training loss (moving mean of 20 points)", "loss",
-                    default=default_target, cast=float, min_value=0.0, format="%.4f", key="cmp_loss")
+                    default=default_target, cast=float, min_value=0.0, format="%.4f",
+                    key=f"cmp_loss_{'_'.join(sorted(picked_ids))}")  # a new selection starts from its own default
 eff = efficiency_frame(picked, metrics if metrics is not None else frame.iloc[0:0], legend, target)
 st.table(eff_display(eff).set_index("run"))
 st.caption("Peak memory: the worker's peak private memory (RssAnon high-water on Linux, CUDA max allocated on a GPU). "

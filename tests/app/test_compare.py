@@ -82,3 +82,13 @@ def test_compare_page_on_four_evaluated_runs(four_runs):
     assert not any("★" in v for v in down["linear probe · random init"])
     captions = [img.caption for el in at.get("image") for img in el.proto.imgs]
     assert captions[0] == "original" and len(captions) == 1 + 2 * 4
+
+    # A loss target left in the URL by another selection, outside these runs' losses, would make every
+    # run read "step 1" (or never): it gives way to this selection's default.
+    default = next(n for n in at.number_input if n.label.startswith("Time to reach training loss")).value
+    at.query_params["loss"] = "99.0"
+    at.run()
+    box = next(n for n in at.number_input if n.label.startswith("Time to reach training loss"))
+    assert box.value == default != 99.0
+    eff_table = next(t.value for t in at.table if "step to loss" in t.value.columns)
+    assert not (eff_table["step to loss"].astype(str) == "1").all()
