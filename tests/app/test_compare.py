@@ -86,6 +86,9 @@ def test_compare_page_on_four_evaluated_runs(four_runs):
     # A loss target left in the URL by another selection, outside these runs' losses, would make every
     # run read "step 1" (or never): it gives way to this selection's default.
     default = next(n for n in at.number_input if n.label.startswith("Time to reach training loss")).value
+    at = AppTest.from_file(str(ENTRY), default_timeout=120).run()
+    at.switch_page("../pages/compare.py")
+    at.query_params["runs"] = ",".join(ids)
     at.query_params["loss"] = "99.0"
     at.run()
     box = next(n for n in at.number_input if n.label.startswith("Time to reach training loss"))
