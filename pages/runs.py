@@ -19,7 +19,7 @@ from app.components.charts import axis_controls, show_read_warnings
 from app.components.quality import loss_title
 from app.components.access import allowed
 from app.components.resume import resume_buttons
-from app.components.runs import progress_with_cancel
+from app.components.runs import activity, progress_with_cancel
 from app.components.urlstate import PageState
 from engine.launcher import cancel
 from engine.store import disk_usage, format_bytes, list_runs, read_metrics
@@ -58,7 +58,7 @@ def runs_panel(show_archived: bool) -> None:
         [f"runs take {format_bytes(usage.runs_total)} on disk, datasets {format_bytes(usage.datasets_total)}, "
          f"the whole workspace {format_bytes(usage.total)}"] if usage is not None else [])))
     for r in (r for r in records if r.is_active):
-        progress_with_cancel(r, allowed("run.cancel", cancel), "runs_cancel", f"**{run_label(r)}** · {r.status} · step {r.step} / {r.total_steps}")
+        progress_with_cancel(r, allowed("run.cancel", cancel), "runs_cancel", f"**{run_label(r)}** · {activity(r)}")
     resume_buttons(records)
 
 

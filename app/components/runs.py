@@ -39,6 +39,18 @@ def status_badge(status: str) -> str:
     return f":{STATUS_COLOURS.get(status, 'gray')}-badge[{status}]"
 
 
+EVALUATING = "evaluating the final checkpoint (linear probe, kNN, k-means)"
+
+
+def activity(rec: Any) -> str:
+    """What a run is doing, for its progress line: ``running · step 10 / 50``, or, after its last step
+    while the worker evaluates the final checkpoint (status ``phase`` evaluating: minutes on a CPU),
+    ``training done · evaluating the final checkpoint (...)``."""
+    if rec.status == "running" and (rec.extra or {}).get("phase") == "evaluating":
+        return f"training done at step {rec.step} / {rec.total_steps} · {EVALUATING}"
+    return f"{rec.status} · step {rec.step} / {rec.total_steps}"
+
+
 def status_message(rec: Any, checkpoint_step: int | None) -> None:
     """The box under a run's status: why it failed, diverged or was interrupted, and what is kept.
 
@@ -52,6 +64,8 @@ def status_message(rec: Any, checkpoint_step: int | None) -> None:
         st.error(f"Run diverged: {rec.error or 'the loss became NaN or infinite'}.{kept}")
     elif rec.status == "interrupted":
         st.warning(f"Run interrupted: {rec.error}.{kept}")
+    elif rec.status == "running" and (rec.extra or {}).get("phase") == "evaluating":
+        st.info(f"Training is done; the worker is {EVALUATING}. The run reads completed when that ends.")
     for w in getattr(rec, "warnings", ()):
         st.warning(w)
 

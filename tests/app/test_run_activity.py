@@ -1,0 +1,41 @@
+"""A run whose training is done while its worker evaluates the final checkpoint (status ``phase``
+evaluating) says so on Runs and Run detail, instead of sitting at "running · 100%"."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+from engine.config import RunConfig
+from engine.store import create_run, write_status
+
+REPO = Path(__file__).resolve().parents[2]
+ENTRY = REPO / "app" / "streamlit_app.py"
+
+
+def test_a_run_evaluating_its_final_checkpoint_says_so(workspace):
+    run_id, d = create_run(RunConfig.from_dict({"name": "ev", "train": {"steps": 50}}).to_dict())
+    holder = subprocess.Popen([sys.executable, "-c", (  # a live worker: it holds the run's lock
+        "import sys, time; from engine.store import RunLock; l = RunLock(sys.argv[1]).acquire(); "
+        "print('held', flush=True); time.sleep(600)"), str(d)], cwd=REPO, stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        line = f"**ev · {run_id}** · training done at step 50 / 50 · evaluating the final checkpoint (linear probe, kNN, k-means)"
+        for phase, shown in ((None, False), ("evaluating", True)):
+            write_status(d, {"status": "running", "step": 50, "total_steps": 50, "pid": holder.pid,
+                             **({"phase": phase} if phase else {})})
+            at = AppTest.from_file(str(ENTRY), default_timeout=60).run()  # Runs, the default page
+            assert not at.exception, [e.value for e in at.exception]
+            texts = [el.proto.text for el in at.get("progress")]
+            assert (line in texts) == shown, texts
+            at.switch_page("../pages/run_detail.py")
+            at.query_params["run"] = run_id
+            at.run()
+            infos = [i.value for i in at.info]
+            assert any(i.startswith("Training is done; the worker is evaluating the final checkpoint") for i in infos) == shown
+    finally:
+        holder.kill()
+        holder.wait()
