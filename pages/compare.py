@@ -21,6 +21,7 @@ from app.components.compare import (
 )
 from app.components.errors import user_errors
 from app.components.quality import loss_title
+from app.components.runs import same_task_first
 from app.components.urlstate import PageState
 from app.components.access import allowed
 from engine.launcher import evaluate
@@ -62,7 +63,7 @@ shown = [r for r in runs if (not q or q.lower() in run_label(r).lower())
 labels = {r.run_id: run_label(r) for r in runs}
 legend = {r.run_id: short_label(r) for r in runs}
 picked_ids = url.widget(st.multiselect, f"Runs to compare ({len(shown)} match the filters)", "runs",
-                        default=[r.run_id for r in shown[:2]], options=[r.run_id for r in shown],
+                        default=same_task_first(shown, 2), options=[r.run_id for r in shown],
                         format_func=labels.get, key="cmp_runs", cast=lambda v: str(v).split(","),
                         encode_as=lambda v: ",".join(v) or None)  # fmt: skip
 if len(picked_ids) < 2:

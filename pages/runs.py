@@ -19,14 +19,14 @@ from app.components.charts import axis_controls, show_read_warnings
 from app.components.quality import loss_title
 from app.components.access import allowed
 from app.components.resume import resume_buttons
-from app.components.runs import activity, progress_with_cancel
+from app.components.runs import activity, progress_with_cancel, same_task_first
 from app.components.urlstate import PageState
 from engine.launcher import cancel
 from engine.store import disk_usage, format_bytes, list_runs, read_metrics
 from engine.workspace import workspace_root
 
 LOSS_KEYS = ["loss", "val_loss"]
-N_DEFAULT = 3  # runs plotted by default: the most recent ones
+N_DEFAULT = 3  # runs plotted by default: the most recent ones of the newest run's task
 
 st.title("Runs")
 url = PageState("runs", ("runs", "smoothing", "x", "y", "archived"))
@@ -68,7 +68,7 @@ labels = {r.run_id: run_label(r) for r in runs}
 legend = {r.run_id: short_label(r) for r in runs}
 top = st.columns([3, 1])
 with top[0]:
-    selected = url.widget(st.multiselect, "Runs to plot", "runs", default=list(labels)[:N_DEFAULT], options=list(labels),
+    selected = url.widget(st.multiselect, "Runs to plot", "runs", default=same_task_first(runs, N_DEFAULT), options=list(labels),
                           format_func=labels.get, key="runs_selected", cast=lambda v: str(v).split(","),
                           encode_as=lambda v: ",".join(v) or None)  # fmt: skip
 with top[1]:

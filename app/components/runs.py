@@ -81,6 +81,16 @@ def runs_or_stop() -> list:
     return runs
 
 
+def same_task_first(records: list, n: int) -> list[str]:
+    """Ids of up to ``n`` runs for a default selection: the first run and the next ones of its task
+    (``records`` newest first). Runs of another task log losses of other units (an image MSE near
+    0.05, a text cross-entropy near 5), which one y-axis cannot show together."""
+    if not records:
+        return []
+    task = (records[0].config or {}).get("task")
+    return [r.run_id for r in records if (r.config or {}).get("task") == task][:n]
+
+
 def short_label(rec: Any) -> str:
     """``name · <last 6 characters of the id>``: short enough for a chart legend, still unique."""
     name = getattr(rec, "name", "") or ""

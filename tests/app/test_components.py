@@ -158,3 +158,15 @@ def test_ema_equals_pandas_ewm_per_series_with_gaps():
         ref = df.groupby(["run_id", "key"], sort=False)["value"].transform(
             lambda s: s.ewm(alpha=1.0 - smoothing, adjust=True).mean())
         np.testing.assert_allclose(ema(df, smoothing).to_numpy(), ref.to_numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_default_selection_keeps_to_the_newest_runs_task():
+    from types import SimpleNamespace
+
+    from app.components.runs import same_task_first
+
+    runs = [SimpleNamespace(run_id=i, config={"task": t}) for i, t in
+            [("t3", "text_mlm"), ("i2", "image_mim"), ("t2", "text_mlm"), ("i1", "image_mim"), ("t1", "text_mlm")]]
+    assert same_task_first(runs, 2) == ["t3", "t2"]
+    assert same_task_first(runs[1:], 3) == ["i2", "i1"]
+    assert same_task_first([], 3) == []
