@@ -24,8 +24,8 @@ def check_run(cfg: RunConfig, workspace=None):
     """Check ``cfg`` against its dataset; return the dataset's :class:`~engine.data.DatasetInfo`.
 
     Raises:
-        DatasetError: ``data.dataset`` is neither registered nor an available bundled set, its
-            modality is not the task's, or its train or validation split is empty.
+        DatasetError: ``data.dataset`` is neither registered nor an available bundled set, or its
+            modality is not the task's.
         ConfigError: from the task's :meth:`~engine.tasks.Task.check` (names the field).
     """
     infos = {i.name: i for i in list_datasets(workspace)}
@@ -37,11 +37,18 @@ def check_run(cfg: RunConfig, workspace=None):
         fits = ", ".join(n for n, i in infos.items() if i.modality == task.modality) or "none yet"
         raise DatasetError(f"data.dataset: {info.name!r} is a {info.modality} dataset, but task {task.name!r} "
                            f"trains on {task.modality} data ({task.modality} datasets: {fits})")
-    if info.n_val == 0 or info.n_train == 0:  # every validation figure (or training itself) would be empty
-        raise DatasetError(f"data.dataset: {info.name!r} has {info.n_train:,} training and {info.n_val:,} validation "
-                           f"items; a run needs both. Import it again with more items or another validation fraction")
     task.check(cfg, info, workspace)
     return info
+
+
+def no_validation_note(info) -> str | None:
+    """A dataset without a validation split (a validation fraction of 0, or a single item) is
+    evaluated on its training items, as every task does; then say so in words, else None."""
+    if info.n_val:
+        return None
+    return (f"{info.name!r} has no validation split ({info.n_train:,} training item{'s' * (info.n_train != 1)}): "
+            "validation figures and baselines are measured on the training items, so they show how well a run "
+            "fits them, not how it generalises. Import it again with a validation fraction above 0 for a held-out split.")
 
 
 #: Largest share of fully masked samples a run may have: the encoder sees nothing of them.

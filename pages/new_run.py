@@ -21,7 +21,7 @@ from app.components.datasets import dataset_infos
 from app.components.run_form import export_panel, train_fields
 from app.components.urlstate import PageState, dig, index_of
 from app.modalities import ui_for
-from engine.checks import check_run
+from engine.checks import check_run, no_validation_note
 from engine.config import RunConfig
 from engine.launcher import submit
 from engine.tasks import get_task, tasks_for
@@ -49,6 +49,8 @@ with form:
                            format_func=lambda n: f"{n}  ({infos[n].modality})" if n in infos else n)
     info = infos[dataset]
     ui = ui_for(info.modality)
+    if (note := no_validation_note(info)) is not None:
+        st.warning(note)
     tasks = tasks_for(info.modality)
     if ui is None or not tasks:
         st.info(f"No task trains on {info.modality} datasets yet.")

@@ -164,28 +164,3 @@ def test_describe_error_uses_no_library_sentence(tmp_path):
         assert describe_error(e) == "damaged (not a valid zip container)"
     assert describe_error(RuntimeError("Error while loading: something deep in Rust")) == \
         "damaged or not in the expected format"
-
-
-@pytest.mark.parametrize("val_fraction, n", [(0.0, 4), (0.1, 1)])
-def test_a_dataset_with_an_empty_split_is_refused_before_launch(workspace, tmp_path, val_fraction, n):
-    # No validation item (a fraction of 0, or a single image, which always goes to train) gave a run
-    # with no validation figure at all: val loss 0.0000, every baseline PSNR 100, "inf%".
-    from engine.checks import check_run
-    from engine.data.tabular import ImportOptions
-    from engine.launcher import submit
-    from engine.store import list_runs
-
-    path = tmp_path / "few.zip"
-    with zipfile.ZipFile(path, "w") as z:
-        for i in range(n):
-            z.writestr(f"cats/{i}.png", _png())
-    info = import_source(path, "few", ImportOptions(val_fraction=val_fraction), image_size=8).dataset
-    assert (info.n_train, info.n_val) == (n, 0)
-    cfg = RunConfig.from_dict({"data": {"dataset": "few"}, "model": {"patch_size": 2}})
-    message = (f"data.dataset: 'few' has {info.n_train:,} training and {info.n_val:,} validation items; a run needs both. "
-               "Import it again with more items or another validation fraction")
-    for call in (lambda: check_run(cfg), lambda: submit(cfg)):
-        with pytest.raises(DatasetError) as e:
-            call()
-        assert str(e.value) == message
-    assert list_runs() == []
