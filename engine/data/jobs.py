@@ -21,8 +21,9 @@ The process first loads the modules its kind of import needs (:data:`PRELOAD`: t
 3 GB of address space), then caps its address space (``RLIMIT_AS``) at what it has mapped plus
 ``$MASKLAB_IMPORT_MEMORY_MB`` (default 2048 MB); an import that needs more ends ``failed`` with a
 message naming the variable (Python's MemoryError), never the machine's OOM killer. Any other
-unexpected error also ends ``failed``, with its type and message (the traceback is in ``job.log``). A dataset is registered only by
-the final atomic rename of :func:`engine.workspace.publish_folder`: SIGTERM (cancel) raises
+unexpected error also ends ``failed``, with its type and message (the traceback is in ``job.log``).
+A dataset is registered only by the final atomic rename of :func:`engine.workspace.publish_folder`:
+SIGTERM (cancel) raises
 :class:`ImportCancelled` in the process, the temporary folder is removed on the way out, and no
 partial dataset is ever visible. A job whose process died without a result (SIGKILL) reads
 ``interrupted``; its temporary folder is the hidden ``datasets/.tmp-*`` that ``doctor`` reports.
