@@ -14,7 +14,7 @@ from typing import Any
 import streamlit as st
 import yaml
 
-from app.components.urlstate import dig, set_flags
+from app.components.urlstate import dig, number, set_flags
 from app.modalities import TRAIN_DEFAULTS
 
 
@@ -27,14 +27,14 @@ def train_fields(task: str, key: str, carried: dict) -> dict[str, Any]:
     t = {**RunConfig().train.model_dump(), **TRAIN_DEFAULTS.get(task, {})}
     c = {**t, **(dig(carried, "train") or {})}
     a, b = st.columns(2)
-    steps = a.number_input("Steps", min_value=1, max_value=1_000_000, value=int(c["steps"]), step=100, key=f"{key}_steps_{task}")
-    batch = b.number_input("Batch size", min_value=1, max_value=65536, value=int(c["batch_size"]), step=16,
+    steps = a.number_input("Steps", min_value=1, max_value=1_000_000, value=number(c["steps"], int(t["steps"]), 1, 1_000_000, int), step=100, key=f"{key}_steps_{task}")
+    batch = b.number_input("Batch size", min_value=1, max_value=65536, value=number(c["batch_size"], int(t["batch_size"]), 1, 65536, int), step=16,
                            key=f"{key}_batch_{task}")  # fmt: skip
-    lr = a.number_input("Learning rate", min_value=1e-6, max_value=10.0, value=float(c["lr"]), step=1e-4, format="%.5f",
+    lr = a.number_input("Learning rate", min_value=1e-6, max_value=10.0, value=number(c["lr"], float(t["lr"]), 1e-6, 10.0), step=1e-4, format="%g",
                         key=f"{key}_lr_{task}")  # fmt: skip
-    seed = b.number_input("Seed", min_value=0, max_value=2**31 - 1, value=int(c["seed"]),
+    seed = b.number_input("Seed", min_value=0, max_value=2**31 - 1, value=number(c["seed"], int(t["seed"]), 0, 2**31 - 1, int),
                           help="also fixes the preview masks", key=f"{key}_seed")  # fmt: skip
-    every = a.number_input("Eval interval (steps)", min_value=1, max_value=1_000_000, value=int(c["eval_interval"]),
+    every = a.number_input("Eval interval (steps)", min_value=1, max_value=1_000_000, value=number(c["eval_interval"], int(t["eval_interval"]), 1, 1_000_000, int),
                            key=f"{key}_eval_{task}")  # fmt: skip
     return {"steps": int(steps), "batch_size": int(batch), "lr": float(lr), "seed": int(seed), "eval_interval": int(every),
             "warmup_steps": min(int(t["warmup_steps"]), int(steps) // 10)}
