@@ -147,7 +147,9 @@ class PageState:
 
         The default goes where the widget takes it: ``index`` for ``selectbox``/``radio`` (a URL
         value not among ``options`` falls back to ``default``), ``default`` for ``multiselect``
-        (values not among ``options`` dropped), ``value`` for the rest. ``encode_as`` turns the value
+        (values not among ``options`` dropped), ``value`` for the rest; a ``slider``'s or
+        ``number_input``'s number is clamped to its ``min_value``/``max_value``, and one that is not a
+        finite number falls back to ``default``. ``encode_as`` turns the value
         into what the URL keeps (e.g. a list into ``"a,b"``), ``cast`` reads it back.
 
         Example:
@@ -161,6 +163,9 @@ class PageState:
         elif widget is st.multiselect:
             options = list(kwargs["options"])
             kwargs["default"] = [x for x in (v or []) if x in options]
+        elif widget in (st.slider, st.number_input) and isinstance(default, (int, float)) \
+                and not isinstance(default, bool):  # a hand-edited number: in range, or the default
+            kwargs["value"] = number(v, default, kwargs.get("min_value"), kwargs.get("max_value"), type(default))
         else:
             kwargs["value"] = v
         out = widget(label, **kwargs)

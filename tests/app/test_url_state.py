@@ -143,6 +143,20 @@ def test_runs_selection_smoothing_and_axes_come_from_the_url(workspace, page):
         assert url(at)["run"] == b
 
 
+@pytest.mark.parametrize("bad", ["abc", "nan", "-7", "7e12"])
+def test_plain_number_parameters_out_of_range_or_not_numbers_open_the_page(workspace, bad):
+    """Every number a page keeps in its URL (smoothing sliders, the time-to-loss target, Mask lab's
+    batch, seed and steps): a hand-edited value opens the page with the widget in range."""
+    a, b = (_finished(n) for n in "ab")
+    at = open_with("../pages/runs.py", {"runs": f"{a},{b}", "smoothing": bad})
+    assert 0.0 <= at.slider(key="runs_smoothing").value <= 0.99
+    cmp = open_with("../pages/compare.py", {"runs": f"{a},{b}", "smoothing": bad, "loss": bad})
+    assert 0.0 <= cmp.slider(key="cmp_smoothing").value <= 0.99
+    assert all(n.value >= 0 for n in cmp.number_input)
+    lab = open_with("../pages/mask_lab.py", {"dataset": "digits", "n": bad, "train.seed": bad, "train.steps": bad})
+    assert 8 <= lab.number_input(key="ml_n").value <= 4096
+
+
 def test_cancel_asks_before_it_cancels(workspace):
     from engine.store import CANCEL_FILE
 
