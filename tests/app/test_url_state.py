@@ -170,6 +170,19 @@ def test_cancel_asks_before_it_cancels(workspace):
     at.button(key=f"runs_cancel_{run_id}").click().run()
     at.button(key=f"runs_cancel_yes_{run_id}").click().run()
     assert (d / CANCEL_FILE).exists()
+    assert any(t.value.startswith(f"Cancelling {run_id}") for t in at.toast)
+
+
+def test_cancelling_a_run_that_ended_meanwhile_says_nothing_was_cancelled(workspace):
+    from engine.store import CANCEL_FILE
+
+    run_id, d = create_run(RunConfig.from_dict({"name": "finishing"}).to_dict())
+    at = open_with("../pages/runs.py", {})
+    at.button(key=f"runs_cancel_{run_id}").click().run()
+    write_status(d, {"status": "completed", "step": 20, "total_steps": 20, "started_at": 1.0, "ended_at": 3.0})
+    at.button(key=f"runs_cancel_yes_{run_id}").click().run()
+    assert not (d / CANCEL_FILE).exists()
+    assert any(t.value.startswith(f"{run_id} had already ended") for t in at.toast)
 
 
 def test_text_forms_come_from_the_url(workspace):
