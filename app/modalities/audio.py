@@ -359,7 +359,7 @@ def compare_view(samples: dict, n: int = 4) -> list[tuple[str, np.ndarray]]:
     prediction at masked cells, the original elsewhere), at each run's latest samples, on one colour
     range per clip. ``samples``: run label -> ``Sample`` of kind ``audio_spec``. Returns the
     ``(caption, uint8 column image)`` pairs drawn (the HTML report reuses them)."""
-    from app.components.compare import shared_inputs, stack_column
+    from app.components.compare import draw_columns, shared_inputs, stack_column
 
     if not samples:
         return []
@@ -382,10 +382,7 @@ def compare_view(samples: dict, n: int = 4) -> list[tuple[str, np.ndarray]]:
     if not same:
         st.caption("These runs' fixed validation clips differ (other datasets or windows): each column shows its own "
                    "run's clips.")
-    per_row = 5
-    for start in range(0, len(drawn), per_row):
-        for col, (caption, img) in zip(st.columns(per_row, gap="small"), drawn[start:start + per_row]):
-            col.image(img, caption=caption, width="stretch")
+    draw_columns(drawn, per_row=5, fewest=5)
     return drawn
 
 
