@@ -170,3 +170,19 @@ def test_default_selection_keeps_to_the_newest_runs_task():
     assert same_task_first(runs, 2) == ["t3", "t2"]
     assert same_task_first(runs[1:], 3) == ["i2", "i1"]
     assert same_task_first([], 3) == []
+
+
+@pytest.mark.parametrize("n_classes", [3, 12, 13, 42])
+def test_class_counts_chart_writes_every_class_name(n_classes):
+    """Up to 12 classes stand on the x axis; more lie along y, one row each, no name dropped."""
+    from app.components.charts import counts_chart
+
+    counts = pd.DataFrame([{"class_name": f"topic-{i}", "split": s, "count": i + 1}
+                           for i in range(n_classes) for s in ("train", "val")])
+    spec = counts_chart(counts, unit="texts").to_dict()
+    enc = spec["encoding"]
+    if n_classes <= 12:
+        assert enc["x"]["field"] == "class_name" and spec["height"] == 260
+    else:
+        assert enc["y"]["field"] == "class_name" and enc["y"]["axis"]["labelOverlap"] is False
+        assert spec["height"] >= 18 * n_classes
