@@ -93,6 +93,8 @@ class RunIndex:
         self._root_key: Key = (0, 0)
         self._root_racy = True
         self._dirty = True  # a write by this process: validate at the next call
+        self._version = 0  # bumped by a validation that changed a record or a run's latest points
+        self._latest_memo: tuple | None = None  # (version, run ids, points) of the last latest() answer
         self._lock = threading.Lock()  # one validation at a time
         self._thread_lock = threading.Lock()
         self._last_used = 0.0
@@ -113,9 +115,13 @@ class RunIndex:
         from engine.store.metrics_cache import latest_of
 
         self._fresh(max_age_s)
+        ids = tuple(run_ids)
+        memo = self._latest_memo
+        if memo is not None and memo[0] == self._version and memo[1] == ids:
+            return dict(memo[2])
         entries = self._entries
         out: dict[tuple[str, str], tuple[int, float]] = {}
-        for rid in run_ids:
+        for rid in ids:
             e = entries.get(rid)
             if e is None or e.record is None:
                 continue
@@ -124,7 +130,8 @@ class RunIndex:
                 e.wanted = True
             for k, p in e.latest.items():
                 out[(rid, k)] = p
-        return out
+        self._latest_memo = (self._version, ids, out)
+        return dict(out)
 
     def invalidate(self) -> None:
         """Make the next call validate (this process has just written a run's files)."""
@@ -173,13 +180,16 @@ class RunIndex:
                     if mkey != e.metrics_key or e.metrics_racy or e.latest is None:
                         from engine.store.metrics_cache import latest_of
 
-                        e.latest = latest_of(Path(path))
+                        points = latest_of(Path(path))
+                        changed |= points != e.latest
+                        e.latest = points
                         e.metrics_key, e.metrics_racy = mkey, wall - mmtime < RACY_S
                 entries[name] = e
             changed |= entries.keys() != old.keys()
             if changed:
                 recs = (e.record for e in entries.values() if e.record is not None)
                 self._records = tuple(sorted(recs, key=lambda r: r.created_at, reverse=True))
+                self._version += 1
             self._entries = entries
             self._root_key, self._root_racy = root_key, wall - root_mtime < RACY_S
             self._validated_at = started
