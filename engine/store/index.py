@@ -40,7 +40,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import DamagedFileError, FormatVersionError
@@ -78,8 +78,7 @@ class _Entry:
     racy: bool  # the folder changed within RACY_S of the validation: read it again next time
     metrics_key: Key = (0, 0)
     metrics_racy: bool = True
-    latest: dict[str, tuple[int, float]] | None = None  # None: not computed (nobody asked yet)
-    wanted: bool = field(default=False)  # latest points were asked for: keep them current
+    latest: dict[str, tuple[int, float]] | None = None  # None: not computed (nobody asked yet, or reloaded)
 
 
 class RunIndex:
@@ -93,7 +92,8 @@ class RunIndex:
         self._root_key: Key = (0, 0)
         self._root_racy = True
         self._dirty = True  # a write by this process: validate at the next call
-        self._version = 0  # bumped by a validation that changed a record or a run's latest points
+        self._version = 0  # bumped by a validation that replaced an entry or recomputed latest points
+        self._wanted: set[str] = set()  # runs whose latest points were asked for: kept current
         self._latest_memo: tuple | None = None  # (version, run ids, points) of the last latest() answer
         self._lock = threading.Lock()  # one validation at a time
         self._thread_lock = threading.Lock()
@@ -115,9 +115,9 @@ class RunIndex:
         from engine.store.metrics_cache import latest_of
 
         self._fresh(max_age_s)
-        ids = tuple(run_ids)
+        ids, version = tuple(run_ids), self._version
         memo = self._latest_memo
-        if memo is not None and memo[0] == self._version and memo[1] == ids:
+        if memo is not None and memo[0] == version and memo[1] == ids:
             return dict(memo[2])
         entries = self._entries
         out: dict[tuple[str, str], tuple[int, float]] = {}
@@ -125,12 +125,12 @@ class RunIndex:
             e = entries.get(rid)
             if e is None or e.record is None:
                 continue
-            if e.latest is None:  # first request for this run: compute now, keep it current from now on
+            if e.latest is None:  # first request for this run (or just reloaded): compute now
                 e.latest = latest_of(self.root / rid)
-                e.wanted = True
+                self._wanted.add(rid)
             for k, p in e.latest.items():
                 out[(rid, k)] = p
-        self._latest_memo = (self._version, ids, out)
+        self._latest_memo = (version, ids, out)  # the version seen before reading: a newer one recomputes
         return dict(out)
 
     def invalidate(self) -> None:
@@ -159,7 +159,8 @@ class RunIndex:
             started, wall = time.monotonic(), time.time()
             self._dirty = False
             root_key, root_mtime = _key(str(self.root))
-            old, entries, changed = self._entries, {}, False
+            old, entries, changed, touched = self._entries, {}, False, False
+            wanted = self._wanted
             try:
                 listing = [(e.name, e.path) for e in os.scandir(self.root) if not e.name.startswith(".") and e.is_dir()]
             except FileNotFoundError:
@@ -170,25 +171,26 @@ class RunIndex:
                 if e is None or e.key != key or e.racy:
                     new = self._load(name, path, key, wall - mtime < RACY_S, e)
                     changed |= e is None or new.record != e.record
+                    touched = True
                     e = new
                 elif e.files is not None and e.files.raw_active:
                     rec = self._derive(path, e.files)
                     changed |= rec != e.record
                     e.record = rec
-                if e.wanted and e.record is not None:
+                if name in wanted and e.record is not None:
                     mkey, mmtime = _key(os.path.join(path, SEGMENT_DIR))
                     if mkey != e.metrics_key or e.metrics_racy or e.latest is None:
                         from engine.store.metrics_cache import latest_of
 
-                        points = latest_of(Path(path))
-                        changed |= points != e.latest
-                        e.latest = points
+                        e.latest = latest_of(Path(path))
+                        touched = True
                         e.metrics_key, e.metrics_racy = mkey, wall - mmtime < RACY_S
                 entries[name] = e
             changed |= entries.keys() != old.keys()
             if changed:
                 recs = (e.record for e in entries.values() if e.record is not None)
                 self._records = tuple(sorted(recs, key=lambda r: r.created_at, reverse=True))
+            if changed or touched:
                 self._version += 1
             self._entries = entries
             self._root_key, self._root_racy = root_key, wall - root_mtime < RACY_S
@@ -196,20 +198,19 @@ class RunIndex:
 
     def _load(self, name: str, path: str, key: Key, racy: bool, old: _Entry | None) -> _Entry:
         """Read a new or changed run folder."""
-        wanted = bool(old and old.wanted)
         d = Path(path)
         if not os.path.exists(os.path.join(path, CONFIG_FILE)):
-            return _Entry(key, None, None, racy, wanted=wanted)
+            return _Entry(key, None, None, racy)
         try:
             files = read_run_files(d)
             rec = derive_record(d, files)
         except FileNotFoundError:  # removed while being read
-            return _Entry(key, None, None, True, wanted=wanted)
+            return _Entry(key, None, None, True)
         except (OSError, ValueError, DamagedFileError, FormatVersionError) as e:
             if old is None or old.files is not None or old.key != key:
                 log.warning("skipping run folder %s: %s", d, e)
-            return _Entry(key, None, None, racy, wanted=wanted)
-        return _Entry(key, files, rec, racy, wanted=wanted)
+            return _Entry(key, None, None, racy)
+        return _Entry(key, files, rec, racy)
 
     @staticmethod
     def _derive(path: str, files: RunFiles) -> RunRecord | None:

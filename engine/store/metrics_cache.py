@@ -162,30 +162,52 @@ def _run_table(run_dir: Path, files: list[MetricFile], ids: list[FileId], keys: 
     return pa.concat_tables(tables) if tables else SCHEMA.empty_table()
 
 
-def _run_result(run_dir: Path, keys: list[str] | None, max_points: int | None) -> tuple[pd.DataFrame, list[str]]:
-    """One run's deduplicated, downsampled rows and its warnings (see the module docstring)."""
-    k = None if not keys else tuple(sorted(set(keys)))
+def _prepare(run_dir: Path, keys: tuple[str, ...] | None, max_points: int | None):
+    """One run's cache key and kept result, or (on a miss) its rows to compute; and its warnings.
+
+    Returns ``(cache key, kept (frame, warnings) or None, table or None, warnings)``; the cache key
+    is None when the files kept changing while being read (nothing is kept then).
+    """
     for attempt in range(READ_RETRIES * 4):
         sig = signature(run_dir)
         if sig is None:
             time.sleep(0.005 * (attempt + 1))
             continue
         files, ids, warnings = sig
-        ck = (str(run_dir), tuple(ids), k, max_points)
+        ck = (str(run_dir), tuple(ids), keys, max_points)
         hit = _results.get(ck)
         if hit is not None:
-            return hit[0], list(hit[1])
+            return ck, hit, None, list(hit[1])
         warnings = list(warnings)
         try:
-            table = _run_table(run_dir, files, ids, list(k) if k else None, warnings)
+            table = _run_table(run_dir, files, ids, list(keys) if keys else None, warnings)
         except FileNotFoundError:
             time.sleep(0.005 * (attempt + 1))
             continue
-        df = query_table(table, max_points)
-        _results.put(ck, (df, tuple(warnings)))
-        return df, warnings
-    return (query_table(SCHEMA.empty_table(), max_points),
-            [f"{run_dir.name}: its metrics files kept changing while being read; try again"])
+        return ck, None, table, warnings
+    return None, None, SCHEMA.empty_table(), [f"{run_dir.name}: its metrics files kept changing while being read; try again"]
+
+
+def _compute(misses: list[tuple], max_points: int | None) -> list[pd.DataFrame]:
+    """The deduplicated, downsampled frame of each missed run (``(cache key, table, warnings)``),
+    kept for the next read. One DuckDB query serves them all when each table holds rows of one run
+    id of its own (always, but for a folder copied by hand): its result is split by run id."""
+    rids = []
+    for _, t, _ in misses:
+        u = pc.unique(t["run_id"])
+        rids.append(u[0].as_py() if len(u) == 1 else ("" if len(u) == 0 else None))
+    named = [r for r in rids if r]
+    if len(misses) > 1 and None not in rids and len(set(named)) == len(named):
+        big = query_table(pa.concat_tables([t for _, t, _ in misses]), max_points)
+        at = big.groupby("run_id", sort=False).indices
+        out = [big.iloc[at[r][0]:at[r][-1] + 1].reset_index(drop=True).copy() if r in at else big.iloc[0:0].copy()
+               for r in rids]
+    else:
+        out = [query_table(t, max_points) for _, t, _ in misses]
+    for (ck, _, w), df in zip(misses, out):
+        if ck is not None:
+            _results.put(ck, (df, tuple(w)))
+    return out
 
 
 def read_metrics_cached(run_dirs: Iterable[Path], keys: list[str] | None = None, *,
@@ -193,16 +215,17 @@ def read_metrics_cached(run_dirs: Iterable[Path], keys: list[str] | None = None,
     """:func:`engine.store.metrics.read_metrics_files` through this process's caches: the same
     DataFrame (columns, order, dtypes, ``attrs["warnings"]``) for the same files.
 
-    Each run is deduplicated and downsampled on its own and the runs are concatenated in run id
-    order. If rows of two folders share a run id (a folder copied by hand), the runs are not
-    independent and the uncached reader answers instead.
+    Each run is deduplicated and downsampled on its own (the runs not kept yet in one query) and the
+    runs are concatenated in run id order. If rows of two folders share a run id (a folder copied by
+    hand), the runs are not independent and the uncached reader answers instead.
     """
+    k = None if not keys else tuple(sorted(set(keys)))
     dirs = sorted({Path(d) for d in run_dirs}, key=lambda d: d.name)
-    frames, warnings = [], []
-    for d in dirs:
-        df, w = _run_result(d, keys, max_points)
-        frames.append(df)
-        warnings += w
+    prepared = [_prepare(d, k, max_points) for d in dirs]
+    misses = [(ck, table, w) for ck, hit, table, w in prepared if hit is None]
+    computed = iter(_compute(misses, max_points) if misses else [])
+    frames = [hit[0] if hit is not None else next(computed) for _, hit, _, _ in prepared]
+    warnings = [w for *_, ws in prepared for w in ws]
     ids = [(f["run_id"].iat[0], f["run_id"].iat[-1]) for f in frames if len(f)]
     independent = all(a == b for a, b in ids) and all(p[0] < q[0] for p, q in zip(ids, ids[1:]))
     if not independent:

@@ -252,3 +252,17 @@ def test_lru_keeps_within_its_budget_dropping_the_least_recently_used():
     assert cache.get("b") is None and cache.get("a") == "xxxx" and cache.get("c") == "xxxx"
     cache.put("big", "x" * 11)  # dearer than the whole budget: not kept, nothing dropped
     assert cache.get("big") is None and len(cache) == 2
+
+
+def test_a_folder_copied_by_hand_reads_as_uncached(workspace):
+    """Rows keep the run id they were logged with: a copied folder's rows share it with the
+    original, so both folders dedup together, exactly as the uncached reader does."""
+    run_id, d = create_run({"name": "orig"})
+    w = MetricsWriter(d, run_id, flush_interval=1e9)
+    _log(w, range(30))
+    w.close()
+    copy = d.with_name(d.name + "-copy")
+    shutil.copytree(d, copy)
+    clear_caches()
+    df = _same([run_id, copy.name])
+    assert set(df["run_id"]) == {run_id} and df[df["key"] == "loss"]["step"].tolist() == list(range(30))  # once
