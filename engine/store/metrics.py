@@ -461,16 +461,21 @@ def read_metrics_files(
     return df
 
 
-_db = duckdb.connect()  # one in-memory database per process; one cursor per thread (see _cursor)
-_local = threading.local()
+_db: duckdb.DuckDBPyConnection | None = None  # one in-memory database per process, made on first use
+_db_lock = threading.Lock()
+_local = threading.local()  # one cursor per thread (see _cursor)
 
 
 def _cursor() -> duckdb.DuckDBPyConnection:
     """This thread's cursor on the process's in-memory DuckDB database (``duckdb.connect()`` costs
     about 14 ms here, a cursor microseconds; a registered table is private to its cursor)."""
+    global _db
     cur = getattr(_local, "cursor", None)
     if cur is None:
-        cur = _local.cursor = _db.cursor()
+        with _db_lock:
+            if _db is None:
+                _db = duckdb.connect()
+            cur = _local.cursor = _db.cursor()
     return cur
 
 
