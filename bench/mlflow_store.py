@@ -129,6 +129,7 @@ def main(argv=None) -> int:
            "list200": timed(listing, args.repeats), "history": timed(history, args.repeats),
            "compare": timed(compare, max(1, args.repeats // 5)), "mlflow_backend": "sqlite",
            "load": os.getloadavg()[0]}
+    print("measured at", args.runs, "runs:", json.dumps(out), file=sys.stderr, flush=True)  # if cut short later
     if args.short_runs:
         add_runs(args.short_runs, args.short_steps, args.runs)
         n_runs["n"] += args.short_runs
