@@ -16,13 +16,18 @@ import pandas as pd
 import streamlit as st
 
 from app.components.errors import guarded
-from engine.store import format_bytes, list_runs, read_metrics
+from engine.store import format_bytes, latest_points as store_latest_points, list_runs
 
 #: Status -> the colour of its badge (Streamlit's named colours: text on a tinted pill, no icon font).
 STATUS_COLOURS = {
     "queued": "gray", "running": "blue", "completed": "green", "cancelled": "gray", "failed": "red",
     "diverged": "violet", "interrupted": "orange",
 }  # fmt: skip
+
+#: How old (seconds) a run list or a run's latest figures shown by a page may be: the store keeps them
+#: in a per-process index refreshed in the background (:mod:`engine.store.index`), so a list of
+#: thousands of runs costs a lookup; this session's own writes show at once.
+LIST_MAX_AGE_S = 1.0
 
 #: Headline metric -> (short name, percent?) for tables and captions.
 METRIC_NAMES = {"val_loss": ("val loss", False), "val_top1": ("top-1", True), "val_span_acc": ("span acc", True)}
@@ -72,7 +77,7 @@ def status_message(rec: Any, checkpoint_step: int | None) -> None:
 
 def runs_or_stop() -> list:
     """All runs, newest first. With none, show a hint and a link to New run, then stop the page."""
-    runs = guarded(list_runs)
+    runs = guarded(list_runs, max_age_s=LIST_MAX_AGE_S)
     if not runs:
         if runs is not None:
             st.info("No runs yet.")
@@ -153,15 +158,13 @@ def headline_key(config: dict | None) -> str:
 
 def latest_points(records: Sequence[Any]) -> dict[tuple[str, str], tuple[int, float]]:
     """``(run_id, key) -> (step, value)`` of the last logged ``loss``, ``val_loss`` and headline
-    point of each run, from its metrics (one point per series; damaged files are skipped)."""
+    point of each run, from its metrics (:func:`engine.store.latest_points`: kept per process, at
+    most :data:`LIST_MAX_AGE_S` old; damaged files are skipped)."""
     if not records:
         return {}
-    keys = sorted({"loss", "val_loss"} | {headline_key(r.config) for r in records})
-    df = guarded(read_metrics, [r.run_id for r in records], keys, max_points=1)
-    if df is None or df.empty:
-        return {}
-    last = df.sort_values("step").groupby(["run_id", "key"]).tail(1)
-    return {(r.run_id, r.key): (int(r.step), float(r.value)) for r in last.itertuples()}
+    keys = {"loss", "val_loss"} | {headline_key(r.config) for r in records}
+    points = guarded(store_latest_points, [r.run_id for r in records], max_age_s=LIST_MAX_AGE_S) or {}
+    return {k: p for k, p in points.items() if k[1] in keys}
 
 
 def format_metric(key: str, value: float | None, step: int | None = None) -> str:
