@@ -1,7 +1,8 @@
 """Compare: saved runs side by side. Filter and pick 2 to N runs, then their curves overlaid, the
-config fields that differ, the same validation inputs reconstructed by each run, the downstream
-(representation) figures next to a random-init encoder, the raw input and chance, and the training
-cost; export as CSV or a self-contained HTML report.
+config fields that differ, the same validation inputs reconstructed by each run (and the
+evaluation's SSIM / spectral error beside the best trivial baseline), the downstream figures
+(probes and fine-tune) next to a random-init encoder, the raw input and chance, and the training
+cost (with FLOPs); export as CSV or a self-contained HTML report.
 
 Every choice lives in the URL (``?runs=a,b&smoothing=0.6&x=step&y=log&loss=0.05&dataset=digits``), so a
 link reopens the same comparison. The page only reads the store (status, metrics, samples,
@@ -16,8 +17,8 @@ import streamlit as st
 from app.components import guarded, render_metrics_chart, run_label, runs_or_stop, short_label
 from app.components.charts import axis_controls, show_read_warnings
 from app.components.compare import (
-    REP_FIGURES, config_diff, downstream_frame, eff_display, efficiency_frame, mark_best, probe_bars, report_html,
-    show_reconstructions,
+    FINETUNE, QUALITY_FIGURES, REP_FIGURES, config_diff, downstream_frame, eff_display, efficiency_frame, mark_best,
+    probe_bars, quality_frame, report_html, show_reconstructions,
 )
 from app.components.errors import user_errors
 from app.components.quality import loss_title
@@ -109,18 +110,33 @@ else:
 # ---------------------------------------------------------------- reconstructions
 st.header("Reconstructions of the same validation inputs")
 drawn = show_reconstructions(picked, legend)
+evals = {r.run_id: guarded(latest_evaluation, r.run_id) for r in picked}
+quality, q_titles = quality_frame(evals, legend)
+if not quality.empty:
+    st.subheader("Reconstruction quality beside the best baseline")
+    best = {t: QUALITY_FIGURES[k][1] == "max" for k, (t, _) in QUALITY_FIGURES.items()}
+    shown = quality.set_index("run")
+    for t in q_titles:
+        shown = mark_best(shown, [t], higher=best[t], fmt="{:.4f}")
+    st.table(shown)
+    st.caption("At each run's latest evaluation, on its fixed validation inputs and masks; each figure beside the best "
+               "of that run's trivial baselines on the same inputs (images: mean image, visible mean, biharmonic "
+               "inpainting, nearest training images; audio: each bin's mean, interpolation in time). SSIM: the "
+               "pasted reconstruction (visible pixels kept) against the original, averaged over the masked patches, "
+               "and over the whole image. Spectral figures over the masked cells, never the padding.")
 
 # ---------------------------------------------------------------- downstream
-st.header("Downstream: frozen-feature probes")
-evals = {r.run_id: guarded(latest_evaluation, r.run_id) for r in picked}
+st.header("Downstream: probes and fine-tuning")
 frame = downstream_frame(evals, legend)
 missing = [r for r in picked if evals[r.run_id] is None]
 if not frame.empty:
-    cols_best = list(REP_FIGURES.values())
+    cols_best = list(REP_FIGURES.values()) + ([FINETUNE] if FINETUNE in frame else [])
     st.table(mark_best(frame, cols_best, plain=[c for c in frame if " · " in c] + ["chance"]).set_index("run"))
     st.caption("Trained encoder at its latest evaluated checkpoint, beside the same model at its initial weights "
                "(random init), the raw input (pixels / TF-IDF) and chance (the most common val class); best run per "
-               "column starred (the trained encoder's figures only). Probe: logistic regression on standardised features; kNN: k=20, cosine.")
+               "column starred (the trained encoder's figures only). Probe: logistic regression on standardised features; kNN: k=20, cosine. "
+               "Fine-tune: the encoder and a linear head trained together on the labelled train rows for a few epochs "
+               "(the same recipe from the checkpoint and from the random init), val accuracy.")
     bars = probe_bars(frame)
     chart = alt.Chart(bars).mark_bar().encode(
         x=alt.X("encoder:N", title=None, sort=["trained", "random init", "raw input"]),
@@ -157,13 +173,15 @@ if losses is not None and len(losses):
 target = url.widget(st.number_input, "Time to reach training loss (moving mean of 20 points)", "loss",
                     default=default_target, cast=float, min_value=0.0, format="%.4f",
                     key=f"cmp_loss_{'_'.join(sorted(picked_ids))}")  # a new selection starts from its own default
-eff = efficiency_frame(picked, metrics if metrics is not None else frame.iloc[0:0], legend, target)
+eff = efficiency_frame(picked, metrics if metrics is not None else frame.iloc[0:0], legend, target, evals)
 st.table(eff_display(eff).set_index("run"))
 st.caption("Peak memory: the worker's peak private memory (RssAnon high-water on Linux, CUDA max allocated on a GPU). "
-           "Estimated FLOPs per step are not measured yet.")
+           "FLOPs: forward and backward of one training batch at the run's mask ratio, counted by the evaluation "
+           "(torch's FlopCounterMode: matrix products and attention); training TFLOPs = that times the steps trained.")
 
 # ---------------------------------------------------------------- export
-tables = [("Downstream", frame), ("Training cost", eff), ("Config differences", diff.reset_index() if not diff.empty else diff)]
+tables = [("Downstream", frame), ("Reconstruction quality", quality), ("Training cost", eff),
+          ("Config differences", diff.reset_index() if not diff.empty else diff)]
 merged = eff.merge(frame, on="run", how="left") if not frame.empty else eff
 e1, e2 = st.columns(2)
 e1.download_button("Download CSV", merged.to_csv(index=False).encode(), file_name="masklab-compare.csv",

@@ -73,7 +73,7 @@ def test_compare_page_on_four_evaluated_runs(four_runs):
     assert not at.error, [e.value for e in at.error]
     headers = [h.value for h in at.header]
     assert headers == ["Curves", "Config differences", "Reconstructions of the same validation inputs",
-                       "Downstream: frozen-feature probes", "Training cost"]
+                       "Downstream: probes and fine-tuning", "Training cost"]
     tables = [t.value for t in at.table]
     diff = next(t for t in tables if "masking.ratio" in t.index)
     assert list(diff.index) == ["masking.ratio"] and diff.shape[1] == 4

@@ -1,0 +1,104 @@
+"""Run detail's evaluation panel: the run's latest evaluation (:mod:`engine.store.evaluations`) as two
+small tables, each figure beside its baselines, and the cost of a training step.
+
+- :func:`downstream_table`: figures (linear probe, kNN, k-means NMI/ARI, fine-tune) by encoder
+  (this run's checkpoint, the random init, the raw input, chance).
+- :func:`quality_rows`: the reconstruction figures (SSIM / spectral error) of the checkpoint and of
+  each trivial baseline on the same inputs and masks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from app.components.compare import BEST, FINETUNE, QUALITY_FIGURES, REP_FIGURES
+
+#: Columns of :func:`downstream_table`: encoder key -> title.
+ENCODER_TITLES = {"trained": "this run", "random_init": "random init", "raw_input": "raw input", "chance": "chance"}
+
+
+def downstream_table(ev: Any) -> pd.DataFrame:
+    """Rows = figures (:data:`REP_FIGURES` titles, then ``fine-tune`` when the evaluation has it),
+    columns = encoders (:data:`ENCODER_TITLES`), values as percentages ("–" where an encoder has no
+    such figure: chance has no NMI, raw input no fine-tune)."""
+    rows = []
+    figs = {k: (t, ev.representation) for k, t in REP_FIGURES.items()}
+    if getattr(ev, "downstream", None):
+        figs["finetune_acc"] = (FINETUNE, ev.downstream)
+    for key, (title, source) in figs.items():
+        row = {"figure": title}
+        for enc, etitle in ENCODER_TITLES.items():
+            v = (source.get(enc) or {}).get(key)
+            row[etitle] = "–" if v is None or pd.isna(v) else f"{v:.1%}"
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("figure")
+
+
+def quality_rows(ev: Any) -> pd.DataFrame:
+    """Rows = predictors (this run, then the baselines by name), columns = the reconstruction
+    figures of :data:`QUALITY_FIGURES` the evaluation has (arrow: higher or lower is better), the
+    best of each column starred. Empty when the evaluation has none."""
+    q = getattr(ev, "quality", None) or {}
+    if "trained" not in q:
+        return pd.DataFrame()
+    names = ["trained"] + [n for n in q if n != "trained"]
+    out = pd.DataFrame({"predictor": [f"this run (step {ev.step})" if n == "trained" else n.replace("_", " ")
+                                      for n in names]})
+    for key, (title, better) in QUALITY_FIGURES.items():
+        vals = pd.Series([q[n].get(key, np.nan) for n in names], dtype=float)
+        if vals.isna().all():
+            continue
+        best = vals.idxmax() if better == "max" else vals.idxmin()
+        out[f"{title} {'↑' if better == 'max' else '↓'}"] = [
+            "–" if pd.isna(v) else f"{v:.4f}" + (BEST if i == best else "") for i, v in vals.items()]
+    return out.set_index("predictor")
+
+
+def cost_text(ev: Any) -> str | None:
+    """"3.08 GFLOPs per training step (24.1 MFLOPs per sample, batch 128, mask ratio 0.75)", or None."""
+    c = getattr(ev, "cost", None) or {}
+    if not c.get("flops_per_step"):
+        return None
+    return (f"{c['flops_per_step'] / 1e9:.3g} GFLOPs per training step ({c['flops_per_sample'] / 1e6:.3g} MFLOPs per "
+            f"sample, batch {int(c.get('batch_size', 0))}, mask ratio {c.get('mask_ratio', 0):g}; forward and backward, "
+            f"counted by torch's FlopCounterMode)")
+
+
+def evaluation_panel(rec: Any) -> None:
+    """The run's latest evaluation on Run detail: downstream table, reconstruction quality, cost;
+    or what its evaluation job is doing. Reads the store only."""
+    import streamlit as st
+
+    from app.components.errors import guarded
+    from engine.store.evaluations import latest_evaluation, read_job
+
+    ev = guarded(latest_evaluation, rec.run_id)
+    if ev is None:
+        job = guarded(read_job, rec.run_id) or {}
+        state = job.get("status")
+        st.caption(f"Evaluation {state} (step {job.get('step')})." if state in ("queued", "running") else
+                   f"The last evaluation failed: {job.get('error')}" if state == "failed" else
+                   "No evaluation yet: a completed run is evaluated at its end; Compare starts one for any saved run.")
+        return
+    st.caption(f"Checkpoint of step {ev.step} · {ev.rows.get('train', '?')} train / {ev.rows.get('val', '?')} val rows "
+               f"· {ev.seconds:.0f} s")
+    st.table(downstream_table(ev))
+    down = getattr(ev, "downstream", None) or {}
+    ft = down.get("trained") or {}
+    st.caption("Probe: logistic regression on standardised frozen features; kNN: k=20, cosine; k-means against the "
+               "labels. Random init: the same model at its initial weights; raw input: pixels, log-mel statistics or "
+               "TF-IDF." + (f" Fine-tune: the encoder and a linear head, {ft.get('finetune_epochs', 0):.1f} epochs "
+                            f"({int(ft.get('finetune_steps', 0))} steps) on the labelled train rows, the same recipe "
+                            f"from the random init." if ft else ""))
+    quality = quality_rows(ev)
+    if not quality.empty:
+        st.table(quality)
+        st.caption("Reconstruction quality on the same validation inputs and masks, beside each trivial baseline; "
+                   "★ best of each column. SSIM of the pasted reconstruction (visible pixels kept); spectral figures "
+                   "over the masked cells.")
+    cost = cost_text(ev)
+    for line in ([cost] if cost else []) + list(getattr(ev, "notes", None) or []):
+        st.caption(line)
