@@ -130,8 +130,11 @@ st.header("Downstream: probes and fine-tuning")
 frame = downstream_frame(evals, legend)
 missing = [r for r in picked if evals[r.run_id] is None]
 if not frame.empty:
-    cols_best = list(REP_FIGURES.values()) + ([FINETUNE] if FINETUNE in frame else [])
-    st.table(mark_best(frame, cols_best, plain=[c for c in frame if " · " in c] + ["chance"]).set_index("run"))
+    tuned = [FINETUNE, f"{FINETUNE} · random init"] if FINETUNE in frame else []
+    probes = frame.drop(columns=tuned)
+    st.table(mark_best(probes, list(REP_FIGURES.values()), plain=[c for c in probes if " · " in c] + ["chance"]).set_index("run"))
+    if tuned:
+        st.table(mark_best(frame[["run", "step", *tuned]], tuned[:1], plain=tuned[1:]).set_index("run"))
     st.caption("Trained encoder at its latest evaluated checkpoint, beside the same model at its initial weights "
                "(random init), the raw input (pixels / TF-IDF) and chance (the most common val class); best run per "
                "column starred (the trained encoder's figures only). Probe: logistic regression on standardised features; kNN: k=20, cosine. "
@@ -142,7 +145,8 @@ if not frame.empty:
         x=alt.X("encoder:N", title=None, sort=["trained", "random init", "raw input"]),
         y=alt.Y("value:Q", title="val accuracy", scale=alt.Scale(domain=[0, 1])),
         color=alt.Color("encoder:N", legend=alt.Legend(orient="bottom")),
-        column=alt.Column("run:N", title=None), row=alt.Row("figure:N", title=None),
+        column=alt.Column("run:N", title=None),
+        row=alt.Row("figure:N", title=None, sort=["linear probe", "kNN (k=20)", FINETUNE]),
         tooltip=["run", "figure", "encoder", alt.Tooltip("value:Q", format=".1%")]).properties(width=90, height=140)
     st.altair_chart(chart)
 run_eval = allowed("run.evaluate", evaluate)  # None for a viewer or in demo mode: no button
