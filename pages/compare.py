@@ -1,6 +1,7 @@
-"""Compare: saved runs side by side. Filter and pick 2 to N runs, then their curves overlaid, the
-config fields that differ, the same validation inputs reconstructed by each run (and the
-evaluation's SSIM / spectral error beside the best trivial baseline), the downstream figures
+"""Compare: saved runs side by side. Filter and pick 2 to N runs, then their curves overlaid (x: step,
+time, wall clock or samples seen), the config fields that differ, the same validation inputs
+reconstructed by each run (and the evaluation's SSIM / spectral error beside the best trivial
+baseline), the downstream figures
 (probes and fine-tune) next to a random-init encoder, the raw input and chance, and the training
 cost (with FLOPs); export as CSV or a self-contained HTML report.
 
@@ -82,7 +83,7 @@ with c2:
     smoothing = url.widget(st.slider, "EMA smoothing", "smoothing", default=0.6, cast=float, min_value=0.0,
                            max_value=0.99, step=0.01, key="cmp_smoothing")  # fmt: skip
 with c1:
-    x_axis, log_y = axis_controls(url, "cmp")
+    x_axis, log_y = axis_controls(url, "cmp", samples=True)
 @st.cache_data(max_entries=16, ttl=600, show_spinner=False)
 def _metrics(ids: tuple[str, ...], versions: tuple) -> object:
     """The compared runs' curves, re-read only when one of them moved on (``versions``: each run's
@@ -95,7 +96,8 @@ if metrics is not None:
     show_read_warnings(metrics)
     titles = " / ".join(sorted({loss_title(r.config) for r in picked}))
     render_metrics_chart(metrics[metrics["key"].isin(["loss", "val_loss"])], smoothing=smoothing, y_title=titles,
-                         log_y=log_y, height=320, run_labels=legend, x=x_axis)  # fmt: skip
+                         log_y=log_y, height=320, run_labels=legend, x=x_axis,
+                         batch_sizes={r.run_id: (r.config.get("train") or {}).get("batch_size") for r in picked})  # fmt: skip
     last = metrics[metrics["key"] == "loss"].groupby("run_id")["step"].max()
     st.caption("Latest step per run: " + " · ".join(f"{legend[r]}: {int(last[r])}" for r in ids if r in last.index))
 

@@ -5,6 +5,7 @@ small tables, each figure beside its baselines, and the cost of a training step.
   (this run's checkpoint, the random init, the raw input, chance).
 - :func:`quality_rows`: the reconstruction figures (SSIM / spectral error) of the checkpoint and of
   each trivial baseline on the same inputs and masks.
+- :func:`map_chart`: the 2-D maps (PCA, t-SNE) of the checkpoint's val features, coloured by label.
 """
 
 from __future__ import annotations
@@ -57,6 +58,30 @@ def quality_rows(ev: Any) -> pd.DataFrame:
     return out.set_index("predictor")
 
 
+#: Titles of the stored 2-D maps (:func:`engine.store.evaluations.load_maps`), in display order.
+MAP_TITLES = {"pca": "PCA", "tsne": "t-SNE"}
+
+
+def map_chart(maps: dict[str, np.ndarray], class_names: list[str] | None = None):
+    """Scatter plots side by side of the val features' 2-D maps (``pca``, ``tsne`` ``[N, 2]``),
+    coloured by ``labels [N]`` (named by ``class_names`` when given); None without a map."""
+    import altair as alt
+
+    shown = [k for k in MAP_TITLES if k in maps and len(maps[k]) == len(maps.get("labels", ()))]
+    if not shown:
+        return None
+    labels = [class_names[i] if class_names and 0 <= i < len(class_names) else str(i) for i in maps["labels"]]
+    charts = []
+    for k in shown:
+        df = pd.DataFrame({"x": maps[k][:, 0], "y": maps[k][:, 1], "label": labels})
+        charts.append(alt.Chart(df, title=MAP_TITLES[k]).mark_circle(size=18, opacity=0.7).encode(
+            x=alt.X("x:Q", title=None, axis=alt.Axis(labels=False, ticks=False)),
+            y=alt.Y("y:Q", title=None, axis=alt.Axis(labels=False, ticks=False)),
+            color=alt.Color("label:N", title="label", scale=alt.Scale(scheme="tableau10")),
+            tooltip=["label"]).properties(width=320, height=280))
+    return alt.hconcat(*charts)
+
+
 def cost_text(ev: Any) -> str | None:
     """"3.08 GFLOPs per training step (24.1 MFLOPs per sample, batch 128, mask ratio 0.75)", or None."""
     c = getattr(ev, "cost", None) or {}
@@ -73,7 +98,8 @@ def evaluation_panel(rec: Any) -> None:
     import streamlit as st
 
     from app.components.errors import guarded
-    from engine.store.evaluations import latest_evaluation, read_job
+    from engine.store import load_samples
+    from engine.store.evaluations import latest_evaluation, load_maps, read_job
 
     ev = guarded(latest_evaluation, rec.run_id)
     if ev is None:
@@ -102,3 +128,10 @@ def evaluation_panel(rec: Any) -> None:
     cost = cost_text(ev)
     for line in ([cost] if cost else []) + list(getattr(ev, "notes", None) or []):
         st.caption(line)
+    maps = guarded(load_maps, rec.run_id, ev.step) or {}
+    sample = guarded(load_samples, rec.run_id)  # its meta names the classes (kept with the run)
+    chart = map_chart(maps, (sample.meta.get("class_names") if sample is not None else None))
+    if chart is not None:
+        st.altair_chart(chart)
+        st.caption(f"This run's frozen features of the {len(maps['labels'])} val rows, in 2-D, coloured by label "
+                   "(PCA always; t-SNE for small sets).")

@@ -69,6 +69,8 @@ def test_run_detail_shows_fine_tune_ssim_and_flops_beside_baselines(runs):
     assert list(quality.index) == ["this run (step 20)", "biharmonic", "knn", "mean image", "visible mean"]
     assert sum("★" in v for v in quality["SSIM, masked patches ↑"]) == 1
     assert any("GFLOPs per training step" in c and "batch 32" in c for c in _captions(at))
+    assert any(c.startswith("This run's frozen features of the 179 val rows, in 2-D") for c in _captions(at))
+    assert at.get("arrow_vega_lite_chart") or at.get("vega_lite_chart")  # the map (and the curves)
 
 
 def test_run_detail_shows_audio_spectral_error_beside_its_baselines(runs):
