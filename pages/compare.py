@@ -19,7 +19,7 @@ from app.components import guarded, render_metrics_chart, run_label, runs_or_sto
 from app.components.charts import axis_controls, show_read_warnings
 from app.components.compare import (
     FINETUNE, QUALITY_FIGURES, REP_FIGURES, config_diff, downstream_frame, eff_display, efficiency_frame, mark_best,
-    probe_bars, quality_frame, report_html, show_reconstructions,
+    probe_bars, quality_frame, quality_groups, report_html, show_reconstructions,
 )
 from app.components.errors import user_errors
 from app.components.quality import loss_title
@@ -117,10 +117,11 @@ quality, q_titles = quality_frame(evals, legend)
 if not quality.empty:
     st.subheader("Reconstruction quality beside the best baseline")
     best = {t: QUALITY_FIGURES[k][1] == "max" for k, (t, _) in QUALITY_FIGURES.items()}
-    shown = quality.set_index("run")
-    for t in q_titles:
-        shown = mark_best(shown, [t], higher=best[t], fmt="{:.4f}")
-    st.table(shown)
+    for group, titles in quality_groups(quality, q_titles):  # one table per kind of figures (image, audio)
+        shown = group.set_index("run")
+        for t in titles:
+            shown = mark_best(shown, [t], higher=best[t], fmt="{:.4f}")
+        st.table(shown)
     st.caption("At each run's latest evaluation, on its fixed validation inputs and masks; each figure beside the best "
                "of that run's trivial baselines on the same inputs (images: mean image, visible mean, biharmonic "
                "inpainting, nearest training images; audio: each bin's mean, interpolation in time). SSIM: the "

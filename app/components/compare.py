@@ -95,7 +95,8 @@ def quality_frame(evaluations: Mapping[str, Any], labels: Mapping[str, str]) -> 
     for each figure of :data:`QUALITY_FIGURES` the run has, the trained model's value, then
     ``"<figure> · best baseline"``, the best of the run's baselines on that figure, as text
     ``"0.4539 (mean image)"``. Returns the frame (numbers in the figure columns) and the figure
-    titles present, for :func:`mark_best`."""
+    titles present, for :func:`mark_best`. Runs of different modalities have different figures:
+    :func:`quality_groups` splits the frame by them."""
     rows, present = [], []
     for run_id, ev in evaluations.items():
         q = (getattr(ev, "quality", None) or {}) if ev is not None else {}
@@ -128,7 +129,8 @@ def mark_best(df: pd.DataFrame, columns: Sequence[str], higher: bool = True, fmt
         if c not in out or out[c].isna().all():
             continue
         best = out[c].max() if higher else out[c].min()
-        out[c] = [("–" if pd.isna(v) else fmt.format(v)) + (BEST if v == best and len(out) > 1 else "") for v in df[c]]
+        many = int(df[c].notna().sum()) > 1  # a lone value is not "the best" of anything
+        out[c] = [("–" if pd.isna(v) else fmt.format(v)) + (BEST if v == best and many else "") for v in df[c]]
     return out
 
 
@@ -143,6 +145,22 @@ def time_to_loss(df: pd.DataFrame, target: float, smoothing_points: int = 20) ->
         hit = np.flatnonzero(smooth.to_numpy() <= target)
         out[run_id] = None if not len(hit) else (int(g["step"].iloc[hit[0]]),
                                                  float(g["wall_time"].iloc[hit[0]] - g["wall_time"].iloc[0]))
+    return out
+
+
+def quality_groups(frame: pd.DataFrame, titles: Sequence[str]) -> list[tuple[pd.DataFrame, list[str]]]:
+    """:func:`quality_frame`'s rows grouped by the figures they have (image runs: SSIM; audio runs:
+    spectral error), each group with only its own columns: ``[(frame, titles), ...]``, groups in
+    the order of their first run."""
+    if frame.empty:
+        return []
+    key = frame[list(titles)].notna().apply(lambda r: tuple(r), axis=1)
+    out = []
+    for k in dict.fromkeys(key):
+        g = frame[key == k]
+        own = [t for t, has in zip(titles, k) if has]
+        cols = ["run", "step"] + [c for c in g.columns if c not in ("run", "step") and g[c].notna().any()]
+        out.append((g[cols].reset_index(drop=True), own))
     return out
 
 

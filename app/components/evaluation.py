@@ -122,9 +122,10 @@ def evaluation_panel(rec: Any) -> None:
     quality = quality_rows(ev)
     if not quality.empty:
         st.table(quality)
-        st.caption("Reconstruction quality on the same validation inputs and masks, beside each trivial baseline; "
-                   "★ best of each column. SSIM of the pasted reconstruction (visible pixels kept); spectral figures "
-                   "over the masked cells.")
+        how = ("SSIM of the pasted reconstruction (visible pixels kept) against the original" if "ssim" in ev.quality["trained"]
+               else "Spectral figures over the masked cells of the clips, never the padding")
+        st.caption(f"Reconstruction quality on the same validation inputs and masks, beside each trivial baseline; "
+                   f"★ best of each column. {how}.")
     cost = cost_text(ev)
     for line in ([cost] if cost else []) + list(getattr(ev, "notes", None) or []):
         st.caption(line)
