@@ -245,6 +245,14 @@ def cmd_evaluate(args) -> int:
     for enc, figs in ev.representation.items():
         print(f"  {enc:12} " + "  ".join(f"{k} {v:.4f}" for k, v in figs.items()))
     print("  reconstruction " + "  ".join(f"{k} {v:.4f}" for k, v in ev.reconstruction.items()))
+    for enc, figs in ev.downstream.items():
+        print(f"  fine-tune {enc:12} val acc {figs['finetune_acc']:.4f}  ({figs['finetune_steps']:.0f} steps)")
+    for name, figs in ev.quality.items():
+        print(f"  quality {name:14} " + "  ".join(f"{k} {v:.4f}" for k, v in figs.items() if k not in ("rows", "cells")))
+    if ev.cost:
+        print(f"  cost {ev.cost['flops_per_step'] / 1e9:.3f} GFLOPs per training step (batch {ev.cost['batch_size']:.0f})")
+    for note in ev.notes:
+        print(f"  note: {note}")
     return 0
 
 

@@ -175,11 +175,14 @@ class TrainConfig(_Strict):
 
 class EvalConfig(_Strict):
     """The evaluation job (:mod:`engine.eval.job`): representation figures of frozen features next to
-    a randomly initialised encoder and the raw input."""
+    a randomly initialised encoder and the raw input, a short downstream fine-tune
+    (:mod:`engine.eval.finetune`), reconstruction figures and the FLOPs of a training step."""
 
     auto: bool = Field(True, description="evaluate the final checkpoint when the run completes (in its worker)")
     max_rows: int = Field(2000, ge=20, le=100_000, description="rows of each split whose features are probed")
     tsne_max_rows: int = Field(1000, ge=0, le=10_000, description="t-SNE map only up to this many val rows (PCA always)")
+    finetune_epochs: int = Field(5, ge=0, le=100, description="epochs of the downstream fine-tune of the encoder and "
+                                 "a linear head, at most 300 steps (0: no fine-tune)")
 
 
 class RunConfig(_Strict):

@@ -100,6 +100,18 @@ def test_metrics_chart_layers_and_empty():
     assert [v["smoothed"] for v in values if v["key"] == "val_loss"] == [0.4]  # eval metric not smoothed
 
 
+def test_metrics_chart_samples_seen_axis():
+    df = pd.DataFrame({"run_id": ["a", "a", "b", "b"], "key": ["loss"] * 4, "step": [1, 2, 1, 2],
+                       "value": [1.0, 0.5, 1.0, 0.5]})
+    spec = metrics_chart(df, x="samples", batch_sizes={"a": 32, "b": 128}).to_dict()
+    values = next(iter(spec["datasets"].values()))
+    assert {(v["run_id"], v["step"]): v["samples"] for v in values} == {("a", 1): 32, ("a", 2): 64, ("b", 1): 128,
+                                                                       ("b", 2): 256}
+    assert spec["layer"][0]["encoding"]["x"]["field"] == "samples"
+    # without the batch sizes the step axis is kept
+    assert metrics_chart(df, x="samples").to_dict()["layer"][0]["encoding"]["x"]["field"] == "step"
+
+
 def _record(**kw) -> RunRecord:
     base = dict(
         run_id="20260101-000000-abcdef", name="mae", status="running", created_at=0.0, started_at=100.0,
