@@ -9,7 +9,7 @@ as the uncached reader); the snapshot's identities are the **signature** of the 
 
 Three kept tables, all per process and bounded:
 
-* decoded files: identity -> Arrow table (least recently used dropped beyond
+* decoded files: (identity, keys asked for) -> Arrow table (least recently used dropped beyond
   :data:`FILE_CACHE_BYTES`);
 * results: ``(run folder, signature, keys, max_points)`` -> the run's deduplicated, downsampled
   DataFrame (beyond :data:`RESULT_CACHE_BYTES`, least recently used dropped);
@@ -131,34 +131,32 @@ def signature(run_dir: Path) -> tuple[list[MetricFile], list[FileId], list[str]]
         return None
 
 
-def _file_table(fid: FileId) -> pa.Table:
-    """The decoded rows of one file (all keys), from the cache or read once.
+def _file_table(fid: FileId, keys: tuple[str, ...] | None = None) -> pa.Table:
+    """The decoded rows of one file (``keys`` only; None: all), from the cache or read once with
+    the keys filtered while decoding (as the uncached reader does). Kept per (file, keys): a page
+    asks for the same keys at every refresh.
 
     Raises DamagedFileError (unreadable) or FileNotFoundError (merged away) like ``read_table``.
     """
-    t = _files.get(fid)
+    t = _files.get((fid, keys))
     if t is None:
-        t = read_table(Path(fid[0]))
-        _files.put(fid, t)
+        t = read_table(Path(fid[0]), [("key", "in", list(keys))] if keys else None)
+        _files.put((fid, keys), t)
     return t
 
 
-def _run_table(run_dir: Path, files: list[MetricFile], ids: list[FileId], keys: list[str] | None,
+def _run_table(run_dir: Path, files: list[MetricFile], ids: list[FileId], keys: tuple[str, ...] | None,
                warnings: list[str]) -> pa.Table:
     """The rows of a snapshot (``keys`` only), skipping unreadable files with a warning (the
     uncached reader's words)."""
     tables = []
     for f, fid in zip(files, ids):
         try:
-            t = _file_table(fid)
+            tables.append(_file_table(fid, keys))
         except DamagedFileError as e:
             warnings.append(f"{run_dir.name}: skipped unreadable metrics file {f.path.relative_to(run_dir)} "
                             f"({e.reason}); its rows are missing; "
                             f"`python -m engine doctor --repair` moves it to {QUARANTINE_DIR}/")
-            continue
-        if keys is not None:
-            t = t.filter(pc.is_in(t["key"], pa.array(keys, pa.string())))
-        tables.append(t)
     return pa.concat_tables(tables) if tables else SCHEMA.empty_table()
 
 
@@ -180,7 +178,7 @@ def _prepare(run_dir: Path, keys: tuple[str, ...] | None, max_points: int | None
             return ck, hit, None, list(hit[1])
         warnings = list(warnings)
         try:
-            table = _run_table(run_dir, files, ids, list(keys) if keys else None, warnings)
+            table = _run_table(run_dir, files, ids, keys, warnings)
         except FileNotFoundError:
             time.sleep(0.005 * (attempt + 1))
             continue
@@ -242,7 +240,7 @@ def _file_latest(fid: FileId) -> dict[str, tuple[int, float, float]]:
     hit = _latest.get(fid)
     if hit is not None:
         return hit
-    t = _files.get(fid)
+    t = _files.get((fid, None))
     if t is None:  # read just what is needed, and keep the big table out of the file cache
         t = read_table(Path(fid[0]))
     codes = pc.dictionary_encode(t["key"]).combine_chunks()
