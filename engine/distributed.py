@@ -328,10 +328,12 @@ def _rank(run_dir: Path, resume_from: int | None) -> int:
     from engine.store.checkpoints import CKPT_DIR
     from engine.store.runs import CANCEL_FILE, CONFIG_FILE
     from engine.train import fit
+    from engine.worker import configure_torch
     from engine.workspace import atomic_write_json, read_json
 
     cfg = RunConfig.from_dict(read_json(run_dir / CONFIG_FILE))
     rank, world, local = (int(os.environ[k]) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
+    configure_torch(max(1, cfg.train.num_threads // cfg.launch.nproc_per_node), cfg.train.deterministic)
     cuda = cfg.train.device == "cuda" or (cfg.train.device == "auto" and torch.cuda.is_available())
     device = torch.device("cuda", local) if cuda else torch.device("cpu")
     if cuda:
@@ -342,7 +344,6 @@ def _rank(run_dir: Path, resume_from: int | None) -> int:
     tdist.all_gather_object(places, (main, socket.gethostname(), os.environ.get("CUDA_VISIBLE_DEVICES", "")))
     writer_rank = next((r for r, p in enumerate(places) if p[0]), 0)
     ctx = DistContext(rank, world, local, rank == writer_rank, device)
-    torch.set_num_threads(max(1, cfg.train.num_threads // cfg.launch.nproc_per_node))
     stop = {"signal": False}
     signal.signal(signal.SIGTERM, lambda *_: stop.update(signal=True))
     marker = run_dir / CANCEL_FILE

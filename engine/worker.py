@@ -40,6 +40,7 @@ import traceback
 from pathlib import Path
 from typing import Callable
 
+from engine.devices import run_gpus
 from engine.errors import MasklabError, NonFiniteLossError, ResumeError, RunLockedError, StorageError
 from engine.resume import RESUME_FIELD, reset_after
 from engine.resources import PeakMemory
@@ -74,6 +75,18 @@ def resolve_threads(train_cfg: dict) -> int:
     """Torch CPU threads of a run: ``train.num_threads`` if set, else ``cpu_count // MASKLAB_MAX_RUNS``
     (the runs that may train at once share the cores instead of oversubscribing them)."""
     return int(train_cfg.get("num_threads") or max(1, (os.cpu_count() or 1) // max_runs()))
+
+
+def configure_torch(threads: int, deterministic: bool) -> None:
+    """Torch's CPU threads and ``train.deterministic`` (``torch.use_deterministic_algorithms`` and
+    cuBLAS's fixed workspace, set before CUDA starts) for this process: the worker, or a rank."""
+    import torch
+
+    torch.set_num_threads(threads)
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.backends.cudnn.benchmark = False
+    torch.use_deterministic_algorithms(deterministic)
 
 
 def execute_run(run_dir: Path, *, on_step: Callable[[int], None] | None = None) -> str:
@@ -147,10 +160,13 @@ def _execute(run_dir: Path, should_stop: Callable[[], bool], on_step: Callable[[
         write_status(run_dir, {**status, "status": "queued"})
         raw = read_json(run_dir / CONFIG_FILE)  # plain JSON: validating imports torch, not before a slot
         status["total_steps"] = int(raw.get("train", {}).get("steps", 0))
-        with run_slot(workspace, run_dir, should_stop) as got_slot:
-            if not got_slot:
+        with run_slot(workspace, run_dir, should_stop) as slot:
+            if slot is None:
                 _final(run_dir, {**status, "status": "cancelled", "ended_at": time.time()})
                 return "cancelled"
+            gpus = run_gpus(slot, max_runs(), raw.get("train", {}), raw.get("launch") or {})
+            if gpus:  # this slot's GPUs, before CUDA starts (torchrun and its ranks inherit it)
+                os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
             # Only now (with a slot) import torch: a queued worker holds no torch memory.
             import torch
 
@@ -160,11 +176,7 @@ def _execute(run_dir: Path, should_stop: Callable[[], bool], on_step: Callable[[
             if not cfg.train.num_threads:  # record the resolved count, so the config says what ran
                 cfg.train.num_threads = resolve_threads(raw.get("train", {}))
                 atomic_write_json(run_dir / CONFIG_FILE, cfg.to_dict(), what=f"the config of run {run_id}")
-            torch.set_num_threads(cfg.train.num_threads)
-            if cfg.train.deterministic:
-                os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # cuBLAS needs it, before CUDA starts
-                torch.backends.cudnn.benchmark = False
-            torch.use_deterministic_algorithms(cfg.train.deterministic)
+            configure_torch(cfg.train.num_threads, cfg.train.deterministic)
             status.update(started_at=time.time(), num_threads=torch.get_num_threads(),
                           deterministic=cfg.train.deterministic, placement=placement(cfg.launch))
             write_status(run_dir, {**status, "status": "running"})
