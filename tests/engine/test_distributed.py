@@ -228,3 +228,27 @@ def test_two_nodes_train_one_run_and_resume_it_after_a_cancel(workspace):
     assert rec.status == "completed" and rec.step == 200, rec.error
     assert [s for s, _ in rows(run_id, "loss")] == list(range(1, 201))
     assert [s for s, _ in rows(run_id, "val_loss")] == [0, 50, 100, 150, 200]
+
+
+@pytest.mark.slow
+def test_a_single_process_run_resumes_on_two_processes(workspace):
+    """A resume may change the number of processes: the data order is global, rank 0 keeps the
+    checkpoint's mask generator and rank 1 (which the checkpoint has none for) draws a fresh one."""
+    from engine.resume import prepare_resume, resume_config
+    from engine.store import CANCEL_FILE
+
+    load_dataset("digits")
+    cfg = {**TINY, "train": {**TINY["train"], "steps": 30, "eval_interval": 10, "checkpoint_interval": 5,
+                             "num_threads": 1}}
+    run_id, d = create_run(RunConfig.from_dict(cfg).to_dict())
+
+    def cancel_at_8(step: int) -> None:
+        if step == 8:
+            (d / CANCEL_FILE).touch()
+
+    assert execute_run(d, on_step=cancel_at_8) == "cancelled" and latest_checkpoint_step(run_id) == 8
+    step = prepare_resume(d, lambda old, s: resume_config(old, ["launch.nproc_per_node=2"], s).to_dict())
+    assert step == 8 and execute_run(d) == "completed", get_run(run_id).error
+    rec = get_run(run_id)
+    assert rec.step == 30 and rec.extra["placement"]["processes"] == 2 and rec.config["launch"]["nproc_per_node"] == 2
+    assert [s for s, _ in rows(run_id, "loss")] == list(range(1, 31))
