@@ -41,6 +41,7 @@ import socket
 import subprocess
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -266,10 +267,11 @@ def join(run_dir: Path, node_rank: int) -> int:
 
     Raises:
         ConfigError: the run is not a multi-node run, or ``node_rank`` is not one of its other nodes.
+        RunActiveError: the run is not queued or running (there is nothing to join: resume it first).
     """
-    from engine.errors import ConfigError
+    from engine.errors import ConfigError, RunActiveError
     from engine.resume import RESUME_FIELD
-    from engine.store.runs import CONFIG_FILE, read_status
+    from engine.store.runs import CONFIG_FILE, get_run, read_status
     from engine.worker import resolve_threads
     from engine.workspace import read_json
 
@@ -282,8 +284,11 @@ def join(run_dir: Path, node_rank: int) -> int:
     if not 0 <= node_rank < nnodes or node_rank == int(launch.get("node_rank", 0)):
         raise ConfigError(f"--node-rank {node_rank}: run {run_dir.name} has nodes 0..{nnodes - 1} and node "
                           f"{launch.get('node_rank', 0)} is the one that holds it; join with another rank")
-    status = read_status(run_dir)
-    resume_from = status.get(RESUME_FIELD)
+    rec = get_run(run_dir.name, run_dir.parent.parent)
+    if not rec.is_active:
+        raise RunActiveError(f"run {run_dir.name} is {rec.status}: there is nothing to join; resume it "
+                             f"(python -m engine resume {run_dir.name}), then join")
+    resume_from = read_status(run_dir).get(RESUME_FIELD)
     threads = resolve_threads(raw.get("train", {}))
     proc = _start_torchrun(torchrun_command(launch, run_dir, node_rank=node_rank, resume_from=resume_from),
                            _rank_env(launch, threads, main=False))
@@ -331,6 +336,9 @@ def _rank(run_dir: Path, resume_from: int | None) -> int:
     from engine.worker import configure_torch
     from engine.workspace import atomic_write_json, read_json
 
+    # DDP's notice when a gradient's memory layout differs from its bucket's (e.g. a 1-channel
+    # patch-embedding conv): a copy per step, not an error; it would fill the log of every run.
+    warnings.filterwarnings("ignore", message="Grad strides do not match bucket view strides")
     cfg = RunConfig.from_dict(read_json(run_dir / CONFIG_FILE))
     rank, world, local = (int(os.environ[k]) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
     configure_torch(max(1, cfg.train.num_threads // cfg.launch.nproc_per_node), cfg.train.deterministic)

@@ -19,9 +19,9 @@ import pytest
 from engine.config import RunConfig
 from engine.data import load_dataset
 from engine.distributed import mask_seed, torchrun_command
-from engine.errors import ConfigError
+from engine.errors import ConfigError, RunActiveError
 from engine.launcher import cancel, resume, submit
-from engine.store import create_run, get_run, latest_checkpoint_step, run_alive, signal_holder
+from engine.store import create_run, get_run, latest_checkpoint_step, run_alive, signal_holder, write_status
 from engine.store.metrics import read_run_table
 from engine.worker import execute_run
 from tests.engine.procs import pids_with_args, wait_until as _wait
@@ -111,6 +111,9 @@ def test_join_refuses_a_single_node_run_and_the_holders_rank(workspace):
     for rank in (0, 2, -1):
         with pytest.raises(ConfigError, match=f"--node-rank {rank}: run .* has nodes 0..1"):
             join(d, rank)
+    write_status(d, {"status": "completed", "step": 6, "total_steps": 6})
+    with pytest.raises(RunActiveError, match=f"run {d.name} is completed: there is nothing to join; resume it"):
+        join(d, 1)
 
 
 # --- processes -----------------------------------------------------------------------------------------------
@@ -216,16 +219,17 @@ def test_two_nodes_train_one_run_and_resume_it_after_a_cancel(workspace):
     assert rec.extra["placement"]["processes"] == 2 and len(_ranks(d)) == 2
     assert cancel(run_id) is True
     _wait(lambda: not get_run(run_id).is_active, 120, "the cancel")
-    node1.wait(timeout=60)  # node 1's ranks stopped with node 0's
+    node1.communicate(timeout=60)  # node 1's ranks stopped with node 0's
     rec = get_run(run_id)
     assert rec.status == "cancelled" and latest_checkpoint_step(run_id) == rec.step < 200
 
     assert resume(run_id) == rec.step
     node1 = join()
     _wait(lambda: not get_run(run_id).is_active, 300, "the resumed run to end")
-    node1.wait(timeout=60)
+    out, _ = node1.communicate(timeout=60)
     rec = get_run(run_id)
     assert rec.status == "completed" and rec.step == 200, rec.error
+    assert rec.extra["torchrun_exit"] == 0 and node1.returncode == 0, out[-3000:]  # both nodes exited cleanly
     assert [s for s, _ in rows(run_id, "loss")] == list(range(1, 201))
     assert [s for s, _ in rows(run_id, "val_loss")] == [0, 50, 100, 150, 200]
 
