@@ -217,8 +217,9 @@ def run_ranks(run_dir: Path, launch: dict, threads: int, resume_from: int | None
     ``threads``: the run's resolved ``train.num_threads``, shared by this node's ranks. While waiting,
     ``should_stop()`` (a SIGTERM, the cancel marker) makes sure the ``cancel`` marker exists (the
     ranks poll it), and terminates torchrun if it has not ended :data:`STOP_GRACE_S` s later.
-    Without a result file (a rank died, torchrun failed to rendezvous) the outcome is ``failed``
-    with the exit code; the reasons are in ``worker.log``. ``on_step`` is called with the step the
+    Without a result file the outcome is ``cancelled`` after a stop request (the ranks had not met
+    yet, e.g. a node never came), else ``failed`` with the exit code (a rank died, the rendezvous
+    failed); the reasons are in ``worker.log``. ``on_step`` is called with the step the
     writer rank last recorded in the status (the CLI's progress bar), at most every 0.2 s.
     """
     from engine.store.runs import CANCEL_FILE, read_status
@@ -255,6 +256,9 @@ def run_ranks(run_dir: Path, launch: dict, threads: int, resume_from: int | None
     if not isinstance(out, dict) or "status" not in out:
         from engine.worker import _exit_reason
 
+        if stop_at is not None:  # cancelled before the ranks trained (e.g. while waiting for a node)
+            return {"status": "cancelled", "steps_done": int(read_status(run_dir).get("step", 0)), "device": None,
+                    "n_params": None, "torchrun_exit": proc.returncode}
         return {"status": "failed", "error": f"the training processes ended without a result (torchrun: "
                 f"{_exit_reason(proc.returncode)}); see the worker log", "torchrun_exit": proc.returncode}
     return {**out, "torchrun_exit": proc.returncode}

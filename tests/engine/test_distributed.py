@@ -256,3 +256,23 @@ def test_a_single_process_run_resumes_on_two_processes(workspace):
     rec = get_run(run_id)
     assert rec.step == 30 and rec.extra["placement"]["processes"] == 2 and rec.config["launch"]["nproc_per_node"] == 2
     assert [s for s, _ in rows(run_id, "loss")] == list(range(1, 31))
+
+
+@pytest.mark.slow
+def test_a_cancel_while_waiting_for_a_node_that_never_comes_ends_cancelled(workspace, monkeypatch):
+    """Node 1 never joins: the ranks of node 0 wait at the rendezvous and never see the cancel
+    marker; the worker terminates torchrun after the grace period and records ``cancelled``."""
+    import threading
+
+    import engine.distributed
+    from engine.store import CANCEL_FILE
+
+    monkeypatch.setattr(engine.distributed, "STOP_GRACE_S", 3.0)
+    load_dataset("digits")
+    cfg = with_launch(TINY, nnodes=2, rdzv_endpoint=f"127.0.0.1:{_free_port()}")
+    run_id, d = create_run(RunConfig.from_dict(cfg).to_dict())
+    threading.Timer(8.0, (d / CANCEL_FILE).touch).start()
+    assert execute_run(d) == "cancelled"
+    rec = get_run(run_id)
+    assert rec.status == "cancelled" and rec.step == 0 and rec.error is None
+    _wait(lambda: _ranks(d) == [], 30, "the ranks to exit")
