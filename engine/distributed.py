@@ -365,15 +365,9 @@ def _rank(run_dir: Path, resume_from: int | None) -> int:
 
     ckpt = run_dir / CKPT_DIR / f"step-{resume_from:07d}" if resume_from else None
     workspace = run_dir.parent.parent
-    if not ctx.writer:
+    if not ctx.writer:  # an error here is this rank's (rank_main prints it); the writer records the run's
+        fit(cfg, run_dir, NullSink(), should_stop=should_stop, workspace=workspace, resume_from=ckpt, dist=ctx)
         code = 0
-        try:
-            fit(cfg, run_dir, NullSink(), should_stop=should_stop, workspace=workspace, resume_from=ckpt, dist=ctx)
-        except Exception:  # noqa: BLE001 - the writer records the run's outcome; this rank reports its own
-            import traceback
-
-            traceback.print_exc()
-            return 1
     else:
         from engine.worker import train_here
 

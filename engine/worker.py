@@ -196,7 +196,7 @@ def _execute(run_dir: Path, should_stop: Callable[[], bool], on_step: Callable[[
                                 on_step)
             else:
                 out = train_here(run_dir, cfg, should_stop, on_step=on_step, resume_from=ckpt)
-            status["placement"] = out.get("placement", status["placement"])
+            status.update({k: out[k] for k in ("step", "peak_mem_bytes", "placement") if k in out})
             if "torchrun_exit" in out:  # 0: every rank of this node exited cleanly
                 status["torchrun_exit"] = out["torchrun_exit"]
             latest = out.get("latest", {})
@@ -213,7 +213,9 @@ def _execute(run_dir: Path, should_stop: Callable[[], bool], on_step: Callable[[
                              "latest": latest, "device": out["device"], "n_params": out["n_params"]})
             return final
     except BaseException as e:  # record every failure, including KeyboardInterrupt in the CLI
-        latest = read_status(run_dir).get("latest") or {}  # the last progress written
+        last = read_status(run_dir)  # the last progress written
+        latest = last.get("latest") or {}
+        status.update({k: last[k] for k in ("step", "peak_mem_bytes") if k in last})
         if isinstance(e, KeyboardInterrupt):
             _final(run_dir, {**status, "status": "cancelled", "ended_at": time.time(), "latest": latest})
             raise
@@ -244,8 +246,8 @@ def train_here(run_dir: Path, cfg, should_stop: Callable[[], bool], *, on_step: 
 
     Returns the outcome: ``status`` (``completed`` or ``cancelled``; ``failed`` or ``diverged``
     with ``error`` after an exception, whose traceback goes to stderr), ``steps_done``, ``device``,
-    ``n_params``, ``latest`` (the last value of each metric) and ``placement`` (``placement`` merged
-    into the status's).
+    ``n_params`` (not after an exception), ``latest`` (the last value of each metric), ``step`` and
+    ``peak_mem_bytes`` (the last progress) and ``placement`` (``placement`` merged into the status's).
 
     Raises:
         KeyboardInterrupt: after closing the writer (what was logged stays readable).
@@ -284,15 +286,20 @@ def train_here(run_dir: Path, cfg, should_stop: Callable[[], bool], *, on_step: 
             writer.close(compact=False)  # keep what was logged; no compaction on a failing disk
         except Exception:
             _print_exc()
+        progress_now = {k: status[k] for k in ("step", "peak_mem_bytes", "placement") if k in status}
         if not isinstance(e, Exception):
+            try:  # the exact step for the caller's final status (KeyboardInterrupt: cancelled)
+                write_status(run_dir, {**status, "status": "running", "latest": writer.latest})
+            except StorageError:
+                pass
             raise
         _print_exc()
         msg = str(e) if isinstance(e, MasklabError) else f"{type(e).__name__}: {e}"
         return {"status": "diverged" if isinstance(e, NonFiniteLossError) else "failed", "error": msg,
-                "latest": writer.latest, "placement": status["placement"]}
+                "latest": writer.latest, **progress_now}
     return {"status": "cancelled" if result.stopped else "completed", "steps_done": result.steps_done,
             "device": result.device, "n_params": result.n_params, "latest": writer.latest,
-            "placement": status["placement"]}
+            **{k: status[k] for k in ("step", "peak_mem_bytes", "placement") if k in status}}
 
 
 AUTO_EVAL_ENV = "MASKLAB_AUTO_EVAL"
