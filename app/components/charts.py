@@ -157,16 +157,21 @@ def show_read_warnings(df: pd.DataFrame | None) -> None:
         st.warning(w)
 
 
-def counts_chart(counts: pd.DataFrame, height: int = 260, unit: str = "images") -> alt.Chart:
-    """Stacked bars of items (``unit``) per class, coloured by split. ``counts``: class_name, split, count."""
+def counts_chart(counts: pd.DataFrame, height: int = 260, unit: str = "images", many: int = 12) -> alt.Chart:
+    """Stacked bars of items (``unit``) per class, coloured by split. ``counts``: class_name, split, count.
+
+    Up to ``many`` classes the bars stand on a class axis; with more (fortunes' 42 topics) they lie
+    along it, one 18 px row per class, so that every class name is written (a slanted axis drops
+    the names that would overlap)."""
+    n = counts["class_name"].nunique() if len(counts) else 0
+    cls = dict(field="class_name", type="nominal", title="class", sort=None)
+    val = dict(field="count", type="quantitative", title=unit)
+    horizontal = n > many
+    enc = dict(x=alt.X(**val), y=alt.Y(**cls, axis=alt.Axis(labelLimit=200, labelOverlap=False))) if horizontal \
+        else dict(x=alt.X(**cls), y=alt.Y(**val))
     return (
         alt.Chart(counts)
         .mark_bar()
-        .encode(
-            x=alt.X("class_name:N", title="class", sort=None),
-            y=alt.Y("count:Q", title=unit),
-            color=alt.Color("split:N", title="split"),
-            tooltip=["class_name:N", "split:N", "count:Q"],
-        )
-        .properties(height=height)
+        .encode(**enc, color=alt.Color("split:N", title="split"), tooltip=["class_name:N", "split:N", "count:Q"])
+        .properties(height=max(height, 18 * n) if horizontal else height)
     )

@@ -182,6 +182,18 @@ def stack_column(images: np.ndarray, gap: int = 2) -> np.ndarray:
     return out
 
 
+def draw_columns(drawn: Sequence[tuple[str, np.ndarray]], per_row: int, fewest: int) -> None:
+    """Draw ``(caption, column image)`` pairs side by side, captioned, ``per_row`` at most per row.
+    A row has ``max(fewest, len(drawn))`` slots, so two runs' five columns fill the page width while
+    one run's three are not stretched to a third of it each."""
+    import streamlit as st
+
+    slots = min(per_row, max(fewest, len(drawn)))
+    for start in range(0, len(drawn), slots):
+        for col, (caption, img) in zip(st.columns(slots, gap="small"), drawn[start:start + slots]):
+            col.image(img, caption=caption, width="stretch")
+
+
 def png_b64(img: np.ndarray) -> str:
     """A uint8 ``(H, W, 3)`` or ``(H, W, 1)`` image as a base64 PNG (for the HTML report)."""
     from PIL import Image

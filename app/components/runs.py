@@ -283,8 +283,12 @@ def progress_with_cancel(rec: Any, cancel_fn, key: str, text: str) -> None:
 
     def confirm() -> None:
         st.session_state[ask] = False
-        if guarded(cancel_fn, rec.run_id):
+        done = guarded(cancel_fn, rec.run_id)
+        if done:
             st.toast(f"Cancelling {rec.run_id}: it stops after the current step.")
+        elif done is False:  # it ended between the table's refresh and the click
+            st.toast(f"{rec.run_id} had already ended before the cancel reached it: nothing was cancelled. Its "
+                     "status is in the table.")
 
     if not st.session_state.get(ask):
         bar, button = st.columns([5, 1], vertical_alignment="bottom")

@@ -18,7 +18,7 @@ import streamlit as st
 
 from app.components.charts import counts_chart
 from app.components.errors import guarded
-from app.components.urlstate import dig, index_of
+from app.components.urlstate import dig, index_of, number
 from engine.workspace import workspace_root
 
 N_SAMPLES = 12  # texts in the Data page's sample table
@@ -306,12 +306,12 @@ def tokenizer_fields(key: str, carried: dict) -> dict:
     a, b = st.columns(2)
     kind = a.selectbox("Tokenizer", ["wordpiece", "char"], index=index_of(["wordpiece", "char"], d["kind"]),
                        key=f"{key}_tok_kind", help="WordPiece trained on the train split, or one token per character")
-    vocab = b.number_input("Vocabulary size", min_value=16, max_value=200_000, value=int(d["vocab_size"]), step=500,
+    vocab = b.number_input("Vocabulary size", min_value=16, max_value=200_000, value=number(d["vocab_size"], TokenizerConfig().vocab_size, 16, 200_000, int), step=500,
                            key=f"{key}_tok_vocab", disabled=kind == "char", help="WordPiece target size, specials included")
-    max_len = a.number_input("Max tokens", min_value=8, max_value=1024, value=int(d["max_len"]), step=16,
+    max_len = a.number_input("Max tokens", min_value=8, max_value=1024, value=number(d["max_len"], TokenizerConfig().max_len, 8, 1024, int), step=16,
                              key=f"{key}_tok_len", help="per text, [CLS] and [SEP] included; longer texts are cut")
     return {"kind": kind, "vocab_size": int(vocab), "max_len": int(max_len), "lowercase": bool(d["lowercase"]),
-            "min_frequency": int(d["min_frequency"])}
+            "min_frequency": number(d["min_frequency"], TokenizerConfig().min_frequency, 1, None, int)}
 
 
 def masking_fields(task: str, key: str, carried: dict) -> dict | None:
@@ -340,7 +340,7 @@ def run_fields(info, task: str, key: str, carried: dict) -> dict:
                                                 f"depth {presets[k].get('depth', presets[k].get('enc_depth'))})")
     out = {"task": task, "masking": masking, "data": {"tokenizer": tokenizer}, "model": {"arch": arch, "preset": preset}}
     if task == "text_mlm":
-        share = st.slider("Shown as [MASK]", 0.0, 1.0, float(dig(carried, "task_params.mask_share", 0.8)), 0.05,
+        share = st.slider("Shown as [MASK]", 0.0, 1.0, number(dig(carried, "task_params.mask_share"), 0.8, 0.0, 1.0), 0.05,
                           key=f"{key}_mask_share",
                           help="BERT's 80/10/10: the rest is split evenly between a random token and the original")
         out["task_params"] = {"mask_share": share, "random_share": round((1 - share) / 2, 6)}

@@ -189,3 +189,19 @@ def test_where_a_run_trains_in_the_table_and_on_run_detail(extra, launch, short,
     rec = _record(config={"data": {"dataset": "digits"}, **({"launch": launch} if launch else {})}, extra=extra)
     assert placement_label(rec) == short == runs_frame([rec]).iloc[0]["where"]
     assert placement_label(rec, full=True) == full
+
+
+@pytest.mark.parametrize("n_classes", [3, 12, 13, 42])
+def test_class_counts_chart_writes_every_class_name(n_classes):
+    """Up to 12 classes stand on the x axis; more lie along y, one row each, no name dropped."""
+    from app.components.charts import counts_chart
+
+    counts = pd.DataFrame([{"class_name": f"topic-{i}", "split": s, "count": i + 1}
+                           for i in range(n_classes) for s in ("train", "val")])
+    spec = counts_chart(counts, unit="texts").to_dict()
+    enc = spec["encoding"]
+    if n_classes <= 12:
+        assert enc["x"]["field"] == "class_name" and spec["height"] == 260
+    else:
+        assert enc["y"]["field"] == "class_name" and enc["y"]["axis"]["labelOverlap"] is False
+        assert spec["height"] >= 18 * n_classes
