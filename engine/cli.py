@@ -70,6 +70,10 @@ def _parser() -> argparse.ArgumentParser:
     rs.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                     help="change a field from the checkpoint on, e.g. --set train.lr=5e-4 --set train.steps=2000 "
                     "(not the model, task, data or seed)")
+    jn = sub.add_parser("join", help="train another node of a multi-node run (launch.nnodes > 1) with the node that "
+                        "holds it; start it on that node after the submit or resume, in the foreground")
+    jn.add_argument("run_id")
+    jn.add_argument("--node-rank", type=int, required=True, help="this node's rank (not the holder's launch.node_rank)")
     sw = sub.add_parser("sweep", help="queue one run per value of a config field and seed (e.g. mask ratio vs "
                         "linear-probe accuracy); the engine runs MASKLAB_MAX_RUNS at a time")
     sw.add_argument("config", nargs="?", default=None, help="YAML run config (none: the defaults, then --set)")
@@ -200,6 +204,15 @@ def cmd_resume(args) -> int:
     print(f"resuming {args.run_id} from step {step} in the background "
           f"(python -m engine runs; python -m engine log {args.run_id})")
     return 0
+
+
+def cmd_join(args) -> int:
+    from engine.access import check
+    from engine.distributed import join
+    from engine.store import run_dir
+
+    check("run.submit")  # it trains: as a foreground run, an editor's action
+    return join(run_dir(args.run_id), args.node_rank)
 
 
 def cmd_sweep(args) -> int:
@@ -466,6 +479,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit code."""
     args = _parser().parse_args(argv)
     handler = {"run": cmd_run, "submit": cmd_submit, "runs": cmd_runs, "cancel": cmd_cancel, "resume": cmd_resume,
+               "join": cmd_join,
                "evaluate": cmd_evaluate, "sweep": cmd_sweep, "log": cmd_log, "doctor": cmd_doctor, "data": cmd_data, "delete": cmd_delete, "audit": cmd_audit,
                "users": cmd_users, "tag": cmd_tag, "note": cmd_note, "archive": cmd_archive}
     try:

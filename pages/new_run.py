@@ -18,7 +18,7 @@ import streamlit as st
 from app.components import guarded
 from app.components.access import actor
 from app.components.datasets import dataset_infos
-from app.components.run_form import export_panel, train_fields
+from app.components.run_form import export_panel, launch_fields, train_fields
 from app.components.urlstate import PageState, dig, index_of, link_not_taken
 from app.modalities import ui_for
 from engine.checks import check_run, no_validation_note
@@ -65,10 +65,12 @@ with form:
         carried = {}  # another task than the URL's: its proposals
     fields = ui.run_fields(info, task, "nr_m", carried)
     train = train_fields(task, "nr", carried)
+    launch = launch_fields("nr", carried)
     run_name = st.text_input("Run name", value=str(carried.get("name", "")), placeholder="optional", max_chars=200,
                              key="nr_name")  # fmt: skip
 
-cfg_dict = {"name": run_name.strip(), **fields, "data": {"dataset": dataset, **fields.get("data", {})}, "train": train}
+cfg_dict = {"name": run_name.strip(), **fields, "data": {"dataset": dataset, **fields.get("data", {})}, "train": train,
+            **({"launch": launch} if launch else {})}
 url.put_config(cfg_dict)
 if st.session_state.get("nr_link_seen") != link_params:  # a link opened (or the URL edited), not a rerun
     st.session_state["nr_link_note"] = (link_not_taken(link, cfg_dict, names), dict(url.params))

@@ -176,6 +176,27 @@ def format_metric(key: str, value: float | None, step: int | None = None) -> str
     return text + (f" @ step {step}" if step is not None else "")
 
 
+def placement_label(rec: Any, full: bool = False) -> str:
+    """Where a run trains, from what its worker recorded (``placement``: back-end, hosts, processes,
+    GPUs), else from its ``launch`` config: ``2 processes · GPU 0,1``, ``2 nodes x 1 process``.
+    Short form (the run table): "" for one local process without a GPU set. ``full`` (Run detail):
+    always, with the back-end and the hosts: ``local · host vm · 1 process``."""
+    placed = (rec.extra or {}).get("placement") or {}
+    launch = (rec.config or {}).get("launch") or {}
+    nproc, nnodes = int(launch.get("nproc_per_node", 1)), int(launch.get("nnodes", 1))
+    procs = int(placed.get("processes") or nproc * nnodes)
+    if nnodes > 1:
+        count = f"{nnodes} nodes x {nproc} process{'es' if nproc > 1 else ''}"
+    else:
+        count = f"{procs} process{'es' if procs > 1 else ''}" if procs > 1 or full else ""
+    gpus = "GPU " + ",".join(placed["devices"]) if placed.get("devices") else ""
+    if not full:
+        return " · ".join(p for p in (count, gpus) if p)
+    hosts = placed.get("hosts") or []
+    where = f"host{'s' if len(hosts) > 1 else ''} {', '.join(hosts)}" if hosts else ""
+    return " · ".join(p for p in (placed.get("backend") or launch.get("backend", "local"), where, count, gpus) if p)
+
+
 def runs_frame(records: Sequence[Any], points: dict | None = None, sizes: dict[str, int] | None = None) -> pd.DataFrame:
     """One row per run with the columns of the run table (newest first, as given): who, status,
     progress, the key hyperparameters (task, patch or tokenizer, preset, masking, lr, steps), the
@@ -207,6 +228,7 @@ def runs_frame(records: Sequence[Any], points: dict | None = None, sizes: dict[s
                 "loss": "–" if loss is None else f"{loss:.4f}" + (f" @ {loss_step}" if loss_step not in (None, r.step) else ""),
                 "validation": format_metric(key, head, None if head_step == r.step else head_step).replace(" @ step ", " @ "),
                 "time": format_duration(r.duration_s),
+                "where": placement_label(r),
                 "tags": ", ".join(getattr(r, "tags", ())),
                 "run id": r.run_id,
             }
@@ -222,7 +244,7 @@ def runs_frame(records: Sequence[Any], points: dict | None = None, sizes: dict[s
 #: Column widths (pixels) of the run table: together about the width of the page's main column.
 TABLE_COLUMNS = {"run": 165, "status": 75, "step": 80, "dataset": 92, "recipe": 333, "loss": 55, "validation": 140}
 #: Columns shown when they have something: their width comes out of the recipe column.
-EXTRA_COLUMNS = {"tags": 90, "disk": 60}
+EXTRA_COLUMNS = {"where": 110, "tags": 90, "disk": 60}
 
 
 def run_table(records: Sequence[Any], sizes: dict[str, int] | None = None) -> None:
@@ -240,7 +262,8 @@ def run_table(records: Sequence[Any], sizes: dict[str, int] | None = None) -> No
     helps = {"recipe": "task · patch size or tokenizer · model preset · masking · learning rate",
              "loss": "latest training loss (@ its step when not the run's step)",
              "validation": "the task's headline validation figure @ the step it was measured",
-             "disk": "space the run's folder takes (metrics, checkpoints, samples, log)"}
+             "disk": "space the run's folder takes (metrics, checkpoints, samples, log)",
+             "where": "processes, nodes and GPUs of runs that do not train in one process (launch section)"}
     config = {c: (st.column_config.TextColumn(c, width=widths[c], help=helps.get(c)) if c in widths else None)
               for c in frame.columns}  # fmt: skip
     st.dataframe(frame[list(widths) + [c for c in frame.columns if c not in widths]],

@@ -184,6 +184,25 @@ def test_default_selection_keeps_to_the_newest_runs_task():
     assert same_task_first([], 3) == []
 
 
+@pytest.mark.parametrize("extra, launch, short, full", [
+    ({}, None, "", "local · 1 process"),  # a run of an older masklab, or one not started yet
+    ({"placement": {"backend": "local", "hosts": ["vm"], "processes": 1}}, None, "", "local · host vm · 1 process"),
+    ({"placement": {"backend": "local", "hosts": ["vm"], "processes": 1, "devices": ["3"]}}, None, "GPU 3",
+     "local · host vm · 1 process · GPU 3"),
+    ({"placement": {"backend": "local", "hosts": ["vm"], "processes": 2, "devices": ["0,1"]}}, {"nproc_per_node": 2},
+     "2 processes · GPU 0,1", "local · host vm · 2 processes · GPU 0,1"),
+    ({}, {"nproc_per_node": 2, "nnodes": 2}, "2 nodes x 2 processes", "local · 2 nodes x 2 processes"),
+    ({"placement": {"backend": "local", "hosts": ["a", "b"], "processes": 2}}, {"nproc_per_node": 1, "nnodes": 2},
+     "2 nodes x 1 process", "local · hosts a, b · 2 nodes x 1 process"),
+])
+def test_where_a_run_trains_in_the_table_and_on_run_detail(extra, launch, short, full):
+    from app.components.runs import placement_label
+
+    rec = _record(config={"data": {"dataset": "digits"}, **({"launch": launch} if launch else {})}, extra=extra)
+    assert placement_label(rec) == short == runs_frame([rec]).iloc[0]["where"]
+    assert placement_label(rec, full=True) == full
+
+
 @pytest.mark.parametrize("n_classes", [3, 12, 13, 42])
 def test_class_counts_chart_writes_every_class_name(n_classes):
     """Up to 12 classes stand on the x axis; more lie along y, one row each, no name dropped."""
