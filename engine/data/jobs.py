@@ -248,8 +248,10 @@ def cancel_import(job_id: str, *, workspace: str | os.PathLike[str] | None = Non
 
 def _outcome(report: Any) -> dict[str, Any]:
     from engine.data.audio import AudioImportReport
+    from engine.data.paired import PairedImportReport
 
-    modality = "text" if hasattr(report, "cleaning") else "audio" if isinstance(report, AudioImportReport) else "image"
+    modality = ("text" if hasattr(report, "cleaning") else "audio" if isinstance(report, AudioImportReport)
+                else "paired" if isinstance(report, PairedImportReport) else "image")
     return asdict(ImportOutcome(
         modality, report.dataset.name if report.dataset is not None else None, report.accepted,
         list(report.rejected), list(report.skipped),
@@ -263,6 +265,7 @@ PRELOAD: dict[str, tuple[str, ...]] = {
     "audio": ("soundfile", "torch", "torchaudio"),  # decode; resampling to the pipeline rate
     "image": ("PIL.Image",),
     "idx": ("PIL.Image",),
+    "paired": ("PIL.Image",),
     "text": (),
 }
 
