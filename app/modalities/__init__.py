@@ -7,6 +7,7 @@ Each modality module provides the same functions:
   config (task, masking, model, data, objective, task_params);
 - ``mask_preview(cfg, info)``: the run's own masks on real samples (New run);
 - ``lab_controls(info, handoff, key) -> dict`` and ``lab_results(cfg, info, n)``: Mask lab;
+- optionally ``describe(info) -> str``: the dataset in a few words for the Data page's selector;
 - optionally ``train_defaults(info) -> dict``: New run's training defaults for that dataset
   (:func:`train_defaults` merges them over the task's :data:`TRAIN_DEFAULTS`).
 
@@ -19,9 +20,9 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from app.modalities import audio, image, text
+from app.modalities import audio, image, paired, text
 
-UIS: dict[str, ModuleType] = {"image": image, "text": text, "audio": audio}
+UIS: dict[str, ModuleType] = {"image": image, "text": text, "audio": audio, "paired": paired}
 SAMPLE_VIEWS = {"image": image.samples_view, "text_mlm": text.mlm_samples_view, "text_span": text.span_samples_view,
                 "audio_spec": audio.samples_view}
 TASK_KIND = {"image_mim": "image", "text_mlm": "text_mlm", "text_span": "text_span",
