@@ -98,10 +98,11 @@ def _caption_line(label: str, body: str) -> str:
 
 
 def pair_cards(images: list[tuple[str, np.ndarray]], lines: list[list[tuple[str, str]]],
-               columns: int = PAIR_COLUMNS) -> None:
-    """Pairs as cards, ``columns`` a row: each card shows its images side by side (``images``:
-    ``(label, uint8 (N, H, W, 3))`` per kind, left to right, the labels named once above) above its
-    text lines (``lines[i]``: ``(label, html)`` of pair ``i``, the HTML already escaped)."""
+               columns: int = PAIR_COLUMNS, stacked: bool = False) -> None:
+    """Pairs as cards, ``columns`` a row: each card shows its images (``images``: ``(label, uint8
+    (N, H, W, 3))`` per kind; side by side, the labels named once above, or ``stacked`` one above
+    the other, each with its label, where a card is narrow) above its text lines (``lines[i]``:
+    ``(label, html)`` of pair ``i``, the HTML already escaped)."""
     n = len(lines)
     head = _caption_line(" · ".join(label for label, _ in images), "")
     for start in range(0, n, columns):
@@ -109,10 +110,13 @@ def pair_cards(images: list[tuple[str, np.ndarray]], lines: list[list[tuple[str,
         for j in range(min(columns, n - start)):
             i = start + j
             with cols[j].container(border=True):
-                st.html(head)
-                row = st.columns(len(images), gap="small")
-                for c, (_, imgs) in zip(row, images):
-                    c.image(upscale(imgs[i], PAIR_PX), width="stretch")
+                if stacked:
+                    for label, imgs in images:
+                        st.image(upscale(imgs[i], PAIR_PX), caption=label, width="stretch")
+                else:
+                    st.html(head)
+                    for c, (_, imgs) in zip(st.columns(len(images), gap="small"), images):
+                        c.image(upscale(imgs[i], PAIR_PX), width="stretch")
                 st.html("".join(_caption_line(label, body) for label, body in lines[i]))
 
 
@@ -156,7 +160,6 @@ def masking_fields(info, key: str, carried: dict) -> dict | None:
                        help="predicted from the image alone (M3AE's caption completion)")
         img = b.slider("Whole image hidden", 0.0, 1.0, float(prm["image_completion"]), 0.05, key=f"{key}_imgc",
                        help="reconstructed from the caption alone")
-        st.page_link("../pages/mask_lab.py", label="Try both masks in Mask lab")
     if masking is None or text is None:
         return None
     task_params = {"text_strategy": text["strategy"], "text_ratio": text["ratio"], "text_params": text["params"],
@@ -171,6 +174,7 @@ def run_fields(info, task: str, key: str, carried: dict) -> dict:
     from engine.models import get_model_spec
 
     out = masking_fields(info, key, carried) or {"task": task, "masking": None, "model": {}}
+    st.page_link("../pages/mask_lab.py", label="Try both masks in Mask lab")
     presets = get_model_spec("m3ae").presets
     names = list(presets)
     preset = st.selectbox("Model preset", names, index=index_of(names, dig(carried, "model.preset"), index_of(names, "tiny")),
@@ -206,7 +210,7 @@ def mask_preview(cfg, info, n: int = N_PREVIEW) -> None:
     classes = _class_names(info.class_names, pv.labels)
     pair_cards([("original", chw_to_hwc_uint8(pv.images)), ("masked", mask_overlay(pv.images, pv.image_mask))],
                [[("caption · " + html.escape(classes[i]), sentence_html(pv.tokens[i], pv.text_mask[i]))]
-                for i in range(len(pv.captions))])
+                for i in range(len(pv.captions))], stacked=True)
 
 
 def lab_controls(info, carried: dict, key: str) -> dict:
