@@ -42,8 +42,7 @@ TRAIN_DEFAULTS: dict[str, dict] = {
     "text_span": {"steps": 2000, "batch_size": 64, "lr": 1e-3, "warmup_steps": 100, "eval_interval": 200},
     "audio_mae": {"steps": 1000, "batch_size": 32, "lr": 1.5e-3, "warmup_steps": 50, "eval_interval": 100},
     "audio_frames": {"steps": 1000, "batch_size": 32, "lr": 1.5e-3, "warmup_steps": 50, "eval_interval": 100},
-    # configs/paired-tuxpaint.yaml
-    "paired": {"steps": 2000, "batch_size": 64, "lr": 1e-3, "warmup_steps": 100, "eval_interval": 250},
+    "paired": {"steps": 800, "batch_size": 32, "lr": 1e-3, "warmup_steps": 100, "eval_interval": 400},  # configs/paired-*
 }
 
 

@@ -129,6 +129,9 @@ def _class_names(sample_or_names, labels) -> list[str]:
 
 #: What New run proposes (M3AE: 75% of the patches, 15% of the tokens, random).
 DEFAULT_MASKING = {"strategy": "random", "ratio": 0.75}
+#: Patches a side that New run proposes: the measured recipe's grid (configs/paired-tuxpaint.yaml,
+#: bench/paired_quality.py: 32x32 images at 8 px); the task's default patch when that does not tile.
+PROPOSED_GRID = 4
 
 
 def masking_fields(info, key: str, carried: dict) -> dict | None:
@@ -144,8 +147,9 @@ def masking_fields(info, key: str, carried: dict) -> dict | None:
         st.markdown("**Image patches**")
         masking = masking_controls("image", 2, f"{key}_img", carried.get("masking") or DEFAULT_MASKING)
         sizes = patch_sizes(h, w)
+        proposed = h // PROPOSED_GRID if h // PROPOSED_GRID in sizes else DEFAULT_PATCH
         patch = st.selectbox("Patch size", sizes, key=f"{key}_patch_{h}x{w}",
-                             index=index_of(sizes, dig(carried, "model.patch_size", DEFAULT_PATCH)),
+                             index=index_of(sizes, dig(carried, "model.patch_size", proposed)),
                              format_func=lambda p: patch_label(p, h, w))
     with st.container(border=True):
         st.markdown("**Caption tokens**")
