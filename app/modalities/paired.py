@@ -320,11 +320,14 @@ def retrieval_box(run, sample) -> None:
                              format_func=lambda k: f"{k + 1} · {classes[k]} · “{index.captions[k]}”")
             left, right = st.columns([1, 3])
             left.image(upscale(chw_to_hwc_uint8(index.images[i : i + 1])[0], PAIR_PX), width="stretch")
-            hits = nearest(index.image_emb[i], index.text_emb, TOP_K)
+            ranked = nearest(index.image_emb[i], index.text_emb, n)
+            own = next(k for k, (j, _) in enumerate(ranked) if index.captions[j] == index.captions[i])
+            hits = ranked[:TOP_K]
             right.dataframe(pd.DataFrame([{"rank": k + 1, "caption": index.captions[j],
                                            "own": "✓" if index.captions[j] == index.captions[i] else "",
                                            "similarity": round(s, 3)} for k, (j, s) in enumerate(hits)]),
                             hide_index=True, width="stretch")
+            right.caption(f"Its own caption ranks {own + 1} of {n} (chance: {(n + 1) / 2:.0f} on average).")
 
 
 # --------------------------------------------------------------------------- Compare

@@ -128,6 +128,9 @@ def test_run_detail_shows_the_joint_reconstruction_and_answers_retrieval(env):
     table = at.dataframe[-1].value
     assert list(table["rank"]) == [1, 2, 3, 4, 5] and set(table["own"]) <= {"✓", ""}
     assert table["similarity"].is_monotonic_decreasing
+    own = next(c.value for c in at.caption if c.value.startswith("Its own caption ranks"))
+    rank = int(own.split()[4])
+    assert 1 <= rank <= 9 and ((rank <= 5) == ("✓" in set(table["own"])))
 
 
 def test_compare_shows_the_runs_reconstructions_and_captions_from_the_image(env):
