@@ -120,8 +120,8 @@ def pair_cards(images: list[tuple[str, np.ndarray]], lines: list[list[tuple[str,
                 st.html("".join(_caption_line(label, body) for label, body in lines[i]))
 
 
-def _class_names(sample_or_names, labels) -> list[str]:
-    names = sample_or_names
+def _class_names(names, labels) -> list[str]:
+    """The class name of each label (the label's number when ``names`` lacks it)."""
     return [names[int(y)] if 0 <= int(y) < len(names) else str(int(y)) for y in labels]
 
 
@@ -251,7 +251,7 @@ def samples_view(sample, run) -> None:
     tokens, pred, from_img = sample["tokens"], sample["pred_tokens"], sample["caption_from_image"]
     classes = _class_names(sample.meta.get("class_names", []), sample["labels"])
     hidden = int(tmask.sum())
-    right = int(sum((pred[i][tmask[i]] == tokens[i][tmask[i]]).sum() for i in range(len(tokens))))
+    right = int((pred[tmask] == tokens[tmask]).sum())
     real = (tokens != "") & ~np.isin(tokens, ["[CLS]", "[SEP]"])
     cap_right = int(((from_img == tokens) & real).sum())
     st.caption(f"Step {sample.step} · {len(images)} fixed validation pairs · patch {sample.meta.get('patch_size')} px · "

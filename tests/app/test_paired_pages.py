@@ -66,6 +66,9 @@ def test_data_page_shows_each_image_with_its_caption(env):
         assert caption.strip("“”") in texts and cls in ("animals", "food", "vehicles") and split in ("train", "val")
     assert sorted(c.rsplit(" · ", 1)[1] for c in caps) == ["train"] * 6 + ["val"] * 6
     assert any(h.value == "Pairs per class and split" for h in at.subheader)
+    assert any(h.value == "Length" for h in at.subheader)
+    at.radio(key="data_len_pairs").set_value("characters").run()
+    assert not at.exception and at.radio(key="data_len_pairs").value == "characters"
 
 
 def test_new_run_previews_the_runs_own_masks_of_both_modalities(env):
@@ -147,3 +150,10 @@ def test_compare_shows_the_runs_reconstructions_and_captions_from_the_image(env)
     assert list(table["caption"]) == [detok(t) for t in ours["tokens"]]
     # the image half as image runs are compared: the originals, then each run's masked input and reconstruction
     assert n_images(at) == 1 + 2 * 2
+
+
+def test_presentation_shows_the_joint_reconstruction(env):
+    ws, run_id = env
+    at = open_with("../pages/present.py", {"run": run_id})
+    assert any(h.value == "Joint reconstructions of validation pairs" for h in at.subheader)
+    assert html(at).count("caption from the image alone") == NUM_VIS
