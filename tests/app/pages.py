@@ -14,6 +14,7 @@ def open_with(page: str, params: dict[str, str]) -> AppTest:
     asserts that it raised nothing and showed no error."""
     at = AppTest.from_file(str(ENTRY), default_timeout=120)
     at.run().switch_page(page)
+    at.query_params.clear()  # a link replaces the whole query string (the first page kept its own there)
     for k, v in params.items():
         at.query_params[k] = v
     at.run()
