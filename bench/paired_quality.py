@@ -133,19 +133,71 @@ def run(workspace: Path, seeds: list[int], steps: int | None = None, overrides: 
     pairs = import_data(workspace, max_rows)
     if parallel and len(seeds) > 1:
         import multiprocessing as mp
+
+        # every seed at once: the workspace's run slots (MASKLAB_MAX_RUNS, default 2) would queue the rest
+        os.environ["MASKLAB_MAX_RUNS"] = str(max(len(seeds), int(os.environ.get("MASKLAB_MAX_RUNS", "2"))))
         from concurrent.futures import ProcessPoolExecutor
 
         with ProcessPoolExecutor(len(seeds), mp_context=mp.get_context("spawn")) as ex:
             runs = list(ex.map(_seed_job, [(workspace, s, steps, overrides) for s in seeds]))
     else:
         runs = [run_seed(workspace, s, steps, overrides) for s in seeds]
+    return {"pairs": pairs, "runs": runs, **summarise(runs)}
+
+
+def summarise(runs: list[dict]) -> dict:
+    """``{"mean": {key: mean over the runs' latest figures}, "checks": {name: bool}}`` (acceptance)."""
     keys = [k for group in FIGURES.values() for _, k in group]
     mean = {k: sum(r["latest"][k] for r in runs) / len(runs) for k in keys}
     checks = {"t2i R@5 above CCA": mean["val_t2i_r5"] > mean["baseline/cca/t2i_r5"],
               "caption acc above the image-hidden model": mean["val_caption_acc"] > mean["val_caption_blank_acc"],
               "caption acc above the per-position baseline": mean["val_caption_acc"] > mean["baseline/position"],
               "recon error lower with the caption": mean["val_mse"] < mean["val_mse_no_caption"]}
-    return {"pairs": pairs, "runs": runs, "mean": mean, "checks": checks}
+    return {"mean": mean, "checks": checks}
+
+
+def collect(workspaces: list[Path], step: int | None = None) -> list[dict]:
+    """The bench runs already in ``workspaces`` (e.g. seeds trained by separate invocations), in the
+    form of :func:`run_seed` (``seconds`` / ``cpu_seconds`` None: not measured here), with the figures
+    they logged at ``step`` (default: their latest). A run that has not reached ``step`` is left out."""
+    from engine.store import list_runs, read_metrics
+
+    out = []
+    for ws in workspaces:
+        for rec in list_runs(workspace=ws):
+            latest = dict(rec.latest)
+            if step is not None:
+                df = read_metrics([rec.run_id], workspace=ws, max_points=None)
+                at = df[(df.step == step) | df.key.str.startswith("baseline/")]
+                if not (at.key == "val_loss").any():
+                    continue
+                latest = dict(zip(at.key, at.value))
+            out.append({"seed": rec.config["train"]["seed"], "latest": latest, "steps": step or rec.step,
+                        "run_id": rec.run_id, "config": rec.config, "seconds": None, "cpu_seconds": None,
+                        "load_before": (float("nan"),), "load_after": (float("nan"),)})
+    return sorted(out, key=lambda r: r["seed"])
+
+
+def print_report(out: dict, where: str) -> None:
+    """The figures of :func:`run` (or :func:`summarise` over :func:`collect`), mean and per seed."""
+    r0 = out["runs"][0]
+    t = r0["config"]["train"]
+    print(f"paired: {out.get('pairs', '?')} Tux Paint pairs ({DATASET}, {VAL_FRACTION:.0%} val, {IMAGE_SIZE}x{IMAGE_SIZE}), "
+          f"config {CONFIG.name}, {r0['steps']} steps x batch {t['batch_size']}, lr {t['lr']:g}, "
+          f"seeds {[r['seed'] for r in out['runs']]}")
+    print(f"objective {json.dumps(r0['config']['objective']['terms'])}; masking {json.dumps(r0['config']['masking'])}; "
+          f"task params {json.dumps(r0['config']['task_params'])}")
+    for r in out["runs"]:
+        if r["cpu_seconds"] is not None:
+            print(f"  seed {r['seed']}: {r['seconds']:.0f} s wall, {r['cpu_seconds']:.0f} s CPU (budget {CPU_BUDGET_S} s), "
+                  f"load average {r['load_before'][0]:.1f} -> {r['load_after'][0]:.1f} (run {r['run_id']} in {where})")
+    for group, rows in FIGURES.items():
+        print(f"{group}:  mean  (per seed)")
+        for label, key in rows:
+            per = ", ".join(f"{r['latest'][key]:.4f}" for r in out["runs"])
+            print(f"  {label:50s} {out['mean'][key]:.4f}  ({per})")
+    for name, ok in out["checks"].items():
+        print(f"  {name}: {'met' if ok else 'NOT met'}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -157,29 +209,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config field, e.g. --set train.lr=2e-3")
     p.add_argument("--json", type=Path, default=None, help="also write every figure here")
+    p.add_argument("--collect", type=Path, nargs="+", default=None, metavar="WORKSPACE",
+                   help="train nothing: report the runs already in these workspaces (--at-step: their figures then)")
+    p.add_argument("--at-step", type=int, default=None, help="with --collect: the evaluation at this step")
     args = p.parse_args(argv)
-    ws = args.workspace or Path(tempfile.mkdtemp(prefix="masklab-bench-")) / "workspace"
-    ws.mkdir(parents=True, exist_ok=True)
-    seeds = [int(s) for s in args.seeds.split(",")]
-    out = run(ws, seeds, args.steps, args.sets, args.parallel)
-    r0 = out["runs"][0]
-    t = r0["config"]["train"]
-    print(f"paired: {out['pairs']} Tux Paint pairs ({DATASET}, {VAL_FRACTION:.0%} val, {IMAGE_SIZE}x{IMAGE_SIZE}), "
-          f"config {CONFIG.name}, {r0['steps']} steps x batch {t['batch_size']}, lr {t['lr']:g}, seeds {seeds}")
-    print(f"objective {json.dumps(r0['config']['objective']['terms'])}; masking {json.dumps(r0['config']['masking'])}; "
-          f"task params {json.dumps(r0['config']['task_params'])}")
-    for r in out["runs"]:
-        print(f"  seed {r['seed']}: {r['seconds']:.0f} s wall, {r['cpu_seconds']:.0f} s CPU (budget {CPU_BUDGET_S} s), "
-              f"load average {r['load_before'][0]:.1f} -> {r['load_after'][0]:.1f} (run {r['run_id']} in {ws})")
-    for group, rows in FIGURES.items():
-        print(f"{group}:  mean  (per seed)")
-        for label, key in rows:
-            per = ", ".join(f"{r['latest'][key]:.4f}" for r in out["runs"])
-            print(f"  {label:50s} {out['mean'][key]:.4f}  ({per})")
-    for name, ok in out["checks"].items():
-        print(f"  {name}: {'met' if ok else 'NOT met'}")
+    if args.collect:
+        runs = collect(args.collect, args.at_step)
+        out = {"runs": runs, **summarise(runs)}
+        print_report(out, ", ".join(map(str, args.collect)))
+    else:
+        ws = args.workspace or Path(tempfile.mkdtemp(prefix="masklab-bench-")) / "workspace"
+        ws.mkdir(parents=True, exist_ok=True)
+        out = run(ws, [int(s) for s in args.seeds.split(",")], args.steps, args.sets, args.parallel)
+        print_report(out, str(ws))
     if args.json:
-        args.json.write_text(json.dumps({k: v for k, v in out.items()}, indent=1, default=str))
+        args.json.write_text(json.dumps(out, indent=1, default=str))
     return 0
 
 
