@@ -230,6 +230,33 @@ def lab_results(cfg, info, n: int) -> None:
     mask_preview(cfg, info)
     st.subheader("Statistics of the image masks")
     image_ui.mask_stats_section(cfg, info, n)
+    st.subheader("Statistics of the caption masks")
+    caption_stats_section(cfg, info, n)
+
+
+def caption_stats_section(cfg, info, n: int) -> None:
+    """Statistics of the caption masks over ``n`` real train captions of ``info``, drawn as Mask lab
+    draws a text run's: the paired task draws its caption masks exactly as ``text_mlm`` draws its
+    token masks (``task_params.text_*`` in place of ``masking``, from ``train.seed``, one hidden
+    token at least: :func:`engine.tasks.paired.vis_masks`), so the text lab's statistics
+    (:func:`app.modalities.text._lab_stats`) run on that text config with the run's tokenizer."""
+    from app.components.masks import mask_stats_panel
+    from app.modalities.text import _lab_stats
+
+    prm = cfg.task_params
+    text_cfg = {"task": "text_mlm", "data": {"dataset": cfg.data.dataset, "tokenizer": cfg.data.tokenizer.model_dump()},
+                "masking": {"strategy": prm["text_strategy"], "ratio": prm["text_ratio"], "params": prm["text_params"]},
+                "train": {"seed": cfg.train.seed}}
+    res = guarded(_lab_stats, json.dumps(text_cfg, sort_keys=True), info.created_at, int(n))
+    if res is None:
+        return
+    stats, rate, problem = res
+    if problem:
+        st.warning("A run with these settings would be refused: " + problem.replace("masking.ratio", "task_params.text_ratio")
+                   .replace("masking.params", "task_params.text_params"))
+    st.caption(f"{stats.batch_size} caption masks over real train captions of **{info.name}** (ratio over the maskable "
+               "tokens; masks/s includes tokenising the batch).")
+    mask_stats_panel(stats, rate)
 
 
 # --------------------------------------------------------------------------- run samples

@@ -105,6 +105,11 @@ def test_mask_lab_draws_both_masks_and_image_statistics(env):
     assert any("fixed validation pairs" in c.value and "image block at 0.5" in c.value for c in at.caption)
     assert any(h.value == "Statistics of the image masks" for h in at.subheader)
     assert any("masks of 4x4 patches drawn over real train images" in c.value for c in at.caption)
+    assert any(h.value == "Statistics of the caption masks" for h in at.subheader)
+    assert any(c.value.startswith("16 caption masks over real train captions") for c in at.caption)
+    image, caption = [float(m.value) for m in at.metric if m.label == "Mean mask ratio"]
+    assert abs(image - 0.5) < 0.1  # block masks at 0.5 of a 4x4 grid
+    assert caption >= 0.15  # span masks at text_ratio 0.15, one token at least in a short caption
 
 
 def test_run_detail_shows_the_joint_reconstruction_and_answers_retrieval(env):
