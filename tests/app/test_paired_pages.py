@@ -110,6 +110,8 @@ def test_mask_lab_draws_both_masks_and_image_statistics(env):
     image, caption = [float(m.value) for m in at.metric if m.label == "Mean mask ratio"]
     assert abs(image - 0.5) < 0.1  # block masks at 0.5 of a 4x4 grid
     assert caption >= 0.15  # span masks at text_ratio 0.15, one token at least in a short caption
+    url = {k: (v[0] if isinstance(v, list) else v) for k, v in dict(at.query_params).items()}
+    assert url["task_params.text_strategy"] == "span" and url["model.patch_size"] == "4"  # "Use in New run" carries them
 
 
 def test_run_detail_shows_the_joint_reconstruction_and_answers_retrieval(env):
