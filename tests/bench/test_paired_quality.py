@@ -1,6 +1,7 @@
 """bench/paired_quality.py, scaled down: the Tux Paint recipe for one seed and fewer steps, through the
 real engine on the real stamps. Behaviour, not the full run's numbers: retrieval above chance, the
-caption predicted from the image better than with the image hidden."""
+caption predicted from the image above the most frequent token at each position, reconstruction
+above the mean image."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def test_short_paired_recipe_on_tuxpaint_beats_chance(workspace, shared_data, ca
         assert m[f"val_{d}_r10"] > m[f"baseline/chance/{d}_r10"], (d, m)
         assert 0 < m[f"baseline/chance/{d}_r1"] < m[f"baseline/chance/{d}_r5"] < m[f"baseline/chance/{d}_r10"]
         assert m[f"baseline/cca/{d}_r5"] > m[f"baseline/chance/{d}_r5"]  # the classical baseline is a real one
-    assert m["val_caption_acc"] > m["val_caption_blank_acc"], m  # the image helps
+    assert m["val_caption_acc"] > m["baseline/position"] > m["baseline/unigram"], m
     assert m["val_mse"] < m["baseline/mean_image/mse"], m
     assert set(out["checks"]) == {"t2i R@5 above CCA", "caption acc above the image-hidden model",
                                   "caption acc above the per-position baseline", "recon error lower with the caption"}
