@@ -219,11 +219,17 @@ def lab_controls(info, carried: dict, key: str) -> dict:
 
 def lab_results(cfg, info, n: int) -> None:
     """Mask lab's image results: the run's masks on real images, then batch statistics."""
-    c, h, w = info.image_shape
-    patch = cfg.model.patch_size
     st.subheader("Masks on real images")
     mask_preview(cfg, info)
     st.subheader("Statistics")
+    mask_stats_section(cfg, info, n)
+
+
+def mask_stats_section(cfg, info, n: int) -> None:
+    """Statistics of ``cfg.masking`` drawn over ``n`` real train images of ``info`` (any dataset
+    with images): the pre-flight's verdict, then :func:`app.components.masks.mask_stats_panel`."""
+    c, h, w = info.image_shape
+    patch = cfg.model.patch_size
     images = guarded(train_batch, info, int(n))
     if images is None:
         return

@@ -51,8 +51,7 @@ def text_view(workspace: str, name: str, version: str) -> dict:
     sample = pd.DataFrame({"text": [texts[i] for i, _ in picks],
                            "label": [ds.info.class_names[ds.labels[i]] for i, _ in picks],
                            "split": [s for _, s in picks]})
-    lengths = pd.DataFrame({"characters": [len(t) for t in texts], "words": [len(t.split()) for t in texts], "split": split})
-    return {"sample": sample, "lengths": lengths, "counts": ds.counts()}
+    return {"sample": sample, "lengths": text_lengths(texts, split), "counts": ds.counts()}
 
 
 def data_section(info) -> None:
@@ -70,16 +69,29 @@ def data_section(info) -> None:
                  column_config={"text": st.column_config.TextColumn("text", width="large")})
     left, right = st.columns(2)
     with left:
-        st.subheader("Length")
-        unit = st.radio("Unit", ["words", "characters"], horizontal=True, key=f"data_len_{info.name}")
-        chart = alt.Chart(view["lengths"]).mark_bar().encode(
-            x=alt.X(f"{unit}:Q", bin=alt.Bin(maxbins=40), title=f"{unit} per text"),
-            y=alt.Y("count():Q", title="texts"), color=alt.Color("split:N", title="split"),
-        ).properties(height=260)
-        st.altair_chart(chart, width="stretch")
+        length_panel(view["lengths"], info.name, "text")
     with right:
         st.subheader("Texts per class and split")
         st.altair_chart(counts_chart(view["counts"], unit="texts"), width="stretch")
+
+
+def length_panel(lengths: pd.DataFrame, name: str, item: str) -> None:
+    """A "Length" histogram of texts (``lengths``: ``words``, ``characters``, ``split`` per text),
+    in words or characters (a radio), coloured by split; ``item`` names what a text is (``text``,
+    ``caption``)."""
+    st.subheader("Length")
+    unit = st.radio("Unit", ["words", "characters"], horizontal=True, key=f"data_len_{name}")
+    chart = alt.Chart(lengths).mark_bar().encode(
+        x=alt.X(f"{unit}:Q", bin=alt.Bin(maxbins=40), title=f"{unit} per {item}"),
+        y=alt.Y("count():Q", title=f"{item}s"), color=alt.Color("split:N", title="split"),
+    ).properties(height=260)
+    st.altair_chart(chart, width="stretch")
+
+
+def text_lengths(texts: list[str], split: list[str]) -> pd.DataFrame:
+    """Characters and words of every text next to its split (``train`` / ``val``)."""
+    return pd.DataFrame({"characters": [len(t) for t in texts], "words": [len(t.split()) for t in texts],
+                         "split": split})
 
 
 # --------------------------------------------------------------------------- token rendering

@@ -35,6 +35,8 @@ hidden caption: ``baseline/position`` is scored like the headline), ``chance`` a
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
@@ -339,10 +341,8 @@ class PairedTask(Task):
         idx = self.vis_idx
         xb = self.x_val[idx.to(self.device)]
         b = _text_rows(self.val_enc, idx)
-        img_mask = preview_masks(self.cfg, self.image_shape, len(idx), images=xb.cpu()).flatten(1)
-        g = torch.Generator().manual_seed(self.cfg.train.seed)
-        txt_mask = ensure_one_masked(draw_mask(self.text_cfg, tuple(b["ids"].shape), g, eligible=b["eligible"],
-                                               word_ids=b["word_ids"], sentence_ids=b["sentence_ids"]), b["eligible"], g)
+        img_mask, txt_mask = vis_masks(self.cfg, xb.cpu(), b)
+        img_mask = img_mask.flatten(1)
         out = self._forward(xb, b, img_mask, txt_mask)
         rec = self.model.reconstruct(xb, out["pred"], img_mask.to(self.device))
         cap = self._forward(xb, b, torch.zeros_like(img_mask), b["eligible"])
@@ -390,3 +390,153 @@ class PairedTask(Task):
             tfidf = vec.transform(texts[s]).toarray().astype(np.float32)
             out.append((np.concatenate([x[:max_rows].flatten(1).numpy(), tfidf], axis=1), y[:max_rows].numpy()))
         return out[0], out[1]
+
+
+# --- previews (New run, Mask lab) -----------------------------------------------------------------
+
+
+def vis_masks(cfg: RunConfig, images: torch.Tensor, rows: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The masks of the run's fixed visualisation pairs: the image's ``[N, h, w]`` bool
+    (:func:`engine.masking.preview_masks`: ``masking`` at ``masking.ratio`` from ``train.seed``) and
+    the caption's ``[N, L_t]`` bool (``task_params.text_*`` from ``train.seed``, at least one hidden
+    token per caption). The run's samples and the New run / Mask lab previews call this with the same
+    pairs, so the preview shows the run's own masks.
+
+    Args:
+        images: ``[N, C, H, W]`` float in [0, 1] on the CPU; rows: the captions' ``_TextTask.rows``.
+    """
+    img = preview_masks(cfg, tuple(images.shape[1:]), len(images), images=images)
+    g = torch.Generator().manual_seed(cfg.train.seed)
+    text_cfg = PairedParams(**cfg.task_params).text_masking()
+    txt = draw_mask(text_cfg, tuple(rows["ids"].shape), g, eligible=rows["eligible"], word_ids=rows["word_ids"],
+                    sentence_ids=rows["sentence_ids"])
+    return img, ensure_one_masked(txt, rows["eligible"], g)
+
+
+@dataclass(frozen=True)
+class PairedPreview:
+    """What the dashboard shows of a paired config before a run: its ``N`` visualisation pairs
+    (:func:`engine.data.representative` over the first :data:`EVAL_MAX_ROWS` val pairs, as the run
+    picks them) with the run's masks of both.
+
+    Attributes:
+        images: float32 ``[N, C, H, W]`` in [0, 1]; image_mask: bool ``[N, h, w]``.
+        captions: the ``N`` captions; tokens: ``[N, L_t]`` strings (``""`` at padding);
+        text_mask, eligible: bool ``[N, L_t]``; labels: int64 ``[N]``.
+    """
+
+    images: np.ndarray
+    image_mask: np.ndarray
+    captions: list[str]
+    tokens: np.ndarray
+    text_mask: np.ndarray
+    eligible: np.ndarray
+    labels: np.ndarray
+
+
+def preview(cfg: RunConfig, n: int, workspace=None) -> PairedPreview:
+    """The run's visualisation pairs and both masks for ``cfg`` (trains or loads the cached tokenizer).
+
+    Raises:
+        DatasetError, ConfigError: unknown dataset, a patch size that does not tile the images, a
+            strategy that needs what the data cannot give.
+    """
+    from engine.data import load_dataset, representative
+
+    ds = load_dataset(cfg.data.dataset, workspace)
+    split = "val" if ds.info.n_val else "train"
+    x, y = ds.tensors(split)
+    y = y[:EVAL_MAX_ROWS].numpy()
+    pick = representative(y, n)
+    pool = ds.texts(split)
+    captions = [pool[int(i)] for i in pick]
+    tok, _ = _TextTask.tokenizer_for(cfg, ds, workspace)
+    rows = _text_rows(tok.encode_batch(captions, max_len=cfg.data.tokenizer.max_len), torch.arange(len(pick)))
+    images = x[torch.from_numpy(pick)].float()
+    img, txt = vis_masks(cfg, images, rows)
+    return PairedPreview(images.numpy(), img.numpy(), captions, token_strings(tok, rows["ids"]), txt.numpy(),
+                         rows["eligible"].numpy(), y[pick].astype(np.int64))
+
+
+# --- retrieval box (Run detail) -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RetrievalIndex:
+    """A checkpoint's contrastive embeddings of the run's validation pairs (the pairs its
+    ``val_t2i_r*`` / ``val_i2t_r*`` figures rank), for the retrieval box.
+
+    Attributes:
+        images: float32 ``[N, C, H, W]`` in [0, 1]; captions: the ``N`` captions; labels: int64 ``[N]``.
+        image_emb, text_emb: float32 ``[N, E]``, each row of unit length (rank by dot product).
+    """
+
+    images: np.ndarray
+    captions: list[str]
+    labels: np.ndarray
+    image_emb: np.ndarray
+    text_emb: np.ndarray
+
+
+def _unit(x: torch.Tensor) -> np.ndarray:
+    return torch.nn.functional.normalize(x.float(), dim=-1).numpy()
+
+
+@torch.no_grad()
+def retrieval_index(loaded, workspace=None) -> RetrievalIndex:
+    """Embed the run's validation pairs (the first :data:`EVAL_MAX_ROWS`; train when the dataset has
+    no val split) with a ``paired`` checkpoint, each modality encoded alone.
+
+    Args:
+        loaded: :func:`engine.inference.load_model` of a ``paired`` run.
+
+    Raises:
+        InferenceError: the run's tokenizer is gone, or its dataset changed since the run (other
+            pairs than it ranked).
+        DatasetError: the dataset is gone.
+    """
+    from engine.data import load_dataset
+    from engine.inference import InferenceError
+    from engine.tasks.text import _tokenizer_of
+
+    ds = load_dataset(loaded.cfg.data.dataset, workspace)
+    if loaded.info.get("dataset_hash") not in (None, ds.info.source_hash):
+        raise InferenceError(f"run {loaded.run_id}: dataset {ds.info.name!r} was re-imported since the run; its "
+                             "validation pairs are not the ones the run ranked")
+    split = "val" if ds.info.n_val else "train"
+    x, y = ds.tensors(split)
+    x, y = x[:EVAL_MAX_ROWS].float(), y[:EVAL_MAX_ROWS].numpy().astype(np.int64)
+    captions = ds.texts(split)[:EVAL_MAX_ROWS]
+    tok = _tokenizer_of(loaded, workspace)
+    enc = tok.encode_batch(captions, max_len=loaded.cfg.data.tokenizer.max_len)
+    img, txt = [], []
+    for i in range(0, len(x), EVAL_CHUNK):
+        b = _text_rows(enc, torch.arange(i, min(i + EVAL_CHUNK, len(x))))
+        img.append(loaded.model.embed_image(x[i : i + EVAL_CHUNK]))
+        txt.append(loaded.model.embed_text(b["ids"], b["eligible"]))
+    return RetrievalIndex(x.numpy(), captions, y, _unit(torch.cat(img)), _unit(torch.cat(txt)))
+
+
+@torch.no_grad()
+def embed_caption(loaded, text: str, workspace=None) -> np.ndarray:
+    """A ``paired`` checkpoint's contrastive embedding of one typed caption, float32 ``[E]`` of unit length.
+
+    Raises:
+        InferenceError: the text has no token the run's tokenizer keeps, or the tokenizer is gone.
+    """
+    from engine.inference import InferenceError
+    from engine.tasks.text import _tokenizer_of
+
+    tok = _tokenizer_of(loaded, workspace)
+    b = _text_rows(tok.encode_batch([text], max_len=loaded.cfg.data.tokenizer.max_len), torch.arange(1))
+    if not bool(b["eligible"].any()):
+        raise InferenceError("type a caption: the text has no word to embed")
+    return _unit(loaded.model.embed_text(b["ids"], b["eligible"]))[0]
+
+
+def nearest(query: np.ndarray, keys: np.ndarray, k: int) -> list[tuple[int, float]]:
+    """The ``k`` rows of ``keys [N, E]`` most similar to ``query [E]`` (unit vectors: cosine
+    similarity), best first, as ``(row, similarity)``; ties broken by row."""
+    sim = keys @ query
+    order = np.argsort(-sim, kind="stable")[:k]
+    return [(int(i), float(sim[i])) for i in order]

@@ -13,9 +13,9 @@ from streamlit.testing.v1 import AppTest
 from engine.config import RunConfig
 from engine.data import ImportOptions, import_source
 from engine.store import create_run, get_run
+from tests.app.pages import captions, open_with
 from tests.fsdd import subset_zip
 
-ENTRY = Path(__file__).resolve().parents[2] / "app" / "streamlit_app.py"
 
 
 @pytest.fixture(scope="module")
@@ -35,21 +35,6 @@ def audio_ws(tmp_path_factory, shared_data) -> Path:
 def env(audio_ws, monkeypatch) -> Path:
     monkeypatch.setenv("MASKLAB_WORKSPACE", str(audio_ws))
     return audio_ws
-
-
-def open_with(page: str, params: dict[str, str]) -> AppTest:
-    at = AppTest.from_file(str(ENTRY), default_timeout=120)
-    at.run().switch_page(page)
-    for k, v in params.items():
-        at.query_params[k] = v
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    assert not at.error, [e.value for e in at.error]
-    return at
-
-
-def captions(at: AppTest) -> list[str]:
-    return [img.caption for el in at.get("image") for img in el.proto.imgs]
 
 
 def players(at: AppTest) -> int:
