@@ -13,7 +13,7 @@ from streamlit.testing.v1 import AppTest
 from engine.config import RunConfig
 from engine.data import ImportOptions, import_source
 from engine.store import create_run, get_run
-from tests.app.pages import captions, open_with
+from tests.app.pages import ENTRY, captions, open_with
 from tests.fsdd import subset_zip
 
 
