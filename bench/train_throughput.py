@@ -3,7 +3,7 @@
 One training step = forward, loss, backward and an AdamW update. For each case the script prints
 masklab's and the reference's samples/s, their ratio, a memory figure, the model FLOPs per sample
 and the fraction of the machine's own limit reached (achieved model FLOP/s over the FLOP/s of a
-large float32 matrix multiply on the same threads, measured in the same run).
+large float32 matrix multiply on the same threads, measured in the same run just before the case).
 
 Cases (issue 15):
 
@@ -350,12 +350,13 @@ def main(argv: list[str] | None = None) -> int:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"torch {torch.__version__}, {args.threads} threads, device {device}, optimizer AdamW/{args.optimizer}, "
           f"{args.repeats} repeats x {args.steps} steps, load average {load:.2f}")
-    peak = matmul_flops(device)
-    print(f"float32 2048x2048 matmul: {peak / 1e9:.1f} GFLOP/s (the limit the fractions below refer to)")
     cases = build_cases([n for n in args.only.split(",") if n], args.scale, device)
     print(f"{'case':<13} {'side':<26} {'batch':>5} {'params':>7} {'samples/s':>10} {'mem MB':>8} "
           f"{'GFLOP/sample':>12} {'of matmul':>9}  ratio")
     for case in cases:
+        # The limit is measured next to each case (the load of a shared machine changes within a run).
+        peak = matmul_flops(device)
+        print(f"float32 2048x2048 matmul: {peak / 1e9:.1f} GFLOP/s (the limit the next fractions refer to)")
         res = run_case(case, args.repeats, args.steps, args.optimizer, device)
         for j, s in enumerate(res["sides"]):
             frac = s["samples_s"] * s["flops"] / case.batch / peak

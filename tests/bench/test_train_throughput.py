@@ -17,7 +17,7 @@ def test_bench_prints_both_sides_and_a_ratio_for_every_case(capsys):
     bench = load_bench("train_throughput")
     assert bench.main(["--scale", "32", "--repeats", "1", "--steps", "1", "--threads", "1"]) == 0
     out = capsys.readouterr().out
-    assert re.search(r"float32 2048x2048 matmul: [\d.]+ GFLOP/s", out)
+    assert len(re.findall(r"float32 2048x2048 matmul: [\d.]+ GFLOP/s", out)) == 4  # one before each case
     rows = {m.group(1): m.group(0) for m in re.finditer(r"^(mae_tiny|mae_small|bert_mini|audio_frames) .*$", out, re.M)}
     assert set(rows) == {"mae_tiny", "mae_small", "bert_mini", "audio_frames"}
     for case in ("mae_tiny", "mae_small", "bert_mini"):
