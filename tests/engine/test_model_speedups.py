@@ -89,8 +89,9 @@ MASKS = {
 
 @pytest.mark.parametrize("kind", sorted(MASKS))
 @pytest.mark.parametrize("norm_pix", [False, True])
-def test_mae_matches_the_reference_computation(kind, norm_pix):
-    m = _mae(norm_pix)
+@pytest.mark.parametrize("patch", [4, (2, 4)], ids=["square", "rectangular"])
+def test_mae_matches_the_reference_computation(kind, norm_pix, patch):
+    m = _mae(norm_pix, P=patch)
     g = torch.Generator().manual_seed(1)
     imgs = torch.rand(4, 3, 16, 12, generator=g)
     mask = MASKS[kind](g, 4, m.num_patches)
