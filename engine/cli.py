@@ -70,6 +70,10 @@ def _parser() -> argparse.ArgumentParser:
     rs.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                     help="change a field from the checkpoint on, e.g. --set train.lr=5e-4 --set train.steps=2000 "
                     "(not the model, task, data or seed)")
+    jn = sub.add_parser("join", help="train another node of a multi-node run (launch.nnodes > 1) with the node that "
+                        "holds it; start it on that node after the submit or resume, in the foreground")
+    jn.add_argument("run_id")
+    jn.add_argument("--node-rank", type=int, required=True, help="this node's rank (not the holder's launch.node_rank)")
     sw = sub.add_parser("sweep", help="queue one run per value of a config field and seed (e.g. mask ratio vs "
                         "linear-probe accuracy); the engine runs MASKLAB_MAX_RUNS at a time")
     sw.add_argument("config", nargs="?", default=None, help="YAML run config (none: the defaults, then --set)")
@@ -202,6 +206,15 @@ def cmd_resume(args) -> int:
     return 0
 
 
+def cmd_join(args) -> int:
+    from engine.access import check
+    from engine.distributed import join
+    from engine.store import run_dir
+
+    check("run.submit")  # it trains: as a foreground run, an editor's action
+    return join(run_dir(args.run_id), args.node_rank)
+
+
 def cmd_sweep(args) -> int:
     import yaml
 
@@ -245,6 +258,14 @@ def cmd_evaluate(args) -> int:
     for enc, figs in ev.representation.items():
         print(f"  {enc:12} " + "  ".join(f"{k} {v:.4f}" for k, v in figs.items()))
     print("  reconstruction " + "  ".join(f"{k} {v:.4f}" for k, v in ev.reconstruction.items()))
+    for enc, figs in ev.downstream.items():
+        print(f"  fine-tune {enc:12} val acc {figs['finetune_acc']:.4f}  ({figs['finetune_steps']:.0f} steps)")
+    for name, figs in ev.quality.items():
+        print(f"  quality {name:14} " + "  ".join(f"{k} {v:.4f}" for k, v in figs.items() if k not in ("rows", "cells")))
+    if ev.cost:
+        print(f"  cost {ev.cost['flops_per_step'] / 1e9:.3f} GFLOPs per training step (batch {ev.cost['batch_size']:.0f})")
+    for note in ev.notes:
+        print(f"  note: {note}")
     return 0
 
 
@@ -458,6 +479,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit code."""
     args = _parser().parse_args(argv)
     handler = {"run": cmd_run, "submit": cmd_submit, "runs": cmd_runs, "cancel": cmd_cancel, "resume": cmd_resume,
+               "join": cmd_join,
                "evaluate": cmd_evaluate, "sweep": cmd_sweep, "log": cmd_log, "doctor": cmd_doctor, "data": cmd_data, "delete": cmd_delete, "audit": cmd_audit,
                "users": cmd_users, "tag": cmd_tag, "note": cmd_note, "archive": cmd_archive}
     try:

@@ -177,11 +177,62 @@ class TrainConfig(_Strict):
 
 class EvalConfig(_Strict):
     """The evaluation job (:mod:`engine.eval.job`): representation figures of frozen features next to
-    a randomly initialised encoder and the raw input."""
+    a randomly initialised encoder and the raw input, a short downstream fine-tune
+    (:mod:`engine.eval.finetune`), reconstruction figures and the FLOPs of a training step."""
 
     auto: bool = Field(True, description="evaluate the final checkpoint when the run completes (in its worker)")
     max_rows: int = Field(2000, ge=20, le=100_000, description="rows of each split whose features are probed")
     tsne_max_rows: int = Field(1000, ge=0, le=10_000, description="t-SNE map only up to this many val rows (PCA always)")
+    finetune_epochs: int = Field(5, ge=0, le=100, description="epochs of the downstream fine-tune of the encoder and "
+                                 "a linear head, at most 300 steps (0: no fine-tune)")
+
+
+#: Launch back-ends (``launch.backend``): where a run's processes execute. Only ``local`` is built so far.
+LAUNCH_BACKENDS = ("local",)
+
+
+class LaunchConfig(_Strict):
+    """How many processes train one run, and where; named as torchrun names them
+    (``torchrun --nproc_per_node --nnodes --node_rank --rdzv_endpoint``).
+
+    The default (one process, one node) trains in the worker's own process, exactly as masklab
+    always did; such a config's saved form has no ``launch`` section (:meth:`RunConfig.to_dict`).
+    With more processes the worker starts ``torchrun`` (:mod:`engine.distributed`): data-parallel
+    training (PyTorch DDP; gloo on CPU, NCCL on CUDA), ``train.batch_size`` staying the global batch.
+    ``node_rank`` is the rank of the launch that holds the run (the dashboard's or ``submit``'s);
+    the other nodes join with ``python -m engine join RUN_ID --node-rank K``.
+    """
+
+    nproc_per_node: int = Field(1, ge=1, le=256, description="training processes on each node (one per GPU)")
+    nnodes: int = Field(1, ge=1, le=1024, description="nodes (machines) that train the run together")
+    node_rank: int = Field(0, ge=0, description="rank of the node whose launch holds the run (0)")
+    rdzv_endpoint: str = Field("", max_length=300, description="host:port of the c10d rendezvous; needed when "
+                               "nnodes > 1 (one node: torchrun --standalone)")
+    backend: str = Field("local", description="where the processes run: local (this machine's processes)")
+
+    @property
+    def world_size(self) -> int:
+        """Training processes in all: ``nproc_per_node * nnodes``."""
+        return self.nproc_per_node * self.nnodes
+
+    @property
+    def distributed(self) -> bool:
+        """True when the run trains in more than one process (torchrun)."""
+        return self.world_size > 1
+
+    @model_validator(mode="after")
+    def _check(self) -> "LaunchConfig":
+        if self.backend not in LAUNCH_BACKENDS:
+            raise ValueError(f"@launch.backend: {self.backend!r} is not available; use one of "
+                             f"{', '.join(LAUNCH_BACKENDS)}")
+        if self.node_rank >= self.nnodes:
+            raise ValueError(f"@launch.node_rank: {self.node_rank} must be below launch.nnodes ({self.nnodes})")
+        if self.nnodes > 1:
+            host, sep, port = self.rdzv_endpoint.rpartition(":")
+            if not (sep and host and port.isdigit() and 0 < int(port) < 65536):
+                raise ValueError(f"@launch.rdzv_endpoint: {self.rdzv_endpoint!r}: {self.nnodes} nodes need the "
+                                 f"rendezvous address as host:port (e.g. node0.cluster:29400)")
+        return self
 
 
 class RunConfig(_Strict):
@@ -202,10 +253,16 @@ class RunConfig(_Strict):
     objective: ObjectiveConfig = ObjectiveConfig()
     train: TrainConfig = TrainConfig()
     evaluation: EvalConfig = EvalConfig()
+    launch: LaunchConfig = LaunchConfig()
 
     @model_validator(mode="after")
     def _resolve(self) -> "RunConfig":
         from engine.tasks import get_task  # engine.tasks imports this module
+
+        world = self.launch.world_size
+        if self.train.batch_size % world:
+            raise ValueError(f"@train.batch_size: {self.train.batch_size} is the global batch and must split evenly "
+                             f"over the {world} training processes (launch.nproc_per_node x launch.nnodes)")
 
         try:
             get_task(self.task).resolve(self)
@@ -214,8 +271,14 @@ class RunConfig(_Strict):
         return self
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain nested dict (JSON-safe) with every default resolved."""
-        return self.model_dump(mode="json")
+        """Plain nested dict (JSON-safe) with every default resolved.
+
+        A single-process launch (the default ``launch`` section) is left out, so the config of a
+        run that trains in one process reads exactly as before ``launch`` existed."""
+        d = self.model_dump(mode="json")
+        if d["launch"] == LaunchConfig().model_dump(mode="json"):
+            del d["launch"]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> "RunConfig":

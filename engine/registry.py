@@ -33,6 +33,25 @@ def registrar(registry: dict[str, T], kind: str, name: str) -> Callable[[T], T]:
     return deco
 
 
+def registrar_for(registry: dict[str, T], kind: str) -> Callable[..., Callable[[T], T]]:
+    """A decorator factory ``register(*names)`` that stores the decorated object under each of
+    ``names`` with :func:`registrar` (e.g. one evaluation entry for ``audio_mae`` and ``audio_frames``).
+
+    Raises:
+        ValueError: (when decorating) a name is already registered.
+    """
+
+    def register(*names: str) -> Callable[[T], T]:
+        def deco(obj: T) -> T:
+            for name in names:
+                registrar(registry, kind, name)(obj)
+            return obj
+
+        return deco
+
+    return register
+
+
 def validate_params(model: type[M], params: dict[str, Any] | None, prefix: str, owner: str) -> M:
     """Validate a registered entry's own parameters (a strategy's ``masking.params``, a task's
     ``task_params``) against its pydantic ``model``.

@@ -144,9 +144,10 @@ def _older_waiting(workspace: Path, mine: Path) -> bool:
 
 @contextmanager
 def run_slot(workspace: Path, run_dir: Path, should_stop: Callable[[], bool], poll_s: float = 0.5,
-             queued_at: float | None = None) -> Iterator[bool]:
-    """Wait for this run's turn and a free slot, hold the slot while the body runs; yields False if
-    stopped while waiting. The caller holds the run lock (so its ticket counts as live).
+             queued_at: float | None = None) -> Iterator[int | None]:
+    """Wait for this run's turn and a free slot, hold the slot while the body runs; yields the slot's
+    number K (``slots/slot-K.lock``; it picks the run's GPUs, :func:`engine.devices.slot_devices`),
+    or None if stopped while waiting. The caller holds the run lock (so its ticket counts as live).
     ``queued_at``: the ticket's date (default: the run status's ``queued_at``)."""
     workspace, run_dir = Path(workspace), Path(run_dir)
     mine = enqueue(workspace, run_dir, queued_at)
@@ -154,7 +155,7 @@ def run_slot(workspace: Path, run_dir: Path, should_stop: Callable[[], bool], po
     try:
         while True:
             if should_stop():
-                yield False
+                yield None
                 return
             if not mine.exists():  # pruned by someone who saw us dead (we were slow to start)
                 mine = enqueue(workspace, run_dir, queued_at)
@@ -164,7 +165,7 @@ def run_slot(workspace: Path, run_dir: Path, should_stop: Callable[[], bool], po
                     break
             time.sleep(poll_s)
         dequeue(workspace, run_dir.name)
-        yield True
+        yield int(Path(slot.name).stem.rsplit("-", 1)[1])
     finally:
         dequeue(workspace, run_dir.name)
         if slot is not None:

@@ -23,7 +23,8 @@ import torch
 
 from engine.checks import check_run
 from engine.config import RunConfig
-from engine.errors import DamagedFileError, NonFiniteLossError
+from engine.distributed import SINGLE, DistContext, mask_seed
+from engine.errors import ConfigError, DamagedFileError, NonFiniteLossError
 from engine.masking import ratio_at
 from engine.models import count_parameters
 from engine.perf import adamw, count_step_flops, mfu, peak_flops
@@ -124,6 +125,7 @@ def fit(
     on_step: Callable[[int], None] | None = None,
     workspace=None,
     resume_from: Path | None = None,
+    dist: DistContext = SINGLE,
 ) -> FitResult:
     """Train ``cfg`` and write checkpoints and reconstruction samples under ``out_dir``.
 
@@ -153,6 +155,15 @@ def fit(
         on_step: called with the number of completed steps after each step.
         resume_from: a checkpoint folder (``checkpoints/step-NNNNNNN``) to continue from; None trains
             from scratch.
+        dist: this process's place in a data-parallel run (:mod:`engine.distributed`; the default is
+            the single process). Every rank draws the same epoch order and takes its slice of each
+            global batch of ``train.batch_size`` rows (so the rows of a step do not depend on the
+            number of ranks), draws its masks from its own generator (seeded with
+            :func:`engine.distributed.mask_seed`; rank 0's is the single process's), and its
+            gradients are averaged by DistributedDataParallel. ``loss`` and the other step figures
+            are averages over the ranks, ``throughput`` the global samples/s; stopping is agreed by
+            all ranks each step. Only the writer rank evaluates and writes metrics, samples,
+            checkpoints and ``task.json``; the others pass any ``sink`` (nothing is logged to it).
 
     Raises:
         NonFiniteLossError: the training or validation loss, or the weights at a checkpoint, became
@@ -160,11 +171,12 @@ def fit(
         DatasetError, ConfigError: the dataset or the model configuration is unusable; on resume, the
             dataset's content changed since the run started.
         DamagedFileError: the checkpoint to resume from cannot be read.
+        ConfigError: the effective batch (``min(train.batch_size, train rows)``) does not split over the ranks.
     """
     t = cfg.train
     out_dir = Path(out_dir)
     check_run(cfg, workspace)
-    device = resolve_device(t.device)
+    device = dist.device if dist.device is not None else resolve_device(t.device)
     if t.num_threads:
         torch.set_num_threads(t.num_threads)
     torch.manual_seed(t.seed)  # model init
@@ -172,16 +184,22 @@ def fit(
     info = {"task": cfg.task, **task.run_info()}
     if resume_from is not None:
         check_same_data(out_dir, info.get("dataset_hash") or "")
-    atomic_write_json(out_dir / TASK_INFO, info)
+    if dist.writer:
+        atomic_write_json(out_dir / TASK_INFO, info)
     model = task.model
     if t.compile:
         model.compile()  # in place: the state dict keeps its keys (no ``_orig_mod.`` prefix)
     # Fused AdamW (one kernel for every tensor) where the parameters allow it: engine.perf.adamw.
     opt = adamw(param_groups(model, t.weight_decay), lr=t.lr, betas=(0.9, 0.95))
     use_amp = device.type == "cuda" and t.amp
-    g_mask = torch.Generator().manual_seed(t.seed)  # training masks
-    g_data = torch.Generator().manual_seed(t.seed + 1)  # batch order
-    batch = task.batch_size
+    g_mask = torch.Generator().manual_seed(mask_seed(t.seed, dist.rank))  # training masks, this rank's
+    g_data = torch.Generator().manual_seed(t.seed + 1)  # batch order (the same on every rank)
+    batch = task.batch_size  # the global batch
+    if batch % dist.world_size:
+        raise ConfigError(f"train.batch_size: the effective batch {batch} (min(train.batch_size, {task.n_train} train "
+                          f"rows)) must split evenly over the {dist.world_size} training processes")
+    share = batch // dist.world_size
+    train_loss = dist.wrap(task)  # task.train_loss, under DistributedDataParallel when there are several ranks
     lengths = task.train_lengths() if t.group_by_length else None
 
     def new_epoch() -> torch.Tensor:
@@ -191,6 +209,8 @@ def fit(
         return torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_amp)
 
     def evaluate(step: int) -> float:
+        if not dist.writer:
+            return float("nan")
         model.eval()
         with torch.no_grad(), autocast():
             metrics = task.evaluate()
@@ -213,7 +233,10 @@ def fit(
             raise NonFiniteLossError(f"the weights became NaN or infinite at step {step} ({bad[0]}"
                                      f"{f' and {len(bad) - 1} more' if len(bad) > 1 else ''}); no checkpoint of this "
                                      f"step was written; lower train.lr (now {t.lr}) or check the data")
-        rng = {"g_mask": g_mask, "g_data": g_data}
+        mask_states = dist.gather_state(g_mask.get_state())  # every rank's, so a resume continues each
+        if not dist.writer:
+            return
+        rng = {"g_mask": g_mask, "g_data": g_data, **({"g_mask_ranks": mask_states} if dist.world_size > 1 else {})}
         if device.type == "cuda":
             rng["cuda"] = torch.cuda.get_rng_state_all()
         small = torch.int32 if task.n_train < 2**31 else torch.int64
@@ -222,52 +245,59 @@ def fit(
                         task_state=task.state_dict())
 
     if resume_from is None:
-        with torch.no_grad():
-            sink.log(0, task.baselines())
+        if dist.writer:
+            with torch.no_grad():
+                sink.log(0, task.baselines())
         val_first = val_last = evaluate(0)
         perm = new_epoch()
         pos = step = 0
     else:
-        step, perm, pos, val_first, val_last = _restore(resume_from, task, opt, g_mask, g_data, device)
+        step, perm, pos, val_first, val_last = _restore(resume_from, task, opt, g_mask, g_data, device, dist)
     last_ckpt, stopped = step, False
     model.train()
     peak = peak_flops(device, torch.bfloat16 if use_amp else torch.float32)
+    if peak:  # the global batch's FLOPs run on every rank's device: MFU over all of them
+        peak *= dist.world_size
     step_flops = _count_flops(task, opt, device, batch, perm, autocast, cfg) if peak else None
     while step < t.steps:
-        if should_stop():
+        if dist.any(should_stop()):  # every rank stops at the same step
             stopped = True
             break
         t0 = time.perf_counter()
         if pos + batch > len(perm):
             perm, pos = new_epoch(), 0
-        idx = perm[pos : pos + batch]
+        idx = perm[pos : pos + batch][dist.rank * share : (dist.rank + 1) * share]  # this rank's slice
         pos += batch
         lr = lr_at(step, base_lr=t.lr, min_lr=t.min_lr, warmup_steps=t.warmup_steps, total_steps=t.steps)
         for group in opt.param_groups:
             group["lr"] = lr
         with autocast():
-            loss, logs = task.train_loss(idx, g_mask, ratio_at(cfg.masking, step, t.steps))
+            loss, logs = train_loss(idx, g_mask, ratio_at(cfg.masking, step, t.steps))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         task.after_step(step + 1)
         loss_v = float(loss.detach())  # syncs the device, so step_time is real
+        logs = {k: float(v) for k, v in logs.items()}
+        if dist.world_size > 1:  # the figures of the global batch: means over the ranks' equal slices
+            loss_v, *values = dist.mean([loss_v, *logs.values()])
+            logs = dict(zip(logs, values))
         if not math.isfinite(loss_v):
             raise NonFiniteLossError(
                 f"loss became {loss_v} at step {step + 1}; lower train.lr (now {t.lr}) or check the data")
         dt = time.perf_counter() - t0
         step += 1
-        metrics = {"loss": loss_v, "lr": lr, **{k: float(v) for k, v in logs.items()},
-                   "throughput": batch / dt, "step_time": dt}
-        if step_flops:
-            metrics["mfu"] = mfu(step_flops, dt, peak)
-        sink.log(step, metrics)
+        if dist.writer:
+            metrics = {"loss": loss_v, "lr": lr, **logs, "throughput": batch / dt, "step_time": dt}
+            if step_flops:
+                metrics["mfu"] = mfu(step_flops, dt, peak)
+            sink.log(step, metrics)
         if step % t.eval_interval == 0 or step == t.steps:
             val_last = evaluate(step)
         if step % t.checkpoint_interval == 0 or step == t.steps:
             checkpoint(step)
             last_ckpt = step
-        if on_step is not None:
+        if on_step is not None and dist.writer:
             on_step(step)
     if stopped and step > last_ckpt:
         checkpoint(step)
@@ -292,9 +322,13 @@ def _count_flops(task, opt, device: torch.device, batch: int, perm: torch.Tensor
 
 
 def _restore(ckpt: Path, task, opt: torch.optim.Optimizer, g_mask: torch.Generator, g_data: torch.Generator,
-             device: torch.device) -> tuple[int, torch.Tensor, int, float, float]:
+             device: torch.device, dist: DistContext = SINGLE) -> tuple[int, torch.Tensor, int, float, float]:
     """Load checkpoint ``ckpt`` into the task's model, ``opt``, the generators, the global RNGs and
     the task's state. Returns ``(step, perm, pos, val_first, val_last)``.
+
+    Rank ``r > 0`` of a data-parallel run takes its mask generator from ``rng.g_mask_ranks[r]``
+    when the checkpoint was written by as many ranks; otherwise (the number of processes changed)
+    it draws a fresh one from ``mask_seed(seed, r, step)``.
 
     The optimiser keeps the current config's hyperparameters (a resume may change
     ``train.weight_decay``); only its moments and step counts come from the checkpoint.
@@ -312,10 +346,16 @@ def _restore(ckpt: Path, task, opt: torch.optim.Optimizer, g_mask: torch.Generat
     for group, kept in zip(opt.param_groups, settings):
         group.update(kept)
     rng, loop = state.get("rng", {}), state.get("loop") or {}
-    g_mask.set_state(rng["g_mask"])
+    step = int(state["step"])
+    ranks = rng.get("g_mask_ranks") or []
+    if dist.rank == 0:
+        g_mask.set_state(rng["g_mask"])
+    elif len(ranks) == dist.world_size:
+        g_mask.set_state(ranks[dist.rank])
+    else:
+        g_mask.manual_seed(mask_seed(int(state["config"]["train"]["seed"]), dist.rank, step))
     g_data.set_state(rng["g_data"])
     task.load_state_dict(state.get("task") or {})
-    step = int(state["step"])
     perm, pos = loop.get("perm"), int(loop.get("pos", 0))
     if perm is None or len(perm) != task.n_train:
         print(f"masklab: checkpoint step {step} has no data order for {task.n_train} rows (written by an older "

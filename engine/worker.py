@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -39,6 +40,7 @@ import traceback
 from pathlib import Path
 from typing import Callable
 
+from engine.devices import run_gpus
 from engine.errors import MasklabError, NonFiniteLossError, ResumeError, RunLockedError, StorageError
 from engine.resume import RESUME_FIELD, reset_after
 from engine.resources import PeakMemory
@@ -73,6 +75,18 @@ def resolve_threads(train_cfg: dict) -> int:
     """Torch CPU threads of a run: ``train.num_threads`` if set, else ``cpu_count // MASKLAB_MAX_RUNS``
     (the runs that may train at once share the cores instead of oversubscribing them)."""
     return int(train_cfg.get("num_threads") or max(1, (os.cpu_count() or 1) // max_runs()))
+
+
+def configure_torch(threads: int, deterministic: bool) -> None:
+    """Torch's CPU threads and ``train.deterministic`` (``torch.use_deterministic_algorithms`` and
+    cuBLAS's fixed workspace, set before CUDA starts) for this process: the worker, or a rank."""
+    import torch
+
+    torch.set_num_threads(threads)
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.backends.cudnn.benchmark = False
+    torch.use_deterministic_algorithms(deterministic)
 
 
 def execute_run(run_dir: Path, *, on_step: Callable[[int], None] | None = None) -> str:
@@ -137,7 +151,6 @@ def _execute(run_dir: Path, should_stop: Callable[[], bool], on_step: Callable[[
     status = {"created_at": created, "queued_at": base.get("queued_at", created), "pid": os.getpid(),
               "step": int(resume_from or 0), "total_steps": base.get("total_steps", 0),
               **{k: base[k] for k in (RESUME_FIELD, "restarts") if resume_from is not None and k in base}}
-    writer = None
     try:
         try:  # room for the final status on a full disk (best effort: without it, the run goes on)
             unlink_quietly(run_dir / RESERVE_FILE)
@@ -147,27 +160,25 @@ def _execute(run_dir: Path, should_stop: Callable[[], bool], on_step: Callable[[
         write_status(run_dir, {**status, "status": "queued"})
         raw = read_json(run_dir / CONFIG_FILE)  # plain JSON: validating imports torch, not before a slot
         status["total_steps"] = int(raw.get("train", {}).get("steps", 0))
-        with run_slot(workspace, run_dir, should_stop) as got_slot:
-            if not got_slot:
+        with run_slot(workspace, run_dir, should_stop) as slot:
+            if slot is None:
                 _final(run_dir, {**status, "status": "cancelled", "ended_at": time.time()})
                 return "cancelled"
+            gpus = run_gpus(slot, max_runs(), raw.get("train", {}), raw.get("launch") or {})
+            if gpus:  # this slot's GPUs, before CUDA starts (torchrun and its ranks inherit it)
+                os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
             # Only now (with a slot) import torch: a queued worker holds no torch memory.
             import torch
 
             from engine.config import RunConfig
-            from engine.train import fit
 
             cfg = RunConfig.from_dict(raw)
             if not cfg.train.num_threads:  # record the resolved count, so the config says what ran
                 cfg.train.num_threads = resolve_threads(raw.get("train", {}))
                 atomic_write_json(run_dir / CONFIG_FILE, cfg.to_dict(), what=f"the config of run {run_id}")
-            torch.set_num_threads(cfg.train.num_threads)
-            if cfg.train.deterministic:
-                os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # cuBLAS needs it, before CUDA starts
-                torch.backends.cudnn.benchmark = False
-            torch.use_deterministic_algorithms(cfg.train.deterministic)
+            configure_torch(cfg.train.num_threads, cfg.train.deterministic)
             status.update(started_at=time.time(), num_threads=torch.get_num_threads(),
-                          deterministic=cfg.train.deterministic)
+                          deterministic=cfg.train.deterministic, placement=placement(cfg.launch))
             write_status(run_dir, {**status, "status": "running"})
             ckpt = None
             if resume_from is not None:  # drop what a killed worker logged after the checkpoint
@@ -178,40 +189,33 @@ def _execute(run_dir: Path, should_stop: Callable[[], bool], on_step: Callable[[
                     if problem:
                         raise ResumeError(f"checkpoint step {resume_from} of run {run_id} cannot be resumed from: "
                                           f"{problem}")
-            writer = MetricsWriter(run_dir, run_id)
-            last = {"t": 0.0}
-            memory = PeakMemory(cfg.train.device if cfg.train.device != "auto" else
-                                ("cuda" if torch.cuda.is_available() else "cpu"))
+            if cfg.launch.distributed:  # torchrun's ranks train; the writer rank reports the outcome
+                from engine.distributed import run_ranks
 
-            def progress(step: int) -> None:
-                status["step"] = step
-                status["peak_mem_bytes"] = memory.sample()  # /proc read: microseconds a step
-                now = time.monotonic()
-                if (now - last["t"] >= STATUS_EVERY_S or step == cfg.train.steps
-                        or step % cfg.train.eval_interval == 0):  # a new val_loss: show it with its samples
-                    last["t"] = now
-                    write_status(run_dir, {**status, "status": "running", "latest": writer.latest})
-                if on_step is not None:
-                    on_step(step)
-
-            result = fit(cfg, run_dir, writer, should_stop=should_stop, on_step=progress, workspace=workspace,
-                         resume_from=ckpt)
-            writer.close()
-            final = "cancelled" if result.stopped else "completed"
+                out = run_ranks(run_dir, cfg.launch.model_dump(), cfg.train.num_threads, resume_from, should_stop,
+                                on_step)
+            else:
+                out = train_here(run_dir, cfg, should_stop, on_step=on_step, resume_from=ckpt)
+            status.update({k: out[k] for k in ("step", "peak_mem_bytes", "placement") if k in out})
+            if "torchrun_exit" in out:  # 0: every rank of this node exited cleanly
+                status["torchrun_exit"] = out["torchrun_exit"]
+            latest = out.get("latest", {})
+            if out["status"] in ("failed", "diverged"):
+                _final(run_dir, {**status, "status": out["status"], "error": out.get("error", ""),
+                                 "ended_at": time.time(), "latest": latest})
+                return out["status"]
+            final = out["status"]
             ended = time.time()  # training's end: the wall time leaves the evaluation out
             if final == "completed" and cfg.evaluation.auto and os.environ.get(AUTO_EVAL_ENV, "1") != "0":
-                write_status(run_dir, {**status, "status": "running", "phase": "evaluating", "latest": writer.latest})
-                _evaluate_final(run_dir, result.device, workspace)
-            _final(run_dir, {**status, "status": final, "step": result.steps_done, "ended_at": ended,
-                             "latest": writer.latest, "device": result.device, "n_params": result.n_params})
+                write_status(run_dir, {**status, "status": "running", "phase": "evaluating", "latest": latest})
+                _evaluate_final(run_dir, out["device"], workspace)
+            _final(run_dir, {**status, "status": final, "step": out["steps_done"], "ended_at": ended,
+                             "latest": latest, "device": out["device"], "n_params": out["n_params"]})
             return final
     except BaseException as e:  # record every failure, including KeyboardInterrupt in the CLI
-        if writer is not None:
-            try:
-                writer.close(compact=False)  # keep what was logged; no compaction on a failing disk
-            except Exception:
-                _print_exc()
-        latest = writer.latest if writer else {}
+        last = read_status(run_dir)  # the last progress written
+        latest = last.get("latest") or {}
+        status.update({k: last[k] for k in ("step", "peak_mem_bytes") if k in last})
         if isinstance(e, KeyboardInterrupt):
             _final(run_dir, {**status, "status": "cancelled", "ended_at": time.time(), "latest": latest})
             raise
@@ -222,6 +226,80 @@ def _execute(run_dir: Path, should_stop: Callable[[], bool], on_step: Callable[[
         return final
     finally:
         dequeue(workspace, run_id)
+
+
+def placement(launch) -> dict:
+    """Where a run trains, for its status (Runs, Run detail): ``backend``, ``hosts``, ``processes``,
+    and ``devices`` (``$CUDA_VISIBLE_DEVICES``, when set). ``launch``: the run's ``LaunchConfig``.
+    A distributed run's writer rank replaces ``hosts`` and ``devices`` with every rank's once they
+    have met (:func:`engine.distributed.run_ranks`)."""
+    devices = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    return {"backend": launch.backend, "hosts": [socket.gethostname()], "processes": launch.world_size,
+            **({"devices": [devices]} if devices else {})}
+
+
+def train_here(run_dir: Path, cfg, should_stop: Callable[[], bool], *, on_step: Callable[[int], None] | None = None,
+               resume_from: Path | None = None, dist=None, placement: dict | None = None) -> dict:
+    """Train ``cfg`` in this process (the single process, or a distributed run's writer rank) with
+    the run's metrics writer, writing the progress into ``status.json`` (its ``running`` status is
+    the base) about every second and at each eval.
+
+    Returns the outcome: ``status`` (``completed`` or ``cancelled``; ``failed`` or ``diverged``
+    with ``error`` after an exception, whose traceback goes to stderr), ``steps_done``, ``device``,
+    ``n_params`` (not after an exception), ``latest`` (the last value of each metric), ``step`` and
+    ``peak_mem_bytes`` (the last progress) and ``placement`` (``placement`` merged into the status's).
+
+    Raises:
+        KeyboardInterrupt: after closing the writer (what was logged stays readable).
+    """
+    import torch
+
+    from engine.distributed import SINGLE
+    from engine.train import fit
+
+    run_dir = Path(run_dir)
+    status = read_status(run_dir)
+    status["placement"] = {**status.get("placement", {}), **(placement or {})}
+    writer = MetricsWriter(run_dir, run_dir.name)
+    last = {"t": 0.0}
+    memory = PeakMemory(cfg.train.device if cfg.train.device != "auto" else
+                        ("cuda" if torch.cuda.is_available() else "cpu"))
+
+    def progress(step: int) -> None:
+        status["step"] = step
+        status["peak_mem_bytes"] = memory.sample()  # /proc read: microseconds a step
+        now = time.monotonic()
+        if (now - last["t"] >= STATUS_EVERY_S or step == cfg.train.steps
+                or step % cfg.train.eval_interval == 0):  # a new val_loss: show it with its samples
+            last["t"] = now
+            write_status(run_dir, {**status, "status": "running", "latest": writer.latest})
+        if on_step is not None:
+            on_step(step)
+
+    write_status(run_dir, {**status, "status": "running"})
+    try:
+        result = fit(cfg, run_dir, writer, should_stop=should_stop, on_step=progress, workspace=run_dir.parent.parent,
+                     resume_from=resume_from, dist=dist or SINGLE)
+        writer.close()
+    except BaseException as e:
+        try:
+            writer.close(compact=False)  # keep what was logged; no compaction on a failing disk
+        except Exception:
+            _print_exc()
+        progress_now = {k: status[k] for k in ("step", "peak_mem_bytes", "placement") if k in status}
+        if not isinstance(e, Exception):
+            try:  # the exact step for the caller's final status (KeyboardInterrupt: cancelled)
+                write_status(run_dir, {**status, "status": "running", "latest": writer.latest})
+            except StorageError:
+                pass
+            raise
+        _print_exc()
+        msg = str(e) if isinstance(e, MasklabError) else f"{type(e).__name__}: {e}"
+        return {"status": "diverged" if isinstance(e, NonFiniteLossError) else "failed", "error": msg,
+                "latest": writer.latest, **progress_now}
+    return {"status": "cancelled" if result.stopped else "completed", "steps_done": result.steps_done,
+            "device": result.device, "n_params": result.n_params, "latest": writer.latest,
+            **{k: status[k] for k in ("step", "peak_mem_bytes", "placement") if k in status}}
 
 
 AUTO_EVAL_ENV = "MASKLAB_AUTO_EVAL"

@@ -1,7 +1,9 @@
-"""Compare: saved runs side by side. Filter and pick 2 to N runs, then their curves overlaid, the
-config fields that differ, the same validation inputs reconstructed by each run, the downstream
-(representation) figures next to a random-init encoder, the raw input and chance, and the training
-cost; export as CSV or a self-contained HTML report.
+"""Compare: saved runs side by side. Filter and pick 2 to N runs, then their curves overlaid (x: step,
+time, wall clock or samples seen), the config fields that differ, the same validation inputs
+reconstructed by each run (and the evaluation's SSIM / spectral error beside the best trivial
+baseline), the downstream figures
+(probes and fine-tune) next to a random-init encoder, the raw input and chance, and the training
+cost (with FLOPs); export as CSV or a self-contained HTML report.
 
 Every choice lives in the URL (``?runs=a,b&smoothing=0.6&x=step&y=log&loss=0.05&dataset=digits``), so a
 link reopens the same comparison. The page only reads the store (status, metrics, samples,
@@ -16,8 +18,8 @@ import streamlit as st
 from app.components import guarded, render_metrics_chart, run_label, runs_or_stop, short_label
 from app.components.charts import axis_controls, show_read_warnings
 from app.components.compare import (
-    REP_FIGURES, config_diff, downstream_frame, eff_display, efficiency_frame, mark_best, probe_bars, report_html,
-    show_reconstructions,
+    FINETUNE, QUALITY_FIGURES, REP_FIGURES, config_diff, downstream_frame, eff_display, efficiency_frame, mark_best,
+    probe_bars, quality_frame, quality_groups, report_html, show_reconstructions,
 )
 from app.components.errors import user_errors
 from app.components.quality import loss_title
@@ -81,7 +83,7 @@ with c2:
     smoothing = url.widget(st.slider, "EMA smoothing", "smoothing", default=0.6, cast=float, min_value=0.0,
                            max_value=0.99, step=0.01, key="cmp_smoothing")  # fmt: skip
 with c1:
-    x_axis, log_y = axis_controls(url, "cmp")
+    x_axis, log_y = axis_controls(url, "cmp", samples=True)
 @st.cache_data(max_entries=16, ttl=600, show_spinner=False)
 def _metrics(ids: tuple[str, ...], versions: tuple) -> object:
     """The compared runs' curves, re-read only when one of them moved on (``versions``: each run's
@@ -94,7 +96,8 @@ if metrics is not None:
     show_read_warnings(metrics)
     titles = " / ".join(sorted({loss_title(r.config) for r in picked}))
     render_metrics_chart(metrics[metrics["key"].isin(["loss", "val_loss"])], smoothing=smoothing, y_title=titles,
-                         log_y=log_y, height=320, run_labels=legend, x=x_axis)  # fmt: skip
+                         log_y=log_y, height=320, run_labels=legend, x=x_axis,
+                         batch_sizes={r.run_id: (r.config.get("train") or {}).get("batch_size") for r in picked})  # fmt: skip
     last = metrics[metrics["key"] == "loss"].groupby("run_id")["step"].max()
     st.caption("Latest step per run: " + " · ".join(f"{legend[r]}: {int(last[r])}" for r in ids if r in last.index))
 
@@ -109,24 +112,44 @@ else:
 # ---------------------------------------------------------------- reconstructions
 st.header("Reconstructions of the same validation inputs")
 drawn = show_reconstructions(picked, legend)
+evals = {r.run_id: guarded(latest_evaluation, r.run_id) for r in picked}
+quality, q_titles = quality_frame(evals, legend)
+if not quality.empty:
+    st.subheader("Reconstruction quality beside the best baseline")
+    best = {t: QUALITY_FIGURES[k][1] == "max" for k, (t, _) in QUALITY_FIGURES.items()}
+    for group, titles in quality_groups(quality, q_titles):  # one table per kind of figures (image, audio)
+        shown = group.set_index("run")
+        for t in titles:
+            shown = mark_best(shown, [t], higher=best[t], fmt="{:.4f}")
+        st.table(shown)
+    st.caption("At each run's latest evaluation, on its fixed validation inputs and masks; each figure beside the best "
+               "of that run's trivial baselines on the same inputs (images: mean image, visible mean, biharmonic "
+               "inpainting, nearest training images; audio: each bin's mean, interpolation in time). SSIM: the "
+               "pasted reconstruction (visible pixels kept) against the original, averaged over the masked patches, "
+               "and over the whole image. Spectral figures over the masked cells, never the padding.")
 
 # ---------------------------------------------------------------- downstream
-st.header("Downstream: frozen-feature probes")
-evals = {r.run_id: guarded(latest_evaluation, r.run_id) for r in picked}
+st.header("Downstream: probes and fine-tuning")
 frame = downstream_frame(evals, legend)
 missing = [r for r in picked if evals[r.run_id] is None]
 if not frame.empty:
-    cols_best = list(REP_FIGURES.values())
-    st.table(mark_best(frame, cols_best, plain=[c for c in frame if " · " in c] + ["chance"]).set_index("run"))
+    tuned = [FINETUNE, f"{FINETUNE} · random init"] if FINETUNE in frame else []
+    probes = frame.drop(columns=tuned)
+    st.table(mark_best(probes, list(REP_FIGURES.values()), plain=[c for c in probes if " · " in c] + ["chance"]).set_index("run"))
+    if tuned:
+        st.table(mark_best(frame[["run", "step", *tuned]], tuned[:1], plain=tuned[1:]).set_index("run"))
     st.caption("Trained encoder at its latest evaluated checkpoint, beside the same model at its initial weights "
                "(random init), the raw input (pixels / TF-IDF) and chance (the most common val class); best run per "
-               "column starred (the trained encoder's figures only). Probe: logistic regression on standardised features; kNN: k=20, cosine.")
+               "column starred (the trained encoder's figures only). Probe: logistic regression on standardised features; kNN: k=20, cosine. "
+               "Fine-tune: the encoder and a linear head trained together on the labelled train rows for a few epochs "
+               "(the same recipe from the checkpoint and from the random init), val accuracy.")
     bars = probe_bars(frame)
     chart = alt.Chart(bars).mark_bar().encode(
         x=alt.X("encoder:N", title=None, sort=["trained", "random init", "raw input"]),
         y=alt.Y("value:Q", title="val accuracy", scale=alt.Scale(domain=[0, 1])),
         color=alt.Color("encoder:N", legend=alt.Legend(orient="bottom")),
-        column=alt.Column("run:N", title=None), row=alt.Row("figure:N", title=None),
+        column=alt.Column("run:N", title=None),
+        row=alt.Row("figure:N", title=None, sort=["linear probe", "kNN (k=20)", FINETUNE]),
         tooltip=["run", "figure", "encoder", alt.Tooltip("value:Q", format=".1%")]).properties(width=90, height=140)
     st.altair_chart(chart)
 run_eval = allowed("run.evaluate", evaluate)  # None for a viewer or in demo mode: no button
@@ -157,13 +180,15 @@ if losses is not None and len(losses):
 target = url.widget(st.number_input, "Time to reach training loss (moving mean of 20 points)", "loss",
                     default=default_target, cast=float, min_value=0.0, format="%.4f",
                     key=f"cmp_loss_{'_'.join(sorted(picked_ids))}")  # a new selection starts from its own default
-eff = efficiency_frame(picked, metrics if metrics is not None else frame.iloc[0:0], legend, target)
+eff = efficiency_frame(picked, metrics if metrics is not None else frame.iloc[0:0], legend, target, evals)
 st.table(eff_display(eff).set_index("run"))
 st.caption("Peak memory: the worker's peak private memory (RssAnon high-water on Linux, CUDA max allocated on a GPU). "
-           "Estimated FLOPs per step are not measured yet.")
+           "FLOPs: forward and backward of one training batch at the run's mask ratio, counted by the evaluation "
+           "(torch's FlopCounterMode: matrix products and attention); training TFLOPs = that times the steps trained.")
 
 # ---------------------------------------------------------------- export
-tables = [("Downstream", frame), ("Training cost", eff), ("Config differences", diff.reset_index() if not diff.empty else diff)]
+tables = [("Downstream", frame), ("Reconstruction quality", quality), ("Training cost", eff),
+          ("Config differences", diff.reset_index() if not diff.empty else diff)]
 merged = eff.merge(frame, on="run", how="left") if not frame.empty else eff
 e1, e2 = st.columns(2)
 e1.download_button("Download CSV", merged.to_csv(index=False).encode(), file_name="masklab-compare.csv",

@@ -43,6 +43,8 @@ def _describe(n: str) -> str:
     i = infos.get(n)
     if i is None:
         return n
+    if hasattr(ui_for(i.modality), "describe"):
+        return f"{n}  ({ui_for(i.modality).describe(i)})"
     if i.image_shape:
         return f"{n}  ({i.n_train + i.n_val:,} images, {'x'.join(map(str, i.image_shape[1:]))} px)"
     if i.modality == "audio":

@@ -19,7 +19,7 @@ import streamlit as st
 from app.components import guarded
 from app.components.datasets import dataset_infos
 from app.components.masks import schedule_chart
-from app.components.urlstate import PageState, dig, flatten, index_of
+from app.components.urlstate import PageState, dig, flatten, index_of, number
 from app.modalities import ui_for
 from engine.config import RunConfig
 from engine.masking import ratio_at
@@ -51,13 +51,13 @@ if dig(carried, "data.dataset", dataset) != dataset:
 with form:
     controls = ui.lab_controls(info, carried, "ml")
     a, b = st.columns(2)
-    seed = a.number_input("Seed", min_value=0, max_value=2**31 - 1, value=int(dig(carried, "train.seed", DEFAULTS.train.seed)),
+    seed = a.number_input("Seed", min_value=0, max_value=2**31 - 1, value=number(dig(carried, "train.seed"), DEFAULTS.train.seed, 0, 2**31 - 1, int),
                           key="ml_seed", help="fixes the masks (train.seed of a run)")  # fmt: skip
     with b:
         n = url.widget(st.number_input, "Batch for statistics", "n", default=256, cast=int, min_value=8, max_value=4096,
                        step=64, key="ml_n", help="masks drawn over this many real train samples")  # fmt: skip
 lab = {**controls, "data": {"dataset": dataset, **controls.get("data", {})}, "train": {"seed": int(seed)}}
-steps = int(dig(carried, "train.steps", DEFAULTS.train.steps))
+steps = number(dig(carried, "train.steps"), DEFAULTS.train.steps, 1, None, int)
 if (controls.get("masking") or {}).get("schedule", "constant") != "constant":
     lab["train"]["steps"] = steps
 url.put_config(lab)  # before the slow results: a reload meanwhile keeps the settings

@@ -18,8 +18,8 @@ import streamlit as st
 from app.components import guarded
 from app.components.access import actor
 from app.components.datasets import dataset_infos
-from app.components.run_form import export_panel, train_fields
-from app.components.urlstate import PageState, dig, index_of
+from app.components.run_form import export_panel, launch_fields, train_fields
+from app.components.urlstate import PageState, dig, index_of, link_not_taken
 from app.modalities import ui_for
 from engine.checks import check_run, no_validation_note
 from engine.config import RunConfig
@@ -41,6 +41,8 @@ if not infos:
     st.warning("No dataset available: import one on the Data page.")
     st.stop()
 carried = url.config()  # the form as the URL has it (partial run config)
+link, link_params = carried, dict(url.params)  # to tell the user which of a link's values were not taken
+link_note = st.empty()
 
 form, preview = st.columns([1, 2], gap="large")
 with form:
@@ -63,11 +65,19 @@ with form:
         carried = {}  # another task than the URL's: its proposals
     fields = ui.run_fields(info, task, "nr_m", carried)
     train = train_fields(task, "nr", carried)
+    launch = launch_fields("nr", carried)
     run_name = st.text_input("Run name", value=str(carried.get("name", "")), placeholder="optional", max_chars=200,
                              key="nr_name")  # fmt: skip
 
-cfg_dict = {"name": run_name.strip(), **fields, "data": {"dataset": dataset, **fields.get("data", {})}, "train": train}
+cfg_dict = {"name": run_name.strip(), **fields, "data": {"dataset": dataset, **fields.get("data", {})}, "train": train,
+            **({"launch": launch} if launch else {})}
 url.put_config(cfg_dict)
+if st.session_state.get("nr_link_seen") != link_params:  # a link opened (or the URL edited), not a rerun
+    st.session_state["nr_link_note"] = (link_not_taken(link, cfg_dict, names), dict(url.params))
+st.session_state["nr_link_seen"] = dict(url.params)
+note, for_params = st.session_state.get("nr_link_note") or (None, None)
+if note and for_params == dict(url.params):  # until the form is changed
+    link_note.warning(note)
 cfg = guarded(RunConfig.from_dict, cfg_dict) if fields.get("masking") is not None else None
 
 with preview:

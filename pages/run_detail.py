@@ -1,5 +1,6 @@
 """Run detail: status, figures (each with its step), device and size, curves, baselines, the
-samples of one run, its worker log and its checkpoint.
+samples of one run, its latest evaluation (probes, fine-tune, reconstruction quality, FLOPs), its
+worker log and its checkpoint.
 
 The run comes from ``?run=<id>`` (links from New run and Runs), else the most recent one; the chart
 axes are in the URL too (``&x=relative&y=log``). The summary and the samples are fragments that
@@ -16,6 +17,7 @@ from app.components import guarded, run_label, runs_or_stop, short_label, status
 from app.components.access import allowed, delete_panel
 from app.components.annotations import annotations_panel, open_in_new_run
 from app.components.charts import axis_controls
+from app.components.evaluation import evaluation_panel
 from app.components.quality import headline_of, quality_table
 from app.components.run_summary import checkpoint_download, curves, show_samples, summary
 from app.components.runs import latest_points, progress_with_cancel
@@ -72,6 +74,8 @@ samples_panel(run_id)
 box = INTERACTIVE.get(rec.config.get("task", "image_mim"))
 if box is not None:
     box(rec, guarded(load_samples, run_id))
+st.subheader("Evaluation")
+evaluation_panel(rec)
 open_in_new_run(rec)
 with st.expander("Resolved config"):
     st.json(rec.config)

@@ -7,7 +7,8 @@ Archived runs are hidden unless **Show archived** is on (``&archived=true``); th
 disk each run takes, and the caption under it the totals.
 
 The table and the charts are fragments that rerun every 2 s on their own; they only read
-``status.json`` files (``list_runs``) and Parquet metrics (``read_metrics``), both cheap.
+run index the store keeps in this process (``list_runs(max_age_s=1)``, ``latest_points``: at most 1 s
+old, a lookup even at thousands of runs) and Parquet metrics through its caches (``read_metrics``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from app.components.charts import axis_controls, show_read_warnings
 from app.components.quality import loss_title
 from app.components.access import allowed
 from app.components.resume import resume_buttons
-from app.components.runs import activity, progress_with_cancel, same_task_first
+from app.components.runs import LIST_MAX_AGE_S, activity, progress_with_cancel, same_task_first
 from app.components.urlstate import PageState
 from engine.launcher import cancel
 from engine.store import disk_usage, format_bytes, list_runs, read_metrics
@@ -48,7 +49,7 @@ def _disk_usage(workspace: str):
 def runs_panel(show_archived: bool) -> None:
     """Run table with disk space, totals, then one progress line and a Cancel button (with
     confirmation; editors) per active run."""
-    listed = guarded(list_runs) or []
+    listed = guarded(list_runs, max_age_s=LIST_MAX_AGE_S) or []
     records = [r for r in listed if show_archived or not r.archived]
     usage = guarded(_disk_usage, str(workspace_root()))
     if records:

@@ -57,9 +57,13 @@ x = alt.X("value:Q", title=field, axis=alt.Axis(values=sorted(long["value"].uniq
     else alt.X("value:N", title=field)
 color = alt.Color("encoder:N", title=None, legend=alt.Legend(orient="bottom", symbolOpacity=1),
                   scale=alt.Scale(domain=list(ENCODERS.values()), range=["#d62728", "#1f77b4", "#7f7f7f"]))
+# the axis spans the results, not 0 to 1: seeds and encoders differ by a few points (MAE's figure 5 does the same)
+y_scale = alt.Scale(zero=False, nice=True)
+y_axis = alt.Axis(format=".0%")
 base = alt.Chart(long).encode(x=x, color=color)
-band = base.mark_area(opacity=0.15).encode(y=alt.Y("min(accuracy):Q", title=FIGURES[fig]), y2="max(accuracy):Q")
-line = base.mark_line(point=True).encode(y=alt.Y("mean(accuracy):Q", title=FIGURES[fig]))
+band = base.mark_area(opacity=0.15).encode(y=alt.Y("min(accuracy):Q", title=FIGURES[fig], scale=y_scale, axis=y_axis),
+                                           y2="max(accuracy):Q")
+line = base.mark_line(point=True).encode(y=alt.Y("mean(accuracy):Q", title=FIGURES[fig], scale=y_scale, axis=y_axis))
 dots = base.mark_point(size=25, opacity=0.6).encode(y="accuracy:Q", tooltip=["value", "seed", "encoder",
                                                                              alt.Tooltip("accuracy:Q", format=".1%")])
 st.altair_chart((band + line + dots).properties(height=360), width="stretch")

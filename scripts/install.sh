@@ -3,6 +3,7 @@
 #   dataset-fashion-mnist (bundled Fashion-MNIST)   always
 #   fortunes (bundled text set, Debian's fortune cookies)   always
 #   asterisk-core-sounds-en-wav (bundled audio set, studio voice prompts)   always
+#   tuxpaint-stamps-default (bundled image-caption pairs, Tux Paint stamps)   always
 #   chromium                                        with --dev (real-browser tests)
 # Re-running is cheap: pip is skipped while the requirements file is unchanged.
 set -euo pipefail
@@ -10,7 +11,7 @@ cd "$(dirname "$0")/.."
 dev=0; [ "${1:-}" = "--dev" ] && dev=1
 req=requirements.txt; [ $dev = 1 ] && req=requirements-dev.txt
 
-apt_pkgs=(dataset-fashion-mnist fortunes asterisk-core-sounds-en-wav)
+apt_pkgs=(dataset-fashion-mnist fortunes asterisk-core-sounds-en-wav tuxpaint-stamps-default)
 [ $dev = 1 ] && apt_pkgs+=(chromium)
 missing=()
 for p in "${apt_pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
@@ -25,7 +26,7 @@ if [ ${#missing[@]} -gt 0 ]; then
       echo "note: not root and no sudo: skipping ${missing[*]} (sudo apt-get install ${missing[*]})" >&2
     fi
   else
-    echo "note: no apt-get: Fashion-MNIST, fortunes and asterisk-prompts are unavailable (the app explains); digits always works" >&2
+    echo "note: no apt-get: Fashion-MNIST, fortunes, asterisk-prompts and tuxpaint-stamps are unavailable (the app explains); digits always works" >&2
   fi
 fi
 

@@ -47,6 +47,8 @@ def ema(df: pd.DataFrame, smoothing: float) -> pd.Series:
 
 #: x axes a metrics chart offers: the step, the time since the run's first logged point, the clock.
 X_AXES = {"step": "step", "relative": "time since start", "wall": "wall clock"}
+#: The extra x axis of charts that know each run's batch size (Compare): step x batch size.
+SAMPLES_AXIS = {"samples": "samples seen"}
 
 
 def metrics_chart(
@@ -61,6 +63,7 @@ def metrics_chart(
     log_y: bool = False,
     y_domain: tuple[float, float] | None = None,
     legends: bool = True,
+    batch_sizes: Mapping[str, int] | None = None,
 ) -> alt.LayerChart | None:
     """Line chart of ``value`` against ``step`` (or time): colour = run, dash = metric key.
 
@@ -71,10 +74,12 @@ def metrics_chart(
         run_labels: run_id -> legend label (defaults to the run id).
         raw_keys: keys never smoothed: sparse eval metrics (a few points) that EMA would distort.
         x: ``"step"``, ``"relative"`` (minutes since each run's first logged point) or ``"wall"``
-            (local clock time), see :data:`X_AXES`.
+            (local clock time), see :data:`X_AXES`; or ``"samples"`` (step x the run's batch size,
+            :data:`SAMPLES_AXIS`) with ``batch_sizes``.
         log_y: a log-scale y axis (values <= 0 are left out, a log scale cannot show them).
         y_domain: a fixed y range (e.g. ``(0, 1)`` for a fraction); default: the data's.
         legends: False leaves them out (a chart under another with the same colours).
+        batch_sizes: run_id -> rows per step, for ``x="samples"`` (without it: the step axis).
 
     Returns:
         The chart, or None when ``df`` has no rows (or none left for a log axis).
@@ -94,6 +99,9 @@ def metrics_chart(
     if x == "relative" and "wall_time" in d:
         d["minutes"] = (d["wall_time"] - d.groupby("run_id")["wall_time"].transform("min")) / 60.0
         x_enc = alt.X("minutes:Q", title="minutes since the run's first point")
+    elif x == "samples" and batch_sizes:
+        d["samples"] = d["step"] * d["run_id"].map(lambda r: batch_sizes.get(r, float("nan")))
+        x_enc = alt.X("samples:Q", title="samples seen (step x batch size)")
     elif x == "wall" and "wall_time" in d:
         d["time"] = pd.to_datetime(d["wall_time"], unit="s", utc=True).dt.tz_convert(None)
         x_enc = alt.X("time:T", title="wall clock (UTC)")
@@ -130,11 +138,13 @@ def metrics_chart(
     return alt.layer(*layers).properties(height=height, autosize=alt.AutoSizeParams(type="fit-x", contains="padding")).interactive(bind_y=False)
 
 
-def axis_controls(url, key: str) -> tuple[str, bool]:
-    """The x axis (:data:`X_AXES`) and log-y choice of a page's charts, kept in its URL (``x``, ``y``)."""
+def axis_controls(url, key: str, samples: bool = False) -> tuple[str, bool]:
+    """The x axis (:data:`X_AXES`, plus :data:`SAMPLES_AXIS` when ``samples``) and log-y choice of a
+    page's charts, kept in its URL (``x``, ``y``)."""
+    axes = {**X_AXES, **(SAMPLES_AXIS if samples else {})}
     a, b = st.columns([3, 1], vertical_alignment="bottom")
     with a:
-        x = url.widget(st.radio, "x axis", "x", default="step", options=list(X_AXES), format_func=X_AXES.get,
+        x = url.widget(st.radio, "x axis", "x", default="step", options=list(axes), format_func=axes.get,
                        horizontal=True, key=f"{key}_x")  # fmt: skip
     with b:
         log_y = url.widget(st.checkbox, "log y axis", "y", default=False, cast=lambda v: v == "log",
@@ -157,16 +167,21 @@ def show_read_warnings(df: pd.DataFrame | None) -> None:
         st.warning(w)
 
 
-def counts_chart(counts: pd.DataFrame, height: int = 260, unit: str = "images") -> alt.Chart:
-    """Stacked bars of items (``unit``) per class, coloured by split. ``counts``: class_name, split, count."""
+def counts_chart(counts: pd.DataFrame, height: int = 260, unit: str = "images", many: int = 12) -> alt.Chart:
+    """Stacked bars of items (``unit``) per class, coloured by split. ``counts``: class_name, split, count.
+
+    Up to ``many`` classes the bars stand on a class axis; with more (fortunes' 42 topics) they lie
+    along it, one 18 px row per class, so that every class name is written (a slanted axis drops
+    the names that would overlap)."""
+    n = counts["class_name"].nunique() if len(counts) else 0
+    cls = dict(field="class_name", type="nominal", title="class", sort=None)
+    val = dict(field="count", type="quantitative", title=unit)
+    horizontal = n > many
+    enc = dict(x=alt.X(**val), y=alt.Y(**cls, axis=alt.Axis(labelLimit=200, labelOverlap=False))) if horizontal \
+        else dict(x=alt.X(**cls), y=alt.Y(**val))
     return (
         alt.Chart(counts)
         .mark_bar()
-        .encode(
-            x=alt.X("class_name:N", title="class", sort=None),
-            y=alt.Y("count:Q", title=unit),
-            color=alt.Color("split:N", title="split"),
-            tooltip=["class_name:N", "split:N", "count:Q"],
-        )
-        .properties(height=height)
+        .encode(**enc, color=alt.Color("split:N", title="split"), tooltip=["class_name:N", "split:N", "count:Q"])
+        .properties(height=max(height, 18 * n) if horizontal else height)
     )

@@ -4,9 +4,13 @@ except in the ``show_*`` functions).
 - :func:`config_diff`: the config fields that differ between runs (flattened dotted keys).
 - :func:`downstream_frame`: each run's latest evaluation (:mod:`engine.store.evaluations`): probe
   and kNN accuracy, k-means NMI/ARI of the trained encoder, beside the same figures of its random
-  init, its raw input and chance; the best run per column is marked.
+  init, its raw input and chance, and the fine-tune accuracy beside the same fine-tune from the
+  random init; the best run per column is marked.
+- :func:`quality_frame`: the evaluation's reconstruction figures (images: SSIM; audio: spectral
+  error) of each run beside the best of its trivial baselines on the same inputs and masks.
 - :func:`efficiency_frame`: throughput (median of the logged samples/s), peak private memory
-  (:mod:`engine.resources`), wall time, time to reach a chosen training loss, parameters.
+  (:mod:`engine.resources`), wall time, time to reach a chosen training loss, parameters, and the
+  FLOPs of a training step (measured by the evaluation) and of the steps trained.
 - :func:`report_html`: the comparison as one self-contained HTML file (tables and the
   reconstruction grid as inline PNG; no script, no network).
 - :func:`show_reconstructions`: the same validation inputs reconstructed by each run, drawn by the
@@ -31,6 +35,12 @@ REP_FIGURES = {"probe_acc": "linear probe", "knn_acc": "kNN (k=20)", "kmeans_nmi
                "kmeans_ari": "k-means ARI"}
 #: Column suffixes of the baselines beside every figure.
 BASELINES = {"random_init": "random init", "raw_input": "raw input"}
+#: Column title of the downstream fine-tune's val accuracy (its baseline: the same from random init).
+FINETUNE = "fine-tune"
+#: Reconstruction figures of an evaluation (``Evaluation.quality``): title and "max"/"min" (better).
+QUALITY_FIGURES = {"ssim": ("SSIM, masked patches", "max"), "ssim_full": ("SSIM, whole image", "max"),
+                   "spec_l1": ("log-mel L1, masked", "min"), "lsd_db": ("log-spectral distance (dB), masked", "min"),
+                   "spectral_convergence": ("spectral convergence, masked", "min")}
 BEST = " ★"
 #: Fields every run has its own value of: never a "difference" worth a row.
 _IGNORED = ("name", "train.num_threads")
@@ -69,9 +79,41 @@ def downstream_frame(evaluations: Mapping[str, Any], labels: Mapping[str, str]) 
             for b, btitle in BASELINES.items():
                 row[f"{title} · {btitle}"] = rep.get(b, {}).get(k, np.nan)
         row["chance"] = rep.get("chance", {}).get("probe_acc", np.nan)
+        down = getattr(ev, "downstream", None) or {}
+        row[FINETUNE] = down.get("trained", {}).get("finetune_acc", np.nan)
+        row[f"{FINETUNE} · random init"] = down.get("random_init", {}).get("finetune_acc", np.nan)
         row["rows (train/val)"] = f"{ev.rows.get('train', '?')}/{ev.rows.get('val', '?')}"
         rows.append(row)
-    return pd.DataFrame(rows)
+    df = pd.DataFrame(rows)
+    if not df.empty and df[FINETUNE].isna().all():  # no run fine-tuned (older evaluations): no empty columns
+        df = df.drop(columns=[FINETUNE, f"{FINETUNE} · random init"])
+    return df
+
+
+def quality_frame(evaluations: Mapping[str, Any], labels: Mapping[str, str]) -> tuple[pd.DataFrame, list[str]]:
+    """One row per run whose latest evaluation has reconstruction figures (``Evaluation.quality``):
+    for each figure of :data:`QUALITY_FIGURES` the run has, the trained model's value, then
+    ``"<figure> · best baseline"``, the best of the run's baselines on that figure, as text
+    ``"0.4539 (mean image)"``. Returns the frame (numbers in the figure columns) and the figure
+    titles present, for :func:`mark_best`. Runs of different modalities have different figures:
+    :func:`quality_groups` splits the frame by them."""
+    rows, present = [], []
+    for run_id, ev in evaluations.items():
+        q = (getattr(ev, "quality", None) or {}) if ev is not None else {}
+        if "trained" not in q:
+            continue
+        row: dict[str, Any] = {"run": labels.get(run_id, run_id), "step": ev.step}
+        for key, (title, better) in QUALITY_FIGURES.items():
+            if key not in q["trained"]:
+                continue
+            present += [title] if title not in present else []
+            row[title] = q["trained"][key]
+            base = {n: f[key] for n, f in q.items() if n != "trained" and key in f and not pd.isna(f[key])}
+            if base:
+                name = (max if better == "max" else min)(base, key=base.get)
+                row[f"{title} · best baseline"] = f"{base[name]:.4f} ({name.replace('_', ' ')})"
+        rows.append(row)
+    return pd.DataFrame(rows), present
 
 
 def mark_best(df: pd.DataFrame, columns: Sequence[str], higher: bool = True, fmt: str = "{:.1%}",
@@ -87,7 +129,8 @@ def mark_best(df: pd.DataFrame, columns: Sequence[str], higher: bool = True, fmt
         if c not in out or out[c].isna().all():
             continue
         best = out[c].max() if higher else out[c].min()
-        out[c] = [("–" if pd.isna(v) else fmt.format(v)) + (BEST if v == best and len(out) > 1 else "") for v in df[c]]
+        many = int(df[c].notna().sum()) > 1  # a lone value is not "the best" of anything
+        out[c] = [("–" if pd.isna(v) else fmt.format(v)) + (BEST if v == best and many else "") for v in df[c]]
     return out
 
 
@@ -105,17 +148,38 @@ def time_to_loss(df: pd.DataFrame, target: float, smoothing_points: int = 20) ->
     return out
 
 
+def quality_groups(frame: pd.DataFrame, titles: Sequence[str]) -> list[tuple[pd.DataFrame, list[str]]]:
+    """:func:`quality_frame`'s rows grouped by the figures they have (image runs: SSIM; audio runs:
+    spectral error), each group with only its own columns: ``[(frame, titles), ...]``, groups in
+    the order of their first run."""
+    if frame.empty:
+        return []
+    key = frame[list(titles)].notna().apply(lambda r: tuple(r), axis=1)
+    out = []
+    for k in dict.fromkeys(key):
+        g = frame[key == k]
+        own = [t for t, has in zip(titles, k) if has]
+        cols = ["run", "step"] + [c for c in g.columns if c not in ("run", "step") and g[c].notna().any()]
+        out.append((g[cols].reset_index(drop=True), own))
+    return out
+
+
 def efficiency_frame(records: Sequence[Any], metrics: pd.DataFrame, labels: Mapping[str, str],
-                     target_loss: float | None) -> pd.DataFrame:
+                     target_loss: float | None, evaluations: Mapping[str, Any] | None = None) -> pd.DataFrame:
     """One row per run: median throughput (samples/s over the logged steps), peak private memory
     (MiB), wall time (s), step and seconds to reach ``target_loss`` (moving mean of the training
-    loss), parameters (millions), device. ``metrics``: the long frame of ``throughput`` and ``loss``."""
+    loss), parameters (millions), the FLOPs of one training step (GFLOPs, forward and backward, from
+    the run's latest evaluation: ``Evaluation.cost``) and of the steps trained (TFLOPs, that times
+    the steps), device. ``metrics``: the long frame of ``throughput`` and ``loss``; ``evaluations``:
+    run id -> its latest evaluation (or None)."""
     thr = metrics[metrics["key"] == "throughput"].groupby("run_id")["value"].median() if not metrics.empty else {}
     ttl = time_to_loss(metrics[metrics["key"] == "loss"], target_loss) if target_loss is not None and not metrics.empty else {}
     rows = []
     for r in records:
         peak = r.extra.get("peak_mem_bytes")
         hit = ttl.get(r.run_id)
+        ev = (evaluations or {}).get(r.run_id)
+        flops = ((getattr(ev, "cost", None) or {}) if ev is not None else {}).get("flops_per_step")
         rows.append({
             "run": labels.get(r.run_id, r.run_id),
             "throughput (samples/s)": float(thr.get(r.run_id, np.nan)) if len(thr) else np.nan,
@@ -125,6 +189,8 @@ def efficiency_frame(records: Sequence[Any], metrics: pd.DataFrame, labels: Mapp
             "step to loss": hit[0] if hit else np.nan,
             "seconds to loss": hit[1] if hit else np.nan,
             "parameters (M)": r.extra["n_params"] / 1e6 if r.extra.get("n_params") else np.nan,
+            "GFLOPs per step": flops / 1e9 if flops else np.nan,
+            "training TFLOPs": flops * r.step / 1e12 if flops and r.step else np.nan,
             "device": r.extra.get("device", "–"),
         })  # fmt: skip
     return pd.DataFrame(rows)
@@ -132,14 +198,16 @@ def efficiency_frame(records: Sequence[Any], metrics: pd.DataFrame, labels: Mapp
 
 #: How :func:`eff_display` writes each numeric column of :func:`efficiency_frame`.
 EFF_FORMATS = {"throughput (samples/s)": "{:.0f}", "peak memory (MiB)": "{:.0f}", "wall time (s)": "{:.1f}",
-               "steps": "{:d}", "step to loss": "{:.0f}", "seconds to loss": "{:.1f}", "parameters (M)": "{:.2f}"}
+               "steps": "{:d}", "step to loss": "{:.0f}", "seconds to loss": "{:.1f}", "parameters (M)": "{:.2f}",
+               "GFLOPs per step": "{:.3g}", "training TFLOPs": "{:.3g}"}
 
 
 def eff_display(eff: pd.DataFrame) -> pd.DataFrame:
     """:func:`efficiency_frame` as text for a table: numbers by :data:`EFF_FORMATS`, the fastest
-    throughput, smallest memory and shortest times starred, "-" where unknown."""
+    throughput, smallest memory and shortest times and fewest FLOPs starred, "-" where unknown."""
     out = eff.copy()
-    lower = ("peak memory (MiB)", "wall time (s)", "step to loss", "seconds to loss")
+    lower = ("peak memory (MiB)", "wall time (s)", "step to loss", "seconds to loss", "GFLOPs per step",
+             "training TFLOPs")
     for c, fmt in EFF_FORMATS.items():
         if c not in eff:
             continue
@@ -152,14 +220,17 @@ def eff_display(eff: pd.DataFrame) -> pd.DataFrame:
 
 
 def probe_bars(frame: pd.DataFrame) -> pd.DataFrame:
-    """The bar chart's long frame: ``run, figure (linear probe / kNN), encoder (trained, random
-    init, raw input), value``, from :func:`downstream_frame`'s numeric frame."""
+    """The bar chart's long frame: ``run, figure (linear probe / kNN / fine-tune), encoder (trained,
+    random init, raw input), value``, from :func:`downstream_frame`'s numeric frame (the fine-tune
+    when the frame has it; it has no raw-input baseline)."""
     rows = []
+    figures = ["linear probe", "kNN (k=20)"] + ([FINETUNE] if FINETUNE in frame else [])
     for _, r in frame.iterrows():
-        for fig in ("linear probe", "kNN (k=20)"):
+        for fig in figures:
             rows.append({"run": r["run"], "figure": fig, "encoder": "trained", "value": r[fig]})
             for b in BASELINES.values():
-                rows.append({"run": r["run"], "figure": fig, "encoder": b, "value": r[f"{fig} · {b}"]})
+                if f"{fig} · {b}" in r:
+                    rows.append({"run": r["run"], "figure": fig, "encoder": b, "value": r[f"{fig} · {b}"]})
     return pd.DataFrame(rows)
 
 
@@ -180,6 +251,18 @@ def stack_column(images: np.ndarray, gap: int = 2) -> np.ndarray:
     for i in range(n):
         out[i * (h + gap): i * (h + gap) + h] = images[i]
     return out
+
+
+def draw_columns(drawn: Sequence[tuple[str, np.ndarray]], per_row: int, fewest: int) -> None:
+    """Draw ``(caption, column image)`` pairs side by side, captioned, ``per_row`` at most per row.
+    A row has ``max(fewest, len(drawn))`` slots, so two runs' five columns fill the page width while
+    one run's three are not stretched to a third of it each."""
+    import streamlit as st
+
+    slots = min(per_row, max(fewest, len(drawn)))
+    for start in range(0, len(drawn), slots):
+        for col, (caption, img) in zip(st.columns(slots, gap="small"), drawn[start:start + slots]):
+            col.image(img, caption=caption, width="stretch")
 
 
 def png_b64(img: np.ndarray) -> str:

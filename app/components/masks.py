@@ -35,6 +35,7 @@ import pandas as pd
 import streamlit as st
 import yaml
 
+from app.components.urlstate import number
 from engine.config import MaskingConfig
 from engine.data import load_dataset, representative
 from engine.errors import ConfigError, MasklabError
@@ -239,21 +240,13 @@ def _number_widget(label: str, tp: type, value: Any, b: dict, help_: str, key: s
     is_int = tp is int
     lo, hi = _limits(b, is_int)
     if is_int:
-        v = int(value) if value is not None else int(lo if lo is not None else 0)
-        if lo is not None:
-            v = max(v, int(lo))
-        if hi is not None:
-            v = min(v, int(hi))
+        v = number(value, int(lo if lo is not None else 0), lo, hi, int)
         return st.number_input(
             label, min_value=None if lo is None else int(lo), max_value=None if hi is None else int(hi),
             value=v, step=1, help=help_, key=key,
         )  # fmt: skip
-    step = _float_step(lo, hi, value)
-    v = float(value) if value is not None else float(lo if lo is not None else 0.0)
-    if lo is not None:
-        v = max(v, float(lo))
-    if hi is not None:
-        v = min(v, float(hi))
+    v = number(value, float(lo if lo is not None else 0.0), lo, hi)
+    step = _float_step(lo, hi, v)
     decimals = min(8, max(2, -math.floor(math.log10(step)))) if step < 1 else 2
     return st.number_input(
         label, min_value=None if lo is None else float(lo), max_value=None if hi is None else float(hi),
@@ -385,12 +378,12 @@ def masking_controls(
     )  # the summary goes under the box: inside the option it was cut off
     strategy = get_masking(name)
     st.markdown(f":small[:gray[{_strategy_note(strategy)}]]")
-    ratio = float(d["ratio"])
+    ratio = number(d["ratio"], base["ratio"].default)
     schedule, final = "constant", None
     if strategy.uses_ratio:
         lo, hi = RATIO_RANGE
         ratio = st.slider(
-            "Mask ratio", lo, hi, min(hi, max(lo, ratio)), 0.05, key=f"{key_prefix}_ratio",
+            "Mask ratio", lo, hi, number(ratio, ratio, lo, hi), 0.05, key=f"{key_prefix}_ratio",
             help=f"fraction of the (eligible) positions hidden; {base['ratio'].description}",
         )  # fmt: skip
         schedules = _schedules()
@@ -401,10 +394,11 @@ def masking_controls(
         if schedule != "constant":
             f0 = d["final_ratio"] if d["final_ratio"] is not None else ratio
             final = st.slider(
-                "Final mask ratio", lo, hi, min(hi, max(lo, float(f0))), 0.05, key=f"{key_prefix}_final_ratio",
+                "Final mask ratio", lo, hi, number(f0, ratio, lo, hi), 0.05, key=f"{key_prefix}_final_ratio",
                 help=base["final_ratio"].description,
             )  # fmt: skip
-    params = params_form(strategy, key_prefix, d["params"] if name == d["strategy"] else None)
+    carried = d["params"] if name == d["strategy"] and isinstance(d["params"], dict) else None
+    params = params_form(strategy, key_prefix, carried)
     return {"strategy": name, "ratio": float(ratio), "params": params, "schedule": schedule,
             "final_ratio": None if final is None else float(final)}  # fmt: skip
 

@@ -51,8 +51,9 @@ def key_numbers(rec: Any, points: dict, evaluation: Any | None) -> dict[str, Any
         headline (``Task.headline``: val loss for images, top-1 for MLM...) at its last logged
         point; ``baseline`` (its name, e.g. "mean image") and ``baseline_value``: the best of the
         trivial predictors logged at step 0 (``baseline/<name>``), None when the run has none;
-        ``eval_step``, ``probe``, ``knn``, ``probe_random``, ``knn_random``, ``chance``: accuracies
-        as fractions from ``evaluation`` (None without one).
+        ``eval_step``, ``probe``, ``knn``, ``probe_random``, ``knn_random``, ``chance``,
+        ``finetune``, ``finetune_random``: accuracies as fractions from ``evaluation`` (None without
+        one; the fine-tune's None when the evaluation has none).
     """
     metric, better = headline_of(rec.config)
     step, value = points.get((rec.run_id, metric), (None, None))
@@ -60,6 +61,7 @@ def key_numbers(rec: Any, points: dict, evaluation: Any | None) -> dict[str, Any
     base = pd.to_numeric(df[metric].iloc[1:], errors="coerce").dropna()
     best = (base.idxmin() if better == "min" else base.idxmax()) if len(base) else None
     rep = evaluation.representation if evaluation is not None else {}
+    down = (getattr(evaluation, "downstream", None) or {}) if evaluation is not None else {}
     return {
         "metric": metric, "better": better, "title": figure_title(metric, rec.config), "step": step, "value": value,
         "baseline": df["predictor"][best] if best is not None else None,
@@ -68,6 +70,8 @@ def key_numbers(rec: Any, points: dict, evaluation: Any | None) -> dict[str, Any
         "probe": rep.get("trained", {}).get("probe_acc"), "knn": rep.get("trained", {}).get("knn_acc"),
         "probe_random": rep.get("random_init", {}).get("probe_acc"),
         "knn_random": rep.get("random_init", {}).get("knn_acc"), "chance": rep.get("chance", {}).get("probe_acc"),
+        "finetune": down.get("trained", {}).get("finetune_acc"),
+        "finetune_random": down.get("random_init", {}).get("finetune_acc"),
     }  # fmt: skip
 
 
@@ -94,6 +98,12 @@ def show_key_metrics(n: dict[str, Any]) -> None:
             tiles.append((f"{title} @ step {n['eval_step']}", fmt_value("acc", n[key], "max"), margin, "normal",
                           "frozen encoder features, against the same model at its initial weights; chance "
                           f"(the most common class) is {fmt_value('acc', n['chance'], 'max')}"))
+        if n["finetune"] is not None:
+            margin = None if n["finetune_random"] is None else (
+                f"{(n['finetune'] - n['finetune_random']) * 100:+.1f} points vs random init")
+            tiles.append((f"Fine-tune accuracy @ step {n['eval_step']}", fmt_value("acc", n["finetune"], "max"), margin,
+                          "normal", "the encoder and a linear head trained a few epochs on the labels, against the "
+                          "same recipe from the model's initial weights"))
     for col, (label, value, d, colour, why) in zip(st.columns(len(tiles)), tiles):
         col.metric(label, value, d, delta_color=colour, help=why)
     if n["eval_step"] is None:
@@ -108,7 +118,8 @@ def _is_fraction(n: dict[str, Any]) -> bool:
 def key_table(rows: Sequence[tuple[str, dict[str, Any]]]) -> pd.DataFrame:
     """Several runs' :func:`key_numbers` as text, one row per ``(label, numbers)``: the headline
     (its title in the cell: runs of different tasks may share the table), its step, the best
-    baseline, the probe and kNN accuracy with the random-init encoder's and chance."""
+    baseline, the probe and kNN accuracy with the random-init encoder's and chance, and the
+    fine-tune accuracy with the same from random init."""
     out = []
     for label, n in rows:
         ev = n["eval_step"] is not None
@@ -123,5 +134,7 @@ def key_table(rows: Sequence[tuple[str, dict[str, Any]]]) -> pd.DataFrame:
             "random init (probe / kNN)": f"{fmt_value('acc', n['probe_random'], 'max')} / "
                                          f"{fmt_value('acc', n['knn_random'], 'max')}" if ev else "–",
             "chance": fmt_value("acc", n["chance"], "max") if ev else "–",
+            "fine-tune (random init)": "–" if n.get("finetune") is None else
+            f"{fmt_value('acc', n['finetune'], 'max')} ({fmt_value('acc', n['finetune_random'], 'max')})",
         })  # fmt: skip
     return pd.DataFrame(out)

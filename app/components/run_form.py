@@ -14,7 +14,7 @@ from typing import Any
 import streamlit as st
 import yaml
 
-from app.components.urlstate import dig, set_flags
+from app.components.urlstate import dig, index_of, number, set_flags
 from app.modalities import TRAIN_DEFAULTS
 
 
@@ -27,17 +27,46 @@ def train_fields(task: str, key: str, carried: dict) -> dict[str, Any]:
     t = {**RunConfig().train.model_dump(), **TRAIN_DEFAULTS.get(task, {})}
     c = {**t, **(dig(carried, "train") or {})}
     a, b = st.columns(2)
-    steps = a.number_input("Steps", min_value=1, max_value=1_000_000, value=int(c["steps"]), step=100, key=f"{key}_steps_{task}")
-    batch = b.number_input("Batch size", min_value=1, max_value=65536, value=int(c["batch_size"]), step=16,
+    steps = a.number_input("Steps", min_value=1, max_value=1_000_000, value=number(c["steps"], int(t["steps"]), 1, 1_000_000, int), step=100, key=f"{key}_steps_{task}")
+    batch = b.number_input("Batch size", min_value=1, max_value=65536, value=number(c["batch_size"], int(t["batch_size"]), 1, 65536, int), step=16,
                            key=f"{key}_batch_{task}")  # fmt: skip
-    lr = a.number_input("Learning rate", min_value=1e-6, max_value=10.0, value=float(c["lr"]), step=1e-4, format="%.5f",
+    lr = a.number_input("Learning rate", min_value=1e-6, max_value=10.0, value=number(c["lr"], float(t["lr"]), 1e-6, 10.0), step=1e-4, format="%g",
                         key=f"{key}_lr_{task}")  # fmt: skip
-    seed = b.number_input("Seed", min_value=0, max_value=2**31 - 1, value=int(c["seed"]),
+    seed = b.number_input("Seed", min_value=0, max_value=2**31 - 1, value=number(c["seed"], int(t["seed"]), 0, 2**31 - 1, int),
                           help="also fixes the preview masks", key=f"{key}_seed")  # fmt: skip
-    every = a.number_input("Eval interval (steps)", min_value=1, max_value=1_000_000, value=int(c["eval_interval"]),
+    every = a.number_input("Eval interval (steps)", min_value=1, max_value=1_000_000, value=number(c["eval_interval"], int(t["eval_interval"]), 1, 1_000_000, int),
                            key=f"{key}_eval_{task}")  # fmt: skip
     return {"steps": int(steps), "batch_size": int(batch), "lr": float(lr), "seed": int(seed), "eval_interval": int(every),
             "warmup_steps": min(int(t["warmup_steps"]), int(steps) // 10)}
+
+
+def launch_fields(key: str, carried: dict) -> dict[str, Any]:
+    """Processes per node, nodes, rendezvous endpoint and back-end (``launch``, named as torchrun
+    names them), in a collapsed expander; defaults from ``carried["launch"]`` (the URL). Returns the
+    ``launch`` section, or ``{}`` for one local process (the default: the config stays without one)."""
+    from engine.config import LAUNCH_BACKENDS, LaunchConfig
+
+    default = LaunchConfig().model_dump()
+    c = {**default, **(dig(carried, "launch") or {})}
+    with st.expander("Devices and nodes", expanded=c != default):
+        a, b = st.columns(2)
+        nproc = a.number_input("Processes per node", min_value=1, max_value=256,
+                               value=number(c["nproc_per_node"], 1, 1, 256, int), help="launch.nproc_per_node: data-parallel processes (torchrun), one per GPU on a GPU "
+                                    "machine; the batch size is the global batch, split over all of them",
+                               key=f"{key}_nproc")  # fmt: skip
+        nnodes = b.number_input("Nodes", min_value=1, max_value=1024, value=number(c["nnodes"], 1, 1, 1024, int),
+                                help="launch.nnodes: machines training the run together", key=f"{key}_nnodes")
+        backend = a.selectbox("Back-end", LAUNCH_BACKENDS, index=index_of(list(LAUNCH_BACKENDS), c["backend"]),
+                              help="launch.backend: where the processes run (local: this machine)", key=f"{key}_backend")
+        endpoint = ""
+        if nnodes > 1:
+            endpoint = b.text_input("Rendezvous endpoint", value=str(c["rdzv_endpoint"]), placeholder="node0:29400",
+                                    help="launch.rdzv_endpoint: host:port of the c10d rendezvous, reachable from "
+                                         "every node", key=f"{key}_rdzv")  # fmt: skip
+            st.caption("This machine is node 0; start each other node with `python -m engine join RUN_ID "
+                       "--node-rank K` once the run is launched (and again after a resume).")
+    launch = {"nproc_per_node": int(nproc), "nnodes": int(nnodes), "rdzv_endpoint": endpoint.strip(), "backend": backend}
+    return {} if {**c, **launch} == default else {k: v for k, v in launch.items() if v != ""}
 
 
 def command_line(form: dict[str, Any]) -> str:

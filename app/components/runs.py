@@ -16,13 +16,18 @@ import pandas as pd
 import streamlit as st
 
 from app.components.errors import guarded
-from engine.store import format_bytes, list_runs, read_metrics
+from engine.store import format_bytes, latest_points as store_latest_points, list_runs
 
 #: Status -> the colour of its badge (Streamlit's named colours: text on a tinted pill, no icon font).
 STATUS_COLOURS = {
     "queued": "gray", "running": "blue", "completed": "green", "cancelled": "gray", "failed": "red",
     "diverged": "violet", "interrupted": "orange",
 }  # fmt: skip
+
+#: How old (seconds) a run list or a run's latest figures shown by a page may be: the store keeps them
+#: in a per-process index refreshed in the background (:mod:`engine.store.index`), so a list of
+#: thousands of runs costs a lookup; this session's own writes show at once.
+LIST_MAX_AGE_S = 1.0
 
 #: Headline metric -> (short name, percent?) for tables and captions.
 METRIC_NAMES = {"val_loss": ("val loss", False), "val_top1": ("top-1", True), "val_span_acc": ("span acc", True)}
@@ -72,7 +77,7 @@ def status_message(rec: Any, checkpoint_step: int | None) -> None:
 
 def runs_or_stop() -> list:
     """All runs, newest first. With none, show a hint and a link to New run, then stop the page."""
-    runs = guarded(list_runs)
+    runs = guarded(list_runs, max_age_s=LIST_MAX_AGE_S)
     if not runs:
         if runs is not None:
             st.info("No runs yet.")
@@ -153,15 +158,13 @@ def headline_key(config: dict | None) -> str:
 
 def latest_points(records: Sequence[Any]) -> dict[tuple[str, str], tuple[int, float]]:
     """``(run_id, key) -> (step, value)`` of the last logged ``loss``, ``val_loss`` and headline
-    point of each run, from its metrics (one point per series; damaged files are skipped)."""
+    point of each run, from its metrics (:func:`engine.store.latest_points`: kept per process, at
+    most :data:`LIST_MAX_AGE_S` old; damaged files are skipped)."""
     if not records:
         return {}
-    keys = sorted({"loss", "val_loss"} | {headline_key(r.config) for r in records})
-    df = guarded(read_metrics, [r.run_id for r in records], keys, max_points=1)
-    if df is None or df.empty:
-        return {}
-    last = df.sort_values("step").groupby(["run_id", "key"]).tail(1)
-    return {(r.run_id, r.key): (int(r.step), float(r.value)) for r in last.itertuples()}
+    keys = {"loss", "val_loss"} | {headline_key(r.config) for r in records}
+    points = guarded(store_latest_points, [r.run_id for r in records], max_age_s=LIST_MAX_AGE_S) or {}
+    return {k: p for k, p in points.items() if k[1] in keys}
 
 
 def format_metric(key: str, value: float | None, step: int | None = None) -> str:
@@ -171,6 +174,27 @@ def format_metric(key: str, value: float | None, step: int | None = None) -> str
     name, pct = METRIC_NAMES.get(key, (key.replace("_", " "), False))
     text = f"{value:.1%} {name}" if pct else f"{value:.4f} {name}"
     return text + (f" @ step {step}" if step is not None else "")
+
+
+def placement_label(rec: Any, full: bool = False) -> str:
+    """Where a run trains, from what its worker recorded (``placement``: back-end, hosts, processes,
+    GPUs), else from its ``launch`` config: ``2 processes · GPU 0,1``, ``2 nodes x 1 process``.
+    Short form (the run table): "" for one local process without a GPU set. ``full`` (Run detail):
+    always, with the back-end and the hosts: ``local · host vm · 1 process``."""
+    placed = (rec.extra or {}).get("placement") or {}
+    launch = (rec.config or {}).get("launch") or {}
+    nproc, nnodes = int(launch.get("nproc_per_node", 1)), int(launch.get("nnodes", 1))
+    procs = int(placed.get("processes") or nproc * nnodes)
+    if nnodes > 1:
+        count = f"{nnodes} nodes x {nproc} process{'es' if nproc > 1 else ''}"
+    else:
+        count = f"{procs} process{'es' if procs > 1 else ''}" if procs > 1 or full else ""
+    gpus = "GPU " + ",".join(placed["devices"]) if placed.get("devices") else ""
+    if not full:
+        return " · ".join(p for p in (count, gpus) if p)
+    hosts = placed.get("hosts") or []
+    where = f"host{'s' if len(hosts) > 1 else ''} {', '.join(hosts)}" if hosts else ""
+    return " · ".join(p for p in (placed.get("backend") or launch.get("backend", "local"), where, count, gpus) if p)
 
 
 def runs_frame(records: Sequence[Any], points: dict | None = None, sizes: dict[str, int] | None = None) -> pd.DataFrame:
@@ -204,6 +228,7 @@ def runs_frame(records: Sequence[Any], points: dict | None = None, sizes: dict[s
                 "loss": "–" if loss is None else f"{loss:.4f}" + (f" @ {loss_step}" if loss_step not in (None, r.step) else ""),
                 "validation": format_metric(key, head, None if head_step == r.step else head_step).replace(" @ step ", " @ "),
                 "time": format_duration(r.duration_s),
+                "where": placement_label(r),
                 "tags": ", ".join(getattr(r, "tags", ())),
                 "run id": r.run_id,
             }
@@ -219,7 +244,7 @@ def runs_frame(records: Sequence[Any], points: dict | None = None, sizes: dict[s
 #: Column widths (pixels) of the run table: together about the width of the page's main column.
 TABLE_COLUMNS = {"run": 165, "status": 75, "step": 80, "dataset": 92, "recipe": 333, "loss": 55, "validation": 140}
 #: Columns shown when they have something: their width comes out of the recipe column.
-EXTRA_COLUMNS = {"tags": 90, "disk": 60}
+EXTRA_COLUMNS = {"where": 110, "tags": 90, "disk": 60}
 
 
 def run_table(records: Sequence[Any], sizes: dict[str, int] | None = None) -> None:
@@ -237,7 +262,8 @@ def run_table(records: Sequence[Any], sizes: dict[str, int] | None = None) -> No
     helps = {"recipe": "task · patch size or tokenizer · model preset · masking · learning rate",
              "loss": "latest training loss (@ its step when not the run's step)",
              "validation": "the task's headline validation figure @ the step it was measured",
-             "disk": "space the run's folder takes (metrics, checkpoints, samples, log)"}
+             "disk": "space the run's folder takes (metrics, checkpoints, samples, log)",
+             "where": "processes, nodes and GPUs of runs that do not train in one process (launch section)"}
     config = {c: (st.column_config.TextColumn(c, width=widths[c], help=helps.get(c)) if c in widths else None)
               for c in frame.columns}  # fmt: skip
     st.dataframe(frame[list(widths) + [c for c in frame.columns if c not in widths]],
@@ -260,8 +286,12 @@ def progress_with_cancel(rec: Any, cancel_fn, key: str, text: str) -> None:
 
     def confirm() -> None:
         st.session_state[ask] = False
-        if guarded(cancel_fn, rec.run_id):
+        done = guarded(cancel_fn, rec.run_id)
+        if done:
             st.toast(f"Cancelling {rec.run_id}: it stops after the current step.")
+        elif done is False:  # it ended between the table's refresh and the click
+            st.toast(f"{rec.run_id} had already ended before the cancel reached it: nothing was cancelled. Its "
+                     "status is in the table.")
 
     if not st.session_state.get(ask):
         bar, button = st.columns([5, 1], vertical_alignment="bottom")

@@ -19,6 +19,7 @@ last state from ``st.session_state``; the URL, when it has any of the page's key
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -146,7 +147,9 @@ class PageState:
 
         The default goes where the widget takes it: ``index`` for ``selectbox``/``radio`` (a URL
         value not among ``options`` falls back to ``default``), ``default`` for ``multiselect``
-        (values not among ``options`` dropped), ``value`` for the rest. ``encode_as`` turns the value
+        (values not among ``options`` dropped), ``value`` for the rest; a ``slider``'s or
+        ``number_input``'s number is clamped to its ``min_value``/``max_value``, and one that is not a
+        finite number falls back to ``default``. ``encode_as`` turns the value
         into what the URL keeps (e.g. a list into ``"a,b"``), ``cast`` reads it back.
 
         Example:
@@ -160,6 +163,9 @@ class PageState:
         elif widget is st.multiselect:
             options = list(kwargs["options"])
             kwargs["default"] = [x for x in (v or []) if x in options]
+        elif widget in (st.slider, st.number_input) and isinstance(default, (int, float)) \
+                and not isinstance(default, bool):  # a hand-edited number: in range, or the default
+            kwargs["value"] = number(v, default, kwargs.get("min_value"), kwargs.get("max_value"), type(default))
         else:
             kwargs["value"] = v
         out = widget(label, **kwargs)
@@ -190,6 +196,53 @@ def dig(d: Mapping[str, Any] | None, dotted: str, default: Any = None) -> Any:
             return default
         node = node[part]
     return node
+
+
+def number(value: Any, default: float, lo: float | None = None, hi: float | None = None,
+           cast: Callable[[Any], Any] = float) -> Any:
+    """``value`` (from a URL or a carried config) as a widget's starting number: ``cast(value)``
+    clamped to ``[lo, hi]``, or ``default`` when it is missing, not a finite number, or not
+    castable (``"abc"``, a list, ``nan``). A hand-edited link never raises in a page.
+
+    Example: ``number("abc", 300, 1, 10**6, int) == 300``; ``number("7e9", 300, 1, 10**6, int) == 10**6``.
+    """
+    try:
+        if isinstance(value, bool) or value is None:
+            raise TypeError
+        x = float(value)
+        if not math.isfinite(x):
+            raise ValueError
+    except (TypeError, ValueError):
+        return default
+    if lo is not None:
+        x = max(x, lo)
+    if hi is not None:
+        x = min(x, hi)
+    return cast(x)
+
+
+def link_not_taken(link: Mapping[str, Any], form: Mapping[str, Any], datasets: list[str]) -> str | None:
+    """What a link's config (``link``, from the URL) asked for that the form (``form``) does not use,
+    in words, or None when the form took all of it. A dataset not among ``datasets`` is named alone
+    (the form then starts from the first dataset's proposals); otherwise each field whose value the
+    form replaced (out of range, not an option, not a number, a field this task does not have) is
+    listed as ``field=value``."""
+    asked = flatten(link)
+    if not asked:
+        return None
+    ds = asked.get("dataset", asked.get(DATASET))
+    if ds is not None and ds not in datasets:
+        return f"This link's dataset {str(ds)!r} is not in this workspace: the form shows another dataset's defaults."
+    used = flatten(form)
+    lost = [f"{k}={v}" for k, v in asked.items() if k != "name" and used.get(k, _MISSING) != v]
+    if not lost:
+        return None
+    return ("This link's " + ", ".join(lost) + (" was" if len(lost) == 1 else " were")
+            + " not valid here (out of range, not an option, or not a field of this task): the form shows its own "
+              "value instead.")
+
+
+_MISSING = object()
 
 
 def index_of(options: list, value: Any, fallback: int = 0) -> int:

@@ -7,6 +7,7 @@ Each modality module provides the same functions:
   config (task, masking, model, data, objective, task_params);
 - ``mask_preview(cfg, info)``: the run's own masks on real samples (New run);
 - ``lab_controls(info, handoff, key) -> dict`` and ``lab_results(cfg, info, n)``: Mask lab;
+- optionally ``describe(info) -> str``: the dataset in a few words for the Data page's selector;
 - optionally ``train_defaults(info) -> dict``: New run's training defaults for that dataset
   (:func:`train_defaults` merges them over the task's :data:`TRAIN_DEFAULTS`).
 
@@ -19,19 +20,21 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from app.modalities import audio, image, text
+from app.modalities import audio, image, paired, text
 
-UIS: dict[str, ModuleType] = {"image": image, "text": text, "audio": audio}
+UIS: dict[str, ModuleType] = {"image": image, "text": text, "audio": audio, "paired": paired}
 SAMPLE_VIEWS = {"image": image.samples_view, "text_mlm": text.mlm_samples_view, "text_span": text.span_samples_view,
-                "audio_spec": audio.samples_view}
+                "audio_spec": audio.samples_view, "paired": paired.samples_view}
 TASK_KIND = {"image_mim": "image", "text_mlm": "text_mlm", "text_span": "text_span",
-             "audio_mae": "audio_spec", "audio_frames": "audio_spec"}  # task -> its sample kind
+             "audio_mae": "audio_spec", "audio_frames": "audio_spec", "paired": "paired"}  # task -> its sample kind
 SAMPLE_TITLES = {"image": "Reconstructions", "text_mlm": "Predictions on validation texts",
-                 "text_span": "Completions of validation texts", "audio_spec": "Spectrograms and audio"}
+                 "text_span": "Completions of validation texts", "audio_spec": "Spectrograms and audio",
+                 "paired": "Joint reconstructions of validation pairs"}
 #: sample kind -> the Compare page's view of several runs' samples ``(samples: {label: Sample}) -> [(caption, image)]``.
 COMPARE_VIEWS = {"image": image.compare_view, "text_mlm": text.compare_view, "text_span": text.compare_view,
-                 "audio_spec": audio.compare_view}
-INTERACTIVE = {"text_mlm": text.fill_in_box, "text_span": text.completion_box, "image_mim": image.masking_box}
+                 "audio_spec": audio.compare_view, "paired": paired.compare_view}
+INTERACTIVE = {"text_mlm": text.fill_in_box, "text_span": text.completion_box, "image_mim": image.masking_box,
+               "paired": paired.retrieval_box}
 #: What New run proposes for a task's training, over ``TrainConfig``'s defaults (measured recipes:
 #: see bench/README.md).
 TRAIN_DEFAULTS: dict[str, dict] = {
@@ -39,6 +42,7 @@ TRAIN_DEFAULTS: dict[str, dict] = {
     "text_span": {"steps": 2000, "batch_size": 64, "lr": 1e-3, "warmup_steps": 100, "eval_interval": 200},
     "audio_mae": {"steps": 1000, "batch_size": 32, "lr": 1.5e-3, "warmup_steps": 50, "eval_interval": 100},
     "audio_frames": {"steps": 1000, "batch_size": 32, "lr": 1.5e-3, "warmup_steps": 50, "eval_interval": 100},
+    "paired": {"steps": 800, "batch_size": 32, "lr": 1e-3, "warmup_steps": 100, "eval_interval": 400},  # configs/paired-*
 }
 
 

@@ -20,7 +20,7 @@ import streamlit as st
 
 from app.components.charts import counts_chart
 from app.components.errors import guarded
-from app.components.urlstate import dig, index_of
+from app.components.urlstate import dig, index_of, number
 from engine.workspace import workspace_root
 
 N_SAMPLES = 6  # clips with spectrogram and player on the Data page
@@ -170,13 +170,13 @@ def feature_fields(key: str, carried: dict) -> dict:
     d = {**AudioConfig().model_dump(), **(dig(carried, "data.audio") or {})}
     a, b = st.columns(2)
     n_mels = a.select_slider("Mel bins", MEL_BINS, d["n_mels"] if d["n_mels"] in MEL_BINS else 64, key=f"{key}_mels")
-    clip = b.number_input("Window (seconds)", 0.1, 10.0, float(d["clip_seconds"]), 0.1, key=f"{key}_clip",
+    clip = b.number_input("Window (seconds)", 0.1, 10.0, number(d["clip_seconds"], AudioConfig().clip_seconds, 0.1, 10.0), 0.1, key=f"{key}_clip",
                           help="what the model sees at once: shorter clips are padded with silence (never masked "
                                "or scored), longer ones cut (a random window each step)")  # fmt: skip
-    win = a.number_input("Analysis window (ms)", 5.0, 100.0, float(d["window_ms"]), 5.0, key=f"{key}_win")
-    hop = b.number_input("Hop (ms)", 2.5, 50.0, float(d["hop_ms"]), 2.5, key=f"{key}_hop")
+    win = a.number_input("Analysis window (ms)", 5.0, 100.0, number(d["window_ms"], AudioConfig().window_ms, 5.0, 100.0), 5.0, key=f"{key}_win")
+    hop = b.number_input("Hop (ms)", 2.5, 50.0, number(d["hop_ms"], AudioConfig().hop_ms, 2.5, 50.0), 2.5, key=f"{key}_hop")
     return {"n_mels": int(n_mels), "window_ms": float(win), "hop_ms": float(hop), "clip_seconds": float(clip),
-            "f_min": float(d["f_min"]), "f_max": d["f_max"]}
+            "f_min": number(d["f_min"], AudioConfig().f_min, 0.0), "f_max": d["f_max"]}
 
 
 def grid_fields(task: str, n_mels: int, key: str, carried: dict) -> tuple[int, dict]:
@@ -359,7 +359,7 @@ def compare_view(samples: dict, n: int = 4) -> list[tuple[str, np.ndarray]]:
     prediction at masked cells, the original elsewhere), at each run's latest samples, on one colour
     range per clip. ``samples``: run label -> ``Sample`` of kind ``audio_spec``. Returns the
     ``(caption, uint8 column image)`` pairs drawn (the HTML report reuses them)."""
-    from app.components.compare import shared_inputs, stack_column
+    from app.components.compare import draw_columns, shared_inputs, stack_column
 
     if not samples:
         return []
@@ -382,10 +382,7 @@ def compare_view(samples: dict, n: int = 4) -> list[tuple[str, np.ndarray]]:
     if not same:
         st.caption("These runs' fixed validation clips differ (other datasets or windows): each column shows its own "
                    "run's clips.")
-    per_row = 5
-    for start in range(0, len(drawn), per_row):
-        for col, (caption, img) in zip(st.columns(per_row, gap="small"), drawn[start:start + per_row]):
-            col.image(img, caption=caption, width="stretch")
+    draw_columns(drawn, per_row=5, fewest=5)
     return drawn
 
 

@@ -219,11 +219,17 @@ def lab_controls(info, carried: dict, key: str) -> dict:
 
 def lab_results(cfg, info, n: int) -> None:
     """Mask lab's image results: the run's masks on real images, then batch statistics."""
-    c, h, w = info.image_shape
-    patch = cfg.model.patch_size
     st.subheader("Masks on real images")
     mask_preview(cfg, info)
     st.subheader("Statistics")
+    mask_stats_section(cfg, info, n)
+
+
+def mask_stats_section(cfg, info, n: int) -> None:
+    """Statistics of ``cfg.masking`` drawn over ``n`` real train images of ``info`` (any dataset
+    with images): the pre-flight's verdict, then :func:`app.components.masks.mask_stats_panel`."""
+    c, h, w = info.image_shape
+    patch = cfg.model.patch_size
     images = guarded(train_batch, info, int(n))
     if images is None:
         return
@@ -344,7 +350,7 @@ def compare_view(samples: dict, n: int = 6) -> list[tuple[str, np.ndarray]]:
     the original, then per run its masked input and its reconstruction with the visible patches
     pasted back, at each run's latest samples. ``samples``: run label -> ``Sample`` of kind
     ``image``. Returns the ``(caption, uint8 column image)`` pairs drawn (the HTML report reuses them)."""
-    from app.components.compare import shared_inputs, stack_column
+    from app.components.compare import draw_columns, shared_inputs, stack_column
     from app.components.images import chw_to_hwc_uint8, upscale
 
     if not samples:
@@ -358,9 +364,5 @@ def compare_view(samples: dict, n: int = 6) -> list[tuple[str, np.ndarray]]:
         st.caption("These runs' fixed validation images differ (other datasets or image sizes): each column shows "
                    "its own run's images.")
     drawn = [(c, stack_column(np.stack([upscale(np.asarray(im), 96) for im in imgs]))) for c, imgs in columns]
-    per_row = 9
-    for start in range(0, len(drawn), per_row):
-        cols = st.columns(per_row, gap="small")
-        for col, (caption, img) in zip(cols, drawn[start:start + per_row]):
-            col.image(img, caption=caption, width="stretch")
+    draw_columns(drawn, per_row=9, fewest=5)
     return drawn

@@ -18,7 +18,7 @@ import streamlit as st
 
 from app.components.charts import counts_chart
 from app.components.errors import guarded
-from app.components.urlstate import dig, index_of
+from app.components.urlstate import dig, index_of, number
 from engine.workspace import workspace_root
 
 N_SAMPLES = 12  # texts in the Data page's sample table
@@ -51,8 +51,7 @@ def text_view(workspace: str, name: str, version: str) -> dict:
     sample = pd.DataFrame({"text": [texts[i] for i, _ in picks],
                            "label": [ds.info.class_names[ds.labels[i]] for i, _ in picks],
                            "split": [s for _, s in picks]})
-    lengths = pd.DataFrame({"characters": [len(t) for t in texts], "words": [len(t.split()) for t in texts], "split": split})
-    return {"sample": sample, "lengths": lengths, "counts": ds.counts()}
+    return {"sample": sample, "lengths": text_lengths(texts, split), "counts": ds.counts()}
 
 
 def data_section(info) -> None:
@@ -70,16 +69,29 @@ def data_section(info) -> None:
                  column_config={"text": st.column_config.TextColumn("text", width="large")})
     left, right = st.columns(2)
     with left:
-        st.subheader("Length")
-        unit = st.radio("Unit", ["words", "characters"], horizontal=True, key=f"data_len_{info.name}")
-        chart = alt.Chart(view["lengths"]).mark_bar().encode(
-            x=alt.X(f"{unit}:Q", bin=alt.Bin(maxbins=40), title=f"{unit} per text"),
-            y=alt.Y("count():Q", title="texts"), color=alt.Color("split:N", title="split"),
-        ).properties(height=260)
-        st.altair_chart(chart, width="stretch")
+        length_panel(view["lengths"], info.name, "text")
     with right:
         st.subheader("Texts per class and split")
         st.altair_chart(counts_chart(view["counts"], unit="texts"), width="stretch")
+
+
+def length_panel(lengths: pd.DataFrame, name: str, item: str) -> None:
+    """A "Length" histogram of texts (``lengths``: ``words``, ``characters``, ``split`` per text),
+    in words or characters (a radio), coloured by split; ``item`` names what a text is (``text``,
+    ``caption``)."""
+    st.subheader("Length")
+    unit = st.radio("Unit", ["words", "characters"], horizontal=True, key=f"data_len_{name}")
+    chart = alt.Chart(lengths).mark_bar().encode(
+        x=alt.X(f"{unit}:Q", bin=alt.Bin(maxbins=40), title=f"{unit} per {item}"),
+        y=alt.Y("count():Q", title=f"{item}s"), color=alt.Color("split:N", title="split"),
+    ).properties(height=260)
+    st.altair_chart(chart, width="stretch")
+
+
+def text_lengths(texts: list[str], split: list[str]) -> pd.DataFrame:
+    """Characters and words of every text next to its split (``train`` / ``val``)."""
+    return pd.DataFrame({"characters": [len(t) for t in texts], "words": [len(t.split()) for t in texts],
+                         "split": split})
 
 
 # --------------------------------------------------------------------------- token rendering
@@ -306,12 +318,12 @@ def tokenizer_fields(key: str, carried: dict) -> dict:
     a, b = st.columns(2)
     kind = a.selectbox("Tokenizer", ["wordpiece", "char"], index=index_of(["wordpiece", "char"], d["kind"]),
                        key=f"{key}_tok_kind", help="WordPiece trained on the train split, or one token per character")
-    vocab = b.number_input("Vocabulary size", min_value=16, max_value=200_000, value=int(d["vocab_size"]), step=500,
+    vocab = b.number_input("Vocabulary size", min_value=16, max_value=200_000, value=number(d["vocab_size"], TokenizerConfig().vocab_size, 16, 200_000, int), step=500,
                            key=f"{key}_tok_vocab", disabled=kind == "char", help="WordPiece target size, specials included")
-    max_len = a.number_input("Max tokens", min_value=8, max_value=1024, value=int(d["max_len"]), step=16,
+    max_len = a.number_input("Max tokens", min_value=8, max_value=1024, value=number(d["max_len"], TokenizerConfig().max_len, 8, 1024, int), step=16,
                              key=f"{key}_tok_len", help="per text, [CLS] and [SEP] included; longer texts are cut")
     return {"kind": kind, "vocab_size": int(vocab), "max_len": int(max_len), "lowercase": bool(d["lowercase"]),
-            "min_frequency": int(d["min_frequency"])}
+            "min_frequency": number(d["min_frequency"], TokenizerConfig().min_frequency, 1, None, int)}
 
 
 def masking_fields(task: str, key: str, carried: dict) -> dict | None:
@@ -340,7 +352,7 @@ def run_fields(info, task: str, key: str, carried: dict) -> dict:
                                                 f"depth {presets[k].get('depth', presets[k].get('enc_depth'))})")
     out = {"task": task, "masking": masking, "data": {"tokenizer": tokenizer}, "model": {"arch": arch, "preset": preset}}
     if task == "text_mlm":
-        share = st.slider("Shown as [MASK]", 0.0, 1.0, float(dig(carried, "task_params.mask_share", 0.8)), 0.05,
+        share = st.slider("Shown as [MASK]", 0.0, 1.0, number(dig(carried, "task_params.mask_share"), 0.8, 0.0, 1.0), 0.05,
                           key=f"{key}_mask_share",
                           help="BERT's 80/10/10: the rest is split evenly between a random token and the original")
         out["task_params"] = {"mask_share": share, "random_share": round((1 - share) / 2, 6)}

@@ -1,10 +1,11 @@
-"""Datasets: bundled sets (digits, fashion-mnist, fortunes, asterisk-prompts), import of images, text and
-audio, registry, seeded split.
+"""Datasets: bundled sets (digits, fashion-mnist, fortunes, asterisk-prompts, tuxpaint-stamps), import of
+images, text, audio and image-caption pairs, registry, seeded split.
 
 Datasets live in ``<workspace>/datasets/<name>/`` as ``meta.json`` (:class:`DatasetInfo`) and ``data.npz``,
 written once and atomically. Images: ``images`` uint8 ``[N, H, W, C]``; text: ``text_bytes`` uint8 +
 ``text_offsets`` int64 ``[N + 1]`` (UTF-8); audio: ``audio_pcm`` int16 + ``audio_offsets`` int64
-``[N + 1]`` + ``sample_rate`` int64 ``[1]`` (mono clips at one rate); all: ``labels`` int64 ``[N]``,
+``[N + 1]`` + ``sample_rate`` int64 ``[1]`` (mono clips at one rate); paired: ``images`` and
+``text_bytes`` + ``text_offsets`` (one caption per image); all: ``labels`` int64 ``[N]``,
 ``split`` uint8 ``[N]`` with 0 = train, 1 = val. Bundled sets are registered on their first :func:`load_dataset`;
 :func:`list_datasets` describes them before that without registering them.
 
@@ -20,10 +21,11 @@ written once and atomically. Images: ``images`` uint8 ``[N, H, W, C]``; text: ``
 
 from engine.data.audio import AudioImportReport
 from engine.data.bundled import BundledStatus, bundled_status
-from engine.data.dataset import AudioDataset, DatasetInfo, ImageDataset, TextDataset
+from engine.data.dataset import AudioDataset, DatasetInfo, ImageDataset, PairedDataset, TextDataset
 from engine.data.importer import ArchiveScan, ImportReport, import_archive, scan_archive
 from engine.data.ingest import SourcePlan, detect_modality, detect_source, import_source, inspect_source
 from engine.data.limits import ImportLimits
+from engine.data.paired import PairedImportReport
 from engine.data.registry import delete_dataset, list_datasets, load_dataset
 from engine.data.sampling import VIEW_SEED, representative
 from engine.data.tabular import ColumnRoles, ImportOptions
@@ -41,6 +43,8 @@ __all__ = [
     "ImportLimits",
     "ImportOptions",
     "ImportReport",
+    "PairedDataset",
+    "PairedImportReport",
     "SourcePlan",
     "TextDataset",
     "TextImportReport",

@@ -429,6 +429,29 @@ def classify(members: list[Member], limits: ImportLimits,
     return sorted(candidates, key=lambda m: m.name), rejected, skipped
 
 
+def listed_member(raw: str, base: PurePosixPath, by_name: dict[str, Member], first_line: dict[str, int],
+                  what: str, source: str) -> tuple[Member | None, str]:
+    """The member a table row names in its file column (a path relative to the table's folder
+    ``base``), or why the row cannot be used: an empty name, a path leaving the archive, a file
+    listed before (``first_line`` maps the names taken so far to their line), no such ``what``
+    (e.g. ``"audio file"``) in ``source``.
+
+    Returns:
+        ``(member, cleaned name)`` or ``(None, reason)``.
+    """
+    raw = raw.strip().replace("\\", "/")
+    if not raw:
+        return None, "empty file name"
+    if (why := unsafe_path(raw)) is not None:
+        return None, why
+    name = clean_path(str(base / raw)) if str(base) != "." else clean_path(raw)
+    if name in first_line:
+        return None, f"{name} is listed twice (first at line {first_line[name]})"
+    if name not in by_name:
+        return None, f"no {what} {name!r} in {source}"
+    return by_name[name], name
+
+
 # --------------------------------------------------------------------------- audit details of imports
 
 

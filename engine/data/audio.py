@@ -67,8 +67,8 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 
 from engine.access import permission
-from engine.data.archive import Member, Members, NameDecoding, classify, clean_path, decode_names, read_problem
-from engine.data.archive import refusal_lines, size_problem, skip_reason, unsafe_path
+from engine.data.archive import Member, Members, NameDecoding, classify, decode_names, read_problem
+from engine.data.archive import listed_member, refusal_lines, size_problem, skip_reason
 from engine.data.dataset import AudioDataset, DatasetInfo, seeded_split, to_pcm
 from engine.data.images import Refused
 from engine.data.archive import import_outcome, import_target
@@ -351,23 +351,12 @@ def _apply_manifest(src: AudioSource, table_member: Member, clips: list[Member],
     labels, groups, texts = [], [], []
     col = {r: (table.columns.index(getattr(roles, r)) if getattr(roles, r) else None) for r in ("file", "label", "group", "text")}
     for row, line in zip(table.rows, table.lines):
-        at = f"{where}:{line}"
-        raw = row[col["file"]].strip().replace("\\", "/")
-        if not raw:
-            src.rejected.append((at, "empty file name"))
-            continue
-        if (why := unsafe_path(raw)) is not None:
-            src.rejected.append((at, why))
-            continue
-        name = clean_path(str(base / raw)) if str(base) != "." else clean_path(raw)
-        if name in first_line:
-            src.rejected.append((at, f"{name} is listed twice (first at line {first_line[name]})"))
-            continue
-        if name not in by_name:
-            src.rejected.append((at, f"no audio file {name!r} in {src.source}"))
+        m, name = listed_member(row[col["file"]], base, by_name, first_line, "audio file", src.source)
+        if m is None:
+            src.rejected.append((f"{where}:{line}", name))
             continue
         first_line[name] = line
-        src.clips.append(by_name[name])
+        src.clips.append(m)
         labels.append((row[col["label"]].strip() if col["label"] is not None else "") or UNLABELED)
         groups.append(row[col["group"]].strip() if col["group"] is not None else "")
         texts.append(row[col["text"]].strip() if col["text"] is not None else "")

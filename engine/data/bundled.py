@@ -9,6 +9,9 @@
 - ``asterisk-prompts``: the voice prompts of Debian's ``asterisk-core-sounds-en-wav`` in
   ``/usr/share/asterisk/sounds/en_US_f_Allison`` (or ``$MASKLAB_ASTERISK_DIR``), audio at 8 kHz,
   label = folder, transcripts; built by :func:`engine.data.audio.build_asterisk` (rules there).
+- ``tuxpaint-stamps``: image-caption pairs from Debian's ``tuxpaint-stamps-default`` in
+  ``/usr/share/tuxpaint/stamps`` (or ``$MASKLAB_TUXPAINT_DIR``), 32x32 RGB, label = category folder;
+  built by :func:`engine.data.paired.build_tuxpaint` (rules there).
 - ``fortunes``: the fortune-cookie files of Debian's ``fortunes`` package (with ``fortunes-min``) in
   ``/usr/share/games/fortunes`` (or ``$MASKLAB_FORTUNES_DIR``): one document per fortune (entries are
   separated by lines holding a single ``%``), label = topic file name. Every topic file without an
@@ -29,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.data import audio
+from engine.data import audio, paired
 from engine.data.dataset import Dataset, DatasetInfo, ImageDataset, TextDataset, n_val_for, seeded_split
 from engine.errors import DatasetError
 from engine.messages import describe_error
@@ -73,9 +76,11 @@ DESCRIPTIONS = {
     "many authors.",
 }
 DESCRIPTIONS["asterisk-prompts"] = audio.ASTERISK_DESCRIPTION
+DESCRIPTIONS["tuxpaint-stamps"] = paired.TUXPAINT_DESCRIPTION
 BUNDLED = tuple(DESCRIPTIONS)
 """Names of the bundled datasets, in listing order. These names are reserved for imports."""
-MODALITY = {"digits": "image", "fashion-mnist": "image", "fortunes": "text", "asterisk-prompts": "audio"}
+MODALITY = {"digits": "image", "fashion-mnist": "image", "fortunes": "text", "asterisk-prompts": "audio",
+            "tuxpaint-stamps": "paired"}
 """Modality of each bundled dataset (known without reading it)."""
 
 
@@ -123,6 +128,8 @@ def bundled_status() -> list[BundledStatus]:
         BundledStatus("fortunes", bool(_fortune_files()), DESCRIPTIONS["fortunes"], FORTUNES_HOW_TO),
         BundledStatus("asterisk-prompts", audio.asterisk_available(), DESCRIPTIONS["asterisk-prompts"],
                       audio.ASTERISK_HOW_TO),
+        BundledStatus("tuxpaint-stamps", paired.tuxpaint_available(), DESCRIPTIONS["tuxpaint-stamps"],
+                      paired.TUXPAINT_HOW_TO),
     ]
 
 
@@ -133,6 +140,7 @@ def is_available(name: str) -> bool:
         or (name == "fashion-mnist" and _fashion_available())
         or (name == "fortunes" and bool(_fortune_files()))
         or (name == "asterisk-prompts" and audio.asterisk_available())
+        or (name == "tuxpaint-stamps" and paired.tuxpaint_available())
     )
 
 
@@ -232,6 +240,8 @@ def bundled_info(name: str, created_at: str = "") -> DatasetInfo:
         return dataclasses.replace(_build_fortunes().info, created_at=created_at)
     elif name == "asterisk-prompts":
         return audio.asterisk_info(created_at)
+    elif name == "tuxpaint-stamps":
+        return paired.tuxpaint_info(created_at)
     else:
         raise DatasetError(f"{name!r} is not a bundled dataset (bundled: {', '.join(BUNDLED)})")
     return DatasetInfo(
@@ -261,6 +271,8 @@ def build_bundled(name: str, created_at: str) -> Dataset:
         return dataclasses.replace(ds, info=dataclasses.replace(ds.info, created_at=created_at))
     if name == "asterisk-prompts":
         return audio.build_asterisk(created_at)
+    if name == "tuxpaint-stamps":
+        return paired.build_tuxpaint(created_at)
     info = bundled_info(name, created_at)
     if name == "digits":
         from sklearn.datasets import load_digits

@@ -31,8 +31,8 @@ NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 SPLITS = ("train", "val")
 """Split names; a dataset's ``split`` array stores their index (0 = train, 1 = val)."""
 
-MODALITIES = ("image", "text", "audio")
-"""Values of :attr:`DatasetInfo.modality` (paired data comes later)."""
+MODALITIES = ("image", "text", "audio", "paired")
+"""Values of :attr:`DatasetInfo.modality` (``paired``: an image and its caption per row)."""
 
 
 def validate_name(name: str) -> str:
@@ -51,9 +51,9 @@ class DatasetInfo:
 
     Attributes:
         name: dataset name, matches :data:`NAME_RE`.
-        modality: one of :data:`MODALITIES`: ``"image"``, ``"text"`` or ``"audio"``.
+        modality: one of :data:`MODALITIES`: ``"image"``, ``"text"``, ``"audio"`` or ``"paired"``.
         source: where the data came from, e.g. ``"bundled:digits"``, ``"upload:stamps.zip"``.
-        image_shape: images: ``(C, H, W)`` in pixels, ``C`` in {1, 3}; None for other modalities.
+        image_shape: images and paired: ``(C, H, W)`` in pixels, ``C`` in {1, 3}; None for other modalities.
         class_names: label ``k`` is ``class_names[k]``.
         n_train: number of train rows (images, documents).
         n_val: number of validation rows.
@@ -464,10 +464,57 @@ def to_pcm(x: np.ndarray) -> tuple[np.ndarray, int]:
     return np.round(np.clip(x, -1.0, 1.0) * PCM_SCALE).astype(np.int16), clipped
 
 
-Dataset = ImageDataset | TextDataset | AudioDataset
+@dataclass(eq=False)
+class PairedDataset(LabelledRows):
+    """Image-text pairs held in memory: row ``i`` is image ``images[i]`` and its caption, packed as in
+    :class:`TextDataset`. One row per pair, so the seeded split (one split value per row) keeps both
+    members of a pair in the same split by construction.
+
+    Attributes:
+        info: its :class:`DatasetInfo` (``modality == "paired"``, ``image_shape`` ``(C, H, W)``).
+        images: uint8 ``[N, H, W, C]``, pixel values 0..255.
+        text_bytes: uint8 ``[total]``, every caption's UTF-8 bytes one after the other.
+        text_offsets: int64 ``[N + 1]``, byte offsets of the captions (from 0, non-decreasing).
+        labels: int64 ``[N]``, class index into ``info.class_names`` (``unlabeled`` when the source
+            has no labels).
+        split: uint8 ``[N]``, 0 = train, 1 = val.
+    """
+
+    ARRAYS: ClassVar[tuple[str, ...]] = ("images", "text_bytes", "text_offsets", "labels", "split")
+    DTYPES: ClassVar[dict[str, type]] = {**ImageDataset.DTYPES, **TextDataset.DTYPES}
+
+    info: DatasetInfo
+    images: np.ndarray
+    text_bytes: np.ndarray
+    text_offsets: np.ndarray
+    labels: np.ndarray
+    split: np.ndarray
+
+    # The image half reads like an ImageDataset, the caption half like a TextDataset.
+    tensors = ImageDataset.tensors
+    text = TextDataset.text
+    texts = TextDataset.texts
+
+    @classmethod
+    def from_pairs(cls, info: DatasetInfo, images: np.ndarray, captions: list[str], labels: np.ndarray,
+                   split: np.ndarray) -> PairedDataset:
+        """Pack ``captions`` (``N`` strings) beside ``images`` uint8 ``[N, H, W, C]``; other arrays as given."""
+        data, offsets = _pack([t.encode("utf-8") for t in captions], np.uint8)
+        return cls(info, np.asarray(images, np.uint8), data, offsets, np.asarray(labels, np.int64),
+                   np.asarray(split, np.uint8))
+
+    @classmethod
+    def _own_problems(cls, info: DatasetInfo, arrays: dict[str, np.ndarray], n: int) -> list[str]:
+        return (ImageDataset._own_problems(info, arrays, n)
+                + _packed_problems(arrays, "text_bytes", "text_offsets", np.uint8, n))
+
+
+Dataset = ImageDataset | TextDataset | AudioDataset | PairedDataset
 """Any in-memory dataset."""
 
-DATASET_TYPES: dict[str, type[LabelledRows]] = {"image": ImageDataset, "text": TextDataset, "audio": AudioDataset}
+DATASET_TYPES: dict[str, type[LabelledRows]] = {
+    "image": ImageDataset, "text": TextDataset, "audio": AudioDataset, "paired": PairedDataset,
+}
 """Dataset class of each modality (``DatasetInfo.modality``)."""
 
 

@@ -93,6 +93,12 @@ class Refused(Exception):
         super().__init__(reason)
         self.reason, self.detail = reason, detail
 
+    def record(self, report, path: str) -> None:
+        """Add this refusal of ``path`` to an import report's ``rejected`` (and ``details``)."""
+        report.rejected.append((path, self.reason))
+        if self.detail:
+            report.details[path] = self.detail
+
 
 def sniff(data: bytes) -> str | None:
     """The allowed format whose signature ``data`` starts with (Pillow format id), or None."""

@@ -284,6 +284,36 @@ def auto_size(sizes: Counter) -> tuple[int, str]:
 
 
 
+def read_image(m: Member, limits: ImportLimits, rgb: tuple[int, int, int], left: int,
+               stored: int) -> tuple[Image.Image, str | None, int]:
+    """Read and decode one image member under the import's byte budget (the rules of the module
+    docstring; shared by image and paired imports).
+
+    Args:
+        m: the member; limits: the import's bounds; rgb: the colour transparency goes over.
+        left: bytes of the import's budget (inflated + decoded) still free.
+        stored: bytes the kept, resized copy will take.
+
+    Returns:
+        ``(image, conversion note or None, bytes left after this image)``; the image is 8-bit
+        ``L`` or ``RGB`` at its own size.
+
+    Raises:
+        Refused: with the reason (and the library's message as ``detail``): over the budget or a
+            limit, unreadable, of no accepted format or another than its name says, undecodable.
+    """
+    if m.size is not None and m.size + stored > left:
+        raise Refused(budget_reason(m.size + stored, left, limits))
+    try:
+        data = m.read()
+    except Exception as e:  # noqa: BLE001 - a bad CRC, an unsupported method, a broken link...
+        raise Refused(read_problem(e), str(e)) from None
+    left -= len(data) + stored
+    im, need = open_header(data, check_format(m.name, data), limits, left)
+    img, note = decode(im, data, rgb)
+    return img, note, left - need
+
+
 @permission("data.import", import_target, import_outcome)
 def import_archive(
     path: str | os.PathLike[str],
@@ -378,20 +408,9 @@ def import_archive(
             if progress is not None:
                 progress(i, len(candidates))
             try:
-                if m.size is not None and m.size + stored > left:
-                    raise Refused(budget_reason(m.size + stored, left, limits))
-                try:
-                    data = m.read()
-                except Exception as e:  # noqa: BLE001 - a bad CRC, an unsupported method, a broken link...
-                    raise Refused(read_problem(e), str(e)) from None
-                left -= len(data) + stored
-                im, need = open_header(data, check_format(m.name, data), limits, left)
-                img, note = decode(im, data, rgb)
-                left -= need
+                img, note, left = read_image(m, limits, rgb, left, stored)
             except Refused as r:
-                report.rejected.append((m.name, r.reason))
-                if r.detail:
-                    report.details[m.name] = r.detail
+                r.record(report, m.name)
                 continue
             report.source_sizes[f"{img.size[0]}x{img.size[1]}"] += 1
             fitted, action = fit_square(img, image_size, geometry, pad)

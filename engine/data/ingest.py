@@ -8,8 +8,8 @@
 :data:`IMPORTERS` maps each modality to how it is inspected and imported. Images go to
 :func:`engine.data.importer.import_archive` unchanged; IDX files (the MNIST format) to
 :func:`engine.data.idx.import_idx`; text to :func:`engine.data.text.import_text`; audio to
-:func:`engine.data.audio.import_audio`. Paired data will be a new entry in :data:`IMPORTERS`
-and in the detection tables (:data:`FILE_MODALITIES`, :data:`TREE_MODALITIES`).
+:func:`engine.data.audio.import_audio`. image-caption pairs to
+:func:`engine.data.paired.import_paired`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from engine.access import Identity
-from engine.data import audio, idx, importer, storage, text
+from engine.data import audio, idx, importer, paired, storage, text
 from engine.data.images import EXTENSIONS as IMAGE_EXTENSIONS
 from engine.data.tabular import TABLE_EXTENSIONS, ColumnRoles, ImportOptions
 from engine.errors import DatasetError
@@ -132,6 +132,8 @@ def detect_source(path: PathLike, source_label: str | None = None) -> str:
     names = _tree_names(src, label)
     if idx.holds_idx(names):
         return "idx"
+    if paired.holds_pairs(names):
+        return "paired"
     counts = Counter(PurePosixPath(n).suffix.lower() for n in names)
     for modality, exts in TREE_MODALITIES:
         if any(counts.get(e) for e in exts):
@@ -225,15 +227,26 @@ def _import_audio(path: Path, name: str | None, options: ImportOptions, **kw: An
     return audio.import_audio(path, name, options, **kw)
 
 
+def _inspect_paired(path: Path, options: ImportOptions, label: str) -> SourcePlan:
+    _check_options(options, label, "paired", "image-caption pairs")
+    return SourcePlan(label, "paired", **paired.inspect_paired(path, options, label))
+
+
+def _import_paired(path: Path, name: str | None, options: ImportOptions, **kw: Any) -> paired.PairedImportReport:
+    _check_options(options, kw.get("source_label") or str(path), "paired", "image-caption pairs")
+    return paired.import_paired(path, name, options, **kw)
+
+
 IMPORTERS: dict[str, tuple[Callable[..., SourcePlan], Callable[..., Any]]] = {
     "image": (_inspect_image, _import_image),
     "idx": (idx.inspect_idx, idx.import_idx),
     "text": (_inspect_text, _import_text),
     "audio": (_inspect_audio, _import_audio),
+    "paired": (_inspect_paired, _import_paired),
 }
 """source kind (:func:`detect_source`) -> ``(inspect(path, options, label) -> SourcePlan,
 import(path, name, options, **kw) -> report)``."""
-IMPORTER_MODALITY = {"image": "image", "idx": "image", "text": "text", "audio": "audio"}
+IMPORTER_MODALITY = {"image": "image", "idx": "image", "text": "text", "audio": "audio", "paired": "paired"}
 """The dataset modality each importer produces."""
 
 

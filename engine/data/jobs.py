@@ -158,13 +158,19 @@ def start_import(path: str | os.PathLike[str], name: str | None = None, options:
     ws = workspace_root(workspace)
     label = source_label or str(path)
     who = authorize("data.import", name or label, actor=actor, workspace=ws)
-    memory_cap_bytes()
-    if not Path(path).exists():
-        raise DatasetError(f"{label}: no such file or folder")
-    if name is not None:  # a bad, reserved or taken name is refused now, not after the whole import
-        from engine.data.registry import check_new_name
+    try:  # refused before any process starts: the audit line says why (the job's own line never comes)
+        memory_cap_bytes()
+        if not Path(path).exists():
+            raise DatasetError(f"{label}: no such file or folder")
+        if name is not None:  # a bad, reserved or taken name is refused now, not after the whole import
+            from engine.data.registry import check_new_name
 
-        check_new_name(name, ws, overwrite)
+            check_new_name(name, ws, overwrite)
+    except DatasetError as e:
+        from engine import audit
+
+        audit.record("data.import", name or label, "failed", who, ws, quiet=True, reason=str(e), file=label)
+        raise
     job_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
     d = jobs_dir(ws) / job_id
     d.mkdir(parents=True)
@@ -242,8 +248,10 @@ def cancel_import(job_id: str, *, workspace: str | os.PathLike[str] | None = Non
 
 def _outcome(report: Any) -> dict[str, Any]:
     from engine.data.audio import AudioImportReport
+    from engine.data.paired import PairedImportReport
 
-    modality = "text" if hasattr(report, "cleaning") else "audio" if isinstance(report, AudioImportReport) else "image"
+    modality = ("text" if hasattr(report, "cleaning") else "audio" if isinstance(report, AudioImportReport)
+                else "paired" if isinstance(report, PairedImportReport) else "image")
     return asdict(ImportOutcome(
         modality, report.dataset.name if report.dataset is not None else None, report.accepted,
         list(report.rejected), list(report.skipped),
@@ -257,6 +265,7 @@ PRELOAD: dict[str, tuple[str, ...]] = {
     "audio": ("soundfile", "torch", "torchaudio"),  # decode; resampling to the pipeline rate
     "image": ("PIL.Image",),
     "idx": ("PIL.Image",),
+    "paired": ("PIL.Image",),
     "text": (),
 }
 

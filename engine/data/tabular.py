@@ -44,8 +44,10 @@ NAME_HINTS = {
     "file": ("file", "path", "filename", "image", "audio", "clip"),
     "label": ("label", "class", "category", "target", "topic"),
     "group": ("group", "speaker", "author", "user", "source"),
+    "caption": ("caption", "description", "text", "sentence", "transcript"),
 }
-"""Column names (or name parts) that suggest a role."""
+"""Column names (or name parts) that suggest a role; ``caption`` is the text column of image-caption
+pairs (:func:`caption_column`)."""
 
 FILE_EXTENSIONS = (
     ".png", ".jpg", ".jpeg", ".gif", ".bmp", ".webp", ".tif", ".tiff",
@@ -213,6 +215,32 @@ def parse_table(data: bytes, source_label: str, kind: str) -> Table:
     return _parse(decode_utf8(data, source_label), source_label, kind)
 
 
+def parse_table_rows(data: bytes, source_label: str, kind: str) -> Table:
+    """A table read like :func:`parse_table`, except that invalid UTF-8 refuses only the rows that
+    hold it: each such row is in ``rejected`` (``"<source>:<line>"``, naming the first bad byte) and
+    the other rows are kept. For tables whose rows are independent items (an image's caption),
+    where one badly saved row should not cost the rest.
+
+    Raises:
+        DatasetError: larger than :data:`MAX_TABLE_BYTES`, no header, an undecodable header, bad
+            quoting (as :func:`parse_table`).
+    """
+    if len(data) > MAX_TABLE_BYTES:
+        raise DatasetError(f"{source_label}: larger than {MAX_TABLE_BYTES // 2**20} MB")
+    text = data.decode("utf-8", "surrogateescape")  # a bad byte becomes a lone surrogate U+DC80..U+DCFF
+    table = _parse(text[1:] if text.startswith("\ufeff") else text, source_label, kind)
+    bad = re.compile("[\udc80-\udcff]")
+    if any(bad.search(c) for c in table.columns):
+        raise DatasetError(f"{source_label}: the header row is not valid UTF-8; save the file as UTF-8")
+    keep = [i for i, row in enumerate(table.rows) if not any(bad.search(v) for v in row)]
+    for i in sorted(set(range(len(table.rows))) - set(keep)):
+        byte = next(m.group() for v in table.rows[i] if (m := bad.search(v)))
+        table.rejected.append((f"{source_label}:{table.lines[i]}", f"not valid UTF-8 (byte 0x{ord(byte) - 0xDC00:02x}); "
+                                                                    "save the file as UTF-8"))
+    table.rows, table.lines = [table.rows[i] for i in keep], [table.lines[i] for i in keep]
+    return table
+
+
 def _parse(text: str, label: str, kind: str) -> Table:
     return _read_jsonl(text, label) if kind == "jsonl" else _read_delimited(text, label, kind)
 
@@ -330,6 +358,16 @@ def _by_name(columns: list[str], role: str) -> tuple[str, str] | None:
     if best is None or best[0] == 0:
         return None
     return best[2], f"named like a {role} column"
+
+
+def caption_column(table: Table, roles: ColumnRoles) -> tuple[str, str] | None:
+    """The column named most like a caption (caption/description/text/sentence/transcript, as
+    :func:`detect_roles` matches names) among those without a role, with the reason; None if none.
+    Image-caption imports prefer it to :func:`detect_roles`' longest column (an ``id`` column of
+    long file stems would otherwise win)."""
+    taken = {getattr(roles, r) for r in ROLES if r != "text"}
+    found = _by_name([c for c in table.columns if c not in taken], "caption")
+    return None if found is None else (found[0], "named like a caption column")
 
 
 def _is_number(v: str) -> bool:

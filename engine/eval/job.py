@@ -12,7 +12,13 @@ implements ``features`` / ``raw_features`` / ``evaluate`` is evaluated without a
   class (what a constant guess scores). Train rows: the first ``evaluation.max_rows`` of the train
   split; val rows: the first ``evaluation.max_rows`` of the val split (rows are stored shuffled).
 - **Reconstruction quality**: :meth:`Task.evaluate` at the checkpoint (``val_loss``; images
-  ``val_mse``/``val_psnr`` on the masked patches; text ``val_top1``), on the run's fixed val masks.
+  ``val_mse``/``val_psnr`` on the masked patches; text ``val_top1``), on the run's fixed val masks;
+  and :mod:`engine.eval.reconstruction` (images: SSIM on the masked patches and the whole image;
+  audio: spectral error on the masked cells), each beside the task's trivial baselines.
+- **Downstream**: a short fine-tune of the encoder with a linear head on the labelled train rows,
+  val accuracy (:mod:`engine.eval.finetune`, ``evaluation.finetune_epochs``), from the checkpoint
+  and, as its baseline, from the random init.
+- **Cost**: the FLOPs of one training step (forward and backward, :mod:`engine.eval.flops`).
 
 The job (:func:`run_job`) takes the run lock (so it never overlaps the run's own worker, a resume or
 another evaluation of it), records ``evaluation/job.json`` (queued, running, completed or failed),
@@ -56,6 +62,9 @@ def evaluate_checkpoint(run_dir: Path, step: int | None = None, *, device: str =
     import torch
 
     from engine.config import RunConfig
+    from engine.eval.finetune import finetune, finetune_inputs
+    from engine.eval.flops import train_step_flops
+    from engine.eval.reconstruction import reconstruction_quality
     from engine.eval.representation import representation_figures
     from engine.store.checkpoints import checkpoint_complete, list_checkpoints, load_weights
     from engine.tasks import build_task
@@ -85,6 +94,14 @@ def evaluate_checkpoint(run_dir: Path, step: int | None = None, *, device: str =
                               f"(content hash {before[:12]}, now {now[:12]}); its checkpoint cannot be evaluated on "
                               f"other data")
     n = ev_cfg.max_rows
+    seed = cfg.train.seed
+    cost = train_step_flops(task, seed)  # shapes only: the initial weights count as any
+    ft_inputs = finetune_inputs(task, n) if ev_cfg.finetune_epochs else None
+    downstream, notes = {}, []
+    if ev_cfg.finetune_epochs and ft_inputs is None:
+        notes.append(f"no fine-tune: task {task.name!r} has no fine-tune entry (engine.eval.finetune)")
+    if ft_inputs is not None:
+        downstream["random_init"] = finetune(task.model, ft_inputs, seed=seed, epochs=ev_cfg.finetune_epochs).figures()
     task.model.eval()
     with torch.no_grad():
         random_init = (task.features("train", n), task.features("val", n))
@@ -93,7 +110,10 @@ def evaluate_checkpoint(run_dir: Path, step: int | None = None, *, device: str =
         task.model.eval()
         trained = (task.features("train", n), task.features("val", n))
         recon = {k: float(v) for k, v in task.evaluate().items()}
-    seed = cfg.train.seed
+        quality = reconstruction_quality(task)
+    if ft_inputs is not None:
+        downstream = {"trained": finetune(task.model, ft_inputs, seed=seed, epochs=ev_cfg.finetune_epochs).figures(),
+                      **downstream}
     out = {"trained": representation_figures(*trained, seed=seed, tsne_max_rows=ev_cfg.tsne_max_rows)}
     out["random_init"] = representation_figures(*random_init, seed=seed, maps=False)
     out["raw_input"] = representation_figures(*raw, seed=seed, maps=False)
@@ -104,7 +124,8 @@ def evaluate_checkpoint(run_dir: Path, step: int | None = None, *, device: str =
     ev = Evaluation(step=step, representation=rep, reconstruction=recon,
                     rows={"train": int((trained[0][1] >= 0).sum()), "val": int((yva >= 0).sum()),
                           "dim": int(trained[0][0].shape[1])},
-                    seconds=round(time.time() - t0, 3), created_at=time.time())
+                    seconds=round(time.time() - t0, 3), created_at=time.time(), downstream=downstream,
+                    quality=quality, cost=cost, notes=notes)
     maps = dict(out["trained"].maps)
     if maps:
         maps["labels"] = yva[yva >= 0]

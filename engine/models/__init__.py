@@ -10,15 +10,18 @@ Public API:
     SpanInfiller, SPAN_PRESETS, span_corrupt — T5-style span infilling and its sizes
     AUDIO_MAE_PRESETS (``audio_mae_vit``: MaskedAutoencoderViT on spectrogram patches),
     FrameTransformer, FRAME_PRESETS (``frame_transformer``) — audio models and their sizes
+    M3AE, M3AE_PRESETS (``m3ae``) — joint image-text masked autoencoder and its sizes
 
 A builder takes the run config and the data-dependent dimensions its task passes
 (``image_shape=(C, H, W)`` for image models, ``vocab_size`` and ``max_len`` for text models,
-``n_mels``, ``frames`` and ``patch=(P_f, P_t)`` for audio models).
+``n_mels``, ``frames`` and ``patch=(P_f, P_t)`` for audio models, ``image_shape``, ``vocab_size``
+and ``max_len`` for the paired model).
 Models encode and decode; they never draw masks (the mask is an argument) and never own the loss
 (they return named outputs, see :data:`engine.objectives.OUTPUTS`).
 
 References: He et al. 2022 (MAE); Xie et al. 2022 (SimMIM); Devlin et al. 2019 (BERT); Raffel et al.
-2020 (T5); Huang et al. 2022 (AudioMAE); Baevski et al. 2020, 2022 (wav2vec 2.0, data2vec).
+2020 (T5); Huang et al. 2022 (AudioMAE); Baevski et al. 2020, 2022 (wav2vec 2.0, data2vec); Geng et al.
+2022 (M3AE).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from torch import nn
 from engine.errors import ConfigError
 from engine.masking import grid_shape
 from engine.models.audio_frames import FrameTransformer
+from engine.models.m3ae import M3AE
 from engine.models.mae import MaskedAutoencoderViT
 from engine.models.bert import TEXT_PRESETS, BertMLM
 from engine.models.simmim import SimMIMViT
@@ -38,7 +42,7 @@ from engine.models.span_infill import SPAN_PRESETS, SpanInfiller, span_corrupt
 from engine.registry import registrar
 
 __all__ = [
-    "AUDIO_MAE_PRESETS", "FRAME_PRESETS", "MODEL_REGISTRY", "PRESETS", "SPAN_PRESETS", "TEXT_PRESETS", "BertMLM",
+    "AUDIO_MAE_PRESETS", "FRAME_PRESETS", "M3AE", "M3AE_PRESETS", "MODEL_REGISTRY", "PRESETS", "SPAN_PRESETS", "TEXT_PRESETS", "BertMLM",
     "FrameTransformer", "MaskedAutoencoderViT", "ModelSpec", "SimMIMViT", "SpanInfiller", "build_model",
     "count_parameters", "get_model_spec", "register_model", "span_corrupt",
 ]
@@ -182,6 +186,26 @@ def _build_frame_transformer(cfg, *, n_mels: int, frames: int, patch: tuple[int,
                           f"{cfg.model.preset!r}")
     return FrameTransformer(n_mels, frames, patch[1], target=prm.target, top_k=prm.top_k, ema_decay=prm.ema_decay,
                             ema_decay_end=prm.ema_decay_end, ema_anneal_steps=prm.ema_anneal_steps, **_preset(cfg))
+
+
+# Joint image-text sizes; "base" is M3AE's ViT-B encoder (768 wide, 12 blocks) with a light decoder.
+M3AE_PRESETS: dict[str, dict[str, Any]] = {
+    # ~1 M encoder parameters: trains on a CPU in minutes (32x32 images, 4x4 patches, short captions).
+    "tiny": dict(embed_dim=128, depth=4, num_heads=4, decoder_embed_dim=96, decoder_depth=2, decoder_num_heads=4,
+                 proj_dim=64),
+    "small": dict(embed_dim=192, depth=6, num_heads=6, decoder_embed_dim=128, decoder_depth=2, decoder_num_heads=4,
+                  proj_dim=128),
+    "base": dict(embed_dim=768, depth=12, num_heads=12, decoder_embed_dim=512, decoder_depth=8, decoder_num_heads=16,
+                 proj_dim=512),
+}
+
+
+@register_model("m3ae", M3AE_PRESETS,
+                "M3AE: one encoder over visible image patches and caption tokens, light decoder, pixel and "
+                "token heads, contrastive projections (Geng et al. 2022)")
+def _build_m3ae(cfg, *, image_shape: tuple[int, int, int], vocab_size: int, max_len: int) -> M3AE:
+    C, H, W, P = _image_dims(cfg, image_shape)
+    return M3AE(img_size=(H, W), in_chans=C, patch_size=P, vocab_size=vocab_size, max_len=max_len, **_preset(cfg))
 
 
 def build_model(cfg, **dims: Any) -> nn.Module:

@@ -2,6 +2,7 @@
 
 Public API (pages and the CLI use only these):
     list_runs, get_run -> RunRecord; read_metrics -> DataFrame (``attrs["warnings"]``);
+    latest_points -> {(run_id, key): (step, value)} (kept per process, like the run list);
     load_samples -> Sample; read_log -> str; latest_checkpoint_step -> int;
     checkpoint_weights -> CheckpointWeights (the newest complete checkpoint's weights: step, size, parameters);
     read_config_history -> list of {step, config, changed};
@@ -24,6 +25,7 @@ from engine.store.checkpoints import (
 from engine.store.history import append_config_history, read_config_history
 from engine.store.lock import RunLock, lock_holder, run_alive, signal_holder
 from engine.store.metrics import MetricsWriter, compact_metrics, read_metrics_files, truncate_metrics
+from engine.store.metrics_cache import read_metrics_cached
 from engine.store.runs import (
     ACTIVE,
     CANCEL_FILE,
@@ -36,6 +38,7 @@ from engine.store.runs import (
     read_log,
     read_status,
     run_dir,
+    run_dirs,
     runs_root,
     write_status,
 )
@@ -44,16 +47,37 @@ from engine.store.usage import DiskUsage, dataset_bytes, disk_usage, format_byte
 
 
 def read_metrics(
-    run_ids: list[str], keys: list[str] | None = None, *, max_points: int | None = 1000, workspace=None
+    run_ids: list[str], keys: list[str] | None = None, *, max_points: int | None = 1000, workspace=None,
+    cache: bool = True,
 ) -> pd.DataFrame:
     """Metrics of ``run_ids`` as a long DataFrame ``run_id, key, step, value, wall_time``.
 
-    Reads Parquet with an in-memory DuckDB connection; safe while the runs are writing and
+    Reads Parquet with this process's DuckDB database; safe while the runs are writing and
     compacting. ``max_points`` downsamples each (run, key) series to about that many points (None:
     all rows). An unreadable file is skipped, never raised: ``df.attrs["warnings"]`` says which.
+    ``cache`` (default): decoded files and per-run results are kept in this process, keyed by the
+    identity of the run's files now (:mod:`engine.store.metrics_cache`), so the answer is the same
+    as with ``cache=False`` (every file read again), only cheaper.
     Raises :class:`~engine.errors.RunNotFoundError` for an unknown run id.
     """
-    return read_metrics_files([run_dir(r, workspace) for r in run_ids], keys, max_points=max_points)
+    dirs = run_dirs(list(run_ids), workspace)
+    if cache:
+        return read_metrics_cached(dirs, keys, max_points=max_points)
+    return read_metrics_files(dirs, keys, max_points=max_points)
+
+
+def latest_points(run_ids: list[str], *, max_age_s: float = 0.0, workspace=None) -> dict[tuple[str, str], tuple[int, float]]:
+    """``(run_id, key) -> (step, value)``: the last logged point of every metric of each run (the
+    highest step; a step logged twice gives its later value; a NaN counts), i.e. the last row of
+    ``read_metrics(run_ids, max_points=1)`` per (run, key).
+
+    Kept in this process's run index (:mod:`engine.store.index`) with a small summary per metrics
+    file, so a run list with each run's latest figures costs a lookup per run. ``max_age_s`` as in
+    :func:`list_runs` (0: checked now). Unknown run ids are left out (no error).
+    """
+    from engine.store.index import index_for
+
+    return index_for(runs_root(workspace)).latest(list(run_ids), max_age_s)
 
 
 __all__ = [
@@ -61,8 +85,8 @@ __all__ = [
     "set_tags", "tag_run",
     "ACTIVE", "CANCEL_FILE", "RESUMABLE", "STATUSES", "CheckpointWeights", "MetricsWriter", "RunLock", "RunRecord",
     "Sample", "append_config_history", "checkpoint_weights", "compact_metrics", "create_run", "get_run", "latest_checkpoint_step",
-    "latest_complete_checkpoint", "list_checkpoints", "list_runs", "load_checkpoint_state", "load_samples",
+    "latest_complete_checkpoint", "latest_points", "list_checkpoints", "list_runs", "load_checkpoint_state", "load_samples",
     "load_weights", "lock_holder", "read_config_history", "read_log", "read_metrics", "read_status", "run_alive",
-    "run_dir", "runs_root", "sample_steps", "save_checkpoint", "save_samples", "signal_holder", "truncate_metrics",
+    "run_dir", "run_dirs", "runs_root", "sample_steps", "save_checkpoint", "save_samples", "signal_holder", "truncate_metrics",
     "write_status",
 ]

@@ -154,7 +154,7 @@ def annotate(run_id: str, *, tags: Iterable[str] | None = None, add_tags: Iterab
         PermissionDeniedError: a viewer, nobody signed in, or demo mode (checked first; audited).
         StorageError: the file cannot be written (the old one is kept).
     """
-    from engine.store.runs import run_dir
+    from engine.store.runs import note_write, run_dir
 
     d = run_dir(run_id, workspace)
     old, _ = read_annotations(d)
@@ -165,6 +165,7 @@ def annotate(run_id: str, *, tags: Iterable[str] | None = None, add_tags: Iterab
                       old.note if note is None else validate_note(note),
                       old.archived if archived is None else bool(archived))
     atomic_write_json(d / ANNOTATIONS_FILE, new.to_dict(), what=f"the annotations of run {run_id}")
+    note_write(d)
     return new
 
 

@@ -54,6 +54,17 @@ class Evaluation:
         rows: ``{"train": N, "val": N, "dim": D}`` features used (trained encoder's width).
         seconds: wall time of the evaluation (s).
         created_at: unix seconds.
+        downstream: encoder (``trained``, ``random_init``) -> the fine-tune's figures
+            (:meth:`engine.eval.finetune.FinetuneResult.figures`: ``finetune_acc`` val top-1 fraction,
+            ``finetune_train_acc``, ``finetune_steps``, ``finetune_epochs``, ``finetune_seconds``);
+            empty when not fine-tuned (``evaluation.finetune_epochs: 0``, or a task without an entry).
+        quality: predictor (``trained``, then the task's baselines by name) -> reconstruction figure
+            (:mod:`engine.eval.reconstruction`: images ``ssim``, ``ssim_full``; audio ``spec_l1``,
+            ``spec_mse``, ``lsd_db``, ``spectral_convergence``); empty when none apply.
+        cost: the FLOPs of one training step (:func:`engine.eval.flops.train_step_flops`:
+            ``flops_per_step``, ``flops_per_sample``, ``forward_flops_per_step``, ``batch_size``,
+            ``mask_ratio``).
+        notes: what was left out and why (e.g. a task with no fine-tune entry).
     """
 
     step: int
@@ -62,6 +73,10 @@ class Evaluation:
     rows: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
     created_at: float = 0.0
+    downstream: dict[str, dict[str, float]] = field(default_factory=dict)
+    quality: dict[str, dict[str, float]] = field(default_factory=dict)
+    cost: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
 
 def _eval_dir(d: Path) -> Path:

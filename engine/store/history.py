@@ -14,7 +14,7 @@ from typing import Any
 
 from engine.errors import DamagedFileError
 from engine.messages import describe_error
-from engine.store.runs import CONFIG_FILE
+from engine.store.runs import CONFIG_FILE, note_write
 from engine.workspace import atomic_write_json, read_json
 
 HISTORY_FILE = "config_history.json"
@@ -77,4 +77,5 @@ def append_config_history(run_dir: Path, step: int, config: dict[str, Any]) -> d
     history.append(entry)
     atomic_write_json(run_dir / HISTORY_FILE, history, what=f"the config history of run {run_dir.name}")
     atomic_write_json(run_dir / CONFIG_FILE, config, what=f"the config of run {run_dir.name}")
+    note_write(run_dir)
     return entry

@@ -13,6 +13,7 @@ import logging
 import os
 import secrets
 import socket
+import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -51,12 +52,22 @@ def runs_root(workspace=None) -> Path:
 
 def run_dir(run_id: str, workspace=None) -> Path:
     """Folder of ``run_id``. Raises :class:`RunNotFoundError` if it does not exist or the id is malformed."""
-    if not run_id or "/" in run_id or run_id.startswith("."):
-        raise RunNotFoundError(f"no run {run_id!r}")
-    d = runs_root(workspace) / run_id
-    if not (d / CONFIG_FILE).exists():
-        raise RunNotFoundError(f"no run {run_id!r} in {runs_root(workspace)}")
-    return d
+    return run_dirs([run_id], workspace)[0]
+
+
+def run_dirs(run_ids: list[str], workspace=None) -> list[Path]:
+    """Folders of ``run_ids`` (the workspace resolved once). Raises :class:`RunNotFoundError` for the
+    first that does not exist or is malformed."""
+    root = runs_root(workspace)
+    out = []
+    for run_id in run_ids:
+        if not run_id or "/" in run_id or run_id.startswith("."):
+            raise RunNotFoundError(f"no run {run_id!r}")
+        d = root / run_id
+        if not (d / CONFIG_FILE).exists():
+            raise RunNotFoundError(f"no run {run_id!r} in {root}")
+        out.append(d)
+    return out
 
 
 @dataclass(frozen=True)
@@ -140,6 +151,14 @@ def create_run(config: dict[str, Any], workspace=None) -> tuple[str, Path]:
     return run_id, d
 
 
+def note_write(d: Path) -> None:
+    """Tell this process's run index (:mod:`engine.store.index`; if any is kept) that it has just
+    replaced a file of run folder ``d``, so its next list shows the change at once."""
+    index = sys.modules.get("engine.store.index")
+    if index is not None:
+        index.note_write(d)
+
+
 def write_status(d: Path, status: dict[str, Any]) -> None:
     """Atomically replace the run's status file (the launcher at creation, then the lock holder only).
 
@@ -151,6 +170,7 @@ def write_status(d: Path, status: dict[str, Any]) -> None:
         raise ValueError(f"unknown run status {status.get('status')!r}")
     status = {**status, "updated_at": time.time(), "host": socket.gethostname(), "format": FORMAT}
     atomic_write_json(Path(d) / STATUS_FILE, status, what=f"the status of run {Path(d).name}")
+    note_write(d)
 
 
 def read_status(d: Path) -> dict[str, Any]:
@@ -200,14 +220,56 @@ def is_starting(d: Path, st: dict[str, Any] | None = None) -> bool:
     return time.time() - since < LAUNCH_GRACE_S
 
 
-def _record(d: Path) -> RunRecord:
+@dataclass(frozen=True)
+class RunFiles:
+    """What a run's own small files say, read once: its config, raw status and annotations, the
+    warnings about them, and the folder's and config's mtimes (fallback times). Everything a
+    :class:`RunRecord` needs apart from liveness (the lock) and the clock (:func:`derive_record`)."""
+
+    cfg: dict[str, Any]
+    st: dict[str, Any]
+    notes: Any
+    warnings: tuple[str, ...]
+    dir_mtime: float
+    config_mtime: float
+
+    @property
+    def raw_active(self) -> bool:
+        """True when the file says queued or running: the record then depends on the lock and the clock."""
+        return self.st.get("status", "queued" if not self.warnings else "running") in ACTIVE
+
+
+def read_run_files(d: Path) -> RunFiles:
+    """Read a run folder's ``config.json``, ``status.json`` and ``annotations.json``.
+
+    Raises:
+        DamagedFileError: its ``config.json`` is unreadable.
+        FileNotFoundError: the folder or its config is gone.
+    """
     try:
         cfg = read_json(d / CONFIG_FILE)
+        config_mtime = (d / CONFIG_FILE).stat().st_mtime
+    except FileNotFoundError:
+        raise
     except (OSError, ValueError) as e:
         raise DamagedFileError(f"{d / CONFIG_FILE}: unreadable run config ({describe_error(e)})") from None
     st, warnings = read_status_checked(d)
     notes, damaged = read_annotations(d)
-    warnings += damaged
+    return RunFiles(cfg, st, notes, tuple(warnings + damaged), d.stat().st_mtime, config_mtime)
+
+
+def _record(d: Path) -> RunRecord:
+    return derive_record(d, read_run_files(d))
+
+
+def derive_record(d: Path, files: RunFiles) -> RunRecord:
+    """The :class:`RunRecord` of folder ``d`` from its files, deciding a queued/running run's
+    liveness now (its lock, :func:`is_starting`).
+
+    Raises:
+        FormatVersionError: the run was written by a newer masklab.
+    """
+    cfg, st, notes, warnings = files.cfg, files.st, files.notes, list(files.warnings)
     fmt = st.get("format", 1)
     if isinstance(fmt, int) and fmt > FORMAT:
         raise FormatVersionError(f"run {d.name} was written by a newer masklab (format {fmt}; this masklab "
@@ -221,13 +283,13 @@ def _record(d: Path) -> RunRecord:
         if not is_starting(d, {**st, "status": status}):
             error = INTERRUPTED_ERROR.format(status=status)
             status = "interrupted"
-            since = _float(st.get("updated_at")) or (d / CONFIG_FILE).stat().st_mtime
+            since = _float(st.get("updated_at")) or files.config_mtime
             st = {**st, "ended_at": st.get("ended_at") or since}  # its last sign of life
     return RunRecord(
         run_id=d.name,
         name=cfg.get("name") or d.name,
         status=status,
-        created_at=_float(st.get("created_at")) or d.stat().st_mtime,
+        created_at=_float(st.get("created_at")) or files.dir_mtime,
         started_at=_float(st.get("started_at")),
         ended_at=_float(st.get("ended_at")),
         step=int(st.get("step", 0)),
@@ -240,7 +302,8 @@ def _record(d: Path) -> RunRecord:
         updated_at=_float(st.get("updated_at")),
         extra={k: v for k, v in st.items() if k in ("device", "n_params", "throughput", "num_threads",
                                                     "deterministic", "queued_at", "format", "resume_from",
-                                                    "restarts", "peak_mem_bytes", "phase")},
+                                                    "restarts", "peak_mem_bytes", "phase", "placement",
+                                                    "torchrun_exit")},
         warnings=tuple(warnings),
         tags=notes.tags,
         note=notes.note,
@@ -259,21 +322,25 @@ def get_run(run_id: str, workspace=None) -> RunRecord:
     return _record(run_dir(run_id, workspace))
 
 
-def list_runs(workspace=None) -> list[RunRecord]:
-    """All runs, newest first. Reads only small JSON files (no metrics).
+def list_runs(workspace=None, *, max_age_s: float = 0.0) -> list[RunRecord]:
+    """All runs, newest first. Reads only small JSON files (no metrics), and only those of runs
+    that changed since this process last looked (:mod:`engine.store.index`).
+
+    Args:
+        workspace: the workspace (default ``$MASKLAB_WORKSPACE``).
+        max_age_s: 0 (default): exact, the folders are checked now (about 2 us per run plus the
+            files of changed runs). Above 0: a table no older than this many seconds may be
+            returned, kept current by a background thread (the dashboard passes 1.0: a list of
+            2,000 runs then costs a copy of the table). A write through the store by this process
+            shows at once either way.
 
     A run folder that cannot be read (damaged ``config.json``, newer format, half-created) is left
-    out with a logged warning; ``python -m engine doctor`` reports it.
+    out with a logged warning (once); ``python -m engine doctor`` reports it. The records are shared
+    with other callers: do not mutate their dicts.
     """
-    out = []
-    for d in runs_root(workspace).iterdir():
-        if d.name.startswith(".") or not (d / CONFIG_FILE).exists():
-            continue
-        try:
-            out.append(_record(d))
-        except (OSError, ValueError, DamagedFileError, FormatVersionError) as e:
-            log.warning("skipping run folder %s: %s", d, e)
-    return sorted(out, key=lambda r: r.created_at, reverse=True)
+    from engine.store.index import index_for
+
+    return index_for(runs_root(workspace)).records(max_age_s)
 
 
 def read_log(run_id: str, max_bytes: int = 64_000, workspace=None) -> str | None:

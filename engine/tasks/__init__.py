@@ -76,5 +76,6 @@ def build_task(cfg, device: torch.device | str = "cpu", workspace=None) -> Task:
 from engine.tasks import image as _image  # noqa: E402,F401  image_mim
 from engine.tasks import text as _text  # noqa: E402,F401  text_mlm, text_span
 from engine.tasks import audio as _audio  # noqa: E402,F401  audio_mae, audio_frames
+from engine.tasks import paired as _paired  # noqa: E402,F401  paired
 
 __all__ = ["TASK_REGISTRY", "Task", "build_task", "get_task", "register_task", "tasks_for"]

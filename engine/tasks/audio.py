@@ -474,6 +474,19 @@ class _AudioTask(Task):
         den = torch.zeros(len(rows)).index_add_(0, idx, wt).clamp_min(1e-9)
         return (num / den[:, None]).numpy().astype(np.float32), self._ds.labels[rows].astype(np.int64)
 
+    def raw_features(self, max_rows: int | None = None):
+        """The raw-input baseline of the evaluation: each clip's mean and standard deviation of every
+        normalised log-mel bin over its frames (:func:`engine.eval.logmel_stats`, SUPERB's FBANK
+        baseline), ``X float32 [N, 2F]`` for the first ``max_rows`` clips of each split (the rows
+        :meth:`features` uses)."""
+        from engine.eval.audio_baselines import logmel_stats
+
+        out = []
+        for split in ("train", "val"):
+            rows = self._ds.indices(split)[:max_rows]
+            out.append((logmel_stats(self.feats, rows), self._ds.labels[rows].astype(np.int64)))
+        return out[0], out[1]
+
 
 @register_task
 class AudioMAETask(_AudioTask):

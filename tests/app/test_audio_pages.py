@@ -13,9 +13,9 @@ from streamlit.testing.v1 import AppTest
 from engine.config import RunConfig
 from engine.data import ImportOptions, import_source
 from engine.store import create_run, get_run
+from tests.app.pages import captions, open_with
 from tests.fsdd import subset_zip
 
-ENTRY = Path(__file__).resolve().parents[2] / "app" / "streamlit_app.py"
 
 
 @pytest.fixture(scope="module")
@@ -35,21 +35,6 @@ def audio_ws(tmp_path_factory, shared_data) -> Path:
 def env(audio_ws, monkeypatch) -> Path:
     monkeypatch.setenv("MASKLAB_WORKSPACE", str(audio_ws))
     return audio_ws
-
-
-def open_with(page: str, params: dict[str, str]) -> AppTest:
-    at = AppTest.from_file(str(ENTRY), default_timeout=120)
-    at.run().switch_page(page)
-    for k, v in params.items():
-        at.query_params[k] = v
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    assert not at.error, [e.value for e in at.error]
-    return at
-
-
-def captions(at: AppTest) -> list[str]:
-    return [img.caption for el in at.get("image") for img in el.proto.imgs]
 
 
 def players(at: AppTest) -> int:
@@ -82,6 +67,25 @@ def test_new_run_draws_the_runs_masks_on_real_spectrograms_from_the_url(env, tas
     assert len(masked) == 8 and any(int(c.split()[1]) > 0 for c in masked)
     url = {k: (v[0] if isinstance(v, list) else v) for k, v in dict(at.query_params).items()}
     assert url["task"] == task and url["data.audio.n_mels"] == "32" and url["data.audio.clip_seconds"] == "0.5"
+
+
+@pytest.mark.parametrize("bad", ["abc", "nan", "-5e9", "7e12"])
+def test_new_run_link_with_bad_audio_numbers_opens_and_names_them(env, bad):
+    fields = ["data.audio.clip_seconds", "data.audio.window_ms", "data.audio.hop_ms", "data.audio.f_min"]
+    at = AppTest.from_file(str(ENTRY), default_timeout=120)
+    at.run().switch_page("../pages/new_run.py")
+    for k, v in {"dataset": "spoken", "task": "audio_frames", **{f: bad for f in fields}}.items():
+        at.query_params[k] = v
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    # clamped to their limits, the values may still not fit together (a 5 ms window at 8 kHz):
+    # then the form says so in words, the field named, and Launch stays disabled
+    assert all(e.value.startswith("data.audio.") for e in at.error), [e.value for e in at.error]
+    warned = " ".join(w.value for w in at.warning)
+    for f in fields:
+        if f == "data.audio.f_min" and bad == "7e12":
+            continue  # f_min has no upper bound in the form: the run's pre-flight check names it
+        assert f"{f}=" in warned, (f, warned)
 
 
 def test_mask_lab_draws_masks_and_statistics_for_audio(env):

@@ -31,7 +31,7 @@ def test_compare_four_saved_runs(workspace, monkeypatch, page):  # noqa: F811
         expect(page.get_by_text("Download HTML report")).to_be_visible(timeout=90_000)
         settle(page)
         for h in ("Curves", "Config differences", "Reconstructions of the same validation inputs",
-                  "Downstream: frozen-feature probes", "Training cost"):
+                  "Downstream: probes and fine-tuning", "Training cost"):
             expect(page.get_by_role("heading", name=h)).to_be_visible()
         assert page.locator(CHART).count() >= 2  # the curves and the probe bars
         diff = page.locator("table").nth(0)
@@ -40,9 +40,12 @@ def test_compare_four_saved_runs(workspace, monkeypatch, page):  # noqa: F811
             expect(diff).to_contain_text(ratio)
         assert page.locator("img").count() >= 9  # original + masked and reconstruction per run
         expect(page.get_by_text("original", exact=True)).to_be_visible()
-        down = page.locator("table").nth(1)
-        expect(down).to_contain_text("linear probe")
+        quality = page.locator("table").nth(1)  # under the grid: SSIM beside the best baseline
+        expect(quality).to_contain_text("SSIM, masked patches · best baseline")
+        down = page.locator("table").filter(has_text="linear probe").first
         expect(down).to_contain_text("★")
+        expect(page.locator("table").filter(has_text="fine-tune · random init").first).to_be_visible()
+        expect(page.locator("table").filter(has_text="GFLOPs per step").first).to_be_visible()
         shot(page, "compare-4-runs")
     finally:
         stop_server(proc)

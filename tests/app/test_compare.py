@@ -34,6 +34,8 @@ def test_mark_best_and_time_to_loss():
     df = pd.DataFrame({"run": ["a", "b", "c"], "x": [0.5, 0.9, np.nan], "y": [0.2, 0.1, 0.2]})
     out = mark_best(df, ["x", "y"])
     assert out["x"].tolist() == ["50.0%", "90.0% ★", "–"] and out["y"].tolist() == ["20.0% ★", "10.0%", "20.0% ★"]
+    lone = mark_best(pd.DataFrame({"x": [np.nan, 0.3]}), ["x"])
+    assert lone["x"].tolist() == ["–", "30.0%"]  # one value is not the best of anything
     loss = pd.DataFrame({"run_id": ["a"] * 4 + ["b"] * 2, "step": [1, 2, 3, 4, 1, 2],
                          "value": [1.0, 0.5, 0.2, 0.1, 1.0, 0.9], "wall_time": [10, 11, 13, 20, 0, 1]})
     assert time_to_loss(loss, 0.3, smoothing_points=1) == {"a": (3, 3.0), "b": None}
@@ -73,7 +75,7 @@ def test_compare_page_on_four_evaluated_runs(four_runs):
     assert not at.error, [e.value for e in at.error]
     headers = [h.value for h in at.header]
     assert headers == ["Curves", "Config differences", "Reconstructions of the same validation inputs",
-                       "Downstream: frozen-feature probes", "Training cost"]
+                       "Downstream: probes and fine-tuning", "Training cost"]
     tables = [t.value for t in at.table]
     diff = next(t for t in tables if "masking.ratio" in t.index)
     assert list(diff.index) == ["masking.ratio"] and diff.shape[1] == 4

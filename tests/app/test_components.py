@@ -100,6 +100,18 @@ def test_metrics_chart_layers_and_empty():
     assert [v["smoothed"] for v in values if v["key"] == "val_loss"] == [0.4]  # eval metric not smoothed
 
 
+def test_metrics_chart_samples_seen_axis():
+    df = pd.DataFrame({"run_id": ["a", "a", "b", "b"], "key": ["loss"] * 4, "step": [1, 2, 1, 2],
+                       "value": [1.0, 0.5, 1.0, 0.5]})
+    spec = metrics_chart(df, x="samples", batch_sizes={"a": 32, "b": 128}).to_dict()
+    values = next(iter(spec["datasets"].values()))
+    assert {(v["run_id"], v["step"]): v["samples"] for v in values} == {("a", 1): 32, ("a", 2): 64, ("b", 1): 128,
+                                                                       ("b", 2): 256}
+    assert spec["layer"][0]["encoding"]["x"]["field"] == "samples"
+    # without the batch sizes the step axis is kept
+    assert metrics_chart(df, x="samples").to_dict()["layer"][0]["encoding"]["x"]["field"] == "step"
+
+
 def _record(**kw) -> RunRecord:
     base = dict(
         run_id="20260101-000000-abcdef", name="mae", status="running", created_at=0.0, started_at=100.0,
@@ -170,3 +182,38 @@ def test_default_selection_keeps_to_the_newest_runs_task():
     assert same_task_first(runs, 2) == ["t3", "t2"]
     assert same_task_first(runs[1:], 3) == ["i2", "i1"]
     assert same_task_first([], 3) == []
+
+
+@pytest.mark.parametrize("extra, launch, short, full", [
+    ({}, None, "", "local · 1 process"),  # a run of an older masklab, or one not started yet
+    ({"placement": {"backend": "local", "hosts": ["vm"], "processes": 1}}, None, "", "local · host vm · 1 process"),
+    ({"placement": {"backend": "local", "hosts": ["vm"], "processes": 1, "devices": ["3"]}}, None, "GPU 3",
+     "local · host vm · 1 process · GPU 3"),
+    ({"placement": {"backend": "local", "hosts": ["vm"], "processes": 2, "devices": ["0,1"]}}, {"nproc_per_node": 2},
+     "2 processes · GPU 0,1", "local · host vm · 2 processes · GPU 0,1"),
+    ({}, {"nproc_per_node": 2, "nnodes": 2}, "2 nodes x 2 processes", "local · 2 nodes x 2 processes"),
+    ({"placement": {"backend": "local", "hosts": ["a", "b"], "processes": 2}}, {"nproc_per_node": 1, "nnodes": 2},
+     "2 nodes x 1 process", "local · hosts a, b · 2 nodes x 1 process"),
+])
+def test_where_a_run_trains_in_the_table_and_on_run_detail(extra, launch, short, full):
+    from app.components.runs import placement_label
+
+    rec = _record(config={"data": {"dataset": "digits"}, **({"launch": launch} if launch else {})}, extra=extra)
+    assert placement_label(rec) == short == runs_frame([rec]).iloc[0]["where"]
+    assert placement_label(rec, full=True) == full
+
+
+@pytest.mark.parametrize("n_classes", [3, 12, 13, 42])
+def test_class_counts_chart_writes_every_class_name(n_classes):
+    """Up to 12 classes stand on the x axis; more lie along y, one row each, no name dropped."""
+    from app.components.charts import counts_chart
+
+    counts = pd.DataFrame([{"class_name": f"topic-{i}", "split": s, "count": i + 1}
+                           for i in range(n_classes) for s in ("train", "val")])
+    spec = counts_chart(counts, unit="texts").to_dict()
+    enc = spec["encoding"]
+    if n_classes <= 12:
+        assert enc["x"]["field"] == "class_name" and spec["height"] == 260
+    else:
+        assert enc["y"]["field"] == "class_name" and enc["y"]["axis"]["labelOverlap"] is False
+        assert spec["height"] >= 18 * n_classes

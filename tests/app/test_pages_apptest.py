@@ -70,6 +70,7 @@ def test_data_page_says_how_to_get_a_missing_bundled_set(workspace, tmp_path, mo
     monkeypatch.setenv("MASKLAB_FASHION_MNIST_DIR", str(tmp_path / "empty"))
     monkeypatch.setenv("MASKLAB_FORTUNES_DIR", str(tmp_path / "empty"))
     monkeypatch.setenv("MASKLAB_ASTERISK_DIR", str(tmp_path / "empty"))
+    monkeypatch.setenv("MASKLAB_TUXPAINT_DIR", str(tmp_path / "empty"))
     at = open_page("../pages/data.py")
     assert not at.exception
     (note,) = [i.value for i in at.info if "fashion-mnist" in i.value]
@@ -78,6 +79,8 @@ def test_data_page_says_how_to_get_a_missing_bundled_set(workspace, tmp_path, mo
     assert "apt-get install fortunes" in note
     (note,) = [i.value for i in at.info if "asterisk-prompts" in i.value]
     assert "asterisk-core-sounds-en-wav" in note
+    (note,) = [i.value for i in at.info if "tuxpaint-stamps" in i.value]
+    assert "apt-get install tuxpaint-stamps-default" in note
     assert at.selectbox(key="data_ds").options == ["digits  (1,797 images, 8x8 px)"]
 
 

@@ -92,6 +92,10 @@ def test_one_image_run_numbers_next_to_baselines_and_reconstructions(runs):
     assert probe[0] == f"{rep['trained']['probe_acc']:.1%}"
     assert probe[1] == f"{(rep['trained']['probe_acc'] - rep['random_init']['probe_acc']) * 100:+.1f} points vs random init"
     assert tiles["kNN accuracy (k=20) @ step 20"][0] == f"{rep['trained']['knn_acc']:.1%}"
+    ft = ev.downstream
+    assert tiles["Fine-tune accuracy @ step 20"] == (
+        f"{ft['trained']['finetune_acc']:.1%}",
+        f"{(ft['trained']['finetune_acc'] - ft['random_init']['finetune_acc']) * 100:+.1f} points vs random init")
     table = next(d.value for d in at.dataframe if "predictor" in d.value.columns)
     assert list(table.predictor) == ["this run (step 20)", "biharmonic", "knn", "mean image", "visible mean"]
     # the image view's reconstructions, large, each captioned with its class and masked-patch MSE
@@ -132,6 +136,9 @@ def test_two_runs_side_by_side(runs):
     assert list(table["figure"]) == ["val loss (MSE (masked units))", "top-1"]
     ev = latest_evaluation(image_run)
     assert list(table["linear probe"]) == [f"{ev.representation['trained']['probe_acc']:.1%}", "no evaluation"]
+    ft = ev.downstream
+    assert list(table["fine-tune (random init)"]) == [
+        f"{ft['trained']['finetune_acc']:.1%} ({ft['random_init']['finetune_acc']:.1%})", "–"]
     caps = [img.caption for el in at.get("image") for img in el.proto.imgs]
     assert caps == ["original", f"digits-demo · {image_run[-6:]} · masked (step 20)",
                     f"digits-demo · {image_run[-6:]} · reconstruction (step 20)"]

@@ -143,6 +143,20 @@ def test_runs_selection_smoothing_and_axes_come_from_the_url(workspace, page):
         assert url(at)["run"] == b
 
 
+@pytest.mark.parametrize("bad", ["abc", "nan", "-7", "7e12"])
+def test_plain_number_parameters_out_of_range_or_not_numbers_open_the_page(workspace, bad):
+    """Every number a page keeps in its URL (smoothing sliders, the time-to-loss target, Mask lab's
+    batch, seed and steps): a hand-edited value opens the page with the widget in range."""
+    a, b = (_finished(n) for n in "ab")
+    at = open_with("../pages/runs.py", {"runs": f"{a},{b}", "smoothing": bad})
+    assert 0.0 <= at.slider(key="runs_smoothing").value <= 0.99
+    cmp = open_with("../pages/compare.py", {"runs": f"{a},{b}", "smoothing": bad, "loss": bad})
+    assert 0.0 <= cmp.slider(key="cmp_smoothing").value <= 0.99
+    assert all(n.value >= 0 for n in cmp.number_input)
+    lab = open_with("../pages/mask_lab.py", {"dataset": "digits", "n": bad, "train.seed": bad, "train.steps": bad})
+    assert 8 <= lab.number_input(key="ml_n").value <= 4096
+
+
 def test_cancel_asks_before_it_cancels(workspace):
     from engine.store import CANCEL_FILE
 
@@ -156,6 +170,19 @@ def test_cancel_asks_before_it_cancels(workspace):
     at.button(key=f"runs_cancel_{run_id}").click().run()
     at.button(key=f"runs_cancel_yes_{run_id}").click().run()
     assert (d / CANCEL_FILE).exists()
+    assert any(t.value.startswith(f"Cancelling {run_id}") for t in at.toast)
+
+
+def test_cancelling_a_run_that_ended_meanwhile_says_nothing_was_cancelled(workspace):
+    from engine.store import CANCEL_FILE
+
+    run_id, d = create_run(RunConfig.from_dict({"name": "finishing"}).to_dict())
+    at = open_with("../pages/runs.py", {})
+    at.button(key=f"runs_cancel_{run_id}").click().run()
+    write_status(d, {"status": "completed", "step": 20, "total_steps": 20, "started_at": 1.0, "ended_at": 3.0})
+    at.button(key=f"runs_cancel_yes_{run_id}").click().run()
+    assert not (d / CANCEL_FILE).exists()
+    assert any(t.value.startswith(f"{run_id} had already ended") for t in at.toast)
 
 
 def test_text_forms_come_from_the_url(workspace):
@@ -172,3 +199,44 @@ def test_text_forms_come_from_the_url(workspace):
     lab = open_with("../pages/mask_lab.py", {"dataset": "fortunes", "task": "text_span", "data.tokenizer.kind": "char"})
     assert lab.selectbox(key="ml_task").value == "text_span" and lab.selectbox(key="ml_tok_kind").value == "char"
     assert url(lab)["masking.strategy"] == "sentence_span"
+
+
+# Every number a New run link can carry, per modality: a value that is not a number, one that is
+# not finite and one out of range must each open the form (no exception), with the field at a valid
+# value and the link's value named in a warning.
+NUMERIC_FIELDS = {
+    "image": ("digits", "image_mim", ["train.steps", "train.batch_size", "train.lr", "train.seed",
+                                      "train.eval_interval", "masking.ratio"]),
+    "text": ("fortunes", "text_mlm", ["data.tokenizer.vocab_size", "data.tokenizer.max_len",
+                                      "data.tokenizer.min_frequency", "task_params.mask_share", "train.steps"]),
+}
+BAD_VALUES = {"abc": None, "nan": None, "-5e9": "low", "7e12": "high"}
+
+
+@pytest.mark.parametrize("modality", sorted(NUMERIC_FIELDS))
+@pytest.mark.parametrize("bad", sorted(BAD_VALUES))
+def test_new_run_link_with_bad_numbers_opens_and_says_what_it_did_not_take(workspace, modality, bad):
+    dataset, task, fields = NUMERIC_FIELDS[modality]
+    at = open_with("../pages/new_run.py", {"dataset": dataset, "task": task, **{f: bad for f in fields}})
+    resolved = json.loads(at.json[0].value)
+    RunConfig.from_dict(resolved)  # the form holds a valid config
+    warned = " ".join(w.value for w in at.warning)
+    assert "This link's" in warned
+    for f in fields:
+        if f == "data.tokenizer.min_frequency" and BAD_VALUES[bad] == "high":
+            continue  # no upper limit: the form takes 7e12 as it is
+        assert f"{f}={bad}" in warned or f"{f}={decode(bad)}" in warned, (f, warned)
+    # once the user changes the form, the warning about the link goes
+    at.number_input(key=f"nr_steps_{task}").set_value(42).run()
+    assert not any("This link's" in w.value for w in at.warning)
+
+
+def test_new_run_link_naming_an_unknown_dataset_says_so(workspace):
+    at = open_with("../pages/new_run.py", {"dataset": "no-such-set", "train.steps": "20"})
+    assert any("dataset 'no-such-set' is not in this workspace" in w.value for w in at.warning)
+
+
+def test_a_link_the_form_takes_whole_gives_no_warning(workspace):
+    at = open_with("../pages/new_run.py", {"dataset": "digits", "task": "image_mim", "train.steps": "77",
+                                           "masking.ratio": "0.6"})
+    assert not any("This link's" in w.value for w in at.warning)

@@ -178,6 +178,7 @@ def test_fashion_mnist_missing_says_how_to_install(workspace, tmp_path, monkeypa
     monkeypatch.setenv("MASKLAB_FASHION_MNIST_DIR", str(tmp_path / "nowhere"))
     monkeypatch.setenv("MASKLAB_FORTUNES_DIR", str(tmp_path / "nowhere"))
     monkeypatch.setenv("MASKLAB_ASTERISK_DIR", str(tmp_path / "nowhere"))
+    monkeypatch.setenv("MASKLAB_TUXPAINT_DIR", str(tmp_path / "nowhere"))
     status = {s.name: s for s in bundled_status()}
     assert status["digits"].available and not status["fashion-mnist"].available
     assert "apt-get install dataset-fashion-mnist" in status["fashion-mnist"].how_to_get

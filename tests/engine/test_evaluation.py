@@ -16,7 +16,7 @@ from engine.store import create_run, get_run
 from engine.store.evaluations import ENCODERS, load_maps, read_evaluations, read_job
 from engine.worker import execute_run
 
-EVAL = {"max_rows": 400, "tsne_max_rows": 200}
+EVAL = {"max_rows": 400, "tsne_max_rows": 200, "finetune_epochs": 1}
 IMAGE = {"name": "img", "data": {"dataset": "digits"}, "model": {"preset": "tiny", "patch_size": 2},
          "train": {"steps": 30, "batch_size": 64, "eval_interval": 15, "checkpoint_interval": 15, "warmup_steps": 2,
                    "seed": 3, "device": "cpu", "num_threads": 1}, "evaluation": EVAL}
@@ -35,6 +35,12 @@ def _check(ev, n_val: int):
         assert set(figs) == {"probe_acc", "knn_acc", "kmeans_nmi", "kmeans_ari"}
         assert all(0 <= figs[k] <= 1 for k in ("probe_acc", "knn_acc", "kmeans_nmi"))
     assert ev.rows["val"] == n_val and ev.seconds > 0
+    # downstream fine-tune from the checkpoint and from the random init, the same recipe (1 epoch here)
+    assert set(ev.downstream) == {"trained", "random_init"} and ev.notes == []
+    for figs in ev.downstream.values():
+        assert 0 <= figs["finetune_acc"] <= 1 and figs["finetune_epochs"] == pytest.approx(1, abs=0.2)
+    # the FLOPs of a training step: forward and backward of one batch
+    assert ev.cost["flops_per_step"] > ev.cost["forward_flops_per_step"] > 0
 
 
 @pytest.mark.slow
@@ -51,6 +57,7 @@ def test_completed_image_run_is_evaluated_at_its_end_and_on_demand(workspace, on
     assert ev.representation["random_init"]["probe_acc"] > 0.5 > ev.representation["chance"]["probe_acc"]
     assert set(ev.reconstruction) >= {"val_loss", "val_mse", "val_psnr"}
     assert ev.reconstruction["val_loss"] == pytest.approx(get_run(run_id).latest["val_loss"], rel=1e-5)
+    assert set(ev.quality) == {"trained", "mean_image", "visible_mean", "biharmonic", "knn"}  # SSIM beside baselines
     maps = load_maps(run_id, 30)
     assert maps["pca"].shape == maps["tsne"].shape == (179, 2) and maps["labels"].shape == (179,)
     assert read_job(run_id)["status"] == "completed"
@@ -109,4 +116,5 @@ def test_text_run_is_evaluated_with_tfidf_as_raw_input(workspace, one_thread, sh
     ev = read_evaluations(run_id)[0][0]
     _check(ev, ev.rows["val"])
     assert ev.rows["val"] > 30 and "val_top1" in ev.reconstruction
+    assert ev.quality == {}  # text: masked-token top-1 is its reconstruction figure
     assert ev.representation["raw_input"]["probe_acc"] > ev.representation["chance"]["probe_acc"]

@@ -144,3 +144,26 @@ def test_memory_cap_setting(monkeypatch):
     assert memory_cap_bytes({"MASKLAB_IMPORT_MEMORY_MB": "4096"}) == 4096 * 2**20
     with pytest.raises(DatasetError, match="MASKLAB_IMPORT_MEMORY_MB='100' must be a whole number of megabytes, at least 256"):
         memory_cap_bytes({"MASKLAB_IMPORT_MEMORY_MB": "100"})
+
+
+@pytest.mark.parametrize("case", ["reserved name", "invalid name", "taken name", "missing source", "bad memory cap"])
+def test_an_import_refused_before_it_starts_is_in_the_audit_log_with_its_reason(workspace, tmp_path, monkeypatch,
+                                                                               case):
+    from engine.audit import read_audit
+
+    path, name = _zip(tmp_path / "pics.zip", 2), "pics"
+    if case == "reserved name":
+        name = "digits"
+    elif case == "invalid name":
+        name = "../up"
+    elif case == "taken name":
+        _wait(start_import(path, name, actor=EDITOR, image_size=8), lambda s: not s.active)
+    elif case == "missing source":
+        path = tmp_path / "gone.zip"
+    else:
+        monkeypatch.setenv("MASKLAB_IMPORT_MEMORY_MB", "lots")
+    with pytest.raises(DatasetError) as err:
+        start_import(path, name, actor=EDITOR, image_size=8)
+    last = read_audit(actor=Identity("root", "admin", "password"))[0]
+    assert (last.action, last.target, last.outcome, last.user) == ("data.import", name, "failed", "ed")
+    assert last.details["reason"] == str(err.value) and last.details["file"] == str(path)

@@ -18,7 +18,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -37,6 +36,7 @@ from engine.store import (
 )
 from engine.store.metrics import read_run_table
 from engine.worker import execute_run
+from tests.engine.procs import pids_with_args, wait_until as _wait
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = {"name": "img", "data": {"dataset": "digits"}, "model": {"preset": "tiny", "patch_size": 2},
@@ -307,15 +307,6 @@ def test_weights_that_blow_up_in_a_step_with_a_finite_loss_are_never_checkpointe
     assert rows(run_id, "loss")[-1][0] == n and math.isfinite(rows(run_id, "loss")[-1][1])
 
 
-def _wait(pred, timeout: float, what: str, poll: float = 0.2) -> None:
-    end = time.time() + timeout
-    while time.time() < end:
-        if pred():
-            return
-        time.sleep(poll)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
 def _kill_after(run_id: str, step: int) -> int:
     """SIGKILL the run's worker (the holder of its lock) once its checkpoint of ``step`` exists; returns
     the step its latest complete checkpoint had at that moment."""
@@ -366,15 +357,7 @@ def test_kill_9_after_the_second_checkpoint_then_resume(workspace, one_thread, r
 
 def _supervisors(run_dir: Path) -> list[int]:
     """PIDs of restart supervisors of ``run_dir`` (``python -m engine.worker RUN_DIR`` without --once)."""
-    out = []
-    for p in Path("/proc").iterdir():
-        try:
-            cmd = (p / "cmdline").read_bytes().split(b"\0")
-        except (OSError, ValueError):
-            continue
-        if b"engine.worker" in cmd and any(a.endswith(run_dir.name.encode()) for a in cmd) and b"--once" not in cmd:
-            out.append(int(p.name))
-    return out
+    return pids_with_args(b"engine.worker", without=b"--once", suffix=run_dir.name.encode())
 
 
 @pytest.mark.slow

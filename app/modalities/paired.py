@@ -1,0 +1,377 @@
+"""Image-caption pairs in the dashboard (issue 11): the Data page's pairs (each image with its
+caption beneath), the run's two masks on real pairs (New run, Mask lab), a run's joint
+reconstruction (masked patches and masked tokens next to the model's reconstruction of both, and
+the caption predicted from the image alone), the retrieval box and the Compare view.
+
+The image half is drawn as :mod:`app.modalities.image` draws images (grey masked patches), the
+caption half as :mod:`app.modalities.text` draws sentences (masked tokens highlighted); every
+string shown is HTML-escaped there. Conventions: images float ``(N, C, H, W)`` in [0, 1], image
+masks bool ``(N, h, w)``, caption tokens ``(N, L)`` strings (``""`` at padding), caption masks
+bool ``(N, L)``; True = masked.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from app.components.charts import counts_chart
+from app.components.errors import guarded
+from app.components.images import chw_to_hwc_uint8, image_grid, mask_overlay, upscale
+from app.components.urlstate import dig, index_of
+from app.modalities import image as image_ui
+from app.modalities.text import CORRECT, WRONG, detok, length_panel, sentence_html, text_lengths, tokenizer_fields
+from engine.workspace import workspace_root
+
+N_SAMPLES = 12  # pairs in the Data page's sample grid (half train, half val when both exist)
+SAMPLE_COLUMNS = 6
+N_PREVIEW = 8  # the run's fixed visualisation pairs (train.num_vis defaults to 8)
+PAIR_COLUMNS = 4  # pairs per row in the previews (New run, Mask lab)
+SAMPLE_PAIR_COLUMNS = 2  # pairs per row in a run's samples (three images each)
+PAIR_PX = 160  # upscaling target of a pair's images (32x32 -> 160 px)
+TOP_K = 5  # answers of the retrieval box
+
+
+@st.cache_data(max_entries=6, ttl=900, show_spinner="Loading pairs…")
+def pairs_view(workspace: str, name: str, version: str) -> dict:
+    """What the Data page shows of a paired dataset: representative pairs (class by class, half
+    val: :func:`app.components.datasets.sample_rows`) as uint8 ``(S, H, W, C)`` images with their
+    captions, label and split; caption lengths of every pair; class counts. ``workspace`` and
+    ``version`` are cache keys only."""
+    from app.components.datasets import sample_rows
+    from engine.data import load_dataset
+
+    ds = load_dataset(name)
+    picks = sample_rows(ds, N_SAMPLES)
+    rows = [i for i, _ in picks]
+    texts = ds.texts()
+    return {"images": ds.images[rows], "captions": [texts[i] for i in rows],
+            "tags": [f"{ds.info.class_names[ds.labels[i]]} · {s}" for i, s in picks],
+            "lengths": text_lengths(texts, ["train" if s == 0 else "val" for s in ds.split]),
+            "counts": ds.counts()}
+
+
+def pair_captions(captions: list[str], tags: list[str] | None = None) -> list[str]:
+    """One caption per image for :func:`app.components.images.image_grid`: the pair's caption in
+    quotes, then its tag (``class · split``) when given."""
+    return [f"“{c}”" + (f" · {tags[i]}" if tags else "") for i, c in enumerate(captions)]
+
+
+def describe(info) -> str:
+    """The dataset in a few words for the Data page's selector: ``785 pairs, 32x32 px``."""
+    return f"{info.n_train + info.n_val:,} pairs, {'x'.join(map(str, info.image_shape[1:]))} px"
+
+
+def data_section(info) -> None:
+    """The Data page body for a paired dataset: sizes, pairs (image with its caption beneath),
+    caption lengths, pairs per class and split."""
+    view = guarded(pairs_view, str(workspace_root()), info.name, info.created_at)
+    if view is None:
+        return
+    m = st.columns(5)
+    m[0].metric("Train pairs", f"{info.n_train:,}")
+    m[1].metric("Val pairs", f"{info.n_val:,}")
+    m[2].metric("Classes", len(info.class_names))
+    m[3].metric("Image size", f"{info.image_shape[1]}x{info.image_shape[2]}")
+    m[4].metric("Mean caption", f"{view['lengths'].words.mean():.1f} words")
+    st.subheader("Pairs")
+    st.caption("Each image with its caption beneath, then its class and split; chosen class by class.")
+    image_grid(view["images"], pair_captions(view["captions"], view["tags"]), columns=SAMPLE_COLUMNS)
+    left, right = st.columns(2)
+    with left:
+        length_panel(view["lengths"], info.name, "caption")
+    with right:
+        st.subheader("Pairs per class and split")
+        st.altair_chart(counts_chart(view["counts"], unit="pairs"), width="stretch")
+
+
+# --------------------------------------------------------------------------- pair cards
+
+
+def _caption_line(label: str, body: str) -> str:
+    return (f"<div style='line-height:1.7;margin:0.15em 0'><span style='color:#888;font-size:0.8em'>{label}</span>"
+            + (f"<br>{body}</div>" if body else "</div>"))
+
+
+def pair_cards(images: list[tuple[str, np.ndarray]], lines: list[list[tuple[str, str]]],
+               columns: int = PAIR_COLUMNS, stacked: bool = False) -> None:
+    """Pairs as cards, ``columns`` a row: each card shows its images (``images``: ``(label, uint8
+    (N, H, W, 3))`` per kind; side by side, the labels named once above, or ``stacked`` one above
+    the other, each with its label, where a card is narrow) above its text lines (``lines[i]``:
+    ``(label, html)`` of pair ``i``, the HTML already escaped)."""
+    n = len(lines)
+    head = _caption_line(" · ".join(label for label, _ in images), "")
+    for start in range(0, n, columns):
+        cols = st.columns(columns, gap="medium")
+        for j in range(min(columns, n - start)):
+            i = start + j
+            with cols[j].container(border=True):
+                if stacked:
+                    for label, imgs in images:
+                        st.image(upscale(imgs[i], PAIR_PX), caption=label, width="stretch")
+                else:
+                    st.html(head)
+                    for c, (_, imgs) in zip(st.columns(len(images), gap="small"), images):
+                        c.image(upscale(imgs[i], PAIR_PX), width="stretch")
+                st.html("".join(_caption_line(label, body) for label, body in lines[i]))
+
+
+def _class_names(names, labels) -> list[str]:
+    """The class name of each label (the label's number when ``names`` lacks it)."""
+    return [names[int(y)] if 0 <= int(y) < len(names) else str(int(y)) for y in labels]
+
+
+# --------------------------------------------------------------------------- New run and Mask lab
+
+#: What New run proposes (M3AE: 75% of the patches, 15% of the tokens, random).
+DEFAULT_MASKING = {"strategy": "random", "ratio": 0.75}
+#: Patches a side that New run proposes: the measured recipe's grid (configs/paired-tuxpaint.yaml,
+#: bench/paired_quality.py: 32x32 images at 8 px); the task's default patch when that does not tile.
+PROPOSED_GRID = 4
+
+
+def masking_fields(info, key: str, carried: dict) -> dict | None:
+    """The two masks (image patches: ``masking``; caption tokens: ``task_params.text_*``), the
+    patch size, the cross-modal completion shares and the caption tokenizer, as a partial run
+    config (None when no strategy is registered). ``carried``: a partial run config of defaults."""
+    from app.components.masks import masking_controls, patch_label, patch_sizes
+    from engine.tasks.paired import DEFAULT_PATCH, DEFAULT_TOKENIZER, PairedParams
+
+    c, h, w = info.image_shape
+    prm = {**PairedParams().model_dump(), **(carried.get("task_params") or {})}
+    with st.container(border=True):
+        st.markdown("**Image patches**")
+        masking = masking_controls("image", 2, f"{key}_img", carried.get("masking") or DEFAULT_MASKING)
+        sizes = patch_sizes(h, w)
+        proposed = h // PROPOSED_GRID if h // PROPOSED_GRID in sizes else DEFAULT_PATCH
+        patch = st.selectbox("Patch size", sizes, key=f"{key}_patch_{h}x{w}",
+                             index=index_of(sizes, dig(carried, "model.patch_size", proposed)),
+                             format_func=lambda p: patch_label(p, h, w))
+    with st.container(border=True):
+        st.markdown("**Caption tokens**")
+        text = masking_controls("text", 1, f"{key}_txt", {"strategy": prm["text_strategy"], "ratio": prm["text_ratio"],
+                                                          "params": prm["text_params"]})
+        tokenizer = tokenizer_fields(key, {"data": {"tokenizer": {**DEFAULT_TOKENIZER,
+                                                                  **(dig(carried, "data.tokenizer") or {})}}})
+    with st.container(border=True):
+        st.markdown("**Cross-modal completion** (shares of the training pairs)")
+        a, b = st.columns(2)
+        cap = a.slider("Whole caption hidden", 0.0, 1.0, float(prm["caption_completion"]), 0.05, key=f"{key}_capc",
+                       help="predicted from the image alone (M3AE's caption completion)")
+        img = b.slider("Whole image hidden", 0.0, 1.0, float(prm["image_completion"]), 0.05, key=f"{key}_imgc",
+                       help="reconstructed from the caption alone")
+    if masking is None or text is None:
+        return None
+    task_params = {"text_strategy": text["strategy"], "text_ratio": text["ratio"], "text_params": text["params"],
+                   "caption_completion": cap, "image_completion": img}
+    return {"task": "paired", "masking": masking, "model": {"patch_size": int(patch)},
+            "data": {"tokenizer": tokenizer}, "task_params": task_params}
+
+
+def run_fields(info, task: str, key: str, carried: dict) -> dict:
+    """New run's paired fields: both masks, patch size, tokenizer, completion shares, model preset
+    (the objective is the task's: pixel MSE + token cross-entropy + InfoNCE)."""
+    from engine.models import get_model_spec
+
+    out = masking_fields(info, key, carried) or {"task": task, "masking": None, "model": {}}
+    st.page_link("../pages/mask_lab.py", label="Try both masks in Mask lab")
+    presets = get_model_spec("m3ae").presets
+    names = list(presets)
+    preset = st.selectbox("Model preset", names, index=index_of(names, dig(carried, "model.preset"), index_of(names, "tiny")),
+                          key=f"{key}_preset_m3ae",
+                          format_func=lambda k: f"{k}  (width {presets[k].get('embed_dim')}, "
+                                                f"depth {presets[k].get('depth', presets[k].get('enc_depth'))})")
+    out["model"] = {"arch": "m3ae", "preset": preset, **out["model"]}
+    st.caption("Objective: pixel MSE on the hidden patches + 0.5 x token cross-entropy on the hidden tokens + "
+               "0.1 x InfoNCE (the task's defaults; set objective.terms in the YAML to change them).")
+    return out
+
+
+@st.cache_data(max_entries=16, ttl=600, show_spinner="Drawing masks on pairs…")
+def _preview(cfg_json: str, version: str, n: int):
+    from engine.config import RunConfig
+    from engine.tasks.paired import preview
+
+    return preview(RunConfig.from_dict(json.loads(cfg_json)), n)
+
+
+def mask_preview(cfg, info, n: int = N_PREVIEW) -> None:
+    """The run's ``n`` fixed validation pairs with both masks the run uses for its samples
+    (:func:`engine.tasks.paired.preview`, which calls what the run calls)."""
+    pv = guarded(_preview, json.dumps(cfg.to_dict(), sort_keys=True), info.created_at, n)
+    if pv is None:
+        return
+    prm = cfg.task_params
+    st.caption(f"The {len(pv.captions)} fixed validation pairs of **{info.name}** (chosen class by class) with the "
+               f"masks this run uses for its samples: image {cfg.masking.strategy} at {cfg.masking.ratio:g} "
+               f"({int(pv.image_mask[0].sum())} of {pv.image_mask[0].size} patches in the first image), caption "
+               f"{prm.get('text_strategy')} at {prm.get('text_ratio', 0):g} ({int(pv.text_mask.sum())} of "
+               f"{int(pv.eligible.sum())} tokens, highlighted; every caption hides one at least).")
+    classes = _class_names(info.class_names, pv.labels)
+    pair_cards([("original", chw_to_hwc_uint8(pv.images)), ("masked", mask_overlay(pv.images, pv.image_mask))],
+               [[("caption · " + html.escape(classes[i]), sentence_html(pv.tokens[i], pv.text_mask[i]))]
+                for i in range(len(pv.captions))], stacked=True)
+
+
+def lab_controls(info, carried: dict, key: str) -> dict:
+    """Mask lab's paired controls: both masks, the patch size, the tokenizer (``carried``: a partial
+    run config of defaults); returns the partial config."""
+    return masking_fields(info, key, carried) or {"task": "paired", "masking": None}
+
+
+def lab_results(cfg, info, n: int) -> None:
+    """Mask lab's paired results: both masks on real pairs, then the image masks' batch statistics
+    (as image datasets show them)."""
+    st.subheader("Masks on real pairs")
+    mask_preview(cfg, info)
+    st.subheader("Statistics of the image masks")
+    image_ui.mask_stats_section(cfg, info, n)
+    st.subheader("Statistics of the caption masks")
+    caption_stats_section(cfg, info, n)
+
+
+def caption_stats_section(cfg, info, n: int) -> None:
+    """Statistics of the caption masks over ``n`` real train captions of ``info``, drawn as Mask lab
+    draws a text run's: the paired task draws its caption masks exactly as ``text_mlm`` draws its
+    token masks (``task_params.text_*`` in place of ``masking``, from ``train.seed``, one hidden
+    token at least: :func:`engine.tasks.paired.vis_masks`), so the text lab's statistics
+    (:func:`app.modalities.text._lab_stats`) run on that text config with the run's tokenizer."""
+    from app.components.masks import mask_stats_panel
+    from app.modalities.text import _lab_stats
+
+    prm = cfg.task_params
+    text_cfg = {"task": "text_mlm", "data": {"dataset": cfg.data.dataset, "tokenizer": cfg.data.tokenizer.model_dump()},
+                "masking": {"strategy": prm["text_strategy"], "ratio": prm["text_ratio"], "params": prm["text_params"]},
+                "train": {"seed": cfg.train.seed}}
+    res = guarded(_lab_stats, json.dumps(text_cfg, sort_keys=True), info.created_at, int(n))
+    if res is None:
+        return
+    stats, rate, problem = res
+    if problem:
+        st.warning("A run with these settings would be refused: " + problem.replace("masking.ratio", "task_params.text_ratio")
+                   .replace("masking.params", "task_params.text_params"))
+    st.caption(f"{stats.batch_size} caption masks over real train captions of **{info.name}** (ratio over the maskable "
+               "tokens; masks/s includes tokenising the batch).")
+    mask_stats_panel(stats, rate)
+
+
+# --------------------------------------------------------------------------- run samples
+
+
+def _filled(tokens, mask, pred) -> tuple[np.ndarray, dict[int, str]]:
+    """The caption with each hidden token replaced by the model's, and the underline colour of each
+    (green: the true token, red: another)."""
+    out = np.where(mask, pred, tokens)
+    return out, {int(j): CORRECT if pred[j] == tokens[j] else WRONG for j in np.flatnonzero(mask)}
+
+
+def samples_view(sample, run) -> None:
+    """A paired run's samples at one saved evaluation (a slider goes over all of them): each fixed
+    validation pair with its masked patches and masked tokens, next to the model's reconstruction
+    of both, and the caption the model writes from the image alone (the whole caption hidden)."""
+    sample = image_ui.pick_sample(sample, run, "pair_step")
+    images, mask, tmask = sample["images"], sample["mask"], sample["text_mask"]
+    tokens, pred, from_img = sample["tokens"], sample["pred_tokens"], sample["caption_from_image"]
+    classes = _class_names(sample.meta.get("class_names", []), sample["labels"])
+    hidden = int(tmask.sum())
+    right = int((pred[tmask] == tokens[tmask]).sum())
+    real = (tokens != "") & ~np.isin(tokens, ["[CLS]", "[SEP]"])
+    cap_right = int(((from_img == tokens) & real).sum())
+    st.caption(f"Step {sample.step} · {len(images)} fixed validation pairs · patch {sample.meta.get('patch_size')} px · "
+               f"{int(mask[0].sum())} of {mask[0].size} patches hidden in the first image · {right} of {hidden} "
+               f"hidden tokens right · captions from the image alone: {cap_right} of {int(real.sum())} tokens right. "
+               "Highlighted: hidden tokens; underline green = the model's token is right, red = wrong.")
+    lines = []
+    for i in range(len(images)):
+        filled, marks = _filled(tokens[i], tmask[i], pred[i])
+        alone = {int(j): CORRECT if from_img[i][j] == tokens[i][j] else WRONG for j in np.flatnonzero(real[i])}
+        lines.append([("masked caption · " + html.escape(classes[i]), sentence_html(tokens[i], tmask[i])),
+                      ("model's tokens", sentence_html(filled, tmask[i], marks)),
+                      ("caption from the image alone", sentence_html(from_img[i], None, alone) or "∅")])
+    pair_cards([("masked", mask_overlay(images, mask)), ("reconstruction", chw_to_hwc_uint8(sample["pasted"])),
+                ("original", chw_to_hwc_uint8(images))], lines, columns=SAMPLE_PAIR_COLUMNS)
+
+
+# --------------------------------------------------------------------------- retrieval box
+
+
+@st.cache_resource(max_entries=4, show_spinner="Embedding the validation pairs…")
+def _index(run_id: str, step: int, mtime: float):
+    """The checkpoint's embeddings of the run's validation pairs (:func:`engine.tasks.paired.retrieval_index`),
+    one per checkpoint (``mtime`` invalidates a rewritten one), at most 4 kept; the model comes from
+    the interactive boxes' one model cache."""
+    from app.modalities.text import _loaded
+    from engine.tasks.paired import retrieval_index
+
+    return retrieval_index(_loaded(run_id, step, mtime))
+
+
+def retrieval_box(run, sample) -> None:
+    """Run detail's retrieval box: type a text and see the nearest validation images, or pick a
+    validation image and see the nearest captions, by a kept checkpoint's contrastive embeddings
+    (in the dashboard process: :mod:`engine.inference`, the model and the index cached)."""
+    from app.modalities.text import _checkpoint_picker
+    from engine.inference import checkpoint_path
+    from engine.tasks.paired import embed_caption, nearest
+
+    st.subheader("Retrieval")
+    with st.container(key=f"retrieval_box_{run.run_id}"):
+        loaded = _checkpoint_picker(run, f"ret_ckpt_{run.run_id}")
+        if loaded is None:
+            return
+        mtime = (checkpoint_path(run.run_id, loaded.step) / "model.safetensors").stat().st_mtime
+        index = guarded(_index, run.run_id, loaded.step, mtime)
+        if index is None:
+            return
+        classes = _class_names(sample.meta.get("class_names", []) if sample is not None else [], index.labels)
+        st.caption(f"Among the {len(index.captions)} validation pairs, by cosine similarity of the checkpoint's "
+                   f"(step {loaded.step}) image and caption embeddings, each encoded alone. ✓: the caption is the "
+                   "query's own (as the Recall@K figures count a hit).")
+        to_images, to_captions = st.tabs(["Text → images", "Image → captions"])
+        with to_images:
+            default = sample.meta.get("captions", [""])[0] if sample is not None else ""
+            text = st.text_input("Caption", value=default, key=f"ret_text_{run.run_id}")
+            q = guarded(embed_caption, loaded, text) if text.strip() else None
+            if q is not None:
+                hits = nearest(q, index.image_emb, TOP_K)
+                imgs = chw_to_hwc_uint8(index.images[[i for i, _ in hits]])
+                image_grid(imgs, [f"{k + 1}. {'✓ ' if index.captions[i] == text.strip() else ''}“{index.captions[i]}” · "
+                                  f"{s:.2f}" for k, (i, s) in enumerate(hits)], columns=TOP_K, target_px=PAIR_PX)
+        with to_captions:
+            n = len(index.captions)
+            i = st.selectbox("Validation image", list(range(n)), key=f"ret_img_{run.run_id}",
+                             format_func=lambda k: f"{k + 1} · {classes[k]} · “{index.captions[k]}”")
+            left, right = st.columns([1, 3])
+            left.image(upscale(chw_to_hwc_uint8(index.images[i : i + 1])[0], PAIR_PX), width="stretch")
+            ranked = nearest(index.image_emb[i], index.text_emb, n)
+            own = next(k for k, (j, _) in enumerate(ranked) if index.captions[j] == index.captions[i])
+            hits = ranked[:TOP_K]
+            right.dataframe(pd.DataFrame([{"rank": k + 1, "caption": index.captions[j],
+                                           "own": "✓" if index.captions[j] == index.captions[i] else "",
+                                           "similarity": round(s, 3)} for k, (j, s) in enumerate(hits)]),
+                            hide_index=True, width="stretch")
+            right.caption(f"Its own caption ranks {own + 1} of {n} (chance: {(n + 1) / 2:.0f} on average).")
+
+
+# --------------------------------------------------------------------------- Compare
+
+
+def compare_view(samples: dict, n: int = 6) -> list:
+    """The Compare page's view of paired samples: the image half as image runs are compared
+    (:func:`app.modalities.image.compare_view`: original, then per run its masked input and
+    reconstruction), then a table of the captions each run writes from the image alone. ``samples``:
+    run label -> ``Sample`` of kind ``paired``. Returns the image columns drawn (for the HTML report)."""
+    drawn = image_ui.compare_view(samples, n)
+    if not samples:
+        return drawn
+    first = next(iter(samples.values()))
+    k = min(n, *(len(s["tokens"]) for s in samples.values()))
+    rows = [{"caption": detok(first["tokens"][i]),
+             **{f"{label} from the image (step {s.step})": detok(s["caption_from_image"][i]) for label, s in samples.items()}}
+            for i in range(k)]
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    return drawn

@@ -1,0 +1,250 @@
+"""Downstream fine-tuning: a linear classification head on the encoder, both trained on the labelled
+train rows for a few epochs, top-1 accuracy on val; the same recipe from the randomly initialised
+encoder is its baseline.
+
+The frozen-feature probes (:mod:`engine.eval.representation`) ask what a representation makes
+linearly readable; fine-tuning asks how good a starting point the pretrained weights are when the
+encoder may change too (MAE's end-to-end fine-tuning, He et al. 2022 sec. 4; here much shorter, so
+that it runs on a CPU inside the evaluation job).
+
+**Recipe** (the same for every encoder, every run, every modality):
+
+- the encoder's pooled features, the function its probes read (``model.features``: mean of the
+  final encoder tokens), called *with* gradient (:func:`pooled_features`), then a head
+  ``BatchNorm1d(D, affine=False) -> Linear(D, n_classes)`` (the linear layer initialised from
+  ``seed``). The parameter-free BatchNorm is MAE's linear-probing head (He et al. 2022, A.2): a
+  randomly initialised encoder's pooled features vary little from image to image (their spread
+  across images is about 2% of their size on digits), and without it the baseline barely trains
+  (12% val accuracy on digits instead of the figure in bench/README.md), an unfair baseline;
+- AdamW (lr :data:`LR`, weight decay :data:`WEIGHT_DECAY`, on the encoder and the head alike),
+  cosine decay to 0 over the steps, batches of :data:`BATCH_SIZE` rows in a seeded order, cross-
+  entropy; :data:`EPOCHS` passes over the train rows, at most :data:`MAX_STEPS` steps in all;
+- the head's normalisation statistics re-estimated on the train rows with the final encoder, then
+  val top-1 accuracy of the final model (no early stopping, nothing chosen on val).
+
+What a modality gives (:func:`register_finetune`, keyed by task name): :class:`FinetuneInputs`, the
+train and val labels and how to encode a batch of rows with a given model. Registered here:
+``image_mim`` (the images), ``text_mlm`` / ``text_span`` (the tokenised texts), ``audio_mae`` /
+``audio_frames`` (each clip's first window, the padding left out of the pooling). A task with no
+entry gets no fine-tune figure (the evaluation says so).
+
+References: He et al. 2022, "Masked Autoencoders Are Scalable Vision Learners" (end-to-end
+fine-tuning as the downstream figure beside linear probing); Loshchilov & Hutter 2019 (AdamW, cosine).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from engine.errors import EvaluationError
+from engine.registry import registrar_for
+
+EPOCHS = 5
+MAX_STEPS = 300
+BATCH_SIZE = 64
+LR = 1e-3
+WEIGHT_DECAY = 0.05
+
+
+@dataclass
+class FinetuneInputs:
+    """A modality's rows for fine-tuning.
+
+    Attributes:
+        y_train, y_val: int64 ``[N]`` labels of the rows (-1 = unlabelled: left out).
+        encode: ``(model, split, rows int64 [B]) -> [B, D]``: the pooled features of rows
+            ``rows`` (positions among the split's first rows, the ones ``y_<split>`` labels) through
+            ``model``, in the autograd graph, on the model's device.
+    """
+
+    y_train: np.ndarray
+    y_val: np.ndarray
+    encode: Callable[[nn.Module, str, torch.Tensor], torch.Tensor]
+
+
+@dataclass
+class FinetuneResult:
+    """``accuracy`` (val top-1, fraction), ``train_accuracy`` (on the train rows, after training),
+    ``steps`` and ``epochs`` done, ``rows`` (``{"train": N, "val": N}``) and ``seconds`` (wall time)."""
+
+    accuracy: float
+    train_accuracy: float
+    steps: int
+    epochs: float
+    rows: dict[str, int]
+    seconds: float
+
+    def figures(self) -> dict[str, float]:
+        """The figures stored with an evaluation: ``finetune_acc``, ``finetune_train_acc``,
+        ``finetune_steps``, ``finetune_epochs``, ``finetune_seconds``."""
+        return {"finetune_acc": self.accuracy, "finetune_train_acc": self.train_accuracy,
+                "finetune_steps": float(self.steps), "finetune_epochs": float(self.epochs),
+                "finetune_seconds": self.seconds}
+
+
+FINETUNE_INPUTS: dict[str, Callable[..., FinetuneInputs]] = {}
+
+
+#: ``register_finetune(*task_names)``: decorator, ``fn(task, max_rows) -> FinetuneInputs`` gives those tasks' rows.
+register_finetune = registrar_for(FINETUNE_INPUTS, "fine-tune entry")
+
+
+def pooled_features(model: nn.Module) -> Callable[..., torch.Tensor]:
+    """``model.features`` with gradient.
+
+    Every masklab model defines its frozen features once, as ``features`` decorated with
+    ``torch.no_grad()`` (the probes never need a gradient). Fine-tuning needs that very function
+    with gradient, so it calls the undecorated function ``functools.wraps`` keeps as
+    ``__wrapped__``, bound to ``model``; one definition of "the encoder's features" serves both.
+    """
+    fn = type(model).features
+    return getattr(fn, "__wrapped__", fn).__get__(model, type(model))
+
+
+def _labelled(y: np.ndarray) -> np.ndarray:
+    return np.flatnonzero(np.asarray(y) >= 0)
+
+
+@torch.no_grad()
+def _accuracy(model, head, encode, split: str, rows: np.ndarray, y: np.ndarray, batch: int) -> float:
+    model.eval(), head.eval()
+    right = 0
+    for i in range(0, len(rows), batch):
+        pos = torch.as_tensor(rows[i : i + batch])
+        right += int((head(encode(model, split, pos).float()).argmax(1).cpu() == torch.as_tensor(y[rows[i : i + batch]])).sum())
+    return right / max(len(rows), 1)
+
+
+@torch.no_grad()
+def _refresh_norm(model, norm: nn.BatchNorm1d, encode, rows: np.ndarray, batch: int = 256) -> None:
+    """Re-estimate the head's normalisation statistics on the train rows with the final encoder
+    (an exact average over the rows: a short fine-tune leaves the running averages far from them)."""
+    model.eval()
+    norm.reset_running_stats()
+    norm.momentum = None  # cumulative average
+    norm.train()
+    feats = [encode(model, "train", torch.as_tensor(rows[i : i + batch])).float() for i in range(0, len(rows), batch)]
+    norm(torch.cat(feats))  # one call: a last chunk of one row would have no variance
+
+
+def finetune(model: nn.Module, inputs: FinetuneInputs, *, seed: int = 0, epochs: int = EPOCHS,
+             max_steps: int = MAX_STEPS, batch_size: int = BATCH_SIZE, lr: float = LR,
+             weight_decay: float = WEIGHT_DECAY) -> FinetuneResult:
+    """Fine-tune a copy of ``model`` with a linear head (module docstring); ``model`` is left unchanged.
+
+    Args:
+        model: the encoder (any masklab model with ``features``), on its device.
+        inputs: the rows (:class:`FinetuneInputs`).
+        seed: seeds the head's initialisation and the batch order.
+        epochs, max_steps, batch_size, lr, weight_decay: the recipe (module constants by default).
+
+    Returns:
+        :class:`FinetuneResult`.
+
+    Raises:
+        EvaluationError: fewer than 2 classes among the labelled train rows, or no labelled val row.
+    """
+    t0 = time.time()
+    tr, va = _labelled(inputs.y_train), _labelled(inputs.y_val)
+    y_tr, y_va = np.asarray(inputs.y_train, np.int64), np.asarray(inputs.y_val, np.int64)
+    classes = int(max(y_tr[tr].max(initial=-1), y_va[va].max(initial=-1))) + 1
+    if len(np.unique(y_tr[tr])) < 2 or not len(va):
+        raise EvaluationError(f"fine-tuning needs labels: {len(np.unique(y_tr[tr]))} class(es) among {len(tr)} "
+                              f"labelled train rows, {len(va)} labelled val rows")
+    net = copy.deepcopy(model)
+    net.requires_grad_(True)
+    device = next(net.parameters()).device
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        dim = inputs.encode(net, "train", torch.as_tensor(tr[:2])).shape[1]
+    head = nn.Sequential(nn.BatchNorm1d(dim, affine=False), nn.Linear(dim, classes)).to(device)
+    with torch.no_grad():  # seeded init, independent of the global RNG
+        bound = 1 / math.sqrt(dim)
+        head[1].weight.copy_(torch.empty(classes, dim).uniform_(-bound, bound, generator=g))
+        head[1].bias.zero_()
+    batch = min(batch_size, len(tr))
+    per_epoch = max(1, len(tr) // batch)  # full batches only
+    steps = min(max_steps, epochs * per_epoch)
+    opt = torch.optim.AdamW([*net.parameters(), *head.parameters()], lr=lr, weight_decay=weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * s / steps)))
+    labels = torch.as_tensor(y_tr)
+    step, order = 0, np.zeros(0, np.int64)
+    while step < steps:
+        if len(order) < batch:
+            order = tr[torch.randperm(len(tr), generator=g).numpy()]
+        pos, order = order[:batch], order[batch:]
+        net.train(), head.train()
+        logits = head(inputs.encode(net, "train", torch.as_tensor(pos)).float())
+        loss = nn.functional.cross_entropy(logits, labels[pos].to(device))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sched.step()
+        step += 1
+    _refresh_norm(net, head[0], inputs.encode, tr)
+    acc = _accuracy(net, head, inputs.encode, "val", va, y_va, 256)
+    train_acc = _accuracy(net, head, inputs.encode, "train", tr, y_tr, 256)
+    return FinetuneResult(acc, train_acc, steps, round(steps * batch / len(tr), 3),
+                          {"train": len(tr), "val": len(va)}, round(time.time() - t0, 3))
+
+
+# --- what each modality fine-tunes on ---------------------------------------------------------------
+
+
+@register_finetune("image_mim")
+def image_inputs(task, max_rows: int | None = None) -> FinetuneInputs:
+    """The images of the first ``max_rows`` rows of each split (the rows the probes use)."""
+    xs = {s: task._ds.tensors(s) for s in ("train", "val")}
+    xs = {s: (x[:max_rows], y[:max_rows]) for s, (x, y) in xs.items()}
+
+    def encode(model, split, pos):
+        return pooled_features(model)(xs[split][0][pos].to(next(model.parameters()).device))
+
+    return FinetuneInputs(xs["train"][1].numpy().astype(np.int64), xs["val"][1].numpy().astype(np.int64), encode)
+
+
+@register_finetune("text_mlm", "text_span")
+def text_inputs(task, max_rows: int | None = None) -> FinetuneInputs:
+    """The first ``max_rows`` texts of each split, tokenised as the run's features are."""
+    ds, max_len = task._ds, task.cfg.data.tokenizer.max_len
+    enc = {s: task.tok.encode_batch(ds.texts(s)[:max_rows], max_len=max_len) for s in ("train", "val")}
+    y = {s: ds.labels[ds.indices(s)][:max_rows].astype(np.int64) for s in ("train", "val")}
+
+    def encode(model, split, pos):
+        b = task.rows(enc[split], pos)
+        dev = next(model.parameters()).device
+        return pooled_features(model)(b["ids"].to(dev), b["attention"].to(dev))
+
+    return FinetuneInputs(y["train"], y["val"], encode)
+
+
+@register_finetune("audio_mae", "audio_frames")
+def audio_inputs(task, max_rows: int | None = None) -> FinetuneInputs:
+    """The first window of each of the first ``max_rows`` clips per split; the encoder's tokens
+    pooled as the probes pool them (mean and standard deviation, padding left out)."""
+    ds = task._ds
+    rows = {s: torch.as_tensor(ds.indices(s)[:max_rows]) for s in ("train", "val")}
+
+    def encode(model, split, pos):
+        r = rows[split][pos]
+        w = task.feats.window(r, torch.zeros(len(r), dtype=torch.int64), task.grid.frames)
+        dev = next(model.parameters()).device
+        return pooled_features(model)(w.spec[:, None].to(dev), task._keep(w).to(dev), stats=True)
+
+    return FinetuneInputs(ds.labels[rows["train"].numpy()].astype(np.int64),
+                          ds.labels[rows["val"].numpy()].astype(np.int64), encode)
+
+
+def finetune_inputs(task, max_rows: int | None = None) -> FinetuneInputs | None:
+    """The task's :class:`FinetuneInputs` (first ``max_rows`` rows of each split), or None when no
+    modality entry covers ``task.name``."""
+    fn = FINETUNE_INPUTS.get(task.name)
+    return None if fn is None else fn(task, max_rows)

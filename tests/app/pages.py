@@ -1,0 +1,28 @@
+"""Helpers of the AppTest page tests: open a page with URL parameters, read its image captions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+ENTRY = Path(__file__).resolve().parents[2] / "app" / "streamlit_app.py"
+
+
+def open_with(page: str, params: dict[str, str]) -> AppTest:
+    """A fresh session (a fresh browser tab) on ``page`` with ``params`` in its URL, run once;
+    asserts that it raised nothing and showed no error."""
+    at = AppTest.from_file(str(ENTRY), default_timeout=120)
+    at.run().switch_page(page)
+    at.query_params.clear()  # a link replaces the whole query string (the first page kept its own there)
+    for k, v in params.items():
+        at.query_params[k] = v
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    return at
+
+
+def captions(at: AppTest) -> list[str]:
+    """The captions of every image on the page, in order."""
+    return [img.caption for el in at.get("image") for img in el.proto.imgs]

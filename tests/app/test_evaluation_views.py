@@ -1,0 +1,106 @@
+"""Run detail's evaluation panel and Compare's reconstruction-quality, fine-tune and FLOPs columns, in
+AppTest on real runs trained and evaluated here: a digits MAE run and an AudioMAE run on real FSDD
+clips (both evaluated at their end by the worker), and a digits run never evaluated."""
+
+from __future__ import annotations
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from engine.config import RunConfig
+from engine.data import ImportOptions, import_source
+from engine.store import create_run, get_run
+from engine.worker import execute_run
+from tests.app.test_audio_pages import open_with
+from tests.fsdd import subset_zip
+
+SHORT = {"batch_size": 32, "warmup_steps": 2, "device": "cpu", "num_threads": 1}
+EVAL = {"max_rows": 300, "tsne_max_rows": 0, "finetune_epochs": 1}
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, shared_data):
+    """``{"image", "audio", "plain"}`` run ids in a workspace of their own."""
+    root = tmp_path_factory.mktemp("evalviews")
+    ws = root / "workspace"
+    ws.mkdir()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MASKLAB_WORKSPACE", str(ws))
+        mp.setenv("MASKLAB_AUTO_EVAL", "1")
+        subset_zip(shared_data, root / "d4.zip", "0123", ("jackson", "theo"), 4)
+        import_source(root / "d4.zip", "d4", ImportOptions(group_column="speaker", sample_rate=8000, val_fraction=0.5))
+        cfgs = {
+            "image": {"name": "digits-eval", "model": {"preset": "tiny", "patch_size": 2}, "evaluation": EVAL,
+                      "train": {**SHORT, "steps": 20, "eval_interval": 10, "checkpoint_interval": 20}},
+            "audio": {"name": "fsdd-eval", "task": "audio_mae", "evaluation": EVAL, "model": {"preset": "tiny"},
+                      "data": {"dataset": "d4", "audio": {"n_mels": 32, "clip_seconds": 0.5}},
+                      "train": {**SHORT, "batch_size": 8, "steps": 6, "eval_interval": 3, "checkpoint_interval": 6,
+                                "num_vis": 2}},
+            "plain": {"name": "digits-plain", "model": {"preset": "tiny", "patch_size": 2},
+                      "evaluation": {**EVAL, "auto": False}, "train": {**SHORT, "steps": 4, "eval_interval": 2}},
+        }
+        ids = {}
+        for key, cfg in cfgs.items():
+            run_id, d = create_run(RunConfig.from_dict(cfg).to_dict())
+            assert execute_run(d) == "completed", get_run(run_id).error
+            ids[key] = run_id
+        yield ids
+
+
+def page(path: str, **params: str) -> AppTest:
+    return open_with(path, params)
+
+
+def _captions(at: AppTest) -> list[str]:
+    return [c.value for c in at.caption]
+
+
+def test_run_detail_shows_fine_tune_ssim_and_flops_beside_baselines(runs):
+    at = page("../pages/run_detail.py", run=runs["image"])
+    assert "Evaluation" in [h.value for h in at.subheader]
+    tables = [t.value for t in at.table]
+    down = next(t for t in tables if "random init" in t.columns and "chance" in t.columns)
+    assert list(down.index) == ["linear probe", "kNN (k=20)", "k-means NMI", "k-means ARI", "fine-tune"]
+    assert down.loc["fine-tune", "this run"].endswith("%") and down.loc["fine-tune", "random init"].endswith("%")
+    assert down.loc["fine-tune", "raw input"] == "–"  # no encoder to fine-tune
+    quality = next(t for t in tables if "SSIM, masked patches ↑" in t.columns)
+    assert list(quality.index) == ["this run (step 20)", "biharmonic", "knn", "mean image", "visible mean"]
+    assert sum("★" in v for v in quality["SSIM, masked patches ↑"]) == 1
+    assert any("GFLOPs per training step" in c and "batch 32" in c for c in _captions(at))
+    assert any(c.startswith("This run's frozen features of the 179 val rows, in 2-D") for c in _captions(at))
+    assert at.get("arrow_vega_lite_chart") or at.get("vega_lite_chart")  # the map (and the curves)
+
+
+def test_run_detail_shows_audio_spectral_error_beside_its_baselines(runs):
+    at = page("../pages/run_detail.py", run=runs["audio"])
+    quality = next(t.value for t in at.table if "log-mel L1, masked ↓" in t.value.columns)
+    assert list(quality.index) == ["this run (step 6)", "interp spec", "mean spec"]
+    assert {"log-spectral distance (dB), masked ↓", "spectral convergence, masked ↓"} <= set(quality.columns)
+    assert not any("SSIM" in c for c in quality.columns)
+
+
+def test_run_detail_without_an_evaluation_says_so(runs):
+    at = page("../pages/run_detail.py", run=runs["plain"])
+    assert any(c.startswith("No evaluation yet") for c in _captions(at))
+
+
+def test_compare_puts_quality_fine_tune_and_flops_in_its_tables(runs):
+    at = page("../pages/compare.py", runs=f"{runs['image']},{runs['audio']},{runs['plain']}")
+    assert "Reconstruction quality beside the best baseline" in [h.value for h in at.subheader]
+    tables = [t.value for t in at.table]
+    # one table per kind of figures: the image run's SSIM, the audio run's spectral error (the plain run: none)
+    image = next(t for t in tables if "SSIM, masked patches" in t.columns)
+    audio = next(t for t in tables if "log-mel L1, masked" in t.columns)
+    assert len(image) == len(audio) == 1 and not any("SSIM" in c for c in audio.columns)
+    assert image["SSIM, masked patches · best baseline"].str.fullmatch(r"0\.\d{4} \((knn|mean image|biharmonic|visible mean)\)").all()
+    assert not any("★" in v for v in image["SSIM, masked patches"])  # a lone value is not starred
+    down = next(t for t in tables if "linear probe" in t.columns)
+    assert not {"fine-tune", "fine-tune · random init"} & set(down.columns)  # a table of its own: the probes' is wide
+    tuned = next(t for t in tables if "fine-tune" in t.columns)
+    assert list(tuned.columns) == ["step", "fine-tune", "fine-tune · random init"] and len(tuned) == 2
+    assert sum("★" in v for v in tuned["fine-tune"]) == 1 and not any("★" in v for v in tuned["fine-tune · random init"])
+    eff = next(t for t in tables if "GFLOPs per step" in t.columns)
+    flops = eff["GFLOPs per step"].tolist()
+    assert sum(v != "–" for v in flops) == 2 and eff["training TFLOPs"].tolist().count("–") == 1

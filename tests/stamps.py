@@ -1,0 +1,54 @@
+"""Real Tux Paint image-caption pairs for tests (../shared/data/tuxpaint-stamps, read its README): a
+zip of some stamps with a ``captions.csv`` (image, caption, category), imported like any user's
+upload, and a short real run on them."""
+
+from __future__ import annotations
+
+import csv
+import io
+import zipfile
+from pathlib import Path
+
+
+def pairs_zip(shared_data: Path, out: Path, n: int | None = None, per_class: dict[str, int] | None = None) -> Path:
+    """Write ``out``: the first ``n`` stamps of the captions table (all when None), or the first
+    ``per_class[c]`` stamps of each category ``c``, with their English captions in ``captions.csv``
+    (``image,caption,category``; the images under ``images/``). Returns ``out``."""
+    root = shared_data / "tuxpaint-stamps"
+    with open(root / "captions.csv", newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    if per_class is not None:
+        rows = [r for c, k in per_class.items() for r in [r for r in rows if r["category"] == c][:k]]
+    rows = rows[:n]
+    table = io.StringIO()
+    w = csv.writer(table, lineterminator="\n")
+    w.writerow(["image", "caption", "category"])
+    with zipfile.ZipFile(out, "w") as z:
+        for r in rows:
+            w.writerow([r["image"], r["caption_en"], r["category"]])
+            z.write(root / r["image"], r["image"])
+        z.writestr("captions.csv", table.getvalue())
+    return out
+
+
+def completed_run(cfg: dict, ws: Path) -> str:
+    """Create a run of ``cfg`` (a run config dict) in workspace ``ws`` and train it to the end in this
+    process through the real worker (:func:`engine.worker.execute_run`); returns its id. Raises
+    AssertionError with the run's error when it does not complete."""
+    import os
+
+    from engine.config import RunConfig
+    from engine.store import create_run, get_run
+    from engine.worker import execute_run
+
+    before = os.environ.get("MASKLAB_WORKSPACE")
+    os.environ["MASKLAB_WORKSPACE"] = str(ws)
+    try:
+        run_id, folder = create_run(RunConfig.from_dict(cfg).to_dict(), ws)
+        assert execute_run(folder) == "completed", get_run(run_id, ws).error
+    finally:
+        if before is None:
+            os.environ.pop("MASKLAB_WORKSPACE")
+        else:
+            os.environ["MASKLAB_WORKSPACE"] = before
+    return run_id
