@@ -160,6 +160,8 @@ class TrainConfig(_Strict):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     amp: bool = Field(True, description="bfloat16 autocast on CUDA; ignored on CPU")
     num_threads: int = Field(0, ge=0, description="torch CPU threads; 0 = torch's default")
+    compile: bool = Field(False, description="torch.compile the model (first steps slower while it compiles; "
+                          "worth it on a GPU for long runs; off by default, as on CPU it rarely pays)")
     deterministic: bool = Field(False, description="torch.use_deterministic_algorithms (and cuBLAS's fixed "
                                 "workspace on CUDA): identical results on the same device, some ops slower or refused")
     max_restarts: int = Field(0, ge=0, le=100, description="background runs: when the worker process dies without "

@@ -27,6 +27,7 @@ from engine.distributed import SINGLE, DistContext, mask_seed
 from engine.errors import ConfigError, DamagedFileError, NonFiniteLossError
 from engine.masking import ratio_at
 from engine.models import count_parameters
+from engine.perf import adamw, count_step_flops, mfu, peak_flops
 from engine.resume import TASK_INFO, check_same_data  # task.json: what the task reports of its data
 from engine.schedule import lr_at
 from engine.store.checkpoints import load_checkpoint_state, load_weights, save_checkpoint
@@ -130,7 +131,9 @@ def fit(
 
     Logged every step: ``loss`` (the objective on the masked units), ``lr``, ``mask_ratio`` (actual
     fraction masked; it follows ``masking.schedule``), ``loss/<term>`` for a mixed objective,
-    ``throughput`` (samples/s), ``step_time`` (s). At step 0, every ``train.eval_interval`` steps
+    ``throughput`` (samples/s), ``step_time`` (s), and on a GPU of :data:`engine.perf.GPU_PEAK_FLOPS`
+    ``mfu`` (model FLOPs utilisation: a step's counted matmul FLOPs / step time / the datasheet peak of
+    the step's dtype). At step 0, every ``train.eval_interval`` steps
     and at the end: the task's validation metrics (``val_loss`` and e.g. ``val_top1``) plus a
     reconstruction sample. The val loss always uses ``masking.ratio`` with fixed masks, so its
     curve stays comparable across a ratio schedule.
@@ -184,7 +187,10 @@ def fit(
     if dist.writer:
         atomic_write_json(out_dir / TASK_INFO, info)
     model = task.model
-    opt = torch.optim.AdamW(param_groups(model, t.weight_decay), lr=t.lr, betas=(0.9, 0.95))
+    if t.compile:
+        model.compile()  # in place: the state dict keeps its keys (no ``_orig_mod.`` prefix)
+    # Fused AdamW (one kernel for every tensor) where the parameters allow it: engine.perf.adamw.
+    opt = adamw(param_groups(model, t.weight_decay), lr=t.lr, betas=(0.9, 0.95))
     use_amp = device.type == "cuda" and t.amp
     g_mask = torch.Generator().manual_seed(mask_seed(t.seed, dist.rank))  # training masks, this rank's
     g_data = torch.Generator().manual_seed(t.seed + 1)  # batch order (the same on every rank)
@@ -249,6 +255,10 @@ def fit(
         step, perm, pos, val_first, val_last = _restore(resume_from, task, opt, g_mask, g_data, device, dist)
     last_ckpt, stopped = step, False
     model.train()
+    peak = peak_flops(device, torch.bfloat16 if use_amp else torch.float32)
+    if peak:  # the global batch's FLOPs run on every rank's device: MFU over all of them
+        peak *= dist.world_size
+    step_flops = _count_flops(task, opt, device, batch, perm, autocast, cfg) if peak else None
     while step < t.steps:
         if dist.any(should_stop()):  # every rank stops at the same step
             stopped = True
@@ -278,7 +288,10 @@ def fit(
         dt = time.perf_counter() - t0
         step += 1
         if dist.writer:
-            sink.log(step, {"loss": loss_v, "lr": lr, **logs, "throughput": batch / dt, "step_time": dt})
+            metrics = {"loss": loss_v, "lr": lr, **logs, "throughput": batch / dt, "step_time": dt}
+            if step_flops:
+                metrics["mfu"] = mfu(step_flops, dt, peak)
+            sink.log(step, metrics)
         if step % t.eval_interval == 0 or step == t.steps:
             val_last = evaluate(step)
         if step % t.checkpoint_interval == 0 or step == t.steps:
@@ -290,6 +303,22 @@ def fit(
         checkpoint(step)
     sink.flush()
     return FitResult(step, stopped, val_first, val_last, str(device), count_parameters(model))
+
+
+def _count_flops(task, opt, device: torch.device, batch: int, perm: torch.Tensor, autocast, cfg) -> int | None:
+    """Model FLOPs of one training step (:func:`engine.perf.count_step_flops`), measured once on a
+    throwaway step over the first batch of ``perm``: its own mask generator, the global RNGs restored
+    afterwards and the gradients cleared, so the run is the same as without it. None if it fails."""
+    idx = perm[:batch] if len(perm) >= batch else torch.arange(min(batch, task.n_train))
+    g = torch.Generator().manual_seed(cfg.train.seed)
+    try:
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), autocast():
+            flops = count_step_flops(lambda: task.train_loss(idx, g, cfg.masking.ratio)[0])
+    except Exception as e:  # a counting problem must never stop a run
+        print(f"masklab: model FLOPs not counted ({type(e).__name__}: {e}); no mfu metric", file=sys.stderr)
+        flops = None
+    opt.zero_grad(set_to_none=True)
+    return flops
 
 
 def _restore(ckpt: Path, task, opt: torch.optim.Optimizer, g_mask: torch.Generator, g_data: torch.Generator,

@@ -107,6 +107,8 @@ class BertMLM(nn.Module):
         """
         x = self.embed_drop(self.tok_embed(input_ids))  # (B, L, D)
         key_padding = padding_keys(attention_mask, tuple(input_ids.shape)).to(x.device)
+        if key_padding.device.type == "cpu" and not bool(key_padding.any()):
+            key_padding = None  # no padding: attention without a mask is faster (a free check on CPU only)
         for blk in self.blocks:
             x = blk(x, key_padding)
         return self.norm(x)

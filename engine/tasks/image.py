@@ -22,6 +22,7 @@ from engine.config import RunConfig
 from engine.data.sampling import representative
 from engine.errors import ConfigError
 from engine.masking import draw_mask, get_masking, grid_shape, image_side_inputs, preview_masks, strategies_for
+from engine.perf import to_device
 from engine.store.samples import Sample
 from engine.tasks import register_task
 from engine.tasks.base import Task
@@ -176,7 +177,7 @@ class ImageMIMTask(Task):
         """``[len(xb), L]`` bool masks for a batch (side inputs such as superpixels from its images)."""
         side = image_side_inputs(self.cfg.masking, xb.float().cpu() if self.needs_images else None,
                                  self.cfg.model.patch_size)
-        return draw_mask(self.cfg.masking, (len(xb), *self.grid), g, ratio=ratio, **side).flatten(1).to(self.device)
+        return to_device(draw_mask(self.cfg.masking, (len(xb), *self.grid), g, ratio=ratio, **side).flatten(1), self.device)
 
     def train_loss(self, idx, generator, ratio):
         xb = self.x_train[idx.to(self.device)]

@@ -39,6 +39,7 @@ from engine.config import RunConfig, TokenizerConfig
 from engine.errors import ConfigError
 from engine.masking import draw_mask, get_masking, strategies_for
 from engine.messages import describe_error
+from engine.perf import pin, to_device
 from engine.store.samples import Sample
 from engine.tasks import register_task
 from engine.tasks.base import Task
@@ -368,8 +369,12 @@ class TextMLMTask(_TextTask):
         mask = ensure_one_masked(self._mask(b, generator, ratio), b["eligible"], generator)
         inputs, _ = self._corrupt(b, mask, generator, **self.shares)
         dev = self.device
-        logits = self.model(inputs.to(dev), b["attention"].to(dev), mask.to(dev))
-        loss, parts = self.objective({"logits": logits, "labels": b["ids"][mask].to(dev)})
+
+        def put(t):  # host batch -> device: pinned + non_blocking on CUDA (engine.perf.to_device)
+            return to_device(pin(t, dev), dev)
+
+        logits = self.model(put(inputs), put(b["attention"]), put(mask))
+        loss, parts = self.objective({"logits": logits, "labels": put(b["ids"][mask])})
         eligible = b["eligible"].sum()
         return loss, {"mask_ratio": mask.sum() / eligible.clamp_min(1), **{f"loss/{k}": v for k, v in parts.items()}}
 

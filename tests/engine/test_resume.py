@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -290,17 +291,20 @@ def test_a_real_divergence_ends_diverged_and_resumes_with_a_lower_lr(workspace, 
 
 
 def test_weights_that_blow_up_in_a_step_with_a_finite_loss_are_never_checkpointed(workspace, one_thread):
-    """The same real divergence with a checkpoint every step: step 15's loss is finite (computed
+    """The same real divergence with a checkpoint every step: step n's loss is finite (computed
     before its update) but its update leaves NaN weights. That step's checkpoint is refused, so the
-    newest kept checkpoint (step 14) is a good one."""
+    newest kept checkpoint (step n - 1) is a good one. (n was 15 with PyTorch's per-tensor AdamW,
+    14 with the fused one: the rounding of the updates decides which step overflows.)"""
     run_id, d = new_run(with_train(DIVERGES, checkpoint_interval=1))
     assert execute_run(d) == "diverged"
     rec = get_run(run_id)
-    assert rec.error.startswith("the weights became NaN or infinite at step 15 (")
+    m = re.match(r"the weights became NaN or infinite at step (\d+) \(", rec.error)
+    assert m, rec.error
+    n = int(m.group(1))
     assert rec.error.endswith("no checkpoint of this step was written; lower train.lr (now 10.0) or check the data")
-    assert [p.name for p in list_checkpoints(d)] == ["step-0000013", "step-0000014"]
+    assert [p.name for p in list_checkpoints(d)] == [f"step-{n - 2:07d}", f"step-{n - 1:07d}"]
     assert all(bool(torch.isfinite(w).all()) for w in load_weights(list_checkpoints(d)[-1]).values())
-    assert rows(run_id, "loss")[-1][0] == 15 and math.isfinite(rows(run_id, "loss")[-1][1])
+    assert rows(run_id, "loss")[-1][0] == n and math.isfinite(rows(run_id, "loss")[-1][1])
 
 
 def _kill_after(run_id: str, step: int) -> int:
