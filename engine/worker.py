@@ -399,6 +399,9 @@ def main(argv: list[str] | None = None) -> int:
     A run whose config sets ``train.max_restarts`` runs under :func:`supervise`, which starts
     ``--once`` workers (``--once``: this process trains, whatever the config says)."""
     argv = sys.argv[1:] if argv is None else argv
+    # A server started under nohup passes SIGHUP on as ignored; the worker has its own session, so no
+    # terminal sends it one, and an explicit SIGHUP must end it as the table above says.
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
     once = "--once" in argv
     args = [a for a in argv if a != "--once"]
     if len(args) != 1:

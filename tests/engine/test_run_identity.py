@@ -154,14 +154,24 @@ def test_a_live_runs_pid_in_a_dead_runs_record(workspace):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sig, expected", [(signal.SIGTERM, "cancelled"), (signal.SIGINT, "cancelled"),
-                                           (signal.SIGHUP, "interrupted"), (signal.SIGKILL, "interrupted"),
-                                           (signal.SIGUSR1, "interrupted"), (signal.SIGALRM, "interrupted")])
-def test_every_signal_ends_in_a_truthful_status(workspace, sig, expected):
+@pytest.mark.parametrize("sig, expected, nohup", [(signal.SIGTERM, "cancelled", False),
+                                                  (signal.SIGINT, "cancelled", False),
+                                                  (signal.SIGHUP, "interrupted", False),
+                                                  (signal.SIGHUP, "interrupted", True),
+                                                  (signal.SIGKILL, "interrupted", False),
+                                                  (signal.SIGUSR1, "interrupted", False),
+                                                  (signal.SIGALRM, "interrupted", False)])
+def test_every_signal_ends_in_a_truthful_status(workspace, sig, expected, nohup):
     """Signals a worker handles (TERM: cancel, INT: Ctrl-C) end as cancelled; signals that kill it
-    leave status running with the lock free, which every reader shows as interrupted (resumable)."""
+    leave status running with the lock free, which every reader shows as interrupted (resumable).
+    ``nohup``: the submitting process ignores SIGHUP (a server started under nohup), which its
+    children would inherit."""
     load_dataset("digits")
-    run_id = submit(RunConfig.from_dict(CFG))
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN if nohup else signal.getsignal(signal.SIGHUP))
+    try:
+        run_id = submit(RunConfig.from_dict(CFG))
+    finally:
+        signal.signal(signal.SIGHUP, before)
     d = get_run(run_id).path
     _wait(lambda: get_run(run_id).step > 0, 120, "the run to train")
     pid = signal_holder(d, sig)
