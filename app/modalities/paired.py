@@ -22,7 +22,7 @@ import streamlit as st
 from app.components.charts import counts_chart
 from app.components.errors import guarded
 from app.components.images import chw_to_hwc_uint8, image_grid, mask_overlay, upscale
-from app.components.urlstate import dig, index_of
+from app.components.urlstate import dig, index_of, number
 from app.modalities import image as image_ui
 from app.modalities.text import CORRECT, WRONG, detok, length_panel, sentence_html, text_lengths, tokenizer_fields
 from engine.workspace import workspace_root
@@ -174,7 +174,7 @@ def masking_fields(info, key: str, carried: dict) -> dict | None:
 
 def run_fields(info, task: str, key: str, carried: dict) -> dict:
     """New run's paired fields: both masks, patch size, tokenizer, completion shares, model preset
-    (the objective is the task's: pixel MSE + token cross-entropy + InfoNCE)."""
+    and the weights of the objective's terms (pixel MSE + token cross-entropy + InfoNCE)."""
     from engine.models import get_model_spec
 
     out = masking_fields(info, key, carried) or {"task": task, "masking": None, "model": {}}
@@ -186,9 +186,42 @@ def run_fields(info, task: str, key: str, carried: dict) -> dict:
                           format_func=lambda k: f"{k}  (width {presets[k].get('embed_dim')}, "
                                                 f"depth {presets[k].get('depth', presets[k].get('enc_depth'))})")
     out["model"] = {"arch": "m3ae", "preset": preset, **out["model"]}
-    st.caption("Objective: pixel MSE on the hidden patches + 0.5 x token cross-entropy on the hidden tokens + "
-               "0.1 x InfoNCE (the task's defaults; set objective.terms in the YAML to change them).")
+    out["objective"] = objective_fields(key, carried)
     return out
+
+
+#: New run's objective weights: (term, label, help).
+OBJECTIVE_WIDGETS = (
+    ("mse", "Pixel MSE", "mean squared error on the hidden image patches (pixels in [0, 1])"),
+    ("cross_entropy", "Token CE", "cross-entropy on the hidden caption tokens"),
+    ("contrastive", "InfoNCE", "CLIP-style contrastive loss between pooled image and caption features, "
+                               "learned temperature; alone it trains a retrieval model"),
+)
+
+
+def objective_fields(key: str, carried: dict) -> dict:
+    """The weights of the paired objective's three terms (:data:`engine.tasks.paired.DEFAULT_TERMS`
+    unless the carried config has ``objective.terms``); a weight of 0 leaves its term out. Returns
+    the ``objective`` config section, ``{"terms": [{"loss", "weight"}, ...]}``; with every weight at
+    0 it keeps them all at 0, which the config refuses in words (Launch stays disabled)."""
+    from engine.tasks.paired import DEFAULT_TERMS
+
+    given = dig(carried, "objective.terms")
+    given = {t.get("loss"): t.get("weight", 1.0) for t in given if isinstance(t, dict)} if isinstance(given, list) else {}
+    weights = given or dict(DEFAULT_TERMS)
+    with st.container(border=True):
+        st.markdown("**Objective weights** (0 leaves a term out; each term is logged as loss/*name*)")
+        cols = st.columns(len(OBJECTIVE_WIDGETS))
+    terms = []
+    for col, (name, label, hlp) in zip(cols, OBJECTIVE_WIDGETS):
+        w = col.number_input(label, min_value=0.0, max_value=100.0, step=0.05, format="%g", help=hlp,
+                             value=number(weights.get(name), 0.0, 0.0, 100.0), key=f"{key}_w_{name}")
+        if w > 0:
+            terms.append({"loss": name, "weight": float(w)})
+    if not terms:
+        st.error("Every objective weight is 0: give at least one term a weight above 0.")
+        terms = [{"loss": name, "weight": 0.0} for name, _, _ in OBJECTIVE_WIDGETS]
+    return {"terms": terms}
 
 
 @st.cache_data(max_entries=16, ttl=600, show_spinner="Drawing masks on pairs…")

@@ -6,6 +6,7 @@ session: the URL carries the state, as a reload or a link does."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -164,3 +165,22 @@ def test_presentation_shows_the_joint_reconstruction(env):
     at = open_with("../pages/present.py", {"run": run_id})
     assert any(h.value == "Joint reconstructions of validation pairs" for h in at.subheader)
     assert html(at).count("caption from the image alone") == NUM_VIS
+
+
+def test_new_run_sets_the_objective_weights_and_keeps_them_in_the_url(env):
+    at = open_with("../pages/new_run.py", {"dataset": "pairs", "task": "paired", "data.tokenizer.vocab_size": "300",
+                                           "data.tokenizer.max_len": "24"})
+    assert [n.value for n in at.number_input if n.key.startswith("nr_m_w_")] == [1.0, 0.5, 0.1]  # DEFAULT_TERMS
+    at.number_input(key="nr_m_w_contrastive").set_value(0.0).run()
+    at.number_input(key="nr_m_w_mse").set_value(2.0).run()
+    assert not at.exception and not next(b for b in at.button if b.label == "Launch").disabled
+    url = {k: (v[0] if isinstance(v, list) else v) for k, v in dict(at.query_params).items()}
+    reopened = open_with("../pages/new_run.py", url)  # a reload: the weights come back from the URL
+    assert [n.value for n in reopened.number_input if n.key.startswith("nr_m_w_")] == [2.0, 0.5, 0.0]
+    terms = RunConfig.from_dict({"task": "paired", "data": {"dataset": "pairs"},
+                                 "objective": {"terms": json.loads(url["objective.terms"])}}).objective.terms
+    assert [(t.loss, t.weight) for t in terms] == [("mse", 2.0), ("cross_entropy", 0.5)]  # 0 leaves InfoNCE out
+    for name in ("mse", "cross_entropy"):
+        reopened.number_input(key=f"nr_m_w_{name}").set_value(0.0).run()
+    assert any("Every objective weight is 0" in e.value for e in reopened.error)
+    assert next(b for b in reopened.button if b.label == "Launch").disabled
