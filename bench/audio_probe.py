@@ -30,16 +30,15 @@ import argparse
 import csv
 import json
 import os
-import resource
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from bench.timed_run import timed_run  # noqa: E402  (after the path)
 
 FSDD = REPO.parent / "shared" / "data" / "fsdd"
 SPEAKERS = ("jackson", "nicolas", "theo", "yweweler")
@@ -147,9 +146,7 @@ def run_fold(dataset: str, target: str, workspace: Path, steps: int | None = Non
     from engine.config import RunConfig
     from engine.eval import linear_probe
     from engine.inference import load_model
-    from engine.store import create_run, get_run
     from engine.tasks import build_task
-    from engine.worker import execute_run
 
     cfg = RunConfig.from_dict(config_for(dataset, target, steps, overrides))
     torch.manual_seed(cfg.train.seed)  # the loop's init: this task's model is the run's step-0 model
@@ -159,21 +156,14 @@ def run_fold(dataset: str, target: str, workspace: Path, steps: int | None = Non
     untrained = linear_probe(xt, yt, xv, yv, groups=gt).accuracy if untrained else None
     baseline = linear_probe(bt, yt, bv, yv, groups=gt).accuracy
 
-    run_id, d = create_run(cfg.to_dict(), workspace)
-    t0, c0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
-    status = execute_run(d)
-    seconds, c1 = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF)
-    rec = get_run(run_id, workspace)
-    if status != "completed":
-        raise RuntimeError(f"run {run_id} ended {status}: {rec.error}")
-    task.model.load_state_dict(load_model(run_id, workspace=workspace).model.state_dict())
+    rec, timing = timed_run(cfg, workspace)
+    task.model.load_state_dict(load_model(rec.run_id, workspace=workspace).model.state_dict())
     sets = probe_sets(task)
     (xt, _, yt, gt), (xv, _, yv, _) = sets["train"], sets["val"]
     model = linear_probe(xt, yt, xv, yv, groups=gt).accuracy
     latest = rec.latest
-    return {"model": model, "baseline": baseline, "untrained": untrained, "seconds": seconds,
-            "cpu_seconds": (c1.ru_utime + c1.ru_stime) - (c0.ru_utime + c0.ru_stime), "steps": rec.step,
-            "config": rec.config, "run_id": run_id, "val_spec_mse": latest.get("val_spec_mse"),
+    return {"model": model, "baseline": baseline, "untrained": untrained, **timing,
+            "config": rec.config, "val_spec_mse": latest.get("val_spec_mse"),
             "baseline_spec_mse": min(latest.get("baseline/mean_spec_mse", np.inf), latest.get("baseline/interp_spec_mse", np.inf))}
 
 

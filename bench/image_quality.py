@@ -25,14 +25,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from bench.timed_run import timed_run  # noqa: E402  (after the path)
 
 DATASETS = ("digits", "fashion-mnist")
 #: Issue 8's acceptance: run / mean image <= 0.5 and run / best baseline <= 0.8.
@@ -72,26 +71,15 @@ def run(dataset: str, workspace: Path, steps: int | None = None, overrides: dict
     os.environ["MASKLAB_WORKSPACE"] = str(workspace)
     from engine.config import RunConfig
     from engine.eval.image_baselines import BASELINES
-    from engine.store import create_run, get_run
-    from engine.worker import execute_run
 
     config = RunConfig.from_dict(config_for(dataset, workspace, steps, overrides))
-    run_id, d = create_run(config.to_dict(), workspace)
-    load_before = os.getloadavg()
-    t0, c0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
-    status = execute_run(d)
-    seconds, c1 = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF)
-    rec = get_run(run_id, workspace)
-    if status != "completed":
-        raise RuntimeError(f"run {run_id} ended {status}: {rec.error}")
+    rec, timing = timed_run(config, workspace)
     latest = rec.latest
     base = {b: {"mse": latest[f"baseline/{b}/mse"], "psnr": latest[f"baseline/{b}/psnr"]} for b in BASELINES}
     best = min(base, key=lambda b: base[b]["mse"])
     return {"mse": latest["val_mse"], "psnr": latest["val_psnr"], "baselines": base, "best": best,
             "vs_mean_image": latest["val_mse"] / base["mean_image"]["mse"], "vs_best": latest["val_mse"] / base[best]["mse"],
-            "seconds": seconds, "cpu_seconds": (c1.ru_utime + c1.ru_stime) - (c0.ru_utime + c0.ru_stime),
-            "steps": rec.step, "config": rec.config, "run_id": run_id,
-            "load_before": load_before, "load_after": os.getloadavg()}
+            "config": rec.config, **timing}
 
 
 def main(argv: list[str] | None = None) -> int:

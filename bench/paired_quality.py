@@ -30,14 +30,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from bench.timed_run import timed_run  # noqa: E402  (after the path)
 SHARED = Path(os.environ.get("MASKLAB_SHARED", REPO.parent / "shared")) / "data"
 CONFIG = REPO / "configs" / "paired-tuxpaint.yaml"
 DATASET, VAL_FRACTION, IMAGE_SIZE = "tuxpaint-bench", 0.2, 32
@@ -96,8 +95,6 @@ def run_seed(workspace: Path, seed: int, steps: int | None = None, overrides: li
     """
     os.environ["MASKLAB_WORKSPACE"] = str(workspace)
     from engine.config import load_config
-    from engine.store import create_run, get_run
-    from engine.worker import execute_run
 
     sets = [f"data.dataset={DATASET}", f"train.seed={seed}", "evaluation.auto=false"]
     if steps is not None:
@@ -105,17 +102,8 @@ def run_seed(workspace: Path, seed: int, steps: int | None = None, overrides: li
                  f"train.eval_interval={steps}", f"train.warmup_steps={max(1, min(100, steps // 10))}"]
     sets += overrides or []  # the caller's last
     cfg = load_config(CONFIG, sets)
-    run_id, d = create_run(cfg.to_dict(), workspace)
-    load_before = os.getloadavg()
-    t0, c0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
-    status = execute_run(d)
-    seconds, c1 = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF)
-    rec = get_run(run_id, workspace)
-    if status != "completed":
-        raise RuntimeError(f"run {run_id} ended {status}: {rec.error}")
-    return {"seed": seed, "latest": rec.latest, "seconds": seconds, "steps": rec.step, "run_id": run_id,
-            "cpu_seconds": (c1.ru_utime + c1.ru_stime) - (c0.ru_utime + c0.ru_stime), "config": rec.config,
-            "load_before": load_before, "load_after": os.getloadavg()}
+    rec, timing = timed_run(cfg, workspace)
+    return {"seed": seed, "latest": rec.latest, "config": rec.config, **timing}
 
 
 def _seed_job(args: tuple) -> dict:

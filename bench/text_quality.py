@@ -28,14 +28,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from bench.timed_run import timed_run  # noqa: E402  (after the path)
 SHARED = Path(os.environ.get("MASKLAB_SHARED", REPO.parent / "shared")) / "data"
 
 #: The recipes measured for issue 7 (see bench/README.md for the figures).
@@ -103,8 +102,7 @@ def run(kind: str, workspace: Path, steps: int | None = None, overrides: dict | 
     os.environ["MASKLAB_WORKSPACE"] = str(workspace)
     from engine.config import RunConfig
     from engine.data import ImportOptions, import_source
-    from engine.store import create_run, get_run
-    from engine.worker import execute_run
+    from engine.store import run_dir
 
     r = RECIPES[kind]
     rel, opts = r["source"]
@@ -123,22 +121,13 @@ def run(kind: str, workspace: Path, steps: int | None = None, overrides: dict | 
         t.update(steps=steps, warmup_steps=min(t["warmup_steps"], steps // 10), checkpoint_interval=steps,
                  eval_interval=max(1, min(t["eval_interval"], steps)))
     config = RunConfig.from_dict(cfg)
-    run_id, d = create_run(config.to_dict(), workspace)
-    load_before = os.getloadavg()
-    t0, c0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
-    status = execute_run(d)
-    seconds, c1 = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF)
-    rec = get_run(run_id, workspace)
-    if status != "completed":
-        raise RuntimeError(f"run {run_id} ended {status}: {rec.error}")
+    rec, timing = timed_run(config, workspace)
     base = {b: rec.latest[f"baseline/{b}"] for b in r["baselines"]}
     return {"metric": r["metric"], "value": rec.latest[r["metric"]], "baselines": base,
-            "best_baseline": max(base.values()), "margin": r["margin"], "seconds": seconds, "steps": rec.step,
-            "cpu_seconds": (c1.ru_utime + c1.ru_stime) - (c0.ru_utime + c0.ru_stime),
-            "load_before": load_before, "load_after": os.getloadavg(), "run_id": run_id,
+            "best_baseline": max(base.values()), "margin": r["margin"], **timing,
             "cpu_budget_s": r["cpu_budget_s"],
             "config": rec.config, "dataset": {"name": name, "accepted": report.accepted},
-            "latest": rec.latest, "info": json.loads((d / "task.json").read_text())}
+            "latest": rec.latest, "info": json.loads((run_dir(rec.run_id, workspace) / "task.json").read_text())}
 
 
 def main(argv: list[str] | None = None) -> int:

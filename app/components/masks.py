@@ -514,6 +514,20 @@ def frequency_heatmap(frequency: np.ndarray, height: int = 180) -> alt.Chart:
     )
 
 
+def lab_statistics(res: tuple[MaskStats, float | None, str | None] | None, about: Callable[[MaskStats], str]) -> None:
+    """Mask lab's statistics of one modality: ``res`` is ``(stats, masks/s, problem)`` from its
+    cached statistics function, or None when that failed (``guarded`` has said why). A problem (what
+    pre-flight would refuse, in words) shows as a warning, ``about(stats)`` as the caption (what the
+    masks were drawn over), then :func:`mask_stats_panel`."""
+    if res is None:
+        return
+    stats, rate, problem = res
+    if problem:
+        st.warning(f"A run with these settings would be refused: {problem}")
+    st.caption(about(stats))
+    mask_stats_panel(stats, rate)
+
+
 def mask_stats_panel(stats: MaskStats, masks_per_s: float | None) -> None:
     """Metrics (mean ratio, regions, masks/s) and the three charts of a :class:`MaskStats`:
     the ratio and region-size histograms side by side, the positional heatmap under them."""

@@ -423,17 +423,12 @@ def _lab_stats(cfg_json: str, version: str, n: int):
 
 def lab_results(cfg, info, n: int) -> None:
     """Mask lab's audio results: the run's masks on real spectrograms, then batch statistics."""
-    from app.components.masks import mask_stats_panel
+    from app.components.masks import lab_statistics
 
     st.subheader("Masks on real spectrograms")
     mask_preview(cfg, info)
     st.subheader("Statistics")
     res = guarded(_lab_stats, json.dumps(cfg.to_dict(), sort_keys=True), info.created_at, int(n))
-    if res is None:
-        return
-    stats, rate, problem = res
-    if problem:
-        st.warning(f"A run with these settings would be refused: {problem}")
-    st.caption(f"{stats.batch_size} masks over the first windows of real train clips of **{info.name}** (chosen class by class; the ratio is "
-               "over the positions that hold frames; masks/s includes computing the log-mel and voiced frames).")
-    mask_stats_panel(stats, rate)
+    lab_statistics(res, lambda stats: f"{stats.batch_size} masks over the first windows of real train clips of "
+                   f"**{info.name}** (chosen class by class; the ratio is over the positions that hold frames; "
+                   "masks/s includes computing the log-mel and voiced frames).")

@@ -19,7 +19,7 @@ from app.components.errors import guarded
 from app.components.images import (
     as_rgb, chw_to_hwc_uint8, error_map, image_grid, image_rows, mask_overlay, masked_only, recon_rows,
 )
-from app.components.masks import guarded_mask, mask_stats_panel, masking_controls, patch_select, train_batch
+from app.components.masks import guarded_mask, lab_statistics, masking_controls, patch_select, train_batch
 from app.components.urlstate import dig, index_of
 from engine.config import MaskingConfig
 from engine.masking import draw_mask, get_masking, grid_shape, image_side_inputs, preview_masks
@@ -227,7 +227,7 @@ def lab_results(cfg, info, n: int) -> None:
 
 def mask_stats_section(cfg, info, n: int) -> None:
     """Statistics of ``cfg.masking`` drawn over ``n`` real train images of ``info`` (any dataset
-    with images): the pre-flight's verdict, then :func:`app.components.masks.mask_stats_panel`."""
+    with images): the pre-flight's verdict, then :func:`app.components.masks.lab_statistics`."""
     c, h, w = info.image_shape
     patch = cfg.model.patch_size
     images = guarded(train_batch, info, int(n))
@@ -235,17 +235,11 @@ def mask_stats_section(cfg, info, n: int) -> None:
         return
     res = guarded_mask(_mask_stats, json.dumps(cfg.masking.model_dump(mode="json"), sort_keys=True),
                        (info.name, info.created_at, len(images)), images, int(patch), int(cfg.train.seed))  # fmt: skip
-    if res is None:
-        return
-    stats, rate, problem = res
-    if problem:
-        st.warning(f"A run with these settings would be refused: {problem}")
     uses_ratio = get_masking(cfg.masking.strategy).uses_ratio
     at = (f" at ratio {cfg.masking.ratio:g}" + (" (step 0 of the schedule)" if cfg.masking.schedule != "constant" else "")
           if uses_ratio else " (this strategy's parameters set its budget; the mask ratio is not used)")
-    st.caption(f"{stats.batch_size} masks of {h // patch}x{w // patch} patches drawn over real train images of "
-               f"**{info.name}**{at}.")
-    mask_stats_panel(stats, rate)
+    lab_statistics(res, lambda stats: f"{stats.batch_size} masks of {h // patch}x{w // patch} patches drawn over real "
+                   f"train images of **{info.name}**{at}.")
 
 
 # --------------------------------------------------------------------------- interactive masking

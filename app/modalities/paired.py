@@ -273,7 +273,7 @@ def caption_stats_section(cfg, info, n: int) -> None:
     token masks (``task_params.text_*`` in place of ``masking``, from ``train.seed``, one hidden
     token at least: :func:`engine.tasks.paired.vis_masks`), so the text lab's statistics
     (:func:`app.modalities.text._lab_stats`) run on that text config with the run's tokenizer."""
-    from app.components.masks import mask_stats_panel
+    from app.components.masks import lab_statistics
     from app.modalities.text import _lab_stats
 
     prm = cfg.task_params
@@ -281,15 +281,10 @@ def caption_stats_section(cfg, info, n: int) -> None:
                 "masking": {"strategy": prm["text_strategy"], "ratio": prm["text_ratio"], "params": prm["text_params"]},
                 "train": {"seed": cfg.train.seed}}
     res = guarded(_lab_stats, json.dumps(text_cfg, sort_keys=True), info.created_at, int(n))
-    if res is None:
-        return
-    stats, rate, problem = res
-    if problem:
-        st.warning("A run with these settings would be refused: " + problem.replace("masking.ratio", "task_params.text_ratio")
-                   .replace("masking.params", "task_params.text_params"))
-    st.caption(f"{stats.batch_size} caption masks over real train captions of **{info.name}** (ratio over the maskable "
-               "tokens; masks/s includes tokenising the batch).")
-    mask_stats_panel(stats, rate)
+    if res is not None and res[2]:  # the caption's fields, as New run names them
+        res = (*res[:2], res[2].replace("masking.ratio", "task_params.text_ratio").replace("masking.params", "task_params.text_params"))
+    lab_statistics(res, lambda stats: f"{stats.batch_size} caption masks over real train captions of **{info.name}** "
+                   "(ratio over the maskable tokens; masks/s includes tokenising the batch).")
 
 
 # --------------------------------------------------------------------------- run samples

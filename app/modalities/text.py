@@ -385,20 +385,14 @@ def _lab_stats(cfg_json: str, version: str, n: int):
 
 def lab_results(cfg, info, n: int) -> None:
     """Mask lab's text results: the run's masks on real sentences, then batch statistics."""
-    from app.components.masks import mask_stats_panel
+    from app.components.masks import lab_statistics
 
     st.subheader("Masks on real sentences")
     mask_preview(cfg, info)
     st.subheader("Statistics")
     res = guarded(_lab_stats, json.dumps(cfg.to_dict(), sort_keys=True), info.created_at, int(n))
-    if res is None:
-        return
-    stats, rate, problem = res
-    if problem:
-        st.warning(f"A run with these settings would be refused: {problem}")
-    st.caption(f"{stats.batch_size} masks over real train texts of **{info.name}** (ratio over the maskable tokens; "
-               "masks/s includes tokenising the batch).")
-    mask_stats_panel(stats, rate)
+    lab_statistics(res, lambda stats: f"{stats.batch_size} masks over real train texts of **{info.name}** (ratio "
+                   "over the maskable tokens; masks/s includes tokenising the batch).")
 
 
 def compare_view(samples: dict, n: int = 8) -> list:
