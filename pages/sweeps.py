@@ -2,8 +2,9 @@
 the random-init encoder and the raw input (e.g. mask ratio vs linear-probe accuracy, MAE's figure 5
 on the user's own data).
 
-A sweep is queued from the CLI (``python -m engine sweep CONFIG --over masking.ratio=0.25,0.5,0.75,0.9
---seeds 2``) or :func:`engine.sweep.submit_sweep`; each run is evaluated at its end. The sweep and the
+A sweep is queued from New run's Sweep section, which links here with the sweep selected, from the
+CLI (``python -m engine sweep CONFIG --over masking.ratio=0.25,0.5,0.75,0.9 --seeds 2``) or
+:func:`engine.sweep.submit_sweep`; each run is evaluated at its end. The sweep and the
 figure are in the URL (``?sweep=ab12cd&figure=probe_acc``).
 """
 
@@ -29,8 +30,8 @@ for r in runs:
     if sw:
         sweeps.setdefault(sw["id"], {"field": sw["field"], "base": sw["base"], "n": 0})["n"] += 1
 if not sweeps:
-    st.info("No sweep yet. Queue one with `python -m engine sweep CONFIG --over masking.ratio=0.25,0.5,0.75,0.9 "
-            "--seeds 2`.")
+    st.info("No sweep yet. Queue one from New run (its Sweep section) or with `python -m engine sweep CONFIG "
+            "--over masking.ratio=0.25,0.5,0.75,0.9 --seeds 2`.")
     st.stop()
 a, b = st.columns([3, 1])
 with a:
