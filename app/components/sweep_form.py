@@ -94,6 +94,8 @@ def sweep_section(url: PageState, form: dict[str, Any], modality: str, base_ok: 
                    "than the form's runs with its own default parameters.")
     seeds_as = url.widget(st.radio, "Seeds", "sweep_seeds_as", default="count", options=list(SEEDS_AS),
                           format_func=SEEDS_AS.get, horizontal=True, key="nr_sw_seeds_as")  # fmt: skip
+    st.caption(f"Each run is the form above with {field or 'the field'} set to one value and its Seed (train.seed) "
+               "to one of these seeds.")
     if seeds_as == "count":
         k = url.widget(st.number_input, "Replicates per value", "sweep_replicates", default=2, min_value=1,
                        max_value=100, step=1, key="nr_sw_replicates")  # fmt: skip
@@ -130,7 +132,8 @@ def sweep_section(url: PageState, form: dict[str, Any], modality: str, base_ok: 
     if seeds_as == "count":
         flags = [f"--over {shlex.quote(field + '=' + ','.join(map(str, values)))}", f"--seeds {len(seeds)}",
                  *(f"--set {shlex.quote(f)}" for f in set_flags(form))]
-        st.code(" \\\n    ".join(["python -m engine sweep", *flags]), language="bash")
+        with st.expander("As a command line"):
+            st.code(" \\\n    ".join(["python -m engine sweep", *flags]), language="bash")
     plan.configs = cfgs
     return plan
 
@@ -138,6 +141,9 @@ def sweep_section(url: PageState, form: dict[str, Any], modality: str, base_ok: 
 def sweep_launch(plan: SweepPlan, form: dict[str, Any], actor: Identity | None) -> None:
     """The "Launch sweep" button (disabled until the plan is ready); after a launch, what was queued
     and a link to the Sweeps page with this sweep selected (``?sweep=<id>``)."""
+    if plan.ready:
+        st.caption(f"Queues {len(plan.configs)} runs ({plan.words()}), "
+                   f"{sum(c.train.steps for c in plan.configs):,} steps in all: see the Sweep section.")
     if st.button("Launch sweep", type="primary", disabled=not plan.ready, key="nr_sw_launch"):
         sid = new_sweep_id()
         ids = guarded(submit_sweep, form, plan.field, plan.values, plan.seeds, sweep_id=sid, actor=actor)
