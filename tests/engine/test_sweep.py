@@ -94,3 +94,12 @@ def test_a_sweep_larger_than_the_queue_room_is_refused_before_any_run_is_queued(
                                              r"MASKLAB_MAX_QUEUED=3\); nothing was queued"):
         submit_sweep(BASE, "masking.ratio", [0.5, 0.75], [0, 1], workspace)
     assert list_runs(workspace) == []
+
+
+def test_the_cli_refuses_bad_values_in_words_and_queues_nothing(workspace, capsys):
+    from engine.cli import main
+
+    assert main(["sweep", "--over", "masking.ratio=0.5,1.5,0.5", "--set", "train.steps=5"]) == 2
+    assert capsys.readouterr().err == ("error: sweep value masking.ratio=1.5: invalid run config: masking.ratio: must "
+                                       "be at most 1.0 (got 1.5)\nsweep value masking.ratio=0.5: listed twice\n")
+    assert list_runs(workspace) == []
