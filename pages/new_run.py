@@ -75,12 +75,6 @@ with form:
 cfg_dict = {"name": run_name.strip(), **fields, "data": {"dataset": dataset, **fields.get("data", {})}, "train": train,
             **({"launch": launch} if launch else {})}
 url.put_config(cfg_dict)
-if st.session_state.get("nr_link_seen") != link_params:  # a link opened (or the URL edited), not a rerun
-    st.session_state["nr_link_note"] = (link_not_taken(link, cfg_dict, names), dict(url.params))
-st.session_state["nr_link_seen"] = dict(url.params)
-note, for_params = st.session_state.get("nr_link_note") or (None, None)
-if note and for_params == dict(url.params):  # until the form is changed
-    link_note.warning(note)
 cfg = guarded(RunConfig.from_dict, cfg_dict) if fields.get("masking") is not None else None
 
 with preview:
@@ -94,6 +88,13 @@ with preview:
 with form:  # under the run's own fields; every run of a sweep starts from them
     sweep = sweep_section(url, cfg_dict, info.modality, ready,
                           lambda c: preflight(json.dumps(c.to_dict(), sort_keys=True)))
+# after every widget has written the URL, so that a rerun is not taken for a new link
+if st.session_state.get("nr_link_seen") != link_params:  # a link opened (or the URL edited), not a rerun
+    st.session_state["nr_link_note"] = (link_not_taken(link, cfg_dict, names), dict(url.params))
+st.session_state["nr_link_seen"] = dict(url.params)
+note, for_params = st.session_state.get("nr_link_note") or (None, None)
+if note and for_params == dict(url.params):  # until the form is changed
+    link_note.warning(note)
 with preview:
     if sweep is not None:
         sweep_launch(sweep, cfg_dict, actor())

@@ -71,6 +71,7 @@ def sweep_section(url: PageState, form: dict[str, Any], modality: str, base_ok: 
         check: the launcher's pre-flight check of one config (New run's cached ``check_run``).
     """
     on = url.widget(st.toggle, "Sweep", "sweep_on", default=False, cast=bool, key="nr_sw_on",
+                    encode_as=lambda v: True if v else None,  # off: the URL of a single run stays as it was
                     help="queue one run per value of a config field and seed; the Sweeps page plots a result "
                          "against the value, with the mean and spread over seeds")  # fmt: skip
     if not on:
