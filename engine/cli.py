@@ -216,20 +216,16 @@ def cmd_join(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    import yaml
-
     from engine.config import load_config
-    from engine.sweep import submit_sweep, sweep_of
+    from engine.sweep import new_sweep_id, parse_values, submit_sweep
 
     if "=" not in args.over:
         raise ConfigError(f"--over {args.over!r}: expected FIELD=V1,V2,..., e.g. masking.ratio=0.25,0.5,0.75,0.9")
     field, raw = args.over.split("=", 1)
-    values = [yaml.safe_load(v) for v in raw.split(",") if v.strip()]
+    values = parse_values(raw)
     base = load_config(args.config, args.overrides).to_dict()
-    ids = submit_sweep(base, field.strip(), values, list(range(max(1, args.seeds))))
-    from engine.store import get_run
-
-    sid = sweep_of(get_run(ids[0]).name)["id"]
+    sid = new_sweep_id()
+    ids = submit_sweep(base, field.strip(), values, list(range(max(1, args.seeds))), sweep_id=sid)
     print(f"sweep {sid}: {len(ids)} runs queued ({field} in {values}, {args.seeds} seed(s)); see the Sweeps page")
     for r in ids:
         print(r)

@@ -103,6 +103,18 @@ def waiting_runs(workspace: Path, *, prune: bool = False) -> list[str]:
     return out
 
 
+def queue_room(workspace: Path) -> tuple[int, int]:
+    """``(room, cap)``: how many more runs may be queued now (``$MASKLAB_MAX_QUEUED`` minus the live
+    queued runs, at least 0) and the cap. A read for planning (New run's sweep section, a sweep
+    submit); ``submit`` checks the cap again under :func:`submit_lock`.
+
+    Raises:
+        ConfigError: ``$MASKLAB_MAX_QUEUED`` is not a whole number of at least 1.
+    """
+    cap = max_queued()
+    return max(0, cap - len(waiting_runs(Path(workspace)))), cap
+
+
 @contextmanager
 def submit_lock(workspace: Path) -> Iterator[None]:
     """Serialise submits, so that two at once cannot both pass the queue cap."""

@@ -6,7 +6,9 @@ one parameter per field: :mod:`app.components.urlstate`), so a reload or a copie
 Mask lab's "Use in New run" opens this page with its settings in the URL. The modality's fields and
 preview come from its view (``app.modalities``); the preview calls the engine function the run
 itself calls for its samples, so it shows the run's masks. Launching only calls
-``engine.launcher.submit``, which starts a background worker process and returns at once.
+``engine.launcher.submit``, which starts a background worker process and returns at once. The Sweep
+section (:mod:`app.components.sweep_form`) queues the form once per value of a field and seed
+instead, through ``engine.sweep.submit_sweep``, and links to the Sweeps page.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from app.components import guarded
 from app.components.access import actor
 from app.components.datasets import dataset_infos
 from app.components.run_form import export_panel, launch_fields, train_fields
+from app.components.sweep_form import URL_NAMES, sweep_launch, sweep_section
 from app.components.urlstate import PageState, dig, index_of, link_not_taken
 from app.modalities import ui_for
 from engine.checks import check_run, no_validation_note
@@ -35,7 +38,7 @@ def preflight(cfg_json: str) -> str:
 
 
 st.title("New run")
-url = PageState("new_run", config=True)
+url = PageState("new_run", URL_NAMES, config=True)
 infos = guarded(dataset_infos) or {}
 if not infos:
     st.warning("No dataset available: import one on the Data page.")
@@ -72,12 +75,6 @@ with form:
 cfg_dict = {"name": run_name.strip(), **fields, "data": {"dataset": dataset, **fields.get("data", {})}, "train": train,
             **({"launch": launch} if launch else {})}
 url.put_config(cfg_dict)
-if st.session_state.get("nr_link_seen") != link_params:  # a link opened (or the URL edited), not a rerun
-    st.session_state["nr_link_note"] = (link_not_taken(link, cfg_dict, names), dict(url.params))
-st.session_state["nr_link_seen"] = dict(url.params)
-note, for_params = st.session_state.get("nr_link_note") or (None, None)
-if note and for_params == dict(url.params):  # until the form is changed
-    link_note.warning(note)
 cfg = guarded(RunConfig.from_dict, cfg_dict) if fields.get("masking") is not None else None
 
 with preview:
@@ -88,7 +85,20 @@ with preview:
     # The launcher's own pre-flight check, run before the click, so a config it would refuse is
     # explained here and Launch stays disabled.
     ready = cfg is not None and guarded(preflight, json.dumps(cfg.to_dict(), sort_keys=True)) is not None
-    if st.button("Launch", type="primary", disabled=not ready):
+with form:  # under the run's own fields; every run of a sweep starts from them
+    sweep = sweep_section(url, cfg_dict, info.modality, ready,
+                          lambda c: preflight(json.dumps(c.to_dict(), sort_keys=True)))
+# after every widget has written the URL, so that a rerun is not taken for a new link
+if st.session_state.get("nr_link_seen") != link_params:  # a link opened (or the URL edited), not a rerun
+    st.session_state["nr_link_note"] = (link_not_taken(link, cfg_dict, names), dict(url.params))
+st.session_state["nr_link_seen"] = dict(url.params)
+note, for_params = st.session_state.get("nr_link_note") or (None, None)
+if note and for_params == dict(url.params):  # until the form is changed
+    link_note.warning(note)
+with preview:
+    if sweep is not None:
+        sweep_launch(sweep, cfg_dict, actor())
+    elif st.button("Launch", type="primary", disabled=not ready):
         run_id = guarded(submit, cfg, actor=actor())
         if run_id is not None:  # what was launched, in words: a field left red keeps its last valid value
             t, m = cfg.train, cfg.masking
@@ -96,7 +106,7 @@ with preview:
             st.session_state["nr_launched_what"] = (f"{cfg.data.dataset}, {t.steps:,} steps x batch {t.batch_size}, "
                                                     f"lr {t.lr:g}, {m.strategy} masking at ratio {m.ratio:g}")
     launched = st.session_state.get("nr_launched")
-    if launched:
+    if launched and sweep is None:
         st.success(f"Launched run **{launched}** ({st.session_state.get('nr_launched_what', '')}): it trains in a "
                    "background process.")
         l1, l2 = st.columns(2)

@@ -2,8 +2,9 @@
 the random-init encoder and the raw input (e.g. mask ratio vs linear-probe accuracy, MAE's figure 5
 on the user's own data).
 
-A sweep is queued from the CLI (``python -m engine sweep CONFIG --over masking.ratio=0.25,0.5,0.75,0.9
---seeds 2``) or :func:`engine.sweep.submit_sweep`; each run is evaluated at its end. The sweep and the
+A sweep is queued from New run's Sweep section, which links here with the sweep selected, from the
+CLI (``python -m engine sweep CONFIG --over masking.ratio=0.25,0.5,0.75,0.9 --seeds 2``) or
+:func:`engine.sweep.submit_sweep`; each run is evaluated at its end. The sweep and the
 figure are in the URL (``?sweep=ab12cd&figure=probe_acc``).
 """
 
@@ -29,8 +30,8 @@ for r in runs:
     if sw:
         sweeps.setdefault(sw["id"], {"field": sw["field"], "base": sw["base"], "n": 0})["n"] += 1
 if not sweeps:
-    st.info("No sweep yet. Queue one with `python -m engine sweep CONFIG --over masking.ratio=0.25,0.5,0.75,0.9 "
-            "--seeds 2`.")
+    st.info("No sweep yet. Queue one from New run (its Sweep section) or with `python -m engine sweep CONFIG "
+            "--over masking.ratio=0.25,0.5,0.75,0.9 --seeds 2`.")
     st.stop()
 a, b = st.columns([3, 1])
 with a:
@@ -59,7 +60,7 @@ color = alt.Color("encoder:N", title=None, legend=alt.Legend(orient="bottom", sy
                   scale=alt.Scale(domain=list(ENCODERS.values()), range=["#d62728", "#1f77b4", "#7f7f7f"]))
 # the axis spans the results, not 0 to 1: seeds and encoders differ by a few points (MAE's figure 5 does the same)
 y_scale = alt.Scale(zero=False, nice=True)
-y_axis = alt.Axis(format=".0%")
+y_axis = alt.Axis(format=".1%")  # ticks half a point apart read as 92.5%, not 93% twice
 base = alt.Chart(long).encode(x=x, color=color)
 band = base.mark_area(opacity=0.15).encode(y=alt.Y("min(accuracy):Q", title=FIGURES[fig], scale=y_scale, axis=y_axis),
                                            y2="max(accuracy):Q")
