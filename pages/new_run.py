@@ -21,6 +21,7 @@ from app.components.datasets import dataset_infos
 from app.components.run_form import export_panel, launch_fields, train_fields
 from app.components.urlstate import PageState, dig, index_of, link_not_taken
 from app.modalities import ui_for
+from engine.backends import unavailable
 from engine.checks import check_run, no_validation_note
 from engine.config import RunConfig
 from engine.launcher import submit
@@ -87,7 +88,8 @@ with preview:
     st.divider()
     # The launcher's own pre-flight check, run before the click, so a config it would refuse is
     # explained here and Launch stays disabled.
-    ready = cfg is not None and guarded(preflight, json.dumps(cfg.to_dict(), sort_keys=True)) is not None
+    ready = (cfg is not None and not unavailable(cfg.launch.backend)  # launch_fields says why
+             and guarded(preflight, json.dumps(cfg.to_dict(), sort_keys=True)) is not None)
     if st.button("Launch", type="primary", disabled=not ready):
         run_id = guarded(submit, cfg, actor=actor())
         if run_id is not None:  # what was launched, in words: a field left red keeps its last valid value
@@ -98,7 +100,7 @@ with preview:
     launched = st.session_state.get("nr_launched")
     if launched:
         st.success(f"Launched run **{launched}** ({st.session_state.get('nr_launched_what', '')}): it trains in a "
-                   "background process.")
+                   "background process (or a cluster job).")
         l1, l2 = st.columns(2)
         with l1:
             st.page_link("../pages/run_detail.py", label="Open run detail", query_params={"run": launched})
