@@ -193,6 +193,11 @@ class EvalConfig(_Strict):
 LAUNCH_BACKENDS = ("local", "ray", "slurm")
 
 
+#: ``launch`` fields that only a cluster back-end reads (ray, slurm).
+CLUSTER_FIELDS = ("cpus", "gpus", "mem_gb", "time_min", "ray_address", "slurm_partition", "slurm_account",
+                  "slurm_params", "workspace")
+
+
 class LaunchConfig(_Strict):
     """How many processes train one run, and where; named as torchrun names them
     (``torchrun --nproc_per_node --nnodes --node_rank --rdzv_endpoint``).
@@ -301,9 +306,13 @@ class RunConfig(_Strict):
         """Plain nested dict (JSON-safe) with every default resolved.
 
         A single-process launch (the default ``launch`` section) is left out, so the config of a
-        run that trains in one process reads exactly as before ``launch`` existed."""
+        run that trains in one process reads exactly as before ``launch`` existed; a local launch
+        leaves out the cluster back-ends' fields (:data:`CLUSTER_FIELDS`) left at their defaults."""
         d = self.model_dump(mode="json")
-        if d["launch"] == LaunchConfig().model_dump(mode="json"):
+        default = LaunchConfig().model_dump(mode="json")
+        if d["launch"]["backend"] == "local":  # a local launch reads as before the cluster back-ends
+            d["launch"] = {k: v for k, v in d["launch"].items() if k not in CLUSTER_FIELDS or v != default[k]}
+        if d["launch"] == {k: v for k, v in default.items() if k not in CLUSTER_FIELDS}:
             del d["launch"]
         return d
 

@@ -224,3 +224,9 @@ def test_a_worker_that_cannot_see_the_workspace_fails_the_run_with_the_reason(wo
     assert rec.error.startswith(f"the run folder {elsewhere}/runs/{run_id} does not exist on host "
                                 f"{socket.gethostname()}: the workspace must be on a filesystem")
     assert (rec.path / JOB_FILE).exists() and _steps(run_id) == []
+    out = subprocess.run([sys.executable, "-m", "engine", "job", run_id], cwd=REPO, capture_output=True, text=True,
+                         timeout=120)  # another process finds the job from the run folder
+    assert out.returncode == 0, out.stderr
+    job_id = read_job(rec.path)["job_id"]
+    assert out.stdout.startswith(f"{name} job {job_id}: FAILED (the run folder {elsewhere}/runs/{run_id} does not")
+    assert out.stdout.endswith(f"run {run_id}: failed\n")
