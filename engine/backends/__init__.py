@@ -83,17 +83,15 @@ class Backend(Protocol):
 
 
 def _module(name: str):
+    import importlib
+
+    if name not in ("ray", "slurm"):
+        raise ConfigError(f"launch.backend: {name!r} is not a cluster back-end (ray, slurm)")
     try:
-        if name == "ray":
-            from engine.backends import ray as mod
-        elif name == "slurm":
-            from engine.backends import slurm as mod
-        else:
-            raise ConfigError(f"launch.backend: {name!r} is not a cluster back-end (ray, slurm)")
+        return importlib.import_module(f"engine.backends.{name}")
     except ImportError as e:  # ray or submitit missing
         raise BackendError(f"launch.backend={name} needs the cluster extra, which is not installed here "
                            f"({e.name or e}): pip install -r {CLUSTER_EXTRA}") from None
-    return mod
 
 
 def get_backend(name: str) -> Backend:

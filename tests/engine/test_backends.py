@@ -75,7 +75,8 @@ def test_sbatch_script_carries_the_run_parameters(tmp_path):
 def test_a_missing_extra_is_a_clear_error_and_creates_nothing(workspace, monkeypatch):
     """Without ray (an import that fails, as where the extra is not installed), a ray run is refused
     with the install command; local runs and the back-end listing still work."""
-    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
+    for name in ("ray", "ray.job_submission"):  # importing them raises ImportError, even after an earlier import
+        monkeypatch.setitem(sys.modules, name, None)
     monkeypatch.delitem(sys.modules, "engine.backends.ray", raising=False)
     assert "pip install -r requirements-cluster.txt" in unavailable("ray")
     assert unavailable("local") == ""
