@@ -89,6 +89,9 @@ def _parser() -> argparse.ArgumentParser:
     lg = sub.add_parser("log", help="print the end of a background run's worker log")
     lg.add_argument("run_id")
     lg.add_argument("--bytes", type=int, default=64_000, help="at most this many bytes from the end")
+    jb = sub.add_parser("job", help="a cluster run's job (ray, slurm): its id and state; records a run whose job "
+                        "ended without its worker")
+    jb.add_argument("run_id")
     dr = sub.add_parser("doctor", help="check the workspace: stale temporary files, dead runs, damaged files")
     dr.add_argument("--repair", action="store_true", help="repair what can be repaired (runs whose worker is gone)")
     dr.add_argument("--json", action="store_true", help="machine-readable output")
@@ -347,6 +350,19 @@ def cmd_log(args) -> int:
     return 0
 
 
+def cmd_job(args) -> int:
+    from engine.launcher import job_state
+    from engine.store import get_run
+
+    state = job_state(args.run_id)
+    if state is None:
+        print(f"{args.run_id} runs on this machine's processes (launch.backend=local): it has no cluster job")
+        return 0
+    print(f"{state.backend} job {state.job_id}: {state.state}" + (f" ({state.reason})" if state.reason else ""))
+    print(f"run {args.run_id}: {get_run(args.run_id).status}")
+    return 0
+
+
 def cmd_doctor(args) -> int:
     from engine.doctor import check_workspace
 
@@ -476,7 +492,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     handler = {"run": cmd_run, "submit": cmd_submit, "runs": cmd_runs, "cancel": cmd_cancel, "resume": cmd_resume,
                "join": cmd_join,
-               "evaluate": cmd_evaluate, "sweep": cmd_sweep, "log": cmd_log, "doctor": cmd_doctor, "data": cmd_data, "delete": cmd_delete, "audit": cmd_audit,
+               "evaluate": cmd_evaluate, "sweep": cmd_sweep, "log": cmd_log, "job": cmd_job, "doctor": cmd_doctor, "data": cmd_data, "delete": cmd_delete, "audit": cmd_audit,
                "users": cmd_users, "tag": cmd_tag, "note": cmd_note, "archive": cmd_archive}
     try:
         return handler[args.cmd](args)

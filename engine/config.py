@@ -187,8 +187,15 @@ class EvalConfig(_Strict):
                                  "a linear head, at most 300 steps (0: no fine-tune)")
 
 
-#: Launch back-ends (``launch.backend``): where a run's processes execute. Only ``local`` is built so far.
-LAUNCH_BACKENDS = ("local",)
+#: Launch back-ends (``launch.backend``): where a run's processes execute (:mod:`engine.backends`):
+#: ``local`` (this machine's processes), ``ray`` (a Ray Job on an existing Ray cluster), ``slurm``
+#: (an sbatch job through submitit). The last two need the cluster extra (requirements-cluster.txt).
+LAUNCH_BACKENDS = ("local", "ray", "slurm")
+
+
+#: ``launch`` fields that only a cluster back-end reads (ray, slurm).
+CLUSTER_FIELDS = ("cpus", "gpus", "mem_gb", "time_min", "ray_address", "slurm_partition", "slurm_account",
+                  "slurm_params", "workspace")
 
 
 class LaunchConfig(_Strict):
@@ -201,6 +208,12 @@ class LaunchConfig(_Strict):
     training (PyTorch DDP; gloo on CPU, NCCL on CUDA), ``train.batch_size`` staying the global batch.
     ``node_rank`` is the rank of the launch that holds the run (the dashboard's or ``submit``'s);
     the other nodes join with ``python -m engine join RUN_ID --node-rank K``.
+
+    ``backend`` says where the worker runs (:mod:`engine.backends`): ``local`` starts it on this
+    machine; ``ray`` and ``slurm`` hand it to a cluster as one job on one node, asking for ``cpus``,
+    ``gpus``, ``mem_gb`` and ``time_min`` (0: the cluster's default); the ``nproc_per_node``
+    processes of a distributed run then start on that node. The cluster's nodes must see the
+    workspace (at ``workspace``, default: the same path) and this checkout with its venv.
     """
 
     nproc_per_node: int = Field(1, ge=1, le=256, description="training processes on each node (one per GPU)")
@@ -208,7 +221,22 @@ class LaunchConfig(_Strict):
     node_rank: int = Field(0, ge=0, description="rank of the node whose launch holds the run (0)")
     rdzv_endpoint: str = Field("", max_length=300, description="host:port of the c10d rendezvous; needed when "
                                "nnodes > 1 (one node: torchrun --standalone)")
-    backend: str = Field("local", description="where the processes run: local (this machine's processes)")
+    backend: str = Field("local", description="where the processes run: local (this machine's processes), ray "
+                         "(a Ray Job on an existing Ray cluster) or slurm (an sbatch job through submitit)")
+    cpus: int = Field(0, ge=0, le=4096, description="CPUs the cluster job asks for (ray, slurm; 0: train.num_threads, "
+                      "else 1)")
+    gpus: int = Field(0, ge=0, le=64, description="GPUs the cluster job asks for (ray, slurm); the run's processes see "
+                      "them as CUDA_VISIBLE_DEVICES")
+    mem_gb: float = Field(0, ge=0, le=65536, description="memory the cluster job asks for, in GB (0: the cluster's default)")
+    time_min: int = Field(0, ge=0, le=525_600, description="wall-clock limit of the slurm job in minutes (0: 24 h)")
+    ray_address: str = Field("", max_length=300, description="the Ray cluster's dashboard address (http://head:8265); "
+                             "empty: $RAY_ADDRESS")
+    slurm_partition: str = Field("", max_length=100, description="sbatch --partition (empty: the cluster's default)")
+    slurm_account: str = Field("", max_length=100, description="sbatch --account (empty: none)")
+    slurm_params: dict[str, str] = Field(default_factory=dict, description="more sbatch options, name: value "
+                                         "(e.g. qos: high, constraint: a100)")
+    workspace: str = Field("", max_length=1000, description="the workspace's path on the cluster's nodes (ray, slurm; "
+                           "empty: the same path as here)")
 
     @property
     def world_size(self) -> int:
@@ -225,6 +253,10 @@ class LaunchConfig(_Strict):
         if self.backend not in LAUNCH_BACKENDS:
             raise ValueError(f"@launch.backend: {self.backend!r} is not available; use one of "
                              f"{', '.join(LAUNCH_BACKENDS)}")
+        if self.backend != "local" and self.nnodes > 1:
+            raise ValueError(f"@launch.nnodes: the {self.backend} back-end runs a run on one node (its "
+                             f"launch.nproc_per_node processes); {self.nnodes} nodes need launch.backend=local and "
+                             f"python -m engine join on each other node")
         if self.node_rank >= self.nnodes:
             raise ValueError(f"@launch.node_rank: {self.node_rank} must be below launch.nnodes ({self.nnodes})")
         if self.nnodes > 1:
@@ -274,9 +306,13 @@ class RunConfig(_Strict):
         """Plain nested dict (JSON-safe) with every default resolved.
 
         A single-process launch (the default ``launch`` section) is left out, so the config of a
-        run that trains in one process reads exactly as before ``launch`` existed."""
+        run that trains in one process reads exactly as before ``launch`` existed; a local launch
+        leaves out the cluster back-ends' fields (:data:`CLUSTER_FIELDS`) left at their defaults."""
         d = self.model_dump(mode="json")
-        if d["launch"] == LaunchConfig().model_dump(mode="json"):
+        default = LaunchConfig().model_dump(mode="json")
+        if d["launch"]["backend"] == "local":  # a local launch reads as before the cluster back-ends
+            d["launch"] = {k: v for k, v in d["launch"].items() if k not in CLUSTER_FIELDS or v != default[k]}
+        if d["launch"] == {k: v for k, v in default.items() if k not in CLUSTER_FIELDS}:
             del d["launch"]
         return d
 

@@ -75,3 +75,9 @@ class EvaluationError(MasklabError):
 class RunActiveError(MasklabError):
     """An operation refused because a run (or an evaluation job of it) is still queued or running,
     e.g. deleting it: the message says to cancel it first."""
+
+
+class BackendError(MasklabError):
+    """A cluster back-end (``launch.backend`` ray or slurm) cannot take or control a run: its extra is
+    not installed (``pip install -r requirements-cluster.txt``), the cluster cannot be reached, or it
+    refused the job. The message names the back-end, the address or command, and what to do."""

@@ -2,7 +2,9 @@
 
 A submitted (or resumed) run is ``python -m engine.worker <run_dir>`` in a new session (``setsid``):
 signals sent to the Streamlit server's process group never reach it, so it keeps training through
-a server restart. Its stdout/stderr go to ``<run_dir>/worker.log``. Nothing here imports torch at
+a server restart. Its stdout/stderr go to ``<run_dir>/worker.log``. A run whose ``launch.backend``
+is ``ray`` or ``slurm`` runs the same worker as a cluster job instead (:mod:`engine.backends`);
+cancel and resume work the same, and :func:`job_state` reports the job. Nothing here imports torch at
 import time (the restart supervisor in :mod:`engine.worker` starts workers through
 :func:`start_worker`); validating a config does.
 """
@@ -19,11 +21,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from engine.access import Identity, authorized
+from engine.backends import JobState, describe, get_backend, node_workspace, read_job, write_job
 from engine.config import RunConfig
-from engine.errors import QueueFullError, ResumeError, RunLockedError
+from engine.errors import BackendError, QueueFullError, ResumeError, RunLockedError
 from engine.resume import check_same_data, prepare_resume, resume_config
 from engine.runqueue import enqueue, max_queued, submit_lock, waiting_runs
-from engine.store import ACTIVE, CANCEL_FILE, RunLock, create_run, get_run, run_dir
+from engine.store import ACTIVE, CANCEL_FILE, RunLock, create_run, get_run, read_status, run_dir, write_status
 from engine.store.lock import signal_holder
 from engine.store.runs import LOG_FILE, is_starting
 from engine.workspace import workspace_root
@@ -49,13 +52,44 @@ def submit(cfg: RunConfig, workspace=None, *, actor: Identity | None = None) -> 
     ws = workspace_root(workspace)
     with authorized("run.submit", f"new run on {cfg.data.dataset}", actor=actor, workspace=ws) as entry:
         check_run(cfg, ws)
+        local = cfg.launch.backend == "local"
+        if not local:  # BackendError (extra not installed, cluster unreachable) before anything is written
+            get_backend(cfg.launch.backend).preflight(cfg.launch.model_dump())
         with submit_lock(ws):
-            _check_queue_cap(ws)
+            if local:  # a cluster run waits in its cluster's queue, not in this workspace's
+                _check_queue_cap(ws)
             run_id, d = create_run(cfg.to_dict(), ws)
-            enqueue(ws, d)
-        start_worker(d, ws)
-        entry.update(target=run_id, dataset=cfg.data.dataset, task=cfg.task)
+            if local:
+                enqueue(ws, d)
+        entry.update(target=run_id, dataset=cfg.data.dataset, task=cfg.task, backend=cfg.launch.backend)
+        _start_job(d, ws)
     return run_id
+
+
+def _start_job(d: Path, ws: Path) -> None:
+    """Start the worker of the queued run folder ``d`` where its ``launch.backend`` says: a process
+    here (local), or a cluster job whose record goes into the run folder (:data:`engine.backends.JOB_FILE`).
+
+    Raises:
+        BackendError: the cluster cannot be reached or refused the job; the run is then recorded
+            ``failed`` with that reason (resumable once the cluster is back).
+    """
+    from engine.workspace import read_json
+
+    raw = read_json(d / "config.json")
+    launch = raw.get("launch") or {}
+    name = launch.get("backend", "local")
+    if name == "local":
+        start_worker(d, ws)
+        return
+    backend = get_backend(name)
+    n = len((read_job(d) or {}).get("jobs", [])) + 1
+    try:
+        job = backend.submit(d, launch, raw.get("train", {}), node_workspace(launch, ws), f"masklab-{d.name}-{n}")
+    except BackendError as e:
+        _record_end(d, "failed", str(e))
+        raise
+    write_job(d, job)
 
 
 def resume(run_id: str, overrides: Sequence[str] = (), workspace=None, *, actor: Identity | None = None) -> int:
@@ -94,12 +128,27 @@ def _resume(run_id: str, overrides: Sequence[str], ws: Path) -> int:
         check_same_data(d, getattr(info, "source_hash", "") or "")
         return cfg.to_dict()
 
+    local = _launch_of(d).get("backend", "local") == "local"
+    if not local:  # BackendError (extra not installed, cluster unreachable) before anything is changed
+        get_backend(_launch_of(d)["backend"]).preflight(_launch_of(d))
     with submit_lock(ws):
-        _check_queue_cap(ws)
+        if local:
+            _check_queue_cap(ws)
         step = prepare_resume(d, make_config)
-        enqueue(ws, d)
-    start_worker(d, ws)
+        if _launch_of(d).get("backend", "local") == "local":  # an override may have changed the back-end
+            enqueue(ws, d)
+    _start_job(d, ws)
     return step
+
+
+def _launch_of(d: Path) -> dict:
+    """The ``launch`` section of a run's saved config (``{}``: local; unreadable configs fail later, in context)."""
+    from engine.workspace import read_json
+
+    try:
+        return dict(read_json(d / "config.json").get("launch") or {})
+    except (OSError, ValueError, AttributeError, TypeError):
+        return {}
 
 
 def evaluate(run_id: str, step: int | None = None, workspace=None, *, actor: Identity | None = None) -> int:
@@ -209,7 +258,75 @@ def cancel(run_id: str, workspace=None, *, actor: Identity | None = None) -> boo
         except OSError:  # a full disk: the signal below still reaches a running worker
             pass
         signal_holder(d, signal.SIGTERM)
+        job = read_job(d)
+        if job is not None:
+            _cancel_job(d, job)
         return True
+
+
+#: Seconds :func:`cancel` gives a cluster run's worker to stop by itself (the ``cancel`` marker) and
+#: record ``cancelled`` before its job is stopped (Ray kills the entrypoint a few seconds after stop_job).
+CLUSTER_STOP_GRACE_S = 20.0
+
+
+def _cancel_job(d: Path, job: dict) -> None:
+    """Cancel a cluster run's job (after the marker is written): a job whose worker has not started
+    is stopped at once and the run recorded ``cancelled``; a running worker gets
+    :data:`CLUSTER_STOP_GRACE_S` to finish its step and record ``cancelled``, then its job is stopped
+    (``stop_job``, ``scancel``) in case it did not. Raises BackendError (cluster unreachable)."""
+    backend = get_backend(job["backend"])
+    if not read_status(d).get("pid"):  # still in the cluster's queue
+        backend.cancel(job)
+        _record_end(d, "cancelled", "")
+        return
+    end = time.monotonic() + CLUSTER_STOP_GRACE_S
+    while time.monotonic() < end and read_status(d).get("status") in ACTIVE:
+        time.sleep(0.2)
+    if not backend.state(job).ended:
+        backend.cancel(job)
+
+
+def _record_end(d: Path, status: str, error: str) -> bool:
+    """Record how a cluster run ended when its worker could not (it never started, or its job died):
+    takes the run lock (proof that no worker of this host holds it), and writes ``status`` only if the
+    file still says queued or running. Returns True if it wrote."""
+    try:
+        lock = RunLock(d).acquire(timeout=1.0)
+    except RunLockedError:
+        return False
+    try:
+        st = read_status(d)
+        if st.get("status", "queued") not in ACTIVE:
+            return False
+        keep = {k: st[k] for k in ("created_at", "queued_at", "started_at", "step", "total_steps", "latest",
+                                   "placement", "resume_from", "restarts") if k in st}
+        write_status(d, {**keep, "status": status, "ended_at": time.time(), **({"error": error} if error else {})})
+        return True
+    finally:
+        lock.release()
+
+
+def job_state(run_id: str, workspace=None) -> JobState | None:
+    """The state of a cluster run's latest job (:mod:`engine.backends`), or None for a local run.
+
+    The run store stays the source of truth for the run; this is what its cluster says about the job.
+    A job that has ended while the run still says queued or running (its worker never started, e.g.
+    it could not write the workspace, or it was killed) makes the run ``failed`` here, with the
+    job's reason (the worker's own where it printed one).
+
+    Raises:
+        RunNotFoundError: unknown run. BackendError: the cluster cannot be reached, or the extra
+        is not installed.
+    """
+    d = run_dir(run_id, workspace)
+    job = read_job(d)
+    if job is None:
+        return None
+    state = get_backend(job["backend"]).state(job)
+    if state.ended and read_status(d).get("status") in ACTIVE:
+        _record_end(d, "failed", state.reason or f"its {describe(job)} ended ({state.state}) before the worker "
+                    f"recorded an outcome; see the job's log")
+    return state
 
 
 def delete_run(run_id: str, workspace=None, *, actor: Identity | None = None) -> None:

@@ -36,7 +36,7 @@ from engine.store.history import append_config_history, config_diff
 from engine.store.lock import RunLock
 from engine.store.metrics import truncate_metrics
 from engine.store.runs import (
-    ACTIVE, CANCEL_FILE, CONFIG_FILE, RESUMABLE, is_starting, read_status_checked, write_status,
+    ACTIVE, CANCEL_FILE, CONFIG_FILE, RESUMABLE, cluster_mark, is_starting, read_status_checked, write_status,
 )
 from engine.store.samples import delete_samples_after
 from engine.workspace import read_json, remove_temps, unlink_quietly
@@ -153,7 +153,7 @@ def prepare_resume(run_dir: Path, make_config: Callable[[dict[str, Any], int], d
         write_status(d, {
             "status": "queued", "created_at": created, "queued_at": st.get("queued_at", created) if restart else now,
             "step": step, "total_steps": int(config.get("train", {}).get("steps", 0)), RESUME_FIELD: step,
-            **({"restarts": restart} if restart else {}),
+            **({"restarts": restart} if restart else {}), **cluster_mark(config),
         })
         return step
     finally:

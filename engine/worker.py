@@ -37,6 +37,7 @@ import sys
 import threading
 import time
 import traceback
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Callable
 
@@ -52,6 +53,8 @@ from engine.store.runs import CONFIG_FILE
 from engine.workspace import atomic_write_json, read_json, remove_temps, unlink_quietly, write_new_file
 
 STATUS_EVERY_S = 1.0
+#: The slot number of a cluster job (it holds none of the workspace's slots).
+CLUSTER_SLOT = -1
 RESERVE_FILE, RESERVE_BYTES = ".reserve.tmp", 64 * 1024
 
 
@@ -71,9 +74,13 @@ def _print_exc() -> None:
         pass
 
 
-def resolve_threads(train_cfg: dict) -> int:
-    """Torch CPU threads of a run: ``train.num_threads`` if set, else ``cpu_count // MASKLAB_MAX_RUNS``
-    (the runs that may train at once share the cores instead of oversubscribing them)."""
+def resolve_threads(train_cfg: dict, launch_cfg: dict | None = None) -> int:
+    """Torch CPU threads of a run: ``train.num_threads`` if set; else, for a cluster job
+    (``launch.backend`` ray or slurm), the ``launch.cpus`` it asked for; else ``cpu_count //
+    MASKLAB_MAX_RUNS`` (the runs that may train at once share the cores instead of oversubscribing them)."""
+    launch_cfg = launch_cfg or {}
+    if not train_cfg.get("num_threads") and launch_cfg.get("backend", "local") != "local" and launch_cfg.get("cpus"):
+        return int(launch_cfg["cpus"])
     return int(train_cfg.get("num_threads") or max(1, (os.cpu_count() or 1) // max_runs()))
 
 
@@ -160,11 +167,16 @@ def _execute(run_dir: Path, should_stop: Callable[[], bool], on_step: Callable[[
         write_status(run_dir, {**status, "status": "queued"})
         raw = read_json(run_dir / CONFIG_FILE)  # plain JSON: validating imports torch, not before a slot
         status["total_steps"] = int(raw.get("train", {}).get("steps", 0))
-        with run_slot(workspace, run_dir, should_stop) as slot:
+        # A cluster job (launch.backend ray/slurm) was scheduled by its cluster, which gave it its
+        # CPUs and GPUs: it takes no slot of this workspace's queue.
+        on_cluster = (raw.get("launch") or {}).get("backend", "local") != "local"
+        queue = nullcontext(None if should_stop() else CLUSTER_SLOT) if on_cluster else run_slot(
+            workspace, run_dir, should_stop)
+        with queue as slot:
             if slot is None:
                 _final(run_dir, {**status, "status": "cancelled", "ended_at": time.time()})
                 return "cancelled"
-            gpus = run_gpus(slot, max_runs(), raw.get("train", {}), raw.get("launch") or {})
+            gpus = [] if on_cluster else run_gpus(slot, max_runs(), raw.get("train", {}), raw.get("launch") or {})
             if gpus:  # this slot's GPUs, before CUDA starts (torchrun and its ranks inherit it)
                 os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
             # Only now (with a slot) import torch: a queued worker holds no torch memory.
@@ -174,7 +186,7 @@ def _execute(run_dir: Path, should_stop: Callable[[], bool], on_step: Callable[[
 
             cfg = RunConfig.from_dict(raw)
             if not cfg.train.num_threads:  # record the resolved count, so the config says what ran
-                cfg.train.num_threads = resolve_threads(raw.get("train", {}))
+                cfg.train.num_threads = resolve_threads(raw.get("train", {}), raw.get("launch") or {})
                 atomic_write_json(run_dir / CONFIG_FILE, cfg.to_dict(), what=f"the config of run {run_id}")
             configure_torch(cfg.train.num_threads, cfg.train.deterministic)
             status.update(started_at=time.time(), num_threads=torch.get_num_threads(),
@@ -392,9 +404,11 @@ def supervise(run_dir: Path, max_restarts: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m engine.worker [--once] RUN_DIR``: exit code 0 when completed or cancelled, 1 when
-    failed or diverged (or the restart policy gave up), 2 when another live process holds the run
-    (nothing written).
+    """``python -m engine.worker [--once] [--cluster] RUN_DIR``: exit code 0 when completed or
+    cancelled, 1 when failed or diverged (or the restart policy gave up), 2 when another live
+    process holds the run (nothing written), 3 (``--cluster``, a cluster job's worker) when it
+    cannot read or write the run folder on this node: it then writes nothing and prints the reason
+    (:func:`engine.backends.check_workspace`), which the dashboard records as the run's failure.
 
     A run whose config sets ``train.max_restarts`` runs under :func:`supervise`, which starts
     ``--once`` workers (``--once``: this process trains, whatever the config says)."""
@@ -402,12 +416,19 @@ def main(argv: list[str] | None = None) -> int:
     # A server started under nohup passes SIGHUP on as ignored; the worker has its own session, so no
     # terminal sends it one, and an explicit SIGHUP must end it as the table above says.
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
-    once = "--once" in argv
-    args = [a for a in argv if a != "--once"]
+    once, on_cluster = "--once" in argv, "--cluster" in argv
+    args = [a for a in argv if a not in ("--once", "--cluster")]
     if len(args) != 1:
-        print("usage: python -m engine.worker [--once] RUN_DIR", file=sys.stderr)
+        print("usage: python -m engine.worker [--once] [--cluster] RUN_DIR", file=sys.stderr)
         return 2
     run_dir = Path(args[0])
+    if on_cluster:  # fail fast where the workspace is not shared or not writable (engine.backends)
+        from engine.backends import REASON_PREFIX, WORKSPACE_EXIT, check_workspace
+
+        problem = check_workspace(run_dir)
+        if problem:
+            _say(REASON_PREFIX + problem)
+            return WORKSPACE_EXIT
     if not once:
         try:
             restarts = int(read_json(run_dir / CONFIG_FILE).get("train", {}).get("max_restarts") or 0)

@@ -24,6 +24,7 @@ from app.components.run_form import export_panel, launch_fields, train_fields
 from app.components.sweep_form import URL_NAMES, sweep_launch, sweep_section
 from app.components.urlstate import PageState, dig, index_of, link_not_taken
 from app.modalities import ui_for
+from engine.backends import unavailable
 from engine.checks import check_run, no_validation_note
 from engine.config import RunConfig
 from engine.launcher import submit
@@ -84,7 +85,8 @@ with preview:
     st.divider()
     # The launcher's own pre-flight check, run before the click, so a config it would refuse is
     # explained here and Launch stays disabled.
-    ready = cfg is not None and guarded(preflight, json.dumps(cfg.to_dict(), sort_keys=True)) is not None
+    ready = (cfg is not None and not unavailable(cfg.launch.backend)  # launch_fields says why
+             and guarded(preflight, json.dumps(cfg.to_dict(), sort_keys=True)) is not None)
 with form:  # under the run's own fields; every run of a sweep starts from them
     sweep = sweep_section(url, cfg_dict, info.modality, ready,
                           lambda c: preflight(json.dumps(c.to_dict(), sort_keys=True)))
@@ -108,7 +110,7 @@ with preview:
     launched = st.session_state.get("nr_launched")
     if launched and sweep is None:
         st.success(f"Launched run **{launched}** ({st.session_state.get('nr_launched_what', '')}): it trains in a "
-                   "background process.")
+                   "background process (or a cluster job).")
         l1, l2 = st.columns(2)
         with l1:
             st.page_link("../pages/run_detail.py", label="Open run detail", query_params={"run": launched})

@@ -5,7 +5,8 @@ worker log and its checkpoint.
 The run comes from ``?run=<id>`` (links from New run and Runs), else the most recent one; the chart
 axes are in the URL too (``&x=relative&y=log``). The summary and the samples are fragments that
 re-read the run every 2 s, so a new eval's samples show up without reloading the page. A failed,
-diverged or interrupted run says why; an active run can be cancelled (after a confirmation).
+diverged or interrupted run says why; an active run can be cancelled (after a confirmation). A run
+on a cluster back-end shows its job ("Runs on") and, while active, the job's state.
 Editors tag, annotate and archive the run; "Open this config in New run" fills New run's form with it.
 """
 
@@ -24,7 +25,8 @@ from app.components.runs import latest_points, progress_with_cancel
 from app.components.urlstate import PageState
 from app.components.resume import resume_panel
 from app.modalities import INTERACTIVE, SAMPLE_TITLES, TASK_KIND
-from engine.launcher import cancel, delete_run
+from engine.backends import read_job
+from engine.launcher import cancel, delete_run, job_state
 from engine.store import get_run, latest_checkpoint_step, load_samples, read_log
 
 st.title("Run detail")
@@ -43,6 +45,12 @@ st.page_link("../pages/present.py", label="Presentation view", query_params={"ru
              help="This run full width for a demo: key numbers and reconstructions, no controls")
 
 
+@st.cache_data(ttl=5, max_entries=64, show_spinner=False)
+def cluster_job_state(run_id: str):
+    """``engine.launcher.job_state`` (one request to the cluster), at most every 5 s per run."""
+    return job_state(run_id)
+
+
 @st.fragment(run_every="2s")
 def status_panel(run_id: str) -> None:
     rec = guarded(get_run, run_id)
@@ -50,6 +58,10 @@ def status_panel(run_id: str) -> None:
         return
     points = latest_points([rec])
     summary(rec, points)
+    if rec.is_active and read_job(rec.path):  # what its cluster says (and a job that ended without its worker)
+        state = guarded(cluster_job_state, run_id)
+        if state is not None:
+            st.caption(f"Cluster job {state.job_id}: {state.state}" + (f" ({state.reason})" if state.reason else ""))
     if rec.is_active:
         progress_with_cancel(rec, allowed("run.cancel", cancel), "rd_cancel", f"{rec.status} · {rec.progress:.0%}")
     status_message(rec, guarded(latest_checkpoint_step, run_id) if rec.is_resumable else None)

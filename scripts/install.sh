@@ -5,10 +5,19 @@
 #   asterisk-core-sounds-en-wav (bundled audio set, studio voice prompts)   always
 #   tuxpaint-stamps-default (bundled image-caption pairs, Tux Paint stamps)   always
 #   chromium                                        with --dev (real-browser tests)
+# and, with --cluster, the optional cluster back-ends (requirements-cluster.txt).
 # Re-running is cheap: pip is skipped while the requirements file is unchanged.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-dev=0; [ "${1:-}" = "--dev" ] && dev=1
+# --cluster adds the optional cluster back-ends (requirements-cluster.txt: Ray, submitit).
+dev=0; cluster=0
+for a in "$@"; do
+  case "$a" in
+    --dev) dev=1 ;;
+    --cluster) cluster=1 ;;
+    *) echo "usage: scripts/install.sh [--dev] [--cluster]" >&2; exit 2 ;;
+  esac
+done
 req=requirements.txt; [ $dev = 1 ] && req=requirements-dev.txt
 
 apt_pkgs=(dataset-fashion-mnist fortunes asterisk-core-sounds-en-wav tuxpaint-stamps-default)
@@ -31,9 +40,10 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 [ -x .venv/bin/python ] || python3 -m venv .venv
-stamp=".venv/.installed-$(cat requirements*.txt | sha256sum | cut -c1-16)-$dev"
+stamp=".venv/.installed-$(cat requirements*.txt | sha256sum | cut -c1-16)-$dev$cluster"
 if [ ! -f "$stamp" ]; then
   .venv/bin/python -m pip install --quiet --upgrade pip >/dev/null
   .venv/bin/python -m pip install --quiet -r "$req"
+  [ $cluster = 1 ] && .venv/bin/python -m pip install --quiet -r requirements-cluster.txt
   touch "$stamp"
 fi

@@ -41,32 +41,76 @@ def train_fields(task: str, key: str, carried: dict) -> dict[str, Any]:
 
 
 def launch_fields(key: str, carried: dict) -> dict[str, Any]:
-    """Processes per node, nodes, rendezvous endpoint and back-end (``launch``, named as torchrun
-    names them), in a collapsed expander; defaults from ``carried["launch"]`` (the URL). Returns the
-    ``launch`` section, or ``{}`` for one local process (the default: the config stays without one)."""
+    """Processes per node, nodes, rendezvous endpoint, and the back-end with its few fields
+    (``launch``, named as torchrun names them), in a collapsed expander; defaults from
+    ``carried["launch"]`` (the URL). A back-end whose extra is not installed stays in the list,
+    marked, and says why when picked (New run then keeps Launch disabled). Returns the ``launch``
+    section, or ``{}`` for one local process (the default: the config stays without one)."""
+    from engine.backends import unavailable
     from engine.config import LAUNCH_BACKENDS, LaunchConfig
 
     default = LaunchConfig().model_dump()
     c = {**default, **(dig(carried, "launch") or {})}
-    with st.expander("Devices and nodes", expanded=c != default):
+    why = {b: unavailable(b) for b in LAUNCH_BACKENDS}
+    with st.expander("Devices, nodes and back-end", expanded=c != default):
+        backend = st.selectbox("Back-end", LAUNCH_BACKENDS, index=index_of(list(LAUNCH_BACKENDS), c["backend"]),
+                               format_func=lambda n: BACKEND_LABELS[n] + (" (not installed)" if why[n] else ""),
+                               help="launch.backend: where the run's worker executes", key=f"{key}_backend")  # fmt: skip
         a, b = st.columns(2)
         nproc = a.number_input("Processes per node", min_value=1, max_value=256,
                                value=number(c["nproc_per_node"], 1, 1, 256, int), help="launch.nproc_per_node: data-parallel processes (torchrun), one per GPU on a GPU "
                                     "machine; the batch size is the global batch, split over all of them",
                                key=f"{key}_nproc")  # fmt: skip
-        nnodes = b.number_input("Nodes", min_value=1, max_value=1024, value=number(c["nnodes"], 1, 1, 1024, int),
-                                help="launch.nnodes: machines training the run together", key=f"{key}_nnodes")
-        backend = a.selectbox("Back-end", LAUNCH_BACKENDS, index=index_of(list(LAUNCH_BACKENDS), c["backend"]),
-                              help="launch.backend: where the processes run (local: this machine)", key=f"{key}_backend")
-        endpoint = ""
-        if nnodes > 1:
-            endpoint = b.text_input("Rendezvous endpoint", value=str(c["rdzv_endpoint"]), placeholder="node0:29400",
-                                    help="launch.rdzv_endpoint: host:port of the c10d rendezvous, reachable from "
-                                         "every node", key=f"{key}_rdzv")  # fmt: skip
-            st.caption("This machine is node 0; start each other node with `python -m engine join RUN_ID "
-                       "--node-rank K` once the run is launched (and again after a resume).")
-    launch = {"nproc_per_node": int(nproc), "nnodes": int(nnodes), "rdzv_endpoint": endpoint.strip(), "backend": backend}
-    return {} if {**c, **launch} == default else {k: v for k, v in launch.items() if v != ""}
+        launch: dict[str, Any] = {"nproc_per_node": int(nproc), "backend": backend}
+        if backend == "local":
+            nnodes = b.number_input("Nodes", min_value=1, max_value=1024, value=number(c["nnodes"], 1, 1, 1024, int),
+                                    help="launch.nnodes: machines training the run together", key=f"{key}_nnodes")
+            launch["nnodes"] = int(nnodes)
+            if nnodes > 1:
+                launch["rdzv_endpoint"] = st.text_input("Rendezvous endpoint", value=str(c["rdzv_endpoint"]), placeholder="node0:29400",
+                                                       help="launch.rdzv_endpoint: host:port of the c10d rendezvous, reachable from "
+                                                            "every node", key=f"{key}_rdzv").strip()  # fmt: skip
+                st.caption("This machine is node 0; start each other node with `python -m engine join RUN_ID "
+                           "--node-rank K` once the run is launched (and again after a resume).")
+        elif why[backend]:
+            st.error(f"The {backend} back-end cannot be used here: {why[backend]}.")
+        else:
+            launch.update(cluster_fields(backend, key, c, b))
+    return {} if {**c, **launch} == default else {k: v for k, v in launch.items() if v not in ("", {})}
+
+
+#: The back-ends as New run lists them.
+BACKEND_LABELS = {"local": "local (this machine)", "ray": "ray (a Ray Job)", "slurm": "slurm (sbatch)"}
+
+
+def cluster_fields(backend: str, key: str, c: dict, beside) -> dict[str, Any]:
+    """The few fields of a cluster back-end: GPUs (in the column ``beside`` the processes), CPUs,
+    memory, and Ray's address or Slurm's time limit, partition and account. Defaults from ``c``
+    (the URL's launch section)."""
+    gpus = beside.number_input("GPUs", min_value=0, max_value=64, value=number(c["gpus"], 0, 0, 64, int),
+                               help="launch.gpus: GPUs the job asks for; the run sees them as CUDA_VISIBLE_DEVICES",
+                               key=f"{key}_gpus")  # fmt: skip
+    a, b = st.columns(2)
+    cpus = a.number_input("CPUs", min_value=0, max_value=4096, value=number(c["cpus"], 0, 0, 4096, int),
+                          help="launch.cpus: CPUs the job asks for (0: train.num_threads, else 1)", key=f"{key}_cpus")
+    mem = b.number_input("Memory (GB)", min_value=0.0, max_value=65536.0, value=number(c["mem_gb"], 0.0, 0.0, 65536.0),
+                         format="%g", help="launch.mem_gb: 0 leaves it to the cluster", key=f"{key}_mem")
+    out: dict[str, Any] = {"cpus": int(cpus), "gpus": int(gpus), "mem_gb": float(mem)}
+    if backend == "ray":
+        out["ray_address"] = st.text_input("Ray address", value=str(c["ray_address"]), placeholder="$RAY_ADDRESS",
+                                           help="launch.ray_address: the Ray dashboard, e.g. http://head-node:8265; "
+                                                "empty: $RAY_ADDRESS where the dashboard runs", key=f"{key}_ray").strip()  # fmt: skip
+    else:
+        out["time_min"] = int(a.number_input("Time limit (min)", min_value=0, max_value=525_600,
+                                             value=number(c["time_min"], 0, 0, 525_600, int),
+                                             help="launch.time_min: sbatch --time (0: 24 h)", key=f"{key}_time"))
+        out["slurm_partition"] = b.text_input("Partition", value=str(c["slurm_partition"]), placeholder="default",
+                                              key=f"{key}_part").strip()  # fmt: skip
+        out["slurm_account"] = a.text_input("Account", value=str(c["slurm_account"]), placeholder="none",
+                                            key=f"{key}_acct").strip()  # fmt: skip
+    st.caption("The cluster's nodes must share the workspace folder (and this checkout) with this machine: "
+               "a worker that cannot write it fails at once, with the reason.")
+    return out
 
 
 def command_line(form: dict[str, Any]) -> str:

@@ -11,6 +11,7 @@ from app.components.charts import render_metrics_chart, show_read_warnings
 from app.components.errors import guarded
 from app.components.quality import headline_of, loss_title
 from app.components.runs import METRIC_NAMES, format_duration, placement_label, run_label, status_badge
+from engine.backends import read_job
 from engine.store import checkpoint_weights, get_run, load_samples, read_metrics
 
 
@@ -48,7 +49,7 @@ def summary(rec: Any, points: dict) -> None:
     m[4].metric("Device", device_text(rec), help="train.device; auto takes CUDA when present, else the CPU. The "
                 "device used is recorded when the run ends.")
     m[5].metric("Parameters", param_text(rec, weights))
-    st.caption(f"Runs on: {placement_label(rec, full=True)}")
+    st.caption(f"Runs on: {placement_label(rec, full=True, job=read_job(rec.path))}")
 
 
 def curves(run_id: str, config: dict, legend: dict, x: str, log_y: bool) -> None:

@@ -176,11 +176,13 @@ def format_metric(key: str, value: float | None, step: int | None = None) -> str
     return text + (f" @ step {step}" if step is not None else "")
 
 
-def placement_label(rec: Any, full: bool = False) -> str:
+def placement_label(rec: Any, full: bool = False, job: dict | None = None) -> str:
     """Where a run trains, from what its worker recorded (``placement``: back-end, hosts, processes,
     GPUs), else from its ``launch`` config: ``2 processes · GPU 0,1``, ``2 nodes x 1 process``.
-    Short form (the run table): "" for one local process without a GPU set. ``full`` (Run detail):
-    always, with the back-end and the hosts: ``local · host vm · 1 process``."""
+    Short form (the run table): "" for one local process without a GPU set, the back-end first for a
+    cluster run (``ray · 2 processes``). ``full`` (Run detail):
+    always, with the back-end, its cluster job (``job``: :func:`engine.backends.read_job`) and the
+    hosts: ``local · host vm · 1 process``, ``ray job masklab-...-1 · host n3 · 1 process``."""
     placed = (rec.extra or {}).get("placement") or {}
     launch = (rec.config or {}).get("launch") or {}
     nproc, nnodes = int(launch.get("nproc_per_node", 1)), int(launch.get("nnodes", 1))
@@ -190,11 +192,14 @@ def placement_label(rec: Any, full: bool = False) -> str:
     else:
         count = f"{procs} process{'es' if procs > 1 else ''}" if procs > 1 or full else ""
     gpus = "GPU " + ",".join(placed["devices"]) if placed.get("devices") else ""
+    backend = placed.get("backend") or launch.get("backend", "local")
     if not full:
-        return " · ".join(p for p in (count, gpus) if p)
+        return " · ".join(p for p in (backend if backend != "local" else "", count, gpus) if p)
     hosts = placed.get("hosts") or []
     where = f"host{'s' if len(hosts) > 1 else ''} {', '.join(hosts)}" if hosts else ""
-    return " · ".join(p for p in (placed.get("backend") or launch.get("backend", "local"), where, count, gpus) if p)
+    if job:
+        backend = f"{backend} job {job['job_id']}"
+    return " · ".join(p for p in (backend, where, count, gpus) if p)
 
 
 def runs_frame(records: Sequence[Any], points: dict | None = None, sizes: dict[str, int] | None = None) -> pd.DataFrame:

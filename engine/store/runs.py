@@ -40,6 +40,9 @@ LOG_FILE = "worker.log"
 #: A run the launcher has just created has no worker (and no lock) for the moment Python takes to
 #: start one; for this long a lock-less ``queued`` run without a worker pid is still "starting".
 LAUNCH_GRACE_S = 30.0
+#: Status field of a run handed to a cluster back-end, written by the launcher before it submits the
+#: job (``{"backend": "ray"}``); the worker's first status write drops it.
+CLUSTER_JOB_FIELD = "cluster_job"
 INTERRUPTED_ERROR = "its worker process is gone (killed, crashed, or its machine stopped) while {status}"
 
 
@@ -147,8 +150,16 @@ def create_run(config: dict[str, Any], workspace=None) -> tuple[str, Path]:
     now = time.time()
     atomic_write_json(d / CONFIG_FILE, config, what=f"the config of run {run_id}")
     total = int(config.get("train", {}).get("steps", 0))
-    write_status(d, {"status": "queued", "created_at": now, "queued_at": now, "step": 0, "total_steps": total})
+    write_status(d, {"status": "queued", "created_at": now, "queued_at": now, "step": 0, "total_steps": total,
+                     **cluster_mark(config)})
     return run_id, d
+
+
+def cluster_mark(config: dict[str, Any]) -> dict[str, Any]:
+    """The status field of a queued run whose config hands it to a cluster back-end
+    (``{"cluster_job": {"backend": "ray"}}``), or ``{}`` for a local run (:data:`CLUSTER_JOB_FIELD`)."""
+    backend = (config.get("launch") or {}).get("backend", "local")
+    return {} if backend == "local" else {CLUSTER_JOB_FIELD: {"backend": backend}}
 
 
 def note_write(d: Path) -> None:
@@ -206,13 +217,18 @@ def _float(v: Any) -> float | None:
 
 def is_starting(d: Path, st: dict[str, Any] | None = None) -> bool:
     """True for a run the launcher queued less than :data:`LAUNCH_GRACE_S` ago whose worker has not
-    taken the run lock yet (``queued``, no worker pid). ``st``: its status dict, read if None."""
+    taken the run lock yet (``queued``, no worker pid), or handed to a cluster (``cluster_job`` in
+    its status, :mod:`engine.backends`) whose worker has not started: the cluster's queue may hold
+    it for hours; the launcher records the run's end if its job ends without a worker
+    (:func:`engine.launcher.job_state`). ``st``: its status dict, read if None."""
     if st is None:
         st, damaged = read_status_checked(Path(d))
         if damaged:
             return False
     if st.get("status", "queued") != "queued" or st.get("pid"):
         return False
+    if st.get(CLUSTER_JOB_FIELD):
+        return True
     try:
         since = _float(st.get("updated_at")) or (Path(d) / CONFIG_FILE).stat().st_mtime
     except OSError:

@@ -194,6 +194,9 @@ def test_default_selection_keeps_to_the_newest_runs_task():
     ({}, {"nproc_per_node": 2, "nnodes": 2}, "2 nodes x 2 processes", "local · 2 nodes x 2 processes"),
     ({"placement": {"backend": "local", "hosts": ["a", "b"], "processes": 2}}, {"nproc_per_node": 1, "nnodes": 2},
      "2 nodes x 1 process", "local · hosts a, b · 2 nodes x 1 process"),
+    ({}, {"backend": "ray"}, "ray", "ray · 1 process"),  # a cluster run still in its cluster's queue
+    ({"placement": {"backend": "slurm", "hosts": ["n3"], "processes": 2, "devices": ["0,1"]}},
+     {"backend": "slurm", "nproc_per_node": 2}, "slurm · 2 processes · GPU 0,1", "slurm · host n3 · 2 processes · GPU 0,1"),
 ])
 def test_where_a_run_trains_in_the_table_and_on_run_detail(extra, launch, short, full):
     from app.components.runs import placement_label
