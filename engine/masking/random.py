@@ -55,6 +55,82 @@ def mask_lowest(noise: torch.Tensor, n_mask: torch.Tensor | int) -> torch.Tensor
     return mask.scatter_(1, idx, ~keep)
 
 
+# A row draws positions with replacement (below) while it needs at most this share of its free
+# positions: each draw then lands on a new free position with probability >= (1 - 1/4) * free / L.
+_SPARSE = 0.25
+
+
+def pick_uniform(free: torch.Tensor, n: torch.Tensor, *, generator: torch.Generator) -> torch.Tensor:
+    """Choose ``n[b]`` of the True positions of each row of ``free``, uniformly without replacement.
+
+    Every ``n[b]``-subset of row ``b``'s free positions is equally likely (the same distribution as
+    :func:`mask_lowest` on uniform noise with the non-free positions at 2.0), but a row that needs
+    few of its free positions (``n <= free / 4``, e.g. the top-up of block masking) does not pay
+    for ``L`` uniforms and a selection over the whole row: it draws about ``1.3 n L / (free - n)``
+    positions uniformly with replacement (``torch.randint``) and keeps, in draw order, the first
+    ``n`` distinct free ones; a row left short draws again for the rest (rare). By symmetry the kept
+    set is a uniform subset, and the repeat draws a uniform subset of what is still free. The other
+    rows take the noise route of :func:`mask_lowest` on those rows only.
+
+    Args:
+        free: ``[B, L]`` bool, the positions that may be chosen.
+        n: ``[B]`` int64 counts, ``0 <= n[b] <= free[b].sum()``.
+        generator: explicit RNG on ``free.device``; it draws ``randint`` positions for the sparse
+            rows, then ``rand(R, L)`` for the ``R`` other rows.
+
+    Returns:
+        ``[B, L]`` bool, exactly ``n[b]`` True per row, all on free positions.
+
+    Raises:
+        ValueError: ``n`` negative or above a row's free count.
+
+    References: rejection sampling of a uniform subset (Knuth, TAOCP vol. 2, sec. 3.4.2); the dense
+    rows as MAE's random masking (He et al. 2022).
+    """
+    B, L = free.shape
+    device = free.device
+    n = n.reshape(B).long()
+    n_free = free.sum(dim=1)
+    if bool(((n < 0) | (n > n_free)).any()):
+        raise ValueError("pick_uniform: n must lie in [0, free count] in every row")
+    out = torch.zeros(B, L, dtype=torch.bool, device=device)
+    if B == 0 or L == 0 or not bool((n > 0).any()):
+        return out
+    sparse = (n > 0) & (n <= _SPARSE * n_free)
+    dense = ((n > 0) & ~sparse).nonzero().flatten()
+    rows = sparse.nonzero().flatten()
+    flat_free, flat_out = free.reshape(-1), out.view(-1)
+    need, avail = n[rows], n_free[rows]
+    while rows.numel():
+        # Draws per row: enough for `need` hits with a margin, as each hits a new free one with
+        # probability >= (avail - need) / L (the integer division floors it; +16 covers tiny rows).
+        m = (13 * need * L) // (10 * (avail - need).clamp(min=1)) + 16
+        row = rows.repeat_interleave(m)  # (M,) row of each draw, rows in turn
+        key = row * L + torch.randint(0, L, (row.numel(),), generator=generator, device=device)
+        draw = torch.arange(key.numel(), dtype=torch.int32, device=device)
+        # First draw of each position (any order of the scatter gives the same minimum).
+        first = torch.full((B * L,), key.numel(), dtype=torch.int32, device=device)
+        first.scatter_reduce_(0, key, draw, "amin")
+        hit = (first[key] == draw) & flat_free[key] & ~flat_out[key]
+        # Rank of each hit among its row's hits, in draw order.
+        csum = hit.long().cumsum(0)
+        start = torch.cumsum(m, 0) - m
+        before = torch.where(start > 0, csum[(start - 1).clamp(min=0)], 0)  # (R,) hits of earlier rows
+        rank = csum - before.repeat_interleave(m)  # 1-based among the row's hits
+        take = hit & (rank <= need.repeat_interleave(m))
+        flat_out[key[take]] = True
+        got = torch.zeros_like(need).index_add_(0, torch.arange(rows.numel(), device=device).repeat_interleave(m),
+                                                take.long())
+        need, avail = need - got, avail - got
+        short = need > 0
+        rows, need, avail = rows[short], need[short], avail[short]
+    if dense.numel():
+        noise = torch.rand(dense.numel(), L, generator=generator, device=device)
+        noise.masked_fill_(~free[dense], 2.0)  # non-free positions sort last
+        out[dense] = mask_lowest(noise, n[dense])
+    return out
+
+
 @register_masking("random", grid_dims=(1, 2, 3), exact=True,
                   summary="uniform random, an exact count per sample (MAE, He et al. 2022)")
 def random_mask(
