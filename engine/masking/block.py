@@ -159,6 +159,7 @@ def _draw_blocks(
     max_aspect: float | None,
     max_attempts: int,
     record: bool = False,
+    with_remaining: bool = False,
 ):
     """The block phase of :func:`block_mask`: BEiT's loop, one candidate block per row per iteration.
 
@@ -175,12 +176,13 @@ def _draw_blocks(
         generator: explicit RNG; each iteration draws ``4 * B`` float32 uniforms.
         min_patches, min_aspect, max_aspect, max_attempts: see :class:`BlockParams`.
         record: also return the accepted blocks.
+        with_remaining: also return the patches left to mask (without ``record`` only).
 
     Returns:
         ``mask`` (``[B, H, W]`` bool, at most ``budget`` True per row, only on eligible positions),
         and with ``record`` a dict of 1-D tensors ``row, top, left, h, w, aspect, area`` (one entry
         per accepted block, in the order accepted; ``aspect`` and ``area`` are the drawn values
-        before rounding).
+        before rounding), or with ``with_remaining`` ``[B]`` int64 ``budget - mask.sum(1)``.
     """
     if isinstance(ok, torch.Tensor):
         (B, H, W), device = ok.shape, ok.device
@@ -193,7 +195,7 @@ def _draw_blocks(
         if record:
             return mask, {k: torch.zeros(0, dtype=torch.float32 if k in ("aspect", "area") else torch.long,
                                          device=device) for k in keys}
-        return mask
+        return (mask, budget.clone()) if with_remaining else mask
     nw = -(-W // _WORD)
     # The mask, packed per grid row: word row b * H + r holds grid row r of sample b.
     words = torch.zeros(B * H, nw, dtype=torch.long, device=device)
@@ -283,7 +285,7 @@ def _draw_blocks(
         empty = {"aspect": torch.float32, "area": torch.float32}
         return mask, {k: torch.cat(v) if v else torch.zeros(0, dtype=empty.get(k, torch.long), device=device)
                       for k, v in log.items()}
-    return mask
+    return (mask, remaining) if with_remaining else mask
 
 
 @register_masking("block", params=BlockParams, grid_dims=(2,), modalities=("image", "audio"), exact=True,
@@ -356,9 +358,11 @@ def block_mask(
     ok = check_eligible(eligible, shape, device, "block")  # None: every position eligible
     n_ok = ok.flatten(1).sum(dim=1) if ok is not None else torch.full((B,), H * W, device=device)
     budget = torch.round(ratio * n_ok.double()).long()  # (B,)
-    mask = _draw_blocks(ok if ok is not None else shape, budget, generator, min_patches=min_patches, min_aspect=min_aspect,
-                        max_aspect=max_aspect, max_attempts=max_attempts)
+    mask, remaining = _draw_blocks(ok if ok is not None else shape, budget, generator, min_patches=min_patches,
+                                   min_aspect=min_aspect, max_aspect=max_aspect, max_attempts=max_attempts,
+                                   with_remaining=True)
     # Top-up: the budget - (block patches) positions, uniform among the unmasked eligible ones.
-    free = ~mask.flatten(1) if ok is None else ok.flatten(1) & ~mask.flatten(1)
     flat = mask.flatten(1)
-    return (flat | pick_uniform(free, budget - flat.sum(dim=1), generator=generator)).reshape(shape)
+    free = ~flat if ok is None else ok.flatten(1) & ~flat
+    n_blocks = budget - remaining  # patches the blocks masked
+    return (flat | pick_uniform(free, remaining, generator=generator, n_free=n_ok - n_blocks)).reshape(shape)

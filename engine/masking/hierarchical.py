@@ -68,6 +68,8 @@ def _upsample(cells: torch.Tensor, s: int, n: tuple[int, ...], grid: tuple[int, 
     B, d = cells.shape[0], len(n)
     v = cells.reshape([B] + [q for k in n for q in (k, 1)])
     v = v.expand([B] + [q for k in n for q in (k, s)]).reshape([B] + [k * s for k in n])
+    if all(k * s == D for k, D in zip(n, grid)):  # no ragged margin: the expanded cells are the grid
+        return v
     out = torch.zeros((B, *grid), dtype=torch.bool, device=cells.device)
     out[(slice(None),) + tuple(slice(0, k * s) for k in n)] = v
     return out
@@ -82,6 +84,12 @@ def _touched(coarse: torch.Tensor, sc: int, nc: tuple[int, ...], s: int, n: tupl
     Works on the cell grids only (``prod(n) * 2**d`` reads), never on the position grid.
     """
     B, d = coarse.shape[0], len(n)
+    if all(sc % s == 0 for _ in n):  # each fine cell lies in one coarse cell (or the margin)
+        r = sc // s
+        up = _upsample(coarse, r, nc, tuple(min(k, c * r) for k, c in zip(n, nc)))  # no margin past n
+        out = torch.zeros((B, *n), dtype=torch.bool, device=coarse.device)
+        out[(slice(None),) + tuple(slice(0, m) for m in up.shape[1:])] = up
+        return out.reshape(B, math.prod(n))
     pad = torch.zeros([B] + [k + 1 for k in nc], dtype=torch.bool, device=coarse.device)
     pad[(slice(None),) + tuple(slice(0, k) for k in nc)] = coarse.view(B, *nc)
     ends = []
@@ -104,16 +112,21 @@ def _levels_to_grid(levels, grid: tuple[int, ...], B: int, device) -> torch.Tens
     (``prod(n)`` cells) and merged there; each other level, and the last union, is upsampled to the
     position grid, so the default ``[4, 2]`` touches the position grid once.
     """
-    out = torch.zeros((B, *grid), dtype=torch.bool, device=device)
+    parts = []  # position-grid masks to merge
     acc = None  # (cells, s, n): union of the levels since the last flush, on the grid of the finest
     for cells, s, n in levels:
         if acc is not None and acc[1] % s == 0:
             cells = cells | _upsample(acc[0], acc[1] // s, acc[2], n).reshape(B, math.prod(n))
         elif acc is not None:
-            out |= _upsample(*acc, grid)
+            parts.append(_upsample(*acc, grid))
         acc = (cells, s, n)
     if acc is not None:
-        out |= _upsample(*acc, grid)
+        parts.append(_upsample(*acc, grid))
+    if not parts:
+        return torch.zeros((B, *grid), dtype=torch.bool, device=device)
+    out = parts[0]
+    for part in parts[1:]:
+        out |= part
     return out
 
 
@@ -205,5 +218,5 @@ def hierarchical_mask(
         used += take * s**d
     mask = _levels_to_grid(done, grid, B, device)
     free = ~mask.reshape(B, L) if ok is None else ok.reshape(B, L) & ~mask.reshape(B, L)
-    singles = pick_uniform(free, budget - used, generator=generator)
+    singles = pick_uniform(free, budget - used, generator=generator, n_free=n_ok - used)
     return (mask.reshape(B, L) | singles).reshape(shape)

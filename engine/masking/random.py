@@ -58,9 +58,14 @@ def mask_lowest(noise: torch.Tensor, n_mask: torch.Tensor | int) -> torch.Tensor
 # A row draws positions with replacement (below) while it needs at most this share of its free
 # positions: each draw then lands on a new free position with probability >= (1 - 1/4) * free / L.
 _SPARSE = 0.25
+# Draws per sparse row: _MARGIN times the expected number, plus _EXTRA (tiny rows); a row left
+# short draws again for the rest.
+_MARGIN, _EXTRA = 1.3, 16
 
 
-def pick_uniform(free: torch.Tensor, n: torch.Tensor, *, generator: torch.Generator) -> torch.Tensor:
+def pick_uniform(
+    free: torch.Tensor, n: torch.Tensor, *, generator: torch.Generator, n_free: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Choose ``n[b]`` of the True positions of each row of ``free``, uniformly without replacement.
 
     Every ``n[b]``-subset of row ``b``'s free positions is equally likely (the same distribution as
@@ -77,6 +82,7 @@ def pick_uniform(free: torch.Tensor, n: torch.Tensor, *, generator: torch.Genera
         n: ``[B]`` int64 counts, ``0 <= n[b] <= free[b].sum()``.
         generator: explicit RNG on ``free.device``; it draws ``randint`` positions for the sparse
             rows, then ``rand(R, L)`` for the ``R`` other rows.
+        n_free: ``[B]`` int64, ``free.sum(1)`` when the caller knows it (saves a pass over ``free``).
 
     Returns:
         ``[B, L]`` bool, exactly ``n[b]`` True per row, all on free positions.
@@ -90,7 +96,7 @@ def pick_uniform(free: torch.Tensor, n: torch.Tensor, *, generator: torch.Genera
     B, L = free.shape
     device = free.device
     n = n.reshape(B).long()
-    n_free = free.sum(dim=1)
+    n_free = free.sum(dim=1) if n_free is None else n_free.reshape(B)
     if bool(((n < 0) | (n > n_free)).any()):
         raise ValueError("pick_uniform: n must lie in [0, free count] in every row")
     out = torch.zeros(B, L, dtype=torch.bool, device=device)
@@ -103,8 +109,8 @@ def pick_uniform(free: torch.Tensor, n: torch.Tensor, *, generator: torch.Genera
     need, avail = n[rows], n_free[rows]
     while rows.numel():
         # Draws per row: enough for `need` hits with a margin, as each hits a new free one with
-        # probability >= (avail - need) / L (the integer division floors it; +16 covers tiny rows).
-        m = (13 * need * L) // (10 * (avail - need).clamp(min=1)) + 16
+        # probability >= (avail - need) / L.
+        m = (_MARGIN * need * L / (avail - need).clamp(min=1)).long().clamp(min=1) + _EXTRA
         row = rows.repeat_interleave(m)  # (M,) row of each draw, rows in turn
         key = row * L + torch.randint(0, L, (row.numel(),), generator=generator, device=device)
         draw = torch.arange(key.numel(), dtype=torch.int32, device=device)
@@ -124,10 +130,12 @@ def pick_uniform(free: torch.Tensor, n: torch.Tensor, *, generator: torch.Genera
         need, avail = need - got, avail - got
         short = need > 0
         rows, need, avail = rows[short], need[short], avail[short]
+    if dense.numel() == B:  # every row: no gather and scatter of rows
+        noise = torch.rand(B, L, generator=generator, device=device)
+        return mask_lowest(noise.masked_fill_(~free, 2.0), n)  # non-free positions sort last
     if dense.numel():
         noise = torch.rand(dense.numel(), L, generator=generator, device=device)
-        noise.masked_fill_(~free[dense], 2.0)  # non-free positions sort last
-        out[dense] = mask_lowest(noise, n[dense])
+        out[dense] = mask_lowest(noise.masked_fill_(~free[dense], 2.0), n[dense])
     return out
 
 

@@ -301,3 +301,32 @@ def test_audio_grid_exact_count_block_bounds_and_determinism():
     full = block_mask((B, H, W), 0.8, generator=gen(16))
     assert (counts(full) == round(0.8 * H * W)).all()
     assert torch.equal(full, block_mask((B, H, W), 0.8, generator=gen(16)))
+
+
+def test_top_up_has_the_distribution_of_the_former_noise_top_up():
+    # The top-up went from "lowest noise over the whole grid" to engine.masking.random.pick_uniform.
+    # With the same blocks (same seed) and scattered eligibility, where much of each mask is top-up,
+    # both give the same per-position rates and the same clustering, over 4,096 masks.
+    from engine.masking.random import mask_lowest
+
+    B, H, W = 4096, 20, 16
+    ok = (torch.rand(1, H, W, generator=gen(17)) < 0.8).expand(B, H, W)
+    budget = torch.round(0.5 * ok.flatten(1).sum(1).double()).long()
+    params = dict(BEIT, min_patches=4)
+    new = block_mask((B, H, W), 0.5, generator=gen(18), eligible=ok, **params)
+    g = gen(18)
+    blocks = _draw_blocks(ok, budget, g, **params)
+    flat = blocks.flatten(1)
+    noise = torch.rand(B, H * W, generator=g).masked_fill(flat | ~ok.flatten(1), 2.0)
+    old = (flat | mask_lowest(noise, budget - flat.sum(1))).view(B, H, W)
+    assert torch.equal(new & blocks, blocks) and torch.equal(counts(new), counts(old))
+    top_new, top_old = new & ~blocks, old & ~blocks
+    assert counts(top_new).sum() > 0.2 * budget.sum()  # the top-up is a large share here
+    rate_new, rate_old = top_new.double().mean(0), top_old.double().mean(0)
+    sd = ((rate_old * (1 - rate_old) * 2 / B).sqrt()).clamp(min=1e-3)  # of the difference
+    assert float(((rate_new - rate_old).abs() / sd).max()) < 5
+    # Masked horizontal and vertical neighbour pairs (blocks and top-up together), per mask.
+    pairs = (lambda m: ((m[:, 1:] & m[:, :-1]).flatten(1).sum(1) + (m[:, :, 1:] & m[:, :, :-1]).flatten(1).sum(1)).double())
+    p_new, p_old = pairs(new), pairs(old)
+    se = ((p_new.var() + p_old.var()) / B).sqrt()
+    assert abs(float(p_new.mean() - p_old.mean())) < 4 * float(se)
