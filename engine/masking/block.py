@@ -89,17 +89,22 @@ def _col_range(left: torch.Tensor, w: torch.Tensor, nw: int) -> torch.Tensor:
 
 
 def _popcount(x: torch.Tensor) -> torch.Tensor:
-    """Set bits of each int64 (same shape as ``x``): a 65,536-entry table looked up per 16-bit half.
+    """Set bits of each int64 (same shape as ``x``): a 65,536-entry table looked up per 16-bit quarter.
 
     Four table reads and a sum replace the dozen shift/and/add passes of SWAR bit counting, which
     matters because the block loop calls this about 50 times on small tensors.
     """
-    halves = x.contiguous().view(torch.int16).reshape(*x.shape, 4).long() & 0xFFFF
-    return _HALF_BITS.to(x.device)[halves].sum(dim=-1)
+    return _row_popcount(x.unsqueeze(-1))
+
+
+def _row_popcount(x: torch.Tensor) -> torch.Tensor:
+    """``[..., n]`` int64 -> ``[...]``: set bits of each row of words (one lookup and one sum)."""
+    quarters = x.contiguous().view(torch.uint16).long()  # (..., 4 n) unsigned 16-bit values
+    return _HALF_BITS.to(x.device)[quarters].sum(dim=-1)
 
 
 # Set bits of every 16-bit value, for _popcount.
-_HALF_BITS = torch.tensor([bin(v).count("1") for v in range(1 << 16)], dtype=torch.uint8)
+_HALF_BITS = sum((torch.arange(1 << 16) >> i) & 1 for i in range(16)).to(torch.uint8)
 
 
 # ATen's grain size: an elementwise op on more elements runs on several threads, and on a loaded
@@ -143,7 +148,7 @@ def _overlaps(words, bad, seg, rows, cols, n):
     for i in range(0, seg.numel(), step):
         s, r = seg[i:i + step], rows[i:i + step]
         c = cols[s]
-        covered.index_add_(0, s, _popcount(words[r] & c).sum(dim=1))
+        covered.index_add_(0, s, _row_popcount(words[r] & c))
         if bad is not None:
             on_bad.index_add_(0, s, ((bad[r] & c) != 0).any(dim=1).long())
     return covered, (on_bad > 0 if bad is not None else None)
@@ -258,9 +263,11 @@ def _draw_blocks(
         # First accepted candidate of each row (k if none), and where the failures would stop it.
         acc = accept.view(A, k)
         first = torch.where(acc.any(dim=1), acc.int().argmax(dim=1), k)  # (A,)
-        stop = max_attempts - 1 - fails[idx]  # the rejection at this offset ends the row
-        took = (first < k) & (first <= stop)
-        used = torch.where(took, first + 1, torch.minimum(stop + 1, torch.full_like(stop, k)))
+        # The row ends at its first acceptance, at the offset `stop` where a rejection is its
+        # max_attempts-th in a row, or after its k candidates, whichever comes first.
+        end = (max_attempts - 1 - fails[idx]).clamp_(max=k - 1)
+        took = first <= end  # first < k: first = k means none accepted
+        used = torch.minimum(first, end) + 1
         seen[idx] += used
         fails[idx] = torch.where(took, 0, fails[idx] + used)
         pick = (torch.arange(A, device=device) * k + first.clamp(max=k - 1))[took]  # flat candidate ids
