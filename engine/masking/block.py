@@ -170,10 +170,12 @@ def _draw_blocks(
 
     Every iteration draws ``4 * B`` float32 uniforms (one candidate for every row, used or not, so
     a row's candidates do not depend on when the other rows stop) and evaluates the candidates of
-    the rows still active. The mask is kept as bits, ``[B, H, ceil(W / 62)]`` int64 words per grid
-    row, so a candidate costs ``O(H * W / 62)`` word operations: the patches it would newly mask
-    are ``h * w`` minus the set bits of ``words & column_range`` over its rows (and, with
-    ineligible positions, any set bit of the ineligible words there rejects it).
+    the rows still active. The mask is kept as bits, ``[B * H, ceil(W / 62)]`` int64 words (one row
+    of words per grid row), so a candidate of height ``h`` costs ``h * ceil(W / 62)`` word
+    operations: the patches it would newly mask are ``h * w`` minus the set bits (a 16-bit table
+    popcount) of ``words & column_range`` over its own rows, the rows of all candidates of a step
+    flattened into one list (no padding to the tallest); with ineligible positions, any set bit of
+    the ineligible words there rejects it. Column ranges come from a ``[W, W + 1]`` table.
 
     Args:
         ok: ``[B, H, W]`` bool, eligible positions, or the shape ``(B, H, W)`` when all are eligible.
@@ -323,7 +325,8 @@ def block_mask(
 
     Top-up (masklab, not in BEiT): BEiT's generator may stop short of its budget (e.g. when no block
     of ``>= min_patches`` fits any more). Here the remaining patches are then drawn uniformly among
-    the still unmasked eligible positions, so every sample has exactly ``round(ratio * n_eligible)``
+    the still unmasked eligible positions (:func:`~engine.masking.random.pick_uniform`: a few
+    positions drawn directly, many by noise), so every sample has exactly ``round(ratio * n_eligible)``
     masked patches (torch.round, half-to-even) and an MAE encoder sees a fixed count. On a fully
     eligible 14x14 grid the top-up is under 1% of the masked patches (ratio 0.4 and 0.75, with
     ``min_patches`` 4 or 16); with scattered eligibility, where no block fits, the mask is mostly

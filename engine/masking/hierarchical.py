@@ -15,7 +15,7 @@ from typing import Annotated
 import torch
 from pydantic import Field, ValidationInfo, field_validator
 
-from engine.masking.random import mask_lowest, pick_uniform
+from engine.masking.random import mask_lowest, pick_uniform, sparse_rows
 from engine.masking.registry import StrategyParams, check_eligible, check_ratio, get_masking, register_masking
 
 
@@ -150,7 +150,7 @@ def hierarchical_mask(
     grid aligned at multiples of ``scales[i]``, lying fully inside the grid, all of whose positions
     are eligible and not yet masked by a coarser level. When fewer cells are available the level
     masks what is available (its shortfall goes to the last step). Finally single positions,
-    uniform among the unmasked eligible ones (:func:`~engine.masking.random.mask_lowest`), top up
+    uniform among the unmasked eligible ones (:func:`~engine.masking.random.pick_uniform`), top up
     the mask to exactly ``n_mask``, so the strategy is exact and an MAE encoder sees a fixed count.
     With the defaults on a 14x14 grid at ratio 0.75 (``n_mask = 147``): 4 cells of 4x4 (64
     positions), 9 cells of 2x2 (36) and 47 single positions.
@@ -167,8 +167,8 @@ def hierarchical_mask(
     Args:
         shape: ``(B, L)``, ``(B, H, W)`` or ``(B, T, H, W)``.
         ratio: fraction of eligible positions to mask, in [0, 1].
-        generator: explicit RNG (one float32 uniform per cell of each level and per position, on
-            ``generator.device``).
+        generator: explicit RNG on ``generator.device``: one float32 uniform per cell of each
+            level, then the singles' draws (:func:`~engine.masking.random.pick_uniform`).
         eligible: optional bool tensor of ``shape``; a cell is only masked whole when all of its
             positions are eligible.
         scales: cell sides, coarse to fine, strictly decreasing, each >= 2.
@@ -216,7 +216,13 @@ def hierarchical_mask(
         noise = torch.rand(B, n_cells, generator=generator, device=device).masked_fill(~avail, 2.0)
         done.append((mask_lowest(noise, take.view(B, 1)), s, n))
         used += take * s**d
-    mask = _levels_to_grid(done, grid, B, device)
-    free = ~mask.reshape(B, L) if ok is None else ok.reshape(B, L) & ~mask.reshape(B, L)
-    singles = pick_uniform(free, budget - used, generator=generator, n_free=n_ok - used)
-    return (mask.reshape(B, L) | singles).reshape(shape)
+    mask = _levels_to_grid(done, grid, B, device).reshape(B, L)
+    if bool(sparse_rows(budget - used, n_ok - used).any()):  # few singles: drawn as positions
+        free = ~mask if ok is None else ok.reshape(B, L) & ~mask
+        return (mask | pick_uniform(free, budget - used, generator=generator, n_free=n_ok - used)).reshape(shape)
+    # Many singles in every row: pick_uniform's noise route, fused with the cells (they sort first,
+    # ineligible positions last), so the budget lowest are the cells and the singles.
+    noise = torch.rand(B, L, generator=generator, device=device).masked_fill_(mask, -1.0)
+    if ok is not None:
+        noise.masked_fill_(~ok.reshape(B, L), 2.0)
+    return mask_lowest(noise, budget.view(B, 1)).reshape(shape)

@@ -63,6 +63,14 @@ _SPARSE = 0.25
 _MARGIN, _EXTRA = 1.3, 16
 
 
+def sparse_rows(n: torch.Tensor, n_free: torch.Tensor) -> torch.Tensor:
+    """``[B]`` bool: the rows :func:`pick_uniform` serves by drawing positions (``0 < n <= n_free / 4``).
+
+    A caller whose rows are all dense can draw the noise route itself, e.g. fused with its own mask.
+    """
+    return (n > 0) & (n <= _SPARSE * n_free)
+
+
 def pick_uniform(
     free: torch.Tensor, n: torch.Tensor, *, generator: torch.Generator, n_free: torch.Tensor | None = None,
 ) -> torch.Tensor:
@@ -102,7 +110,7 @@ def pick_uniform(
     out = torch.zeros(B, L, dtype=torch.bool, device=device)
     if B == 0 or L == 0 or not bool((n > 0).any()):
         return out
-    sparse = (n > 0) & (n <= _SPARSE * n_free)
+    sparse = sparse_rows(n, n_free)
     dense = ((n > 0) & ~sparse).nonzero().flatten()
     rows = sparse.nonzero().flatten()
     flat_free, flat_out = free.reshape(-1), out.view(-1)
