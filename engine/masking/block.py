@@ -47,8 +47,8 @@ class BlockParams(StrategyParams):
         return v
 
 
-# Bits per word of the packed mask: 62 keeps every word (and each partial sum in _popcount) below
-# 2**63, so int64 shifts and adds never touch the sign bit.
+# Bits per word of the packed mask: 62 keeps every word below 2**62, so the int64 shifts of
+# _pack_cols and _col_range never touch the sign bit.
 _WORD = 62
 
 
