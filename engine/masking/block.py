@@ -13,7 +13,7 @@ import sys
 import torch
 from pydantic import Field, ValidationInfo, field_validator
 
-from engine.masking.random import pick_uniform
+from engine.masking.random import pick_uniform, row_counts
 from engine.masking.registry import StrategyParams, check_eligible, check_ratio, get_masking, register_masking
 
 
@@ -366,7 +366,7 @@ def block_mask(
     B, H, W = shape
     device = generator.device
     ok = check_eligible(eligible, shape, device, "block")  # None: every position eligible
-    n_ok = ok.flatten(1).sum(dim=1) if ok is not None else torch.full((B,), H * W, device=device)
+    n_ok = row_counts(ok.flatten(1)) if ok is not None else torch.full((B,), H * W, device=device)
     budget = torch.round(ratio * n_ok.double()).long()  # (B,)
     mask, remaining = _draw_blocks(ok if ok is not None else shape, budget, generator, min_patches=min_patches,
                                    min_aspect=min_aspect, max_aspect=max_aspect, max_attempts=max_attempts,

@@ -15,7 +15,7 @@ from typing import Annotated
 import torch
 from pydantic import Field, ValidationInfo, field_validator
 
-from engine.masking.random import mask_lowest, pick_uniform, sparse_rows
+from engine.masking.random import mask_lowest, pick_uniform, row_counts, sparse_rows
 from engine.masking.registry import StrategyParams, check_eligible, check_ratio, get_masking, register_masking
 
 
@@ -193,7 +193,7 @@ def hierarchical_mask(
     d, L = len(grid), math.prod(shape[1:])
     device = generator.device
     ok = check_eligible(eligible, shape, device, "hierarchical")  # None: every position eligible
-    n_ok = ok.reshape(B, L).sum(dim=1) if ok is not None else torch.full((B,), L, device=device)
+    n_ok = row_counts(ok.reshape(B, L)) if ok is not None else torch.full((B,), L, device=device)
     budget = torch.round(ratio * n_ok.double()).long()  # (B,)
     used = torch.zeros(B, dtype=torch.long, device=device)
     # The levels work on their cell grids: a cell is available when all its positions are eligible
@@ -212,7 +212,7 @@ def hierarchical_mask(
             avail &= ~_touched(cells_c, sc, nc, s, n)
         # 1e-9: keep e.g. 0.1 * 160 / 16 from flooring to 0.999... -> 0; never exceeds the budget.
         want = torch.floor(share * budget.double() / s**d + 1e-9).long()
-        take = torch.minimum(torch.minimum(want, avail.sum(dim=1)), (budget - used) // s**d)
+        take = torch.minimum(torch.minimum(want, row_counts(avail)), (budget - used) // s**d)
         noise = torch.rand(B, n_cells, generator=generator, device=device).masked_fill(~avail, 2.0)
         done.append((mask_lowest(noise, take.view(B, 1)), s, n))
         used += take * s**d
