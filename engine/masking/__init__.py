@@ -48,7 +48,7 @@ from engine.masking import hierarchical as _hierarchical  # noqa: E402,F401  hie
 from engine.masking import units as _units  # noqa: E402,F401  whole_word, superpixel, voiced
 from engine.masking import segment as _segment  # noqa: E402,F401  sentence_span
 from engine.masking.apply import gather_visible, restore_order  # noqa: E402
-from engine.masking.random import bernoulli_mask, mask_lowest, random_mask  # noqa: E402
+from engine.masking.random import bernoulli_mask, mask_lowest, pick_uniform, random_mask  # noqa: E402
 from engine.masking.schedule import ratio_at  # noqa: E402
 
 if TYPE_CHECKING:
@@ -68,6 +68,7 @@ __all__ = [
     "get_masking",
     "grid_shape",
     "mask_lowest",
+    "pick_uniform",
     "preview_masks",
     "random_mask",
     "ratio_at",

@@ -15,7 +15,7 @@ from typing import Annotated
 import torch
 from pydantic import Field, ValidationInfo, field_validator
 
-from engine.masking.random import mask_lowest
+from engine.masking.random import mask_lowest, pick_uniform, row_counts, sparse_rows
 from engine.masking.registry import StrategyParams, check_eligible, check_ratio, get_masking, register_masking
 
 
@@ -68,8 +68,65 @@ def _upsample(cells: torch.Tensor, s: int, n: tuple[int, ...], grid: tuple[int, 
     B, d = cells.shape[0], len(n)
     v = cells.reshape([B] + [q for k in n for q in (k, 1)])
     v = v.expand([B] + [q for k in n for q in (k, s)]).reshape([B] + [k * s for k in n])
+    if all(k * s == D for k, D in zip(n, grid)):  # no ragged margin: the expanded cells are the grid
+        return v
     out = torch.zeros((B, *grid), dtype=torch.bool, device=cells.device)
     out[(slice(None),) + tuple(slice(0, k * s) for k in n)] = v
+    return out
+
+
+def _touched(coarse: torch.Tensor, sc: int, nc: tuple[int, ...], s: int, n: tuple[int, ...]) -> torch.Tensor:
+    """``[B, prod(n)]`` bool: cells of side ``s`` (grid ``n``) that share a position with a True cell of ``coarse``.
+
+    ``coarse`` is ``[B, prod(nc)]``, cells of side ``sc`` on the grid ``nc``. Along each dim a fine
+    cell spans the coarse cells ``(c * s) // sc`` to ``((c + 1) * s - 1) // sc`` (one or two of
+    them, as ``s < sc``); an index past ``nc`` is the ragged margin, never masked by this level.
+    Works on the cell grids only (``prod(n) * 2**d`` reads), never on the position grid.
+    """
+    B, d = coarse.shape[0], len(n)
+    if all(sc % s == 0 for _ in n):  # each fine cell lies in one coarse cell (or the margin)
+        r = sc // s
+        up = _upsample(coarse, r, nc, tuple(min(k, c * r) for k, c in zip(n, nc)))  # no margin past n
+        out = torch.zeros((B, *n), dtype=torch.bool, device=coarse.device)
+        out[(slice(None),) + tuple(slice(0, m) for m in up.shape[1:])] = up
+        return out.reshape(B, math.prod(n))
+    pad = torch.zeros([B] + [k + 1 for k in nc], dtype=torch.bool, device=coarse.device)
+    pad[(slice(None),) + tuple(slice(0, k) for k in nc)] = coarse.view(B, *nc)
+    ends = []
+    for j in range(d):
+        c = torch.arange(n[j], device=coarse.device)
+        lo, hi = ((c * s) // sc).clamp(max=nc[j]), (((c + 1) * s - 1) // sc).clamp(max=nc[j])
+        shape = [1] * d
+        shape[j] = n[j]
+        ends.append((lo.view(shape), hi.view(shape)))
+    out = torch.zeros((B, *n), dtype=torch.bool, device=coarse.device)
+    for corner in range(1 << d):  # every combination of the first / last coarse cell along each dim
+        out |= pad[(slice(None),) + tuple(ends[j][(corner >> j) & 1] for j in range(d))]
+    return out.reshape(B, math.prod(n))
+
+
+def _levels_to_grid(levels, grid: tuple[int, ...], B: int, device) -> torch.Tensor:
+    """``[B, *grid]`` bool: the union of the levels' masked cells (``(cells, s, n)`` each, coarse first).
+
+    While a level's scale divides the coarser one, the coarser union is upsampled onto its cell grid
+    (``prod(n)`` cells) and merged there; each other level, and the last union, is upsampled to the
+    position grid, so the default ``[4, 2]`` touches the position grid once.
+    """
+    parts = []  # position-grid masks to merge
+    acc = None  # (cells, s, n): union of the levels since the last flush, on the grid of the finest
+    for cells, s, n in levels:
+        if acc is not None and acc[1] % s == 0:
+            cells = cells | _upsample(acc[0], acc[1] // s, acc[2], n).reshape(B, math.prod(n))
+        elif acc is not None:
+            parts.append(_upsample(*acc, grid))
+        acc = (cells, s, n)
+    if acc is not None:
+        parts.append(_upsample(*acc, grid))
+    if not parts:
+        return torch.zeros((B, *grid), dtype=torch.bool, device=device)
+    out = parts[0]
+    for part in parts[1:]:
+        out |= part
     return out
 
 
@@ -93,7 +150,7 @@ def hierarchical_mask(
     grid aligned at multiples of ``scales[i]``, lying fully inside the grid, all of whose positions
     are eligible and not yet masked by a coarser level. When fewer cells are available the level
     masks what is available (its shortfall goes to the last step). Finally single positions,
-    uniform among the unmasked eligible ones (:func:`~engine.masking.random.mask_lowest`), top up
+    uniform among the unmasked eligible ones (:func:`~engine.masking.random.pick_uniform`), top up
     the mask to exactly ``n_mask``, so the strategy is exact and an MAE encoder sees a fixed count.
     With the defaults on a 14x14 grid at ratio 0.75 (``n_mask = 147``): 4 cells of 4x4 (64
     positions), 9 cells of 2x2 (36) and 47 single positions.
@@ -110,8 +167,8 @@ def hierarchical_mask(
     Args:
         shape: ``(B, L)``, ``(B, H, W)`` or ``(B, T, H, W)``.
         ratio: fraction of eligible positions to mask, in [0, 1].
-        generator: explicit RNG (one float32 uniform per cell of each level and per position, on
-            ``generator.device``).
+        generator: explicit RNG on ``generator.device``: one float32 uniform per cell of each
+            level, then the singles' draws (:func:`~engine.masking.random.pick_uniform`).
         eligible: optional bool tensor of ``shape``; a cell is only masked whole when all of its
             positions are eligible.
         scales: cell sides, coarse to fine, strictly decreasing, each >= 2.
@@ -136,31 +193,36 @@ def hierarchical_mask(
     d, L = len(grid), math.prod(shape[1:])
     device = generator.device
     ok = check_eligible(eligible, shape, device, "hierarchical")  # None: every position eligible
-    n_ok = ok.reshape(B, L).sum(dim=1) if ok is not None else torch.full((B,), L, device=device)
+    n_ok = row_counts(ok.reshape(B, L)) if ok is not None else torch.full((B,), L, device=device)
     budget = torch.round(ratio * n_ok.double()).long()  # (B,)
-    mask = torch.zeros(shape, dtype=torch.bool, device=device)
     used = torch.zeros(B, dtype=torch.long, device=device)
-    first = True  # nothing masked yet
+    # The levels work on their cell grids: a cell is available when all its positions are eligible
+    # and it touches no cell masked by a coarser level (`_touched`), which is the same as "all its
+    # positions eligible and unmasked" without a pass over the position grid per level. The union
+    # of the levels goes to the position grid once at the end (through the finer grids while each
+    # scale divides the coarser one).
+    done = []  # (cells, s, n) of the levels drawn so far
     for s, share in zip(scales, shares):
         n = tuple(D // s for D in grid)
         n_cells = math.prod(n)
         if n_cells == 0:
             continue
-        free = ok if first else (~mask if ok is None else ok & ~mask)  # None: all free
-        if free is None:
-            avail = torch.ones(B, n_cells, dtype=torch.bool, device=device)
-        else:
-            avail = _cells(free, s, n)  # (B, n_cells)
-        first = False
+        avail = _cells(ok, s, n) if ok is not None else torch.ones(B, n_cells, dtype=torch.bool, device=device)
+        for cells_c, sc, nc in done:
+            avail &= ~_touched(cells_c, sc, nc, s, n)
         # 1e-9: keep e.g. 0.1 * 160 / 16 from flooring to 0.999... -> 0; never exceeds the budget.
         want = torch.floor(share * budget.double() / s**d + 1e-9).long()
-        take = torch.minimum(torch.minimum(want, avail.sum(dim=1)), (budget - used) // s**d)
+        take = torch.minimum(torch.minimum(want, row_counts(avail)), (budget - used) // s**d)
         noise = torch.rand(B, n_cells, generator=generator, device=device).masked_fill(~avail, 2.0)
-        cells = mask_lowest(noise, take.view(B, 1))
-        mask |= _upsample(cells, s, n, grid)
+        done.append((mask_lowest(noise, take.view(B, 1)), s, n))
         used += take * s**d
-    noise = torch.rand(B, L, generator=generator, device=device)
-    noise = noise.masked_fill(mask.reshape(B, L), -1.0)
+    mask = _levels_to_grid(done, grid, B, device).reshape(B, L)
+    if bool(sparse_rows(budget - used, n_ok - used).any()):  # few singles: drawn as positions
+        free = ~mask if ok is None else ok.reshape(B, L) & ~mask
+        return (mask | pick_uniform(free, budget - used, generator=generator, n_free=n_ok - used)).reshape(shape)
+    # Many singles in every row: pick_uniform's noise route, fused with the cells (they sort first,
+    # ineligible positions last), so the budget lowest are the cells and the singles.
+    noise = torch.rand(B, L, generator=generator, device=device).masked_fill_(mask, -1.0)
     if ok is not None:
-        noise = noise.masked_fill(~ok.reshape(B, L), 2.0)
+        noise.masked_fill_(~ok.reshape(B, L), 2.0)
     return mask_lowest(noise, budget.view(B, 1)).reshape(shape)

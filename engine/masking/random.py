@@ -12,6 +12,15 @@ import torch
 from engine.masking.registry import check_eligible, check_ratio, get_masking, register_masking
 
 
+def row_counts(x: torch.Tensor) -> torch.Tensor:
+    """``[B, L]`` bool -> ``[B]`` int64 True count per row.
+
+    Summed as bytes into int32 (rows shorter than 2**31): about 10x faster on CPU than ``x.sum(1)``,
+    which first copies the bools to int64.
+    """
+    return x.view(torch.uint8).sum(dim=1, dtype=torch.int32).long()
+
+
 def mask_lowest(noise: torch.Tensor, n_mask: torch.Tensor | int) -> torch.Tensor:
     """Mask the ``n_mask`` positions with the lowest ``noise`` in each row.
 
@@ -53,6 +62,98 @@ def mask_lowest(noise: torch.Tensor, n_mask: torch.Tensor | int) -> torch.Tensor
     idx = torch.topk(noise, k_keep, dim=1, largest=True, sorted=ragged).indices  # (B, k_keep), highest first
     keep = torch.arange(k_keep, device=noise.device)[None, :] < (L - n)
     return mask.scatter_(1, idx, ~keep)
+
+
+# A row draws positions with replacement (below) while it needs at most this share of its free
+# positions: each draw then lands on a new free position with probability >= (1 - 1/4) * free / L.
+_SPARSE = 0.25
+# Draws per sparse row: _MARGIN times the expected number, plus _EXTRA (tiny rows); a row left
+# short draws again for the rest.
+_MARGIN, _EXTRA = 1.3, 16
+
+
+def sparse_rows(n: torch.Tensor, n_free: torch.Tensor) -> torch.Tensor:
+    """``[B]`` bool: the rows :func:`pick_uniform` serves by drawing positions (``0 < n <= n_free / 4``).
+
+    A caller whose rows are all dense can draw the noise route itself, e.g. fused with its own mask.
+    """
+    return (n > 0) & (n <= _SPARSE * n_free)
+
+
+def pick_uniform(
+    free: torch.Tensor, n: torch.Tensor, *, generator: torch.Generator, n_free: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Choose ``n[b]`` of the True positions of each row of ``free``, uniformly without replacement.
+
+    Every ``n[b]``-subset of row ``b``'s free positions is equally likely (the same distribution as
+    :func:`mask_lowest` on uniform noise with the non-free positions at 2.0), but a row that needs
+    few of its free positions (``n <= free / 4``, e.g. the top-up of block masking) does not pay
+    for ``L`` uniforms and a selection over the whole row: it draws about ``1.3 n L / (free - n)``
+    positions uniformly with replacement (``torch.randint``) and keeps, in draw order, the first
+    ``n`` distinct free ones; a row left short draws again for the rest (rare). By symmetry the kept
+    set is a uniform subset, and the repeat draws a uniform subset of what is still free. The other
+    rows take the noise route of :func:`mask_lowest` on those rows only.
+
+    Args:
+        free: ``[B, L]`` bool, the positions that may be chosen.
+        n: ``[B]`` int64 counts, ``0 <= n[b] <= free[b].sum()``.
+        generator: explicit RNG on ``free.device``; it draws ``randint`` positions for the sparse
+            rows, then ``rand(R, L)`` for the ``R`` other rows.
+        n_free: ``[B]`` int64, ``free.sum(1)`` when the caller knows it (saves a pass over ``free``).
+
+    Returns:
+        ``[B, L]`` bool, exactly ``n[b]`` True per row, all on free positions.
+
+    Raises:
+        ValueError: ``n`` negative or above a row's free count.
+
+    References: rejection sampling of a uniform subset (Knuth, TAOCP vol. 2, sec. 3.4.2); the dense
+    rows as MAE's random masking (He et al. 2022).
+    """
+    B, L = free.shape
+    device = free.device
+    n = n.reshape(B).long()
+    n_free = row_counts(free) if n_free is None else n_free.reshape(B)
+    if bool(((n < 0) | (n > n_free)).any()):
+        raise ValueError("pick_uniform: n must lie in [0, free count] in every row")
+    out = torch.zeros(B, L, dtype=torch.bool, device=device)
+    if B == 0 or L == 0 or not bool((n > 0).any()):
+        return out
+    sparse = sparse_rows(n, n_free)
+    dense = ((n > 0) & ~sparse).nonzero().flatten()
+    rows = sparse.nonzero().flatten()
+    flat_free, flat_out = free.reshape(-1), out.view(-1)
+    need, avail = n[rows], n_free[rows]
+    while rows.numel():
+        # Draws per row: enough for `need` hits with a margin, as each hits a new free one with
+        # probability >= (avail - need) / L.
+        m = (_MARGIN * need * L / (avail - need).clamp(min=1)).long().clamp(min=1) + _EXTRA
+        row = rows.repeat_interleave(m)  # (M,) row of each draw, rows in turn
+        key = row * L + torch.randint(0, L, (row.numel(),), generator=generator, device=device)
+        draw = torch.arange(key.numel(), dtype=torch.int32, device=device)
+        # First draw of each position (any order of the scatter gives the same minimum).
+        first = torch.full((B * L,), key.numel(), dtype=torch.int32, device=device)
+        first.scatter_reduce_(0, key, draw, "amin")
+        hit = (first[key] == draw) & flat_free[key] & ~flat_out[key]
+        # Rank of each hit among its row's hits, in draw order.
+        csum = hit.long().cumsum(0)
+        start = torch.cumsum(m, 0) - m
+        before = torch.where(start > 0, csum[(start - 1).clamp(min=0)], 0)  # (R,) hits of earlier rows
+        rank = csum - before.repeat_interleave(m)  # 1-based among the row's hits
+        take = hit & (rank <= need.repeat_interleave(m))
+        flat_out[key[take]] = True
+        got = torch.zeros_like(need).index_add_(0, torch.arange(rows.numel(), device=device).repeat_interleave(m),
+                                                take.long())
+        need, avail = need - got, avail - got
+        short = need > 0
+        rows, need, avail = rows[short], need[short], avail[short]
+    if dense.numel() == B:  # every row: no gather and scatter of rows
+        noise = torch.rand(B, L, generator=generator, device=device)
+        return mask_lowest(noise.masked_fill_(~free, 2.0), n)  # non-free positions sort last
+    if dense.numel():
+        noise = torch.rand(dense.numel(), L, generator=generator, device=device)
+        out[dense] = mask_lowest(noise.masked_fill_(~free[dense], 2.0), n[dense])
+    return out
 
 
 @register_masking("random", grid_dims=(1, 2, 3), exact=True,

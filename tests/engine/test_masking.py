@@ -434,3 +434,69 @@ def test_mask_lowest_ragged_counts_take_the_lowest_of_each_row():
         assert torch.equal(m.sum(1), n)
         order = noise.argsort(dim=1)
         assert all(m[b, order[b, : n[b]]].all() for b in range(32))
+
+
+# ------------------------------------------------------------------ pick_uniform (top-up / singles)
+
+
+def subset_frequencies(picked: torch.Tensor) -> torch.Tensor:
+    """Counts of each distinct row of a [B, L] bool tensor (rows read as binary numbers)."""
+    codes = (picked.long() << torch.arange(picked.shape[1])).sum(1)
+    return torch.unique(codes, return_counts=True)[1]
+
+
+@pytest.mark.parametrize("route,patch", [
+    ("sparse", {}),  # n <= free / 4: positions drawn with replacement, first distinct free ones kept
+    ("sparse, short draws", {"_MARGIN": 0.1, "_EXTRA": 0}),  # rows left short draw again, often
+    ("dense", {"_SPARSE": -1.0}),  # noise and mask_lowest on every row
+])
+def test_pick_uniform_gives_every_subset_of_the_free_positions_equally_often(route, patch, monkeypatch):
+    import engine.masking.random as random_module
+    from engine.masking.random import pick_uniform
+
+    for name, value in patch.items():
+        monkeypatch.setattr(random_module, name, value)
+    B, L = 28_000, 12
+    free = torch.ones(B, L, dtype=torch.bool)
+    free[:, [1, 4, 7, 10]] = False  # 8 free positions, 2 picked: 28 subsets
+    picked = pick_uniform(free, torch.full((B,), 2), generator=gen(40))
+    assert (picked.sum(1) == 2).all() and not (picked & ~free).any()
+    freq = subset_frequencies(picked)
+    assert freq.numel() == 28
+    # Each subset 1/28 of the rows: 1,000 expected, standard deviation about 31; chi-square with
+    # 27 degrees of freedom, whose 99.9% quantile is 55.5.
+    chi2 = float(((freq.double() - B / 28) ** 2 / (B / 28)).sum())
+    assert chi2 < 55.5, (route, chi2)
+    assert torch.equal(picked, pick_uniform(free, torch.full((B,), 2), generator=gen(40)))
+
+
+def test_pick_uniform_mixed_rows_exact_counts_and_bad_counts():
+    from engine.masking.random import pick_uniform
+
+    g = gen(41)
+    free = torch.rand(64, 500, generator=g) < torch.linspace(0.05, 1.0, 64)[:, None]
+    n_free = free.sum(1)
+    n = (torch.rand(64, generator=g) * (n_free + 1)).long().clamp(max=n_free)  # sparse and dense rows, some 0
+    n[0], n[1] = 0, n_free[1]
+    picked = pick_uniform(free, n, generator=g)
+    assert torch.equal(picked.sum(1), n) and not (picked & ~free).any()
+    with pytest.raises(ValueError, match="free count"):
+        pick_uniform(free, n_free + 1, generator=g)
+    with pytest.raises(ValueError, match="free count"):
+        pick_uniform(free, -torch.ones(64, dtype=torch.long), generator=g)
+    assert pick_uniform(torch.zeros(3, 0, dtype=torch.bool), torch.zeros(3, dtype=torch.long), generator=g).shape == (3, 0)
+
+
+def test_pick_uniform_sparse_marginals_on_a_large_row():
+    # The block top-up's case: a few positions among thousands of free ones, every free position
+    # equally likely (each of 2,000 free positions picked 20 / 2,000 of the time).
+    from engine.masking.random import pick_uniform
+
+    B, L = 4000, 2500
+    free = torch.ones(B, L, dtype=torch.bool)
+    free[:, :500] = False
+    picked = pick_uniform(free, torch.full((B,), 20), generator=gen(42))
+    assert not picked[:, :500].any() and (picked.sum(1) == 20).all()
+    rate = picked[:, 500:].double().mean(0)  # expected 0.01, sd about 0.0016 per position
+    assert abs(float(rate.mean()) - 0.01) < 1e-12
+    assert float(rate.std()) < 0.0016 * 1.15 and float((rate - 0.01).abs().max()) < 0.0016 * 5

@@ -174,3 +174,67 @@ def test_all_true_eligible_gives_the_same_masks_as_none():
         a = hierarchical_mask(shape, 0.6, generator=gen(23), **kw)
         b = hierarchical_mask(shape, 0.6, generator=gen(23), eligible=torch.ones(shape, dtype=torch.bool), **kw)
         assert torch.equal(a, b)
+
+
+def reference_hierarchical(shape, ratio, g, eligible, scales, shares):
+    """The levels on the position grid (masklab's first implementation): a level's available cells
+    are those whose positions are all eligible and unmasked; the singles are the lowest noises."""
+    import math
+
+    from engine.masking.hierarchical import _cells, _upsample
+    from engine.masking.random import mask_lowest
+
+    B, grid = shape[0], shape[1:]
+    d, L = len(grid), math.prod(grid)
+    ok = eligible if eligible is not None else torch.ones(shape, dtype=torch.bool)
+    budget = torch.round(ratio * ok.reshape(B, L).sum(1).double()).long()
+    mask, used = torch.zeros(shape, dtype=torch.bool), torch.zeros(B, dtype=torch.long)
+    for s, share in zip(scales, shares):
+        n = tuple(D // s for D in grid)
+        if math.prod(n) == 0:
+            continue
+        avail = _cells(ok & ~mask, s, n)
+        want = torch.floor(share * budget.double() / s**d + 1e-9).long()
+        take = torch.minimum(torch.minimum(want, avail.sum(1)), (budget - used) // s**d)
+        noise = torch.rand(B, math.prod(n), generator=g).masked_fill(~avail, 2.0)
+        mask |= _upsample(mask_lowest(noise, take.view(B, 1)), s, n, grid)
+        used += take * s**d
+    noise = torch.rand(B, L, generator=g).masked_fill(mask.reshape(B, L) | ~ok.reshape(B, L), 2.0)
+    return mask | mask_lowest(noise, (budget - used).view(B, 1)).reshape(shape)
+
+
+@pytest.mark.parametrize("shape,scales,shares", [
+    ((8, 128, 100), [4, 2], [0.5, 0.25]),  # the audio grid
+    ((16, 30, 22), [4, 2], [0.5, 0.25]),  # ragged margins
+    ((16, 30, 22), [5, 3], [0.4, 0.4]),  # a fine cell straddles two coarse cells
+    ((16, 31, 29), [6, 4, 2], [0.3, 0.3, 0.2]),  # 6 -> 4 does not divide, 4 -> 2 does
+    ((8, 50), [4, 2], [0.5, 0.25]),
+    ((4, 6, 9, 9), [3, 2], [0.4, 0.3]),
+    ((4, 8, 8, 8), [4, 2], [0.5, 0.25]),
+])
+@pytest.mark.parametrize("ratio", [0.3, 0.75, 1.0])
+@pytest.mark.parametrize("holes", [False, True])
+def test_cell_grid_levels_give_the_masks_of_the_position_grid_definition(shape, scales, shares, ratio, holes, monkeypatch):
+    # The levels run on their cell grids (_touched, _levels_to_grid); with the singles drawn by
+    # noise on every row (pick_uniform's dense route) the masks equal the position-grid reference.
+    import engine.masking.random as random_module
+
+    monkeypatch.setattr(random_module, "_SPARSE", -1.0)
+    eligible = torch.rand(shape, generator=gen(30)) < 0.9 if holes else None
+    ours = hierarchical_mask(shape, ratio, generator=gen(31), eligible=eligible, scales=scales, shares=shares)
+    ref = reference_hierarchical(shape, ratio, gen(31), eligible, scales, shares)
+    assert torch.equal(ours, ref)
+
+
+def test_singles_few_of_many_are_uniform_over_the_free_positions():
+    # ratio 0.1 on 8x8 with one 2x2 level at share 0.7: 6 positions, one cell and 2 singles (< 1/4 of
+    # the 60 free positions, so pick_uniform's sparse route): each free position equally often.
+    B = 20_000
+    mask = hierarchical_mask((B, 8, 8), 0.1, generator=gen(32), scales=[2], shares=[0.7])
+    assert (counts(mask) == 6).all()
+    cells = full_cells(mask, 2)
+    singles = mask & ~cells.repeat_interleave(2, 1).repeat_interleave(2, 2)
+    assert (cells.flatten(1).sum(1) == 1).all() and (counts(singles) == 2).all()
+    free = ~cells.repeat_interleave(2, 1).repeat_interleave(2, 2)
+    rate = singles.double().sum(0) / free.double().sum(0)  # per position: 2 / 60 of the rows where it is free
+    assert float((rate - 2 / 60).abs().max()) < 0.006  # sd about 0.0013 per position
