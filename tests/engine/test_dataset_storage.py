@@ -31,7 +31,7 @@ CONFIGS = {
     "audio": {"task": "audio_mae", "data": {"audio": {"n_mels": 64, "window_ms": 25, "hop_ms": 10, "clip_seconds": 1.0}},
               "model": {"arch": "audio_mae_vit", "preset": "tiny", "patch_size": 8}},
     "paired": {"task": "paired", "data": {"tokenizer": {"vocab_size": 300, "max_len": 24}},
-               "model": {"preset": "tiny", "patch_size": 8}},
+               "model": {"preset": "tiny", "patch_size": 2}},
 }
 
 
@@ -72,16 +72,21 @@ def write_legacy(ds, name: str, workspace) -> None:
 @pytest.fixture(scope="module")
 def ws(tmp_path_factory):
     """A workspace with ``<modality>-new`` (memory-mapped format) and ``<modality>-old``
-    (``data.npz``) for each modality: the same first rows of digits, fortunes, asterisk-prompts and
-    tuxpaint-stamps."""
+    (``data.npz``) for each modality: the same first rows of digits, fortunes, asterisk-prompts, and
+    digits captioned with fortunes as pairs."""
     root = tmp_path_factory.mktemp("storage")
     bundled = root / "bundled"
     ws = root / "workspace"
-    for modality, name in (("image", "digits"), ("text", "fortunes"), ("audio", "asterisk-prompts"),
-                           ("paired", "tuxpaint-stamps")):
-        part = _slice(load_dataset(name, bundled), f"{modality}-new")
+    parts = {m: _slice(load_dataset(name, bundled), f"{m}-new")
+             for m, name in (("image", "digits"), ("text", "fortunes"), ("audio", "asterisk-prompts"))}
+    # Pairs: the digit images captioned with the first fortunes (real pixels and real text; the
+    # pairing does not matter to storage, and building tuxpaint-stamps would cost ~10 s).
+    img, txt = parts["image"], parts["text"]
+    parts["paired"] = PairedDataset.from_pairs(dataclasses.replace(img.info, name="paired-new", modality="paired"),
+                                               img.images, txt.texts(), img.labels, img.split)
+    for m, part in parts.items():
         save_dataset(part, ws)
-        write_legacy(part, f"{modality}-old", ws)
+        write_legacy(part, f"{m}-old", ws)
     return ws
 
 
