@@ -186,7 +186,10 @@ def save_dataset(ds: Dataset, workspace: str | os.PathLike[str] | None = None, *
     """Register a dataset of any modality atomically (see the module docstring); return its folder.
 
     The stored ``meta.json`` is ``ds.info`` with ``source_hash`` set to :func:`content_hash` of the
-    stored arrays (read it back with :func:`read_info`).
+    stored arrays (read it back with :func:`read_info`); each array becomes ``<key>.npy``. An array
+    of ``ds`` may itself be a memory map (e.g. a large set generated chunk by chunk into a scratch
+    ``.npy`` opened with ``np.lib.format.open_memmap``): it is hashed and copied file to file,
+    never held in memory whole (``bench/data_memory.py`` registers its 2 GB set so).
 
     Raises:
         DatasetError: invalid name; arrays that do not match ``ds.info`` (a bug in the caller); the
