@@ -3,7 +3,7 @@
 Layout (see docs/architecture.md)::
 
     <workspace>/VERSION            the workspace format (an integer, see FORMAT)
-    <workspace>/datasets/<name>/   registered datasets (meta.json + data.npz)
+    <workspace>/datasets/<name>/   registered datasets (meta.json + one .npy per array)
     <workspace>/runs/<run_id>/     one folder per run (config, status, metrics, checkpoints, samples)
     <workspace>/slots/             lock files bounding how many runs train at once
     <workspace>/queue/             one ticket per queued run (first come, first served)

@@ -65,12 +65,11 @@ def dataset_view(workspace: str, name: str, version: str) -> DatasetView:
     ds = load_dataset(name)
     info = ds.info
     picks = sample_rows(ds, N_SAMPLES)
-    samples = ds.images[[i for i, _ in picks]] if picks else ds.images[:0]
+    samples = np.asarray(ds.images[[i for i, _ in picks]] if picks else ds.images[:0])  # only these rows are read
     captions = [f"{info.class_names[ds.labels[i]]} · {s}" for i, s in picks]
-    x, y = ds.tensors("val" if info.n_val else "train")
-    rows = representative(y.numpy(), N_PREVIEW)  # == the run's fixed validation images
-    preview = x[rows].numpy().astype(np.float32)
-    y = y[rows]
+    pool = ds.indices("val" if info.n_val else "train")
+    x, y = ds.rows_tensors(pool[representative(ds.labels[pool], N_PREVIEW)])  # == the run's fixed validation images
+    preview = x.numpy()
     return DatasetView(
         info=info,
         samples=samples,

@@ -24,7 +24,7 @@ from app.components.errors import guarded
 from app.components.images import chw_to_hwc_uint8, image_grid, mask_overlay, upscale
 from app.components.urlstate import dig, index_of, number
 from app.modalities import image as image_ui
-from app.modalities.text import CORRECT, WRONG, detok, length_panel, sentence_html, text_lengths, tokenizer_fields
+from app.modalities.text import CORRECT, WRONG, detok, length_panel, sampled_lengths, sentence_html, tokenizer_fields
 from engine.workspace import workspace_root
 
 N_SAMPLES = 12  # pairs in the Data page's sample grid (half train, half val when both exist)
@@ -40,7 +40,7 @@ TOP_K = 5  # answers of the retrieval box
 def pairs_view(workspace: str, name: str, version: str) -> dict:
     """What the Data page shows of a paired dataset: representative pairs (class by class, half
     val: :func:`app.components.datasets.sample_rows`) as uint8 ``(S, H, W, C)`` images with their
-    captions, label and split; caption lengths of every pair; class counts. ``workspace`` and
+    captions, label and split; caption lengths (:func:`app.modalities.text.sampled_lengths`); class counts. ``workspace`` and
     ``version`` are cache keys only."""
     from app.components.datasets import sample_rows
     from engine.data import load_dataset
@@ -48,10 +48,9 @@ def pairs_view(workspace: str, name: str, version: str) -> dict:
     ds = load_dataset(name)
     picks = sample_rows(ds, N_SAMPLES)
     rows = [i for i, _ in picks]
-    texts = ds.texts()
-    return {"images": ds.images[rows], "captions": [texts[i] for i in rows],
+    return {"images": np.asarray(ds.images[rows]), "captions": ds.texts_at(rows),
             "tags": [f"{ds.info.class_names[ds.labels[i]]} · {s}" for i, s in picks],
-            "lengths": text_lengths(texts, ["train" if s == 0 else "val" for s in ds.split]),
+            "lengths": sampled_lengths(ds),
             "counts": ds.counts()}
 
 

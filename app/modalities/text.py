@@ -45,13 +45,11 @@ def text_view(workspace: str, name: str, version: str) -> dict:
     from engine.data import load_dataset
 
     ds = load_dataset(name)
-    texts = ds.texts()
     picks = sample_rows(ds, N_SAMPLES)
-    split = ["train" if s == 0 else "val" for s in ds.split]
-    sample = pd.DataFrame({"text": [texts[i] for i, _ in picks],
+    sample = pd.DataFrame({"text": ds.texts_at([i for i, _ in picks]),
                            "label": [ds.info.class_names[ds.labels[i]] for i, _ in picks],
                            "split": [s for _, s in picks]})
-    return {"sample": sample, "lengths": text_lengths(texts, split), "counts": ds.counts()}
+    return {"sample": sample, "lengths": sampled_lengths(ds), "counts": ds.counts()}
 
 
 def data_section(info) -> None:
@@ -78,14 +76,30 @@ def data_section(info) -> None:
 def length_panel(lengths: pd.DataFrame, name: str, item: str) -> None:
     """A "Length" histogram of texts (``lengths``: ``words``, ``characters``, ``split`` per text),
     in words or characters (a radio), coloured by split; ``item`` names what a text is (``text``,
-    ``caption``)."""
+    ``caption``). ``lengths`` holds at most :data:`LENGTH_ROWS` rows (:func:`sampled_lengths`); a
+    caption says so when the dataset has more."""
     st.subheader("Length")
+    if len(lengths) >= LENGTH_ROWS:
+        st.caption(f"{len(lengths):,} {item}s, a random sample (the first in the stored, shuffled order)")
     unit = st.radio("Unit", ["words", "characters"], horizontal=True, key=f"data_len_{name}")
     chart = alt.Chart(lengths).mark_bar().encode(
         x=alt.X(f"{unit}:Q", bin=alt.Bin(maxbins=40), title=f"{unit} per {item}"),
         y=alt.Y("count():Q", title=f"{item}s"), color=alt.Color("split:N", title="split"),
     ).properties(height=260)
     st.altair_chart(chart, width="stretch")
+
+
+#: Texts whose lengths the Data page's histogram counts: the first this many rows in stored order
+#: (imports store rows in a seeded shuffled order, so a random sample); a larger dataset is never
+#: decoded whole for a chart.
+LENGTH_ROWS = 20_000
+
+
+def sampled_lengths(ds) -> pd.DataFrame:
+    """:func:`text_lengths` of the first :data:`LENGTH_ROWS` texts (captions) of ``ds``, a
+    :class:`~engine.data.TextDataset` or :class:`~engine.data.PairedDataset`; only those are decoded."""
+    rows = np.arange(min(len(ds), LENGTH_ROWS))
+    return text_lengths(ds.texts_at(rows), ["train" if s == 0 else "val" for s in ds.split[rows]])
 
 
 def text_lengths(texts: list[str], split: list[str]) -> pd.DataFrame:

@@ -1,8 +1,9 @@
 """Datasets: bundled sets (digits, fashion-mnist, fortunes, asterisk-prompts, tuxpaint-stamps), import of
 images, text, audio and image-caption pairs, registry, seeded split.
 
-Datasets live in ``<workspace>/datasets/<name>/`` as ``meta.json`` (:class:`DatasetInfo`) and ``data.npz``,
-written once and atomically. Images: ``images`` uint8 ``[N, H, W, C]``; text: ``text_bytes`` uint8 +
+Datasets live in ``<workspace>/datasets/<name>/`` as ``meta.json`` (:class:`DatasetInfo`) and one
+``<array>.npy`` per array (old datasets: one ``data.npz``), written once and atomically; the payload
+arrays are memory-mapped on read (:mod:`engine.data.storage`). Images: ``images`` uint8 ``[N, H, W, C]``; text: ``text_bytes`` uint8 +
 ``text_offsets`` int64 ``[N + 1]`` (UTF-8); audio: ``audio_pcm`` int16 + ``audio_offsets`` int64
 ``[N + 1]`` + ``sample_rate`` int64 ``[1]`` (mono clips at one rate); paired: ``images`` and
 ``text_bytes`` + ``text_offsets`` (one caption per image); all: ``labels`` int64 ``[N]``,
@@ -11,6 +12,7 @@ written once and atomically. Images: ``images`` uint8 ``[N, H, W, C]``; text: ``
 
     >>> ds = load_dataset("digits")
     >>> x, y = ds.tensors("train")      # float32 [N, 1, 8, 8] in [0, 1], int64 [N]
+    >>> x, y = ds.rows_tensors(ds.indices("val")[:16])   # only these rows are read
     >>> load_dataset("fortunes").texts("train")[:2]
     >>> load_dataset("asterisk-prompts").clip(0)      # float32 [n] in [-1, 1] at .rate Hz
     >>> representative(ds.labels[ds.indices("val")], 8)   # the rows every sample view shows

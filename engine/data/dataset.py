@@ -1,7 +1,7 @@
 """In-memory datasets: :class:`DatasetInfo` (metadata), :class:`ImageDataset` (pixels),
 :class:`TextDataset` (UTF-8 documents), the seeded split (stratified, or by group).
 
-Each dataset class says which arrays it stores in ``data.npz`` (:meth:`LabelledRows.arrays`,
+Each dataset class says which arrays it stores (one ``<name>.npy`` each, :mod:`engine.data.storage`; :meth:`LabelledRows.arrays`,
 :meth:`LabelledRows.from_arrays`) and how they must match the metadata
 (:meth:`LabelledRows.problems`); :data:`DATASET_TYPES` maps ``DatasetInfo.modality`` to the class,
 so :mod:`engine.data.storage` reads and writes every modality through one path.
@@ -127,7 +127,10 @@ class DatasetInfo:
 
 class LabelledRows:
     """What every dataset shares: ``info``, one class label and one split per row, and how its
-    arrays are stored (``data.npz``) and checked against ``info``.
+    arrays are stored (one ``.npy`` file each, see :mod:`engine.data.storage`) and checked against ``info``.
+    A dataset read from the workspace holds its payload arrays (pixels, text bytes, PCM samples) as
+    read-only memory maps: index rows (:meth:`indices`, then e.g. ``images[rows]``) rather than
+    converting whole arrays.
 
     A subclass is a dataclass with at least ``info: DatasetInfo``, ``labels`` int64 ``[N]`` and
     ``split`` uint8 ``[N]`` (0 = train, 1 = val); it lists its stored arrays in :attr:`ARRAYS`
@@ -172,7 +175,7 @@ class LabelledRows:
         return pd.DataFrame(rows, columns=["class_name", "split", "count"]).astype({"count": "int64"})
 
     def arrays(self) -> dict[str, np.ndarray]:
-        """The arrays stored in ``data.npz``, by name, converted to their stored dtypes (:attr:`DTYPES`);
+        """The arrays stored (one ``<name>.npy`` each), by name, converted to their stored dtypes (:attr:`DTYPES`);
         optional arrays that are None are left out."""
         out = {}
         for key in self.ARRAYS + self.OPTIONAL_ARRAYS:
@@ -231,19 +234,25 @@ class ImageDataset(LabelledRows):
     labels: np.ndarray
     split: np.ndarray
 
-    def tensors(self, split: str) -> tuple[torch.Tensor, torch.Tensor]:
-        """The ``"train"`` or ``"val"`` split as tensors.
+    def tensors(self, split: str, limit: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ``"train"`` or ``"val"`` split (its first ``limit`` rows in stored order when given)
+        as tensors (:meth:`rows_tensors`). Raises ValueError for any other split name."""
+        return self.rows_tensors(self.indices(split)[:limit])
+
+    def rows_tensors(self, rows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows ``rows`` (int ``[n]`` row indices of the dataset, any order) as tensors; only those
+        rows are read (from a memory-mapped dataset: from disk or the page cache).
 
         Returns:
             ``x``: float32 ``[n, C, H, W]``, values in [0, 1] (pixel / 255);
             ``y``: int64 ``[n]`` class indices.
-        Raises ValueError for any other split name.
+        Raises IndexError for a row out of range.
         """
         import torch
 
-        idx = self.indices(split)
-        x = torch.from_numpy(self.images[idx]).permute(0, 3, 1, 2).float().div_(255.0).contiguous()
-        y = torch.from_numpy(self.labels[idx].astype(np.int64))
+        rows = np.asarray(rows, dtype=np.int64)
+        x = torch.from_numpy(np.asarray(self.images[rows])).permute(0, 3, 1, 2).float().div_(255.0).contiguous()
+        y = torch.from_numpy(self.labels[rows].astype(np.int64))
         return x, y
 
     @classmethod
@@ -308,12 +317,17 @@ class TextDataset(LabelledRows):
         i %= n
         return self.text_bytes[self.text_offsets[i] : self.text_offsets[i + 1]].tobytes().decode("utf-8")
 
-    def texts(self, split: str | None = None) -> list[str]:
+    def texts(self, split: str | None = None, limit: int | None = None) -> list[str]:
         """The documents of the ``"train"`` or ``"val"`` split in stored order (every document when
-        ``split`` is None). Raises ValueError for another split name."""
-        rows = range(len(self)) if split is None else self.indices(split)
-        buf, off = self.text_bytes.tobytes(), self.text_offsets
-        return [buf[off[i] : off[i + 1]].decode("utf-8") for i in rows]
+        ``split`` is None), the first ``limit`` of them when given (only those are decoded).
+        Raises ValueError for another split name."""
+        rows = np.arange(len(self)) if split is None else self.indices(split)
+        return self.texts_at(rows[:limit])
+
+    def texts_at(self, rows: np.ndarray) -> list[str]:
+        """Documents ``rows`` (int ``[n]`` row indices, any order); only their bytes are read."""
+        data, off = self.text_bytes, self.text_offsets
+        return [data[off[i] : off[i + 1]].tobytes().decode("utf-8") for i in np.asarray(rows, dtype=np.int64)]
 
     @classmethod
     def _own_problems(cls, info: DatasetInfo, arrays: dict[str, np.ndarray], n: int) -> list[str]:
@@ -492,8 +506,10 @@ class PairedDataset(LabelledRows):
 
     # The image half reads like an ImageDataset, the caption half like a TextDataset.
     tensors = ImageDataset.tensors
+    rows_tensors = ImageDataset.rows_tensors
     text = TextDataset.text
     texts = TextDataset.texts
+    texts_at = TextDataset.texts_at
 
     @classmethod
     def from_pairs(cls, info: DatasetInfo, images: np.ndarray, captions: list[str], labels: np.ndarray,

@@ -56,7 +56,9 @@ def load_dataset(name: str, workspace: PathLike = None) -> Dataset:
         An :class:`~engine.data.dataset.ImageDataset` (images uint8 ``[N, H, W, C]``), a
         :class:`~engine.data.dataset.TextDataset` (``text(i)``, ``texts(split)``) or an
         :class:`~engine.data.dataset.AudioDataset` (``clip(i)``, int16 PCM), by ``info.modality``;
-        all have labels int64 ``[N]`` and split uint8 ``[N]``.
+        all have labels int64 ``[N]`` and split uint8 ``[N]``. Their payload arrays (pixels, text
+        bytes, PCM) are read-only memory maps (:mod:`engine.data.storage`): index rows, e.g.
+        ``ds.rows_tensors(ds.indices("val")[:16])``, rather than converting whole arrays.
     Raises:
         DatasetError: unknown name (the message lists the known names), a bundled set that is not
             available (the message says how to install it), an invalid name, or unreadable files

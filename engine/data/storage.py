@@ -1,13 +1,28 @@
-"""Registered datasets on disk: ``<workspace>/datasets/<name>/meta.json`` + ``data.npz``.
+"""Registered datasets on disk: ``<workspace>/datasets/<name>/meta.json`` + one ``<array>.npy`` per array.
 
-``data.npz`` (uncompressed, no pickles) holds the arrays of the dataset's class
-(:data:`engine.data.dataset.DATASET_TYPES` by ``meta.json``'s ``modality``): images: ``images``
-uint8 ``[N, H, W, C]``; text: ``text_bytes`` uint8 ``[total]``, ``text_offsets`` int64 ``[N + 1]``
-and optionally ``groups`` int64 ``[N]``; both: ``labels`` int64 ``[N]`` and ``split`` uint8 ``[N]``.
+Each array of the dataset's class (:data:`engine.data.dataset.DATASET_TYPES` by ``meta.json``'s
+``modality``) is one uncompressed NumPy file (no pickles) in the dataset's folder: images:
+``images.npy`` uint8 ``[N, H, W, C]``; text: ``text_bytes.npy`` uint8 ``[total]``,
+``text_offsets.npy`` int64 ``[N + 1]`` and optionally ``groups.npy`` int64 ``[N]``; audio:
+``audio_pcm.npy`` int16 ``[total]``, ``audio_offsets.npy``, ``sample_rate.npy``; paired: images
+and captions as above; all: ``labels.npy`` int64 ``[N]`` and ``split.npy`` uint8 ``[N]``.
+
+Reading (:func:`read_dataset`) memory-maps the payload arrays (:data:`MAPPED`: pixels, text bytes,
+PCM samples) read-only with ``np.load(mmap_mode="r")``: nothing of them is read until rows are
+indexed, and a batch (``ds.images[rows]``) reads only its rows from the page cache, so a
+training process's private memory grows with the batch, not with the dataset. The per-row
+arrays (labels, split, offsets, groups: a few bytes a row) are read into memory.
+
+Datasets written by masklab before the memory-mapped format keep one ``data.npz`` holding the
+same arrays; they are still read (wholly into memory, since NumPy cannot memory-map the members
+of a zip) and train exactly as before. Re-adding such a dataset (``overwrite``) writes the new format.
+
 A dataset is written once into a hidden temporary folder in ``datasets/`` and then renamed into
 place (:func:`engine.workspace.publish_folder`), so readers see a whole dataset or none, and a failed
 write leaves nothing behind. Replacing (``overwrite=True``) moves the old folder aside, renames the
-new one in, then deletes the old one; if the second rename fails the old folder is put back.
+new one in, then deletes the old one; if the second rename fails the old folder is put back. A
+process that still has the old folder's arrays mapped keeps reading the old data (the files
+stay alive until it unmaps them).
 """
 
 from __future__ import annotations
@@ -37,7 +52,16 @@ from engine.workspace import atomic_write_json, publish_folder, read_json, works
 
 log = logging.getLogger(__name__)
 
-META, DATA = "meta.json", "data.npz"
+META = "meta.json"
+LEGACY_DATA = "data.npz"
+"""The single-archive format of datasets written before the memory-mapped one (read only)."""
+MAPPED = frozenset({"images", "text_bytes", "audio_pcm"})
+"""Arrays memory-mapped on read (the payload); every other array is small (per row) and read into memory."""
+
+
+def array_path(folder: Path, key: str) -> Path:
+    """``folder/<key>.npy``: where array ``key`` of a dataset is stored."""
+    return folder / f"{key}.npy"
 
 
 def datasets_dir(workspace: str | os.PathLike[str] | None = None) -> Path:
@@ -93,26 +117,58 @@ def read_dataset(name: str, workspace: str | os.PathLike[str] | None = None) -> 
     """Load a registered dataset (read-only: nothing is written).
 
     Returns:
-        An :class:`~engine.data.dataset.ImageDataset` or :class:`~engine.data.dataset.TextDataset`,
-        by ``meta.json``'s ``modality``.
+        The dataset class of ``meta.json``'s ``modality`` (:data:`~engine.data.dataset.DATASET_TYPES`);
+        its :data:`MAPPED` arrays are read-only memory maps (old ``data.npz`` datasets: in memory).
     Raises:
-        DatasetError: naming the file when ``meta.json`` or ``data.npz`` is missing, unreadable, of
+        DatasetError: naming the file when ``meta.json`` or an array file is missing, unreadable, of
             an unknown modality, or its arrays do not match the metadata (shapes, dtypes, label
             range, split sizes, text offsets, group ids).
     """
     folder = datasets_dir(workspace) / name
     info = read_info(folder)
     cls = dataset_type(info, folder / META)
-    path = folder / DATA
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files if k in cls.ARRAYS + cls.OPTIONAL_ARRAYS}
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile) as e:
-        raise DatasetError(f"{path}: cannot read dataset arrays ({describe_error(e)}); delete {folder}, add it again") from e
+    legacy = folder / LEGACY_DATA
+    if legacy.is_file():
+        arrays, where = _read_npz(legacy, cls), legacy
+    else:
+        arrays, where = _read_npy(folder, cls), folder
     problems = cls.problems(info, arrays)
     if problems:
-        raise DatasetError(f"{path}: does not match {folder / META}: " + "; ".join(problems))
+        raise DatasetError(f"{where}: does not match {folder / META}: " + "; ".join(problems))
     return cls.from_arrays(info, arrays)
+
+
+def _read_npz(path: Path, cls: type[LabelledRows]) -> dict[str, np.ndarray]:
+    """Every array of an old-format ``data.npz`` (read into memory). Raises DatasetError naming it."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files if k in cls.ARRAYS + cls.OPTIONAL_ARRAYS}
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile) as e:
+        raise DatasetError(f"{path}: cannot read dataset arrays ({describe_error(e)}); "
+                           f"delete {path.parent}, add it again") from e
+
+
+def _read_npy(folder: Path, cls: type[LabelledRows]) -> dict[str, np.ndarray]:
+    """The arrays of ``cls`` in ``folder`` (``<key>.npy``): :data:`MAPPED` ones memory-mapped
+    read-only, the others read. Optional arrays may be absent.
+
+    Raises:
+        DatasetError: naming the file when a required one is missing, or one is truncated, has a
+            malformed header or holds pickled objects.
+    """
+    arrays = {}
+    for key in cls.ARRAYS + cls.OPTIONAL_ARRAYS:
+        path = array_path(folder, key)
+        if not path.is_file():
+            if key in cls.ARRAYS:
+                raise DatasetError(f"{path}: missing (the dataset's {key!r} array); delete {folder}, add it again")
+            continue
+        try:
+            arrays[key] = np.load(path, mmap_mode="r" if key in MAPPED else None, allow_pickle=False)
+        except (OSError, ValueError, EOFError) as e:  # truncated, bad header, pickled objects
+            raise DatasetError(f"{path}: cannot read the dataset's {key!r} array ({describe_error(e)}); "
+                               f"delete {folder}, add it again") from e
+    return arrays
 
 
 def content_hash(arrays: dict[str, np.ndarray]) -> str:
@@ -130,7 +186,10 @@ def save_dataset(ds: Dataset, workspace: str | os.PathLike[str] | None = None, *
     """Register a dataset of any modality atomically (see the module docstring); return its folder.
 
     The stored ``meta.json`` is ``ds.info`` with ``source_hash`` set to :func:`content_hash` of the
-    stored arrays (read it back with :func:`read_info`).
+    stored arrays (read it back with :func:`read_info`); each array becomes ``<key>.npy``. An array
+    of ``ds`` may itself be a memory map (e.g. a large set generated chunk by chunk into a scratch
+    ``.npy`` opened with ``np.lib.format.open_memmap``): it is hashed and copied file to file,
+    never held in memory whole (``bench/data_memory.py`` registers its 2 GB set so).
 
     Raises:
         DatasetError: invalid name; arrays that do not match ``ds.info`` (a bug in the caller); the
@@ -148,10 +207,11 @@ def save_dataset(ds: Dataset, workspace: str | os.PathLike[str] | None = None, *
     target = root / info.name
 
     def fill(tmp: Path) -> None:
-        with open(tmp / DATA, "wb") as f:
-            np.savez(f, **arrays)
-            f.flush()
-            os.fsync(f.fileno())
+        for key, a in arrays.items():  # a memory-mapped source is copied file to file, not through RAM
+            with open(array_path(tmp, key), "wb") as f:
+                np.save(f, a, allow_pickle=False)
+                f.flush()
+                os.fsync(f.fileno())
         atomic_write_json(tmp / META, info.to_dict())
 
     try:

@@ -202,8 +202,7 @@ def finetune(model: nn.Module, inputs: FinetuneInputs, *, seed: int = 0, epochs:
 @register_finetune("image_mim")
 def image_inputs(task, max_rows: int | None = None) -> FinetuneInputs:
     """The images of the first ``max_rows`` rows of each split (the rows the probes use)."""
-    xs = {s: task._ds.tensors(s) for s in ("train", "val")}
-    xs = {s: (x[:max_rows], y[:max_rows]) for s, (x, y) in xs.items()}
+    xs = {s: task._ds.tensors(s, limit=max_rows) for s in ("train", "val")}
 
     def encode(model, split, pos):
         return pooled_features(model)(xs[split][0][pos].to(next(model.parameters()).device))
@@ -215,7 +214,7 @@ def image_inputs(task, max_rows: int | None = None) -> FinetuneInputs:
 def text_inputs(task, max_rows: int | None = None) -> FinetuneInputs:
     """The first ``max_rows`` texts of each split, tokenised as the run's features are."""
     ds, max_len = task._ds, task.cfg.data.tokenizer.max_len
-    enc = {s: task.tok.encode_batch(ds.texts(s)[:max_rows], max_len=max_len) for s in ("train", "val")}
+    enc = {s: task.tok.encode_batch(ds.texts(s, limit=max_rows), max_len=max_len) for s in ("train", "val")}
     y = {s: ds.labels[ds.indices(s)][:max_rows].astype(np.int64) for s in ("train", "val")}
 
     def encode(model, split, pos):

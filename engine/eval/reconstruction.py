@@ -114,13 +114,14 @@ def masked_ssim(pred: np.ndarray, target: np.ndarray, pixel_mask: np.ndarray) ->
 @torch.no_grad()
 def image_quality(task, max_rows: int = SSIM_MAX_ROWS) -> dict[str, dict[str, float]]:
     """SSIM of the checkpoint and of every image baseline (module docstring) on the task's fixed
-    validation images and masks (``task.x_eval``, ``task.eval_masks``, ``task.x_train``)."""
+    validation images and masks (``task.x_eval``, ``task.eval_masks``, ``task.baseline_reference()``)."""
     from engine.eval.image_baselines import all_baselines, patchify, pixel_mask, unpatchify
 
     if task.cfg.objective.norm_pix_loss:
         return {}
     P, shape = task.cfg.model.patch_size, task.image_shape
     sums: dict[str, list[np.ndarray]] = {}
+    x_ref = task.baseline_reference()
     start = 0
     for mask in task.eval_masks:
         if start >= max_rows:
@@ -131,7 +132,7 @@ def image_quality(task, max_rows: int = SSIM_MAX_ROWS) -> dict[str, dict[str, fl
         pm = pixel_mask(mask, P, task.grid)  # (n, H, W)
         pasted = {"trained": task.model.reconstruct(xb, mask)["pasted"].float()}
         target_p = patchify(xb, P)
-        for name, pred in all_baselines(xb, mask, task.x_train, P).items():
+        for name, pred in all_baselines(xb, mask, x_ref, P).items():
             m = mask[:, :, None].to(pred.device)
             pasted[name] = unpatchify(torch.where(m, pred.float().clamp(0, 1), target_p), P, shape)
         x, pmn = xb.cpu().numpy(), pm.cpu().numpy()

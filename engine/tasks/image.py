@@ -31,6 +31,9 @@ EVAL_MAX_ROWS = 2048  # val loss is averaged over at most this many fixed val im
 EVAL_CHUNK = 256
 #: The biharmonic baseline is computed on the first this many eval images (about 8 ms per 28x28 image).
 BIHARMONIC_MAX_ROWS = 512
+#: Float values of train images the mean-image and kNN baselines compare with (``4 *`` this many bytes):
+#: 65,536 images at 28x28x1, so every Fashion-MNIST train image (:meth:`ImageMIMTask.baseline_reference`).
+BASELINE_MAX_VALUES = 65_536 * 28 * 28
 #: Masks drawn to probe a config (rows of the probe batch); real images for strategies that need them.
 PROBE_ROWS = 256
 PROBE_IMAGES = 64
@@ -124,7 +127,7 @@ class ImageMIMTask(Task):
                               f"strategies for images: {', '.join(strategies_for('image', 2))}")
         n, images = PROBE_ROWS, None
         if strategy.needs:  # e.g. superpixels: probe with real images of the dataset (SLIC ~1 ms each)
-            images = load_dataset(cfg.data.dataset, workspace).tensors("train")[0][:PROBE_IMAGES].float()
+            images = load_dataset(cfg.data.dataset, workspace).tensors("train", limit=PROBE_IMAGES)[0]
             n = len(images)
         side = image_side_inputs(cfg.masking, images, cfg.model.patch_size)
         ratios = [cfg.masking.ratio] + ([cfg.masking.final_ratio] if cfg.masking.schedule != "constant" else [])
@@ -145,24 +148,27 @@ class ImageMIMTask(Task):
         t = cfg.train
         ds = load_dataset(cfg.data.dataset, workspace)
         self.class_names = tuple(ds.info.class_names)
-        x_train, y_train = ds.tensors("train")
-        x_val, y_val = ds.tensors("val")
-        if len(x_val) == 0:  # tiny uploads may have no val split: evaluate on train images
-            x_val, y_val = x_train, y_train
-        self.image_shape = tuple(x_train.shape[1:])
+        # Row indices only: a batch reads its own rows (train_batch), so a memory-mapped dataset of
+        # any size costs the batch, not the split (bench/data_memory.py).
+        self.train_rows = ds.indices("train")
+        val_rows = ds.indices("val")
+        if len(val_rows) == 0:  # tiny uploads may have no val split: evaluate on train images
+            val_rows = self.train_rows
+        C, H, W = ds.info.image_shape
+        self.image_shape = (C, H, W)
         self.grid = grid_shape(self.image_shape[1:], cfg.model.patch_size)
         self.model = build_model(cfg, image_shape=self.image_shape).to(device)
         self.objective = Objective.from_config(cfg.objective, self.outputs(cfg))
-        self.n_train = len(x_train)
+        self.n_train = len(self.train_rows)
         self.batch_size = min(t.batch_size, self.n_train)
         self._ds = ds
-        self.x_train = x_train.to(device)
-        self.x_eval = x_val[:EVAL_MAX_ROWS].to(device)
-        vis = torch.from_numpy(representative(y_val.numpy(), t.num_vis))  # class-stratified, as every view
-        self.vis_x = x_val[vis].to(device)
-        self.vis_labels = y_val[vis].numpy()
+        self.x_eval = ds.rows_tensors(val_rows[:EVAL_MAX_ROWS])[0].to(device)
+        vis = val_rows[representative(ds.labels[val_rows], t.num_vis)]  # class-stratified, as every view
+        x_vis, y_vis = ds.rows_tensors(vis)
+        self.vis_x = x_vis.to(device)
+        self.vis_labels = y_vis.numpy()
         # == the New run preview
-        self.vis_mask = preview_masks(cfg, self.image_shape, len(self.vis_x), images=x_val[vis]).flatten(1).to(device)
+        self.vis_mask = preview_masks(cfg, self.image_shape, len(self.vis_x), images=x_vis).flatten(1).to(device)
         self.needs_images = bool(get_masking(cfg.masking.strategy).needs)
         # The same val masks at every eval, drawn once (superpixels of the val images are computed once).
         g_eval = torch.Generator().manual_seed(t.seed + 10_000)
@@ -179,8 +185,13 @@ class ImageMIMTask(Task):
                                  self.cfg.model.patch_size)
         return to_device(draw_mask(self.cfg.masking, (len(xb), *self.grid), g, ratio=ratio, **side).flatten(1), self.device)
 
+    def train_batch(self, idx: torch.Tensor) -> torch.Tensor:
+        """The images of train rows ``idx`` (int64 ``[B]``, positions in the train split), float32
+        ``[B, C, H, W]`` in [0, 1] on the task's device; reads only those rows of the dataset."""
+        return self._ds.rows_tensors(self.train_rows[idx.cpu().numpy()])[0].to(self.device, non_blocking=True)
+
     def train_loss(self, idx, generator, ratio):
-        xb = self.x_train[idx.to(self.device)]
+        xb = self.train_batch(idx)
         mask = self._draw(xb, generator, ratio)
         loss, parts = self.objective(self.model(xb, mask))
         return loss, {"mask_ratio": mask.float().mean(), **{f"loss/{k}": v for k, v in parts.items()}}
@@ -191,7 +202,8 @@ class ImageMIMTask(Task):
         ``mean_image`` (the training mean image), ``visible_mean`` (each image's mean visible pixel),
         ``biharmonic`` (biharmonic inpainting; on the first :data:`BIHARMONIC_MAX_ROWS` eval images
         only, with their masks, as it costs tens of ms per 28x28 image) and ``knn`` (the mean of the
-        10 training images nearest on the visible pixels).
+        10 training images nearest on the visible pixels). ``mean_image`` and ``knn`` use the train
+        images of :meth:`baseline_reference` (every train image up to Fashion-MNIST's size).
 
         Returns:
             For each name: ``baseline/<name>`` scored with the run's objective (normalised pixels
@@ -203,11 +215,12 @@ class ImageMIMTask(Task):
         from engine.eval.image_baselines import BASELINES, all_baselines, masked_pixel_sse, psnr
 
         P = self.cfg.model.patch_size
+        x_ref = self.baseline_reference()
         totals = {b: [0.0, 0, 0.0, 0] for b in BASELINES}  # objective sum, images, pixel sse, values
         for i, mask in zip(range(0, len(self.x_eval), EVAL_CHUNK), self.eval_masks):
             xb = self.x_eval[i : i + EVAL_CHUNK]
             target = self.model.patchify(xb.float())
-            for name, pred in all_baselines(xb, mask, self.x_train, P,
+            for name, pred in all_baselines(xb, mask, x_ref, P,
                                              biharmonic_rows=max(0, BIHARMONIC_MAX_ROWS - i)).items():
                 n = len(pred)
                 loss, _ = self.objective(self._scored(pred, target[:n], mask[:n]))
@@ -220,6 +233,15 @@ class ImageMIMTask(Task):
                 mse = sse / max(count, 1)
                 out.update({f"baseline/{name}": obj / n, f"baseline/{name}/mse": mse, f"baseline/{name}/psnr": psnr(mse)})
         return out
+
+    def baseline_reference(self) -> torch.Tensor:
+        """The train images the ``mean_image`` and ``knn`` baselines use: the first
+        ``BASELINE_MAX_VALUES // (C * H * W)`` train rows in stored order (imports store rows
+        shuffled, so a seeded random sample), every train row of a smaller split (Fashion-MNIST's
+        60,000 at 28x28 are all used). Float32 ``[n, C, H, W]`` in [0, 1] on the device: bounded
+        (about 200 MB), whatever the dataset's size."""
+        n = max(1, BASELINE_MAX_VALUES // int(np.prod(self.image_shape)))
+        return self._ds.rows_tensors(self.train_rows[:n])[0].to(self.device)
 
     def _scored(self, pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
         """The objective's inputs for a pixel-space prediction ``[N, L, P*P*C]``: prediction and
@@ -271,18 +293,18 @@ class ImageMIMTask(Task):
 
     @torch.no_grad()
     def features(self, split: str, max_rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        x, y = self._ds.tensors(split)
-        x, y = x[:max_rows], y[:max_rows]
-        out = [self.model.features(x[i : i + EVAL_CHUNK].to(self.device)).float().cpu() for i in range(0, len(x), EVAL_CHUNK)]
+        rows = self._ds.indices(split)[:max_rows]  # read chunk by chunk: the split is never converted whole
+        out = [self.model.features(self._ds.rows_tensors(rows[i : i + EVAL_CHUNK])[0].to(self.device)).float().cpu()
+               for i in range(0, len(rows), EVAL_CHUNK)]
         feats = torch.cat(out).numpy() if out else np.zeros((0, 1), np.float32)
-        return feats.astype(np.float32), y.numpy().astype(np.int64)
+        return feats.astype(np.float32), self._ds.labels[rows].astype(np.int64)
 
     def raw_features(self, max_rows: int | None = None):
         """The pixels in [0, 1], flattened: ``X float32 [N, C*H*W]`` per split (see :meth:`Task.raw_features`)."""
         out = []
         for split in ("train", "val"):
-            x, y = self._ds.tensors(split)
-            out.append((x[:max_rows].flatten(1).numpy(), y[:max_rows].numpy().astype(np.int64)))
+            x, y = self._ds.tensors(split, limit=max_rows)
+            out.append((x.flatten(1).numpy(), y.numpy().astype(np.int64)))
         return out[0], out[1]
 
 

@@ -157,7 +157,7 @@ class PairedTask(Task):
         if ds.info.n_train == 0:
             raise ConfigError(f"data.dataset: {ds.info.name!r} has no train pairs")
         tok, _ = _TextTask.tokenizer_for(cfg, ds, workspace)
-        enc = tok.encode_batch(ds.texts("train")[:PROBE_ROWS], max_len=cfg.data.tokenizer.max_len)
+        enc = tok.encode_batch(ds.texts("train", limit=PROBE_ROWS), max_len=cfg.data.tokenizer.max_len)
         b = _text_rows(enc, torch.arange(len(enc)))
         text_cfg = PairedParams(**cfg.task_params).text_masking()
         probe = draw_mask(text_cfg, tuple(b["ids"].shape), torch.Generator().manual_seed(0), eligible=b["eligible"],
@@ -181,21 +181,21 @@ class PairedTask(Task):
         self.class_names = tuple(ds.info.class_names)
         self.tok, self.tokenizer_id = _TextTask.tokenizer_for(cfg, ds, workspace)
         max_len = cfg.data.tokenizer.max_len
-        self.x_train, y_train = ds.tensors("train")
+        # Row indices only: a batch reads its own images (train_batch), as image_mim does.
+        self.train_rows = ds.indices("train")
         val_split = "val" if ds.info.n_val else "train"  # a tiny upload may have no val split
-        x_val, y_val = ds.tensors(val_split)
-        self.val_captions = ds.texts(val_split)[:EVAL_MAX_ROWS]
-        self.x_val, self.y_val = x_val[:EVAL_MAX_ROWS].to(device), y_val[:EVAL_MAX_ROWS].numpy()
+        x_val, y_val = ds.tensors(val_split, limit=EVAL_MAX_ROWS)
+        self.val_captions = ds.texts(val_split, limit=EVAL_MAX_ROWS)
+        self.x_val, self.y_val = x_val.to(device), y_val.numpy()
         self.train_enc = self.tok.encode_batch(ds.texts("train"), max_len=max_len)
         self.val_enc = self.tok.encode_batch(self.val_captions, max_len=max_len)
-        self.image_shape = tuple(self.x_train.shape[1:])
+        self.image_shape = tuple(ds.info.image_shape)
         self.grid = grid_shape(self.image_shape[1:], cfg.model.patch_size)
-        self.x_train = self.x_train.to(device)
         self.model = build_model(cfg, image_shape=self.image_shape, vocab_size=self.tok.vocab_size,
                                  max_len=max_len).to(device)
         self.objective = Objective.from_config(cfg.objective, OUTPUTS)
         self.contrastive = "contrastive" in self.objective.names
-        self.n_train = len(self.x_train)
+        self.n_train = len(self.train_rows)
         self.batch_size = min(cfg.train.batch_size, self.n_train)
         self.needs_images = bool(get_masking(cfg.masking.strategy).needs)
         self.vis_idx = torch.from_numpy(representative(self.y_val, cfg.train.num_vis))
@@ -231,8 +231,11 @@ class PairedTask(Task):
         return self.model(xb, b["ids"].to(dev), b["eligible"].to(dev), img_mask.to(dev), txt_mask.to(dev),
                           contrastive=contrastive)
 
+    train_batch = ImageMIMTask.train_batch
+    baseline_reference = ImageMIMTask.baseline_reference
+
     def train_loss(self, idx, generator, ratio):
-        xb = self.x_train[idx.to(self.device)]
+        xb = self.train_batch(idx)
         b = _text_rows(self.train_enc, idx.cpu())
         img_mask, txt_mask = self._masks(xb, b, generator, ratio)
         u = torch.rand(len(idx), generator=generator)  # cross-modal completion, per pair
@@ -307,6 +310,7 @@ class PairedTask(Task):
         hits = {"position": 0.0, "unigram": 0.0}
         n_tok, sse, px = 0, {"mean_image": 0.0, "visible_mean": 0.0}, 0
         P = self.cfg.model.patch_size
+        x_ref = self.baseline_reference()
         for idx, b, img_mask, _ in self.eval_batches:
             whole = b["eligible"]
             for k in hits:
@@ -315,7 +319,7 @@ class PairedTask(Task):
             n_tok += int(whole.sum())
             xb = self.x_val[idx.to(self.device)].float()
             target = self.model.patchify(xb)
-            for name, pred in (("mean_image", mean_image_patches(self.x_train, len(xb), P)),
+            for name, pred in (("mean_image", mean_image_patches(x_ref, len(xb), P)),
                                ("visible_mean", visible_mean_patches(xb, img_mask.to(xb.device), P))):
                 s, c = masked_pixel_sse(pred.to(target.device), target, img_mask.to(target.device))
                 sse[name] += s
@@ -325,8 +329,8 @@ class PairedTask(Task):
         chance = chance_recall(self.val_captions)
         for k in KS:
             out[f"baseline/chance/t2i_r{k}"] = out[f"baseline/chance/i2t_r{k}"] = chance[k]
-        tr_x, _ = self._ds.tensors("train")
-        cca = cca_embeddings(tr_x.flatten(1).numpy(), self._ds.texts("train"), self.x_val.cpu().flatten(1).numpy(),
+        cca = cca_embeddings(x_ref.cpu().flatten(1).numpy(), self._ds.texts("train", limit=len(x_ref)),
+                             self.x_val.cpu().flatten(1).numpy(),
                              self.val_captions, seed=self.cfg.train.seed)
         out.update({f"baseline/cca/{k}": v for k, v in retrieval_figures(*cca, self.val_captions).items()})
         return out
@@ -366,29 +370,28 @@ class PairedTask(Task):
     def features(self, split: str, max_rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The pair encoded jointly (nothing hidden): the image tokens' mean next to the caption
         tokens' mean, ``X float32 [N, 2D]``."""
-        x, y = self._ds.tensors(split)
-        x, y = x[:max_rows], y[:max_rows]
-        enc = self.tok.encode_batch(self._ds.texts(split)[:max_rows], max_len=self.cfg.data.tokenizer.max_len)
+        rows = self._ds.indices(split)[:max_rows]  # images read chunk by chunk, never the whole split
+        enc = self.tok.encode_batch(self._ds.texts_at(rows), max_len=self.cfg.data.tokenizer.max_len)
         out = []
-        for i in range(0, len(x), EVAL_CHUNK):
-            b = _text_rows(enc, torch.arange(i, min(i + EVAL_CHUNK, len(x))))
-            img, txt = self.model.encode(x[i : i + EVAL_CHUNK].to(self.device), b["ids"].to(self.device), True,
-                                         b["eligible"].to(self.device))
+        for i in range(0, len(rows), EVAL_CHUNK):
+            b = _text_rows(enc, torch.arange(i, min(i + EVAL_CHUNK, len(rows))))
+            x = self._ds.rows_tensors(rows[i : i + EVAL_CHUNK])[0]
+            img, txt = self.model.encode(x.to(self.device), b["ids"].to(self.device), True, b["eligible"].to(self.device))
             out.append(torch.cat([img, txt], dim=1).float().cpu())
         feats = torch.cat(out).numpy() if out else np.zeros((0, 1), np.float32)
-        return feats.astype(np.float32), y.numpy().astype(np.int64)
+        return feats.astype(np.float32), self._ds.labels[rows].astype(np.int64)
 
     def raw_features(self, max_rows: int | None = None):
         """The pixels in [0, 1] next to the caption's TF-IDF (fitted on train), ``X float32 [N, C*H*W + V]``."""
         from sklearn.feature_extraction.text import TfidfVectorizer
 
-        texts = {s: self._ds.texts(s)[:max_rows] for s in ("train", "val")}
+        texts = {s: self._ds.texts(s, limit=max_rows) for s in ("train", "val")}
         vec = TfidfVectorizer(sublinear_tf=True, max_features=5000).fit(texts["train"])
         out = []
         for s in ("train", "val"):
-            x, y = self._ds.tensors(s)
+            x, y = self._ds.tensors(s, limit=max_rows)
             tfidf = vec.transform(texts[s]).toarray().astype(np.float32)
-            out.append((np.concatenate([x[:max_rows].flatten(1).numpy(), tfidf], axis=1), y[:max_rows].numpy()))
+            out.append((np.concatenate([x.flatten(1).numpy(), tfidf], axis=1), y.numpy()))
         return out[0], out[1]
 
 
@@ -445,14 +448,13 @@ def preview(cfg: RunConfig, n: int, workspace=None) -> PairedPreview:
 
     ds = load_dataset(cfg.data.dataset, workspace)
     split = "val" if ds.info.n_val else "train"
-    x, y = ds.tensors(split)
-    y = y[:EVAL_MAX_ROWS].numpy()
+    pool = ds.indices(split)[:EVAL_MAX_ROWS]  # the task's val rows; only the picked ones are read
+    y = ds.labels[pool]
     pick = representative(y, n)
-    pool = ds.texts(split)
-    captions = [pool[int(i)] for i in pick]
+    captions = ds.texts_at(pool[pick])
     tok, _ = _TextTask.tokenizer_for(cfg, ds, workspace)
     rows = _text_rows(tok.encode_batch(captions, max_len=cfg.data.tokenizer.max_len), torch.arange(len(pick)))
-    images = x[torch.from_numpy(pick)].float()
+    images = ds.rows_tensors(pool[pick])[0]
     img, txt = vis_masks(cfg, images, rows)
     return PairedPreview(images.numpy(), img.numpy(), captions, token_strings(tok, rows["ids"]), txt.numpy(),
                          rows["eligible"].numpy(), y[pick].astype(np.int64))
@@ -504,9 +506,9 @@ def retrieval_index(loaded, workspace=None) -> RetrievalIndex:
         raise InferenceError(f"run {loaded.run_id}: dataset {ds.info.name!r} was re-imported since the run; its "
                              "validation pairs are not the ones the run ranked")
     split = "val" if ds.info.n_val else "train"
-    x, y = ds.tensors(split)
-    x, y = x[:EVAL_MAX_ROWS].float(), y[:EVAL_MAX_ROWS].numpy().astype(np.int64)
-    captions = ds.texts(split)[:EVAL_MAX_ROWS]
+    x, y = ds.tensors(split, limit=EVAL_MAX_ROWS)
+    y = y.numpy().astype(np.int64)
+    captions = ds.texts(split, limit=EVAL_MAX_ROWS)
     tok = _tokenizer_of(loaded, workspace)
     enc = tok.encode_batch(captions, max_len=loaded.cfg.data.tokenizer.max_len)
     img, txt = [], []

@@ -140,16 +140,15 @@ def preview(cfg: RunConfig, n: int, workspace=None) -> TextPreview:
 
     ds = load_dataset(cfg.data.dataset, workspace)
     split = "val" if ds.info.n_val else "train"
-    labels = ds.labels[ds.indices(split)][:EVAL_MAX_ROWS]
-    pick = vis_rows(labels, n)
-    pool = ds.texts(split)[:EVAL_MAX_ROWS]
-    texts = [pool[i] for i in pick]
+    pool = ds.indices(split)[:EVAL_MAX_ROWS]  # the task's val rows; only the picked ones are decoded
+    pick = vis_rows(ds.labels[pool], n)
+    texts = ds.texts_at(pool[pick])
     tok, _ = _TextTask.tokenizer_for(cfg, ds, workspace)
     enc = tok.encode_batch(texts, max_len=cfg.data.tokenizer.max_len)
     rows = _TextTask.rows(enc, torch.arange(len(enc)))
     mask = vis_masks(cfg, rows)
     return TextPreview(texts, token_strings(tok, rows["ids"]), mask.numpy(), rows["eligible"].numpy(),
-                       labels[pick].astype(np.int64))
+                       ds.labels[pool[pick]].astype(np.int64))
 
 
 def vis_rows(val_labels: np.ndarray, n: int) -> np.ndarray:
@@ -172,9 +171,8 @@ def train_masks(cfg: RunConfig, n: int, workspace=None) -> tuple[torch.Tensor, t
 
     ds = load_dataset(cfg.data.dataset, workspace)
     tok, _ = _TextTask.tokenizer_for(cfg, ds, workspace)
-    train = ds.texts("train")
-    pick = representative(ds.labels[ds.indices("train")], n)
-    enc = tok.encode_batch([train[i] for i in pick], max_len=cfg.data.tokenizer.max_len)
+    train = ds.indices("train")
+    enc = tok.encode_batch(ds.texts_at(train[representative(ds.labels[train], n)]), max_len=cfg.data.tokenizer.max_len)
     rows = _TextTask.rows(enc, torch.arange(len(enc)))
     return vis_masks(cfg, rows), rows["eligible"]
 
@@ -214,7 +212,7 @@ class _TextTask(Task):
         from engine.text.tokenizer import TokenizerSettings, get_tokenizer
 
         settings = TokenizerSettings(**cfg.data.tokenizer.model_dump())
-        return get_tokenizer(ds.info.name, ds.info.source_hash, ds.texts("train"), settings, workspace)
+        return get_tokenizer(ds.info.name, ds.info.source_hash, lambda: ds.texts("train"), settings, workspace)
 
     @classmethod
     def _probe(cls, cfg: RunConfig, workspace=None):
@@ -225,7 +223,7 @@ class _TextTask(Task):
         if ds.info.n_train == 0:
             raise ConfigError(f"data.dataset: {ds.info.name!r} has no train texts")
         tok, _ = cls.tokenizer_for(cfg, ds, workspace)
-        return tok.encode_batch(ds.texts("train")[:PROBE_ROWS], max_len=cfg.data.tokenizer.max_len)
+        return tok.encode_batch(ds.texts("train", limit=PROBE_ROWS), max_len=cfg.data.tokenizer.max_len)
 
     @classmethod
     def _check_strategy(cls, cfg: RunConfig) -> None:
@@ -245,7 +243,7 @@ class _TextTask(Task):
         max_len = cfg.data.tokenizer.max_len
         self.train = self.tok.encode_batch(ds.texts("train"), max_len=max_len)
         val_split = "val" if ds.info.n_val else "train"  # tiny uploads may have no val split
-        self.val_texts = ds.texts(val_split)[:EVAL_MAX_ROWS]
+        self.val_texts = ds.texts(val_split, limit=EVAL_MAX_ROWS)
         self.val = self.tok.encode_batch(self.val_texts, max_len=max_len)
         self.val_labels = ds.labels[ds.indices(val_split)][:EVAL_MAX_ROWS].astype(np.int64)
         self.vis_idx = torch.from_numpy(vis_rows(self.val_labels, cfg.train.num_vis))  # == preview()
@@ -284,7 +282,7 @@ class _TextTask(Task):
         return token_strings(self.tok, ids)
 
     def features(self, split: str, max_rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        texts = self._ds.texts(split)[:max_rows]
+        texts = self._ds.texts(split, limit=max_rows)
         labels = self._ds.labels[self._ds.indices(split)][:max_rows].astype(np.int64)
         enc = self.tok.encode_batch(texts, max_len=self.cfg.data.tokenizer.max_len)
         out = []
@@ -302,7 +300,7 @@ class _TextTask(Task):
 
         splits = []
         for split in ("train", "val"):
-            texts = self._ds.texts(split)[:max_rows]
+            texts = self._ds.texts(split, limit=max_rows)
             splits.append((texts, self._ds.labels[self._ds.indices(split)][:max_rows].astype(np.int64)))
         vec = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, max_features=TFIDF_MAX_FEATURES,
                               lowercase=True).fit(splits[0][0])

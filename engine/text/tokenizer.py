@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from itertools import chain
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Callable, Literal, Sequence
 
 import numpy as np
 import torch
@@ -411,7 +411,7 @@ def load_tokenizer(tok_id: str, workspace: str | os.PathLike[str] | None = None)
 def get_tokenizer(
     dataset_name: str,
     dataset_hash: str,
-    train_texts: Sequence[str],
+    train_texts: Sequence[str] | Callable[[], Sequence[str]],
     settings: TokenizerSettings | None = None,
     workspace: str | os.PathLike[str] | None = None,
 ) -> tuple[TextTokenizer, str]:
@@ -421,8 +421,9 @@ def get_tokenizer(
         dataset_name: recorded in ``meta.json`` (not part of the id).
         dataset_hash: the dataset's ``info.source_hash`` (content and split); ``""`` (an old
             dataset) falls back to :func:`texts_hash` of ``train_texts``.
-        train_texts: the dataset's TRAIN split; must be what ``dataset_hash`` stands for, as the
-            cache trusts the hash.
+        train_texts: the dataset's TRAIN split, or a function returning it (called only when the
+            texts are needed: no cached tokenizer, or no ``dataset_hash``; so a cached tokenizer
+            decodes no text); must be what ``dataset_hash`` stands for, as the cache trusts the hash.
         settings: tokenizer settings (default :class:`TokenizerSettings`).
         workspace: workspace folder.
     Returns:
@@ -438,8 +439,14 @@ def get_tokenizer(
     import tokenizers
 
     settings = settings or TokenizerSettings()
-    train_texts = list(train_texts)
-    tok_id = tokenizer_id(dataset_hash or f"texts:{texts_hash(train_texts)}", settings)
+    kept: list[list[str]] = []
+
+    def texts() -> list[str]:
+        if not kept:
+            kept.append(list(train_texts() if callable(train_texts) else train_texts))
+        return kept[0]
+
+    tok_id = tokenizer_id(dataset_hash or f"texts:{texts_hash(texts())}", settings)
     folder = tokenizers_dir(workspace) / tok_id
     broken = False
     if (folder / META_FILE).exists():
@@ -449,6 +456,7 @@ def get_tokenizer(
             log.warning("%s; training it again", e)
             broken = True
     t0 = time.perf_counter()
+    train_texts = texts()
     tok = train_tokenizer(train_texts, settings)
     meta = {
         "id": tok_id, "settings": settings.model_dump(), "dataset": dataset_name, "dataset_hash": dataset_hash,

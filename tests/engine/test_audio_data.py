@@ -25,7 +25,7 @@ from engine.data.audio import (
 )
 from engine.data.dataset import PCM_SCALE, to_pcm
 from engine.data.sampling import import_order
-from engine.data.storage import DATA, datasets_dir
+from engine.data.storage import array_path, datasets_dir
 from engine.errors import DatasetError
 
 needs_asterisk = pytest.mark.skipif(
@@ -290,12 +290,8 @@ def test_cli_data_add_imports_a_folder_of_audio(workspace, fsdd, capsys):
 def test_stored_arrays_are_checked_against_the_metadata(workspace, tmp_path, fsdd):
     z = make_zip(tmp_path / "c.zip", {"a/x.wav": wav_bytes(real_clip(fsdd), 8000)})
     import_source(z, "chk", workspace=workspace)
-    path = datasets_dir(workspace) / "chk" / DATA
-    with np.load(path) as f:
-        arrays = dict(f)
-    arrays["audio_offsets"] = arrays["audio_offsets"] + 1
-    with open(path, "wb") as f:
-        np.savez(f, **arrays)
+    path = array_path(datasets_dir(workspace) / "chk", "audio_offsets")
+    np.save(path, np.load(path) + 1)
     with pytest.raises(DatasetError, match=r"audio_offsets must be int64 \[2\], from 0 to \d+, non-decreasing"):
         load_dataset("chk", workspace)
 

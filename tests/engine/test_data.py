@@ -130,7 +130,7 @@ def test_registered_dataset_is_not_rewritten_and_listing_is_cheap(workspace):
     first = load_dataset("digits")
     folder = workspace / "datasets" / "digits"
     before = _file_ids(folder)
-    assert set(before) == {"meta.json", "data.npz"}
+    assert set(before) == {"meta.json", "images.npy", "labels.npy", "split.npy"}
     again = load_dataset("digits", workspace=workspace)
     assert _file_ids(folder) == before
     assert again.info == first.info and np.array_equal(again.images, first.images)

@@ -105,7 +105,7 @@ def test_hidden_tokens_and_the_partner_never_leak(ws):
     task = build_task(cfg_of(), "cpu", ws)
     m = task.model.eval()
     idx = torch.arange(6)
-    xb = task.x_train[idx]
+    xb = task.train_batch(idx)
     from engine.tasks.paired import _text_rows
 
     b = _text_rows(task.train_enc, idx)
