@@ -4,22 +4,11 @@ three only, the baseline on the same clips)."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 
+from tests.bench import load_bench
 from tests.fsdd import subset_zip
-
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "audio_probe.py"
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("audio_probe", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.mark.slow
@@ -30,7 +19,7 @@ def test_speaker_folds_pretrain_on_three_speakers_and_probe_the_fourth(workspace
     from engine.tasks import build_task
     from engine.config import RunConfig
 
-    bench = _bench()
+    bench = load_bench("audio_probe")
     src = subset_zip(shared_data, workspace.parent / "fsdd-small.zip", "0123", bench.SPEAKERS, 5)
     speakers = bench.manifest_speakers(src)
     assert len(speakers) == 80

@@ -5,24 +5,14 @@ deletes its files."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "data_memory.py"
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("data_memory", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from tests.bench import load_bench
 
 
 @pytest.mark.slow
 def test_peak_memory_grows_with_the_batch_not_with_the_dataset(tmp_path, monkeypatch):
-    bench = _bench()
+    bench = load_bench("data_memory")
     monkeypatch.setenv("MASKLAB_AUTO_EVAL", "0")
     rows = bench.measure([50, 200], steps=3, batch=64, root=tmp_path)
     small, large = rows
