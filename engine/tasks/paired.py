@@ -8,9 +8,10 @@ Masking, two grids at once, each with its own strategy and ratio from the maskin
 ``masking`` (strategy, ratio, schedule) for the image patches (M3AE: random 0.75) and
 ``task_params.text_strategy`` / ``text_ratio`` / ``text_params`` for the caption tokens (M3AE:
 0.15); every caption gets at least one hidden token. Cross-modal completion: a share
-``task_params.caption_completion`` of the training pairs has its whole caption hidden (predicted
-from the image alone) and a share ``image_completion`` its whole image (reconstructed from the
-caption alone); the two shares are drawn per pair from the mask generator.
+``task_params.caption_completion`` of the training pairs has its whole caption hidden and its whole
+image shown (the caption predicted from the image alone, as the headline figure asks) and a share
+``image_completion`` its whole image hidden and its whole caption shown (the image reconstructed from
+the caption alone); the two shares are drawn per pair from the mask generator.
 
 Model ``m3ae`` (:class:`engine.models.m3ae.M3AE`): one encoder over the visible tokens of both
 modalities, a light decoder, a pixel head and a token head, contrastive projections.
@@ -71,8 +72,8 @@ class PairedParams(BaseModel):
     text_ratio: float = Field(0.15, ge=0.0, le=1.0, description="share of caption tokens hidden (M3AE: 0.15)")
     text_params: dict = Field(default_factory=dict, validate_default=True, description="the text strategy's own parameters")
     caption_completion: float = Field(0.25, ge=0.0, le=1.0,
-                                      description="share of training pairs whose whole caption is hidden")
-    image_completion: float = Field(0.0, ge=0.0, le=1.0, description="share of training pairs whose whole image is hidden")
+                                      description="share of training pairs whose whole caption is hidden (their image shown whole)")
+    image_completion: float = Field(0.0, ge=0.0, le=1.0, description="share of training pairs whose whole image is hidden (their caption shown whole)")
 
     @field_validator("text_strategy")
     @classmethod
@@ -241,8 +242,10 @@ class PairedTask(Task):
         u = torch.rand(len(idx), generator=generator)  # cross-modal completion, per pair
         hide_caption = u < self.prm.caption_completion
         hide_image = (u >= self.prm.caption_completion) & (u < self.prm.caption_completion + self.prm.image_completion)
-        txt_mask = torch.where(hide_caption[:, None], b["eligible"], txt_mask)
-        img_mask = img_mask | hide_image[:, None]
+        # a completion pair hides one modality whole and shows the other whole (what the headline
+        # figures ask of the model: the caption from the whole image, the image from the whole caption)
+        txt_mask = torch.where(hide_caption[:, None], b["eligible"], txt_mask & ~hide_image[:, None])
+        img_mask = (img_mask | hide_image[:, None]) & ~hide_caption[:, None]
         loss, parts = self.objective(self._forward(xb, b, img_mask, txt_mask, self.contrastive))
         return loss, {"mask_ratio": img_mask.float().mean(),
                       "text_mask_ratio": (txt_mask.sum() / b["eligible"].sum().clamp_min(1)).float(),

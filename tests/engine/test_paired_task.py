@@ -88,14 +88,17 @@ def test_preflight_checks_both_grids(ws):
         check_run(cfg_of(task_params={"text_ratio": 0.0}), ws)
 
 
-def test_cross_modal_completion_hides_a_whole_modality(ws):
+def test_cross_modal_completion_hides_a_whole_modality_and_shows_the_other_whole(ws):
     torch.manual_seed(0)
     task = build_task(cfg_of(task_params={"caption_completion": 1.0}), "cpu", ws)
     _, logs = task.train_loss(torch.arange(8), torch.Generator().manual_seed(1), 0.75)
-    assert float(logs["text_mask_ratio"]) == 1.0 and float(logs["mask_ratio"]) == 0.75
+    assert float(logs["text_mask_ratio"]) == 1.0 and float(logs["mask_ratio"]) == 0.0
     task = build_task(cfg_of(task_params={"caption_completion": 0.0, "image_completion": 1.0}), "cpu", ws)
     _, logs = task.train_loss(torch.arange(8), torch.Generator().manual_seed(1), 0.75)
-    assert float(logs["mask_ratio"]) == 1.0 and 0.0 < float(logs["text_mask_ratio"]) < 1.0
+    assert float(logs["mask_ratio"]) == 1.0 and float(logs["text_mask_ratio"]) == 0.0
+    task = build_task(cfg_of(task_params={"caption_completion": 0.0}), "cpu", ws)  # joint masks only
+    _, logs = task.train_loss(torch.arange(8), torch.Generator().manual_seed(1), 0.75)
+    assert float(logs["mask_ratio"]) == 0.75 and 0.0 < float(logs["text_mask_ratio"]) < 1.0
 
 
 def test_hidden_tokens_and_the_partner_never_leak(ws):
