@@ -70,7 +70,8 @@ class UnimodalEncoder(nn.Module):
             elsewhere), and their mean (the ``[CLS]`` state for a row that keeps none).
         """
         B = x.shape[0]
-        keep = torch.cat([keep.new_ones(B, 1), keep.to(device=x.device, dtype=torch.bool)], dim=1)
+        keep = keep.to(device=x.device, dtype=torch.bool)
+        keep = torch.cat([keep.new_ones(B, 1), keep], dim=1)
         x = torch.cat([self.cls_token.expand(B, -1, -1).to(x.dtype), x], dim=1)
         v, _, ids_restore, pad = gather_visible(x, ~keep)
         for blk in self.blocks:
