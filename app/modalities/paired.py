@@ -171,20 +171,38 @@ def masking_fields(info, key: str, carried: dict) -> dict | None:
             "data": {"tokenizer": tokenizer}, "task_params": task_params}
 
 
+#: How New run names the paired task's architectures (:attr:`engine.tasks.paired.PairedTask.archs`).
+ARCHS = {"m3ae": "M3AE (one encoder over both modalities + light decoder)",
+         "flava": "FLAVA-style (image and text encoders + fusion encoder + light decoder)"}
+
+
+def preset_label(name: str, dims: dict) -> str:
+    """A preset as New run lists it: ``tiny  (width 128, depth 4)``; FLAVA's three encoders as
+    ``depth 2 image + 2 text + 1 fusion``."""
+    if "fusion_depth" in dims:
+        depth = f"{dims['image_depth']} image + {dims['text_depth']} text + {dims['fusion_depth']} fusion"
+    else:
+        depth = dims.get("depth")
+    return f"{name}  (width {dims.get('embed_dim')}, depth {depth})"
+
+
 def run_fields(info, task: str, key: str, carried: dict) -> dict:
-    """New run's paired fields: both masks, patch size, tokenizer, completion shares, model preset
-    and the weights of the objective's terms (pixel MSE + token cross-entropy + InfoNCE)."""
+    """New run's paired fields: both masks, patch size, tokenizer, completion shares, the model
+    (:data:`ARCHS`) and its preset, and the weights of the objective's terms (pixel MSE + token
+    cross-entropy + InfoNCE)."""
     from engine.models import get_model_spec
+    from engine.tasks import get_task
 
     out = masking_fields(info, key, carried) or {"task": task, "masking": None, "model": {}}
     st.page_link("../pages/mask_lab.py", label="Try both masks in Mask lab")
-    presets = get_model_spec("m3ae").presets
+    archs = list(get_task(task).archs)  # the first is the task's default
+    arch = st.selectbox("Model", archs, key=f"{key}_arch", index=index_of(archs, dig(carried, "model.arch"), 0),
+                        format_func=lambda a: ARCHS.get(a, a))
+    presets = get_model_spec(arch).presets
     names = list(presets)
     preset = st.selectbox("Model preset", names, index=index_of(names, dig(carried, "model.preset"), index_of(names, "tiny")),
-                          key=f"{key}_preset_m3ae",
-                          format_func=lambda k: f"{k}  (width {presets[k].get('embed_dim')}, "
-                                                f"depth {presets[k].get('depth', presets[k].get('enc_depth'))})")
-    out["model"] = {"arch": "m3ae", "preset": preset, **out["model"]}
+                          key=f"{key}_preset_{arch}", format_func=lambda k: preset_label(k, presets[k]))
+    out["model"] = {"arch": arch, "preset": preset, **out["model"]}
     out["objective"] = objective_fields(key, carried)
     return out
 

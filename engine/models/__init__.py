@@ -11,6 +11,7 @@ Public API:
     AUDIO_MAE_PRESETS (``audio_mae_vit``: MaskedAutoencoderViT on spectrogram patches),
     FrameTransformer, FRAME_PRESETS (``frame_transformer``) — audio models and their sizes
     M3AE, M3AE_PRESETS (``m3ae``) — joint image-text masked autoencoder and its sizes
+    FLAVA, FLAVA_PRESETS (``flava``) — image and text encoders with a fusion encoder, M3AE's decoder
 
 A builder takes the run config and the data-dependent dimensions its task passes
 (``image_shape=(C, H, W)`` for image models, ``vocab_size`` and ``max_len`` for text models,
@@ -21,7 +22,7 @@ Models encode and decode; they never draw masks (the mask is an argument) and ne
 
 References: He et al. 2022 (MAE); Xie et al. 2022 (SimMIM); Devlin et al. 2019 (BERT); Raffel et al.
 2020 (T5); Huang et al. 2022 (AudioMAE); Baevski et al. 2020, 2022 (wav2vec 2.0, data2vec); Geng et al.
-2022 (M3AE).
+2022 (M3AE); Singh et al. 2022 (FLAVA).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from torch import nn
 from engine.errors import ConfigError
 from engine.masking import grid_shape
 from engine.models.audio_frames import FrameTransformer
+from engine.models.flava import FLAVA
 from engine.models.m3ae import M3AE
 from engine.models.mae import MaskedAutoencoderViT
 from engine.models.bert import TEXT_PRESETS, BertMLM
@@ -42,7 +44,7 @@ from engine.models.span_infill import SPAN_PRESETS, SpanInfiller, span_corrupt
 from engine.registry import registrar
 
 __all__ = [
-    "AUDIO_MAE_PRESETS", "FRAME_PRESETS", "M3AE", "M3AE_PRESETS", "MODEL_REGISTRY", "PRESETS", "SPAN_PRESETS", "TEXT_PRESETS", "BertMLM",
+    "AUDIO_MAE_PRESETS", "FLAVA", "FLAVA_PRESETS", "FRAME_PRESETS", "M3AE", "M3AE_PRESETS", "MODEL_REGISTRY", "PRESETS", "SPAN_PRESETS", "TEXT_PRESETS", "BertMLM",
     "FrameTransformer", "MaskedAutoencoderViT", "ModelSpec", "SimMIMViT", "SpanInfiller", "build_model",
     "count_parameters", "get_model_spec", "register_model", "span_corrupt",
 ]
@@ -206,6 +208,30 @@ M3AE_PRESETS: dict[str, dict[str, Any]] = {
 def _build_m3ae(cfg, *, image_shape: tuple[int, int, int], vocab_size: int, max_len: int) -> M3AE:
     C, H, W, P = _image_dims(cfg, image_shape)
     return M3AE(img_size=(H, W), in_chans=C, patch_size=P, vocab_size=vocab_size, max_len=max_len, **_preset(cfg))
+
+
+# FLAVA-style sizes: the image and text encoders and the fusion encoder share one width; "base" is
+# FLAVA's (Singh et al. 2022: ViT-B/16 image and text encoders of 12 blocks, a fusion encoder of 6,
+# 768 wide) with M3AE's light decoder. Image + text + fusion blocks: "tiny" 2 + 2 + 1 where M3AE's
+# tiny has 4 (1.33 M encoder parameters against 1.10 M at 32x32, 8 px patches, 2,000 tokens),
+# "small" 3 + 3 + 2 where M3AE's has 6 (4.11 M against 3.15 M); the decoders are the same.
+FLAVA_PRESETS: dict[str, dict[str, Any]] = {
+    "tiny": dict(embed_dim=128, image_depth=2, text_depth=2, fusion_depth=1, num_heads=4, decoder_embed_dim=96,
+                 decoder_depth=2, decoder_num_heads=4, proj_dim=64),
+    "small": dict(embed_dim=192, image_depth=3, text_depth=3, fusion_depth=2, num_heads=6, decoder_embed_dim=128,
+                  decoder_depth=2, decoder_num_heads=4, proj_dim=128),
+    "base": dict(embed_dim=768, image_depth=12, text_depth=12, fusion_depth=6, num_heads=12, decoder_embed_dim=512,
+                 decoder_depth=8, decoder_num_heads=16, proj_dim=512),
+}
+
+
+@register_model("flava", FLAVA_PRESETS,
+                "FLAVA-style: image and text encoders over their visible patches and tokens, a fusion encoder "
+                "over both, M3AE's light decoder and heads, contrastive embeddings from the unimodal encoders "
+                "(Singh et al. 2022)")
+def _build_flava(cfg, *, image_shape: tuple[int, int, int], vocab_size: int, max_len: int) -> FLAVA:
+    C, H, W, P = _image_dims(cfg, image_shape)
+    return FLAVA(img_size=(H, W), in_chans=C, patch_size=P, vocab_size=vocab_size, max_len=max_len, **_preset(cfg))
 
 
 def build_model(cfg, **dims: Any) -> nn.Module:

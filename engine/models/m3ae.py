@@ -21,7 +21,8 @@ width, D_d decoder width, V vocabulary, M hidden caption tokens in the batch, E 
 References: Geng et al. 2022, "Multimodal Masked Autoencoders Learn Transferable Representations"
 (M3AE: one encoder over both modalities, visible tokens only, modality embeddings, per-modality
 mask ratios 0.75 / 0.15 in its best setting, a light decoder); He et al. 2022 (MAE); Radford et al.
-2021 (CLIP: InfoNCE with a learned temperature); Singh et al. 2022 (FLAVA: unimodal + joint passes).
+2021 (CLIP: InfoNCE with a learned temperature); Singh et al. 2022 (FLAVA: unimodal + joint passes;
+:mod:`engine.models.flava` subclasses :class:`M3AE` with FLAVA's separate encoders).
 """
 
 from __future__ import annotations
@@ -38,6 +39,15 @@ from engine.models.pos_embed import sincos_2d
 
 #: Modality ids of the modality embedding.
 CLS, IMAGE, TEXT = 0, 1, 2
+
+
+def scatter_back(latent: torch.Tensor, ids_restore: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """Encoded kept tokens back at their positions: ``latent [B, V, D]`` and ``ids_restore [B, N]``
+    from :func:`engine.masking.apply.gather_visible` of ``keep [B, N]`` (True = kept) ->
+    ``[B, N, D]``, zeros where not kept (padding slots of a ragged batch included)."""
+    B, N = ids_restore.shape
+    full = torch.cat([latent, latent.new_zeros(B, N - latent.shape[1], latent.shape[2])], dim=1)
+    return restore_order(full, ids_restore) * keep[..., None].to(latent.dtype)
 
 
 class M3AE(nn.Module):
@@ -112,16 +122,31 @@ class M3AE(nn.Module):
 
     # --- encoder ----------------------------------------------------------------------------------
 
+    def embed_patches(self, imgs: torch.Tensor) -> torch.Tensor:
+        """The patches embedded with their 2-D sin-cos positions: ``[B, C, H, W]`` -> ``[B, L_i, D]`` (row-major)."""
+        return self.patch_embed(imgs).flatten(2).transpose(1, 2) + self.img_pos
+
+    def embed_tokens(self, ids: torch.Tensor) -> torch.Tensor:
+        """The caption tokens embedded with their learned positions: ``[B, L_t]`` -> ``[B, L_t, D]``."""
+        return self.tok_embed(ids.to(self.txt_pos.device)) + self.txt_pos[:, : ids.shape[1]]
+
+    def with_types(self, x_img: torch.Tensor, x_txt: torch.Tensor) -> torch.Tensor:
+        """The joint sequence: ``[CLS]``, then ``x_img [B, L_i, D]``, then ``x_txt [B, L_t, D]``, each
+        plus its modality embedding -> ``[B, 1 + L_i + L_t, D]``."""
+        types = self.type_embed.weight
+        cls = (self.cls_token + types[CLS]).expand(x_img.shape[0], -1, -1)
+        return torch.cat([cls, x_img + types[IMAGE], x_txt + types[TEXT]], dim=1)
+
     def embed(self, imgs: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         """Every token of both modalities, embedded: ``imgs [B, C, H, W]``, ``ids [B, L_t]`` ->
         ``[B, 1 + L_i + L_t, D]`` (``[CLS]``, patches in row-major order, caption positions)."""
-        B, Lt = ids.shape
-        dev = imgs.device
-        x_img = self.patch_embed(imgs).flatten(2).transpose(1, 2) + self.img_pos  # (B, L_i, D)
-        x_txt = self.tok_embed(ids.to(dev)) + self.txt_pos[:, :Lt]  # (B, L_t, D)
-        types = self.type_embed.weight
-        return torch.cat([(self.cls_token + types[CLS]).expand(B, -1, -1), x_img + types[IMAGE], x_txt + types[TEXT]],
-                         dim=1)
+        return self.with_types(self.embed_patches(imgs), self.embed_tokens(ids))
+
+    def encoder_inputs(self, imgs: torch.Tensor, ids: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        """What the joint encoder's blocks read, ``[B, 1 + L_i + L_t, D]`` (only the ``keep`` positions
+        are gathered from it): here every token embedded (:meth:`embed`); FLAVA (a subclass) puts its
+        unimodal encoders' states there."""
+        return self.embed(imgs, ids)
 
     def forward_encoder(self, imgs: torch.Tensor, ids: torch.Tensor, keep: torch.Tensor
                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
@@ -136,8 +161,9 @@ class M3AE(nn.Module):
             ``(latent [B, V, D], ids_restore [B, 1 + L_i + L_t], pad [B, V] bool or None)`` as
             :func:`engine.masking.apply.gather_visible` (``V`` the largest kept count).
         """
-        x = self.embed(imgs, ids)
-        x, _, ids_restore, pad = gather_visible(x, ~keep.to(x.device))
+        keep = keep.to(imgs.device)
+        x = self.encoder_inputs(imgs, ids, keep)
+        x, _, ids_restore, pad = gather_visible(x, ~keep)
         for blk in self.blocks:
             x = blk(x, pad)
         return self.norm(x), ids_restore, pad
@@ -233,8 +259,7 @@ class M3AE(nn.Module):
         keep = torch.cat([torch.ones(B, 1, dtype=torch.bool, device=dev), show_image[:, None].expand(B, Li),
                           show_tokens], dim=1)
         latent, ids_restore, pad = self.forward_encoder(imgs, ids, keep)
-        full = restore_order(torch.cat([latent, latent.new_zeros(B, keep.shape[1] - latent.shape[1], latent.shape[2])],
-                                       dim=1), ids_restore)  # (B, N, D), zeros where not kept
+        full = scatter_back(latent, ids_restore, keep)  # (B, N, D), zeros where not kept
         cls = full[:, :1]
         img = torch.where(show_image[:, None, None], full[:, 1 : 1 + Li], cls)
         txt = torch.where(show_tokens.any(dim=1)[:, None, None], full[:, 1 + Li :], cls)

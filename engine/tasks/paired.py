@@ -13,8 +13,11 @@ image shown (the caption predicted from the image alone, as the headline figure 
 ``image_completion`` its whole image hidden and its whole caption shown (the image reconstructed from
 the caption alone); the two shares are drawn per pair from the mask generator.
 
-Model ``m3ae`` (:class:`engine.models.m3ae.M3AE`): one encoder over the visible tokens of both
-modalities, a light decoder, a pixel head and a token head, contrastive projections.
+Model ``model.arch``: ``m3ae`` (the default; :class:`engine.models.m3ae.M3AE`): one encoder over the
+visible tokens of both modalities, a light decoder, a pixel head and a token head, contrastive
+projections; or ``flava`` (:class:`engine.models.flava.FLAVA`, Singh et al. 2022): an image encoder
+and a text encoder over their visible patches and tokens, a fusion encoder over both, the same
+decoder and heads, the contrastive embeddings from the unimodal encoders.
 
 Objective (``objective.terms``, each term logged as ``loss/<name>``; default
 :data:`DEFAULT_TERMS`): ``mse`` on the hidden patches (pixels in [0, 1]), ``cross_entropy`` on the
@@ -114,17 +117,18 @@ def _text_rows(enc, idx: torch.Tensor) -> dict[str, torch.Tensor]:
 
 @register_task
 class PairedTask(Task):
-    """Joint image-text masked modeling (M3AE). See the module docstring."""
+    """Joint image-text masked modeling (M3AE, or FLAVA-style encoders). See the module docstring."""
 
     name = "paired"
     modality = "paired"
-    archs = ("m3ae",)
+    archs = ("m3ae", "flava")
     default_loss = "mse"
     unit = "patch and token"
     params = PairedParams
     headline = ("val_caption_acc", "max")
     data_sections = ("tokenizer",)
-    summary = "joint image-text masked modeling with cross-modal completion and InfoNCE (M3AE, Geng et al. 2022)"
+    summary = ("joint image-text masked modeling with cross-modal completion and InfoNCE (M3AE, Geng et al. 2022; "
+               "or FLAVA-style unimodal + fusion encoders, Singh et al. 2022)")
     #: Figures shown next to the headline, with their baselines ``baseline/<name>/<figure>``.
     figures = (("val_mse", "min"), ("val_t2i_r5", "max"), ("val_i2t_r5", "max"))
 

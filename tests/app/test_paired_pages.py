@@ -184,3 +184,28 @@ def test_new_run_sets_the_objective_weights_and_keeps_them_in_the_url(env):
         reopened.number_input(key=f"nr_m_w_{name}").set_value(0.0).run()
     assert any("Every objective weight is 0" in e.value for e in reopened.error)
     assert next(b for b in reopened.button if b.label == "Launch").disabled
+
+
+def test_new_run_offers_the_flava_arch_and_keeps_it_in_the_url(env):
+    at = open_with("../pages/new_run.py", {"dataset": "pairs", "task": "paired", "data.tokenizer.vocab_size": "300",
+                                           "data.tokenizer.max_len": "24"})
+    arch = at.selectbox(key="nr_m_arch")
+    assert arch.value == "m3ae" and arch.options[1].startswith("FLAVA-style")
+    arch.set_value("flava").run()
+    assert not at.exception
+    preset = at.selectbox(key="nr_m_preset_flava")
+    assert preset.value == "tiny" and preset.options[0] == "tiny  (width 128, depth 2 image + 2 text + 1 fusion)"
+    assert not next(b for b in at.button if b.label == "Launch").disabled  # passes the launcher's pre-flight
+    url = {k: (v[0] if isinstance(v, list) else v) for k, v in dict(at.query_params).items()}
+    assert url["model.arch"] == "flava"
+    assert open_with("../pages/new_run.py", url).selectbox(key="nr_m_arch").value == "flava"  # a reload keeps it
+
+
+def test_run_detail_answers_retrieval_with_a_flava_checkpoint(env):
+    ws, _ = env
+    run_id = completed_run({**CFG, "name": "flava", "model": {"arch": "flava", "preset": "tiny"}}, ws)
+    at = open_with("../pages/run_detail.py", {"run": run_id})
+    assert html(at).count("caption from the image alone") == NUM_VIS
+    assert len([c for c in captions(at) if c[:1].isdigit()]) == 5  # the nearest validation images of a caption
+    at.selectbox(key=f"ret_img_{run_id}").set_value(1).run()
+    assert not at.exception and list(at.dataframe[-1].value["rank"]) == [1, 2, 3, 4, 5]

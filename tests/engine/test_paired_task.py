@@ -1,4 +1,4 @@
-"""The paired task (M3AE) through the task seam: defaults and config errors, the masks (joint and
+"""The paired task (M3AE, and FLAVA-style encoders) through the task seam: defaults and config errors, the masks (joint and
 cross-modal completion), what the model can and cannot see, training through the real worker and
 store on a slice of real Tux Paint stamps, samples, features, the inference loader."""
 
@@ -101,11 +101,12 @@ def test_cross_modal_completion_hides_a_whole_modality_and_shows_the_other_whole
     assert float(logs["mask_ratio"]) == 0.75 and 0.0 < float(logs["text_mask_ratio"]) < 1.0
 
 
-def test_hidden_tokens_and_the_partner_never_leak(ws):
+@pytest.mark.parametrize("arch", ["m3ae", "flava"])
+def test_hidden_tokens_and_the_partner_never_leak(ws, arch):
     """Hidden caption tokens are never embedded (changing them changes nothing); the contrastive
     caption embedding does not see the image, nor the image embedding the caption."""
     torch.manual_seed(0)
-    task = build_task(cfg_of(), "cpu", ws)
+    task = build_task(cfg_of(model={"arch": arch}), "cpu", ws)
     m = task.model.eval()
     idx = torch.arange(6)
     xb = task.train_batch(idx)
@@ -133,6 +134,7 @@ def test_hidden_tokens_and_the_partner_never_leak(ws):
     {"objective": {"loss": "contrastive"}},
     {"masking": {"strategy": "block", "ratio": 0.5}, "task_params": {"text_strategy": "span", "text_ratio": 0.3},
      "objective": {"terms": [{"loss": "mse", "weight": 1.0}, {"loss": "cross_entropy", "weight": 1.0}]}},
+    {"model": {"arch": "flava"}},
 ])
 def test_a_run_trains_through_the_real_worker_and_store(ws, monkeypatch, extra):
     from engine.inference import load_model
@@ -159,7 +161,7 @@ def test_a_run_trains_through_the_real_worker_and_store(ws, monkeypatch, extra):
     assert ((s["caption_from_image"] != "") == real).all()  # every caption token predicted from the image
     assert len(s.meta["captions"]) == 2
     loaded = load_model(run_id, workspace=ws)  # rebuilt from task.json
-    assert type(loaded.model).__name__ == "M3AE"
+    assert type(loaded.model).__name__ == {"m3ae": "M3AE", "flava": "FLAVA"}[cfg.model.arch]
 
 
 def test_features_and_raw_features(ws):
