@@ -86,3 +86,6 @@ def test_new_run_mask_lab_and_data_show_the_clips_with_their_transcripts(env):
     assert any(f"“{w}”" in c for c in captions(at) for w in WORDS)  # each preview clip with its transcript
     at = open_with("../pages/mask_lab.py", {"dataset": "spoken", "task": "audio_mae", "data.audio.n_mels": "32"})
     assert any(f"“{w}”" in c for c in captions(at) for w in WORDS)
+    # a link asking New run for the paired task on this audio dataset opens on the audio tasks it offers
+    at = open_with("../pages/new_run.py", {"dataset": "spoken", "task": "paired"})
+    assert at.selectbox(key="nr_task_audio").value in ("audio_mae", "audio_frames")
