@@ -89,3 +89,4 @@ def test_new_run_mask_lab_and_data_show_the_clips_with_their_transcripts(env):
     # a link asking New run for the paired task on this audio dataset opens on the audio tasks it offers
     at = open_with("../pages/new_run.py", {"dataset": "spoken", "task": "paired"})
     assert at.selectbox(key="nr_task_audio").value in ("audio_mae", "audio_frames")
+    assert any("configs/paired-audio-fsdd.yaml --set data.dataset=spoken" in c.value for c in at.caption)

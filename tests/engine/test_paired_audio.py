@@ -101,6 +101,10 @@ def test_whole_spectrogram_hiding_leaves_the_padding_visible(ws):
     task = build_task(cfg_of(task_params={"caption_completion": 0.0, "image_completion": 1.0}), "cpu", ws)
     _, logs = task.train_loss(torch.arange(8), torch.Generator().manual_seed(0), 0.75)
     assert float(logs["mask_ratio"]) == 1.0  # every patch of the clip hidden, and nothing else
+    X, y = task.features("val", 5)  # probes: the pair encoded jointly, the spectrogram half then the text half
+    assert X.shape == (5, 2 * task.model.patch_embed.out_channels) and np.isfinite(X).all() and len(y) == 5
+    (Xt, _), (Xv, yv) = task.raw_features(5)  # flattened normalised log-mel next to the text's TF-IDF
+    assert Xv.shape[0] == 5 and Xv.shape[1] > 32 * task._ds.grid.frames and (yv == y).all()
 
 
 def test_a_short_run_logs_retrieval_caption_and_spectrogram_figures(ws, monkeypatch):
