@@ -33,8 +33,8 @@ def check_run(cfg: RunConfig, workspace=None):
         raise DatasetError(f"data.dataset: no dataset {cfg.data.dataset!r}; available: {', '.join(infos) or 'none'}")
     info = infos[cfg.data.dataset]
     task = get_task(cfg.task)
-    if info.modality != task.modality:
-        fits = ", ".join(n for n, i in infos.items() if i.modality == task.modality) or "none yet"
+    if not task.trains_on(info.modality):
+        fits = ", ".join(n for n, i in infos.items() if task.trains_on(i.modality)) or "none yet"
         raise DatasetError(f"data.dataset: {info.name!r} is a {info.modality} dataset, but task {task.name!r} "
                            f"trains on {task.modality} data ({task.modality} datasets: {fits})")
     task.check(cfg, info, workspace)

@@ -208,6 +208,9 @@ def run_fields(info, task: str, key: str, carried: dict) -> dict:
     from engine.tasks import get_task
 
     arch = get_task(task).archs[0]
+    st.caption(f"Audio-text pairs (task `paired`: each clip's spectrogram with its transcript or class word) start "
+               f"from the command line for now: `python -m engine run configs/paired-audio-fsdd.yaml --set "
+               f"data.dataset={info.name}`; their runs show here like any other.")
     audio = feature_fields(key, carried)
     patch, task_params = grid_fields(task, audio["n_mels"], key, carried)
     with st.container(border=True):

@@ -3,6 +3,10 @@ caption beneath), the run's two masks on real pairs (New run, Mask lab), a run's
 reconstruction (masked patches and masked tokens next to the model's reconstruction of both, and
 the caption predicted from the image alone), the retrieval box and the Compare view.
 
+Audio-text runs (the paired task on an audio dataset, :mod:`engine.tasks.paired_audio`; a sample
+with ``meta["stream"] == "audio"``) are drawn with :mod:`app.modalities.audio`'s spectrograms and
+players next to the same caption lines; their dataset is an audio dataset, shown by the audio views.
+
 The image half is drawn as :mod:`app.modalities.image` draws images (grey masked patches), the
 caption half as :mod:`app.modalities.text` draws sentences (masked tokens highlighted); every
 string shown is HTML-escaped there. Conventions: images float ``(N, C, H, W)`` in [0, 1], image
@@ -314,31 +318,71 @@ def _filled(tokens, mask, pred) -> tuple[np.ndarray, dict[int, str]]:
     return out, {int(j): CORRECT if pred[j] == tokens[j] else WRONG for j in np.flatnonzero(mask)}
 
 
-def samples_view(sample, run) -> None:
-    """A paired run's samples at one saved evaluation (a slider goes over all of them): each fixed
-    validation pair with its masked patches and masked tokens, next to the model's reconstruction
-    of both, and the caption the model writes from the image alone (the whole caption hidden)."""
-    sample = image_ui.pick_sample(sample, run, "pair_step")
-    images, mask, tmask = sample["images"], sample["mask"], sample["text_mask"]
-    tokens, pred, from_img = sample["tokens"], sample["pred_tokens"], sample["caption_from_image"]
+def _caption_lines(sample, source: str) -> tuple[list[list[tuple[str, str]]], str]:
+    """Each sample pair's caption lines (masked caption, the model's tokens, the caption from
+    ``source`` alone: "image" or "audio") and a summary of the hidden tokens that are right."""
+    tmask, tokens, pred, from_img = sample["text_mask"], sample["tokens"], sample["pred_tokens"], sample["caption_from_image"]
     classes = _class_names(sample.meta.get("class_names", []), sample["labels"])
     hidden = int(tmask.sum())
     right = int((pred[tmask] == tokens[tmask]).sum())
     real = (tokens != "") & ~np.isin(tokens, ["[CLS]", "[SEP]"])
     cap_right = int(((from_img == tokens) & real).sum())
-    st.caption(f"Step {sample.step} · {len(images)} fixed validation pairs · patch {sample.meta.get('patch_size')} px · "
-               f"{int(mask[0].sum())} of {mask[0].size} patches hidden in the first image · {right} of {hidden} "
-               f"hidden tokens right · captions from the image alone: {cap_right} of {int(real.sum())} tokens right. "
-               "Highlighted: hidden tokens; underline green = the model's token is right, red = wrong.")
     lines = []
-    for i in range(len(images)):
+    for i in range(len(tokens)):
         filled, marks = _filled(tokens[i], tmask[i], pred[i])
         alone = {int(j): CORRECT if from_img[i][j] == tokens[i][j] else WRONG for j in np.flatnonzero(real[i])}
         lines.append([("masked caption · " + html.escape(classes[i]), sentence_html(tokens[i], tmask[i])),
                       ("model's tokens", sentence_html(filled, tmask[i], marks)),
-                      ("caption from the image alone", sentence_html(from_img[i], None, alone) or "∅")])
+                      (f"caption from the {source} alone", sentence_html(from_img[i], None, alone) or "∅")])
+    return lines, (f"{right} of {hidden} hidden tokens right · captions from the {source} alone: {cap_right} of "
+                   f"{int(real.sum())} tokens right. Highlighted: hidden tokens; underline green = the model's token "
+                   "is right, red = wrong.")
+
+
+def samples_view(sample, run) -> None:
+    """A paired run's samples at one saved evaluation (a slider goes over all of them): each fixed
+    validation pair with its masked patches and masked tokens, next to the model's reconstruction
+    of both, and the caption the model writes from the image alone (the whole caption hidden).
+    Audio-text runs: :func:`audio_samples_view`."""
+    sample = image_ui.pick_sample(sample, run, "pair_step")
+    if sample.meta.get("stream") == "audio":
+        audio_samples_view(sample, run)
+        return
+    images, mask = sample["images"], sample["mask"]
+    lines, summary = _caption_lines(sample, "image")
+    st.caption(f"Step {sample.step} · {len(images)} fixed validation pairs · patch {sample.meta.get('patch_size')} px · "
+               f"{int(mask[0].sum())} of {mask[0].size} patches hidden in the first image · {summary}")
     pair_cards([("masked", mask_overlay(images, mask)), ("reconstruction", chw_to_hwc_uint8(sample["pasted"])),
                 ("original", chw_to_hwc_uint8(images))], lines, columns=SAMPLE_PAIR_COLUMNS)
+
+
+def audio_samples_view(sample, run) -> None:
+    """An audio-text run's samples: each fixed validation clip's spectrogram (original, with its
+    hidden patches, reconstruction) and players (:func:`app.modalities.audio._sample_media`, as
+    audio runs show them), above its caption lines (masked caption, the model's tokens, the caption
+    predicted from the audio alone)."""
+    from app.modalities.audio import _sample_media
+
+    lines, summary = _caption_lines(sample, "audio")
+    p = sample.meta.get("patch_size")
+    st.caption(f"Step {sample.step} · {len(lines)} fixed validation clips with their texts · "
+               f"{'x'.join(map(str, sample.meta.get('grid', [])))} spectrogram patches of {p}x{p} mel bins x frames "
+               f"(silence padding dark, never hidden) · {summary} Audio by Griffin-Lim (32 iterations) of the "
+               "reconstruction next to the recording.")
+    media = _sample_media(run.run_id if run is not None else "", int(sample.step), sample)
+    for start in range(0, len(media), SAMPLE_PAIR_COLUMNS):
+        picks = range(start, min(start + SAMPLE_PAIR_COLUMNS, len(media)))
+        for col, i in zip(st.columns(SAMPLE_PAIR_COLUMNS, gap="medium"), picks):
+            with col.container(border=True):
+                m = media[i]
+                for c, img, cap in zip(st.columns(3, gap="small"), m["images"],
+                                       ["original", f"masked ({m['hidden']} cells)", "reconstruction"]):
+                    c.image(img, caption=cap, width="stretch")
+                for c, snd, cap in zip(st.columns(2, gap="small"), m["sounds"][::2],
+                                       ["recording", "reconstruction (Griffin-Lim)"]):
+                    c.caption(cap)
+                    c.audio(snd, format="audio/wav")
+                st.html("".join(_caption_line(label, body) for label, body in lines[i]))
 
 
 # --------------------------------------------------------------------------- retrieval box
@@ -353,6 +397,16 @@ def _index(run_id: str, step: int, mtime: float):
     from engine.tasks.paired import retrieval_index
 
     return retrieval_index(_loaded(run_id, step, mtime))
+
+
+def _shown(index, rows: list[int]) -> np.ndarray:
+    """uint8 ``(n, H, W, 3)`` of the index's items ``rows``: the images, or the clips' log-mel
+    spectrograms (:func:`app.modalities.audio.spec_image`, padding dark) for audio-text pairs."""
+    if index.real is None:
+        return chw_to_hwc_uint8(index.images[rows])
+    from app.modalities.audio import spec_image
+
+    return np.stack([spec_image(index.images[i, 0], index.real[i], scale=1) for i in rows])
 
 
 def retrieval_box(run, sample) -> None:
@@ -383,7 +437,7 @@ def retrieval_box(run, sample) -> None:
             q = guarded(embed_caption, loaded, text) if text.strip() else None
             if q is not None:
                 hits = nearest(q, index.image_emb, TOP_K)
-                imgs = chw_to_hwc_uint8(index.images[[i for i, _ in hits]])
+                imgs = _shown(index, [i for i, _ in hits])
                 image_grid(imgs, [f"{k + 1}. {'✓ ' if index.captions[i] == text.strip() else ''}“{index.captions[i]}” · "
                                   f"{s:.2f}" for k, (i, s) in enumerate(hits)], columns=TOP_K, target_px=PAIR_PX)
         with to_captions:
@@ -391,7 +445,7 @@ def retrieval_box(run, sample) -> None:
             i = st.selectbox("Validation image", list(range(n)), key=f"ret_img_{run.run_id}",
                              format_func=lambda k: f"{k + 1} · {classes[k]} · “{index.captions[k]}”")
             left, right = st.columns([1, 3])
-            left.image(upscale(chw_to_hwc_uint8(index.images[i : i + 1])[0], PAIR_PX), width="stretch")
+            left.image(upscale(_shown(index, [i])[0], PAIR_PX), width="stretch")
             ranked = nearest(index.image_emb[i], index.text_emb, n)
             own = next(k for k, (j, _) in enumerate(ranked) if index.captions[j] == index.captions[i])
             hits = ranked[:TOP_K]
@@ -410,13 +464,23 @@ def compare_view(samples: dict, n: int = 6) -> list:
     (:func:`app.modalities.image.compare_view`: original, then per run its masked input and
     reconstruction), then a table of the captions each run writes from the image alone. ``samples``:
     run label -> ``Sample`` of kind ``paired``. Returns the image columns drawn (for the HTML report)."""
-    drawn = image_ui.compare_view(samples, n)
     if not samples:
-        return drawn
+        return []
+    audio = next(iter(samples.values())).meta.get("stream") == "audio"
+    if audio and any(s.meta.get("stream") != "audio" for s in samples.values()):
+        st.info("These runs pair different things (images with captions, clips with texts): compare them one kind at a time.")
+        return []
+    if audio:
+        from app.modalities.audio import compare_view as spectrograms
+
+        drawn = spectrograms(samples, n)
+    else:
+        drawn = image_ui.compare_view(samples, n)
     first = next(iter(samples.values()))
     k = min(n, *(len(s["tokens"]) for s in samples.values()))
     rows = [{"caption": detok(first["tokens"][i]),
-             **{f"{label} from the image (step {s.step})": detok(s["caption_from_image"][i]) for label, s in samples.items()}}
+             **{f"{label} from the {'audio' if audio else 'image'} (step {s.step})": detok(s["caption_from_image"][i])
+                for label, s in samples.items()}}
             for i in range(k)]
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
     return drawn

@@ -408,7 +408,8 @@ def _conversion_notes(decoded: list[DecodedClip], rate: int) -> list[str]:
 @dataclass
 class DecodedSource:
     """A source after decoding: the kept clips (``pcm``, in source order) with their labels,
-    groups and transcripts, and everything refused."""
+    groups and transcripts, everything refused, and the kept clips whose transcript is empty
+    (``untranscribed``: names; only when the source has a transcript column)."""
 
     src: AudioSource
     decoded: list[DecodedClip]
@@ -417,6 +418,7 @@ class DecodedSource:
     transcripts: list[str] | None
     rejected: list[tuple[str, str]]
     details: dict[str, str]
+    untranscribed: list[str] = field(default_factory=list)
 
 
 def decode_source(src: AudioSource, rate: int, limits: ImportLimits) -> DecodedSource:
@@ -438,7 +440,9 @@ def decode_source(src: AudioSource, rate: int, limits: ImportLimits) -> DecodedS
             if r.detail:
                 details[m.name] = r.detail
     pick = lambda vals: None if vals is None else [vals[i] for i in kept]  # noqa: E731
-    return DecodedSource(src, out, pick(src.labels), pick(src.groups), pick(src.transcripts), sorted(rejected), details)
+    untranscribed = [src.clips[i].name for i in kept if src.transcripts is not None and not src.transcripts[i].strip()]
+    return DecodedSource(src, out, pick(src.labels), pick(src.groups), pick(src.transcripts), sorted(rejected), details,
+                         untranscribed)
 
 
 def _index(names: list[str]) -> tuple[tuple[str, ...], np.ndarray]:
@@ -478,6 +482,8 @@ class AudioImportReport:
         details: libsndfile's own message for a rejected file, where there is one.
         names: how zip member names were decoded; roles: the manifest's column roles (or None).
         label_counts: clips per class; notes: how the source was read and converted.
+        untranscribed: clips imported with an empty transcript (a transcript column was named):
+            the audio tasks use them, the paired task (audio-text pairs) leaves them out.
     """
 
     source: str
@@ -491,6 +497,7 @@ class AudioImportReport:
     roles: ColumnRoles | None = None
     label_counts: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    untranscribed: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         """Multi-line report: counts, how clips were converted, the dataset, every rejected file, skipped files by reason."""
@@ -505,6 +512,9 @@ class AudioImportReport:
                          f"{st['seconds_total']:.1f} s in all ({st.get('seconds_min', 0):.2f} to "
                          f"{st.get('seconds_max', 0):.2f} s per clip), {len(d.class_names)} classes "
                          f"({per_class}){groups}.")  # fmt: skip
+        if self.untranscribed:
+            lines.append(f"{len(self.untranscribed)} clip{'s' * (len(self.untranscribed) > 1)} without a transcript "
+                         "(imported for the audio tasks; audio-text pairs leave them out): " + ", ".join(self.untranscribed))
         return "\n".join(lines + refusal_lines(self.rejected, self.skipped, "Skipped"))
 
 
@@ -550,7 +560,7 @@ def import_audio(
     with open_source(src_path, label, options, limits) as src:
         d = decode_source(src, rate, limits)
     report = AudioImportReport(label, src.kind, None, len(d.decoded), d.rejected, sorted(src.skipped), d.details,
-                               src.names, src.roles, notes=list(src.notes))  # fmt: skip
+                               src.names, src.roles, notes=list(src.notes), untranscribed=d.untranscribed)  # fmt: skip
     if not d.decoded:
         refused = "; ".join(f"{p}: {r}" for p, r in d.rejected[:3])
         what = f"{len(d.rejected)} refused: {refused}" if d.rejected else f"{len(src.skipped)} other files skipped"

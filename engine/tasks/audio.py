@@ -164,14 +164,23 @@ def interp_time(spec: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
 
 def _spec_and_grid(cfg: RunConfig, info_rate: int) -> tuple[FeatureSpec, Grid]:
     task = get_task_class(cfg.task)
-    spec = FeatureSpec.from_config(cfg.data.audio, info_rate)
-    pf, pt = task.patch(cfg)
-    T = window_frames(cfg.data.audio, spec, pt)
-    if task.grid_dims == 2 and spec.n_mels % pf:
+    return spec_and_grid(cfg.data.audio, info_rate, *task.patch(cfg), task.grid_dims)
+
+
+def spec_and_grid(audio: AudioConfig, rate: int, pf: int, pt: int, dims: int) -> tuple[FeatureSpec, Grid]:
+    """The feature settings of ``data.audio`` at ``rate`` Hz and the mask grid of ``pf`` mel bins x
+    ``pt`` frames per position (``dims`` 2: patches; 1: frame tokens, ``pf`` ignored).
+
+    Raises:
+        ConfigError: as :meth:`FeatureSpec.from_config`, or ``pf`` does not divide ``data.audio.n_mels``.
+    """
+    spec = FeatureSpec.from_config(audio, rate)
+    T = window_frames(audio, spec, pt)
+    if dims == 2 and spec.n_mels % pf:
         fits = [p for p in range(1, spec.n_mels + 1) if spec.n_mels % p == 0]
         raise ConfigError(f"model.patch_size: {pf} does not divide the {spec.n_mels} mel bins (data.audio.n_mels); "
                           f"sizes that fit: {', '.join(map(str, fits))}")
-    return spec, Grid(spec.n_mels, T, pf if task.grid_dims == 2 else spec.n_mels, pt, task.grid_dims)
+    return spec, Grid(spec.n_mels, T, pf if dims == 2 else spec.n_mels, pt, dims)
 
 
 def get_task_class(name: str) -> type["_AudioTask"]:
@@ -236,7 +245,7 @@ def preview(cfg: RunConfig, n: int, workspace=None) -> AudioPreview:
     ds = load_dataset(cfg.data.dataset, workspace)
     spec, grid = _spec_and_grid(cfg, ds.rate)
     rows = vis_rows(ds, n)
-    feats, w = _first_windows(ds, rows, spec, grid)
+    feats, w = first_windows(ds, rows, spec, grid)
     mask = draw_masks(cfg, grid, w, torch.Generator().manual_seed(cfg.train.seed))
     waves = np.stack([feats.wave_window(ds.clip(int(i)), 0, grid.frames) for i in rows]) if len(rows) else \
         np.zeros((0, (grid.frames - 1) * spec.hop), np.float32)  # fmt: skip
@@ -245,7 +254,7 @@ def preview(cfg: RunConfig, n: int, workspace=None) -> AudioPreview:
                         [ds.transcript(int(i)) for i in rows])  # fmt: skip
 
 
-def _first_windows(ds, rows: np.ndarray, spec: FeatureSpec, grid: Grid) -> tuple[ClipFeatures, Window]:
+def first_windows(ds, rows: np.ndarray, spec: FeatureSpec, grid: Grid) -> tuple[ClipFeatures, Window]:
     """The first window of each clip in ``rows``, log-mel not normalised (mean 0, std 1)."""
     feats = ClipFeatures([ds.clip(int(i)) for i in rows], spec, stats=(np.zeros(spec.n_mels), np.ones(spec.n_mels)))
     return feats, feats.window(torch.arange(len(rows)), torch.zeros(len(rows), dtype=torch.int64), grid.frames)
@@ -263,8 +272,86 @@ def train_masks(cfg: RunConfig, n: int, workspace=None) -> tuple[torch.Tensor, t
     ds = load_dataset(cfg.data.dataset, workspace)
     spec, grid = _spec_and_grid(cfg, ds.rate)
     rows = ds.indices("train")
-    _, w = _first_windows(ds, rows[representative(ds.labels[rows], n)], spec, grid)
+    _, w = first_windows(ds, rows[representative(ds.labels[rows], n)], spec, grid)
     return draw_masks(cfg, grid, w, torch.Generator().manual_seed(cfg.train.seed)), grid.eligible(w)
+
+
+def spectrogram_arrays(feats: ClipFeatures, grid: Grid, w: Window, mask: torch.Tensor, pred: torch.Tensor,
+                       clips: list[np.ndarray]) -> dict[str, np.ndarray]:
+    """What a sample stores of a batch of windows and a model's prediction (the arrays the
+    dashboard's audio views draw and play).
+
+    Args:
+        feats: the run's features; grid: its mask grid; w: the windows (``B`` clips, first window);
+        mask: ``[B, *grid.shape]`` bool; pred: predicted normalised log-mel ``[B, F, T]``;
+        clips: the ``B`` clips' waveforms (float32, for the original's player).
+
+    Returns:
+        ``spec``, ``pred``: float16 ``[B, F, T]`` natural-log mel (denormalised); ``mask``: bool
+        ``[B, F, T]`` the hidden cells of the clip (never padding); ``grid_mask``: ``mask`` on the
+        grid; ``real``: bool ``[B, T]``; ``wave``, ``wave_gl``, ``wave_recon``: int16 ``[B, (T - 1) * hop]``
+        the window's samples, Griffin-Lim of the original spectrogram and of the reconstruction
+        (the prediction at hidden cells, the original elsewhere).
+    """
+    pred = pred.float().cpu()
+    hidden = grid.cells(mask) & w.real[:, None, :]
+    pasted = torch.where(hidden, pred, w.spec)
+    spec, rec = feats.denormalize(w.spec), feats.denormalize(pasted)
+    inv = feats.logmel_fn
+    n = (grid.frames - 1) * feats.spec.hop
+    waves = np.stack([feats.wave_window(c, 0, grid.frames) for c in clips]) if clips else np.zeros((0, n), np.float32)
+    as16 = lambda x: np.round(np.clip(x, -1, 1) * PCM).astype(np.int16)  # noqa: E731
+    return {"spec": spec.numpy().astype(np.float16), "pred": feats.denormalize(pred).numpy().astype(np.float16),
+            "mask": hidden.numpy(), "grid_mask": mask.numpy(), "real": w.real.numpy(), "wave": as16(waves),
+            "wave_gl": as16(inv.invert(spec, n).numpy()), "wave_recon": as16(inv.invert(rec, n).numpy())}
+
+
+def spec_sse(pred: torch.Tensor, spec: torch.Tensor, cells: torch.Tensor, real: torch.Tensor) -> tuple[float, int]:
+    """Squared error of a predicted normalised log-mel ``pred [B, F, T]`` against ``spec [B, F, T]``
+    over the hidden cells ``cells [B, F, T]`` that hold frames of the clip (``real [B, T]``; padding
+    is never scored): ``(sum, cells scored)``, to pool over batches (the ``val_spec_mse`` rule)."""
+    scored = cells & real[:, None, :]
+    return float(((pred.float().cpu() - spec) ** 2)[scored].sum()), int(scored.sum())
+
+
+def check_strategy(cfg: RunConfig, grid: Grid, task: str) -> None:
+    """Refuse a ``masking.strategy`` that does not apply to ``grid`` (audio patches or frame tokens) of ``task``."""
+    s = get_masking(cfg.masking.strategy)
+    if grid.dims not in s.grid_dims or "audio" not in s.modalities:
+        raise ConfigError(f"masking.strategy: {s.name!r} does not apply to the {'patch grid' if grid.dims == 2 else 'frame tokens'} "
+                          f"of {task}; strategies for it: {', '.join(strategies_for('audio', grid.dims))}")
+
+
+def check_masks(cfg: RunConfig, grid: Grid, w: Window, units: str) -> None:
+    """A probe batch of real windows ``w`` gets trainable masks (:func:`engine.checks.masking_problem`
+    over the positions that hold frames; ``units``: their plural for the message) at
+    ``masking.ratio`` and, with a schedule, ``masking.final_ratio``.
+
+    Raises:
+        ConfigError: naming the field to change.
+    """
+    from engine.checks import masking_problem
+
+    ratios = [cfg.masking.ratio] + ([cfg.masking.final_ratio] if cfg.masking.schedule != "constant" else [])
+    for r in ratios:
+        probe = draw_masks(cfg, grid, w, torch.Generator().manual_seed(0), r)
+        problem = masking_problem(cfg.masking, probe, ratio=r, unit=units, eligible=grid.eligible(w))
+        if problem:
+            raise ConfigError(problem)
+
+
+SPEC_BASELINES = ("mean_spec", "interp_spec")
+"""Trivial predictors of hidden log-mel cells: each bin's train mean; :func:`interp_time`."""
+
+
+def spec_baseline_sse(spec: torch.Tensor, cells: torch.Tensor, real: torch.Tensor) -> dict[str, tuple[float, int]]:
+    """:func:`spec_sse` of each of :data:`SPEC_BASELINES` on normalised log-mel ``spec [B, F, T]``
+    with hidden ``cells [B, F, T]`` (``real [B, T]``: frames of the clip): ``mean_spec`` predicts 0
+    (the bin's train mean in normalised units), ``interp_spec`` interpolates in time between the
+    visible real cells of the same bin."""
+    visible = ~cells & real[:, None, :]
+    return {"mean_spec": spec_sse(torch.zeros_like(spec), spec, cells, real),
+            "interp_spec": spec_sse(interp_time(spec, visible), spec, cells, real)}
 
 
 # --------------------------------------------------------------------------- the tasks
@@ -310,28 +397,18 @@ class _AudioTask(Task):
         the task's grid, and a probe batch of real windows gets trainable masks
         (:func:`engine.checks.masking_problem` over the positions that hold frames) at
         ``masking.ratio`` and, with a schedule, ``masking.final_ratio``."""
-        from engine.checks import masking_problem
         from engine.data import load_dataset
 
         rate = int(info.stats.get("sample_rate", 0))
         if rate <= 0:
             raise DatasetError(f"data.dataset: {info.name!r} has no sample rate in its metadata; import it again")
         spec, grid = _spec_and_grid(cfg, rate)
-        s = get_masking(cfg.masking.strategy)
-        if grid.dims not in s.grid_dims or "audio" not in s.modalities:
-            raise ConfigError(f"masking.strategy: {s.name!r} does not apply to the {'patch grid' if grid.dims == 2 else 'frame tokens'} "
-                              f"of {cls.name}; strategies for it: {', '.join(strategies_for('audio', grid.dims))}")
+        check_strategy(cfg, grid, cls.name)
         ds = load_dataset(cfg.data.dataset, workspace)
         if ds.info.n_train == 0:
             raise ConfigError(f"data.dataset: {ds.info.name!r} has no train clips")
-        _, w = _first_windows(ds, ds.indices("train")[:PROBE_ROWS], spec, grid)
-        ratios = [cfg.masking.ratio] + ([cfg.masking.final_ratio] if cfg.masking.schedule != "constant" else [])
-        for r in ratios:
-            probe = draw_masks(cfg, grid, w, torch.Generator().manual_seed(0), r)
-            problem = masking_problem(cfg.masking, probe, ratio=r, unit=f"{cls.unit}es" if cls.unit == "patch" else f"{cls.unit}s",
-                                      eligible=grid.eligible(w))
-            if problem:
-                raise ConfigError(problem)
+        _, w = first_windows(ds, ds.indices("train")[:PROBE_ROWS], spec, grid)
+        check_masks(cfg, grid, w, f"{cls.unit}es" if cls.unit == "patch" else f"{cls.unit}s")
 
     # --- run time ---------------------------------------------------------------------------------
 
@@ -400,25 +477,21 @@ class _AudioTask(Task):
             loss, _ = self.objective(out)
             total += float(loss) * len(mask)
             n += len(mask)
-            scored = self.grid.cells(mask) & w.real[:, None, :]
-            sq += float(((pred.float().cpu() - w.spec) ** 2)[scored].sum())
-            cells += float(scored.sum())
+            s, c = spec_sse(pred, w.spec, self.grid.cells(mask), w.real)
+            sq, cells = sq + s, cells + c
         return {"val_loss": total / max(n, 1), "val_spec_mse": sq / max(cells, 1)}
 
     @torch.no_grad()
     def baselines(self) -> dict[str, float]:
         """Spectral MSE on the same val masks of ``mean_spec`` (each masked cell = its mel bin's
         train mean, 0 in normalised units) and ``interp_spec`` (:func:`interp_time` from the visible cells)."""
-        sq_mean = sq_interp = cells = 0.0
+        sse = dict.fromkeys(SPEC_BASELINES, 0.0)
+        cells = 0
         for w, mask in self.eval_batches:
-            hidden = self.grid.cells(mask)
-            scored = hidden & w.real[:, None, :]
-            sq_mean += float((w.spec ** 2)[scored].sum())
-            visible = ~hidden & w.real[:, None, :]
-            sq_interp += float(((interp_time(w.spec, visible) - w.spec) ** 2)[scored].sum())
-            cells += float(scored.sum())
-        c = max(cells, 1)
-        return {"baseline/mean_spec_mse": sq_mean / c, "baseline/interp_spec_mse": sq_interp / c}
+            for k, (s, c) in spec_baseline_sse(w.spec, self.grid.cells(mask), w.real).items():
+                sse[k] += s
+            cells += c
+        return {f"baseline/{k}_mse": v / max(cells, 1) for k, v in sse.items()}
 
     @torch.no_grad()
     def sample(self, step: int) -> Sample:
@@ -429,19 +502,9 @@ class _AudioTask(Task):
         w = self.feats.window(rows, torch.zeros(len(rows), dtype=torch.int64), self.grid.frames)
         mask = draw_masks(self.cfg, self.grid, w, torch.Generator().manual_seed(self.cfg.train.seed))
         _, pred = self._predict(w, mask)
-        pred = pred.float().cpu()
-        hidden = self.grid.cells(mask) & w.real[:, None, :]
-        pasted = torch.where(hidden, pred, w.spec)
-        spec, rec = self.feats.denormalize(w.spec), self.feats.denormalize(pasted)
-        inv = self.feats.logmel_fn
-        n = (self.grid.frames - 1) * self.spec.hop
-        waves = np.stack([self.feats.wave_window(self._ds.clip(int(r)), 0, self.grid.frames) for r in rows])
-        as16 = lambda x: np.round(np.clip(x, -1, 1) * PCM).astype(np.int16)  # noqa: E731
+        arrays = spectrogram_arrays(self.feats, self.grid, w, mask, pred, [self._ds.clip(int(r)) for r in rows])
         return Sample(step=step, kind="audio_spec", arrays={
-            "spec": spec.numpy().astype(np.float16), "pred": self.feats.denormalize(pred).numpy().astype(np.float16),
-            "mask": hidden.numpy(), "grid_mask": mask.numpy(), "real": w.real.numpy(),
-            "wave": as16(waves), "wave_gl": as16(inv.invert(spec, n).numpy()), "wave_recon": as16(inv.invert(rec, n).numpy()),
-            "labels": self._ds.labels[rows.numpy()].astype(np.int64),
+            **arrays, "labels": self._ds.labels[rows.numpy()].astype(np.int64),
         }, meta={"class_names": list(self.class_names), "sample_rate": self.spec.sample_rate, "hop": self.spec.hop,
                  "grid": list(self.grid.shape), "patch": [self.grid.pf, self.grid.pt], "unit": self.unit,
                  "transcripts": [self._ds.transcript(int(r)) for r in rows]})  # fmt: skip

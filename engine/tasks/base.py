@@ -125,6 +125,12 @@ class Task(ABC):
         Objective.from_config(cfg.objective, cls.outputs(cfg))
 
     @classmethod
+    def trains_on(cls, modality: str) -> bool:
+        """Whether the task trains on datasets of ``modality`` (default: its :attr:`modality` only;
+        ``paired`` also reads audio datasets whose clips have a text)."""
+        return modality == cls.modality
+
+    @classmethod
     def outputs(cls, cfg: "RunConfig") -> set[str]:
         """Names of the model outputs (keys of :data:`engine.objectives.OUTPUTS`) this task's model
         returns for ``cfg``; the objective may read only these."""

@@ -1,5 +1,12 @@
 """Joint image-text masked modeling (``task: paired``): M3AE on a paired dataset (Geng et al. 2022).
 
+Audio-text pairs go through the same seam: on an audio dataset the "image" is each clip's log-mel
+spectrogram ``[1, F, T]`` (the audio tasks' features, ``data.audio``) and the text its transcript or
+class name (``task_params.text_source``), read through :class:`engine.tasks.paired_audio.AudioTextPairs`;
+the masks use the 2-D audio strategies and never hide a clip's silence padding, and the spectrogram
+figures score the clip's frames only (normalised log-mel, the ``audio_mae`` units), next to the
+audio tasks' ``mean_spec`` and ``interp_spec`` predictors instead of ``mean_image`` / ``visible_mean``.
+
 Data: each row is an image (``[C, H, W]`` in [0, 1], cut into ``P x P`` patches on the ``[B, h, w]``
 grid) and its caption, tokenised with the run's tokenizer (``data.tokenizer``, trained on the train
 captions and cached, as the text tasks do; ``[CLS]``, ``[SEP]`` and padding never take part).
@@ -34,12 +41,13 @@ patches under the image masks, the caption visible / hidden), ``val_t2i_r{1,5,10
 item whose caption equals the query's is a hit, :mod:`engine.eval.retrieval`). Baselines (step 0):
 ``position`` and ``unigram`` (most frequent training token at each position / overall, on the whole
 hidden caption: ``baseline/position`` is scored like the headline), ``chance`` and ``cca``
-(retrieval), ``mean_image`` and ``visible_mean`` (``/mse``).
+(retrieval), ``mean_image`` and ``visible_mean`` (``/mse``; audio-text: ``mean_spec`` and ``interp_spec``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import torch
@@ -52,6 +60,7 @@ from engine.store.samples import Sample
 from engine.tasks import register_task
 from engine.tasks.base import Task
 from engine.tasks.image import ImageMIMTask
+from engine.tasks.paired_audio import AudioTextPairs, pairs_of
 from engine.tasks.text import _TextTask, ensure_one_masked, token_strings
 
 EVAL_MAX_ROWS = 2048
@@ -77,6 +86,9 @@ class PairedParams(BaseModel):
     caption_completion: float = Field(0.25, ge=0.0, le=1.0,
                                       description="share of training pairs whose whole caption is hidden (their image shown whole)")
     image_completion: float = Field(0.0, ge=0.0, le=1.0, description="share of training pairs whose whole image is hidden (their caption shown whole)")
+    text_source: Literal["text", "label", "digit_word"] = Field(
+        "text", description="audio datasets: the text of a clip: its transcript (text), its class name (label), or "
+                            "the class name with a digit spelt as its English word (digit_word)")
 
     @field_validator("text_strategy")
     @classmethod
@@ -126,9 +138,9 @@ class PairedTask(Task):
     unit = "patch and token"
     params = PairedParams
     headline = ("val_caption_acc", "max")
-    data_sections = ("tokenizer",)
-    summary = ("joint image-text masked modeling with cross-modal completion and InfoNCE (M3AE, Geng et al. 2022; "
-               "or FLAVA-style unimodal + fusion encoders, Singh et al. 2022)")
+    data_sections = ("tokenizer", "audio")
+    summary = ("joint image-text (or audio-text) masked modeling with cross-modal completion and InfoNCE (M3AE, "
+               "Geng et al. 2022; or FLAVA-style unimodal + fusion encoders, Singh et al. 2022)")
     #: Figures shown next to the headline, with their baselines ``baseline/<name>/<figure>``.
     figures = (("val_mse", "min"), ("val_t2i_r5", "max"), ("val_i2t_r5", "max"))
 
@@ -151,14 +163,26 @@ class PairedTask(Task):
         return set(OUTPUTS)
 
     @classmethod
+    def trains_on(cls, modality: str) -> bool:
+        """Image-text pairs, and audio datasets whose clips have a text (:mod:`engine.tasks.paired_audio`)."""
+        return modality in ("paired", "audio")
+
+    @classmethod
     def check(cls, cfg: RunConfig, info, workspace=None) -> None:
-        """The image half as ``image_mim`` checks it (patch grid, strategy, probe masks), then a probe
-        batch of real captions gets trainable caption masks."""
+        """The image half as ``image_mim`` checks it (patch grid, strategy, probe masks), or the
+        spectrogram half of audio-text pairs as ``audio_mae`` does (texts present, mel bins tiled,
+        a 2-D audio strategy, probe masks over real clips); then a probe batch of real captions gets
+        trainable caption masks."""
         from engine.checks import masking_problem
         from engine.data import load_dataset
+        from engine.tasks.audio import check_masks, check_strategy
 
-        ImageMIMTask.check(cfg, info, workspace)
-        ds = load_dataset(cfg.data.dataset, workspace)
+        ds = pairs_of(cfg, load_dataset(cfg.data.dataset, workspace))
+        if isinstance(ds, AudioTextPairs):
+            check_strategy(cfg, ds.grid, cls.name)
+            check_masks(cfg, ds.grid, ds.probe_window(PROBE_ROWS), "patches")
+        else:
+            ImageMIMTask.check(cfg, info, workspace)
         if ds.info.n_train == 0:
             raise ConfigError(f"data.dataset: {ds.info.name!r} has no train pairs")
         tok, _ = _TextTask.tokenizer_for(cfg, ds, workspace)
@@ -167,7 +191,11 @@ class PairedTask(Task):
         text_cfg = PairedParams(**cfg.task_params).text_masking()
         probe = draw_mask(text_cfg, tuple(b["ids"].shape), torch.Generator().manual_seed(0), eligible=b["eligible"],
                           word_ids=b["word_ids"], sentence_ids=b["sentence_ids"])
-        problem = masking_problem(text_cfg, probe, unit="tokens", eligible=b["eligible"])
+        # A one-token text (a spoken digit's word) can only be hidden whole: the run hides it (one
+        # token per caption at least) and predicts it from the other modality; only longer ones are probed.
+        longer = b["eligible"].sum(dim=1) >= 2
+        problem = masking_problem(text_cfg, probe[longer], unit="tokens", eligible=b["eligible"][longer]) \
+            if bool(longer.any()) else None  # fmt: skip
         if problem:
             raise ConfigError(problem.replace("masking.ratio", "task_params.text_ratio")
                               .replace("masking.params", "task_params.text_params"))
@@ -182,14 +210,16 @@ class PairedTask(Task):
         self.cfg, self.device = cfg, device
         self.prm = PairedParams(**cfg.task_params)
         self.text_cfg = self.prm.text_masking()
-        ds = self._ds = load_dataset(cfg.data.dataset, workspace)
+        ds = self._ds = pairs_of(cfg, load_dataset(cfg.data.dataset, workspace))
+        self.audio = isinstance(ds, AudioTextPairs)  # the "image" is a clip's log-mel spectrogram
         self.class_names = tuple(ds.info.class_names)
         self.tok, self.tokenizer_id = _TextTask.tokenizer_for(cfg, ds, workspace)
         max_len = cfg.data.tokenizer.max_len
         # Row indices only: a batch reads its own images (train_batch), as image_mim does.
         self.train_rows = ds.indices("train")
         val_split = "val" if ds.info.n_val else "train"  # a tiny upload may have no val split
-        x_val, y_val = ds.tensors(val_split, limit=EVAL_MAX_ROWS)
+        self.val_rows = ds.indices(val_split)[:EVAL_MAX_ROWS]
+        x_val, y_val = ds.rows_tensors(self.val_rows)
         self.val_captions = ds.texts(val_split, limit=EVAL_MAX_ROWS)
         self.x_val, self.y_val = x_val.to(device), y_val.numpy()
         self.train_enc = self.tok.encode_batch(ds.texts("train"), max_len=max_len)
@@ -209,24 +239,33 @@ class PairedTask(Task):
         for i in range(0, len(self.x_val), EVAL_CHUNK):
             idx = torch.arange(i, min(i + EVAL_CHUNK, len(self.x_val)))
             b = _text_rows(self.val_enc, idx)
-            img_mask, txt_mask = self._masks(self.x_val[idx], b, g, cfg.masking.ratio)
+            img_mask, txt_mask = self._masks(self.val_rows[idx.numpy()], self.x_val[idx], b, g, cfg.masking.ratio)
             self.eval_batches.append((idx, b, img_mask, txt_mask))
 
     def run_info(self) -> dict:
-        return {"dataset_hash": self._ds.info.source_hash, "tokenizer_id": self.tokenizer_id,
+        info = {"dataset_hash": self._ds.info.source_hash, "tokenizer_id": self.tokenizer_id,
                 "vocab_size": self.tok.vocab_size, "image_shape": list(self.image_shape), "n_train": self.n_train}
+        if self.audio:
+            info.update(stream="audio", sample_rate=self._ds.spec.sample_rate, n_mels=self._ds.grid.n_mels,
+                        frames=self._ds.grid.frames)
+        return info
 
     def train_lengths(self) -> torch.Tensor:
         """Real tokens per train caption: batches of similar caption length cost less (the text rows
         are cut to their longest caption); every image costs the same."""
         return self.train_enc.lengths
 
-    def _masks(self, xb: torch.Tensor, b: dict, g: torch.Generator, ratio: float) -> tuple[torch.Tensor, torch.Tensor]:
-        """Joint masks of a batch: image ``[B, L_i]`` (``masking`` at ``ratio``) and caption ``[B, L_t]``
-        (``text_*``, at least one hidden token per caption), both from ``g``."""
-        side = image_side_inputs(self.cfg.masking, xb.float().cpu() if self.needs_images else None,
-                                 self.cfg.model.patch_size)
-        img = draw_mask(self.cfg.masking, (len(xb), *self.grid), g, ratio=ratio, **side).flatten(1)
+    def _masks(self, rows: np.ndarray, xb: torch.Tensor, b: dict, g: torch.Generator, ratio: float
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Joint masks of a batch of pairs ``rows``: image ``[B, L_i]`` (``masking`` at ``ratio``; a
+        spectrogram's padding never hidden) and caption ``[B, L_t]`` (``text_*``, at least one
+        hidden token per caption), both from ``g``."""
+        if self.audio:
+            img = self._ds.masks(self.cfg, rows, g, ratio)
+        else:
+            side = image_side_inputs(self.cfg.masking, xb.float().cpu() if self.needs_images else None,
+                                     self.cfg.model.patch_size)
+            img = draw_mask(self.cfg.masking, (len(xb), *self.grid), g, ratio=ratio, **side).flatten(1)
         txt = draw_mask(self.text_cfg, tuple(b["ids"].shape), g, eligible=b["eligible"], word_ids=b["word_ids"],
                         sentence_ids=b["sentence_ids"])
         return img, ensure_one_masked(txt, b["eligible"], g)
@@ -241,17 +280,19 @@ class PairedTask(Task):
 
     def train_loss(self, idx, generator, ratio):
         xb = self.train_batch(idx)
+        rows = self.train_rows[idx.cpu().numpy()]
         b = _text_rows(self.train_enc, idx.cpu())
-        img_mask, txt_mask = self._masks(xb, b, generator, ratio)
+        img_mask, txt_mask = self._masks(rows, xb, b, generator, ratio)
         u = torch.rand(len(idx), generator=generator)  # cross-modal completion, per pair
         hide_caption = u < self.prm.caption_completion
         hide_image = (u >= self.prm.caption_completion) & (u < self.prm.caption_completion + self.prm.image_completion)
         # a completion pair hides one modality whole and shows the other whole (what the headline
         # figures ask of the model: the caption from the whole image, the image from the whole caption)
         txt_mask = torch.where(hide_caption[:, None], b["eligible"], txt_mask & ~hide_image[:, None])
-        img_mask = (img_mask | hide_image[:, None]) & ~hide_caption[:, None]
+        whole = self._ds.eligible(rows) if self.audio else torch.ones_like(img_mask)  # never a spectrogram's padding
+        img_mask = (img_mask | (hide_image[:, None] & whole)) & ~hide_caption[:, None]
         loss, parts = self.objective(self._forward(xb, b, img_mask, txt_mask, self.contrastive))
-        return loss, {"mask_ratio": img_mask.float().mean(),
+        return loss, {"mask_ratio": (img_mask.sum() / whole.sum().clamp_min(1)).float(),
                       "text_mask_ratio": (txt_mask.sum() / b["eligible"].sum().clamp_min(1)).float(),
                       **{f"loss/{k}": v for k, v in parts.items()}}
 
@@ -260,8 +301,6 @@ class PairedTask(Task):
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
         """The validation figures of the module docstring."""
-        from engine.eval.image_baselines import masked_pixel_sse
-
         total = n = 0.0
         acc = dict.fromkeys(("token", "caption", "caption_blank"), 0.0)
         count = dict.fromkeys(acc, 0)
@@ -280,12 +319,27 @@ class PairedTask(Task):
                 count[key] += int(o["labels"].numel())
             for key, shown in (("with", torch.zeros_like(whole)), ("without", whole)):
                 o = self._forward(xb, b, img_mask, shown)  # txt_mask = the hidden tokens
-                s, c = masked_pixel_sse(o["pred"].float(), o["target"], img_mask.to(self.device))
+                s, c = self._pixel_sse(o["pred"], o["target"], img_mask, self.val_rows[idx.numpy()])
                 sse[key] += s
             px += c
         out = {"val_loss": total / max(n, 1), **{f"val_{k}_acc": acc[k] / max(count[k], 1) for k in acc},
                "val_mse": sse["with"] / max(px, 1), "val_mse_no_caption": sse["without"] / max(px, 1)}
         return {**out, **{f"val_{k}": v for k, v in self.retrieval().items()}}
+
+    def _pixel_sse(self, pred: torch.Tensor, target: torch.Tensor, img_mask: torch.Tensor, rows: np.ndarray
+                   ) -> tuple[float, int]:
+        """``(sum of squared errors, values scored)`` of a prediction ``[B, L_i, P*P*C]`` on the hidden
+        patches ``img_mask [B, L_i]``: pixels clipped to [0, 1] (:func:`masked_pixel_sse`) for images;
+        for spectrograms the normalised log-mel cells of the clip, padding left out (:func:`spec_sse`,
+        as ``audio_mae``'s ``val_spec_mse``)."""
+        if self.audio:
+            from engine.tasks.audio import spec_sse
+
+            w = self._ds.window(rows)
+            return spec_sse(self.model.unpatchify(pred.float().cpu())[:, 0], w.spec, self._ds.grid.cells(img_mask), w.real)
+        from engine.eval.image_baselines import masked_pixel_sse
+
+        return masked_pixel_sse(pred.float(), target, img_mask.to(self.device))
 
     @torch.no_grad()
     def embeddings(self, x: torch.Tensor, enc) -> tuple[np.ndarray, np.ndarray]:
@@ -311,11 +365,13 @@ class PairedTask(Task):
         from engine.eval.image_baselines import masked_pixel_sse, mean_image_patches, visible_mean_patches
         from engine.eval.retrieval import KS, cca_embeddings, chance_recall, retrieval_figures
         from engine.eval.text_baselines import TokenBaselines
+        from engine.tasks.audio import SPEC_BASELINES, spec_baseline_sse
 
         base = TokenBaselines.fit(self.train_enc.input_ids, self.train_enc.attention_mask, tuple(self.tok.special_ids),
                                   self.tok.vocab_size)
         hits = {"position": 0.0, "unigram": 0.0}
-        n_tok, sse, px = 0, {"mean_image": 0.0, "visible_mean": 0.0}, 0
+        n_tok, px = 0, 0
+        sse = dict.fromkeys(SPEC_BASELINES if self.audio else ("mean_image", "visible_mean"), 0.0)
         P = self.cfg.model.patch_size
         x_ref = self.baseline_reference()
         for idx, b, img_mask, _ in self.eval_batches:
@@ -324,6 +380,12 @@ class PairedTask(Task):
                 hits[k] += float((base.predict(k, b["ids"].masked_fill(whole, self.tok.mask_id), b["attention"], whole)
                                   == b["ids"][whole]).sum())
             n_tok += int(whole.sum())
+            if self.audio:  # the audio tasks' predictors, on the clip's cells only
+                w = self._ds.window(self.val_rows[idx.numpy()])
+                for name, (s, c) in spec_baseline_sse(w.spec, self._ds.grid.cells(img_mask), w.real).items():
+                    sse[name] += s
+                px += c
+                continue
             xb = self.x_val[idx.to(self.device)].float()
             target = self.model.patchify(xb)
             for name, pred in (("mean_image", mean_image_patches(x_ref, len(xb), P)),
@@ -350,22 +412,34 @@ class PairedTask(Task):
         caption: ``text_*`` from ``train.seed``): the images, their reconstruction, the caption
         tokens with the hidden ones predicted, and the caption predicted from the image alone."""
         idx = self.vis_idx
+        rows = self.val_rows[idx.numpy()]
         xb = self.x_val[idx.to(self.device)]
         b = _text_rows(self.val_enc, idx)
-        img_mask, txt_mask = vis_masks(self.cfg, xb.cpu(), b)
+        img_mask, txt_mask = vis_masks(self.cfg, xb.cpu(), b, self._ds, rows)
         img_mask = img_mask.flatten(1)
         out = self._forward(xb, b, img_mask, txt_mask)
-        rec = self.model.reconstruct(xb, out["pred"], img_mask.to(self.device))
         cap = self._forward(xb, b, torch.zeros_like(img_mask), b["eligible"])
+        text = {"tokens": token_strings(self.tok, b["ids"]), "text_mask": txt_mask.numpy(),
+                "pred_tokens": self._predicted(b["ids"], txt_mask, out["logits"]),
+                "caption_from_image": self._predicted(b["ids"], b["eligible"], cap["logits"]),
+                "labels": self.y_val[idx.numpy()].astype(np.int64)}
+        meta = {"class_names": list(self.class_names), "patch_size": self.cfg.model.patch_size,
+                "captions": [self.val_captions[i] for i in idx.tolist()], "tokenizer_id": self.tokenizer_id}
+        if self.audio:  # the audio tasks' sample arrays (spectrograms, hidden cells, Griffin-Lim audio)
+            from engine.tasks.audio import spectrogram_arrays
+
+            ds = self._ds
+            pred = self.model.unpatchify(out["pred"].float().cpu())[:, 0]
+            arrays = spectrogram_arrays(ds.feats, ds.grid, ds.window(rows), img_mask.view(-1, *self.grid), pred,
+                                        [ds.clip(int(r)) for r in rows])  # fmt: skip
+            return Sample(step=step, kind="paired", arrays={**arrays, **text}, meta={
+                **meta, "stream": "audio", "sample_rate": ds.spec.sample_rate, "hop": ds.spec.hop,
+                "grid": list(self.grid), "patch": [ds.grid.pf, ds.grid.pt], "unit": "patch", "transcripts": meta["captions"]})
+        rec = self.model.reconstruct(xb, out["pred"], img_mask.to(self.device))
         return Sample(step=step, kind="paired", arrays={
             "images": xb.float().cpu().numpy(), "mask": img_mask.view(-1, *self.grid).numpy(),
-            "pred_img": rec["pred_img"].float().cpu().numpy(), "pasted": rec["pasted"].float().cpu().numpy(),
-            "tokens": token_strings(self.tok, b["ids"]), "text_mask": txt_mask.numpy(),
-            "pred_tokens": self._predicted(b["ids"], txt_mask, out["logits"]),
-            "caption_from_image": self._predicted(b["ids"], b["eligible"], cap["logits"]),
-            "labels": self.y_val[idx.numpy()].astype(np.int64),
-        }, meta={"class_names": list(self.class_names), "patch_size": self.cfg.model.patch_size,
-                 "captions": [self.val_captions[i] for i in idx.tolist()], "tokenizer_id": self.tokenizer_id})
+            "pred_img": rec["pred_img"].float().cpu().numpy(), "pasted": rec["pasted"].float().cpu().numpy(), **text,
+        }, meta=meta)
 
     def _predicted(self, ids: torch.Tensor, where: torch.Tensor, logits: torch.Tensor) -> np.ndarray:
         """Token strings ``[N, L_t]``: the top-1 prediction at ``where``, ``""`` elsewhere."""
@@ -405,17 +479,23 @@ class PairedTask(Task):
 # --- previews (New run, Mask lab) -----------------------------------------------------------------
 
 
-def vis_masks(cfg: RunConfig, images: torch.Tensor, rows: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+def vis_masks(cfg: RunConfig, images: torch.Tensor, rows: dict[str, torch.Tensor], pairs=None,
+              pair_rows: np.ndarray | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The masks of the run's fixed visualisation pairs: the image's ``[N, h, w]`` bool
-    (:func:`engine.masking.preview_masks`: ``masking`` at ``masking.ratio`` from ``train.seed``) and
-    the caption's ``[N, L_t]`` bool (``task_params.text_*`` from ``train.seed``, at least one hidden
-    token per caption). The run's samples and the New run / Mask lab previews call this with the same
-    pairs, so the preview shows the run's own masks.
+    (:func:`engine.masking.preview_masks`: ``masking`` at ``masking.ratio`` from ``train.seed``; for
+    audio-text pairs :func:`engine.tasks.audio.draw_masks` over the clips' windows from
+    ``train.seed``, padding never hidden) and the caption's ``[N, L_t]`` bool (``task_params.text_*``
+    from ``train.seed``, at least one hidden token per caption). The run's samples and the New run /
+    Mask lab previews call this with the same pairs, so the preview shows the run's own masks.
 
     Args:
-        images: ``[N, C, H, W]`` float in [0, 1] on the CPU; rows: the captions' ``_TextTask.rows``.
+        images: ``[N, C, H, W]`` float in [0, 1] on the CPU; rows: the captions' ``_TextTask.rows``;
+        pairs, pair_rows: for audio-text pairs, the :class:`AudioTextPairs` and the ``N`` pairs' positions.
     """
-    img = preview_masks(cfg, tuple(images.shape[1:]), len(images), images=images)
+    if isinstance(pairs, AudioTextPairs):
+        img = pairs.masks(cfg, pair_rows, torch.Generator().manual_seed(cfg.train.seed)).view(-1, *pairs.grid.shape)
+    else:
+        img = preview_masks(cfg, tuple(images.shape[1:]), len(images), images=images)
     g = torch.Generator().manual_seed(cfg.train.seed)
     text_cfg = PairedParams(**cfg.task_params).text_masking()
     txt = draw_mask(text_cfg, tuple(rows["ids"].shape), g, eligible=rows["eligible"], word_ids=rows["word_ids"],
@@ -453,7 +533,7 @@ def preview(cfg: RunConfig, n: int, workspace=None) -> PairedPreview:
     """
     from engine.data import load_dataset, representative
 
-    ds = load_dataset(cfg.data.dataset, workspace)
+    ds = pairs_of(cfg, load_dataset(cfg.data.dataset, workspace))
     split = "val" if ds.info.n_val else "train"
     pool = ds.indices(split)[:EVAL_MAX_ROWS]  # the task's val rows; only the picked ones are read
     y = ds.labels[pool]
@@ -462,7 +542,7 @@ def preview(cfg: RunConfig, n: int, workspace=None) -> PairedPreview:
     tok, _ = _TextTask.tokenizer_for(cfg, ds, workspace)
     rows = _text_rows(tok.encode_batch(captions, max_len=cfg.data.tokenizer.max_len), torch.arange(len(pick)))
     images = ds.rows_tensors(pool[pick])[0]
-    img, txt = vis_masks(cfg, images, rows)
+    img, txt = vis_masks(cfg, images, rows, ds, pool[pick])
     return PairedPreview(images.numpy(), img.numpy(), captions, token_strings(tok, rows["ids"]), txt.numpy(),
                          rows["eligible"].numpy(), y[pick].astype(np.int64))
 
@@ -476,8 +556,10 @@ class RetrievalIndex:
     ``val_t2i_r*`` / ``val_i2t_r*`` figures rank), for the retrieval box.
 
     Attributes:
-        images: float32 ``[N, C, H, W]`` in [0, 1]; captions: the ``N`` captions; labels: int64 ``[N]``.
+        images: float32 ``[N, C, H, W]`` in [0, 1]; for audio-text pairs ``[N, 1, F, T]`` the clips'
+            log-mel (natural log, not normalised); captions: the ``N`` captions; labels: int64 ``[N]``.
         image_emb, text_emb: float32 ``[N, E]``, each row of unit length (rank by dot product).
+        real: audio-text pairs: bool ``[N, T]`` the frames of each clip (False = padding); None for images.
     """
 
     images: np.ndarray
@@ -485,6 +567,7 @@ class RetrievalIndex:
     labels: np.ndarray
     image_emb: np.ndarray
     text_emb: np.ndarray
+    real: np.ndarray | None = None
 
 
 def _unit(x: torch.Tensor) -> np.ndarray:
@@ -508,7 +591,7 @@ def retrieval_index(loaded, workspace=None) -> RetrievalIndex:
     from engine.inference import InferenceError
     from engine.tasks.text import _tokenizer_of
 
-    ds = load_dataset(loaded.cfg.data.dataset, workspace)
+    ds = pairs_of(loaded.cfg, load_dataset(loaded.cfg.data.dataset, workspace))
     if loaded.info.get("dataset_hash") not in (None, ds.info.source_hash):
         raise InferenceError(f"run {loaded.run_id}: dataset {ds.info.name!r} was re-imported since the run; its "
                              "validation pairs are not the ones the run ranked")
@@ -523,7 +606,11 @@ def retrieval_index(loaded, workspace=None) -> RetrievalIndex:
         b = _text_rows(enc, torch.arange(i, min(i + EVAL_CHUNK, len(x))))
         img.append(loaded.model.embed_image(x[i : i + EVAL_CHUNK]))
         txt.append(loaded.model.embed_text(b["ids"], b["eligible"]))
-    return RetrievalIndex(x.numpy(), captions, y, _unit(torch.cat(img)), _unit(torch.cat(txt)))
+    emb = (_unit(torch.cat(img)), _unit(torch.cat(txt)))
+    if isinstance(ds, AudioTextPairs):  # shown as spectrograms: log-mel before the normalisation
+        w = ds.window(ds.indices(split)[:EVAL_MAX_ROWS])
+        return RetrievalIndex(ds.feats.denormalize(w.spec)[:, None].numpy(), captions, y, *emb, real=w.real.numpy())
+    return RetrievalIndex(x.numpy(), captions, y, *emb)
 
 
 @torch.no_grad()

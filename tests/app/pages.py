@@ -26,3 +26,13 @@ def open_with(page: str, params: dict[str, str]) -> AppTest:
 def captions(at: AppTest) -> list[str]:
     """The captions of every image on the page, in order."""
     return [img.caption for el in at.get("image") for img in el.proto.imgs]
+
+
+def n_images(at: AppTest) -> int:
+    """How many images the page shows."""
+    return sum(len(el.proto.imgs) for el in at.get("image"))
+
+
+def page_html(at: AppTest) -> str:
+    """The bodies of every ``st.html`` element of the page, one after the other."""
+    return "\n".join(el.proto.body for el in at.get("html"))

@@ -16,7 +16,7 @@ from streamlit.testing.v1 import AppTest
 from engine.config import RunConfig
 from engine.data import ImportOptions, import_source
 from engine.store import get_run, load_samples
-from tests.app.pages import captions, open_with
+from tests.app.pages import captions, n_images, open_with, page_html
 from tests.stamps import completed_run, pairs_zip
 
 NUM_VIS = 4
@@ -42,14 +42,6 @@ def paired_ws(tmp_path_factory, shared_data) -> tuple[Path, str]:
 def env(paired_ws, monkeypatch) -> tuple[Path, str]:
     monkeypatch.setenv("MASKLAB_WORKSPACE", str(paired_ws[0]))
     return paired_ws
-
-
-def n_images(at: AppTest) -> int:
-    return sum(len(el.proto.imgs) for el in at.get("image"))
-
-
-def html(at: AppTest) -> str:
-    return "\n".join(el.proto.body for el in at.get("html"))
 
 
 def test_data_page_shows_each_image_with_its_caption(env):
@@ -80,7 +72,7 @@ def test_new_run_previews_the_runs_own_masks_of_both_modalities(env):
     cap = next(c.value for c in at.caption if "fixed validation pairs" in c.value)
     assert "image random at 0.75" in cap and "caption random at 0.3" in cap
     assert n_images(at) == 2 * 8  # 8 of the 9 val pairs: original and masked
-    assert html(at).count("background:#ffd54f") >= 8  # every caption hides one token at least
+    assert page_html(at).count("background:#ffd54f") >= 8  # every caption hides one token at least
     # the launch button is ready: the config passes the launcher's pre-flight
     assert not next(b for b in at.button if b.label == "Launch").disabled
     url = {k: (v[0] if isinstance(v, list) else v) for k, v in dict(at.query_params).items()}
@@ -119,7 +111,7 @@ def test_run_detail_shows_the_joint_reconstruction_and_answers_retrieval(env):
     ws, run_id = env
     at = open_with("../pages/run_detail.py", {"run": run_id})
     assert any(h.value == "Joint reconstructions of validation pairs" for h in at.subheader)
-    body = html(at)
+    body = page_html(at)
     for label in ("masked · reconstruction · original", "masked caption", "model's tokens",
                   "caption from the image alone"):
         assert body.count(label) == NUM_VIS, label
@@ -164,7 +156,7 @@ def test_presentation_shows_the_joint_reconstruction(env):
     ws, run_id = env
     at = open_with("../pages/present.py", {"run": run_id})
     assert any(h.value == "Joint reconstructions of validation pairs" for h in at.subheader)
-    assert html(at).count("caption from the image alone") == NUM_VIS
+    assert page_html(at).count("caption from the image alone") == NUM_VIS
 
 
 def test_new_run_sets_the_objective_weights_and_keeps_them_in_the_url(env):
@@ -205,7 +197,7 @@ def test_run_detail_answers_retrieval_with_a_flava_checkpoint(env):
     ws, _ = env
     run_id = completed_run({**CFG, "name": "flava", "model": {"arch": "flava", "preset": "tiny"}}, ws)
     at = open_with("../pages/run_detail.py", {"run": run_id})
-    assert html(at).count("caption from the image alone") == NUM_VIS
+    assert page_html(at).count("caption from the image alone") == NUM_VIS
     assert len([c for c in captions(at) if c[:1].isdigit()]) == 5  # the nearest validation images of a caption
     at.selectbox(key=f"ret_img_{run_id}").set_value(1).run()
     assert not at.exception and list(at.dataframe[-1].value["rank"]) == [1, 2, 3, 4, 5]

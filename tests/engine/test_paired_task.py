@@ -60,7 +60,7 @@ def test_paired_task_fills_its_defaults():
     assert [(t.loss, t.weight) for t in cfg.objective.terms] == [("mse", 1.0), ("cross_entropy", 0.5),
                                                                  ("contrastive", 0.1)]
     assert cfg.task_params == {"text_strategy": "random", "text_ratio": 0.15, "text_params": {},
-                               "caption_completion": 0.25, "image_completion": 0.0}
+                               "caption_completion": 0.25, "image_completion": 0.0, "text_source": "text"}
     assert cfg.data.tokenizer.max_len == 48
     span = RunConfig.from_dict({"task": "paired", "task_params": {"text_strategy": "span"}})
     assert span.task_params["text_params"]  # the strategy's own parameters, resolved
