@@ -1,9 +1,9 @@
 """bench/paired_quality.py, scaled down: the Tux Paint recipe for one seed and fewer steps, through the
 real engine on the real stamps. Behaviour, not the full run's numbers: retrieval above chance, the
-caption predicted from the image above the most frequent token (at 300 steps it is not reliably above
-the per-position baseline: 21.4% in one run, 14.5% in another; the per-position baseline itself
-varies between runs, 20.4% to 20.6%, as the tokenizer is trained per workspace), reconstruction
-better than the mean image."""
+caption predicted from the image above the most frequent token at each position, reconstruction
+better than the mean image. 600 steps, not fewer: at 300 steps the model is still in the part of
+training where a run's figures swing with the machine's floating-point order (Recall@10
+8.0% in one run, 25.6% in another, chance 8.2%)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from tests.bench import load_bench
 
-STEPS = 300  # the run measured in bench/README.md as "scaled, one seed"
+STEPS = 600  # the run measured in bench/README.md as "scaled, one seed"
 
 
 @pytest.mark.slow
@@ -26,7 +26,7 @@ def test_short_paired_recipe_on_tuxpaint_beats_chance(workspace, shared_data, ca
         assert m[f"val_{d}_r10"] > m[f"baseline/chance/{d}_r10"], (d, m)
         assert 0 < m[f"baseline/chance/{d}_r1"] < m[f"baseline/chance/{d}_r5"] < m[f"baseline/chance/{d}_r10"]
         assert m[f"baseline/cca/{d}_r5"] > m[f"baseline/chance/{d}_r5"]  # the classical baseline is a real one
-    assert m["val_caption_acc"] > m["baseline/unigram"] and m["baseline/position"] > m["baseline/unigram"], m
+    assert m["val_caption_acc"] > m["baseline/position"] > m["baseline/unigram"], m
     assert m["val_mse"] < m["baseline/mean_image/mse"], m
     assert set(out["checks"]) == {"t2i R@5 above CCA", "caption acc above the image-hidden model",
                                   "caption acc above the per-position baseline", "recon error lower with the caption"}
