@@ -76,7 +76,7 @@ def test_new_run_previews_the_runs_own_masks_of_both_modalities(env):
     # the launch button is ready: the config passes the launcher's pre-flight
     assert not next(b for b in at.button if b.label == "Launch").disabled
     url = {k: (v[0] if isinstance(v, list) else v) for k, v in dict(at.query_params).items()}
-    assert url["task_params.text_ratio"] == "0.3" and url["model.arch"] == "m3ae"
+    assert url["task_params.text_ratio"] == "0.3" and url["model.arch"] == "flava"
 
 
 def test_preview_shows_the_masks_the_run_used_for_its_samples(env):
@@ -162,7 +162,7 @@ def test_presentation_shows_the_joint_reconstruction(env):
 def test_new_run_sets_the_objective_weights_and_keeps_them_in_the_url(env):
     at = open_with("../pages/new_run.py", {"dataset": "pairs", "task": "paired", "data.tokenizer.vocab_size": "300",
                                            "data.tokenizer.max_len": "24"})
-    assert [n.value for n in at.number_input if n.key.startswith("nr_m_w_")] == [1.0, 0.5, 0.1]  # DEFAULT_TERMS
+    assert [n.value for n in at.number_input if n.key.startswith("nr_m_w_")] == [1.0, 0.5, 0.5]  # DEFAULT_TERMS: the measured recipe
     at.number_input(key="nr_m_w_contrastive").set_value(0.0).run()
     at.number_input(key="nr_m_w_mse").set_value(2.0).run()
     assert not at.exception and not next(b for b in at.button if b.label == "Launch").disabled
@@ -178,19 +178,20 @@ def test_new_run_sets_the_objective_weights_and_keeps_them_in_the_url(env):
     assert next(b for b in reopened.button if b.label == "Launch").disabled
 
 
-def test_new_run_offers_the_flava_arch_and_keeps_it_in_the_url(env):
+def test_new_run_offers_both_archs_and_keeps_the_choice_in_the_url(env):
     at = open_with("../pages/new_run.py", {"dataset": "pairs", "task": "paired", "data.tokenizer.vocab_size": "300",
                                            "data.tokenizer.max_len": "24"})
     arch = at.selectbox(key="nr_m_arch")
-    assert arch.value == "m3ae" and arch.options[1].startswith("FLAVA-style")
-    arch.set_value("flava").run()
-    assert not at.exception
+    assert arch.value == "flava" and arch.options[1].startswith("M3AE")  # the measured recipe's arch first
     preset = at.selectbox(key="nr_m_preset_flava")
     assert preset.value == "tiny" and preset.options[0] == "tiny  (width 128, depth 2 image + 2 text + 1 fusion)"
     assert not next(b for b in at.button if b.label == "Launch").disabled  # passes the launcher's pre-flight
+    arch.set_value("m3ae").run()
+    assert not at.exception and at.selectbox(key="nr_m_preset_m3ae").value == "tiny"
+    assert not next(b for b in at.button if b.label == "Launch").disabled
     url = {k: (v[0] if isinstance(v, list) else v) for k, v in dict(at.query_params).items()}
-    assert url["model.arch"] == "flava"
-    assert open_with("../pages/new_run.py", url).selectbox(key="nr_m_arch").value == "flava"  # a reload keeps it
+    assert url["model.arch"] == "m3ae"
+    assert open_with("../pages/new_run.py", url).selectbox(key="nr_m_arch").value == "m3ae"  # a reload keeps it
 
 
 def test_run_detail_answers_retrieval_with_a_flava_checkpoint(env):

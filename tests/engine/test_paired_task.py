@@ -56,9 +56,9 @@ def cfg_of(**over) -> RunConfig:
 
 def test_paired_task_fills_its_defaults():
     cfg = RunConfig.from_dict({"task": "paired", "data": {"dataset": "tuxpaint-stamps"}})
-    assert (cfg.model.arch, cfg.model.patch_size, cfg.masking.strategy, cfg.masking.ratio) == ("m3ae", 4, "random", 0.75)
+    assert (cfg.model.arch, cfg.model.patch_size, cfg.masking.strategy, cfg.masking.ratio) == ("flava", 4, "random", 0.75)
     assert [(t.loss, t.weight) for t in cfg.objective.terms] == [("mse", 1.0), ("cross_entropy", 0.5),
-                                                                 ("contrastive", 0.1)]
+                                                                 ("contrastive", 0.5)]
     assert cfg.task_params == {"text_strategy": "random", "text_ratio": 0.15, "text_params": {},
                                "caption_completion": 0.25, "image_completion": 0.0, "text_source": "text"}
     assert cfg.data.tokenizer.max_len == 48
