@@ -230,10 +230,11 @@ def masking_fields(info, key: str, carried: dict) -> dict | None:
     with st.container(border=True):
         st.markdown("**Cross-modal completion** (shares of the training pairs)")
         a, b = st.columns(2)
-        cap = a.slider("Whole caption hidden", 0.0, 1.0, float(prm["caption_completion"]), 0.05, key=f"{key}_capc",
+        text_word = "text" if audio else "caption"
+        cap = a.slider(f"Whole {text_word} hidden", 0.0, 1.0, float(prm["caption_completion"]), 0.05, key=f"{key}_capc",
                        help=f"predicted from the {other} alone (M3AE's caption completion)")
         img = b.slider(f"Whole {'spectrogram' if audio else 'image'} hidden", 0.0, 1.0, float(prm["image_completion"]),
-                       0.05, key=f"{key}_imgc", help="reconstructed from the caption alone")
+                       0.05, key=f"{key}_imgc", help=f"reconstructed from the {text_word} alone")
     if masking is None or text is None:
         return None
     task_params = {**first_params, "text_strategy": text["strategy"], "text_ratio": text["ratio"],
