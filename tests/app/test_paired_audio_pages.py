@@ -14,6 +14,7 @@ from streamlit.testing.v1 import AppTest
 
 from engine.data import ImportOptions, import_source
 from engine.store import load_samples
+from engine.tasks import get_task
 
 from tests.app.pages import ENTRY, captions, n_images, open_with, page_html
 from tests.fsdd import WORDS, subset_zip
@@ -121,7 +122,7 @@ def test_new_run_offers_the_paired_task_on_an_audio_dataset_and_previews_both_ma
     assert not next(b for b in at.button if b.label == "Launch").disabled  # passes the launcher's pre-flight
     url = _url(at)
     assert url["task"] == "paired" and url["task_params.text_source"] == "text" and url["data.audio.n_mels"] == "32"
-    assert url["model.arch"] == "m3ae" and url["model.patch_size"] == "4"
+    assert url["model.arch"] == get_task("paired").archs[0] and url["model.patch_size"] == "4"  # the default arch
 
 
 def test_new_run_keeps_the_text_source_in_the_url_and_launches_a_run_that_trains(env):
