@@ -1,8 +1,9 @@
-"""Paired (image + caption) quality figures next to their baselines, from real masklab runs (issue 11).
+"""Paired (image + caption, or audio + text) quality figures next to their baselines, from real masklab runs (issue 11).
 
     python bench/paired_quality.py                       # configs/paired-tuxpaint.yaml, seeds 0, 1, 2
     python bench/paired_quality.py --steps 600 --seeds 0 # shorter, one seed
     python bench/paired_quality.py --parallel            # the seeds as parallel processes (one thread each)
+    python bench/paired_quality.py --audio               # audio-text: configs/paired-audio-fsdd.yaml on FSDD
 
 Imports ../shared/data/tuxpaint-stamps (623 real Tux Paint stamps with their English captions; read
 in place) into a fresh workspace as a paired dataset: 32x32 RGB, padded on white, the seeded split
@@ -23,6 +24,16 @@ Acceptance (issue 11), on the seed average: t2i R@5 above CCA; caption accuracy 
 the reconstruction error with the caption below the one without it, or an honest note. The budget
 is 15 minutes of CPU per run: the process's CPU time is printed (the development machine is shared,
 so the wall time says little).
+
+``--audio`` (:data:`AUDIO`): ../shared/data/fsdd (2,000 real spoken digits, 4 speakers) imported
+through the real importer as an audio dataset, split by speaker (``--group-column speaker``, a
+quarter of the speakers in val: one speaker never heard in training), 8 kHz; then
+configs/paired-audio-fsdd.yaml (each clip's log-mel spectrogram with the digit's English word,
+``task_params.text_source: digit_word``). The same figures with the clip in place of the image:
+audio->text (``i2t``) and text->audio (``t2i``) Recall@K next to chance and CCA (PCA of the
+normalised log-mel vs TF-IDF), word accuracy from the audio next to the audio-hidden model and the
+per-position baseline, spectrogram MSE of the hidden patches (normalised log-mel, clip frames only)
+with and without the text next to the training mean spectrogram.
 """
 
 from __future__ import annotations
@@ -32,6 +43,7 @@ import json
 import os
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -59,10 +71,59 @@ FIGURES = {
 }
 
 
-def import_data(workspace: Path, max_rows: int | None = None) -> int:
-    """Import the stamps (the first ``max_rows`` only, for the scaled-down test) as :data:`DATASET`;
-    returns the pairs accepted."""
+@dataclass(frozen=True)
+class Recipe:
+    """One bench recipe: ``kind`` (``image`` or ``audio``), the example config, the dataset name it
+    is imported as, the figures reported (group -> ``[(label, metric key)]``), the acceptance checks
+    (name -> ``(metric that must be smaller, metric that must be larger)``, on the seed average) and
+    the data in words."""
+
+    kind: str
+    config: Path
+    dataset: str
+    figures: dict
+    checks: dict
+    what: str
+
+
+IMAGE = Recipe("image", CONFIG, DATASET, FIGURES,
+               {"t2i R@5 above CCA": ("baseline/cca/t2i_r5", "val_t2i_r5"),
+                "caption acc above the image-hidden model": ("val_caption_blank_acc", "val_caption_acc"),
+                "caption acc above the per-position baseline": ("baseline/position", "val_caption_acc"),
+                "recon error lower with the caption": ("val_mse", "val_mse_no_caption")},
+               f"Tux Paint pairs ({DATASET}, {VAL_FRACTION:.0%} val, {IMAGE_SIZE}x{IMAGE_SIZE})")
+AUDIO_DATASET, AUDIO_VAL_FRACTION = "fsdd-paired-bench", 0.25
+#: FSDD's speakers are its groups: a quarter of them (one of four) only in val.
+AUDIO = Recipe("audio", REPO / "configs" / "paired-audio-fsdd.yaml", AUDIO_DATASET, {
+    "retrieval": [(f"{name} R@{k} {who}", key) for d, name in (("i2t", "audio->text"), ("t2i", "text->audio"))
+                  for k in KS for who, key in (("model", f"val_{d}_r{k}"), ("CCA", f"baseline/cca/{d}_r{k}"),
+                                               ("chance", f"baseline/chance/{d}_r{k}"))],
+    "caption": [("word acc, from the audio", "val_caption_acc"),
+                ("word acc, audio hidden too", "val_caption_blank_acc"),
+                ("word acc, most frequent token per position", "baseline/position"),
+                ("token acc, joint masks (75% patches, 15% tokens)", "val_token_acc")],
+    "reconstruction": [("spectrogram MSE of hidden patches, text visible", "val_mse"),
+                       ("spectrogram MSE of hidden patches, text hidden", "val_mse_no_caption"),
+                       ("spectrogram MSE, training mean spectrogram", "baseline/mean_spec/mse"),
+                       ("spectrogram MSE, interpolated in time", "baseline/interp_spec/mse")],
+}, {"text->audio R@5 above CCA": ("baseline/cca/t2i_r5", "val_t2i_r5"),
+    "audio->text R@5 above chance": ("baseline/chance/i2t_r5", "val_i2t_r5"),
+    "word acc above the audio-hidden model": ("val_caption_blank_acc", "val_caption_acc"),
+    "word acc above the per-position baseline": ("baseline/position", "val_caption_acc"),
+    "spectrogram error lower with the text": ("val_mse", "val_mse_no_caption")},
+   f"FSDD clips ({AUDIO_DATASET}, speaker held out: {AUDIO_VAL_FRACTION:.0%} of the speakers in val, 8 kHz)")
+RECIPES = {"image": IMAGE, "audio": AUDIO}
+
+
+
+def import_data(workspace: Path, max_rows: int | None = None, recipe: Recipe = IMAGE) -> int:
+    """Import the recipe's data (the first ``max_rows`` only, for the scaled-down test) as its
+    dataset: the stamps as :data:`DATASET`, or FSDD as :data:`AUDIO_DATASET` (:func:`import_fsdd`);
+    returns the pairs (clips) accepted."""
     from engine.data import ImportOptions, import_source
+
+    if recipe.kind == "audio":
+        return import_fsdd(workspace, max_rows)
 
     src = SHARED / "tuxpaint-stamps"
     if max_rows is not None:  # a folder of links: the first rows of the table and their images
@@ -85,8 +146,52 @@ def import_data(workspace: Path, max_rows: int | None = None) -> int:
     return rep.accepted
 
 
-def run_seed(workspace: Path, seed: int, steps: int | None = None, overrides: list[str] | None = None) -> dict:
-    """Train the example config with ``train.seed = seed`` on :data:`DATASET` (imported already);
+def import_fsdd(workspace: Path, takes: int | None = None) -> int:
+    """Import ../shared/data/fsdd as :data:`AUDIO_DATASET`: every clip (or, with ``takes``, the
+    takes ``0 .. takes - 1`` of each digit and speaker: a folder of links with their manifest rows),
+    the speaker as group (one of the four speakers only in val), resampled to 8 kHz. Returns the
+    clips accepted.
+
+    Raises:
+        RuntimeError: a clip was rejected, or the val split is not exactly one speaker.
+    """
+    import csv
+    import shutil
+
+    from engine.data import ImportOptions, import_source, load_dataset
+
+    src = SHARED / "fsdd"
+    if takes is not None:
+        sub = workspace.parent / f"fsdd-takes-{takes}"
+        (sub / "recordings").mkdir(parents=True, exist_ok=True)
+        with open(src / "manifest.csv", newline="", encoding="utf-8") as f:
+            rows = list(csv.DictReader(f))
+        rows = [r for r in rows if int(r["index"]) < takes]
+        with open(sub / "manifest.csv", "w", newline="", encoding="utf-8") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+        for r in rows:  # copies in the temporary folder (the audio importer does not follow links)
+            if not (sub / r["path"]).exists():
+                shutil.copyfile(src / r["path"], sub / r["path"])
+        src = sub
+    rep = import_source(src, AUDIO_DATASET, ImportOptions(group_column="speaker", label_column="label", sample_rate=8000,
+                                                          val_fraction=AUDIO_VAL_FRACTION),
+                        workspace=workspace, overwrite=True)  # fmt: skip
+    if rep.rejected:
+        raise RuntimeError(f"fsdd: rejected {rep.rejected[:3]}")
+    ds = load_dataset(AUDIO_DATASET, workspace)
+    val = {ds.info.group_names[g] for g in ds.groups[ds.split == 1]}
+    train = {ds.info.group_names[g] for g in ds.groups[ds.split == 0]}
+    if len(val) != 1 or val & train:
+        raise RuntimeError(f"fsdd: val speakers {sorted(val)}, train speakers {sorted(train)}: not one held-out speaker")
+    return rep.accepted
+
+
+
+def run_seed(workspace: Path, seed: int, steps: int | None = None, overrides: list[str] | None = None,
+             recipe: Recipe = IMAGE) -> dict:
+    """Train the recipe's example config with ``train.seed = seed`` on its dataset (imported already);
     returns ``{"seed", "latest" (every logged figure), "seconds", "cpu_seconds", "steps", "config",
     "load_before", "load_after", "run_id"}``.
 
@@ -96,12 +201,12 @@ def run_seed(workspace: Path, seed: int, steps: int | None = None, overrides: li
     os.environ["MASKLAB_WORKSPACE"] = str(workspace)
     from engine.config import load_config
 
-    sets = [f"data.dataset={DATASET}", f"train.seed={seed}", "evaluation.auto=false"]
+    sets = [f"data.dataset={recipe.dataset}", f"train.seed={seed}", "evaluation.auto=false"]
     if steps is not None:
         sets += [f"train.steps={steps}", f"train.checkpoint_interval={steps}",
                  f"train.eval_interval={steps}", f"train.warmup_steps={max(1, min(100, steps // 10))}"]
     sets += overrides or []  # the caller's last
-    cfg = load_config(CONFIG, sets)
+    cfg = load_config(recipe.config, sets)
     rec, timing = timed_run(cfg, workspace)
     return {"seed": seed, "latest": rec.latest, "config": rec.config, **timing}
 
@@ -111,14 +216,15 @@ def _seed_job(args: tuple) -> dict:
 
 
 def run(workspace: Path, seeds: list[int], steps: int | None = None, overrides: list[str] | None = None,
-        parallel: bool = False, max_rows: int | None = None) -> dict:
-    """Import the data, train one run per seed, average the figures.
+        parallel: bool = False, max_rows: int | None = None, recipe: Recipe = IMAGE) -> dict:
+    """Import the recipe's data, train one run per seed, average the figures. ``max_rows``: the
+    first stamps, or for FSDD the first takes of each digit and speaker.
 
     Returns:
-        ``{"pairs", "runs": [run_seed(...)], "mean": {key: mean over seeds}, "checks": {name: bool}}``.
+        ``{"kind", "pairs", "runs": [run_seed(...)], "mean": {key: mean over seeds}, "checks": {name: bool}}``.
     """
     os.environ["MASKLAB_WORKSPACE"] = str(workspace)
-    pairs = import_data(workspace, max_rows)
+    pairs = import_data(workspace, max_rows, recipe)
     if parallel and len(seeds) > 1:
         import multiprocessing as mp
 
@@ -127,20 +233,18 @@ def run(workspace: Path, seeds: list[int], steps: int | None = None, overrides: 
         from concurrent.futures import ProcessPoolExecutor
 
         with ProcessPoolExecutor(len(seeds), mp_context=mp.get_context("spawn")) as ex:
-            runs = list(ex.map(_seed_job, [(workspace, s, steps, overrides) for s in seeds]))
+            runs = list(ex.map(_seed_job, [(workspace, s, steps, overrides, recipe) for s in seeds]))
     else:
-        runs = [run_seed(workspace, s, steps, overrides) for s in seeds]
-    return {"pairs": pairs, "runs": runs, **summarise(runs)}
+        runs = [run_seed(workspace, s, steps, overrides, recipe) for s in seeds]
+    return {"kind": recipe.kind, "pairs": pairs, "runs": runs, **summarise(runs, recipe)}
 
 
-def summarise(runs: list[dict]) -> dict:
-    """``{"mean": {key: mean over the runs' latest figures}, "checks": {name: bool}}`` (acceptance)."""
-    keys = [k for group in FIGURES.values() for _, k in group]
+def summarise(runs: list[dict], recipe: Recipe = IMAGE) -> dict:
+    """``{"mean": {key: mean over the runs' latest figures}, "checks": {name: bool}}`` (the
+    recipe's acceptance checks)."""
+    keys = [k for group in recipe.figures.values() for _, k in group]
     mean = {k: sum(r["latest"][k] for r in runs) / len(runs) for k in keys}
-    checks = {"t2i R@5 above CCA": mean["val_t2i_r5"] > mean["baseline/cca/t2i_r5"],
-              "caption acc above the image-hidden model": mean["val_caption_acc"] > mean["val_caption_blank_acc"],
-              "caption acc above the per-position baseline": mean["val_caption_acc"] > mean["baseline/position"],
-              "recon error lower with the caption": mean["val_mse"] < mean["val_mse_no_caption"]}
+    checks = {name: mean[lo] < mean[hi] for name, (lo, hi) in recipe.checks.items()}
     return {"mean": mean, "checks": checks}
 
 
@@ -166,12 +270,12 @@ def collect(workspaces: list[Path], step: int | None = None) -> list[dict]:
     return sorted(out, key=lambda r: r["seed"])
 
 
-def print_report(out: dict, where: str) -> None:
+def print_report(out: dict, where: str, recipe: Recipe = IMAGE) -> None:
     """The figures of :func:`run` (or :func:`summarise` over :func:`collect`), mean and per seed."""
     r0 = out["runs"][0]
     t = r0["config"]["train"]
-    print(f"paired: {out.get('pairs', '?')} Tux Paint pairs ({DATASET}, {VAL_FRACTION:.0%} val, {IMAGE_SIZE}x{IMAGE_SIZE}), "
-          f"config {CONFIG.name}, {r0['steps']} steps x batch {t['batch_size']}, lr {t['lr']:g}, "
+    print(f"paired: {out.get('pairs', '?')} {recipe.what}, "
+          f"config {recipe.config.name}, {r0['steps']} steps x batch {t['batch_size']}, lr {t['lr']:g}, "
           f"seeds {[r['seed'] for r in out['runs']]}")
     print(f"objective {json.dumps(r0['config']['objective']['terms'])}; masking {json.dumps(r0['config']['masking'])}; "
           f"task params {json.dumps(r0['config']['task_params'])}")
@@ -179,7 +283,7 @@ def print_report(out: dict, where: str) -> None:
         if r["cpu_seconds"] is not None:
             print(f"  seed {r['seed']}: {r['seconds']:.0f} s wall, {r['cpu_seconds']:.0f} s CPU (budget {CPU_BUDGET_S} s), "
                   f"load average {r['load_before'][0]:.1f} -> {r['load_after'][0]:.1f} (run {r['run_id']} in {where})")
-    for group, rows in FIGURES.items():
+    for group, rows in recipe.figures.items():
         print(f"{group}:  mean  (per seed)")
         for label, key in rows:
             per = ", ".join(f"{r['latest'][key]:.4f}" for r in out["runs"])
@@ -200,16 +304,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--collect", type=Path, nargs="+", default=None, metavar="WORKSPACE",
                    help="train nothing: report the runs already in these workspaces (--at-step: their figures then)")
     p.add_argument("--at-step", type=int, default=None, help="with --collect: the evaluation at this step")
+    p.add_argument("--audio", action="store_true",
+                   help="audio-text pairs: configs/paired-audio-fsdd.yaml on ../shared/data/fsdd, a speaker held out")
+    p.add_argument("--takes", type=int, default=None,
+                   help="with --audio: only the first TAKES recordings of each digit and speaker (a shorter import)")
     args = p.parse_args(argv)
+    recipe = AUDIO if args.audio else IMAGE
     if args.collect:
         runs = collect(args.collect, args.at_step)
-        out = {"runs": runs, **summarise(runs)}
-        print_report(out, ", ".join(map(str, args.collect)))
+        out = {"kind": recipe.kind, "runs": runs, **summarise(runs, recipe)}
+        print_report(out, ", ".join(map(str, args.collect)), recipe)
     else:
         ws = args.workspace or Path(tempfile.mkdtemp(prefix="masklab-bench-")) / "workspace"
         ws.mkdir(parents=True, exist_ok=True)
-        out = run(ws, [int(s) for s in args.seeds.split(",")], args.steps, args.sets, args.parallel)
-        print_report(out, str(ws))
+        out = run(ws, [int(s) for s in args.seeds.split(",")], args.steps, args.sets, args.parallel,
+                  args.takes if args.audio else None, recipe)
+        print_report(out, str(ws), recipe)
     if args.json:
         args.json.write_text(json.dumps(out, indent=1, default=str))
     return 0

@@ -202,15 +202,18 @@ def grid_fields(task: str, n_mels: int, key: str, carried: dict) -> tuple[int, d
 def run_fields(info, task: str, key: str, carried: dict) -> dict:
     """New run's audio fields: features, grid, masking, model (and the frame task's target); the
     widgets' defaults are ``carried`` (a partial run config, from the URL), else the task's proposals
-    (:data:`TASK_MASKING`). Returns the partial config dict."""
+    (:data:`TASK_MASKING`). Returns the partial config dict. The ``paired`` task (audio-text pairs:
+    each clip's spectrogram with its transcript or class word) takes the paired view's fields
+    (:func:`app.modalities.paired.run_fields`)."""
     from app.components.masks import masking_controls
     from engine.models import get_model_spec
     from engine.tasks import get_task
 
+    if task == "paired":
+        from app.modalities import paired
+
+        return paired.run_fields(info, task, key, carried)
     arch = get_task(task).archs[0]
-    st.caption(f"Audio-text pairs (task `paired`: each clip's spectrogram with its transcript or class word) start "
-               f"from the command line for now: `python -m engine run configs/paired-audio-fsdd.yaml --set "
-               f"data.dataset={info.name}`; their runs show here like any other.")
     audio = feature_fields(key, carried)
     patch, task_params = grid_fields(task, audio["n_mels"], key, carried)
     with st.container(border=True):
@@ -265,7 +268,13 @@ def _range(spec: np.ndarray, real: np.ndarray) -> tuple[float, float]:
 
 
 def mask_preview(cfg, info) -> None:
-    """The run's fixed validation clips (chosen class by class) with the masks it uses for its samples."""
+    """The run's fixed validation clips (chosen class by class) with the masks it uses for its
+    samples; for the ``paired`` task with their texts (:func:`app.modalities.paired.mask_preview`)."""
+    if cfg.task == "paired":
+        from app.modalities import paired
+
+        paired.mask_preview(cfg, info)
+        return
     pv = guarded(_preview, json.dumps(cfg.to_dict(), sort_keys=True), info.created_at, N_PREVIEW)
     if pv is None:
         return
@@ -394,7 +403,8 @@ def compare_view(samples: dict, n: int = 4) -> list[tuple[str, np.ndarray]]:
 
 def lab_controls(info, carried: dict, key: str) -> dict:
     """Mask lab's audio controls: the task (which grid), features, grid and masking (``carried``: a
-    partial run config of defaults, from the URL)."""
+    partial run config of defaults, from the URL); for the ``paired`` task the paired view's
+    (:func:`app.modalities.paired.lab_controls`: text source, spectrogram and text masks)."""
     from app.components.masks import masking_controls
     from engine.tasks import tasks_for
 
@@ -402,6 +412,10 @@ def lab_controls(info, carried: dict, key: str) -> dict:
     task = st.selectbox("Task", tasks, key=f"{key}_task", index=index_of(tasks, carried.get("task")))
     if carried.get("task", task) != task:
         carried = {}  # another task than the URL's: its proposals
+    if task == "paired":
+        from app.modalities import paired
+
+        return paired.lab_controls(info, carried, key)
     audio = feature_fields(key, carried)
     patch, task_params = grid_fields(task, audio["n_mels"], key, carried)
     defaults = carried.get("masking") or TASK_MASKING.get(task, {})
@@ -425,9 +439,15 @@ def _lab_stats(cfg_json: str, version: str, n: int):
 
 
 def lab_results(cfg, info, n: int) -> None:
-    """Mask lab's audio results: the run's masks on real spectrograms, then batch statistics."""
+    """Mask lab's audio results: the run's masks on real spectrograms, then batch statistics; for the
+    ``paired`` task both masks on clips with their texts (:func:`app.modalities.paired.lab_results`)."""
     from app.components.masks import lab_statistics
 
+    if cfg.task == "paired":
+        from app.modalities import paired
+
+        paired.lab_results(cfg, info, n)
+        return
     st.subheader("Masks on real spectrograms")
     mask_preview(cfg, info)
     st.subheader("Statistics")

@@ -137,15 +137,21 @@ DEFAULT_MASKING = {"strategy": "random", "ratio": 0.75}
 PROPOSED_GRID = 4
 
 
-def masking_fields(info, key: str, carried: dict) -> dict | None:
-    """The two masks (image patches: ``masking``; caption tokens: ``task_params.text_*``), the
-    patch size, the cross-modal completion shares and the caption tokenizer, as a partial run
-    config (None when no strategy is registered). ``carried``: a partial run config of defaults."""
+#: Spectrogram patch sides New run offers for audio-text pairs (square: mel bins x frames), the proposal first.
+AUDIO_PATCHES = (8, 4, 16, 2)
+#: Tokenizer proposed for a class word (one or two tokens): configs/paired-audio-fsdd.yaml's.
+WORD_TOKENIZER = {"vocab_size": 200, "max_len": 8}
+#: How New run names an audio dataset's text sources (``task_params.text_source``).
+TEXT_SOURCES = {"text": "the clip's transcript", "digit_word": "the class as a word (a digit spelt: 7 -> seven)",
+                "label": "the class name as it is"}
+
+
+def _image_half(info, key: str, carried: dict) -> tuple[dict | None, int, dict, dict]:
+    """The image patches' box: ``(masking, patch size, data fields, task params)``."""
     from app.components.masks import masking_controls, patch_label, patch_sizes
-    from engine.tasks.paired import DEFAULT_PATCH, DEFAULT_TOKENIZER, PairedParams
+    from engine.tasks.paired import DEFAULT_PATCH
 
     c, h, w = info.image_shape
-    prm = {**PairedParams().model_dump(), **(carried.get("task_params") or {})}
     with st.container(border=True):
         st.markdown("**Image patches**")
         masking = masking_controls("image", 2, f"{key}_img", carried.get("masking") or DEFAULT_MASKING)
@@ -154,25 +160,87 @@ def masking_fields(info, key: str, carried: dict) -> dict | None:
         patch = st.selectbox("Patch size", sizes, key=f"{key}_patch_{h}x{w}",
                              index=index_of(sizes, dig(carried, "model.patch_size", proposed)),
                              format_func=lambda p: patch_label(p, h, w))
+    return masking, int(patch), {}, {}
+
+
+@st.cache_data(max_entries=16, ttl=600, show_spinner=False)
+def _text_sources(name: str, version: str) -> dict[str, int]:
+    """:func:`engine.tasks.paired_audio.text_sources` of audio dataset ``name`` (``version``: cache key)."""
+    from engine.data import load_dataset
+    from engine.tasks.paired_audio import text_sources
+
+    return text_sources(load_dataset(name))
+
+
+def _audio_half(info, key: str, carried: dict) -> tuple[dict | None, int, dict, dict]:
+    """An audio dataset's text source and spectrogram patches' box (features as the audio tasks'
+    :func:`app.modalities.audio.feature_fields`, square patches, a 2-D audio strategy):
+    ``(masking, patch size, data fields, task params)``; masking None when no source gives a text
+    (said in words)."""
+    from app.components.masks import masking_controls
+    from app.modalities.audio import feature_fields
+
+    sources = guarded(_text_sources, info.name, info.created_at)
+    if sources is None:
+        return None, 0, {}, {}
+    if not sources:
+        st.error(f"**{info.name}** has no text to pair with its clips: no transcripts and no class name that is a "
+                 "word. Import it again with a transcript column (`--text-column`, or the Data page's text column) "
+                 "or with labels that are the spoken words, then pair it here.")
+        return None, 0, {}, {}
+    names = list(sources)
+    source = st.selectbox("Text of each clip", names, key=f"{key}_source",
+                          index=index_of(names, dig(carried, "task_params.text_source")),
+                          format_func=lambda s: f"{TEXT_SOURCES.get(s, s)}  ({sources.get(s, 0):,} train clips)",
+                          help="task_params.text_source: what each clip is paired with; clips without one take no part")
     with st.container(border=True):
-        st.markdown("**Caption tokens**")
+        st.markdown("**Spectrogram patches**")
+        audio = feature_fields(key, carried)
+        sizes = [p for p in AUDIO_PATCHES if audio["n_mels"] % p == 0] or [1]
+        patch = st.selectbox("Patch: mel bins x frames", sizes, key=f"{key}_spatch_{audio['n_mels']}",
+                             index=index_of(sizes, dig(carried, "model.patch_size")),
+                             format_func=lambda p: f"{p}x{p}")
+        masking = masking_controls("audio", 2, f"{key}_spec", carried.get("masking") or DEFAULT_MASKING)
+    return masking, int(patch), {"audio": audio}, {"text_source": source}
+
+
+def masking_fields(info, key: str, carried: dict) -> dict | None:
+    """The two masks (image or spectrogram patches: ``masking``; caption tokens:
+    ``task_params.text_*``), the patch size, the cross-modal completion shares and the caption
+    tokenizer, as a partial run config (masking None when no strategy is registered or, for an
+    audio dataset, no text source gives a text). ``info`` is a paired dataset's, or an audio
+    dataset's (audio-text pairs: :func:`_audio_half`, with ``data.audio`` and
+    ``task_params.text_source``). ``carried``: a partial run config of defaults."""
+    from app.components.masks import masking_controls
+    from engine.tasks.paired import DEFAULT_TOKENIZER, PairedParams
+
+    audio = info.modality == "audio"
+    masking, patch, data, first_params = (_audio_half if audio else _image_half)(info, key, carried)
+    if audio and not first_params:  # no text to pair with (said above)
+        return None
+    prm = {**PairedParams().model_dump(), **(carried.get("task_params") or {})}
+    words = audio and first_params.get("text_source") != "text"
+    with st.container(border=True):
+        st.markdown("**Text tokens**" if audio else "**Caption tokens**")
         text = masking_controls("text", 1, f"{key}_txt", {"strategy": prm["text_strategy"], "ratio": prm["text_ratio"],
                                                           "params": prm["text_params"]})
-        tokenizer = tokenizer_fields(key, {"data": {"tokenizer": {**DEFAULT_TOKENIZER,
+        tokenizer = tokenizer_fields(key, {"data": {"tokenizer": {**(WORD_TOKENIZER if words else DEFAULT_TOKENIZER),
                                                                   **(dig(carried, "data.tokenizer") or {})}}})
+    other = "audio" if audio else "image"
     with st.container(border=True):
         st.markdown("**Cross-modal completion** (shares of the training pairs)")
         a, b = st.columns(2)
-        cap = a.slider("Whole caption hidden", 0.0, 1.0, float(prm["caption_completion"]), 0.05, key=f"{key}_capc",
-                       help="predicted from the image alone (M3AE's caption completion)")
-        img = b.slider("Whole image hidden", 0.0, 1.0, float(prm["image_completion"]), 0.05, key=f"{key}_imgc",
-                       help="reconstructed from the caption alone")
+        text_word = "text" if audio else "caption"
+        cap = a.slider(f"Whole {text_word} hidden", 0.0, 1.0, float(prm["caption_completion"]), 0.05, key=f"{key}_capc",
+                       help=f"predicted from the {other} alone (M3AE's caption completion)")
+        img = b.slider(f"Whole {'spectrogram' if audio else 'image'} hidden", 0.0, 1.0, float(prm["image_completion"]),
+                       0.05, key=f"{key}_imgc", help=f"reconstructed from the {text_word} alone")
     if masking is None or text is None:
         return None
-    task_params = {"text_strategy": text["strategy"], "text_ratio": text["ratio"], "text_params": text["params"],
-                   "caption_completion": cap, "image_completion": img}
-    return {"task": "paired", "masking": masking, "model": {"patch_size": int(patch)},
-            "data": {"tokenizer": tokenizer}, "task_params": task_params}
+    task_params = {**first_params, "text_strategy": text["strategy"], "text_ratio": text["ratio"],
+                   "text_params": text["params"], "caption_completion": cap, "image_completion": img}
+    return {"task": "paired", "masking": masking, "model": {"patch_size": patch},
+            "data": {"tokenizer": tokenizer, **data}, "task_params": task_params}
 
 
 #: How New run names the paired task's architectures (:attr:`engine.tasks.paired.PairedTask.archs`).
@@ -207,7 +275,7 @@ def run_fields(info, task: str, key: str, carried: dict) -> dict:
     preset = st.selectbox("Model preset", names, index=index_of(names, dig(carried, "model.preset"), index_of(names, "tiny")),
                           key=f"{key}_preset_{arch}", format_func=lambda k: preset_label(k, presets[k]))
     out["model"] = {"arch": arch, "preset": preset, **out["model"]}
-    out["objective"] = objective_fields(key, carried)
+    out["objective"] = objective_fields(key, carried, info.modality == "audio")
     return out
 
 
@@ -220,11 +288,12 @@ OBJECTIVE_WIDGETS = (
 )
 
 
-def objective_fields(key: str, carried: dict) -> dict:
+def objective_fields(key: str, carried: dict, audio: bool = False) -> dict:
     """The weights of the paired objective's three terms (:data:`engine.tasks.paired.DEFAULT_TERMS`
     unless the carried config has ``objective.terms``); a weight of 0 leaves its term out. Returns
     the ``objective`` config section, ``{"terms": [{"loss", "weight"}, ...]}``; with every weight at
-    0 it keeps them all at 0, which the config refuses in words (Launch stays disabled)."""
+    0 it keeps them all at 0, which the config refuses in words (Launch stays disabled). ``audio``:
+    audio-text pairs (the first term is then the spectrogram's MSE)."""
     from engine.tasks.paired import DEFAULT_TERMS
 
     given = dig(carried, "objective.terms")
@@ -235,6 +304,8 @@ def objective_fields(key: str, carried: dict) -> dict:
         cols = st.columns(len(OBJECTIVE_WIDGETS))
     terms = []
     for col, (name, label, hlp) in zip(cols, OBJECTIVE_WIDGETS):
+        if audio and name == "mse":
+            label, hlp = "Spectrogram MSE", "mean squared error on the hidden spectrogram patches (normalised log-mel)"
         w = col.number_input(label, min_value=0.0, max_value=100.0, step=0.05, format="%g", help=hlp,
                              value=number(weights.get(name), 0.0, 0.0, 100.0), key=f"{key}_w_{name}")
         if w > 0:
@@ -260,15 +331,29 @@ def mask_preview(cfg, info, n: int = N_PREVIEW) -> None:
     if pv is None:
         return
     prm = cfg.task_params
-    st.caption(f"The {len(pv.captions)} fixed validation pairs of **{info.name}** (chosen class by class) with the "
-               f"masks this run uses for its samples: image {cfg.masking.strategy} at {cfg.masking.ratio:g} "
-               f"({int(pv.image_mask[0].sum())} of {pv.image_mask[0].size} patches in the first image), caption "
-               f"{prm.get('text_strategy')} at {prm.get('text_ratio', 0):g} ({int(pv.text_mask.sum())} of "
-               f"{int(pv.eligible.sum())} tokens, highlighted; every caption hides one at least).")
+    audio = pv.real is not None
+    first = (f"spectrogram {cfg.masking.strategy} at {cfg.masking.ratio:g} ({int(pv.image_mask[0].sum())} of "
+             f"{pv.image_mask[0].size} patches of {cfg.model.patch_size}x{cfg.model.patch_size} mel bins x frames in "
+             "the first clip, greyed; silence padding dark, never hidden)") if audio else \
+        (f"image {cfg.masking.strategy} at {cfg.masking.ratio:g} ({int(pv.image_mask[0].sum())} of "
+         f"{pv.image_mask[0].size} patches in the first image)")  # fmt: skip
+    st.caption(f"The {len(pv.captions)} fixed validation {'clips' if audio else 'pairs'} of **{info.name}** (chosen "
+               f"class by class) with the masks this run uses for its samples: {first}, "
+               f"{'text' if audio else 'caption'} {prm.get('text_strategy')} at {prm.get('text_ratio', 0):g} "
+               f"({int(pv.text_mask.sum())} of {int(pv.eligible.sum())} tokens, highlighted; every "
+               f"{'text' if audio else 'caption'} hides one at least).")
     classes = _class_names(info.class_names, pv.labels)
-    pair_cards([("original", chw_to_hwc_uint8(pv.images)), ("masked", mask_overlay(pv.images, pv.image_mask))],
-               [[("caption · " + html.escape(classes[i]), sentence_html(pv.tokens[i], pv.text_mask[i]))]
-                for i in range(len(pv.captions))], stacked=True)
+    if audio:
+        from app.modalities.audio import spec_image
+
+        spec = pv.images[:, 0]
+        views = [("spectrogram", np.stack([spec_image(spec[i], pv.real[i], scale=2) for i in range(len(spec))])),
+                 ("masked", np.stack([spec_image(spec[i], pv.real[i], pv.cells[i] & pv.real[i][None], scale=2)
+                                      for i in range(len(spec))]))]
+    else:
+        views = [("original", chw_to_hwc_uint8(pv.images)), ("masked", mask_overlay(pv.images, pv.image_mask))]
+    pair_cards(views, [[(f"{'text' if audio else 'caption'} · " + html.escape(classes[i]),
+                         sentence_html(pv.tokens[i], pv.text_mask[i]))] for i in range(len(pv.captions))], stacked=True)
 
 
 def lab_controls(info, carried: dict, key: str) -> dict:
@@ -279,32 +364,55 @@ def lab_controls(info, carried: dict, key: str) -> dict:
 
 def lab_results(cfg, info, n: int) -> None:
     """Mask lab's paired results: both masks on real pairs, then the image masks' batch statistics
-    (as image datasets show them)."""
-    st.subheader("Masks on real pairs")
+    (as image datasets show them; audio-text pairs: the spectrogram masks' as audio datasets show
+    them, :func:`spectrogram_stats_section`), then the caption masks'."""
+    audio = info.modality == "audio"
+    st.subheader("Masks on real clips and their texts" if audio else "Masks on real pairs")
     mask_preview(cfg, info)
-    st.subheader("Statistics of the image masks")
-    image_ui.mask_stats_section(cfg, info, n)
-    st.subheader("Statistics of the caption masks")
+    if audio:
+        st.subheader("Statistics of the spectrogram masks")
+        spectrogram_stats_section(cfg, info, n)
+    else:
+        st.subheader("Statistics of the image masks")
+        image_ui.mask_stats_section(cfg, info, n)
+    st.subheader(f"Statistics of the {'text' if audio else 'caption'} masks")
     caption_stats_section(cfg, info, n)
 
 
+def spectrogram_stats_section(cfg, info, n: int) -> None:
+    """Statistics of the spectrogram masks of audio-text pairs over ``n`` real train clips of
+    ``info``: the paired task draws them as ``audio_mae`` draws its own on a grid of square patches
+    (:func:`engine.tasks.audio.draw_masks` over each clip's first window, from ``train.seed``), so
+    the audio lab's statistics (:func:`app.modalities.audio._lab_stats`) run on that ``audio_mae``
+    config with ``patch_frames`` = ``model.patch_size``."""
+    from app.components.masks import lab_statistics
+    from app.modalities.audio import _lab_stats
+
+    p = cfg.model.patch_size
+    audio = {"audio": cfg.data.audio.model_dump()} if cfg.data.audio is not None else {}
+    spec_cfg = {"task": "audio_mae", "data": {"dataset": cfg.data.dataset, **audio},
+                "masking": cfg.masking.model_dump(mode="json"), "model": {"patch_size": p},
+                "task_params": {"patch_frames": p}, "train": {"seed": cfg.train.seed}}
+    res = guarded(_lab_stats, json.dumps(spec_cfg, sort_keys=True), info.created_at, int(n))
+    lab_statistics(res, lambda stats: f"{stats.batch_size} spectrogram masks over the first windows of real train "
+                   f"clips of **{info.name}** (chosen class by class; the ratio is over the patches that hold frames; "
+                   "masks/s includes computing the log-mel and voiced frames).")
+
+
 def caption_stats_section(cfg, info, n: int) -> None:
-    """Statistics of the caption masks over ``n`` real train captions of ``info``, drawn as Mask lab
-    draws a text run's: the paired task draws its caption masks exactly as ``text_mlm`` draws its
-    token masks (``task_params.text_*`` in place of ``masking``, from ``train.seed``, one hidden
-    token at least: :func:`engine.tasks.paired.vis_masks`), so the text lab's statistics
-    (:func:`app.modalities.text._lab_stats`) run on that text config with the run's tokenizer."""
+    """Statistics of the caption masks over ``n`` real train captions (or clip texts) of ``info``,
+    drawn as Mask lab draws a text run's: the paired task draws its caption masks exactly as
+    ``text_mlm`` draws its token masks (``task_params.text_*`` in place of ``masking``, from
+    ``train.seed``, one hidden token at least: :func:`engine.tasks.paired.caption_train_masks`), so
+    the text lab's statistics (:func:`app.modalities.text._lab_stats`) run on the paired config."""
     from app.components.masks import lab_statistics
     from app.modalities.text import _lab_stats
 
-    prm = cfg.task_params
-    text_cfg = {"task": "text_mlm", "data": {"dataset": cfg.data.dataset, "tokenizer": cfg.data.tokenizer.model_dump()},
-                "masking": {"strategy": prm["text_strategy"], "ratio": prm["text_ratio"], "params": prm["text_params"]},
-                "train": {"seed": cfg.train.seed}}
-    res = guarded(_lab_stats, json.dumps(text_cfg, sort_keys=True), info.created_at, int(n))
+    res = guarded(_lab_stats, json.dumps(cfg.to_dict(), sort_keys=True), info.created_at, int(n))
     if res is not None and res[2]:  # the caption's fields, as New run names them
         res = (*res[:2], res[2].replace("masking.ratio", "task_params.text_ratio").replace("masking.params", "task_params.text_params"))
-    lab_statistics(res, lambda stats: f"{stats.batch_size} caption masks over real train captions of **{info.name}** "
+    what = "clip texts" if info.modality == "audio" else "captions"
+    lab_statistics(res, lambda stats: f"{stats.batch_size} caption masks over real train {what} of **{info.name}** "
                    "(ratio over the maskable tokens; masks/s includes tokenising the batch).")
 
 

@@ -392,9 +392,14 @@ def _lab_stats(cfg_json: str, version: str, n: int):
     from engine.tasks.text import train_masks
 
     cfg = RunConfig.from_dict(json.loads(cfg_json))
-    mask, eligible = train_masks(cfg, n)
-    rate = masks_per_second(lambda: train_masks(cfg, n)[0], min_time=0.2, warmup=False)
-    return mask_stats(mask, eligible), rate, masking_problem(cfg.masking, mask, unit="tokens", eligible=eligible)
+    masking, draw = cfg.masking, lambda: train_masks(cfg, n)
+    if cfg.task == "paired":  # its caption masks (task_params.text_*), over its captions or clip texts
+        from engine.tasks.paired import PairedParams, caption_train_masks
+
+        masking, draw = PairedParams(**cfg.task_params).text_masking(), lambda: caption_train_masks(cfg, n)
+    mask, eligible = draw()
+    rate = masks_per_second(lambda: draw()[0], min_time=0.2, warmup=False)
+    return mask_stats(mask, eligible), rate, masking_problem(masking, mask, unit="tokens", eligible=eligible)
 
 
 def lab_results(cfg, info, n: int) -> None:

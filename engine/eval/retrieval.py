@@ -19,6 +19,9 @@ import numpy as np
 KS = (1, 5, 10)
 #: The CCA baseline's sizes: PCA components of the pixels, TF-IDF terms, canonical components.
 CCA_PCA, CCA_TFIDF_TERMS, CCA_COMPONENTS = 64, 2000, 16
+#: TF-IDF words of one character too (scikit-learn's default drops them): an audio clip's class
+#: name ``"7"`` is its whole text. Image captions keep scikit-learn's default (None here).
+ONE_CHAR_WORDS = r"(?u)\b\w+\b"
 
 
 def relevance(captions: Sequence[str]) -> np.ndarray:
@@ -54,11 +57,14 @@ def chance_recall(captions: Sequence[str], ks: Sequence[int] = KS) -> dict[int, 
 
 
 def cca_embeddings(train_pixels: np.ndarray, train_captions: list[str], val_pixels: np.ndarray,
-                   val_captions: list[str], seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+                   val_captions: list[str], seed: int = 0,
+                   token_pattern: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The classical baseline's embeddings of the val pairs: pixels ``[N, C*H*W]`` in [0, 1] reduced
     by PCA (:data:`CCA_PCA` components), captions as TF-IDF vectors (words, sublinear tf, at most
     :data:`CCA_TFIDF_TERMS` terms), both fitted on train, then scikit-learn's CCA
     (:data:`CCA_COMPONENTS` components, fitted on train) projects each side to the shared space.
+    ``token_pattern``: the TF-IDF's words (None: scikit-learn's, words of two characters or more;
+    :data:`ONE_CHAR_WORDS` for texts that may be one character).
 
     Returns:
         ``(image [N_val, K], text [N_val, K])``; rank by cosine similarity.
@@ -69,7 +75,8 @@ def cca_embeddings(train_pixels: np.ndarray, train_captions: list[str], val_pixe
 
     n_pca = min(CCA_PCA, len(train_pixels) - 1, train_pixels.shape[1])
     pca = PCA(n_components=n_pca, random_state=seed).fit(train_pixels)
-    vec = TfidfVectorizer(sublinear_tf=True, max_features=CCA_TFIDF_TERMS).fit(train_captions)
+    words = {} if token_pattern is None else {"token_pattern": token_pattern}
+    vec = TfidfVectorizer(sublinear_tf=True, max_features=CCA_TFIDF_TERMS, **words).fit(train_captions)
     xt, yt = pca.transform(train_pixels), vec.transform(train_captions).toarray()
     k = min(CCA_COMPONENTS, n_pca, yt.shape[1])
     cca = CCA(n_components=k, max_iter=1000).fit(xt, yt)

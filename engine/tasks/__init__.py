@@ -58,9 +58,10 @@ def get_task(name: str) -> type[Task]:
 
 
 def tasks_for(modality: str) -> list[str]:
-    """Names of the registered tasks that train on datasets of ``modality``, in registration order."""
+    """Names of the registered tasks that train on datasets of ``modality`` (:meth:`Task.trains_on`:
+    ``paired`` also on audio datasets), in registration order."""
     _load_plugins()
-    return [n for n, t in TASK_REGISTRY.items() if t.modality == modality]
+    return [n for n, t in TASK_REGISTRY.items() if t.trains_on(modality)]
 
 
 def build_task(cfg, device: torch.device | str = "cpu", workspace=None) -> Task:

@@ -365,7 +365,7 @@ class PairedTask(Task):
     def baselines(self) -> dict[str, float]:
         """Trivial and classical predictors on the same val pairs and masks (module docstring)."""
         from engine.eval.image_baselines import masked_pixel_sse, mean_image_patches, visible_mean_patches
-        from engine.eval.retrieval import KS, cca_embeddings, chance_recall, retrieval_figures
+        from engine.eval.retrieval import KS, ONE_CHAR_WORDS, cca_embeddings, chance_recall, retrieval_figures
         from engine.eval.text_baselines import TokenBaselines
         from engine.tasks.audio import SPEC_BASELINES, spec_baseline_sse
 
@@ -402,7 +402,8 @@ class PairedTask(Task):
             out[f"baseline/chance/t2i_r{k}"] = out[f"baseline/chance/i2t_r{k}"] = chance[k]
         cca = cca_embeddings(x_ref.cpu().flatten(1).numpy(), self._ds.texts("train", limit=len(x_ref)),
                              self.x_val.cpu().flatten(1).numpy(),
-                             self.val_captions, seed=self.cfg.train.seed)
+                             self.val_captions, seed=self.cfg.train.seed,
+                             token_pattern=ONE_CHAR_WORDS if self.audio else None)  # a clip's text may be "7"
         out.update({f"baseline/cca/{k}": v for k, v in retrieval_figures(*cca, self.val_captions).items()})
         return out
 
@@ -468,8 +469,11 @@ class PairedTask(Task):
         """The pixels in [0, 1] next to the caption's TF-IDF (fitted on train), ``X float32 [N, C*H*W + V]``."""
         from sklearn.feature_extraction.text import TfidfVectorizer
 
+        from engine.eval.retrieval import ONE_CHAR_WORDS
+
         texts = {s: self._ds.texts(s, limit=max_rows) for s in ("train", "val")}
-        vec = TfidfVectorizer(sublinear_tf=True, max_features=5000).fit(texts["train"])
+        words = {"token_pattern": ONE_CHAR_WORDS} if self.audio else {}  # a clip's text may be "7"
+        vec = TfidfVectorizer(sublinear_tf=True, max_features=5000, **words).fit(texts["train"])
         out = []
         for s in ("train", "val"):
             x, y = self._ds.tensors(s, limit=max_rows)
@@ -515,6 +519,10 @@ class PairedPreview:
         images: float32 ``[N, C, H, W]`` in [0, 1]; image_mask: bool ``[N, h, w]``.
         captions: the ``N`` captions; tokens: ``[N, L_t]`` strings (``""`` at padding);
         text_mask, eligible: bool ``[N, L_t]``; labels: int64 ``[N]``.
+        real, cells: audio-text pairs only (None otherwise): ``images`` is then the clips'
+            normalised log-mel ``[N, 1, F, T]``, ``real`` bool ``[N, T]`` the frames of each clip
+            (False = silence padding) and ``cells`` bool ``[N, F, T]`` the mel bins x frames the
+            spectrogram mask hides.
     """
 
     images: np.ndarray
@@ -524,6 +532,8 @@ class PairedPreview:
     text_mask: np.ndarray
     eligible: np.ndarray
     labels: np.ndarray
+    real: np.ndarray | None = None
+    cells: np.ndarray | None = None
 
 
 def preview(cfg: RunConfig, n: int, workspace=None) -> PairedPreview:
@@ -545,8 +555,30 @@ def preview(cfg: RunConfig, n: int, workspace=None) -> PairedPreview:
     rows = _text_rows(tok.encode_batch(captions, max_len=cfg.data.tokenizer.max_len), torch.arange(len(pick)))
     images = ds.rows_tensors(pool[pick])[0]
     img, txt = vis_masks(cfg, images, rows, ds, pool[pick])
+    real = cells = None
+    if isinstance(ds, AudioTextPairs):
+        real, cells = ds.window(pool[pick]).real.numpy(), ds.grid.cells(img).numpy()
     return PairedPreview(images.numpy(), img.numpy(), captions, token_strings(tok, rows["ids"]), txt.numpy(),
-                         rows["eligible"].numpy(), y[pick].astype(np.int64))
+                         rows["eligible"].numpy(), y[pick].astype(np.int64), real, cells)
+
+
+def caption_train_masks(cfg: RunConfig, n: int, workspace=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The caption masks of paired config ``cfg`` over ``n`` train captions (or clip texts) for
+    Mask lab's statistics: drawn as ``text_mlm`` draws its token masks
+    (:func:`engine.tasks.text.train_masks` with ``task_params.text_*`` as the masking), which is how
+    the paired task draws them, with the run's caption tokenizer.
+
+    Returns:
+        ``(mask [n, L_t] bool, eligible [n, L_t] bool)``.
+
+    Raises:
+        DatasetError, ConfigError: as :func:`preview`.
+    """
+    from engine.data import load_dataset
+    from engine.tasks.text import train_masks
+
+    text_cfg = cfg.model_copy(update={"masking": PairedParams(**cfg.task_params).text_masking()})
+    return train_masks(text_cfg, n, workspace, ds=pairs_of(cfg, load_dataset(cfg.data.dataset, workspace)))
 
 
 # --- retrieval box (Run detail) -----------------------------------------------------------------

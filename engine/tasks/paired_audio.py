@@ -33,6 +33,7 @@ import torch
 
 from engine.audio.features import ClipFeatures, Window
 from engine.config import AudioConfig, RunConfig
+from engine.data.audio import UNLABELED  # the class of clips imported without a label: not a word of the clip
 from engine.errors import ConfigError
 from engine.tasks.audio import Grid, draw_masks, first_windows, spec_and_grid
 
@@ -42,9 +43,30 @@ DIGIT_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "e
 
 def label_text(name: str, source: TextSource) -> str:
     """The text of a clip of class ``name`` under ``source`` ``label`` (the name) or ``digit_word``
-    (a single digit spelt in English, any other name as it is)."""
+    (a single digit spelt in English, any other name as it is); ``""`` (no text) for the class of
+    clips imported without a label (:data:`UNLABELED`)."""
     s = name.strip()
+    if s == UNLABELED:
+        return ""
     return DIGIT_WORDS[int(s)] if source == "digit_word" and len(s) == 1 and s.isdigit() else s
+
+
+def text_sources(ds) -> dict[str, int]:
+    """The ``task_params.text_source`` values that give a text to at least one train clip of the
+    audio dataset ``ds``, each with that number of train clips, in the order New run proposes them:
+    ``text`` (transcripts) when the dataset has some, ``digit_word`` when a class name is a single
+    digit, ``label`` when a class name is not :data:`UNLABELED`. Empty: no source gives a text."""
+    train = np.asarray(ds.split) == 0
+    out = {}
+    for source in ("text", "digit_word", "label"):
+        if source == "text" and ds.text_bytes is None:
+            continue
+        if source == "digit_word" and not any(len(n.strip()) == 1 and n.strip().isdigit() for n in ds.info.class_names):
+            continue
+        n = sum(1 for t, tr in zip(clip_texts(ds, source), train) if t and tr)
+        if n:
+            out[source] = n
+    return out
 
 
 def clip_texts(ds, source: TextSource) -> list[str]:

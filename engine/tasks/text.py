@@ -160,16 +160,18 @@ def vis_rows(val_labels: np.ndarray, n: int) -> np.ndarray:
     return representative(np.asarray(val_labels)[:EVAL_MAX_ROWS], n)
 
 
-def train_masks(cfg: RunConfig, n: int, workspace=None) -> tuple[torch.Tensor, torch.Tensor]:
+def train_masks(cfg: RunConfig, n: int, workspace=None, ds=None) -> tuple[torch.Tensor, torch.Tensor]:
     """Masks of ``cfg`` over ``n`` train texts (:func:`engine.data.representative`), drawn as a training batch is (from
-    ``torch.Generator().manual_seed(train.seed)``), for Mask lab's statistics.
+    ``torch.Generator().manual_seed(train.seed)``), for Mask lab's statistics. ``ds``: the texts to
+    read (anything with ``indices``, ``labels``, ``texts_at`` and ``info``, e.g. the paired task's
+    captions); default ``cfg.data.dataset``.
 
     Returns:
         ``(mask [n, L] bool, eligible [n, L] bool)``.
     """
     from engine.data import load_dataset, representative
 
-    ds = load_dataset(cfg.data.dataset, workspace)
+    ds = load_dataset(cfg.data.dataset, workspace) if ds is None else ds
     tok, _ = _TextTask.tokenizer_for(cfg, ds, workspace)
     train = ds.indices("train")
     enc = tok.encode_batch(ds.texts_at(train[representative(ds.labels[train], n)]), max_len=cfg.data.tokenizer.max_len)

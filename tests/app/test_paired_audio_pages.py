@@ -2,15 +2,21 @@
 with a transcript column (the digit's English word) and a completed 2-step ``paired`` run on them.
 Run detail shows each clip's spectrograms and players with its caption lines and answers the
 retrieval box with spectrograms; Runs, Compare, New run, Mask lab and Data open without a traceback
-and show the clip-transcript pairs."""
+and show the clip-transcript pairs. New run and Mask lab offer the ``paired`` task on an audio dataset
+(the text source: transcripts, or the class as a word), preview both masks on real clips with their
+texts, keep the fields in the URL, and New run launches a run that trains."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+from streamlit.testing.v1 import AppTest
 
 from engine.data import ImportOptions, import_source
 from engine.store import load_samples
-from tests.app.pages import captions, n_images, open_with, page_html
+from engine.tasks import get_task
+
+from tests.app.pages import ENTRY, captions, n_images, open_with, page_html
 from tests.fsdd import WORDS, subset_zip
 from tests.stamps import completed_run
 
@@ -86,7 +92,108 @@ def test_new_run_mask_lab_and_data_show_the_clips_with_their_transcripts(env):
     assert any(f"“{w}”" in c for c in captions(at) for w in WORDS)  # each preview clip with its transcript
     at = open_with("../pages/mask_lab.py", {"dataset": "spoken", "task": "audio_mae", "data.audio.n_mels": "32"})
     assert any(f"“{w}”" in c for c in captions(at) for w in WORDS)
-    # a link asking New run for the paired task on this audio dataset opens on the audio tasks it offers
+
+
+PAIRED_URL = {"dataset": "spoken", "task": "paired", "data.audio.n_mels": "32", "data.audio.clip_seconds": "0.5",
+              "model.patch_size": "4", "data.tokenizer.vocab_size": "100", "data.tokenizer.max_len": "8",
+              "train.steps": "2", "train.batch_size": "8", "train.eval_interval": "2", "train.checkpoint_interval": "2",
+              "train.warmup_steps": "0", "train.num_vis": "4"}
+
+
+def _url(at) -> dict[str, str]:
+    return {k: (v[0] if isinstance(v, list) else v) for k, v in dict(at.query_params).items()}
+
+
+def test_new_run_offers_the_paired_task_on_an_audio_dataset_and_previews_both_masks(env):
     at = open_with("../pages/new_run.py", {"dataset": "spoken", "task": "paired"})
-    assert at.selectbox(key="nr_task_audio").value in ("audio_mae", "audio_frames")
-    assert any("configs/paired-audio-fsdd.yaml --set data.dataset=spoken" in c.value for c in at.caption)
+    assert "paired" in at.selectbox(key="nr_task_audio").options and at.selectbox(key="nr_task_audio").value == "paired"
+    source = at.selectbox(key="nr_m_source")
+    assert source.options[0].startswith("the clip's transcript") and source.value == "text"  # transcripts first
+    assert len(source.options) == 3  # and the class as a word (digits 0-3), or the name as it is
+    at = open_with("../pages/new_run.py", PAIRED_URL)
+    cap = next(c.value for c in at.caption if "fixed validation clips" in c.value)
+    assert "spectrogram random at 0.75" in cap and "text random at 0.15" in cap and "4x4 mel bins x frames" in cap
+    caps = captions(at)
+    # the val clips (theo's 12), 8 of them: the spectrogram, then the same with the run's mask
+    assert caps.count("spectrogram") == 8 and caps.count("masked") == 8
+    body = page_html(at)
+    assert body.count("background:#ffd54f") >= 8  # every text hides a token at least
+    assert sum(body.count(w) for w in WORDS) >= 8  # the transcripts' words
+    assert not next(b for b in at.button if b.label == "Launch").disabled  # passes the launcher's pre-flight
+    url = _url(at)
+    assert url["task"] == "paired" and url["task_params.text_source"] == "text" and url["data.audio.n_mels"] == "32"
+    assert url["model.arch"] == get_task("paired").archs[0] and url["model.patch_size"] == "4"  # the default arch
+
+
+def test_new_run_keeps_the_text_source_in_the_url_and_launches_a_run_that_trains(env):
+    import time
+
+    from engine.launcher import cancel
+    from engine.store import get_run, list_runs
+
+    ws, _ = env
+    at = open_with("../pages/new_run.py", {**PAIRED_URL, "task_params.text_source": "digit_word",
+                                           "masking.ratio": "0.5", "name": "audio-text from new run"})
+    assert at.selectbox(key="nr_m_source").value == "digit_word"
+    cap = next(c.value for c in at.caption if "fixed validation clips" in c.value)
+    assert "spectrogram random at 0.5" in cap
+    at.selectbox(key="nr_m_source").set_value("label").run()  # the class name as it is: "0" .. "3"
+    assert not at.exception and _url(at)["task_params.text_source"] == "label"
+    reopened = open_with("../pages/new_run.py", _url(at))  # a reload: the URL reopens the same form
+    assert reopened.selectbox(key="nr_m_source").value == "label"
+    assert _url(reopened)["masking.ratio"] == "0.5"
+    before = {r.run_id for r in list_runs(ws)}
+    next(b for b in reopened.button if b.label == "Launch").click().run()
+    assert not reopened.exception and not reopened.error, [e.value for e in reopened.error]
+    (run_id,) = {r.run_id for r in list_runs(ws)} - before
+    try:
+        deadline = time.time() + 300
+        while get_run(run_id, ws).is_active and time.time() < deadline:
+            time.sleep(0.5)
+        rec = get_run(run_id, ws)
+        assert rec.status == "completed", rec.error
+        c = rec.config
+        assert c["task"] == "paired" and c["task_params"]["text_source"] == "label" and c["masking"]["ratio"] == 0.5
+        assert c["data"]["audio"]["n_mels"] == 32 and rec.step == 2
+        assert np.isfinite(rec.latest["val_t2i_r5"]) and np.isfinite(rec.latest["val_mse"])
+        assert load_samples(run_id, workspace=ws).meta["captions"][0] in "0123"
+    finally:
+        if get_run(run_id, ws).is_active:
+            cancel(run_id, ws)
+
+
+def test_mask_lab_previews_the_joint_masks_of_an_audio_text_dataset(env):
+    at = open_with("../pages/mask_lab.py", {"dataset": "spoken", "task": "paired", "data.audio.n_mels": "32",
+                                            "data.audio.clip_seconds": "0.5", "model.patch_size": "4",
+                                            "task_params.text_source": "digit_word", "n": "16"})
+    assert at.selectbox(key="ml_task").value == "paired" and at.selectbox(key="ml_source").value == "digit_word"
+    heads = [h.value for h in at.subheader]
+    assert {"Masks on real clips and their texts", "Statistics of the spectrogram masks",
+            "Statistics of the text masks"} <= set(heads), heads
+    caps = captions(at)
+    assert caps.count("spectrogram") == 8 and caps.count("masked") == 8
+    assert sum(page_html(at).count(w) for w in WORDS) >= 8  # the digits' words
+    assert any("spectrogram masks over the first windows of real train clips of **spoken**" in c.value for c in at.caption)
+    assert any("caption masks over real train clip texts of **spoken**" in c.value for c in at.caption)
+    assert _url(at)["task_params.text_source"] == "digit_word"
+
+
+def test_an_audio_dataset_without_any_text_is_refused_in_words(env, shared_data):
+    import zipfile
+
+    ws, _ = env
+    z = ws.parent / "bare.zip"
+    with zipfile.ZipFile(z, "w") as f:  # clips at the top: no label, no transcript
+        for name in ("0_jackson_0", "1_jackson_0", "2_theo_0", "3_theo_0", "0_theo_1", "1_theo_1"):
+            f.write(shared_data / "fsdd" / "recordings" / f"{name}.wav", f"{name}.wav")
+    import_source(z, "bare", ImportOptions(sample_rate=8000, val_fraction=0.34), workspace=ws)
+    at = AppTest.from_file(str(ENTRY), default_timeout=120)
+    at.run().switch_page("../pages/new_run.py")
+    at.query_params.clear()
+    at.query_params["dataset"], at.query_params["task"] = "bare", "paired"
+    at.run()
+    assert not at.exception
+    (err,) = [e.value for e in at.error]
+    assert err.startswith("**bare** has no text to pair with its clips: no transcripts and no class name")
+    assert next(b for b in at.button if b.label == "Launch").disabled
+    assert not [c for c in at.caption if "fixed validation clips" in c.value]

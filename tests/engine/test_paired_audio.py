@@ -138,3 +138,30 @@ def test_a_short_run_logs_retrieval_caption_and_spectrogram_figures(ws, monkeypa
 def test_example_config_passes_the_preflight_on_an_imported_fsdd_subset(ws):
     cfg = load_config(REPO / "configs/paired-audio-fsdd.yaml", ["data.dataset=plain"])
     check_run(cfg, ws)
+
+
+def test_text_sources_name_what_gives_each_train_clip_a_text(ws):
+    from engine.tasks.paired_audio import text_sources
+
+    spoken, plain = load_dataset("spoken", ws), load_dataset("plain", ws)
+    n_train = int((plain.split == 0).sum())
+    assert text_sources(plain) == {"digit_word": n_train, "label": n_train}  # no transcripts
+    got = text_sources(spoken)
+    assert list(got) == ["text", "digit_word", "label"] and got["label"] == n_train
+    blank_in_train = sum(1 for i in range(len(spoken)) if not spoken.transcript(i) and spoken.split[i] == 0)
+    assert got["text"] == n_train - blank_in_train  # the clip without a transcript has no text
+    assert label_text("unlabeled", "label") == "" and label_text("unlabeled", "digit_word") == ""
+
+
+def test_a_run_paired_with_one_character_class_names_completes_with_its_cca_baseline(ws, monkeypatch):
+    """Class names "0" .. "3" as the texts: the CCA baseline's TF-IDF keeps one-character words."""
+    from engine.worker import execute_run
+
+    monkeypatch.setenv("MASKLAB_WORKSPACE", str(ws))
+    cfg = cfg_of(data={"dataset": "plain"}, task_params={"text_source": "label"})
+    check_run(cfg, ws)
+    run_id, d = create_run(cfg.to_dict(), ws)
+    assert execute_run(d) == "completed", get_run(run_id, ws).error
+    latest = get_run(run_id, ws).latest
+    assert np.isfinite(latest["baseline/cca/t2i_r5"]) and np.isfinite(latest["val_t2i_r5"])
+    assert set(load_samples(run_id, workspace=ws).meta["captions"]) <= set("0123")
