@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from app.components.quality import FIGURE_TITLES, headline_of, loss_title, quality_rows
+from app.components.quality import figure_title as table_title, headline_of, loss_title, quality_rows
 from app.components.runs import METRIC_NAMES
 
 
@@ -24,7 +24,8 @@ def figure_title(metric: str, config: dict) -> str:
     """A metric's name for people: ``val loss (MSE (masked units))``, ``top-1``, ``log-mel MSE``."""
     if metric == "val_loss":
         return f"val loss ({loss_title(config)})"
-    return METRIC_NAMES.get(metric, (FIGURE_TITLES.get(metric, metric.replace("_", " ")),))[0]
+    title = table_title(metric, config)
+    return METRIC_NAMES.get(metric, (title if title != metric else metric.replace("_", " "),))[0]
 
 
 def fmt_value(metric: str, value: float | None, better: str = "min") -> str:

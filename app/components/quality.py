@@ -42,7 +42,21 @@ def headline_of(config: dict) -> tuple[str, str]:
 
 #: Column titles of the figures tasks declare (``Task.figures``); other metrics show their own name.
 FIGURE_TITLES = {"val_mse": "pixel MSE", "val_psnr": "PSNR (dB)", "val_top1": "top-1", "val_span_acc": "span accuracy",
-                 "val_spec_mse": "log-mel MSE"}
+                 "val_spec_mse": "log-mel MSE",
+                 **{f"val_{d}_r{k}": f"{name} R@{k}" for k in (1, 5, 10)
+                    for d, name in (("t2i", "text→image"), ("i2t", "image→text"))}}
+#: The same figures of an audio-text ``paired`` run, whose "image" is a clip's log-mel spectrogram.
+AUDIO_PAIR_TITLES = {"val_mse": "log-mel MSE", **{f"val_{d}_r{k}": f"{name} R@{k}" for k in (1, 5, 10)
+                                                 for d, name in (("t2i", "text→audio"), ("i2t", "audio→text"))}}
+
+
+def figure_title(metric: str, config: dict | None) -> str:
+    """The column title of ``metric`` in a run's figure table: :data:`FIGURE_TITLES`, or for an
+    audio-text ``paired`` run (``data.audio`` set) :data:`AUDIO_PAIR_TITLES`; else the metric's key."""
+    config = config or {}
+    if config.get("task") == "paired" and (config.get("data") or {}).get("audio") and metric in AUDIO_PAIR_TITLES:
+        return AUDIO_PAIR_TITLES[metric]
+    return FIGURE_TITLES.get(metric, metric)
 
 
 def figures_of(config: dict) -> list[tuple[str, str]]:
@@ -111,7 +125,7 @@ def quality_table(rec, step: int | None = None, value: float | None = None) -> N
             continue
         best = col.idxmax() if better == "max" else col.idxmin()
         pct = better == "max" and metric != "val_psnr" and bool(col.dropna().between(0, 1).all())  # accuracies
-        title = loss_title(rec.config) if metric == "val_loss" else FIGURE_TITLES.get(metric, metric)
+        title = loss_title(rec.config) if metric == "val_loss" else figure_title(metric, rec.config)
         shown[f"{title} {'↓' if better == 'min' else '↑'}"] = [
             "–" if pd.isna(v) else _fmt(metric, v, pct) + (" ★" if i == best else "") for i, v in col.items()]
         base = col.iloc[1:]

@@ -111,6 +111,8 @@ def test_run_detail_shows_the_joint_reconstruction_and_answers_retrieval(env):
     ws, run_id = env
     at = open_with("../pages/run_detail.py", {"run": run_id})
     assert any(h.value == "Joint reconstructions of validation pairs" for h in at.subheader)
+    figures = next(d.value for d in at.dataframe if "predictor" in d.value.columns)  # the figure table
+    assert {"pixel MSE ↓", "text→image R@5 ↑", "image→text R@5 ↑"} <= set(figures.columns), list(figures.columns)
     body = page_html(at)
     for label in ("masked · reconstruction · original", "masked caption", "model's tokens",
                   "caption from the image alone"):
