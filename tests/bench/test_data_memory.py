@@ -1,7 +1,12 @@
-"""bench/data_memory.py, scaled down: random-pixel image sets of 50 MB and 200 MB, registered in
+"""bench/data_memory.py, scaled down: random-pixel image sets of 50 MB and 500 MB, registered in
 the memory-mapped format and trained a few steps in a worker subprocess each; the larger set's
-peak private memory (RssAnon high-water) stays within 10% of the smaller one's, and the bench
-deletes its files."""
+peak private memory (RssAnon high-water) grows by less than a quarter of the 450 MB the data grows
+by (a worker that held the set in memory would grow by all of it), and the bench deletes its files.
+
+Why a margin on the data's growth and not a ratio of the two peaks: a worker's peak private memory
+moves by up to about 65 MiB between runs of the same set (550 to 611 MiB measured on the 200 MB set
+of an earlier version of this test, whose "within 10% of the smaller set's peak" failed once in CI on
+that noise alone)."""
 
 from __future__ import annotations
 
@@ -14,10 +19,11 @@ from tests.bench import load_bench
 def test_peak_memory_grows_with_the_batch_not_with_the_dataset(tmp_path, monkeypatch):
     bench = load_bench("data_memory")
     monkeypatch.setenv("MASKLAB_AUTO_EVAL", "0")
-    rows = bench.measure([50, 200], steps=3, batch=64, root=tmp_path)
+    rows = bench.measure([50, 500], steps=3, batch=64, root=tmp_path)
     small, large = rows
-    assert (small["rows"], large["rows"]) == (50_000_000 // 3072, 200_000_000 // 3072)  # 32x32x3 images
-    assert large["disk_bytes"] > 3.9 * small["disk_bytes"]
+    assert (small["rows"], large["rows"]) == (50_000_000 // 3072, 500_000_000 // 3072)  # 32x32x3 images
+    assert large["disk_bytes"] > 9.9 * small["disk_bytes"]
     assert all(r["status"] == "completed" for r in rows)
-    assert large["peak_mem_bytes"] <= 1.10 * small["peak_mem_bytes"], rows
+    grown = large["disk_bytes"] - small["disk_bytes"]
+    assert large["peak_mem_bytes"] - small["peak_mem_bytes"] < 0.25 * grown, rows
     assert list(tmp_path.iterdir()) == []  # the generated datasets are deleted
