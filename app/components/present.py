@@ -24,8 +24,7 @@ def figure_title(metric: str, config: dict) -> str:
     """A metric's name for people: ``val loss (MSE (masked units))``, ``top-1``, ``log-mel MSE``."""
     if metric == "val_loss":
         return f"val loss ({loss_title(config)})"
-    title = table_title(metric, config)
-    return METRIC_NAMES.get(metric, (title if title != metric else metric.replace("_", " "),))[0]
+    return METRIC_NAMES.get(metric, (table_title(metric, config, metric.replace("_", " ")),))[0]
 
 
 def fmt_value(metric: str, value: float | None, better: str = "min") -> str:

@@ -40,23 +40,27 @@ def headline_of(config: dict) -> tuple[str, str]:
         return ("val_loss", "min")
 
 
+def _recall_titles(query: str, found: str) -> dict[str, str]:
+    """Titles of a paired run's retrieval figures: ``val_t2i_r5`` -> ``"text→image R@5"``."""
+    return {f"val_{d}_r{k}": f"{name} R@{k}" for k in (1, 5, 10)
+            for d, name in (("t2i", f"{query}→{found}"), ("i2t", f"{found}→{query}"))}
+
+
 #: Column titles of the figures tasks declare (``Task.figures``); other metrics show their own name.
 FIGURE_TITLES = {"val_mse": "pixel MSE", "val_psnr": "PSNR (dB)", "val_top1": "top-1", "val_span_acc": "span accuracy",
-                 "val_spec_mse": "log-mel MSE",
-                 **{f"val_{d}_r{k}": f"{name} R@{k}" for k in (1, 5, 10)
-                    for d, name in (("t2i", "text→image"), ("i2t", "image→text"))}}
+                 "val_spec_mse": "log-mel MSE", **_recall_titles("text", "image")}
 #: The same figures of an audio-text ``paired`` run, whose "image" is a clip's log-mel spectrogram.
-AUDIO_PAIR_TITLES = {"val_mse": "log-mel MSE", **{f"val_{d}_r{k}": f"{name} R@{k}" for k in (1, 5, 10)
-                                                 for d, name in (("t2i", "text→audio"), ("i2t", "audio→text"))}}
+AUDIO_PAIR_TITLES = {"val_mse": "log-mel MSE", **_recall_titles("text", "audio")}
 
 
-def figure_title(metric: str, config: dict | None) -> str:
+def figure_title(metric: str, config: dict | None, default: str | None = None) -> str:
     """The column title of ``metric`` in a run's figure table: :data:`FIGURE_TITLES`, or for an
-    audio-text ``paired`` run (``data.audio`` set) :data:`AUDIO_PAIR_TITLES`; else the metric's key."""
+    audio-text ``paired`` run (``data.audio`` set) :data:`AUDIO_PAIR_TITLES`; else ``default``
+    (the metric's key when None)."""
     config = config or {}
-    if config.get("task") == "paired" and (config.get("data") or {}).get("audio") and metric in AUDIO_PAIR_TITLES:
-        return AUDIO_PAIR_TITLES[metric]
-    return FIGURE_TITLES.get(metric, metric)
+    audio_pair = config.get("task") == "paired" and (config.get("data") or {}).get("audio")
+    titles = {**FIGURE_TITLES, **AUDIO_PAIR_TITLES} if audio_pair else FIGURE_TITLES
+    return titles.get(metric, metric if default is None else default)
 
 
 def figures_of(config: dict) -> list[tuple[str, str]]:

@@ -36,3 +36,8 @@ def n_images(at: AppTest) -> int:
 def page_html(at: AppTest) -> str:
     """The bodies of every ``st.html`` element of the page, one after the other."""
     return "\n".join(el.proto.body for el in at.get("html"))
+
+
+def figure_columns(at: AppTest) -> set[str]:
+    """Column titles of Run detail's figure table (the run and its baselines by figure)."""
+    return set(next(d.value for d in at.dataframe if "predictor" in d.value.columns).columns)

@@ -16,7 +16,7 @@ from engine.data import ImportOptions, import_source
 from engine.store import load_samples
 from engine.tasks import get_task
 
-from tests.app.pages import ENTRY, captions, n_images, open_with, page_html
+from tests.app.pages import ENTRY, captions, figure_columns, n_images, open_with, page_html
 from tests.fsdd import WORDS, subset_zip
 from tests.stamps import completed_run
 
@@ -49,8 +49,7 @@ def test_run_detail_shows_spectrograms_with_their_texts_and_answers_retrieval(en
     ws, run_id = env
     at = open_with("../pages/run_detail.py", {"run": run_id})
     assert any(h.value == "Joint reconstructions of validation pairs" for h in at.subheader)
-    figures = next(d.value for d in at.dataframe if "predictor" in d.value.columns)  # the figure table
-    assert {"log-mel MSE ↓", "text→audio R@5 ↑", "audio→text R@5 ↑"} <= set(figures.columns), list(figures.columns)
+    assert {"log-mel MSE ↓", "text→audio R@5 ↑", "audio→text R@5 ↑"} <= figure_columns(at), figure_columns(at)
     s = load_samples(run_id, workspace=ws)
     caps = captions(at)
     assert caps.count("original") == NUM_VIS and caps.count("reconstruction") == NUM_VIS

@@ -16,7 +16,7 @@ from streamlit.testing.v1 import AppTest
 from engine.config import RunConfig
 from engine.data import ImportOptions, import_source
 from engine.store import get_run, load_samples
-from tests.app.pages import captions, n_images, open_with, page_html
+from tests.app.pages import captions, figure_columns, n_images, open_with, page_html
 from tests.stamps import completed_run, pairs_zip
 
 NUM_VIS = 4
@@ -111,8 +111,7 @@ def test_run_detail_shows_the_joint_reconstruction_and_answers_retrieval(env):
     ws, run_id = env
     at = open_with("../pages/run_detail.py", {"run": run_id})
     assert any(h.value == "Joint reconstructions of validation pairs" for h in at.subheader)
-    figures = next(d.value for d in at.dataframe if "predictor" in d.value.columns)  # the figure table
-    assert {"pixel MSE ↓", "text→image R@5 ↑", "image→text R@5 ↑"} <= set(figures.columns), list(figures.columns)
+    assert {"pixel MSE ↓", "text→image R@5 ↑", "image→text R@5 ↑"} <= figure_columns(at), figure_columns(at)
     body = page_html(at)
     for label in ("masked · reconstruction · original", "masked caption", "model's tokens",
                   "caption from the image alone"):
