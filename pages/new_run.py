@@ -23,7 +23,7 @@ from app.components.datasets import dataset_infos
 from app.components.run_form import export_panel, launch_fields, train_fields
 from app.components.sweep_form import URL_NAMES, sweep_launch, sweep_section
 from app.components.urlstate import PageState, dig, index_of, link_not_taken
-from app.modalities import ui_for
+from app.modalities import train_defaults, ui_for
 from engine.backends import unavailable
 from engine.checks import check_run, no_validation_note
 from engine.config import RunConfig
@@ -68,7 +68,7 @@ with form:
     if carried.get("task", task) != task:
         carried = {}  # another task than the URL's: its proposals
     fields = ui.run_fields(info, task, "nr_m", carried)
-    train = train_fields(task, "nr", carried)
+    train = train_fields(task, "nr", carried, train_defaults(task, info))
     launch = launch_fields("nr", carried)
     run_name = st.text_input("Run name", value=str(carried.get("name", "")), placeholder="optional", max_chars=200,
                              key="nr_name")  # fmt: skip

@@ -18,13 +18,15 @@ from app.components.urlstate import dig, index_of, number, set_flags
 from app.modalities import TRAIN_DEFAULTS
 
 
-def train_fields(task: str, key: str, carried: dict) -> dict[str, Any]:
+def train_fields(task: str, key: str, carried: dict, proposal: dict | None = None) -> dict[str, Any]:
     """Steps, batch size, learning rate, seed, eval interval: defaults from ``carried["train"]``
-    (the URL) when the URL's task is this task, else the task's proposal (``TRAIN_DEFAULTS`` over
-    ``TrainConfig``). Returns the ``train`` section (warm-up: the proposal, at most a tenth of the run)."""
+    (the URL) when the URL's task is this task, else ``proposal`` (New run passes
+    :func:`app.modalities.train_defaults`: the dataset's measured recipe), else the task's
+    ``TRAIN_DEFAULTS``, over ``TrainConfig``. Returns the ``train`` section (warm-up: the proposal's,
+    at most a tenth of the run; the checkpoint interval: the proposal's, at most the run's steps)."""
     from engine.config import RunConfig
 
-    t = {**RunConfig().train.model_dump(), **TRAIN_DEFAULTS.get(task, {})}
+    t = {**RunConfig().train.model_dump(), **(TRAIN_DEFAULTS.get(task, {}) if proposal is None else proposal)}
     c = {**t, **(dig(carried, "train") or {})}
     a, b = st.columns(2)
     steps = a.number_input("Steps", min_value=1, max_value=1_000_000, value=number(c["steps"], int(t["steps"]), 1, 1_000_000, int), step=100, key=f"{key}_steps_{task}")
@@ -36,8 +38,12 @@ def train_fields(task: str, key: str, carried: dict) -> dict[str, Any]:
                           help="also fixes the preview masks", key=f"{key}_seed")  # fmt: skip
     every = a.number_input("Eval interval (steps)", min_value=1, max_value=1_000_000, value=number(c["eval_interval"], int(t["eval_interval"]), 1, 1_000_000, int),
                            key=f"{key}_eval_{task}")  # fmt: skip
-    return {"steps": int(steps), "batch_size": int(batch), "lr": float(lr), "seed": int(seed), "eval_interval": int(every),
-            "warmup_steps": min(int(t["warmup_steps"]), int(steps) // 10)}
+    out = {"steps": int(steps), "batch_size": int(batch), "lr": float(lr), "seed": int(seed), "eval_interval": int(every),
+           "warmup_steps": min(int(t["warmup_steps"]), int(steps) // 10)}
+    if "checkpoint_interval" in {**(proposal or {}), **(dig(carried, "train") or {})}:
+        every_ckpt = number(c["checkpoint_interval"], int(t["checkpoint_interval"]), 1, 1_000_000, int)
+        out["checkpoint_interval"] = min(every_ckpt, int(steps))
+    return out
 
 
 def launch_fields(key: str, carried: dict) -> dict[str, Any]:

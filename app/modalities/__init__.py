@@ -8,8 +8,8 @@ Each modality module provides the same functions:
 - ``mask_preview(cfg, info)``: the run's own masks on real samples (New run);
 - ``lab_controls(info, handoff, key) -> dict`` and ``lab_results(cfg, info, n)``: Mask lab;
 - optionally ``describe(info) -> str``: the dataset in a few words for the Data page's selector;
-- optionally ``train_defaults(info) -> dict``: New run's training defaults for that dataset
-  (:func:`train_defaults` merges them over the task's :data:`TRAIN_DEFAULTS`).
+- optionally ``train_defaults(info, task) -> dict``: New run's training defaults for that dataset
+  and task (:func:`train_defaults` merges them over the task's :data:`TRAIN_DEFAULTS`).
 
 :data:`SAMPLE_VIEWS` maps a sample kind (:class:`engine.store.Sample`) to its view
 ``(sample, run) -> None`` and :data:`INTERACTIVE` a task to its interactive box ``(run, sample)``.
@@ -42,16 +42,19 @@ TRAIN_DEFAULTS: dict[str, dict] = {
     "text_span": {"steps": 2000, "batch_size": 64, "lr": 1e-3, "warmup_steps": 100, "eval_interval": 200},
     "audio_mae": {"steps": 1000, "batch_size": 32, "lr": 1.5e-3, "warmup_steps": 50, "eval_interval": 100},
     "audio_frames": {"steps": 1000, "batch_size": 32, "lr": 1.5e-3, "warmup_steps": 50, "eval_interval": 100},
-    "paired": {"steps": 800, "batch_size": 32, "lr": 1e-3, "warmup_steps": 100, "eval_interval": 400},  # configs/paired-*
+    # configs/paired-tuxpaint.yaml (image-text; audio-text: app.modalities.audio.train_defaults)
+    "paired": {"steps": 3000, "batch_size": 32, "lr": 1e-3, "warmup_steps": 100, "eval_interval": 500,
+               "checkpoint_interval": 3000},
 }
 
 
 def train_defaults(task: str, info) -> dict:
     """What New run proposes for a run's training fields on dataset ``info``, over ``TrainConfig``'s
     defaults: the task's :data:`TRAIN_DEFAULTS`, then the modality's per-dataset recipe (the
-    modality module's ``train_defaults(info)``, when it has one: images by image size)."""
+    modality module's ``train_defaults(info, task)``, when it has one: images by image size,
+    audio-text pairs by the FSDD recipe)."""
     ui = UIS.get(info.modality)
-    per_dataset = ui.train_defaults(info) if ui is not None and hasattr(ui, "train_defaults") else {}
+    per_dataset = ui.train_defaults(info, task) if ui is not None and hasattr(ui, "train_defaults") else {}
     return {**TRAIN_DEFAULTS.get(task, {}), **per_dataset}
 
 

@@ -47,10 +47,10 @@ def data_section(info) -> None:
     right.altair_chart(counts_chart(view.counts), width="stretch")
 
 
-def train_defaults(info) -> dict:
+def train_defaults(info, task: str = "image_mim") -> dict:
     """The training fields New run proposes for an image dataset (steps, batch size, learning rate,
     warmup, eval and checkpoint intervals): the measured recipe of its image size
-    (:func:`engine.tasks.image.recipe_for`)."""
+    (:func:`engine.tasks.image.recipe_for`); ``task`` is always ``image_mim`` here."""
     from engine.tasks.image import recipe_for
 
     return recipe_for(info.image_shape)["train"]

@@ -6,6 +6,7 @@ AppTest runs the pages in this process, against the real engine (``workspace`` f
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -227,6 +228,10 @@ def test_launch_from_new_run_page(workspace):
     assert download.proto.label.startswith("Download checkpoint (step 6, ")
 
 
+#: Files in the cancelled import: the first progress shows about 2,600 read, far from the end.
+N_FILES = 20_000
+
+
 def test_an_import_runs_in_the_background_with_progress_and_cancel(workspace):
     """The Data page starts the import in another process, shows its progress and cancels it."""
     import io
@@ -235,18 +240,21 @@ def test_an_import_runs_in_the_background_with_progress_and_cancel(workspace):
     import numpy as np
     from PIL import Image
 
+    # Enough files that the import is still reading when Cancel lands: with 6,000 files it sometimes
+    # finished first on an idle machine. Small images keep building the zip cheap; the import's cost
+    # is per file.
     rng, buf = np.random.default_rng(0), io.BytesIO()
     with zipfile.ZipFile(buf, "w") as z:
-        for i in range(6000):
+        for i in range(N_FILES):
             png = io.BytesIO()
-            Image.fromarray(rng.integers(0, 256, (24, 24, 3), dtype=np.uint8)).save(png, "PNG", compress_level=0)
+            Image.fromarray(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)).save(png, "PNG", compress_level=0)
             z.writestr(f"{'ab'[i % 2]}/{i:05d}.png", png.getvalue())
     at = open_page("../pages/data.py")
     at.file_uploader[0].upload("many.zip", buf.getvalue(), "application/zip").run()
     at.text_input(key="data_new_name").input("many").run()
     at.button(key="data_import").click().run()
     end = time.time() + 120
-    while time.time() < end and not any(" / 6,000 files read" in p.proto.text and not p.proto.text.startswith(
+    while time.time() < end and not any(f" / {N_FILES:,} files read" in p.proto.text and not p.proto.text.startswith(
             "Importing many.zip: 0 ") for p in at.get("progress")):  # fmt: skip
         time.sleep(0.3)
         at.run()
@@ -257,3 +265,21 @@ def test_an_import_runs_in_the_background_with_progress_and_cancel(workspace):
         at.run()
     assert [i.value for i in at.info if "cancelled" in i.value] == ["Import of many.zip cancelled; nothing was registered."]
     assert "many" not in {i.name for i in list_datasets()}
+
+
+def test_new_run_proposes_the_datasets_measured_recipe(workspace):
+    """The digits recipe (engine.tasks.image.RECIPES, the same as configs/mae-digits.yaml) is what
+    the training fields hold and what the resolved config would train, not TrainConfig's defaults."""
+    from engine.tasks.image import RECIPES
+
+    recipe = RECIPES[(8, 8)]["train"]
+    at = open_page("../pages/new_run.py")
+    assert not at.exception
+    fields = {k: at.number_input(key=f"nr_{k}_image_mim").value for k in ("steps", "batch", "lr", "eval")}
+    assert fields == {"steps": recipe["steps"], "batch": recipe["batch_size"], "lr": recipe["lr"],
+                      "eval": recipe["eval_interval"]}
+    train = json.loads(at.json[-1].proto.body)["train"]  # the "Resolved config" a launch would save
+    assert {k: train[k] for k in recipe} == recipe
+    at.number_input(key="nr_steps_image_mim").set_value(500).run()  # a shorter run: intervals follow it
+    train = json.loads(at.json[-1].proto.body)["train"]
+    assert (train["steps"], train["checkpoint_interval"], train["warmup_steps"]) == (500, 500, 50)
