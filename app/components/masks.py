@@ -477,9 +477,14 @@ def region_hist_chart(sizes: np.ndarray, height: int = 240) -> alt.Chart:
     )
 
 
+#: Widest plot area of :func:`frequency_heatmap` (px), axes and legend not counted.
+MAX_HEATMAP_WIDTH = 240
+
+
 def frequency_heatmap(frequency: np.ndarray, height: int = 180) -> alt.Chart:
     """Rect chart of the fraction of samples masking each grid cell (last two grid axes; a 1-D
-    grid is one row, leading axes of a 3-D grid are averaged), square cells, colour scale [0, 1]."""
+    grid is one row, leading axes of a 3-D grid are averaged), square cells, colour scale [0, 1] with
+    its legend under the plot; at most :data:`MAX_HEATMAP_WIDTH` px wide."""
     f = np.asarray(frequency, dtype=float)
     if f.ndim == 1:  # a sequence: bars per position read better than a one-row strip
         df = pd.DataFrame({"position": np.arange(f.size), "frequency": f})
@@ -496,7 +501,9 @@ def frequency_heatmap(frequency: np.ndarray, height: int = 180) -> alt.Chart:
     rows, cols = np.indices(f.shape)
     df = pd.DataFrame({"row": rows.ravel(), "col": cols.ravel(), "frequency": f.ravel()})
     n_rows, n_cols = max(1, f.shape[0]), max(1, f.shape[1])
-    cell = max(1, min(height // n_rows, 2 * height // n_cols))  # square cells, plot at most 2*height wide
+    # Square cells, the plot at most MAX_HEATMAP_WIDTH px wide and the legend under it: the chart sits
+    # in half of Mask lab's results column, and a wider one ran over the explanation beside it.
+    cell = max(1, min(height // n_rows, MAX_HEATMAP_WIDTH // n_cols))
     plot_w, plot_h = cell * n_cols, (cell * n_rows if n_rows > 1 else 40)  # a 1-D grid: one readable strip
     few_cols, few_rows = n_cols <= 16, n_rows <= 16  # label every line of a small grid only
     return (
@@ -505,7 +512,8 @@ def frequency_heatmap(frequency: np.ndarray, height: int = 180) -> alt.Chart:
         .encode(
             x=alt.X("col:O", title="column", axis=alt.Axis(labelAngle=0, labels=few_cols, ticks=few_cols)),
             y=alt.Y("row:O", title="row", axis=alt.Axis(labels=few_rows, ticks=few_rows)),
-            color=alt.Color("frequency:Q", title="masked", scale=alt.Scale(domain=[0, 1], scheme="viridis")),
+            color=alt.Color("frequency:Q", title="masked", scale=alt.Scale(domain=[0, 1], scheme="viridis"),
+                            legend=alt.Legend(orient="bottom", direction="horizontal", gradientLength=min(plot_w, 160))),
             tooltip=["row:O", "col:O", alt.Tooltip("frequency:Q", format=".3f")],
         )
         # "pad": width/height are the plot's own; axes, title and legend come on top (Streamlit's

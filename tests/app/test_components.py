@@ -220,3 +220,15 @@ def test_class_counts_chart_writes_every_class_name(n_classes):
     else:
         assert enc["y"]["field"] == "class_name" and enc["y"]["axis"]["labelOverlap"] is False
         assert spec["height"] >= 18 * n_classes
+
+
+@pytest.mark.parametrize("grid", [(4, 4), (8, 13), (8, 100), (64, 64), (2, 200), (40, 3)])
+def test_frequency_heatmap_fits_half_a_column_with_square_cells(grid):
+    """Mask lab's heatmap: square cells, the plot never wider than MAX_HEATMAP_WIDTH and the legend
+    under it (a wide audio grid ran over the explanation beside the chart)."""
+    from app.components.masks import MAX_HEATMAP_WIDTH, frequency_heatmap
+
+    spec = frequency_heatmap(np.random.default_rng(0).random(grid)).to_dict()
+    rows, cols = grid
+    assert spec["width"] <= MAX_HEATMAP_WIDTH and spec["width"] % cols == 0 and spec["height"] == spec["width"] // cols * rows
+    assert spec["encoding"]["color"]["legend"]["orient"] == "bottom"
