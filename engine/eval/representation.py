@@ -7,9 +7,12 @@ the raw input, so the three are comparable:
 
 - **Standardisation**: ``StandardScaler`` fitted on the train features, applied to both splits
   (constant features are left at 0). Every figure below sees the standardised features.
-- **Linear probe**: multinomial ``LogisticRegression`` (L-BFGS, fixed ``C`` = :data:`PROBE_C`,
-  at most :data:`PROBE_MAX_ITER` iterations), top-1 accuracy on val. A fixed C keeps the probe the
-  same for every run (MAE's linear probing also fixes its recipe, He et al. 2022, sec. A.2).
+- **Linear probe**: :func:`engine.eval.probe.linear_probe`: multinomial ``LogisticRegression``
+  (L-BFGS) whose strength ``C`` is chosen for each feature set by 3-fold cross-validation on the
+  train rows alone (``PROBE_CS``), top-1 accuracy on val. One fixed C (1.0, before 2026-12-01)
+  under-regularised the widest feature sets: raw MNIST pixels (784 features, 7,200 rows) probed at
+  88.3% with C = 1 and 90.8% with the chosen C = 0.01, so the raw-input baseline was weaker than it
+  is. Choosing C the same way for every feature set gives each its best probe.
 - **kNN**: ``KNeighborsClassifier`` with k = 20, cosine distance, brute force, majority vote
   (uniform weights), top-1 accuracy on val (the kNN monitor of Wu et al. 2018 / DINO, without the
   temperature-weighted vote).
@@ -30,8 +33,6 @@ import numpy as np
 
 from engine.errors import EvaluationError
 
-PROBE_C = 1.0
-PROBE_MAX_ITER = 500
 KNN_K = 20
 KMEANS_N_INIT = 4
 TSNE_PERPLEXITY = 30.0
@@ -67,15 +68,24 @@ def standardise(train: np.ndarray, val: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 
 def linear_probe(Xtr: np.ndarray, ytr: np.ndarray, Xva: np.ndarray, yva: np.ndarray, seed: int = 0) -> float:
-    """Val top-1 accuracy of a multinomial logistic regression (C = :data:`PROBE_C`) on standardised features."""
-    from sklearn.exceptions import ConvergenceWarning
-    from sklearn.linear_model import LogisticRegression
+    """Val top-1 accuracy of a multinomial logistic regression on standardised features, its ``C``
+    chosen by cross-validation on the train rows (:func:`engine.eval.probe.linear_probe`).
+
+    Args:
+        Xtr: ``[N, D]``; ytr: ``[N]``; Xva: ``[M, D]``; yva: ``[M]``; seed: the folds' and solver's seed.
+
+    Raises:
+        ValueError: fewer than two classes in ``ytr``, or empty or mismatched arrays.
+    """
     import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+
+    from engine.eval.probe import linear_probe as tuned_probe
 
     with warnings.catch_warnings():  # the iteration cap is part of the fixed recipe
         warnings.simplefilter("ignore", ConvergenceWarning)
-        clf = LogisticRegression(C=PROBE_C, max_iter=PROBE_MAX_ITER, random_state=seed).fit(Xtr, ytr)
-    return float((clf.predict(Xva) == yva).mean())
+        return tuned_probe(Xtr, ytr, Xva, yva, seed=seed).accuracy
 
 
 def knn_accuracy(Xtr: np.ndarray, ytr: np.ndarray, Xva: np.ndarray, yva: np.ndarray, k: int = KNN_K) -> float:
