@@ -283,3 +283,44 @@ def test_new_run_proposes_the_datasets_measured_recipe(workspace):
     at.number_input(key="nr_steps_image_mim").set_value(500).run()  # a shorter run: intervals follow it
     train = json.loads(at.json[-1].proto.body)["train"]
     assert (train["steps"], train["checkpoint_interval"], train["warmup_steps"]) == (500, 500, 50)
+
+
+def test_a_run_stays_viewable_after_its_dataset_is_deleted(workspace, tmp_path):
+    """Deleting the dataset a saved run trained on keeps the run's results: Run detail (figures,
+    reconstructions) and Compare render without an error."""
+    import numpy as np
+    from PIL import Image
+
+    from engine.data import delete_dataset, import_source
+    from engine.worker import execute_run
+
+    rng = np.random.default_rng(0)
+    for i in range(40):
+        (tmp_path / "src" / "ab"[i % 2]).mkdir(parents=True, exist_ok=True)
+        Image.fromarray(rng.integers(0, 256, (8, 8), dtype=np.uint8)).save(tmp_path / "src" / "ab"[i % 2] / f"{i}.png")
+    import_source(tmp_path / "src", "small")
+    cfg = {"name": "on-small", "data": {"dataset": "small"}, "model": {"preset": "tiny", "patch_size": 2},
+           "evaluation": {"auto": True, "max_rows": 40, "tsne_max_rows": 0, "finetune_epochs": 0},
+           "train": {"steps": 4, "batch_size": 8, "eval_interval": 2, "checkpoint_interval": 4, "warmup_steps": 1,
+                     "num_threads": 1}}
+    ids = []
+    for seed in (0, 1):
+        run_id, d = create_run(RunConfig.from_dict({**cfg, "train": {**cfg["train"], "seed": seed}}).to_dict())
+        assert execute_run(d) == "completed"
+        ids.append(run_id)
+    delete_dataset("small")
+    assert "small" not in {i.name for i in list_datasets()}
+
+    at = open_page("../pages/run_detail.py")
+    assert not at.exception, at.exception
+    assert at.selectbox[0].value == run_id
+    assert "Original" in row_labels(at) and len(captions(at)) >= 8  # the saved reconstructions
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Step of 4"] == "4" and metrics["val loss @ step 4"] != "–"
+    at = AppTest.from_file(str(ENTRY), default_timeout=60).run()
+    at.switch_page("../pages/compare.py")
+    at.query_params["runs"] = ",".join(ids)
+    at.run()
+    assert not at.exception, at.exception
+    assert "Curves" in [h.value for h in at.header] and not at.error
+    assert [get_run(i).status for i in ids] == ["completed", "completed"]
