@@ -9,10 +9,10 @@ the raw input, so the three are comparable:
   (constant features are left at 0). Every figure below sees the standardised features.
 - **Linear probe**: :func:`engine.eval.probe.linear_probe`: multinomial ``LogisticRegression``
   (L-BFGS) whose strength ``C`` is chosen for each feature set by 3-fold cross-validation on the
-  train rows alone (``PROBE_CS``), top-1 accuracy on val. One fixed C (1.0, before 2026-12-01)
-  under-regularised the widest feature sets: raw MNIST pixels (784 features, 7,200 rows) probed at
-  88.3% with C = 1 and 90.8% with the chosen C = 0.01, so the raw-input baseline was weaker than it
-  is. Choosing C the same way for every feature set gives each its best probe.
+  train rows alone (``PROBE_CS``), top-1 accuracy on val. Choosing C the same way for every
+  feature set gives each its best probe: one fixed C = 1 under-regularised the widest ones (raw
+  MNIST pixels, 784 features and 7,200 rows, probe at 88.3% with it and at 90.8% with the chosen
+  C = 0.01), which made the raw-input baseline weaker than it is.
 - **kNN**: ``KNeighborsClassifier`` with k = 20, cosine distance, brute force, majority vote
   (uniform weights), top-1 accuracy on val (the kNN monitor of Wu et al. 2018 / DINO, without the
   temperature-weighted vote).
@@ -83,7 +83,7 @@ def linear_probe(Xtr: np.ndarray, ytr: np.ndarray, Xva: np.ndarray, yva: np.ndar
 
     from engine.eval.probe import linear_probe as tuned_probe
 
-    with warnings.catch_warnings():  # the iteration cap is part of the fixed recipe
+    with warnings.catch_warnings():  # the iteration cap (engine.eval.probe.MAX_ITER) is part of the recipe
         warnings.simplefilter("ignore", ConvergenceWarning)
         return tuned_probe(Xtr, ytr, Xva, yva, seed=seed).accuracy
 
