@@ -413,9 +413,12 @@ def main(argv: list[str] | None = None) -> int:
     A run whose config sets ``train.max_restarts`` runs under :func:`supervise`, which starts
     ``--once`` workers (``--once``: this process trains, whatever the config says)."""
     argv = sys.argv[1:] if argv is None else argv
-    # A server started under nohup passes SIGHUP on as ignored; the worker has its own session, so no
-    # terminal sends it one, and an explicit SIGHUP must end it as the table above says.
+    # A process that ignores a signal passes it on ignored to its children: a server started under
+    # nohup ignores SIGHUP, one started with `&` from a script (job control off) ignores SIGINT, and
+    # Python then installs no KeyboardInterrupt handler. The worker has its own session, so no
+    # terminal sends it either; an explicit one must act as the table above says.
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     once, on_cluster = "--once" in argv, "--cluster" in argv
     args = [a for a in argv if a not in ("--once", "--cluster")]
     if len(args) != 1:

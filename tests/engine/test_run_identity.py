@@ -156,6 +156,7 @@ def test_a_live_runs_pid_in_a_dead_runs_record(workspace):
 @pytest.mark.slow
 @pytest.mark.parametrize("sig, expected, nohup", [(signal.SIGTERM, "cancelled", False),
                                                   (signal.SIGINT, "cancelled", False),
+                                                  (signal.SIGINT, "cancelled", True),
                                                   (signal.SIGHUP, "interrupted", False),
                                                   (signal.SIGHUP, "interrupted", True),
                                                   (signal.SIGKILL, "interrupted", False),
@@ -164,14 +165,16 @@ def test_a_live_runs_pid_in_a_dead_runs_record(workspace):
 def test_every_signal_ends_in_a_truthful_status(workspace, sig, expected, nohup):
     """Signals a worker handles (TERM: cancel, INT: Ctrl-C) end as cancelled; signals that kill it
     leave status running with the lock free, which every reader shows as interrupted (resumable).
-    ``nohup``: the submitting process ignores SIGHUP (a server started under nohup), which its
+    ``nohup``: the submitting process ignores the signal sent (a server started under nohup ignores
+    SIGHUP; one started with ``&`` from a script, where job control is off, ignores SIGINT), which its
     children would inherit."""
     load_dataset("digits")
-    before = signal.signal(signal.SIGHUP, signal.SIG_IGN if nohup else signal.getsignal(signal.SIGHUP))
+    ignored = sig if nohup else signal.SIGHUP
+    before = signal.signal(ignored, signal.SIG_IGN if nohup else signal.getsignal(ignored))
     try:
         run_id = submit(RunConfig.from_dict(CFG))
     finally:
-        signal.signal(signal.SIGHUP, before)
+        signal.signal(ignored, before)
     d = get_run(run_id).path
     _wait(lambda: get_run(run_id).step > 0, 120, "the run to train")
     pid = signal_holder(d, sig)
