@@ -128,8 +128,13 @@ def wait_until(fn, timeout: float, what: str, every: float = 0.5):
 def workspace_dir(tmp_path_factory) -> Path:
     ws = tmp_path_factory.mktemp("browser") / "workspace"
     ws.mkdir()
-    yield ws
-    cancel_all(ws)
+    # No automatic evaluation for this module's runs (its server's and its own submits): these flows
+    # never look at one, and it holds a run in "evaluating" after its last step, so a wait for
+    # "completed" timed out on a loaded machine. test_browser_compare / _sweep evaluate.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MASKLAB_AUTO_EVAL", "0")
+        yield ws
+        cancel_all(ws)
 
 
 @pytest.fixture(scope="module")
