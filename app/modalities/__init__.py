@@ -18,6 +18,7 @@ A new modality is one module here and its entries below.
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import ModuleType
 
 from app.modalities import audio, image, paired, text
@@ -42,10 +43,20 @@ TRAIN_DEFAULTS: dict[str, dict] = {
     "text_span": {"steps": 2000, "batch_size": 64, "lr": 1e-3, "warmup_steps": 100, "eval_interval": 200},
     "audio_mae": {"steps": 1000, "batch_size": 32, "lr": 1.5e-3, "warmup_steps": 50, "eval_interval": 100},
     "audio_frames": {"steps": 1000, "batch_size": 32, "lr": 1.5e-3, "warmup_steps": 50, "eval_interval": 100},
-    # configs/paired-tuxpaint.yaml (image-text; audio-text: app.modalities.audio.train_defaults)
-    "paired": {"steps": 3000, "batch_size": 32, "lr": 1e-3, "warmup_steps": 100, "eval_interval": 500,
-               "checkpoint_interval": 3000},
 }
+
+
+def config_train(name: str) -> dict:
+    """The proposal fields (steps, batch, lr, warm-up, eval and checkpoint intervals) of the ``train``
+    section of ``configs/<name>.yaml``, the example config a bench measures: read, not copied."""
+    import yaml
+
+    train = yaml.safe_load((Path(__file__).resolve().parents[2] / "configs" / f"{name}.yaml").read_text())["train"]
+    keys = ("steps", "batch_size", "lr", "warmup_steps", "eval_interval", "checkpoint_interval")
+    return {k: train[k] for k in keys if k in train}
+
+
+TRAIN_DEFAULTS["paired"] = config_train("paired-tuxpaint")  # image-text; audio-text: audio.train_defaults
 
 
 def train_defaults(task: str, info) -> dict:

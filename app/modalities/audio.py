@@ -199,16 +199,13 @@ def grid_fields(task: str, n_mels: int, key: str, carried: dict) -> tuple[int, d
     return int(k), {}
 
 
-#: New run's training proposal for audio-text pairs: configs/paired-audio-fsdd.yaml, the recipe
-#: bench/paired_quality.py --audio measures (600 steps; the image-text recipe's 3,000 are for Tux Paint).
-PAIRED_TRAIN = {"steps": 600, "batch_size": 32, "lr": 1e-3, "warmup_steps": 50, "eval_interval": 200,
-                "checkpoint_interval": 600}
-
-
 def train_defaults(info, task: str) -> dict:
     """The training fields New run proposes for ``task`` on an audio dataset, over the task's
-    ``TRAIN_DEFAULTS``: :data:`PAIRED_TRAIN` for audio-text pairs, nothing more for the others."""
-    return dict(PAIRED_TRAIN) if task == "paired" else {}
+    ``TRAIN_DEFAULTS``: for audio-text pairs, configs/paired-audio-fsdd.yaml's (the recipe
+    bench/paired_quality.py --audio measures); nothing more for the others."""
+    from app.modalities import config_train
+
+    return config_train("paired-audio-fsdd") if task == "paired" else {}
 
 
 def run_fields(info, task: str, key: str, carried: dict) -> dict:
