@@ -48,6 +48,7 @@ def _recall_titles(query: str, found: str) -> dict[str, str]:
 
 #: Column titles of the figures tasks declare (``Task.figures``); other metrics show their own name.
 FIGURE_TITLES = {"val_mse": "pixel MSE", "val_psnr": "PSNR (dB)", "val_top1": "top-1", "val_span_acc": "span accuracy",
+                 "val_span_acc_pos": "span accuracy, per position",
                  "val_spec_mse": "log-mel MSE", **_recall_titles("text", "image")}
 #: The same figures of an audio-text ``paired`` run, whose "image" is a clip's log-mel spectrogram.
 AUDIO_PAIR_TITLES = {"val_mse": "log-mel MSE", **_recall_titles("text", "audio")}

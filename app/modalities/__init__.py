@@ -46,12 +46,18 @@ TRAIN_DEFAULTS: dict[str, dict] = {
 }
 
 
-def config_train(name: str) -> dict:
-    """The proposal fields (steps, batch, lr, warm-up, eval and checkpoint intervals) of the ``train``
-    section of ``configs/<name>.yaml``, the example config a bench measures: read, not copied."""
+def example_config(name: str) -> dict:
+    """``configs/<name>.yaml``, an example config a bench measures, as a dict (New run's proposals
+    are read from it, not copied)."""
     import yaml
 
-    train = yaml.safe_load((Path(__file__).resolve().parents[2] / "configs" / f"{name}.yaml").read_text())["train"]
+    return yaml.safe_load((Path(__file__).resolve().parents[2] / "configs" / f"{name}.yaml").read_text())
+
+
+def config_train(name: str) -> dict:
+    """The proposal fields (steps, batch, lr, warm-up, eval and checkpoint intervals) of the ``train``
+    section of ``configs/<name>.yaml`` (:func:`example_config`)."""
+    train = example_config(name)["train"]
     keys = ("steps", "batch_size", "lr", "warmup_steps", "eval_interval", "checkpoint_interval")
     return {k: train[k] for k in keys if k in train}
 

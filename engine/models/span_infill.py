@@ -229,11 +229,14 @@ class SpanInfiller(nn.Module):
         return self.enc_norm(x)
 
     def decode(
-        self, memory: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor, tgt_mask: torch.Tensor | None = None
+        self, memory: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor, tgt_mask: torch.Tensor | None = None,
+        last_only: bool = False,
     ) -> torch.Tensor:
         """Decoder logits for every position: ``memory [B, Ls, D]``, ``tgt_in [B, T]`` -> ``[B, T, V]``.
 
-        Position ``t`` sees ``tgt_in[:, :t+1]`` (causal) and every real encoder token.
+        Position ``t`` sees ``tgt_in[:, :t+1]`` (causal) and every real encoder token. With
+        ``last_only`` only the last position is projected onto the vocabulary (``[B, 1, V]``): what
+        a decoding step reads, without the ``[B, T, V]`` projection of the whole prefix.
 
         Raises:
             ValueError: bad shapes, or ``T > max_len``.
@@ -245,7 +248,9 @@ class SpanInfiller(nn.Module):
         tgt_pad = None if tgt_mask is None else padding_keys(tgt_mask, tuple(tgt_in.shape), "tgt_mask").to(x.device)
         for blk in self.dec_blocks:
             x = blk(x, memory, tgt_pad, mem_pad)
-        return F.linear(self.dec_norm(x), self.output_weight, self.out_bias)  # (B, T, V)
+        if last_only:
+            x = x[:, -1:]
+        return F.linear(self.dec_norm(x), self.output_weight, self.out_bias)  # (B, T, V) or (B, 1, V)
 
     def forward(
         self, src_ids: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor, tgt_mask: torch.Tensor
@@ -300,7 +305,7 @@ class SpanInfiller(nn.Module):
         seq = torch.full((B, 1), self.bos_id, dtype=torch.long, device=memory.device)
         done = torch.zeros(B, dtype=torch.bool, device=memory.device)
         for t in range(max_new_tokens):
-            logits = self.decode(memory, src_mask, seq)[:, -1]  # (B, V)
+            logits = self.decode(memory, src_mask, seq, last_only=True)[:, -1]  # (B, V)
             if lengths is not None:
                 logits[:, [self.pad_id, self.bos_id, self.eos_id]] = float("-inf")
             nxt = logits.argmax(dim=-1)  # (B,)
@@ -312,6 +317,51 @@ class SpanInfiller(nn.Module):
             if bool(done.all()):
                 break
         return seq[:, 1:]
+
+    @torch.no_grad()
+    def per_position(self, src_ids: torch.Tensor, src_mask: torch.Tensor, lengths: torch.Tensor,
+                     unknown_id: int) -> torch.Tensor:
+        """Each span position's most probable token from the text and the position alone, in one
+        decoder pass: the decoder reads ``[bos, unknown, ..., unknown]`` instead of a prefix.
+
+        Token accuracy scores each position on its own, and the decision that maximises its
+        expectation is, at each position ``t``, the most probable token under ``p(y_t | x, t)``, not
+        the continuation of a greedy prefix that, once wrong, drags every later position with it
+        (minimum Bayes risk under the Hamming loss; Kumar & Byrne 2004). A model trained with part of
+        its decoder input hidden (``task_params.decoder_input_mask``, word dropout as in Bowman et
+        al. 2016; a fully hidden input as in the conditional masked language model of Ghazvininejad
+        et al. 2019) learns that distribution for an all-hidden input. For a model trained without it
+        the output is meaningless. The result is the best guess per position, not fluent text (the
+        fill-in views use :meth:`generate`).
+
+        Args:
+            src_ids, src_mask: ``[B, Ls]`` encoder input (from :func:`span_corrupt`).
+            lengths: ``[B]`` int span lengths (eos excluded), each ``< max_len``.
+            unknown_id: the token that stood for a hidden decoder input in training (``[MASK]``).
+
+        Returns:
+            ``[B, T]`` int64, ``T = max(lengths) + 1``: ``lengths[i]`` tokens (never pad, bos, eos or
+            ``unknown_id``), eos, then ``pad_id``; comparable position by position with ``tgt_ids``
+            of :func:`span_corrupt`.
+
+        Raises:
+            ValueError: ``lengths`` not ``[B]`` or not in ``[0, max_len)``.
+        """
+        memory = self.encode(src_ids, src_mask)
+        B = src_ids.shape[0]
+        lengths = torch.as_tensor(lengths, device=memory.device).long()
+        if lengths.shape != (B,) or bool((lengths < 0).any()) or bool((lengths >= self.max_len).any()):
+            raise ValueError(f"per_position: lengths must be [B = {B}] span lengths in [0, max_len = "
+                             f"{self.max_len}) (got shape {tuple(lengths.shape)})")
+        T = int(lengths.max()) + 1 if B else 1
+        tgt_in = torch.full((B, T), unknown_id, dtype=torch.long, device=memory.device)
+        tgt_in[:, 0] = self.bos_id
+        logits = self.decode(memory, src_mask, tgt_in)  # (B, T, V)
+        logits[..., [self.pad_id, self.bos_id, self.eos_id, unknown_id]] = float("-inf")
+        out = logits.argmax(dim=-1)
+        pos = torch.arange(T, device=memory.device)[None, :]
+        out = torch.where(pos == lengths[:, None], self.eos_id, out)
+        return out.masked_fill(pos > lengths[:, None], self.pad_id)
 
     @torch.no_grad()
     def features(self, src_ids: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:

@@ -23,7 +23,10 @@ same settings share it; the run records its id in ``task.json``). Every text is 
   ``[SEP]`` excluded: what the baselines are scored on), ``val_span_acc_len`` (the same with
   length-constrained decoding: the model is told the span's length, as the baselines are),
   ``val_span_acc_tf`` (teacher-forced top-1 on the span tokens; its baseline is ``bigram_tf_acc``,
-  the bigram given the true previous token), ``val_exact`` (the whole span and its end).
+  the bigram given the true previous token), ``val_span_acc_pos`` (told the length, each position's
+  most probable token from the text and the position alone: ``SpanInfiller.per_position``; logged
+  for runs trained with ``task_params.decoder_input_mask`` > 0), ``val_exact`` (the whole span and
+  its end).
 """
 
 from __future__ import annotations
@@ -64,6 +67,20 @@ class MLMParams(BaseModel):
         if self.mask_share + self.random_share > 1.0 + 1e-12:
             raise ValueError(f"mask_share + random_share must be <= 1 (got {self.mask_share + self.random_share:g})")
         return self
+
+
+class SpanParams(BaseModel):
+    """Decoder-input masking of the span task (training only)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    decoder_input_mask: float = Field(
+        0.0, ge=0.0, le=1.0,
+        description="largest share of the decoder's input tokens (the true span, shifted right) shown as [MASK] "
+                    "in training; each text draws its share uniformly in [0, this]. Above 0 the model also learns "
+                    "each span position from the text and the position alone, which the per-position decoding "
+                    "(val_span_acc_pos) reads",
+    )
 
 
 def ensure_one_masked(mask: torch.Tensor, eligible: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -439,7 +456,11 @@ class TextSpanTask(_TextTask):
 
     name = "text_span"
     archs = ("t5_span",)
+    params = SpanParams
     headline = ("val_span_acc", "max")
+    #: Per-position decoding (runs trained with ``task_params.decoder_input_mask`` > 0); its baselines
+    #: are the headline's, logged again as ``baseline/<name>/span_acc_pos`` for the figure table.
+    figures = (("val_span_acc_pos", "max"),)
     summary = "span completion: one hidden segment infilled by an encoder-decoder (T5, Raffel et al. 2020)"
 
     @classmethod
@@ -485,30 +506,59 @@ class TextSpanTask(_TextTask):
         return span_corrupt(b["ids"], b["attention"], span, sentinel_id=self.tok.mask_id, eos_id=self.tok.sep_id,
                             pad_id=self.tok.pad_id)
 
-    def _logits(self, ex):
+    def _logits(self, ex, tgt_in=None):
         from engine.models.span_infill import shift_right
 
         dev = self.device
-        tgt_in = shift_right(ex.tgt_ids, bos_id=self.tok.cls_id)
+        if tgt_in is None:
+            tgt_in = shift_right(ex.tgt_ids, bos_id=self.tok.cls_id)
         return self.model(ex.src_ids.to(dev), ex.src_mask.to(dev), tgt_in.to(dev), ex.tgt_mask.to(dev))
+
+    @property
+    def per_position_decoding(self) -> bool:
+        """Trained with part of the decoder input hidden, so ``val_span_acc_pos`` means something."""
+        return self.cfg.task_params.get("decoder_input_mask", 0.0) > 0
+
+    def _masked_input(self, ex, generator):
+        """The teacher-forcing input with each text's share of its tokens (bos kept) shown as [MASK]:
+        the share drawn uniformly in ``[0, task_params.decoder_input_mask]`` -> ``[B, T]``."""
+        from engine.models.span_infill import shift_right
+
+        tgt_in = shift_right(ex.tgt_ids, bos_id=self.tok.cls_id)
+        if not self.per_position_decoding:
+            return tgt_in
+        top = self.cfg.task_params["decoder_input_mask"]
+        B, T = tgt_in.shape
+        share = torch.rand(B, 1, generator=generator, device=generator.device) * top
+        hide = torch.rand(B, T, generator=generator, device=generator.device) < share
+        hide = hide.cpu() & ex.tgt_mask  # real positions only (padding stays padding)
+        hide[:, 0] = False
+        return tgt_in.masked_fill(hide, self.tok.mask_id)
 
     def train_loss(self, idx, generator, ratio):
         b = self.rows(self.train, idx)
         span = self._mask(b, generator, ratio)
         ex = self._example(b, span)
-        logits = self._logits(ex)
+        logits = self._logits(ex, self._masked_input(ex, generator))
         labels = ex.tgt_ids.masked_fill(~ex.tgt_mask, -100).to(self.device)
         loss, parts = self.objective({"logits": logits.reshape(-1, logits.shape[-1]), "labels": labels.reshape(-1)})
         return loss, {"mask_ratio": span.sum() / b["eligible"].sum().clamp_min(1),
                       **{f"loss/{k}": v for k, v in parts.items()}}
 
-    def _generate(self, ex, lengths=None):
-        T = ex.tgt_ids.shape[1]
-        gen = self.model.generate(ex.src_ids.to(self.device), ex.src_mask.to(self.device), max_new_tokens=T,
-                                  lengths=lengths).cpu()
+    def _like_target(self, ex, gen):
+        """Generated ids ``[B, T']`` laid over ``ex.tgt_ids``' shape ``[B, T]`` (cut or padded)."""
         out = torch.full_like(ex.tgt_ids, self.tok.pad_id)
-        out[:, : gen.shape[1]] = gen[:, :T]
+        T = min(gen.shape[1], out.shape[1])
+        out[:, :T] = gen[:, :T].cpu()
         return out
+
+    def _generate(self, ex, lengths=None):
+        return self._like_target(ex, self.model.generate(ex.src_ids.to(self.device), ex.src_mask.to(self.device),
+                                                         max_new_tokens=ex.tgt_ids.shape[1], lengths=lengths))
+
+    def _per_position(self, ex, lengths):
+        return self._like_target(ex, self.model.per_position(ex.src_ids.to(self.device), ex.src_mask.to(self.device),
+                                                             lengths, unknown_id=self.tok.mask_id))
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
@@ -516,7 +566,7 @@ class TextSpanTask(_TextTask):
 
         from engine.models.span_infill import span_exact_match, span_scored_mask
 
-        nll = n_tok = hits = hits_len = hits_tf = n_span = exact = n_rows = 0.0
+        nll = n_tok = hits = hits_len = hits_tf = hits_pos = n_span = exact = n_rows = 0.0
         for i, (b, span, ex) in enumerate(self.eval_batches):
             logits = self._logits(ex).float()
             tm = ex.tgt_mask.to(logits.device)
@@ -532,9 +582,13 @@ class TextSpanTask(_TextTask):
                 n_rows += len(gen)
                 gen = self._generate(ex, lengths=scored.sum(dim=1))  # told the length, as the baselines are
                 hits_len += float(((gen == ex.tgt_ids) & scored).sum())
+                if self.per_position_decoding:
+                    gen = self._per_position(ex, scored.sum(dim=1))
+                    hits_pos += float(((gen == ex.tgt_ids) & scored).sum())
         return {"val_loss": nll / max(n_tok, 1), "val_span_acc": hits / max(n_span, 1),
                 "val_span_acc_len": hits_len / max(n_span, 1), "val_span_acc_tf": hits_tf / max(n_span, 1),
-                "val_exact": exact / max(n_rows, 1)}
+                "val_exact": exact / max(n_rows, 1),
+                **({"val_span_acc_pos": hits_pos / max(n_span, 1)} if self.per_position_decoding else {})}
 
     @torch.no_grad()
     def baselines(self) -> dict[str, float]:
@@ -556,7 +610,10 @@ class TextSpanTask(_TextTask):
             hits["bigram_tf"] += float((base.predict_span("bigram", b["ids"], b["attention"], span, teacher_forced=True)
                                         == truth).sum())
             n += int(span.sum())
-        return {f"baseline/{k}_acc": v / max(n, 1) for k, v in hits.items()}
+        out = {f"baseline/{k}_acc": v / max(n, 1) for k, v in hits.items()}
+        if self.per_position_decoding:  # the same spans, scored the same way
+            out.update({f"baseline/{k}_acc/span_acc_pos": out[f"baseline/{k}_acc"] for k in BASELINE_KINDS})
+        return out
 
     @torch.no_grad()
     def sample(self, step: int) -> Sample:

@@ -245,10 +245,10 @@ def test_length_constrained_generation_writes_exactly_the_span_length_then_eos()
         model.generate(ex.src_ids, ex.src_mask, 10, lengths=torch.tensor([10, 1]))
 
 
-def test_span_infiller_memorises_examples_and_generates_the_span_exactly(one_thread):
-    """Behaviour: a small encoder-decoder overfits 6 texts with fixed spans; greedy decoding then
-    reproduces every span token for token, eos included."""
-    g = gen(0)
+def memorise(seed: int, hidden_input: bool):
+    """A small encoder-decoder trained 150 steps on 6 texts with fixed spans (teacher forcing, or
+    with every decoder input but bos hidden) -> ``(model, ex)``."""
+    g = gen(seed)
     rows, spans = [], []
     for i in range(6):
         n = 6 + i % 3
@@ -261,6 +261,8 @@ def test_span_infiller_memorises_examples_and_generates_the_span_exactly(one_thr
     ids = torch.tensor(rows)
     ex = span_corrupt(ids, ids != PAD, torch.stack(spans))
     tgt_in = shift_right(ex.tgt_ids, CLS)
+    if hidden_input:
+        tgt_in = tgt_in.masked_fill(torch.arange(tgt_in.shape[1]) > 0, MASK)
     torch.manual_seed(0)
     model = SpanInfiller(V, MAX_LEN, embed_dim=64, enc_depth=2, dec_depth=2, num_heads=2)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
@@ -270,7 +272,48 @@ def test_span_infiller_memorises_examples_and_generates_the_span_exactly(one_thr
         opt.zero_grad()
         loss.backward()
         opt.step()
+    return model, ex
+
+
+def test_span_infiller_memorises_examples_and_generates_the_span_exactly(one_thread):
+    """Behaviour: a small encoder-decoder overfits 6 texts with fixed spans; greedy decoding then
+    reproduces every span token for token, eos included."""
+    model, ex = memorise(0, hidden_input=False)
     out = model.generate(ex.src_ids, ex.src_mask, max_new_tokens=8)
     assert span_exact_match(out, ex.tgt_ids, ex.tgt_mask).item() == 1.0, (out, ex.tgt_ids)
-    logits = model(ex.src_ids, ex.src_mask, tgt_in, ex.tgt_mask)
+    logits = model(ex.src_ids, ex.src_mask, shift_right(ex.tgt_ids, CLS), ex.tgt_mask)
     assert span_token_accuracy(logits, ex.tgt_ids, ex.tgt_mask).item() == 1.0
+
+
+def test_per_position_decoding_writes_the_span_length_then_eos_from_an_all_hidden_input():
+    """Layout as in length-constrained generation; the decoder reads bos then the unknown token at
+    every position (one pass), so position 0 agrees with greedy's first step, and no position reads
+    another's guess."""
+    model = micro()
+    with torch.no_grad():
+        model.out_bias[SEP] = 100.0
+        model.out_bias[PAD] = 90.0
+        model.out_bias[CLS] = 80.0
+        model.out_bias[MASK] = 70.0
+    ex = example_batch()
+    lengths = torch.tensor([3, 1])
+    out = model.per_position(ex.src_ids, ex.src_mask, lengths, unknown_id=MASK)
+    assert out.shape == (2, 4)
+    for row, n in zip(out.tolist(), (3, 1)):
+        assert row[n] == SEP and all(t not in (PAD, CLS, SEP, MASK) for t in row[:n])
+        assert row[n + 1 :] == [PAD] * (3 - n)
+    tgt_in = torch.tensor([[CLS, MASK, MASK, MASK]] * 2)
+    logits = model.decode(model.encode(ex.src_ids, ex.src_mask), ex.src_mask, tgt_in)
+    logits[..., [PAD, CLS, SEP, MASK]] = float("-inf")
+    assert out[0, :3].tolist() == logits[0, :3].argmax(-1).tolist() and out[1, 0] == logits[1, 0].argmax()
+    with pytest.raises(ValueError, match=r"lengths must be \[B = 2\]"):
+        model.per_position(ex.src_ids, ex.src_mask, torch.tensor([MAX_LEN, 1]), unknown_id=MASK)
+
+
+def test_decoder_trained_on_hidden_inputs_predicts_each_position_without_its_prefix(one_thread):
+    """Behaviour: trained with its decoder input fully hidden (the extreme of decoder_input_mask),
+    the model writes memorised spans exactly from the text and the positions alone."""
+    model, ex = memorise(1, hidden_input=True)
+    lengths = span_scored_mask(ex.tgt_mask).sum(1)
+    out = model.per_position(ex.src_ids, ex.src_mask, lengths, unknown_id=MASK)
+    assert span_exact_match(out, ex.tgt_ids, ex.tgt_mask).item() == 1.0, (out, ex.tgt_ids)

@@ -11,6 +11,7 @@ from engine.data import ImportOptions, import_source
 from engine.errors import ConfigError
 from engine.store import create_run, get_run, load_samples, read_metrics
 from engine.tasks import build_task
+from engine.models.span_infill import shift_right
 from engine.tasks.text import ensure_one_masked, whole_words
 from engine.worker import execute_run
 
@@ -137,9 +138,35 @@ def test_span_run_logs_span_metrics_and_completes_a_passage(trec):
     for k in ("val_loss", "val_span_acc", "val_exact", "baseline/unigram_acc", "baseline/position_acc",
               "baseline/bigram_acc"):
         assert k in rec.latest, k
+    assert "val_span_acc_pos" not in rec.latest  # trained without decoder-input masking: not meaningful
     s = load_samples(run_id)
     assert s.kind == "text_span" and s["target"].shape == s["generated"].shape
     assert isinstance(complete_span(load_model(run_id), "what is the [MASK] ?"), str)
+
+
+def test_span_decoder_input_masking_hides_a_drawn_share_and_logs_per_position_accuracy(trec):
+    with pytest.raises(ConfigError, match="decoder_input_mask"):
+        RunConfig.from_dict({**_cfg("text_span", trec).to_dict(), "task_params": {"decoder_input_mask": 1.5}})
+    cfg = _cfg("text_span", trec).to_dict()
+    cfg["task_params"] = {"decoder_input_mask": 1.0}
+    task = build_task(RunConfig.from_dict(cfg), "cpu")
+    b = task.rows(task.train, torch.arange(64))
+    ex = task._example(b, task._mask(b, torch.Generator().manual_seed(0), 0.5))
+    shown = task._masked_input(ex, torch.Generator().manual_seed(1))
+    inside = ex.tgt_mask.clone()
+    inside[:, 0] = False  # bos: always shown
+    hidden = shown == task.tok.mask_id
+    assert not (hidden & ~inside).any()
+    assert (shown[:, 0] == task.tok.cls_id).all()
+    share = hidden.sum(1) / inside.sum(1).clamp_min(1)
+    assert 0.3 < float(share.mean()) < 0.7 and float(share.max()) > 0.8 and float(share.min()) < 0.2  # share ~ U(0, 1)
+    assert torch.equal(shown[~hidden], shift_right(ex.tgt_ids, task.tok.cls_id)[~hidden])
+    run_id, d = create_run(cfg)
+    assert execute_run(d) == "completed", get_run(run_id).error
+    latest = get_run(run_id).latest
+    assert 0.0 <= latest["val_span_acc_pos"] <= 1.0
+    for k in ("unigram", "position", "bigram"):  # the figure table's baselines: the headline's, same spans
+        assert latest[f"baseline/{k}_acc/span_acc_pos"] == latest[f"baseline/{k}_acc"]
 
 
 def test_example_configs_validate_and_point_at_an_imported_set(trec):
