@@ -49,6 +49,7 @@ def _recall_titles(query: str, found: str) -> dict[str, str]:
 #: Column titles of the figures tasks declare (``Task.figures``); other metrics show their own name.
 FIGURE_TITLES = {"val_mse": "pixel MSE", "val_psnr": "PSNR (dB)", "val_top1": "top-1", "val_span_acc": "span accuracy",
                  "val_span_acc_pos": "span accuracy, per position",
+                 "val_span_acc_tf": "span accuracy, teacher-forced",
                  "val_spec_mse": "log-mel MSE", **_recall_titles("text", "image")}
 #: The same figures of an audio-text ``paired`` run, whose "image" is a clip's log-mel spectrogram.
 AUDIO_PAIR_TITLES = {"val_mse": "log-mel MSE", **_recall_titles("text", "audio")}
@@ -116,7 +117,8 @@ def quality_table(rec, step: int | None = None, value: float | None = None) -> N
     The headline (``Task.headline``) and the task's extra ``figures`` are the columns; a column no
     predictor has is left out. The caption compares the run with the best baseline on the last
     lower-is-better figure the run has (its share of that baseline's value; the image task: pixel
-    MSE), else on the headline (its margin when higher is better), and adds the task's notes.
+    MSE), else on the last figure that has baselines (its margin when higher is better; span
+    completion: per-position decoding where the run has it), and adds the task's notes.
     ``step``, ``value``: as in :func:`quality_rows`.
     """
     df, figures = quality_rows(rec, step, value)
@@ -134,7 +136,7 @@ def quality_table(rec, step: int | None = None, value: float | None = None) -> N
         shown[f"{title} {'↓' if better == 'min' else '↑'}"] = [
             "–" if pd.isna(v) else _fmt(metric, v, pct) + (" ★" if i == best else "") for i, v in col.items()]
         base = col.iloc[1:]
-        if not pd.isna(col.iloc[0]) and base.notna().any() and (compare is None or better == "min"):
+        if not pd.isna(col.iloc[0]) and base.notna().any() and (compare is None or better == "min" or compare[1] == "max"):
             compare = (metric, better, title, pct, col.iloc[0], base)
     st.dataframe(shown, hide_index=True, width="content")
     notes = []

@@ -23,7 +23,7 @@ same settings share it; the run records its id in ``task.json``). Every text is 
   ``[SEP]`` excluded: what the baselines are scored on), ``val_span_acc_len`` (the same with
   length-constrained decoding: the model is told the span's length, as the baselines are),
   ``val_span_acc_tf`` (teacher-forced top-1 on the span tokens; its baseline is ``bigram_tf_acc``,
-  the bigram given the true previous token), ``val_span_acc_pos`` (told the length, each position's
+  the bigram given the true previous token, logged as ``baseline/bigram_tf_acc/span_acc_tf``), ``val_span_acc_pos`` (told the length, each position's
   most probable token from the text and the position alone: ``SpanInfiller.per_position``; logged
   for runs trained with ``task_params.decoder_input_mask`` > 0), ``val_exact`` (the whole span and
   its end).
@@ -458,9 +458,11 @@ class TextSpanTask(_TextTask):
     archs = ("t5_span",)
     params = SpanParams
     headline = ("val_span_acc", "max")
-    #: Per-position decoding (runs trained with ``task_params.decoder_input_mask`` > 0); its baselines
-    #: are the headline's, logged again as ``baseline/<name>/span_acc_pos`` for the figure table.
-    figures = (("val_span_acc_pos", "max"),)
+    #: Teacher-forced top-1 (its baseline: the bigram given the true previous token,
+    #: ``baseline/bigram_tf_acc/span_acc_tf``) and per-position decoding (runs trained with
+    #: ``task_params.decoder_input_mask`` > 0; its baselines are the headline's, logged again as
+    #: ``baseline/<name>/span_acc_pos`` for the figure table).
+    figures = (("val_span_acc_tf", "max"), ("val_span_acc_pos", "max"))
     summary = "span completion: one hidden segment infilled by an encoder-decoder (T5, Raffel et al. 2020)"
 
     @classmethod
@@ -610,7 +612,9 @@ class TextSpanTask(_TextTask):
             hits["bigram_tf"] += float((base.predict_span("bigram", b["ids"], b["attention"], span, teacher_forced=True)
                                         == truth).sum())
             n += int(span.sum())
+        tf = hits.pop("bigram_tf")
         out = {f"baseline/{k}_acc": v / max(n, 1) for k, v in hits.items()}
+        out["baseline/bigram_tf_acc/span_acc_tf"] = tf / max(n, 1)  # a figure of its own: it reads the true prefix
         if self.per_position_decoding:  # the same spans, scored the same way
             out.update({f"baseline/{k}_acc/span_acc_pos": out[f"baseline/{k}_acc"] for k in BASELINE_KINDS})
         return out
