@@ -4,17 +4,13 @@ per-position figure. One short run on 300 TREC questions trains through the real
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-from streamlit.testing.v1 import AppTest
 
 from engine.config import RunConfig
 from engine.data import ImportOptions, import_source
 from engine.store import create_run, get_run
 from engine.worker import execute_run
-
-ENTRY = Path(__file__).resolve().parents[2] / "app" / "streamlit_app.py"
+from tests.app.pages import open_with
 
 
 @pytest.fixture(scope="module")
@@ -39,12 +35,7 @@ def span_run(tmp_path_factory, shared_data):
 
 
 def test_span_figures_sit_next_to_the_baselines_that_score_the_same_thing(span_run):
-    at = AppTest.from_file(str(ENTRY), default_timeout=60)
-    at.query_params["run"] = span_run
-    at.run().switch_page("../pages/run_detail.py")
-    at.query_params["run"] = span_run
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
+    at = open_with("../pages/run_detail.py", {"run": span_run})
     rec = get_run(span_run)
     table = next(d.value for d in at.dataframe if "predictor" in d.value.columns).set_index("predictor")
     assert list(table.columns) == ["span accuracy ↑", "span accuracy, teacher-forced ↑", "span accuracy, per position ↑"]
