@@ -63,6 +63,9 @@ def config_train(name: str) -> dict:
 
 
 TRAIN_DEFAULTS["paired"] = config_train("paired-tuxpaint")  # image-text; audio-text: audio.train_defaults
+#: What New run proposes for a task's own parameters where the modality's fields do not fix them,
+#: read once from the example config its bench measures (span: bench/README.md, "Text quality").
+TASK_PARAMS_DEFAULTS: dict[str, dict] = {"text_span": example_config("mlm-span-fortunes")["task_params"]}
 
 
 def train_defaults(task: str, info) -> dict:

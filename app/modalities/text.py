@@ -370,12 +370,10 @@ def run_fields(info, task: str, key: str, carried: dict) -> dict:
                           key=f"{key}_mask_share",
                           help="BERT's 80/10/10: the rest is split evenly between a random token and the original")
         out["task_params"] = {"mask_share": share, "random_share": round((1 - share) / 2, 6)}
-    else:
-        from app.modalities import example_config
+    elif task == "text_span":
+        from app.modalities import TASK_PARAMS_DEFAULTS
 
-        # The span example config's value (bench/README.md, "Text quality": per-position decoding
-        # beats the count baselines for a model trained so).
-        proposed = example_config("mlm-span-fortunes")["task_params"]["decoder_input_mask"]
+        proposed = TASK_PARAMS_DEFAULTS["text_span"]["decoder_input_mask"]
         hide = st.slider("Decoder input hidden, up to", 0.0, 1.0,
                          number(dig(carried, "task_params.decoder_input_mask"), proposed, 0.0, 1.0), 0.05,
                          key=f"{key}_decoder_input_mask",

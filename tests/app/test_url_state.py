@@ -199,6 +199,13 @@ def test_text_forms_come_from_the_url(workspace):
     lab = open_with("../pages/mask_lab.py", {"dataset": "fortunes", "task": "text_span", "data.tokenizer.kind": "char"})
     assert lab.selectbox(key="ml_task").value == "text_span" and lab.selectbox(key="ml_tok_kind").value == "char"
     assert url(lab)["masking.strategy"] == "sentence_span"
+    # span completion: the decoder-input mask is proposed from its example config, and a link carries it
+    span = open_with("../pages/new_run.py", {"dataset": "fortunes", "task": "text_span", "data.tokenizer.kind": "char"})
+    assert span.slider(key="nr_m_decoder_input_mask").value == 1.0
+    assert json.loads(span.json[0].value)["task_params"] == {"decoder_input_mask": 1.0}
+    span = open_with("../pages/new_run.py", {"dataset": "fortunes", "task": "text_span", "data.tokenizer.kind": "char",
+                                             "task_params.decoder_input_mask": "0.35"})
+    assert json.loads(span.json[0].value)["task_params"] == {"decoder_input_mask": 0.35}
 
 
 # Every number a New run link can carry, per modality: a value that is not a number, one that is
