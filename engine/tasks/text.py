@@ -23,10 +23,10 @@ same settings share it; the run records its id in ``task.json``). Every text is 
   ``[SEP]`` excluded: what the baselines are scored on), ``val_span_acc_len`` (the same with
   length-constrained decoding: the model is told the span's length, as the baselines are),
   ``val_span_acc_tf`` (teacher-forced top-1 on the span tokens; its baseline is ``bigram_tf_acc``,
-  the bigram given the true previous token, logged as ``baseline/bigram_tf_acc/span_acc_tf``), ``val_span_acc_pos`` (told the length, each position's
-  most probable token from the text and the position alone: ``SpanInfiller.per_position``; logged
-  for runs trained with ``task_params.decoder_input_mask`` > 0), ``val_exact`` (the whole span and
-  its end).
+  the bigram given the true previous token, logged as ``baseline/bigram_tf_acc/span_acc_tf``),
+  ``val_span_acc_pos`` (told the length, each position's most probable token from the text and the
+  position alone: ``SpanInfiller.per_position``; logged for runs trained with
+  ``task_params.decoder_input_mask`` > 0), ``val_exact`` (the whole span and its end).
 """
 
 from __future__ import annotations
