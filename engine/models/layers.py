@@ -90,6 +90,25 @@ class Attention(nn.Module):
         x = x.transpose(1, 2).reshape(B, L, D)  # (B, L, D)
         return self.proj(x)
 
+    def forward_queries(
+        self, xq: torch.Tensor, x: torch.Tensor, key_padding: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The same attention for a subset of the queries: ``xq [B, Lq, D]`` (rows of ``x``, already
+        normalised like it) attend to every key of ``x [B, L, D]`` -> ``[B, Lq, D]``.
+
+        Keys and values come from all of ``x`` with the same weights as :meth:`forward`; only the
+        query projection, the attention rows and the output projection shrink to ``Lq``. For a
+        query row taken from ``x`` the result equals that row of ``forward(x)`` (to float rounding).
+        """
+        B, L, D = x.shape
+        Lq, nh = xq.shape[1], self.num_heads
+        w, b = self.qkv.weight, self.qkv.bias
+        q = F.linear(xq, w[:D], None if b is None else b[:D]).reshape(B, Lq, nh, D // nh).transpose(1, 2)
+        kv = F.linear(x, w[D:], None if b is None else b[D:]).reshape(B, L, 2, nh, D // nh)
+        k, v = kv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, nh, L, hs)
+        out = scaled_dot_product(q, k, v, attention_mask(key_padding, Lq, L, device=x.device))  # (B, nh, Lq, hs)
+        return self.proj(out.transpose(1, 2).reshape(B, Lq, D))
+
 
 class CrossAttention(nn.Module):
     """Multi-head cross-attention: queries from ``x [B, Lq, D]``, keys and values from ``memory [B, Lk, D]``.
@@ -161,6 +180,37 @@ class Block(nn.Module):
         x = self.drop(self.mlp(self.norm2(h)))
         x += h
         return x
+
+    def forward_rows(self, x: torch.Tensor, rows: torch.Tensor, key_padding: torch.Tensor | None = None) -> torch.Tensor:
+        """This block's output at the positions ``rows`` only: ``x [B, L, D]``, ``rows [B, L]`` bool
+        -> ``[M, D]`` in the row-major order of ``x[rows]`` (``M = rows.sum()``).
+
+        Every position still serves as a key and value; the queries, the attention's output
+        projection and the MLP run on the selected rows alone (padded per row to the longest row's
+        count for the attention, then gathered). The result equals ``self(x, key_padding)[rows]``
+        to float rounding. A model whose loss reads only some positions of its last block (an MLM
+        loss reads about 15%) skips most of that block's work this way.
+
+        Raises:
+            ValueError: ``rows`` is not a bool tensor of shape ``x.shape[:2]``.
+        """
+        if rows.dtype != torch.bool or tuple(rows.shape) != tuple(x.shape[:2]):
+            raise ValueError(f"rows must be a bool [B, L] = {tuple(x.shape[:2])} tensor "
+                             f"(got {rows.dtype} {tuple(rows.shape)})")
+        rows = rows.to(x.device)
+        counts = rows.sum(dim=1)  # (B,)
+        m = int(counts.max()) if rows.numel() else 0
+        if m == 0:
+            return x.new_zeros(0, x.shape[2])
+        D = x.shape[2]
+        # Positions of each row's selected tokens, ascending, then the unselected ones (stable sort).
+        pos = torch.sort(rows.to(torch.uint8), dim=1, descending=True, stable=True).indices[:, :m]  # (B, m)
+        valid = torch.arange(m, device=x.device)[None, :] < counts[:, None]  # (B, m)
+        idx = pos[..., None].expand(-1, -1, D)
+        n = self.norm1(x)
+        h = self.drop(self.attn.forward_queries(n.gather(1, idx), n, key_padding))  # (B, m, D)
+        h = (h + x.gather(1, idx))[valid]  # (M, D), row-major
+        return h + self.drop(self.mlp(self.norm2(h)))
 
 
 class DecoderBlock(nn.Module):

@@ -137,7 +137,8 @@ def ref_bert_logits(m: BertMLM, ids, attn, mlm_mask):
 
 
 @pytest.mark.parametrize("padded", [False, True])
-def test_bert_matches_the_reference_computation(padded):
+@pytest.mark.parametrize("ragged", [False, True])
+def test_bert_matches_the_reference_computation(padded, ragged):
     torch.manual_seed(0)
     m = BertMLM(vocab_size=50, max_len=12, embed_dim=32, depth=2, num_heads=4)
     g = torch.Generator().manual_seed(3)
@@ -148,9 +149,40 @@ def test_bert_matches_the_reference_computation(padded):
         attn[2, 10:] = 0
     mlm = (torch.rand(3, 12, generator=g) < 0.3) & attn.bool()
     mlm[:, 1] = True
+    if ragged:  # the last block's query rows: none in row 1, every real token in row 2
+        mlm[1] = False
+        mlm[2] = attn[2].bool()
     logits = m(ids, attn, mlm)
     ref = ref_bert_logits(m, ids, attn, mlm)
     torch.testing.assert_close(logits, ref, rtol=1e-5, atol=1e-5)
     labels = ids[mlm]
     _assert_close_grads(_grads(m, F.cross_entropy(m(ids, attn, mlm), labels)),
                         _grads(m, F.cross_entropy(ref_bert_logits(m, ids, attn, mlm), labels)))
+
+
+def test_block_forward_rows_is_the_full_block_at_those_rows():
+    """Block.forward_rows (BertMLM's last block at the masked positions) equals the full block's rows,
+    in row-major order, with gradients, padding keys, empty rows and an empty selection."""
+    from engine.models.layers import Block
+
+    torch.manual_seed(0)
+    blk = Block(32, 4)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(4, 9, 32, generator=g, requires_grad=True)
+    pad = torch.zeros(4, 9, dtype=torch.bool)
+    pad[3, 5:] = True
+    rows = torch.rand(4, 9, generator=g) < 0.4
+    rows[0] = False
+    rows[1] = True
+    rows[3, 5:] = False
+    full = blk(x, pad)[rows]
+    part = blk.forward_rows(x, rows, pad)
+    torch.testing.assert_close(part, full, rtol=1e-5, atol=1e-6)
+    w = torch.randn_like(full)
+    g_full = torch.autograd.grad((full * w).sum(), [x, *blk.parameters()])
+    g_part = torch.autograd.grad((blk.forward_rows(x, rows, pad) * w).sum(), [x, *blk.parameters()])
+    for a, b in zip(g_part, g_full):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    assert blk.forward_rows(x, torch.zeros(4, 9, dtype=torch.bool), pad).shape == (0, 32)
+    with pytest.raises(ValueError, match="rows must be a bool"):
+        blk.forward_rows(x, rows.long(), pad)
