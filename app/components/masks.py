@@ -432,21 +432,34 @@ def _hist_frame(values: np.ndarray, edges: np.ndarray) -> pd.DataFrame:
     return pd.DataFrame({"lo": edges[:-1], "hi": edges[1:], "count": counts})
 
 
+#: At most this many non-empty bins: :func:`ratio_hist_chart` draws bars of a fixed width (px) at the
+#: bins' mean ratios, since a bin of 1/50 or 1/n of the axis is a hairline when every sample has (almost)
+#: the same ratio, as an exact strategy gives.
+FEW_RATIO_BINS, FEW_BAR_PX = 5, 14
+
+
 def ratio_hist_chart(ratio: np.ndarray, n_positions: int, height: int = 240) -> alt.Chart:
     """Bars of samples per actual mask ratio, over [0, 1]; one bar per possible count ``k / n``
-    when the grid is small (``n <= 100``), else 50 equal bins."""
+    when the grid is small (``n <= 100``), else 50 equal bins. When at most
+    :data:`FEW_RATIO_BINS` bins hold samples, each is a :data:`FEW_BAR_PX`-px bar at the mean ratio
+    of its samples (the tooltip keeps the bin's range)."""
     if 0 < n_positions <= 100:
         edges = (np.arange(n_positions + 2) - 0.5) / n_positions
     else:
         edges = np.linspace(0.0, 1.0, 51)
-    df = _hist_frame(ratio, edges).query("count > 0")
+    df = _hist_frame(ratio, edges)
+    sums, _ = np.histogram(ratio, bins=edges, weights=ratio)
+    df = df.assign(mid=sums / np.maximum(df["count"], 1)).query("count > 0")  # mean ratio of each bin
+    scale, axis = alt.Scale(domain=[0, 1]), alt.Axis(format=".1f")
+    chart = alt.Chart(df, title="Mask ratio per sample")
+    if len(df) <= FEW_RATIO_BINS:
+        chart = chart.mark_bar(size=FEW_BAR_PX).encode(x=alt.X("mid:Q", title="masked fraction", scale=scale, axis=axis))
+    else:
+        chart = chart.mark_bar().encode(x=alt.X("lo:Q", bin="binned", title="masked fraction", scale=scale, axis=axis),
+                                        x2="hi:Q")
     return (
-        alt.Chart(df, title="Mask ratio per sample")
-        .mark_bar()
+        chart
         .encode(
-            x=alt.X("lo:Q", bin="binned", title="masked fraction", scale=alt.Scale(domain=[0, 1]),
-                    axis=alt.Axis(format=".1f")),  # fmt: skip
-            x2="hi:Q",
             y=alt.Y("count:Q", title="samples (count)", axis=alt.Axis(format="d", tickMinStep=1)),
             tooltip=[alt.Tooltip("lo:Q", format=".3f", title="from"), alt.Tooltip("hi:Q", format=".3f", title="to"),
                      alt.Tooltip("count:Q", title="samples")],  # fmt: skip
