@@ -180,9 +180,10 @@ def fsdd_waves(n: int) -> list[np.ndarray]:
     """The first ``n`` FSDD recordings (../shared/data/fsdd), float32 mono at 8 kHz."""
     import soundfile as sf
 
+    from bench.fsdd import manifest_rows
+
     root = SHARED_DATA / "fsdd"
-    with open(root / "manifest.csv", newline="") as f:
-        rows = list(csv.DictReader(f))
+    rows = manifest_rows(root)
     rows = rows[:: max(1, len(rows) // n)][:n]  # spread over digits and speakers (the manifest is sorted)
     return [sf.read(root / r["path"], dtype="float32")[0] for r in rows]
 

@@ -148,33 +148,19 @@ def import_data(workspace: Path, max_rows: int | None = None, recipe: Recipe = I
 
 def import_fsdd(workspace: Path, takes: int | None = None) -> int:
     """Import ../shared/data/fsdd as :data:`AUDIO_DATASET`: every clip (or, with ``takes``, the
-    takes ``0 .. takes - 1`` of each digit and speaker: a folder of links with their manifest rows),
-    the speaker as group (one of the four speakers only in val), resampled to 8 kHz. Returns the
-    clips accepted.
+    takes ``0 .. takes - 1`` of each digit and speaker, as a zip of them with their manifest rows:
+    :func:`bench.fsdd.subset_zip`), the speaker as group (one of the four speakers only in val),
+    resampled to 8 kHz. Returns the clips accepted.
 
     Raises:
         RuntimeError: a clip was rejected, or the val split is not exactly one speaker.
     """
-    import csv
-    import shutil
-
+    from bench.fsdd import subset_zip
     from engine.data import ImportOptions, import_source, load_dataset
 
     src = SHARED / "fsdd"
     if takes is not None:
-        sub = workspace.parent / f"fsdd-takes-{takes}"
-        (sub / "recordings").mkdir(parents=True, exist_ok=True)
-        with open(src / "manifest.csv", newline="", encoding="utf-8") as f:
-            rows = list(csv.DictReader(f))
-        rows = [r for r in rows if int(r["index"]) < takes]
-        with open(sub / "manifest.csv", "w", newline="", encoding="utf-8") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
-        for r in rows:  # copies in the temporary folder (the audio importer does not follow links)
-            if not (sub / r["path"]).exists():
-                shutil.copyfile(src / r["path"], sub / r["path"])
-        src = sub
+        src = subset_zip(SHARED, workspace.parent / f"fsdd-takes-{takes}.zip", "0123456789", None, takes)
     rep = import_source(src, AUDIO_DATASET, ImportOptions(group_column="speaker", label_column="label", sample_rate=8000,
                                                           val_fraction=AUDIO_VAL_FRACTION),
                         workspace=workspace, overwrite=True)  # fmt: skip

@@ -14,7 +14,7 @@ from engine.config import RunConfig
 from engine.data import ImportOptions, import_source
 from engine.store import create_run, get_run
 from tests.app.pages import ENTRY, captions, open_with
-from tests.fsdd import subset_zip
+from bench.fsdd import subset_zip
 
 
 

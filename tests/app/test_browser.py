@@ -563,7 +563,7 @@ def test_g_interactive_masking(server, page, workspace_dir):
 
 def test_h_audio_upload_run_spectrograms_and_players(server, page, workspace_dir, shared_data, tmp_path):
     """Upload FSDD clips with their manifest, launch an audio_frames run, see spectrograms and players."""
-    from tests.fsdd import subset_zip
+    from bench.fsdd import subset_zip
 
     z = subset_zip(shared_data, tmp_path / "spoken.zip", "0123", ("jackson", "theo"), 3)
     page.goto(server + "/data")

@@ -12,7 +12,7 @@ from engine.data import ImportOptions, import_source
 from engine.store import create_run, get_run
 from engine.worker import execute_run
 from tests.app.test_audio_pages import open_with
-from tests.fsdd import subset_zip
+from bench.fsdd import subset_zip
 
 SHORT = {"batch_size": 32, "warmup_steps": 2, "device": "cpu", "num_threads": 1}
 EVAL = {"max_rows": 300, "tsne_max_rows": 0, "finetune_epochs": 1}

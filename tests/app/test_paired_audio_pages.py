@@ -17,7 +17,7 @@ from engine.store import load_samples
 from engine.tasks import get_task
 
 from tests.app.pages import ENTRY, captions, figure_columns, n_images, open_with, page_html
-from tests.fsdd import WORDS, subset_zip
+from bench.fsdd import WORDS, subset_zip
 from tests.stamps import completed_run
 
 NUM_VIS = 4

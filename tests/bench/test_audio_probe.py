@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tests.bench import load_bench
-from tests.fsdd import subset_zip
+from bench.fsdd import subset_zip
 
 
 @pytest.mark.slow

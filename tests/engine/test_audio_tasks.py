@@ -16,7 +16,7 @@ from engine.errors import ConfigError
 from engine.store import create_run, get_run, load_samples
 from engine.tasks import build_task, get_task
 from engine.tasks.audio import Grid, interp_time
-from tests.fsdd import subset_zip
+from bench.fsdd import subset_zip
 
 REPO = Path(__file__).resolve().parents[2]
 

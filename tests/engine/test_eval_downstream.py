@@ -16,7 +16,7 @@ from engine.eval.finetune import FinetuneInputs, finetune, finetune_inputs, pool
 from engine.eval.flops import train_step_flops
 from engine.eval.reconstruction import SpectralSums, masked_ssim, reconstruction_quality, ssim_window
 from engine.tasks import build_task
-from tests.fsdd import subset_zip
+from bench.fsdd import subset_zip
 
 DIGITS = {"data": {"dataset": "digits"}, "model": {"preset": "tiny", "patch_size": 2},
           "train": {"steps": 10, "batch_size": 64, "seed": 3, "device": "cpu", "num_threads": 1}}

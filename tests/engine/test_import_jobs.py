@@ -17,7 +17,7 @@ from engine.access import Identity
 from engine.data import list_datasets, load_dataset
 from engine.data.jobs import ImportJob, cancel_import, import_status, jobs_dir, memory_cap_bytes, start_import
 from tests.engine.test_idx import idx_bytes
-from tests.fsdd import subset_zip
+from bench.fsdd import subset_zip
 from engine.errors import DatasetError, PermissionDeniedError
 
 EDITOR, VIEWER = Identity("ed", "editor", "password"), Identity("vera", "viewer", "password")

@@ -19,7 +19,7 @@ from engine.errors import ConfigError
 from engine.store import create_run, get_run, load_samples
 from engine.tasks import build_task
 from engine.tasks.paired_audio import AudioTextPairs, label_text
-from tests.fsdd import WORDS, subset_zip
+from bench.fsdd import WORDS, subset_zip
 
 REPO = Path(__file__).resolve().parents[2]
 BLANK = "recordings/2_theo_1.wav"  # imported without a transcript
