@@ -1,7 +1,8 @@
 """Data larger than memory: a training process's peak private memory against the dataset's size.
 
 Generates random-pixel image datasets (32x32x3 uint8, 10 classes, 5% val; random pixels are fine
-for a memory test only) of each size in a temporary workspace, registered through
+for a memory test only), or with ``--modality audio`` noise clips (1 s at 8 kHz, int16, amplitudes
+varying per clip; the size counts PCM bytes), of each size in a temporary workspace, registered through
 ``engine.data.storage.save_dataset`` as imports are (the pixels are written in chunks to a scratch
 ``.npy`` and copied file to file, so the 2 GB set is never held in memory), then trains each for a
 few steps through the real worker path (``python -m engine.worker RUN_DIR`` in a subprocess: the
@@ -17,6 +18,11 @@ at the end (``--keep`` keeps them).
 
     python bench/data_memory.py                       # 0.5 GB and 2 GB, 5 steps each
     python bench/data_memory.py --sizes-mb 50 200 --steps 3
+    python bench/data_memory.py --modality audio      # audio_mae: log-mel frames kept in <workspace>/features
+
+An audio run's first start computes every clip's log-mel frames into ``<workspace>/features`` (clip by
+clip, written through a memory map) and trains on windows read from that map; its peak private
+memory covers that computation too.
 """
 
 from __future__ import annotations
@@ -70,10 +76,56 @@ def make_image_dataset(workspace: Path, name: str, size_bytes: int, seed: int = 
     return n
 
 
-def run_config(name: str, steps: int, batch: int) -> dict:
+AUDIO_RATE, AUDIO_SECONDS = 8000, 1.0
+
+
+def make_audio_dataset(workspace: Path, name: str, size_bytes: int, seed: int = 0) -> int:
+    """Register an audio dataset of about ``size_bytes`` of int16 PCM as ``name``: 1 s noise clips
+    at :data:`AUDIO_RATE` Hz, each with its own amplitude (so frames differ in level), labels uniform
+    over ``N_CLASSES``, a seeded 5% val split; return its number of clips. Memory: one chunk of
+    clips at a time (the PCM goes through a scratch ``.npy`` map, as for images)."""
+    from engine.data.audio import audio_stats
+    from engine.data.dataset import AudioDataset, DatasetInfo, seeded_split
+    from engine.data.storage import save_dataset, utc_now
+
+    clip = int(AUDIO_RATE * AUDIO_SECONDS)
+    n = max(2 * N_CLASSES, size_bytes // (2 * clip))
+    rng = np.random.default_rng(seed)
+    scratch = workspace / f".scratch-{name}.npy"
+    try:
+        pcm = np.lib.format.open_memmap(scratch, mode="w+", dtype=np.int16, shape=(n * clip,))
+        chunk = max(1, CHUNK_ROWS * 3072 // (2 * clip))  # about the image chunk's bytes
+        for i in range(0, n, chunk):
+            k = min(chunk, n - i)
+            amp = rng.uniform(300, 12000, size=(k, 1))
+            pcm[i * clip : (i + k) * clip] = (rng.standard_normal((k, clip)) * amp).clip(-32767, 32767).astype(np.int16).ravel()
+            pcm.flush()
+        offsets = np.arange(n + 1, dtype=np.int64) * clip
+        labels = rng.integers(0, N_CLASSES, size=n).astype(np.int64)
+        split = seeded_split(labels, 0.05, seed)
+        info = DatasetInfo(name=name, modality="audio", source="bench:noise-clips", image_shape=None,
+                           class_names=tuple(f"c{k}" for k in range(N_CLASSES)), n_train=int((split == 0).sum()),
+                           n_val=int((split == 1).sum()), created_at=utc_now(),
+                           stats=audio_stats(np.full(n, clip), AUDIO_RATE),
+                           description=f"noise, {n:,} clips of {AUDIO_SECONDS:g} s (bench/data_memory.py)")
+        save_dataset(AudioDataset(info, pcm, offsets, np.array([AUDIO_RATE], np.int64), labels, split), workspace)
+        del pcm
+    finally:
+        scratch.unlink(missing_ok=True)
+    return n
+
+
+def run_config(name: str, steps: int, batch: int, modality: str = "image") -> dict:
     """The run: New run's proposal for 32x32 images (``recipe_for``), ``steps`` steps of ``batch``,
-    evaluated (baselines, val loss, samples) at step 0 and at the end, one checkpoint, 1 thread."""
+    evaluated (baselines, val loss, samples) at step 0 and at the end, one checkpoint, 1 thread.
+    ``modality="audio"``: ``audio_mae`` with its defaults (64 mel bins, 1 s windows, tiny, 8x8
+    patches, random masking at 0.8), the same steps, batch and evaluation."""
     from engine.tasks.image import recipe_for
+
+    if modality == "audio":
+        return {"name": f"mem-{name}", "task": "audio_mae", "data": {"dataset": name},
+                "train": {"steps": steps, "batch_size": batch, "warmup_steps": 0, "eval_interval": steps,
+                          "checkpoint_interval": steps, "num_threads": 1, "seed": 0}}  # fmt: skip
 
     r = recipe_for((SHAPE[2], SHAPE[0], SHAPE[1]))
     r["train"].update(steps=steps, batch_size=batch, warmup_steps=0, eval_interval=steps, checkpoint_interval=steps,
@@ -93,14 +145,14 @@ def _rss_anon(pid: int) -> int | None:
     return None
 
 
-def train_peak(workspace: Path, name: str, steps: int = 5, batch: int = 64) -> dict:
+def train_peak(workspace: Path, name: str, steps: int = 5, batch: int = 64, modality: str = "image") -> dict:
     """Train dataset ``name`` for ``steps`` steps in a worker subprocess; return ``{"status",
     "peak_mem_bytes"`` (the worker's own figure), ``"polled_peak_bytes"`` (this script's poll),
     ``"seconds"``, ``"run_id"}``. Raises RuntimeError when the run does not complete."""
     from engine.config import RunConfig
     from engine.store import create_run, get_run
 
-    cfg = RunConfig.from_dict(run_config(name, steps, batch))
+    cfg = RunConfig.from_dict(run_config(name, steps, batch, modality))
     run_id, run_dir = create_run(cfg.to_dict(), workspace)
     env = {**os.environ, "MASKLAB_WORKSPACE": str(workspace), "MASKLAB_AUTO_EVAL": "0",
            "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
@@ -130,8 +182,9 @@ def train_peak(workspace: Path, name: str, steps: int = 5, batch: int = 64) -> d
             "polled_peak_bytes": polled[0], "seconds": seconds, "run_id": run_id}
 
 
-def measure(sizes_mb: list[float], steps: int, batch: int, root: Path | None = None, keep: bool = False) -> list[dict]:
-    """Generate, register and train one dataset per size (MB of pixels, 10**6 bytes) in a fresh
+def measure(sizes_mb: list[float], steps: int, batch: int, root: Path | None = None, keep: bool = False,
+            modality: str = "image") -> list[dict]:
+    """Generate, register and train one dataset per size (MB of pixels or PCM, 10**6 bytes) in a fresh
     temporary workspace under ``root``; return one row per size: ``size_mb``, ``rows``,
     ``disk_bytes`` (the registered folder), ``peak_mem_bytes``, ``polled_peak_bytes``, ``seconds``.
     The workspace is deleted at the end unless ``keep``."""
@@ -142,12 +195,15 @@ def measure(sizes_mb: list[float], steps: int, batch: int, root: Path | None = N
     try:
         for mb in sizes_mb:
             name = f"random-{int(mb)}mb"
-            n = make_image_dataset(ws, name, int(mb * 1e6))
+            n = (make_audio_dataset if modality == "audio" else make_image_dataset)(ws, name, int(mb * 1e6))
             folder = ws / "datasets" / name
             disk = sum(p.stat().st_size for p in folder.iterdir())
-            out = train_peak(ws, name, steps, batch)
+            out = train_peak(ws, name, steps, batch, modality)
+            feats = ws / "features"
+            out["features_bytes"] = sum(p.stat().st_size for p in feats.rglob("*") if p.is_file()) if feats.exists() else 0
             rows.append({"size_mb": mb, "rows": n, "disk_bytes": disk, **out})
             shutil.rmtree(folder)  # free the disk before the next size
+            shutil.rmtree(feats, ignore_errors=True)
     finally:
         if not keep:
             shutil.rmtree(ws.parent, ignore_errors=True)
@@ -161,15 +217,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--root", type=Path, default=None, help="where the temporary workspace goes (default: $TMPDIR)")
     p.add_argument("--keep", action="store_true", help="keep the workspace (its path is printed)")
+    p.add_argument("--modality", choices=("image", "audio"), default="image")
     args = p.parse_args(argv)
-    rows = measure(args.sizes_mb, args.steps, args.batch, args.root, args.keep)
+    rows = measure(args.sizes_mb, args.steps, args.batch, args.root, args.keep, args.modality)
     mib = 2**20
-    print(f"image_mim (mae_vit tiny, patch 4), {SHAPE[0]}x{SHAPE[1]}x{SHAPE[2]} random pixels, batch {args.batch}, "
-          f"{args.steps} steps, 1 thread, worker subprocess")
-    print(f"  {'dataset':>10} {'images':>10} {'on disk':>10} {'peak private (worker)':>22} {'polled RssAnon':>15} {'wall':>7}")
+    if args.modality == "audio":
+        print(f"audio_mae (tiny, 64 mel bins, 8x8 patches), {AUDIO_SECONDS:g} s noise clips at {AUDIO_RATE} Hz, "
+              f"batch {args.batch}, {args.steps} steps, 1 thread, worker subprocess (features computed at its start)")
+    else:
+        print(f"image_mim (mae_vit tiny, patch 4), {SHAPE[0]}x{SHAPE[1]}x{SHAPE[2]} random pixels, batch {args.batch}, "
+              f"{args.steps} steps, 1 thread, worker subprocess")
+    what = "clips" if args.modality == "audio" else "images"
+    print(f"  {'dataset':>10} {what:>10} {'on disk':>10} {'features':>10} {'peak private (worker)':>22} {'polled RssAnon':>15} {'wall':>7}")
     for r in rows:
-        print(f"  {r['size_mb']:>8.0f}MB {r['rows']:>10,} {r['disk_bytes'] / mib:>8.0f}Mi {r['peak_mem_bytes'] / mib:>20.1f}Mi"
-              f" {r['polled_peak_bytes'] / mib:>13.1f}Mi {r['seconds']:>6.1f}s")
+        print(f"  {r['size_mb']:>8.0f}MB {r['rows']:>10,} {r['disk_bytes'] / mib:>8.0f}Mi {r['features_bytes'] / mib:>8.0f}Mi"
+              f" {r['peak_mem_bytes'] / mib:>20.1f}Mi {r['polled_peak_bytes'] / mib:>13.1f}Mi {r['seconds']:>6.1f}s")
     first, last = rows[0], rows[-1]
     ratio = last["peak_mem_bytes"] / first["peak_mem_bytes"]
     polled = last["polled_peak_bytes"] / max(first["polled_peak_bytes"], 1)

@@ -100,7 +100,7 @@ def audio_view(workspace: str, name: str, version: str) -> dict:
     clips = [ds.clip(int(i)) for i in pick]
     spec = FeatureSpec.from_config(AudioConfig(), rate)
     feats = ClipFeatures(clips, spec, stats=(np.zeros(spec.n_mels), np.ones(spec.n_mels)))
-    mels = [feats.logmel[:, int(feats.offsets[k]) : int(feats.offsets[k + 1])].numpy() for k in range(len(pick))]
+    mels = [feats.clip_logmel(k).numpy() for k in range(len(pick))]
     samples = [{"wave": c, "mel": m, "label": ds.info.class_names[ds.labels[i]], "split": split[i],
                 "transcript": ds.transcript(int(i)), "seconds": len(c) / rate} for i, c, m in zip(pick, clips, mels)]
     return {"durations": durations, "samples": samples, "counts": ds.counts(), "rate": rate}

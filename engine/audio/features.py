@@ -10,7 +10,8 @@ Shapes: B batch, F mel bins, T frames (time last, as torchaudio's ``(..., freq, 
   ``log(mel + 1e-6)`` (natural log; digital silence is ``log(1e-6) = -13.8``).
 - **Normalisation** (:class:`ClipFeatures`): per mel bin, ``(x - mean_f) / std_f`` with the mean and
   standard deviation of that bin over every frame of every train clip (padding excluded), so the
-  statistics never see a validation clip.
+  statistics never see a validation clip. The raw frames are computed once per dataset and settings
+  and kept in ``<workspace>/features`` (:func:`feature_store`), read through memory maps.
 - **Windows**: a model sees ``T`` frames (:func:`window_frames`: ``data.audio.clip_seconds``, rounded
   up to whole patches). A clip with fewer frames is padded **with silence** (the normalised value of
   ``log(1e-6)`` in each bin) and its padding frames are marked not ``real``: masks never hide them and
@@ -29,13 +30,20 @@ estimation from modified short-time Fourier transform".
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
 import math
-from dataclasses import dataclass
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from engine.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 LOG_EPS = 1e-6
 """Added to the mel power before the log: the floor of the log-mel (digital silence)."""
@@ -161,53 +169,131 @@ class Window:
 class ClipFeatures:
     """Normalised log-mel frames of every clip of a dataset, computed once, cut into windows.
 
+    The raw (not normalised) frames are kept one clip after the other in a float32 ``[total, F]``
+    array: in memory, or, with ``store``, in ``.npy`` files of that folder read through memory
+    maps, so a process's private memory does not grow with the dataset (the page cache holds what
+    is read). Each read (:meth:`window`, :meth:`clip_logmel`) normalises only the frames it returns.
+    Both ways give exactly the same values.
+
     Args:
-        clips: ``N`` float32 waveforms (``[n_i]``, at ``spec.sample_rate``).
+        clips: ``N`` float32 waveforms (``[n_i]``, at ``spec.sample_rate``): a list, or any sequence
+            (``len`` and ``[i]``) that decodes one clip at a time (:class:`DatasetClips`).
         spec: the feature settings.
-        stats_rows: the clips whose frames give the per-bin mean and std (the train split);
-            ``(mean, std)`` float32 ``[F]`` may be passed instead as ``stats``.
+        stats_rows: the clips whose frames give the per-bin mean and std (the train split; none or
+            empty: every clip); ``(mean, std)`` float32 ``[F]`` may be passed instead as ``stats``.
+        store: a folder for the frames (:func:`feature_store`). When it holds the frames of ``N``
+            clips with this ``spec`` they are mapped and no clip is decoded; else they are computed
+            clip by clip into a new folder published atomically (:func:`engine.workspace.publish_folder`;
+            a concurrent process that publishes first wins, and its files are used); a damaged folder
+            is replaced. When the folder cannot be written (e.g. a full disk) the frames are kept in
+            memory and a warning is logged.
 
     Attributes:
-        logmel: float32 ``[F, total]``, every clip's normalised frames one after the other.
         offsets: int64 ``[N + 1]`` frame offsets; ``n_frames`` int64 ``[N]``.
-        voiced: bool ``[total]``: energy voice activity of each frame (threshold -35 dB below the
-            clip's loudest frame, window and hop of ``spec``).
-        mean, std: float32 ``[F]``, the normalisation (std at least 1e-3).
+        frames: float32 ``[total, F]`` raw log-mel frames (an array or a read-only memory map).
+        voiced_frames: bool ``[total]``: energy voice activity of each frame (threshold -35 dB below
+            the clip's loudest frame, window and hop of ``spec``).
+        mean, std: float32 ``[F]``, the normalisation (std at least 1e-3): float64 sums over the
+            ``stats_rows`` frames, the std with Bessel's correction (``torch.std``'s).
         silence: float32 ``[F]``: the normalised value of digital silence (the padding).
+        stored: the folder the frames are mapped from, or None (in memory).
     """
 
-    def __init__(self, clips: list[np.ndarray], spec: FeatureSpec, stats_rows: np.ndarray | None = None,
-                 stats: tuple[np.ndarray, np.ndarray] | None = None):
-        from engine.masking.units import voiced_frames
+    FILES = ("frames.npy", "voiced.npy", "n_frames.npy")
+    META = "meta.json"
 
+    def __init__(self, clips, spec: FeatureSpec, stats_rows: np.ndarray | None = None,
+                 stats: tuple[np.ndarray, np.ndarray] | None = None, store: Path | None = None):
         self.spec, self.logmel_fn = spec, LogMel(spec)
-        mels, voiced = [], []
-        pad = spec.win // 2 + 1
-        for x in clips:
-            w = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
-            n = w.shape[0]
-            if n < pad:  # shorter than the reflect padding: zero-pad (silence) to compute, keep n's frames
-                w = torch.nn.functional.pad(w, (0, pad - n))
-            m = self.logmel_fn(w)[:, : spec.frames(n)]
-            mels.append(m)
-            v = voiced_frames(w, spec.sample_rate, frame_length=spec.win, hop_length=spec.hop)[0, : spec.frames(n)]
-            voiced.append(v)
-        self.n_frames = torch.tensor([m.shape[1] for m in mels], dtype=torch.int64)
-        self.offsets = torch.zeros(len(mels) + 1, dtype=torch.int64)
+        arrays = None
+        if store is not None:
+            store = Path(store)
+            arrays = _open_store(store, spec, len(clips)) or self._publish(clips, store)
+        self.stored = store if arrays is not None else None
+        if arrays is None:
+            arrays = self._compute(clips, None)
+        self.frames, self.voiced_frames, n_frames = arrays
+        self.n_frames = torch.from_numpy(np.asarray(n_frames, dtype=np.int64).copy())
+        self.offsets = torch.zeros(len(self.n_frames) + 1, dtype=torch.int64)
         self.offsets[1:] = self.n_frames.cumsum(0)
-        raw = torch.cat(mels, dim=1) if mels else torch.zeros(spec.n_mels, 0)
-        self.voiced = torch.cat(voiced) if voiced else torch.zeros(0, dtype=torch.bool)
         if stats is None:
-            rows = np.arange(len(mels)) if stats_rows is None else np.asarray(stats_rows)
-            cols = torch.cat([torch.arange(int(self.offsets[r]), int(self.offsets[r + 1])) for r in rows]) \
-                if len(rows) else torch.arange(raw.shape[1])  # fmt: skip
-            sel = raw[:, cols]
-            mean, std = sel.mean(dim=1), sel.std(dim=1) if sel.shape[1] > 1 else torch.ones(spec.n_mels)
+            mean, std = self._stats(np.arange(len(clips)) if stats_rows is None or len(stats_rows) == 0
+                                    else np.asarray(stats_rows))  # fmt: skip
         else:
             mean, std = (torch.as_tensor(np.asarray(a, np.float32)) for a in stats)
         self.mean, self.std = mean.float(), std.float().clamp_min(1e-3)
-        self.logmel = (raw - self.mean[:, None]) / self.std[:, None]
         self.silence = (math.log(LOG_EPS) - self.mean) / self.std
+
+    def _compute(self, clips, folder: Path | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every clip's raw frames and voicing, one clip at a time, into ``folder``'s files (memory
+        maps) or into memory: ``(frames [total, F], voiced [total], n_frames [N])``."""
+        from engine.masking.units import voiced_frames
+
+        spec = self.spec
+        n_frames = np.array([spec.frames(len(clips[i])) for i in range(len(clips))], dtype=np.int64)
+        total, F = int(n_frames.sum()), spec.n_mels
+        if folder is None:
+            frames, voiced = np.empty((total, F), np.float32), np.empty(total, bool)
+        else:
+            frames = np.lib.format.open_memmap(folder / "frames.npy", mode="w+", dtype=np.float32, shape=(total, F))
+            voiced = np.lib.format.open_memmap(folder / "voiced.npy", mode="w+", dtype=bool, shape=(total,))
+        pad, o = spec.win // 2 + 1, 0
+        for i in range(len(clips)):
+            w = torch.from_numpy(np.ascontiguousarray(clips[i], dtype=np.float32))
+            n = spec.frames(w.shape[0])
+            if w.shape[0] < pad:  # shorter than the reflect padding: zero-pad (silence) to compute, keep n's frames
+                w = torch.nn.functional.pad(w, (0, pad - w.shape[0]))
+            frames[o : o + n] = self.logmel_fn(w)[:, :n].T.numpy()
+            voiced[o : o + n] = voiced_frames(w, spec.sample_rate, frame_length=spec.win, hop_length=spec.hop)[0, :n].numpy()
+            o += n
+        if folder is not None:
+            frames.flush()
+            voiced.flush()
+            np.save(folder / "n_frames.npy", n_frames)
+        return frames, voiced, n_frames
+
+    def _publish(self, clips, store: Path):
+        """Compute the frames into a new ``store`` folder and map it; None when it cannot be written."""
+        from engine.workspace import atomic_write_json, publish_folder
+
+        def fill(tmp: Path) -> None:
+            self._compute(clips, tmp)
+            atomic_write_json(tmp / self.META, _store_meta(self.spec, len(clips)))  # last: the complete marker
+
+        try:  # a complete folder that _open_store refused is damaged: replace it
+            publish_folder(store, fill, marker=self.META, overwrite=(store / self.META).exists())
+        except OSError as e:
+            log.warning("audio features: cannot keep the frames in %s (%s); computing them in memory", store, e)
+            return None
+        return _open_store(store, self.spec, len(clips))
+
+    def _stats(self, rows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-bin mean and std (Bessel) of the frames of clips ``rows``, float64 sums, clip by clip."""
+        F = self.spec.n_mels
+        rows = np.sort(np.asarray(rows, dtype=np.int64))
+        count, total = 0, np.zeros(F, np.float64)
+        for r in rows:
+            a = self.frames[int(self.offsets[r]) : int(self.offsets[r + 1])]
+            total += a.sum(axis=0, dtype=np.float64)
+            count += a.shape[0]
+        if count < 2:
+            return torch.from_numpy(total / max(count, 1)), torch.ones(F)
+        mean, sq = total / count, np.zeros(F, np.float64)
+        for r in rows:
+            d = self.frames[int(self.offsets[r]) : int(self.offsets[r + 1])].astype(np.float64) - mean
+            sq += (d * d).sum(axis=0)
+        return torch.from_numpy(mean), torch.from_numpy(np.sqrt(sq / (count - 1)))
+
+    def _normalise(self, raw: np.ndarray) -> torch.Tensor:
+        """Raw frames ``[..., F]`` -> normalised ``[..., F]`` float32."""
+        raw = np.ascontiguousarray(raw, dtype=np.float32)
+        if not raw.flags.writeable:  # a view of the read-only map (a slice): copy what is read
+            raw = raw.copy()
+        return (torch.from_numpy(raw) - self.mean) / self.std
+
+    def clip_logmel(self, r: int) -> torch.Tensor:
+        """The normalised log-mel frames of clip ``r``: ``[F, n_frames[r]]``."""
+        return self._normalise(self.frames[int(self.offsets[r]) : int(self.offsets[r + 1])]).T
 
     def __len__(self) -> int:
         return int(self.n_frames.shape[0])
@@ -221,10 +307,10 @@ class ClipFeatures:
         rows, starts = rows.long(), starts.long()
         t = starts[:, None] + torch.arange(T)[None, :]  # (B, T) frame index in the clip
         real = t < self.n_frames[rows][:, None]
-        idx = (self.offsets[rows][:, None] + t).clamp_max(max(self.logmel.shape[1] - 1, 0))
-        spec = self.logmel[:, idx].permute(1, 0, 2)  # (B, F, T)
+        idx = (self.offsets[rows][:, None] + t).clamp_max(max(self.frames.shape[0] - 1, 0)).numpy()
+        spec = self._normalise(self.frames[idx]).transpose(1, 2)  # (B, F, T): only these frames read
         spec = torch.where(real[:, None, :], spec, self.silence[None, :, None])
-        voiced = self.voiced[idx] & real
+        voiced = torch.from_numpy(np.asarray(self.voiced_frames[idx], dtype=bool)) & real
         return Window(spec.contiguous(), real, voiced, rows, starts)
 
     def random_starts(self, rows: torch.Tensor, T: int, generator: torch.Generator) -> torch.Tensor:
@@ -255,3 +341,61 @@ class ClipFeatures:
         piece = clip[start * self.spec.hop : start * self.spec.hop + n]
         out[: len(piece)] = piece
         return out
+
+
+#: Bumped when the stored frames would differ for the same clips and spec (e.g. a new log-mel recipe).
+STORE_FORMAT = 1
+
+
+def _store_meta(spec: FeatureSpec, n_clips: int) -> dict:
+    return {"format": STORE_FORMAT, "spec": asdict(spec), "n_clips": int(n_clips)}
+
+
+def _open_store(store: Path | None, spec: FeatureSpec, n_clips: int):
+    """``(frames, voiced, n_frames)`` mapped read-only from a complete ``store`` folder written for
+    ``spec`` and ``n_clips`` clips; None when there is none, or it is for something else or damaged
+    (it is then computed again in a new folder beside it, see :class:`ClipFeatures`)."""
+    if store is None:
+        return None
+    store = Path(store)
+    try:
+        meta = json.loads((store / ClipFeatures.META).read_text())
+        if meta != json.loads(json.dumps(_store_meta(spec, n_clips))):
+            return None
+        frames = np.load(store / "frames.npy", mmap_mode="r")
+        voiced = np.load(store / "voiced.npy", mmap_mode="r")
+        n_frames = np.load(store / "n_frames.npy")
+    except (OSError, ValueError):
+        return None
+    total = int(n_frames.sum()) if len(n_frames) == n_clips else -1
+    if frames.shape != (total, spec.n_mels) or voiced.shape != (total,) or frames.dtype != np.float32:
+        return None
+    return frames, voiced, n_frames
+
+
+def feature_store(dataset_hash: str, spec: FeatureSpec, n_clips: int, workspace: str | os.PathLike | None = None) -> Path | None:
+    """``<workspace>/features/<id>``: where :class:`ClipFeatures` keeps the frames of a dataset's
+    clips, ``id`` a hash of the dataset's content hash (``info.source_hash``, which covers the
+    clips and their order), the clip count and ``spec``. None for a dataset without a content hash
+    (an old one): its frames stay in memory. A folder there is derived data: deleting it only
+    costs the next run's start computing it again."""
+    if not dataset_hash:
+        return None
+    from engine.workspace import workspace_root
+
+    key = json.dumps({"dataset": dataset_hash, **_store_meta(spec, n_clips)}, sort_keys=True)
+    return workspace_root(workspace) / "features" / hashlib.sha256(key.encode()).hexdigest()[:24]
+
+
+class DatasetClips:
+    """The clips ``rows`` of an audio dataset as a sequence that decodes one clip per ``[i]``
+    (float32 ``[n]``, :meth:`engine.data.dataset.AudioDataset.clip`), for :class:`ClipFeatures`."""
+
+    def __init__(self, ds, rows: np.ndarray | None = None):
+        self.ds, self.rows = ds, np.arange(len(ds)) if rows is None else np.asarray(rows)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self.ds.clip(int(self.rows[i]))

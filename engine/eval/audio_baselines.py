@@ -25,9 +25,9 @@ def logmel_stats(feats, rows: np.ndarray | None = None) -> np.ndarray:
         one-frame clip).
     """
     rows = np.arange(len(feats)) if rows is None else np.asarray(rows)
-    out = np.zeros((len(rows), 2 * feats.logmel.shape[0]), np.float32)
+    out = np.zeros((len(rows), 2 * feats.spec.n_mels), np.float32)
     for k, r in enumerate(rows):
-        m = feats.logmel[:, int(feats.offsets[r]) : int(feats.offsets[r + 1])]
+        m = feats.clip_logmel(int(r))  # (F, n)
         std = m.std(dim=1, unbiased=False) if m.shape[1] > 1 else torch.zeros(m.shape[0])
         out[k] = torch.cat([m.mean(dim=1), std]).numpy()
     return out

@@ -45,7 +45,7 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from engine.audio.features import ClipFeatures, FeatureSpec, Window, window_frames
+from engine.audio.features import ClipFeatures, DatasetClips, FeatureSpec, Window, feature_store, window_frames
 from engine.config import AudioConfig, RunConfig
 from engine.errors import ConfigError, DatasetError
 from engine.masking import draw_mask, get_masking, strategies_for
@@ -426,7 +426,10 @@ class _AudioTask(Task):
         if len(self.train_rows) == 0:
             raise DatasetError(f"data.dataset: {ds.info.name!r} has no train clips")
         self.val_rows = ds.indices("val") if ds.info.n_val else self.train_rows  # tiny sets: evaluate on train
-        self.feats = ClipFeatures([ds.clip(i) for i in range(len(ds))], self.spec, stats_rows=self.train_rows)
+        # Frames kept in <workspace>/features (memory-mapped; computed at the first run on this
+        # dataset and spec), so this process's memory does not grow with the dataset.
+        self.feats = ClipFeatures(DatasetClips(ds), self.spec, stats_rows=self.train_rows,
+                                  store=feature_store(ds.info.source_hash, self.spec, len(ds), workspace))
         self.n_train = len(self.train_rows)
         self.batch_size = min(cfg.train.batch_size, self.n_train)
         g = self.grid

@@ -179,7 +179,7 @@ class PairedTask(Task):
         from engine.data import load_dataset
         from engine.tasks.audio import check_masks, check_strategy
 
-        ds = pairs_of(cfg, load_dataset(cfg.data.dataset, workspace))
+        ds = pairs_of(cfg, load_dataset(cfg.data.dataset, workspace), workspace)
         if isinstance(ds, AudioTextPairs):
             check_strategy(cfg, ds.grid, cls.name)
             check_masks(cfg, ds.grid, ds.probe_window(PROBE_ROWS), "patches")
@@ -212,7 +212,7 @@ class PairedTask(Task):
         self.cfg, self.device = cfg, device
         self.prm = PairedParams(**cfg.task_params)
         self.text_cfg = self.prm.text_masking()
-        ds = self._ds = pairs_of(cfg, load_dataset(cfg.data.dataset, workspace))
+        ds = self._ds = pairs_of(cfg, load_dataset(cfg.data.dataset, workspace), workspace)
         self.audio = isinstance(ds, AudioTextPairs)  # the "image" is a clip's log-mel spectrogram
         self.class_names = tuple(ds.info.class_names)
         self.tok, self.tokenizer_id = _TextTask.tokenizer_for(cfg, ds, workspace)
@@ -545,7 +545,7 @@ def preview(cfg: RunConfig, n: int, workspace=None) -> PairedPreview:
     """
     from engine.data import load_dataset, representative
 
-    ds = pairs_of(cfg, load_dataset(cfg.data.dataset, workspace))
+    ds = pairs_of(cfg, load_dataset(cfg.data.dataset, workspace), workspace)
     split = "val" if ds.info.n_val else "train"
     pool = ds.indices(split)[:EVAL_MAX_ROWS]  # the task's val rows; only the picked ones are read
     y = ds.labels[pool]
@@ -578,7 +578,7 @@ def caption_train_masks(cfg: RunConfig, n: int, workspace=None) -> tuple[torch.T
     from engine.tasks.text import train_masks
 
     text_cfg = cfg.model_copy(update={"masking": PairedParams(**cfg.task_params).text_masking()})
-    return train_masks(text_cfg, n, workspace, ds=pairs_of(cfg, load_dataset(cfg.data.dataset, workspace)))
+    return train_masks(text_cfg, n, workspace, ds=pairs_of(cfg, load_dataset(cfg.data.dataset, workspace), workspace))
 
 
 # --- retrieval box (Run detail) -----------------------------------------------------------------
@@ -625,7 +625,7 @@ def retrieval_index(loaded, workspace=None) -> RetrievalIndex:
     from engine.inference import InferenceError
     from engine.tasks.text import _tokenizer_of
 
-    ds = pairs_of(loaded.cfg, load_dataset(loaded.cfg.data.dataset, workspace))
+    ds = pairs_of(loaded.cfg, load_dataset(loaded.cfg.data.dataset, workspace), workspace)
     if loaded.info.get("dataset_hash") not in (None, ds.info.source_hash):
         raise InferenceError(f"run {loaded.run_id}: dataset {ds.info.name!r} was re-imported since the run; its "
                              "validation pairs are not the ones the run ranked")

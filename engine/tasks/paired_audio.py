@@ -31,7 +31,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-from engine.audio.features import ClipFeatures, Window
+from engine.audio.features import ClipFeatures, DatasetClips, Window, feature_store
 from engine.config import AudioConfig, RunConfig
 from engine.data.audio import UNLABELED  # the class of clips imported without a label: not a word of the clip
 from engine.errors import ConfigError
@@ -94,6 +94,7 @@ class AudioTextPairs:
         ds: an :class:`~engine.data.dataset.AudioDataset`.
         audio: ``data.audio`` (None: the defaults); patch: ``model.patch_size`` ``P``.
         source: ``task_params.text_source``.
+        workspace: where the clips' log-mel frames are kept (:func:`~engine.audio.features.feature_store`).
 
     Attributes:
         info: the dataset's info with ``image_shape = (1, F, T)``, ``n_train`` / ``n_val`` the clips
@@ -109,8 +110,9 @@ class AudioTextPairs:
             does not divide the mel bins, features that do not fit the sample rate.
     """
 
-    def __init__(self, ds, audio: AudioConfig | None, patch: int, source: TextSource):
+    def __init__(self, ds, audio: AudioConfig | None, patch: int, source: TextSource, workspace=None):
         texts = clip_texts(ds, source)
+        self.workspace = workspace
         keep = np.flatnonzero(np.array([bool(t) for t in texts], bool))
         if not (ds.split[keep] == 0).any():
             what = "a transcript" if source == "text" else "a class name"
@@ -128,7 +130,10 @@ class AudioTextPairs:
 
     @functools.cached_property
     def feats(self) -> ClipFeatures:
-        return ClipFeatures([self.clip(i) for i in range(len(self))], self.spec, stats_rows=self.indices("train"))
+        h = self.audio_ds.info.source_hash  # the clips' content, and which of them are pairs (rows)
+        h = h and hashlib.sha256(h.encode() + np.ascontiguousarray(self.rows, np.int64).tobytes()).hexdigest()
+        store = feature_store(h, self.spec, len(self), self.workspace)
+        return ClipFeatures(DatasetClips(self.audio_ds, self.rows), self.spec, stats_rows=self.indices("train"), store=store)
 
     def probe_window(self, n: int) -> Window:
         """The first windows of the first ``n`` train pairs, not normalised (the masks depend on the
@@ -177,7 +182,7 @@ class AudioTextPairs:
         return self.grid.eligible(self.window(rows)).flatten(1)
 
 
-def pairs_of(cfg: RunConfig, ds):
+def pairs_of(cfg: RunConfig, ds, workspace=None):
     """What the ``paired`` task reads of dataset ``ds``: the paired dataset itself, or an audio
     dataset as :class:`AudioTextPairs`.
 
@@ -187,7 +192,7 @@ def pairs_of(cfg: RunConfig, ds):
     """
     source = cfg.task_params.get("text_source", "text")
     if ds.info.modality == "audio":
-        return AudioTextPairs(ds, cfg.data.audio, cfg.model.patch_size, source)
+        return AudioTextPairs(ds, cfg.data.audio, cfg.model.patch_size, source, workspace)
     if cfg.data.audio is not None:
         raise ConfigError(f"data.audio: {ds.info.name!r} is an image-text dataset; data.audio is for audio-text pairs, remove it")
     if source != "text":

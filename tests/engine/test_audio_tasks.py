@@ -168,3 +168,27 @@ def test_audio_frames_config_runs_from_the_cli(ws):
                          env={**os.environ, "MASKLAB_WORKSPACE": str(ws)})
     assert out.returncode == 0, out.stderr[-2000:]
     assert "completed: step 4/4" in out.stdout
+
+
+def test_the_task_keeps_its_frames_in_the_workspace_and_reads_them_through_a_map(ws):
+    """The frames are computed at the first task on a dataset + spec, into <workspace>/features, and
+    mapped (not held in the process's memory); the next task maps the same files, and an in-memory
+    computation of the same clips gives the very same batches."""
+    from engine.audio.features import ClipFeatures, DatasetClips
+
+    task = build_task(cfg_of(), torch.device("cpu"), ws)
+    store = task.feats.stored
+    assert store is not None and store.parent == ws / "features" and isinstance(task.feats.frames, np.memmap)
+    files = {p.name: p.stat().st_mtime_ns for p in store.iterdir()}
+    again = build_task(cfg_of(), torch.device("cpu"), ws)
+    assert again.feats.stored == store and {p.name: p.stat().st_mtime_ns for p in store.iterdir()} == files
+    other = build_task(cfg_of(data={"dataset": "digits4", "audio": {"n_mels": 16, "clip_seconds": 0.5}}),
+                       torch.device("cpu"), ws)
+    assert other.feats.stored not in (None, store)  # another spec, another folder
+    ds = load_dataset("digits4", ws)
+    mem = ClipFeatures(DatasetClips(ds), task.spec, stats_rows=task.train_rows)
+    rows = torch.as_tensor(task.train_rows[:8])
+    g = torch.Generator().manual_seed(1)
+    starts = task.feats.random_starts(rows, task.grid.frames, g)
+    a, b = task.feats.window(rows, starts, task.grid.frames), mem.window(rows, starts, task.grid.frames)
+    assert torch.equal(a.spec, b.spec) and torch.equal(a.voiced, b.voiced) and torch.equal(a.real, b.real)

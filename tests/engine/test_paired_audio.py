@@ -105,6 +105,9 @@ def test_whole_spectrogram_hiding_leaves_the_padding_visible(ws):
     assert X.shape == (5, 2 * task.model.patch_embed.out_channels) and np.isfinite(X).all() and len(y) == 5
     (Xt, _), (Xv, yv) = task.raw_features(5)  # flattened normalised log-mel next to the text's TF-IDF
     assert Xv.shape[0] == 5 and Xv.shape[1] > 32 * task._ds.grid.frames and (yv == y).all()
+    feats = task._ds.feats  # the pairs' frames: mapped from the workspace, not held in memory
+    assert feats.stored is not None and feats.stored.parent == ws / "features" and isinstance(feats.frames, np.memmap)
+    assert len(feats) == len(task._ds) == 47
 
 
 def test_a_short_run_logs_retrieval_caption_and_spectrogram_figures(ws, monkeypatch):
