@@ -27,3 +27,20 @@ def test_peak_memory_grows_with_the_batch_not_with_the_dataset(tmp_path, monkeyp
     grown = large["disk_bytes"] - small["disk_bytes"]
     assert large["peak_mem_bytes"] - small["peak_mem_bytes"] < 0.25 * grown, rows
     assert list(tmp_path.iterdir()) == []  # the generated datasets are deleted
+
+
+@pytest.mark.slow
+def test_audio_peak_memory_grows_with_the_batch_not_with_the_dataset(tmp_path, monkeypatch):
+    """The same for audio: noise-clip sets of 50 MB and 500 MB of PCM train audio_mae; the log-mel
+    frames (1.6 times the PCM) are computed into <workspace>/features and mapped, so neither the PCM
+    nor the frames grow the worker's private memory by more than a quarter of the data's growth."""
+    bench = load_bench("data_memory")
+    monkeypatch.setenv("MASKLAB_AUTO_EVAL", "0")
+    rows = bench.measure([50, 500], steps=3, batch=64, root=tmp_path, modality="audio")
+    small, large = rows
+    assert (small["rows"], large["rows"]) == (50_000_000 // 16_000, 500_000_000 // 16_000)  # 1 s at 8 kHz, int16
+    assert all(r["status"] == "completed" for r in rows)
+    assert large["features_bytes"] > 1.5 * large["disk_bytes"]  # the frames were stored, not held
+    grown = large["disk_bytes"] - small["disk_bytes"] + large["features_bytes"] - small["features_bytes"]
+    assert large["peak_mem_bytes"] - small["peak_mem_bytes"] < 0.25 * grown, rows
+    assert list(tmp_path.iterdir()) == []
