@@ -62,7 +62,8 @@ from engine.tasks import register_task
 from engine.tasks.base import Task
 from engine.tasks.image import ImageMIMTask
 from engine.tasks.paired_audio import AudioTextPairs, pairs_of
-from engine.tasks.text import _TextTask, ensure_one_masked, token_strings
+from engine.tasks.text import _TextTask, baseline_rows, ensure_one_masked, token_strings
+from engine.text.stored import encode_split
 
 EVAL_MAX_ROWS = 2048
 EVAL_CHUNK = 256
@@ -224,7 +225,7 @@ class PairedTask(Task):
         x_val, y_val = ds.rows_tensors(self.val_rows)
         self.val_captions = ds.texts(val_split, limit=EVAL_MAX_ROWS)
         self.x_val, self.y_val = x_val.to(device), y_val.numpy()
-        self.train_enc = self.tok.encode_batch(ds.texts("train"), max_len=max_len)
+        self.train_enc = encode_split(self.tok, self.tokenizer_id, ds.texts_at, self.train_rows, max_len, workspace)
         self.val_enc = self.tok.encode_batch(self.val_captions, max_len=max_len)
         self.image_shape = tuple(ds.info.image_shape)
         self.grid = grid_shape(self.image_shape[1:], cfg.model.patch_size)
@@ -369,7 +370,7 @@ class PairedTask(Task):
         from engine.eval.text_baselines import TokenBaselines
         from engine.tasks.audio import SPEC_BASELINES, spec_baseline_sse
 
-        base = TokenBaselines.fit(self.train_enc.input_ids, self.train_enc.attention_mask, tuple(self.tok.special_ids),
+        base = TokenBaselines.fit(*baseline_rows(self.train_enc), tuple(self.tok.special_ids),
                                   self.tok.vocab_size)
         hits = {"position": 0.0, "unigram": 0.0}
         n_tok, px = 0, 0

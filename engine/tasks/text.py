@@ -46,8 +46,12 @@ from engine.perf import pin, to_device
 from engine.store.samples import Sample
 from engine.tasks import register_task
 from engine.tasks.base import Task
+from engine.text.stored import StoredEncoded, encode_split
 
 EVAL_MAX_ROWS = 2048  # val metrics use at most this many fixed val texts
+#: The count baselines (engine.eval.text_baselines) are fitted on at most this many train texts (the
+#: first ones: imports store rows shuffled), so their memory does not grow with a large split.
+BASELINE_MAX_ROWS = 100_000
 GEN_MAX_ROWS = 512  # greedy generation (span task) on at most this many of them
 EVAL_CHUNK = 256
 PROBE_ROWS = 256
@@ -202,6 +206,12 @@ def token_strings(tok, ids: torch.Tensor) -> np.ndarray:
     return np.array(flat, dtype=str).reshape(tuple(ids.shape)) if flat else np.zeros(tuple(ids.shape), dtype=str)
 
 
+def baseline_rows(enc) -> tuple:
+    """``(input_ids, attention_mask)`` of the first :data:`BASELINE_MAX_ROWS` rows of an encoded
+    split (in memory or stored), for ``TokenBaselines.fit``."""
+    return enc.input_ids[:BASELINE_MAX_ROWS], enc.attention_mask[:BASELINE_MAX_ROWS]
+
+
 class _TextTask(Task):
     """What both text tasks share: the tokenizer, the encoded splits, batches, masks."""
 
@@ -260,7 +270,9 @@ class _TextTask(Task):
         self.class_names = tuple(ds.info.class_names)
         self.tok, self.tokenizer_id = self.tokenizer_for(cfg, ds, workspace)
         max_len = cfg.data.tokenizer.max_len
-        self.train = self.tok.encode_batch(ds.texts("train"), max_len=max_len)
+        # The train split encoded once into <workspace>/encoded and read through memory maps
+        # (engine.text.stored): memory does not grow with the number of texts.
+        self.train = encode_split(self.tok, self.tokenizer_id, ds.texts_at, ds.indices("train"), max_len, workspace)
         val_split = "val" if ds.info.n_val else "train"  # tiny uploads may have no val split
         self.val_texts = ds.texts(val_split, limit=EVAL_MAX_ROWS)
         self.val = self.tok.encode_batch(self.val_texts, max_len=max_len)
@@ -281,8 +293,11 @@ class _TextTask(Task):
 
     @staticmethod
     def rows(enc, idx: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The rows ``idx`` of an encoded split, cut to their longest row: ``ids``, ``attention``,
+        """The rows ``idx`` of an encoded split (an in-memory ``Encoded`` or a
+        :class:`~engine.text.stored.StoredEncoded`), cut to their longest row: ``ids``, ``attention``,
         ``eligible`` (real, non-special tokens), ``word_ids``, ``sentence_ids``, each ``[B, L_b]``."""
+        if isinstance(enc, StoredEncoded):
+            return enc.rows(idx)
         att = enc.attention_mask[idx]
         L = max(1, int(att.sum(dim=1).max())) if len(idx) else 1
         att = att[:, :L]
@@ -418,7 +433,7 @@ class TextMLMTask(_TextTask):
         """Top-1 accuracy of the three trivial predictors on the same val masks and inputs."""
         from engine.eval.text_baselines import BASELINE_KINDS, TokenBaselines
 
-        base = TokenBaselines.fit(self.train.input_ids, self.train.attention_mask, self.special_ids, self.tok.vocab_size)
+        base = TokenBaselines.fit(*baseline_rows(self.train), self.special_ids, self.tok.vocab_size)
         hits = dict.fromkeys(BASELINE_KINDS, 0.0)
         n = 0
         for b, mask, inputs in self.eval_batches:
@@ -598,7 +613,7 @@ class TextSpanTask(_TextTask):
         whose generation :meth:`evaluate` scores)."""
         from engine.eval.text_baselines import BASELINE_KINDS, TokenBaselines
 
-        base = TokenBaselines.fit(self.train.input_ids, self.train.attention_mask, self.special_ids, self.tok.vocab_size)
+        base = TokenBaselines.fit(*baseline_rows(self.train), self.special_ids, self.tok.vocab_size)
         hits = dict.fromkeys([*BASELINE_KINDS, "bigram_tf"], 0.0)
         n = 0
         for i, (b, span, _) in enumerate(self.eval_batches):

@@ -108,6 +108,7 @@ def test_whole_spectrogram_hiding_leaves_the_padding_visible(ws):
     feats = task._ds.feats  # the pairs' frames: mapped from the workspace, not held in memory
     assert feats.stored is not None and feats.stored.parent == ws / "features" and isinstance(feats.frames, np.memmap)
     assert len(feats) == len(task._ds) == 47
+    assert task.train_enc.folder.parent == ws / "encoded" and len(task.train_enc) == len(task.train_rows)
 
 
 def test_a_short_run_logs_retrieval_caption_and_spectrogram_figures(ws, monkeypatch):

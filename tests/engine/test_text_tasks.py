@@ -3,12 +3,14 @@ what is masked and labelled, tiny corpora, samples, interactive inference, the e
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
 from engine.config import RunConfig, load_config
 from engine.data import ImportOptions, import_source
 from engine.errors import ConfigError
+from engine.text.stored import StoredEncoded
 from engine.store import create_run, get_run, load_samples, read_metrics
 from engine.tasks import build_task
 from engine.models.span_infill import shift_right
@@ -194,7 +196,10 @@ def test_text_batches_are_cut_to_their_longest_row(trec):
         torch.manual_seed(0)
         task = build_task(_cfg(name, trec))
         lengths = task.train_lengths()
-        assert torch.equal(lengths, task.train.attention_mask.sum(1)) and task.train.input_ids.shape[1] == 48
+        # the train split is encoded into <workspace>/encoded and read through memory maps
+        assert isinstance(task.train, StoredEncoded) and task.train.folder.parent.name == "encoded"
+        assert torch.equal(lengths, torch.from_numpy(np.asarray(task.train.attention_mask).sum(1)))
+        assert task.train.input_ids.shape[1] == 48
         order = torch.argsort(lengths)
         for idx in (order[:8], order[-8:], torch.arange(8)):
             b = task.rows(task.train, idx)
