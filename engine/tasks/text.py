@@ -238,10 +238,11 @@ class _TextTask(Task):
     @staticmethod
     def tokenizer_for(cfg: RunConfig, ds, workspace=None):
         """``(tokenizer, tokenizer_id)`` of the run: trained on the train split once, then cached."""
-        from engine.text.tokenizer import TokenizerSettings, get_tokenizer
+        from engine.text.tokenizer import TokenizerSettings, get_tokenizer, text_chunks
 
         settings = TokenizerSettings(**cfg.data.tokenizer.model_dump())
-        return get_tokenizer(ds.info.name, ds.info.source_hash, lambda: ds.texts("train"), settings, workspace)
+        return get_tokenizer(ds.info.name, ds.info.source_hash, lambda: ds.texts("train"), settings, workspace,
+                             train_chunks=lambda: text_chunks(ds, "train"))
 
     @classmethod
     def _probe(cls, cfg: RunConfig, workspace=None):

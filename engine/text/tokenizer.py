@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from itertools import chain
 from pathlib import Path
-from typing import Callable, Literal, Sequence
+from typing import Callable, Iterable, Iterator, Literal, Sequence
 
 import numpy as np
 import torch
@@ -370,13 +370,33 @@ def train_tokenizer(texts: Sequence[str], settings: TokenizerSettings | None = N
     Raises:
         ValueError: no text, or no text with a character to learn.
     """
+    return train_tokenizer_chunks([list(texts)], settings)[0]
+
+
+def train_tokenizer_chunks(chunks: Iterable[Sequence[str]], settings: TokenizerSettings | None = None
+                           ) -> tuple[TextTokenizer, int]:
+    """:func:`train_tokenizer` on texts that come in chunks (e.g. :data:`TRAIN_CHUNK` texts read
+    at a time from a memory-mapped split), so the texts are never all in memory: the trainer keeps
+    only its counts. Returns ``(tokenizer, texts seen)``.
+
+    Raises:
+        ValueError: no text, or no text with a character to learn.
+    """
     settings = settings or TokenizerSettings()
-    texts = list(texts)
-    if not any(t.strip() for t in texts):
-        raise ValueError("cannot train a tokenizer on no text (the train split is empty or blank)")
+    seen = {"docs": 0, "text": False}
+
+    def feed():
+        for chunk in chunks:
+            chunk = list(chunk)
+            seen["docs"] += len(chunk)
+            seen["text"] = seen["text"] or any(t.strip() for t in chunk)
+            yield chunk
+
     tok, trainer = _build(settings)
-    tok.train_from_iterator(texts, trainer, length=len(texts))
-    return TextTokenizer(tok, settings)
+    tok.train_from_iterator(feed(), trainer)
+    if not seen["text"]:
+        raise ValueError("cannot train a tokenizer on no text (the train split is empty or blank)")
+    return TextTokenizer(tok, settings), seen["docs"]
 
 
 def tokenizer_id(dataset_hash: str, settings: TokenizerSettings) -> str:
@@ -403,6 +423,18 @@ def tokenizers_dir(workspace: str | os.PathLike[str] | None = None) -> Path:
     return d
 
 
+#: Texts read at a time by :func:`text_chunks`.
+TRAIN_CHUNK = 8192
+
+
+def text_chunks(ds, split: str, size: int = TRAIN_CHUNK) -> Iterator[list[str]]:
+    """The texts of ``split`` of a dataset with ``indices(split)`` and ``texts_at(rows)`` (a text
+    dataset, image-text or audio-text pairs), ``size`` at a time, in the split's order."""
+    rows = ds.indices(split)
+    for s in range(0, len(rows), size):
+        yield ds.texts_at(rows[s : s + size])
+
+
 def load_tokenizer(tok_id: str, workspace: str | os.PathLike[str] | None = None) -> TextTokenizer:
     """Load cached tokenizer ``tok_id`` (the id a run recorded). Raises ValueError naming the folder."""
     return TextTokenizer.load(tokenizers_dir(workspace) / tok_id)
@@ -414,6 +446,7 @@ def get_tokenizer(
     train_texts: Sequence[str] | Callable[[], Sequence[str]],
     settings: TokenizerSettings | None = None,
     workspace: str | os.PathLike[str] | None = None,
+    train_chunks: Callable[[], Iterable[Sequence[str]]] | None = None,
 ) -> tuple[TextTokenizer, str]:
     """The tokenizer of a dataset's train split, trained once and then loaded from the cache.
 
@@ -426,6 +459,9 @@ def get_tokenizer(
             decodes no text); must be what ``dataset_hash`` stands for, as the cache trusts the hash.
         settings: tokenizer settings (default :class:`TokenizerSettings`).
         workspace: workspace folder.
+        train_chunks: with a ``dataset_hash``, a function giving the same train texts in chunks
+            (:func:`text_chunks`): a new tokenizer is trained from them
+            (:func:`train_tokenizer_chunks`), so the whole split is never in memory at once.
     Returns:
         ``(tokenizer, tokenizer_id)``; the id names ``<workspace>/tokenizers/<id>/``
         (``tokenizer.json`` + ``meta.json``: settings, dataset, dataset_hash, vocab_size,
@@ -456,11 +492,13 @@ def get_tokenizer(
             log.warning("%s; training it again", e)
             broken = True
     t0 = time.perf_counter()
-    train_texts = texts()
-    tok = train_tokenizer(train_texts, settings)
+    if dataset_hash and train_chunks is not None:
+        tok, n_docs = train_tokenizer_chunks(train_chunks(), settings)
+    else:
+        tok, n_docs = train_tokenizer_chunks([texts()], settings)
     meta = {
         "id": tok_id, "settings": settings.model_dump(), "dataset": dataset_name, "dataset_hash": dataset_hash,
-        "vocab_size": tok.vocab_size, "train_docs": len(train_texts),
+        "vocab_size": tok.vocab_size, "train_docs": n_docs,
         "train_seconds": round(time.perf_counter() - t0, 3),
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "tokenizers_version": tokenizers.__version__, "format": FORMAT_VERSION,

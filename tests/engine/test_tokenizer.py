@@ -213,3 +213,37 @@ def test_cache_reuses_and_invalidates(workspace, shared_data):
 def test_pickle_keeps_the_tokenizer(wp):
     clone = pickle.loads(pickle.dumps(wp))
     assert clone.to_str() == wp.to_str() and clone.tokenize("where is it ?") == wp.tokenize("where is it ?")
+
+
+def test_training_from_chunks_learns_the_same_vocabulary_without_holding_the_split(workspace, shared_data, trec_texts):
+    """Chunks of texts (what get_tokenizer reads from a stored split, text_chunks) give the vocabulary
+    one list gives: the char tokenizer exactly, WordPiece as many pieces, all but a few the same
+    (WordPiece training is not deterministic even on one list, huggingface/tokenizers#1794). get_tokenizer trains from the chunks, never from the list."""
+    from engine.text.tokenizer import text_chunks, train_tokenizer_chunks
+
+    texts = trec_texts[:3000]
+    chunks = [texts[i : i + 700] for i in range(0, len(texts), 700)]
+    for settings in (TokenizerSettings(kind="char"), TokenizerSettings(vocab_size=2000)):
+        whole = train_tokenizer(texts, settings)
+        tok, n = train_tokenizer_chunks(iter(chunks), settings)
+        assert n == len(texts)
+        a, b = set(tok._tok.get_vocab()), set(whole._tok.get_vocab())
+        if settings.kind == "char":
+            assert tok.to_str() == whole.to_str()
+        else:  # ties between equally frequent merges break in hash-map order (#1794): a few pieces differ
+            assert len(a) == len(b) and len(a ^ b) <= 0.01 * len(a), sorted(a ^ b)
+    with pytest.raises(ValueError, match="no text"):
+        train_tokenizer_chunks(iter([["  ", ""], []]))
+
+    import_source(shared_data / "trec" / "train.tsv", "trec2")
+    ds = load_dataset("trec2")
+    got = list(text_chunks(ds, "train", size=1000))
+    assert [len(c) for c in got[:-1]] == [1000] * (len(got) - 1) and sum(got, []) == ds.texts("train")
+
+    def refuse():
+        raise AssertionError("the whole split was read")
+
+    tok, tid = get_tokenizer("trec2", ds.info.source_hash, refuse, TokenizerSettings(kind="char"),
+                             train_chunks=lambda: text_chunks(ds, "train", size=1000))
+    meta = json.loads((workspace / "tokenizers" / tid / "meta.json").read_text())
+    assert meta["train_docs"] == ds.info.n_train and tok.to_str() == train_tokenizer(ds.texts("train"), TokenizerSettings(kind="char")).to_str()
