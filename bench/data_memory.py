@@ -115,6 +115,53 @@ def make_audio_dataset(workspace: Path, name: str, size_bytes: int, seed: int = 
     return n
 
 
+def make_text_dataset(workspace: Path, name: str, size_bytes: int, seed: int = 0) -> int:
+    """Register a text dataset of about ``size_bytes`` of UTF-8 as ``name``: sentences of 6 to 30
+    words drawn from 5,000 random lower-case pseudo-words (Zipf-like frequencies), 1 to 3 sentences
+    a text, labels uniform over ``N_CLASSES``, a seeded 5% val split; return its number of texts.
+    Memory: one chunk of texts at a time (the bytes go through a scratch ``.npy`` map)."""
+    from engine.data.dataset import DatasetInfo, TextDataset, seeded_split
+    from engine.data.storage import save_dataset, utc_now
+
+    rng = np.random.default_rng(seed)
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
+    words = np.array(["".join(rng.choice(letters, rng.integers(2, 9))) for _ in range(5000)])
+    p = 1.0 / np.arange(1, len(words) + 1)
+    p /= p.sum()
+    scratch = workspace / f".scratch-{name}.npy"
+    data = np.lib.format.open_memmap(scratch, mode="w+", dtype=np.uint8, shape=(int(size_bytes),))
+    offsets, used = [0], 0
+    try:
+        while used < size_bytes:
+            chunk = []
+            for _ in range(20_000):
+                n = rng.integers(6, 31, size=rng.integers(1, 4))
+                chunk.append(" ".join(" ".join(words[rng.choice(len(words), k, p=p)]) + "." for k in n))
+            blob = "\n".join(chunk).encode()  # one buffer, then cut at the texts' ends
+            ends = np.cumsum([len(t.encode()) + 1 for t in chunk]) - 1
+            keep = int(np.searchsorted(ends, size_bytes - used, side="right"))
+            if keep == 0:
+                break
+            starts = np.concatenate([[0], ends[:-1] + 1])[:keep]
+            for a, b in zip(starts, ends[:keep]):
+                data[used : used + (b - a)] = np.frombuffer(blob[a:b], np.uint8)
+                used += int(b - a)
+                offsets.append(used)
+        data.flush()
+        n = len(offsets) - 1
+        labels = rng.integers(0, N_CLASSES, size=n).astype(np.int64)
+        split = seeded_split(labels, 0.05, seed)
+        info = DatasetInfo(name=name, modality="text", source="bench:random-words", image_shape=None,
+                           class_names=tuple(f"c{k}" for k in range(N_CLASSES)), n_train=int((split == 0).sum()),
+                           n_val=int((split == 1).sum()), created_at=utc_now(),
+                           description=f"random words, {n:,} texts (bench/data_memory.py)")
+        save_dataset(TextDataset(info, data[:used], np.asarray(offsets, np.int64), labels, split), workspace)
+        del data
+    finally:
+        scratch.unlink(missing_ok=True)
+    return n
+
+
 def run_config(name: str, steps: int, batch: int, modality: str = "image") -> dict:
     """The run: New run's proposal for 32x32 images (``recipe_for``), ``steps`` steps of ``batch``,
     evaluated (baselines, val loss, samples) at step 0 and at the end, one checkpoint, 1 thread.
@@ -122,6 +169,10 @@ def run_config(name: str, steps: int, batch: int, modality: str = "image") -> di
     patches, random masking at 0.8), the same steps, batch and evaluation."""
     from engine.tasks.image import recipe_for
 
+    if modality == "text":
+        return {"name": f"mem-{name}", "task": "text_mlm", "data": {"dataset": name},
+                "train": {"steps": steps, "batch_size": batch, "warmup_steps": 0, "eval_interval": steps,
+                          "checkpoint_interval": steps, "num_threads": 1, "seed": 0}}  # fmt: skip
     if modality == "audio":
         return {"name": f"mem-{name}", "task": "audio_mae", "data": {"dataset": name},
                 "train": {"steps": steps, "batch_size": batch, "warmup_steps": 0, "eval_interval": steps,
@@ -195,15 +246,17 @@ def measure(sizes_mb: list[float], steps: int, batch: int, root: Path | None = N
     try:
         for mb in sizes_mb:
             name = f"random-{int(mb)}mb"
-            n = (make_audio_dataset if modality == "audio" else make_image_dataset)(ws, name, int(mb * 1e6))
+            make = {"audio": make_audio_dataset, "text": make_text_dataset}.get(modality, make_image_dataset)
+            n = make(ws, name, int(mb * 1e6))
             folder = ws / "datasets" / name
             disk = sum(p.stat().st_size for p in folder.iterdir())
             out = train_peak(ws, name, steps, batch, modality)
-            feats = ws / "features"
-            out["features_bytes"] = sum(p.stat().st_size for p in feats.rglob("*") if p.is_file()) if feats.exists() else 0
+            derived = [ws / "features", ws / "encoded", ws / "tokenizers"]  # what the run derived from the data
+            out["features_bytes"] = sum(p.stat().st_size for d in derived if d.exists() for p in d.rglob("*") if p.is_file())
             rows.append({"size_mb": mb, "rows": n, "disk_bytes": disk, **out})
             shutil.rmtree(folder)  # free the disk before the next size
-            shutil.rmtree(feats, ignore_errors=True)
+            for d in derived:
+                shutil.rmtree(d, ignore_errors=True)
     finally:
         if not keep:
             shutil.rmtree(ws.parent, ignore_errors=True)
@@ -217,18 +270,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--root", type=Path, default=None, help="where the temporary workspace goes (default: $TMPDIR)")
     p.add_argument("--keep", action="store_true", help="keep the workspace (its path is printed)")
-    p.add_argument("--modality", choices=("image", "audio"), default="image")
+    p.add_argument("--modality", choices=("image", "audio", "text"), default="image")
     args = p.parse_args(argv)
     rows = measure(args.sizes_mb, args.steps, args.batch, args.root, args.keep, args.modality)
     mib = 2**20
-    if args.modality == "audio":
+    if args.modality == "text":
+        print(f"text_mlm (bert tiny, WordPiece 8,000, 128 tokens), random-word texts, batch {args.batch}, "
+              f"{args.steps} steps, 1 thread, worker subprocess (tokenizer trained and split encoded at its start)")
+    elif args.modality == "audio":
         print(f"audio_mae (tiny, 64 mel bins, 8x8 patches), {AUDIO_SECONDS:g} s noise clips at {AUDIO_RATE} Hz, "
               f"batch {args.batch}, {args.steps} steps, 1 thread, worker subprocess (features computed at its start)")
     else:
         print(f"image_mim (mae_vit tiny, patch 4), {SHAPE[0]}x{SHAPE[1]}x{SHAPE[2]} random pixels, batch {args.batch}, "
               f"{args.steps} steps, 1 thread, worker subprocess")
-    what = "clips" if args.modality == "audio" else "images"
-    print(f"  {'dataset':>10} {what:>10} {'on disk':>10} {'features':>10} {'peak private (worker)':>22} {'polled RssAnon':>15} {'wall':>7}")
+    what = {"audio": "clips", "text": "texts"}.get(args.modality, "images")
+    print(f"  {'dataset':>10} {what:>10} {'on disk':>10} {'derived':>10} {'peak private (worker)':>22} {'polled RssAnon':>15} {'wall':>7}")
     for r in rows:
         print(f"  {r['size_mb']:>8.0f}MB {r['rows']:>10,} {r['disk_bytes'] / mib:>8.0f}Mi {r['features_bytes'] / mib:>8.0f}Mi"
               f" {r['peak_mem_bytes'] / mib:>20.1f}Mi {r['polled_peak_bytes'] / mib:>13.1f}Mi {r['seconds']:>6.1f}s")

@@ -85,12 +85,28 @@ def _lookup(sorted_keys: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.n
     return idx_c, found
 
 
+#: Rows counted at a time by :meth:`TokenBaselines.fit`.
+FIT_CHUNK = 8192
+
+
+def _merge(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Sum per-chunk ``(sorted keys, counts)`` into one sorted ``(keys, counts int64)``."""
+    if not parts:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    if len(parts) == 1:
+        return parts[0][0], parts[0][1].astype(np.int64)
+    keys, inv = np.unique(np.concatenate([k for k, _ in parts]), return_inverse=True)
+    counts = np.bincount(inv, weights=np.concatenate([c for _, c in parts]), minlength=len(keys))
+    return keys, counts.astype(np.int64)
+
+
 class TokenBaselines:
     """Unigram, position and bidirectional-bigram predictors fitted on training token ids.
 
     Build with :meth:`fit`. The tables are numpy arrays: dense ``[V]`` / ``[L]`` best-token tables and
     sorted int64 keys with counts for the bigrams and trigrams (no ``V x V`` matrix), so a vocabulary
-    of 8k and 100k training sequences fit in about a second.
+    of 8k and 100k training sequences fit in about a second. :meth:`fit` counts :data:`FIT_CHUNK`
+    rows at a time (a memory-mapped split is read chunk by chunk) and sums the chunks' tables.
     """
 
     def __init__(self, vocab_size: int, special_ids: Sequence[int], unigram: np.ndarray,
@@ -127,45 +143,50 @@ class TokenBaselines:
             ValueError: shapes differ or are not 2-D, an id outside ``[0, V)``, ``V`` not in
                 ``[1, 2_000_000]``, or no real non-special token to count.
         """
-        ids = _np(train_ids).astype(np.int64, copy=False)
-        real = _np(train_attention).astype(bool)
         V = int(vocab_size)
-        if ids.ndim != 2 or real.shape != ids.shape:
+        shape, a_shape = tuple(train_ids.shape), tuple(train_attention.shape)
+        if len(shape) != 2 or a_shape != shape:
             raise ValueError(f"TokenBaselines.fit: train_ids and train_attention must be [N, L] of one shape "
-                             f"(got {ids.shape}, {real.shape})")
+                             f"(got {shape}, {a_shape})")
         if not 1 <= V <= _MAX_VOCAB:
             raise ValueError(f"TokenBaselines.fit: vocab_size must be in [1, {_MAX_VOCAB}] (got {vocab_size})")
-        if ids.size and (ids[real].min(initial=0) < 0 or ids[real].max(initial=0) >= V):
-            raise ValueError(f"TokenBaselines.fit: a token id is outside [0, vocab_size = {V})")
-        ids = np.where(real, ids, 0)  # padding ids are never looked at; keep them in range
         special = np.zeros(V, dtype=bool)
         special[[int(i) for i in special_ids if 0 <= int(i) < V]] = True
-        cand = real & ~special[ids]  # (N, L) candidate (predictable) tokens
-        if not cand.any():
+        N, L = shape
+        unigram = np.zeros(V, dtype=np.int64)
+        parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {"pos": [], "left": [], "right": [], "tri": []}
+        for s in range(0, N, FIT_CHUNK):  # counts are sums: chunk by chunk, the same tables, bounded memory
+            real = _np(train_attention[s : s + FIT_CHUNK]).astype(bool)
+            width = int(np.flatnonzero(real.any(axis=0)).max()) + 1 if real.any() else 0
+            real = real[:, :width]  # columns that are padding in every row of the chunk: never counted
+            ids = _np(train_ids[s : s + FIT_CHUNK])[:, :width].astype(np.int64, copy=False)
+            if ids.size and (ids[real].min(initial=0) < 0 or ids[real].max(initial=0) >= V):
+                raise ValueError(f"TokenBaselines.fit: a token id is outside [0, vocab_size = {V})")
+            ids = np.where(real, ids, 0)  # padding ids are never looked at; keep them in range
+            cand = real & ~special[ids]  # (n, width) candidate (predictable) tokens
+            if not cand.any():
+                continue
+            unigram += np.bincount(ids[cand], minlength=V)
+            cols = np.broadcast_to(np.arange(width, dtype=np.int64), ids.shape)
+            parts["pos"].append(np.unique(cols[cand] * V + ids[cand], return_counts=True))
+            left_ok = np.zeros_like(cand)
+            left_ok[:, 1:] = cand[:, 1:] & real[:, :-1]
+            right_ok = np.zeros_like(cand)
+            right_ok[:, :-1] = cand[:, :-1] & real[:, 1:]
+            left_nb = np.zeros_like(ids)
+            left_nb[:, 1:] = ids[:, :-1]
+            right_nb = np.zeros_like(ids)
+            right_nb[:, :-1] = ids[:, 1:]
+            parts["left"].append(np.unique(left_nb[left_ok] * V + ids[left_ok], return_counts=True))
+            parts["right"].append(np.unique(ids[right_ok] * V + right_nb[right_ok], return_counts=True))
+            both = left_ok & right_ok
+            parts["tri"].append(np.unique((left_nb[both] * V + right_nb[both]) * V + ids[both], return_counts=True))
+        if not unigram.any():
             raise ValueError("TokenBaselines.fit: the training ids have no real non-special token to count")
-        N, L = ids.shape
-
-        unigram = np.bincount(ids[cand], minlength=V).astype(np.int64)
-        pos = np.broadcast_to(np.arange(L), (N, L))[cand]
-        pk, pc = np.unique(pos.astype(np.int64) * V + ids[cand], return_counts=True)
+        (pk, pc), (lkeys, lcounts), (rkeys, rcounts), (tkeys, tcounts) = (_merge(parts[k]) for k in ("pos", "left", "right", "tri"))
         position_best = _dense(*_best_per_group(pk // V, pk % V, pc), L)
-
-        left_ok = np.zeros_like(cand)
-        left_ok[:, 1:] = cand[:, 1:] & real[:, :-1]
-        right_ok = np.zeros_like(cand)
-        right_ok[:, :-1] = cand[:, :-1] & real[:, 1:]
-        left_nb = np.zeros_like(ids)
-        left_nb[:, 1:] = ids[:, :-1]
-        right_nb = np.zeros_like(ids)
-        right_nb[:, :-1] = ids[:, 1:]
-
-        lkeys, lcounts = np.unique(left_nb[left_ok] * V + ids[left_ok], return_counts=True)
-        rkeys, rcounts = np.unique(ids[right_ok] * V + right_nb[right_ok], return_counts=True)
-        both = left_ok & right_ok
-        tkeys, tcounts = np.unique((left_nb[both] * V + right_nb[both]) * V + ids[both], return_counts=True)
         tri_groups, tri_best = _best_per_group(tkeys // V, tkeys % V, tcounts)
-        return cls(V, special_ids, unigram, position_best, lkeys, lcounts.astype(np.int64),
-                   rkeys, rcounts.astype(np.int64), tri_groups, tri_best)
+        return cls(V, special_ids, unigram, position_best, lkeys, lcounts, rkeys, rcounts, tri_groups, tri_best)
 
     # --- the rules ---------------------------------------------------------------------------------
 

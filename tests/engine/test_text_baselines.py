@@ -285,3 +285,28 @@ def test_fit_handles_a_big_vocabulary_and_many_sequences():
         assert pred.shape == (int(tm.sum()),) and (pred > UNK).all()
     # Training sequences: the trigram of every target is known, so rule 1 recovers most of them.
     assert base.accuracy("bigram", q.masked_fill(tm, MASK), q != PAD, tm, q) > 0.5
+
+
+def test_fitting_chunk_by_chunk_gives_the_same_tables_as_one_pass(shared_data, monkeypatch):
+    """fit counts FIT_CHUNK rows at a time (a memory-mapped split is never converted whole); the
+    summed tables are those of one pass over every row: real TREC questions, int32 ids in a numpy
+    array wider than the longest question (a stored split's layout) against int64 tensors."""
+    import csv
+
+    from engine.eval import text_baselines
+    from engine.text.tokenizer import TokenizerSettings, train_tokenizer
+
+    with open(shared_data / "trec" / "train.tsv", newline="", encoding="utf-8") as f:
+        texts = [r["text"] for r in csv.DictReader(f, delimiter="\t")][:2000]
+    tok = train_tokenizer(texts, TokenizerSettings(vocab_size=1500))
+    enc = tok.encode_batch(texts, max_len=64)
+    wide = tok.encode_batch(texts, max_len=64, pad_to_max=True)
+    one = TokenBaselines.fit(enc.input_ids, enc.attention_mask, tok.special_ids, tok.vocab_size)
+    monkeypatch.setattr(text_baselines, "FIT_CHUNK", 97)  # 21 chunks, the last one short
+    chunked = TokenBaselines.fit(wide.input_ids.numpy().astype(np.int32), wide.attention_mask.numpy(),
+                                 tok.special_ids, tok.vocab_size)
+    assert np.array_equal(one.unigram_counts, chunked.unigram_counts)
+    assert np.array_equal(one.position_best, chunked.position_best[: len(one.position_best)])
+    assert (chunked.position_best[len(one.position_best):] == -1).all()  # columns no question reaches
+    for a in ("_lkeys", "_lcounts", "_rkeys", "_rcounts", "_tri_groups", "_tri_best", "left_best", "right_best"):
+        assert np.array_equal(getattr(one, a), getattr(chunked, a)), a
