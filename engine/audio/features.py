@@ -199,7 +199,6 @@ class ClipFeatures:
         stored: the folder the frames are mapped from, or None (in memory).
     """
 
-    FILES = ("frames.npy", "voiced.npy", "n_frames.npy")
     META = "meta.json"
 
     def __init__(self, clips, spec: FeatureSpec, stats_rows: np.ndarray | None = None,
