@@ -85,7 +85,7 @@ def store_folder(tokenizer_id: str, rows: np.ndarray, max_len: int, workspace: s
     from engine.workspace import workspace_root
 
     h = hashlib.sha256(json.dumps({"tokenizer": tokenizer_id, "max_len": int(max_len), "format": FORMAT}).encode())
-    h.update(np.ascontiguousarray(rows, dtype=np.int64).tobytes())
+    h.update(np.ascontiguousarray(rows, dtype=np.int64))  # the buffer itself: no copy of N x 8 bytes
     return workspace_root(workspace) / "encoded" / h.hexdigest()[:24]
 
 
