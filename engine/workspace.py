@@ -23,15 +23,19 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import os
 import secrets
 import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from engine.errors import FormatVersionError, StorageError
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 ENV_VAR = "MASKLAB_WORKSPACE"
 VERSION_FILE = "VERSION"
@@ -306,3 +310,26 @@ def publish_folder(target: Path, fill: Callable[[Path], None], *, marker: str, o
         return True
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # no-op once renamed into place
+
+
+def derived_folder(folder: Path, marker: str, open_: Callable[[Path], T | None], fill: Callable[[Path], None],
+                   what: str) -> T | None:
+    """A folder of derived data that any process may rebuild (``features/``, ``encoded/``): what
+    ``open_(folder)`` makes of it, building the folder first when needed.
+
+    ``open_`` returns None for a folder that is missing, incomplete or damaged; then ``fill(tmp)``
+    writes a new one (``marker`` last), published with :func:`publish_folder` (replacing a complete
+    folder that ``open_`` refused; a process that publishes first wins and its folder is used), and
+    it is opened again. When the folder cannot be written (an OSError: a full disk, a path that is
+    not a folder) nothing is left behind, a warning names ``what`` and the folder, and None is
+    returned: the caller keeps the data in memory.
+    """
+    got = open_(folder)
+    if got is not None:
+        return got
+    try:
+        publish_folder(folder, fill, marker=marker, overwrite=(folder / marker).exists())
+    except OSError as e:
+        log.warning("%s: cannot keep them in %s (%s); they stay in memory", what, folder, e)
+        return None
+    return open_(folder)

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import math
 import os
 from dataclasses import asdict, dataclass
@@ -42,8 +41,7 @@ import numpy as np
 import torch
 
 from engine.errors import ConfigError
-
-log = logging.getLogger(__name__)
+from engine.workspace import derived_folder
 
 LOG_EPS = 1e-6
 """Added to the mel power before the log: the floor of the log-mel (digital silence)."""
@@ -183,10 +181,9 @@ class ClipFeatures:
             empty: every clip); ``(mean, std)`` float32 ``[F]`` may be passed instead as ``stats``.
         store: a folder for the frames (:func:`feature_store`). When it holds the frames of ``N``
             clips with this ``spec`` they are mapped and no clip is decoded; else they are computed
-            clip by clip into a new folder published atomically (:func:`engine.workspace.publish_folder`;
-            a concurrent process that publishes first wins, and its files are used); a damaged folder
-            is replaced. When the folder cannot be written (e.g. a full disk) the frames are kept in
-            memory and a warning is logged.
+            clip by clip into a new folder (:func:`engine.workspace.derived_folder`: published whole,
+            a damaged one replaced; one that cannot be written, e.g. on a full disk, leaves the frames
+            in memory with a warning).
 
     Attributes:
         offsets: int64 ``[N + 1]`` frame offsets; ``n_frames`` int64 ``[N]``.
@@ -207,7 +204,8 @@ class ClipFeatures:
         arrays = None
         if store is not None:
             store = Path(store)
-            arrays = _open_store(store, spec, len(clips)) or self._publish(clips, store)
+            arrays = derived_folder(store, self.META, lambda f: _open_store(f, spec, len(clips)),
+                                    lambda tmp: self._fill(clips, tmp), "audio features")
         self.stored = store if arrays is not None else None
         if arrays is None:
             arrays = self._compute(clips, None)
@@ -251,20 +249,12 @@ class ClipFeatures:
             np.save(folder / "n_frames.npy", n_frames)
         return frames, voiced, n_frames
 
-    def _publish(self, clips, store: Path):
-        """Compute the frames into a new ``store`` folder and map it; None when it cannot be written."""
-        from engine.workspace import atomic_write_json, publish_folder
+    def _fill(self, clips, tmp: Path) -> None:
+        """Write a store folder's files into ``tmp``: the frames, then ``meta.json`` (the marker)."""
+        from engine.workspace import atomic_write_json
 
-        def fill(tmp: Path) -> None:
-            self._compute(clips, tmp)
-            atomic_write_json(tmp / self.META, _store_meta(self.spec, len(clips)))  # last: the complete marker
-
-        try:  # a complete folder that _open_store refused is damaged: replace it
-            publish_folder(store, fill, marker=self.META, overwrite=(store / self.META).exists())
-        except OSError as e:
-            log.warning("audio features: cannot keep the frames in %s (%s); computing them in memory", store, e)
-            return None
-        return _open_store(store, self.spec, len(clips))
+        self._compute(clips, tmp)
+        atomic_write_json(tmp / self.META, _store_meta(self.spec, len(clips)))
 
     def _stats(self, rows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-bin mean and std (Bessel) of the frames of clips ``rows``, float64 sums, clip by clip."""

@@ -21,15 +21,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 import torch
-
-log = logging.getLogger(__name__)
 
 #: Stored arrays and their dtypes (ids fit int32: a vocabulary has at most 2,000,000 tokens).
 FIELDS: dict[str, type] = {"input_ids": np.int32, "attention_mask": np.bool_, "special_mask": np.bool_,
@@ -136,20 +133,13 @@ def encode_split(tok, tokenizer_id: str | None, texts_at: Callable[[np.ndarray],
         rows: int ``[N]`` dataset rows, in the order the split is indexed.
         max_len: tokens per row at most, specials included.
     """
-    from engine.workspace import publish_folder
+    from engine.workspace import derived_folder
 
     rows = np.asarray(rows, dtype=np.int64)
     if tokenizer_id:
-        folder = store_folder(tokenizer_id, rows, max_len, workspace)
-        got = _open(folder, len(rows), max_len)
+        got = derived_folder(store_folder(tokenizer_id, rows, max_len, workspace), META,
+                             lambda f: _open(f, len(rows), max_len), lambda tmp: _write(tmp, tok, texts_at, rows, max_len),
+                             "encoded texts")  # fmt: skip
         if got is not None:
             return got
-        try:  # a complete folder that _open refused is damaged: replace it
-            publish_folder(folder, lambda tmp: _write(tmp, tok, texts_at, rows, max_len), marker=META,
-                           overwrite=(folder / META).exists())
-            got = _open(folder, len(rows), max_len)
-            if got is not None:
-                return got
-        except OSError as e:
-            log.warning("encoded texts: cannot keep them in %s (%s); encoding them in memory", folder, e)
     return tok.encode_batch(texts_at(rows), max_len=max_len)

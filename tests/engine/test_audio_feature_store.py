@@ -104,10 +104,10 @@ def test_a_store_that_cannot_be_written_leaves_the_frames_in_memory(tmp_path, cl
     else:
         (tmp_path / "features").write_text("a file where the folder should be")
         store = tmp_path / "features" / "f"
-    with caplog.at_level(logging.WARNING, logger="engine.audio.features"):
+    with caplog.at_level(logging.WARNING, logger="engine.workspace"):
         feats = ClipFeatures(clips, spec, store=store)
     assert feats.stored is None and not isinstance(feats.frames, np.memmap)
-    assert "computing them in memory" in caplog.text and str(store) in caplog.text
+    assert "they stay in memory" in caplog.text and str(store) in caplog.text
     monkeypatch.undo()
     assert_same(ClipFeatures(clips, spec), feats)
     if how == "full disk":

@@ -99,9 +99,9 @@ def test_a_store_that_cannot_be_written_leaves_the_split_in_memory(tmp_path, tex
         monkeypatch.setattr(np.lib.format, "open_memmap", full)
     else:
         (tmp_path / "encoded").write_text("a file where the folder should be")
-    with caplog.at_level(logging.WARNING, logger="engine.text.stored"):
+    with caplog.at_level(logging.WARNING, logger="engine.workspace"):
         enc = encode_split(tok, "tok-a", Counting(texts), rows, MAX_LEN, tmp_path)
-    assert not isinstance(enc, StoredEncoded) and "encoding them in memory" in caplog.text
+    assert not isinstance(enc, StoredEncoded) and "they stay in memory" in caplog.text
     monkeypatch.undo()
     assert_same_batches(tok.encode_batch(texts[:200], max_len=MAX_LEN), enc, 200)
     if how == "full disk":
