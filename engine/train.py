@@ -72,7 +72,8 @@ LENGTH_GROUP_BATCHES = 50
 
 def epoch_order(n: int, batch: int, generator: torch.Generator, lengths: torch.Tensor | None = None,
                 group_batches: int = LENGTH_GROUP_BATCHES) -> torch.Tensor:
-    """One epoch's order of the train rows ``[0, n)``: int64 ``[n]``, read by the loop ``batch`` at a time.
+    """One epoch's order of the train rows ``[0, n)``: ``[n]``, int32 (int64 from ``n >= 2**31``),
+    read by the loop ``batch`` at a time.
 
     Without ``lengths``: ``torch.randperm(n)``. With ``lengths`` (int ``[n]``, e.g. real tokens per
     text; :meth:`engine.tasks.Task.train_lengths`), length-grouped batching: a random permutation
@@ -85,6 +86,10 @@ def epoch_order(n: int, batch: int, generator: torch.Generator, lengths: torch.T
     before the grouping (not the longest or shortest rows). References: Hugging Face Trainer's
     ``group_by_length`` (``LengthGroupedSampler``); fairseq's length-bucketed batches.
 
+    Memory: the permutation is sorted group by group in place and the batches are shuffled into one
+    new array, so at most two ``[n]`` arrays of 4 bytes a row exist at once (the order of a split of
+    millions of texts is part of a training process's memory; issue 15).
+
     Args:
         n: number of train rows; batch: rows per batch (>= 1); generator: every random number.
 
@@ -93,17 +98,21 @@ def epoch_order(n: int, batch: int, generator: torch.Generator, lengths: torch.T
     """
     if batch < 1:
         raise ValueError(f"epoch_order: batch must be >= 1 (got {batch})")
-    perm = torch.randperm(n, generator=generator)
+    perm = torch.randperm(n, generator=generator, dtype=torch.int32 if n < 2**31 else torch.int64)
     if lengths is None:
         return perm
     if tuple(lengths.shape) != (n,):
         raise ValueError(f"epoch_order: lengths must be [n] = [{n}] (got {tuple(lengths.shape)})")
     full = n - n % batch
-    body, tail = perm[:full], perm[full:]
     size = max(1, group_batches) * batch
-    grouped = torch.cat([g[torch.argsort(lengths[g], stable=True)] for g in body.split(size)]) if full else body
-    batches = grouped.view(-1, batch)
-    return torch.cat([batches[torch.randperm(len(batches), generator=generator)].reshape(-1), tail])
+    for start in range(0, full, size):
+        g = perm[start : min(start + size, full)]
+        g.copy_(g[torch.argsort(lengths[g], stable=True)])
+    out = torch.empty_like(perm)
+    shuffle = torch.randperm(full // batch, generator=generator)
+    torch.index_select(perm[:full].view(-1, batch), 0, shuffle, out=out[:full].view(-1, batch))
+    out[full:] = perm[full:]
+    return out
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
@@ -265,8 +274,9 @@ def fit(
             break
         t0 = time.perf_counter()
         if pos + batch > len(perm):
+            perm = None  # the finished epoch's order goes before the next is drawn: one [n] array at a time
             perm, pos = new_epoch(), 0
-        idx = perm[pos : pos + batch][dist.rank * share : (dist.rank + 1) * share]  # this rank's slice
+        idx = perm[pos : pos + batch][dist.rank * share : (dist.rank + 1) * share].long()  # this rank's slice
         pos += batch
         lr = lr_at(step, base_lr=t.lr, min_lr=t.min_lr, warmup_steps=t.warmup_steps, total_steps=t.steps)
         for group in opt.param_groups:
@@ -309,7 +319,7 @@ def _count_flops(task, opt, device: torch.device, batch: int, perm: torch.Tensor
     """Model FLOPs of one training step (:func:`engine.perf.count_step_flops`), measured once on a
     throwaway step over the first batch of ``perm``: its own mask generator, the global RNGs restored
     afterwards and the gradients cleared, so the run is the same as without it. None if it fails."""
-    idx = perm[:batch] if len(perm) >= batch else torch.arange(min(batch, task.n_train))
+    idx = perm[:batch].long() if len(perm) >= batch else torch.arange(min(batch, task.n_train))
     g = torch.Generator().manual_seed(cfg.train.seed)
     try:
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), autocast():
@@ -367,4 +377,4 @@ def _restore(ckpt: Path, task, opt: torch.optim.Optimizer, g_mask: torch.Generat
     torch.set_rng_state(state["torch_rng"])
     if device.type == "cuda" and "cuda" in rng:
         torch.cuda.set_rng_state_all(rng["cuda"])
-    return step, perm.long(), pos, val_first, val_last
+    return step, perm, pos, val_first, val_last  # int32 as saved (int64 from older checkpoints)

@@ -7,11 +7,11 @@ Each array of the dataset's class (:data:`engine.data.dataset.DATASET_TYPES` by 
 ``audio_pcm.npy`` int16 ``[total]``, ``audio_offsets.npy``, ``sample_rate.npy``; paired: images
 and captions as above; all: ``labels.npy`` int64 ``[N]`` and ``split.npy`` uint8 ``[N]``.
 
-Reading (:func:`read_dataset`) memory-maps the payload arrays (:data:`MAPPED`: pixels, text bytes,
-PCM samples) read-only with ``np.load(mmap_mode="r")``: nothing of them is read until rows are
-indexed, and a batch (``ds.images[rows]``) reads only its rows from the page cache, so a
-training process's private memory grows with the batch, not with the dataset. The per-row
-arrays (labels, split, offsets, groups: a few bytes a row) are read into memory.
+Reading (:func:`read_dataset`) memory-maps the arrays (:data:`MAPPED`: pixels, text bytes,
+PCM samples, and the per-row labels, split, offsets and groups) read-only with
+``np.load(mmap_mode="r")``: nothing of them is read until rows are indexed, and a batch
+(``ds.images[rows]``) reads only its rows from the page cache, so a training process's private
+memory grows with the batch, not with the dataset.
 
 Datasets written by masklab before the memory-mapped format keep one ``data.npz`` holding the
 same arrays; they are still read (wholly into memory, since NumPy cannot memory-map the members
@@ -55,8 +55,9 @@ log = logging.getLogger(__name__)
 META = "meta.json"
 LEGACY_DATA = "data.npz"
 """The single-archive format of datasets written before the memory-mapped one (read only)."""
-MAPPED = frozenset({"images", "text_bytes", "audio_pcm"})
-"""Arrays memory-mapped on read (the payload); every other array is small (per row) and read into memory."""
+MAPPED = frozenset({"images", "text_bytes", "audio_pcm", "labels", "split", "text_offsets", "audio_offsets", "groups"})
+"""Arrays memory-mapped on read: the payload and the per-row arrays (a few bytes a row, but 8 bytes a
+row for millions of short texts is as much private memory as the batches); only ``sample_rate`` is read."""
 
 
 def array_path(folder: Path, key: str) -> Path:

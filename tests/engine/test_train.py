@@ -90,8 +90,32 @@ def test_ratio_schedule_is_followed_step_by_step(workspace):
 def test_epoch_order_without_lengths_is_a_random_permutation():
     from engine.train import epoch_order
 
-    assert torch.equal(epoch_order(10, 3, torch.Generator().manual_seed(5)),
-                       torch.randperm(10, generator=torch.Generator().manual_seed(5)))
+    order = epoch_order(10, 3, torch.Generator().manual_seed(5))
+    assert order.dtype == torch.int32  # 4 bytes a row: the order of millions of texts stays small
+    assert torch.equal(order.long(), torch.randperm(10, generator=torch.Generator().manual_seed(5)))
+
+
+def _grouped_order_reference(n, batch, generator, lengths, group_batches):
+    """Length-grouped order, written plainly with new arrays at every stage (int64)."""
+    perm = torch.randperm(n, generator=generator)
+    full = n - n % batch
+    body, tail = perm[:full], perm[full:]
+    size = group_batches * batch
+    grouped = torch.cat([g[torch.argsort(lengths[g], stable=True)] for g in body.split(size)]) if full else body
+    batches = grouped.view(-1, batch)
+    return torch.cat([batches[torch.randperm(len(batches), generator=generator)].reshape(-1), tail])
+
+
+def test_epoch_order_in_place_equals_the_plain_length_grouped_order():
+    """The in-place sort and shuffle give exactly the order of the plain construction, so a run's
+    batches (and a resume's) do not depend on how the order is built; ties keep their random order."""
+    from engine.train import epoch_order
+
+    for n, batch, groups in [(0, 4, 50), (3, 4, 50), (4, 4, 1), (23, 4, 100), (1000, 7, 3), (5000, 64, 50)]:
+        lengths = torch.randint(1, 12, (n,), generator=torch.Generator().manual_seed(n))  # many ties
+        got = epoch_order(n, batch, torch.Generator().manual_seed(9), lengths, group_batches=groups)
+        want = _grouped_order_reference(n, batch, torch.Generator().manual_seed(9), lengths, groups)
+        assert got.dtype == torch.int32 and torch.equal(got.long(), want), (n, batch, groups)
 
 
 def test_epoch_order_groups_rows_of_similar_length_into_batches():
