@@ -7,9 +7,11 @@ aspect ratio in [0.3, 1/0.3], 10 attempts per block).
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 
+import numpy as np
 import torch
 from pydantic import Field, ValidationInfo, field_validator
 
@@ -62,21 +64,26 @@ def _pack_cols(x: torch.Tensor) -> torch.Tensor:
 
 
 def _unpack_cols(words: torch.Tensor, W: int) -> torch.Tensor:
-    """Inverse of :func:`_pack_cols`: ``[..., nw]`` int64 -> ``[..., W]`` bool.
+    """Inverse of :func:`_pack_cols`: ``[..., nw]`` int64 -> ``[..., W]`` bool (contiguous).
 
-    One table lookup per byte (``[256, 8]`` bits) instead of 62 shifts per word: about 4x faster
+    One int64 table read per byte of the words (the table's 8 bytes are that byte's 8 bits as
+    bools, ``[256]`` int64), viewed as bools, then one copy of each word's 62 columns into place:
+    about 3x faster than a ``[256, 8]`` bool lookup per byte, and 15x faster than 62 shifts per word,
     on a 256x128x100 mask.
     """
-    nb = words.element_size()
-    b = words.contiguous().view(torch.uint8).reshape(*words.shape, nb)  # (..., nw, 8) bytes of each word
-    if sys.byteorder == "big":
-        b = b.flip(-1)  # least significant byte first, as on little-endian machines
-    bits = _BYTE_BITS.to(words.device)[b.long()]  # (..., nw, 8, 8)
-    return bits.flatten(-2)[..., :_WORD].flatten(-2)[..., :W]
+    b = words.contiguous().view(torch.uint8)  # (..., nw * 8), bytes in memory order
+    if sys.byteorder == "big":  # least significant byte first, as on little-endian machines
+        b = b.reshape(*words.shape, 8).flip(-1).reshape(b.shape)
+    bits = _BYTE_BITS.to(words.device)[b.int()].view(torch.bool).reshape(*words.shape, 64)  # (..., nw, 64)
+    out = torch.empty(*words.shape[:-1], W, dtype=torch.bool, device=words.device)
+    for j in range(words.shape[-1]):
+        lo, hi = j * _WORD, min(W, (j + 1) * _WORD)
+        out[..., lo:hi] = bits[..., j, : hi - lo]
+    return out
 
 
-# Bit k of byte value v, for unpacking: [256, 8] bool.
-_BYTE_BITS = ((torch.arange(256)[:, None] >> torch.arange(8)) & 1).bool()
+# The 8 bits of byte value v as 8 bytes (0 or 1, bit 0 first), read as one int64: [256] int64.
+_BYTE_BITS = ((torch.arange(256)[:, None] >> torch.arange(8)) & 1).to(torch.uint8).view(torch.int64).reshape(256)
 
 
 def _col_range(left: torch.Tensor, w: torch.Tensor, nw: int) -> torch.Tensor:
@@ -88,31 +95,7 @@ def _col_range(left: torch.Tensor, w: torch.Tensor, nw: int) -> torch.Tensor:
     return (one << hi) - (one << lo)
 
 
-def _popcount(x: torch.Tensor) -> torch.Tensor:
-    """Set bits of each int64 (same shape as ``x``): a 65,536-entry table looked up per 16-bit quarter.
-
-    Four table reads and a sum replace the dozen shift/and/add passes of SWAR bit counting, which
-    matters because the block loop calls this about 50 times on small tensors.
-    """
-    return _row_popcount(x.unsqueeze(-1))
-
-
-def _row_popcount(x: torch.Tensor) -> torch.Tensor:
-    """``[..., n]`` int64 -> ``[...]``: set bits of each row of words (one lookup and one sum)."""
-    quarters = x.contiguous().view(torch.uint16).long()  # (..., 4 n) unsigned 16-bit values
-    return _HALF_BITS.to(x.device)[quarters].sum(dim=-1)
-
-
-# Set bits of every 16-bit value, for _popcount.
-_HALF_BITS = sum((torch.arange(1 << 16) >> i) & 1 for i in range(16)).to(torch.uint8)
-
-
-# ATen's grain size: an elementwise op on more elements runs on several threads, and on a loaded
-# machine each such op waits for every thread to be scheduled; the per-step work stays below it.
-_SERIAL = 32768
-
-
-def _block_rows(base: torch.Tensor, h: torch.Tensor, W: int | None = None):
+def _block_rows(base: np.ndarray, h: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The packed-mask rows of blocks, flattened: one entry per grid row of each block.
 
     Args:
@@ -120,38 +103,35 @@ def _block_rows(base: torch.Tensor, h: torch.Tensor, W: int | None = None):
             (``b * H + top``); h: ``[N]`` int64 heights (>= 1).
 
     Returns:
-        ``seg`` (``[sum(h)]``, the block of each entry) and ``rows`` (``[sum(h)]``, its word row).
-        Blocks of different heights take no padding (a padded ``[N, max(h)]`` layout did 3-4x the
-        work on the audio grid, where heights range from 1 to 128).
+        ``seg`` (``[sum(h)]``, the block of each entry), ``rows`` (``[sum(h)]``, its word row) and
+        ``start`` (``[N]``, each block's first entry). Blocks of different heights take no padding
+        (a padded ``[N, max(h)]`` layout did 3-4x the work on the audio grid, where heights range
+        from 1 to 128).
     """
-    seg = torch.repeat_interleave(h)
-    start = h.cumsum(0) - h
-    return seg, (base - start)[seg] + torch.arange(seg.numel(), device=h.device)
+    seg = np.repeat(np.arange(h.size), h)
+    start = np.cumsum(h) - h
+    return seg, (base - start)[seg] + np.arange(seg.size), start
 
 
-def _overlaps(words, bad, seg, rows, cols, n):
+def _overlaps(words: np.ndarray, bad: np.ndarray | None, seg: np.ndarray, rows: np.ndarray, start: np.ndarray,
+              cols: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
     """Masked patches under each candidate block, and whether it touches an ineligible one.
 
     Args:
         words: ``[B * H, nw]`` int64, the packed mask; bad: the same for ineligible positions, or None.
-        seg, rows: from :func:`_block_rows` (``[M]`` each); cols: ``[n, nw]`` column bits of each block.
-        n: number of candidate blocks.
+        seg, rows, start: from :func:`_block_rows` (``[M]``, ``[M]``, ``[n]``); cols: ``[n, nw]``
+            column bits of each block.
 
     Returns:
-        ``covered`` (``[n]`` int64) and ``on_bad`` (``[n]`` bool, or None without ``bad``), computed
-        in chunks of at most ``_SERIAL`` words (each chunk's counts are added to their blocks).
+        ``covered`` (``[n]`` int64: set bits of ``words & cols`` over the block's rows) and
+        ``on_bad`` (``[n]`` bool, or None without ``bad``).
     """
-    nw = cols.shape[1]
-    covered = torch.zeros(n, dtype=torch.long, device=cols.device)
-    on_bad = torch.zeros(n, dtype=torch.long, device=cols.device) if bad is not None else None
-    step = max(1, _SERIAL // nw)
-    for i in range(0, seg.numel(), step):
-        s, r = seg[i:i + step], rows[i:i + step]
-        c = cols[s]
-        covered.index_add_(0, s, _row_popcount(words[r] & c))
-        if bad is not None:
-            on_bad.index_add_(0, s, ((bad[r] & c) != 0).any(dim=1).long())
-    return covered, (on_bad > 0 if bad is not None else None)
+    c = cols[seg]  # (M, nw)
+    per_row = np.bitwise_count(words[rows] & c).sum(axis=1, dtype=np.int64)  # (M,)
+    covered = np.add.reduceat(per_row, start)  # heights >= 1: no empty segment
+    if bad is None:
+        return covered, None
+    return covered, np.logical_or.reduceat((bad[rows] & c).any(axis=1), start)
 
 
 def _draw_blocks(
@@ -172,10 +152,17 @@ def _draw_blocks(
     a row's candidates do not depend on when the other rows stop) and evaluates the candidates of
     the rows still active. The mask is kept as bits, ``[B * H, ceil(W / 62)]`` int64 words (one row
     of words per grid row), so a candidate of height ``h`` costs ``h * ceil(W / 62)`` word
-    operations: the patches it would newly mask are ``h * w`` minus the set bits (a 16-bit table
-    popcount) of ``words & column_range`` over its own rows, the rows of all candidates of a step
-    flattened into one list (no padding to the tallest); with ineligible positions, any set bit of
-    the ineligible words there rejects it. Column ranges come from a ``[W, W + 1]`` table.
+    operations: the patches it would newly mask are ``h * w`` minus the set bits of
+    ``words & column_range`` over its own rows, the rows of all candidates of a step flattened into
+    one list (no padding to the tallest); with ineligible positions, any set bit of the ineligible
+    words there rejects it. Column ranges come from a ``[W, W + 1]`` table.
+
+    The uniforms and aspect ratios are drawn with torch (on the generator's device); the loop's
+    state (about 50 dependent steps of about 100 operations on arrays of at most a few thousand
+    entries) is NumPy on the CPU, whose per-operation cost on such small arrays is a fraction of a
+    torch operation's. The float32 arithmetic (area, ``sqrt``, round half to even, corners) is the
+    same IEEE operations in the same order, so the blocks are bit for bit those of the torch loop
+    (``tests/engine/test_masking_block.py`` compares with a dense torch loop and a per-sample one).
 
     Args:
         ok: ``[B, H, W]`` bool, eligible positions, or the shape ``(B, H, W)`` when all are eligible.
@@ -186,10 +173,11 @@ def _draw_blocks(
         with_remaining: also return the patches left to mask (without ``record`` only).
 
     Returns:
-        ``mask`` (``[B, H, W]`` bool, at most ``budget`` True per row, only on eligible positions),
-        and with ``record`` a dict of 1-D tensors ``row, top, left, h, w, aspect, area`` (one entry
-        per accepted block, in the order accepted; ``aspect`` and ``area`` are the drawn values
-        before rounding), or with ``with_remaining`` ``[B]`` int64 ``budget - mask.sum(1)``.
+        ``mask`` (``[B, H, W]`` bool on the generator's device, at most ``budget`` True per row, only
+        on eligible positions), and with ``record`` a dict of 1-D tensors ``row, top, left, h, w,
+        aspect, area`` (one entry per accepted block, in the order accepted; ``aspect`` and ``area``
+        are the drawn values before rounding), or with ``with_remaining`` ``[B]`` int64
+        ``budget - mask.sum(1)``.
     """
     if isinstance(ok, torch.Tensor):
         (B, H, W), device = ok.shape, ok.device
@@ -205,80 +193,78 @@ def _draw_blocks(
         return (mask, budget.clone()) if with_remaining else mask
     nw = -(-W // _WORD)
     # The mask, packed per grid row: word row b * H + r holds grid row r of sample b.
-    words = torch.zeros(B * H, nw, dtype=torch.long, device=device)
+    words = np.zeros((B * H, nw), dtype=np.int64)
     bad = None
     if ok is not None and not bool(ok.all()):
-        bad = _pack_cols(~ok).view(B * H, nw)
+        bad = _pack_cols(~ok).view(B * H, nw).cpu().numpy()
     log_lo = math.log(min_aspect)
     log_hi = math.log(max_aspect if max_aspect is not None else 1.0 / min_aspect)
-    # Column bits of every (left, w), looked up per candidate: [W, W + 1, nw].
-    lefts, widths = torch.arange(W, device=device), torch.arange(W + 1, device=device)
-    col_table = _col_range(lefts.repeat_interleave(W + 1), widths.repeat(W), nw).view(W, W + 1, nw)
-    remaining = budget.clone()
-    fails = torch.zeros(B, dtype=torch.long, device=device)
-    seen = torch.zeros(B, dtype=torch.long, device=device)  # candidates evaluated per row
+    col_table = _col_table(W)  # (W, W + 1, nw): column bits of every (left, w)
+    remaining = budget.to("cpu", torch.int64).numpy().copy()
+    fails = np.zeros(B, dtype=np.int64)
+    seen = np.zeros(B, dtype=np.int64)  # candidates evaluated per row
     # The uniforms of BEiT's iteration t are u[t] = rand(4, B) (row b uses column b): drawn ahead in
     # chunks from a saved state, and at the end the generator is set to exactly where drawing them
     # one iteration at a time would have left it (max(seen) iterations), so the top-up noise follows.
     state = generator.get_state()
-    u_all = torch.empty(0, 5, B, device=device)  # the 4 uniforms of each iteration, then its aspect ratio
+    u_all = np.empty((0, 5, B), dtype=np.float32)  # the 4 uniforms of each iteration, then its aspect ratio
     # Every accepted block adds >= 1 patch and a row stops after max_attempts failures in a row, so
     # a row is done within budget * max_attempts candidates; the bound only guards against a bug
     # (any shortfall is topped up anyway).
-    max_iters = int(budget.max().item()) * max_attempts if B else 0
+    max_iters = int(remaining.max()) * max_attempts if B else 0
     k = 1  # candidates evaluated per row per step
     while True:
-        idx = ((remaining > 0) & (fails < max_attempts) & (seen < max_iters)).nonzero().flatten()
-        A = idx.numel()
+        idx = np.flatnonzero((remaining > 0) & (fails < max_attempts) & (seen < max_iters))
+        A = idx.size
         if A == 0:
             break
         # Row idx[a] evaluates its candidates seen .. seen + k - 1 against its current mask, each
         # as if the ones before it were rejected; the first accepted one is the one BEiT's loop takes.
-        j = seen[idx, None] + torch.arange(k, device=device)  # (A, k)
+        j = seen[idx, None] + np.arange(k)  # (A, k)
         need = int(j.max()) + 1
         if need > u_all.shape[0]:
             more = max(need - u_all.shape[0], u_all.shape[0], 16)
             u_new = torch.rand(more, 4, B, generator=generator, device=device)
             aspect_new = torch.exp(log_lo + u_new[:, 1:2] * (log_hi - log_lo))  # log-uniform
-            u_all = torch.cat([u_all, torch.cat([u_new, aspect_new], dim=1)])
-        u = u_all[j, :, idx[:, None]].flatten(0, 1).T  # (5, A * k)
-        rem = remaining[idx].repeat_interleave(k)
+            u_all = np.concatenate([u_all, torch.cat([u_new, aspect_new], dim=1).cpu().numpy()])
+        u = u_all[j, :, idx[:, None]].reshape(A * k, 5).T  # (5, A * k) float32
+        rem = np.repeat(remaining[idx], k)
         # BEiT's random.uniform(min_patches, remaining): when fewer than min_patches patches remain
         # the area lies in [remaining, min_patches], and such a block is only accepted where it
         # overlaps earlier blocks enough to add <= remaining new patches (else the top-up finishes).
-        area = min_patches + u[0] * (rem.to(torch.float32) - min_patches)
+        # float32 throughout (NumPy keeps a Python int operand at the array's dtype).
+        area = min_patches + u[0] * (rem.astype(np.float32) - min_patches)
         aspect = u[4]
         # Clipped to the grid, where BEiT would reject an over-large block and retry.
-        h = torch.round(torch.sqrt(area * aspect)).long().clamp_(1, H)
-        w = torch.round(torch.sqrt(area / aspect)).long().clamp_(1, W)
-        top = torch.minimum((u[2] * (H - h + 1)).long(), H - h)
-        left = torch.minimum((u[3] * (W - w + 1)).long(), W - w)
+        h = np.rint(np.sqrt(area * aspect)).astype(np.int64).clip(1, H)
+        w = np.rint(np.sqrt(area / aspect)).astype(np.int64).clip(1, W)
+        top = np.minimum((u[2] * (H - h + 1).astype(np.float32)).astype(np.int64), H - h)
+        left = np.minimum((u[3] * (W - w + 1).astype(np.float32)).astype(np.int64), W - w)
         # The candidate's own rows only, flattened (no padding to the tallest candidate).
-        row_of = idx.repeat_interleave(k)
         cols = col_table[left, w]  # (A * k, nw)
-        seg, rows = _block_rows(row_of * H + top, h)
-        covered, on_bad = _overlaps(words, bad, seg, rows, cols, h.numel())
+        seg, rows, start = _block_rows(np.repeat(idx, k) * H + top, h)
+        covered, on_bad = _overlaps(words, bad, seg, rows, start, cols)
         new = h * w - covered
         accept = (new > 0) & (new <= rem)
         if on_bad is not None:  # a block lies entirely on eligible positions
             accept &= ~on_bad
         # First accepted candidate of each row (k if none), and where the failures would stop it.
-        acc = accept.view(A, k)
-        first = torch.where(acc.any(dim=1), acc.int().argmax(dim=1), k)  # (A,)
+        acc = accept.reshape(A, k)
+        first = np.where(acc.any(axis=1), acc.argmax(axis=1), k)  # (A,)
         # The row ends at its first acceptance, at the offset `stop` where a rejection is its
         # max_attempts-th in a row, or after its k candidates, whichever comes first.
-        end = (max_attempts - 1 - fails[idx]).clamp_(max=k - 1)
+        end = np.minimum(max_attempts - 1 - fails[idx], k - 1)
         took = first <= end  # first < k: first = k means none accepted
-        used = torch.minimum(first, end) + 1
+        used = np.minimum(first, end) + 1
         seen[idx] += used
-        fails[idx] = torch.where(took, 0, fails[idx] + used)
-        pick = (torch.arange(A, device=device) * k + first.clamp(max=k - 1))[took]  # flat candidate ids
+        fails[idx] = np.where(took, 0, fails[idx] + used)
+        pick = (np.arange(A) * k + np.minimum(first, k - 1))[took]  # flat candidate ids
         rows_acc = idx[took]
         remaining[rows_acc] -= new[pick]
         # OR the accepted blocks (their column bits on their rows) into the packed mask. At most one
         # block per sample per step, so no two writes of this step hit the same word row.
-        seg_p, rows_p = _block_rows(rows_acc * H + top[pick], h[pick])
-        words[rows_p] = words[rows_p] | cols[pick][seg_p]
+        seg_p, rows_p, _ = _block_rows(rows_acc * H + top[pick], h[pick])
+        words[rows_p] |= cols[pick][seg_p]
         if record:
             for key, v in (("row", rows_acc), ("top", top[pick]), ("left", left[pick]), ("h", h[pick]),
                            ("w", w[pick]), ("aspect", aspect[pick]), ("area", area[pick])):
@@ -289,12 +275,22 @@ def _draw_blocks(
     n_iters = int(seen.max()) if B else 0
     if n_iters:
         torch.rand(n_iters, 4, B, generator=generator, device=device)
-    mask = _unpack_cols(words.view(B, H, nw), W)
+    mask = _unpack_cols(torch.from_numpy(words).to(device).view(B, H, nw), W)
     if record:
-        empty = {"aspect": torch.float32, "area": torch.float32}
-        return mask, {k: torch.cat(v) if v else torch.zeros(0, dtype=empty.get(k, torch.long), device=device)
-                      for k, v in log.items()}
-    return (mask, remaining) if with_remaining else mask
+        dtypes = {"aspect": torch.float32, "area": torch.float32}
+        return mask, {k: torch.from_numpy(np.concatenate(v)).to(device) if v
+                      else torch.zeros(0, dtype=dtypes.get(k, torch.long), device=device) for k, v in log.items()}
+    return (mask, torch.from_numpy(remaining).to(device)) if with_remaining else mask
+
+
+@functools.lru_cache(maxsize=16)
+def _col_table(W: int) -> np.ndarray:
+    """``[W, W + 1, ceil(W / 62)]`` int64 (read-only): the column bits of every ``(left, w)``."""
+    nw = -(-W // _WORD)
+    lefts, widths = torch.arange(W), torch.arange(W + 1)
+    table = _col_range(lefts.repeat_interleave(W + 1), widths.repeat(W), nw).view(W, W + 1, nw).numpy()
+    table.setflags(write=False)
+    return table
 
 
 @register_masking("block", params=BlockParams, grid_dims=(2,), modalities=("image", "audio"), exact=True,
@@ -372,7 +368,7 @@ def block_mask(
                                    min_aspect=min_aspect, max_aspect=max_aspect, max_attempts=max_attempts,
                                    with_remaining=True)
     # Top-up: the budget - (block patches) positions, uniform among the unmasked eligible ones.
-    flat = mask.flatten(1)
+    flat = mask.view(B, H * W)
     free = ~flat if ok is None else ok.flatten(1) & ~flat
     n_blocks = budget - remaining  # patches the blocks masked
-    return (flat | pick_uniform(free, remaining, generator=generator, n_free=n_ok - n_blocks)).reshape(shape)
+    return pick_uniform(free, remaining, generator=generator, n_free=n_ok - n_blocks, into=flat).view(shape)

@@ -219,7 +219,8 @@ def hierarchical_mask(
     mask = _levels_to_grid(done, grid, B, device).reshape(B, L)
     if bool(sparse_rows(budget - used, n_ok - used).any()):  # few singles: drawn as positions
         free = ~mask if ok is None else ok.reshape(B, L) & ~mask
-        return (mask | pick_uniform(free, budget - used, generator=generator, n_free=n_ok - used)).reshape(shape)
+        mask = mask.contiguous()
+        return pick_uniform(free, budget - used, generator=generator, n_free=n_ok - used, into=mask).view(shape)
     # Many singles in every row: pick_uniform's noise route, fused with the cells (they sort first,
     # ineligible positions last), so the budget lowest are the cells and the singles.
     noise = torch.rand(B, L, generator=generator, device=device).masked_fill_(mask, -1.0)

@@ -80,8 +80,26 @@ def sparse_rows(n: torch.Tensor, n_free: torch.Tensor) -> torch.Tensor:
     return (n > 0) & (n <= _SPARSE * n_free)
 
 
+def _first_draws(key: torch.Tensor, size: int) -> torch.Tensor:
+    """``[M]`` bool: whether draw ``i`` is the first (lowest ``i``) of the draws of its position
+    ``key[i]`` (int64 in ``[0, size)``). Few draws over many positions: a stable sort of the keys
+    (``M log M``); many: a ``[size]`` scratch of the first draw per position (no sort); the same result."""
+    M = key.numel()
+    if M * 16 < size:
+        order = torch.argsort(key, stable=True)  # equal keys keep their draw order
+        sk = key[order]
+        lead = torch.ones(M, dtype=torch.bool, device=key.device)
+        lead[1:] = sk[1:] != sk[:-1]
+        return torch.empty_like(lead).index_put_((order,), lead)
+    draw = torch.arange(M, dtype=torch.int32, device=key.device)
+    first = torch.full((size,), M, dtype=torch.int32, device=key.device)
+    first.scatter_reduce_(0, key, draw, "amin")  # any order of the scatter gives the same minimum
+    return first[key] == draw
+
+
 def pick_uniform(
     free: torch.Tensor, n: torch.Tensor, *, generator: torch.Generator, n_free: torch.Tensor | None = None,
+    into: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Choose ``n[b]`` of the True positions of each row of ``free``, uniformly without replacement.
 
@@ -100,9 +118,13 @@ def pick_uniform(
         generator: explicit RNG on ``free.device``; it draws ``randint`` positions for the sparse
             rows, then ``rand(R, L)`` for the ``R`` other rows.
         n_free: ``[B]`` int64, ``free.sum(1)`` when the caller knows it (saves a pass over ``free``).
+        into: ``[B, L]`` bool, contiguous, with no True at a free position (e.g. the mask a top-up
+            completes): the chosen positions are set True in it, in place, and it is returned
+            (saves a new mask and a pass to merge it). The choice is the same as without it.
 
     Returns:
-        ``[B, L]`` bool, exactly ``n[b]`` True per row, all on free positions.
+        ``[B, L]`` bool, exactly ``n[b]`` True per row, all on free positions (with ``into``: ``into``
+        with those set).
 
     Raises:
         ValueError: ``n`` negative or above a row's free count.
@@ -116,7 +138,7 @@ def pick_uniform(
     n_free = row_counts(free) if n_free is None else n_free.reshape(B)
     if bool(((n < 0) | (n > n_free)).any()):
         raise ValueError("pick_uniform: n must lie in [0, free count] in every row")
-    out = torch.zeros(B, L, dtype=torch.bool, device=device)
+    out = torch.zeros(B, L, dtype=torch.bool, device=device) if into is None else into
     if B == 0 or L == 0 or not bool((n > 0).any()):
         return out
     sparse = sparse_rows(n, n_free)
@@ -130,11 +152,7 @@ def pick_uniform(
         m = (_MARGIN * need * L / (avail - need).clamp(min=1)).long().clamp(min=1) + _EXTRA
         row = rows.repeat_interleave(m)  # (M,) row of each draw, rows in turn
         key = row * L + torch.randint(0, L, (row.numel(),), generator=generator, device=device)
-        draw = torch.arange(key.numel(), dtype=torch.int32, device=device)
-        # First draw of each position (any order of the scatter gives the same minimum).
-        first = torch.full((B * L,), key.numel(), dtype=torch.int32, device=device)
-        first.scatter_reduce_(0, key, draw, "amin")
-        hit = (first[key] == draw) & flat_free[key] & ~flat_out[key]
+        hit = _first_draws(key, B * L) & flat_free[key] & ~flat_out[key]
         # Rank of each hit among its row's hits, in draw order.
         csum = hit.long().cumsum(0)
         start = torch.cumsum(m, 0) - m
@@ -149,10 +167,12 @@ def pick_uniform(
         rows, need, avail = rows[short], need[short], avail[short]
     if dense.numel() == B:  # every row: no gather and scatter of rows
         noise = torch.rand(B, L, generator=generator, device=device)
-        return mask_lowest(noise.masked_fill_(~free, 2.0), n)  # non-free positions sort last
+        picked = mask_lowest(noise.masked_fill_(~free, 2.0), n)  # non-free positions sort last
+        return picked if into is None else out.logical_or_(picked)
     if dense.numel():
         noise = torch.rand(dense.numel(), L, generator=generator, device=device)
-        out[dense] = mask_lowest(noise.masked_fill_(~free[dense], 2.0), n[dense])
+        picked = mask_lowest(noise.masked_fill_(~free[dense], 2.0), n[dense])
+        out[dense] = picked if into is None else out[dense] | picked
     return out
 
 

@@ -500,3 +500,32 @@ def test_pick_uniform_sparse_marginals_on_a_large_row():
     rate = picked[:, 500:].double().mean(0)  # expected 0.01, sd about 0.0016 per position
     assert abs(float(rate.mean()) - 0.01) < 1e-12
     assert float(rate.std()) < 0.0016 * 1.15 and float((rate - 0.01).abs().max()) < 0.0016 * 5
+
+
+def test_first_draws_sort_and_scratch_routes_agree():
+    # Few draws over many positions take a stable sort of the keys, many take a [size] scratch:
+    # the first draw of each position is the same either way (ties resolved by draw order).
+    from engine.masking.random import _first_draws
+
+    g = gen(43)
+    for M, size in [(1, 10), (50, 10_000), (3000, 100), (0, 5), (700, 700)]:
+        key = torch.randint(0, size, (M,), generator=g)
+        want = torch.tensor([key[:i].ne(k).all().item() for i, k in enumerate(key.tolist())], dtype=torch.bool)
+        assert torch.equal(_first_draws(key, size), want), (M, size)
+        assert torch.equal(_first_draws(key, M * 16 + 1), want) and torch.equal(_first_draws(key, max(size, 1)), want)
+
+
+@pytest.mark.parametrize("sparse_share", [0.25, -1.0])  # draws positions / noise on every row
+def test_pick_uniform_into_sets_the_same_choice_in_place(sparse_share, monkeypatch):
+    import engine.masking.random as random_module
+    from engine.masking.random import pick_uniform
+
+    monkeypatch.setattr(random_module, "_SPARSE", sparse_share)
+    g = gen(44)
+    taken = torch.rand(16, 300, generator=g) < 0.6  # e.g. a block mask being topped up
+    free = ~taken & (torch.rand(16, 300, generator=g) < 0.9)
+    n = (free.sum(1) * torch.rand(16, generator=g)).long()
+    alone = pick_uniform(free, n, generator=gen(45))
+    into = taken.clone()
+    out = pick_uniform(free, n, generator=gen(45), into=into)
+    assert out is into and torch.equal(out, taken | alone)
