@@ -248,9 +248,8 @@ def fit(
         rng = {"g_mask": g_mask, "g_data": g_data, **({"g_mask_ranks": mask_states} if dist.world_size > 1 else {})}
         if device.type == "cuda":
             rng["cuda"] = torch.cuda.get_rng_state_all()
-        small = torch.int32 if task.n_train < 2**31 else torch.int64
         save_checkpoint(out_dir, step, model, opt, cfg, rng, keep=t.keep_checkpoints,
-                        loop={"perm": perm.to(small), "pos": pos, "val_first": val_first, "val_last": val_last},
+                        loop={"perm": perm, "pos": pos, "val_first": val_first, "val_last": val_last},
                         task_state=task.state_dict())
 
     if resume_from is None:
