@@ -13,9 +13,20 @@ Cases (issue 15):
   MLP 1024), batch 64, ratio 0.75; against ``ViTMAEForPreTraining``.
 - ``bert_mini``: vocabulary 8,000, 256 x 4 (4 heads, MLP 1024), sequence 128, batch 64, 15% masked
   with BERT's 80/10/10; against ``BertForMaskedLM``.
+- ``audio_mae``: masklab's AudioMAE (``audio_mae_vit`` / small: encoder 192 x 6, decoder 128 x 2,
+  MLP ratio 4) on a window of 64 mel bins x 64 frames in 8 x 8 patches, batch 64, AudioMAE's mask
+  ratio 0.8 (Huang et al. 2022); against ``ViTMAEForPreTraining`` on the same one-channel input, the
+  closest reference that exists (Hugging Face's ViTMAE builds its position table for a square grid
+  only, hence the square window).
 - ``audio_frames``: masklab's frame Transformer (``frame_transformer`` / small, mel target: 64 mel
   bins x 96 frames, 2 frames a token, batch 64, 50% masked) alone: Hugging Face has no model of
   this recipe (wav2vec 2.0's pre-training is contrastive, over quantised targets).
+- ``paired_m3ae`` and ``paired_flava``: the paired recipe of ``configs/paired-tuxpaint.yaml`` with
+  each paired architecture (``m3ae`` / ``flava``, tiny): 32x32x3 images in 8 x 8 patches, captions
+  of 48 token positions (5 to 30 real tokens) over a 2,000-token vocabulary, batch 32, 75% of the
+  patches and 15% of the real tokens hidden, pixel MSE + 0.5 x token cross-entropy + 0.5 x InfoNCE
+  (the contrastive term runs each modality alone through the encoder once more); alone: Hugging Face
+  has neither recipe (its ``FlavaForPreTraining`` is FLAVA's full set of losses at ViT-B size).
 
 Equal work: float32, eager, Hugging Face with ``attn_implementation="sdpa"`` and dropout 0 (masklab's
 models have none by default), the same AdamW on both sides (lr 1e-4, betas (0.9, 0.95), weight decay
@@ -60,7 +71,7 @@ sys.path.insert(0, str(REPO))
 
 from engine.masking.mlm import apply_mlm  # noqa: E402
 from engine.models import BertMLM, FrameTransformer, MaskedAutoencoderViT, count_parameters  # noqa: E402
-from engine.objectives import masked_cross_entropy, masked_mse  # noqa: E402
+from engine.objectives import info_nce, masked_cross_entropy, masked_mse  # noqa: E402
 from engine.perf import adamw, count_step_flops  # noqa: E402
 from engine.train import param_groups  # noqa: E402
 
@@ -109,6 +120,7 @@ class Case:
     batch: int
     sides: list[Side]
     note: str = ""
+    batches: list | None = None  # the inputs the sides cycle through (kept for the tests)
 
 
 def _image_batches(B: int, C: int, H: int, W: int, P: int, ratio: float, g: torch.Generator, device):
@@ -223,6 +235,47 @@ def audio_case(B: int, n_mels: int, frames: int, k: int, g: torch.Generator, dev
     return Case("audio_frames", B, [Side("masklab", ml, ml_loss)], note="no Hugging Face model of this recipe")
 
 
+def paired_case(arch: str, B: int, g: torch.Generator, device, HW: int = 32, P: int = 8, V: int = 2000,
+                L: int = 48, ratio: float = 0.75, text_ratio: float = 0.15) -> Case:
+    """The paired recipe (module docstring) with ``arch`` (``m3ae`` / ``flava``, tiny preset) alone.
+
+    Captions: ``[CLS] w1 .. wn [SEP]`` then padding, ``n ~ U{5..30}`` real tokens; at least one real
+    token hidden per caption."""
+    from engine.models import FLAVA, FLAVA_PRESETS, M3AE, M3AE_PRESETS
+
+    batches = []
+    Li = (HW // P) ** 2
+    for _ in range(N_BATCHES):
+        imgs = torch.rand(B, 3, HW, HW, generator=g)
+        n = torch.randint(5, 31, (B,), generator=g)
+        pos = torch.arange(L)
+        real = (pos >= 1) & (pos <= n[:, None])
+        ids = torch.randint(len(SPECIAL_IDS), V, (B, L), generator=g).masked_fill(~real, 0)
+        ids[:, 0] = CLS_ID
+        ids[torch.arange(B), n + 1] = SEP_ID
+        img_mask = torch.zeros(B, Li, dtype=torch.bool).scatter_(
+            1, torch.rand(B, Li, generator=g).argsort(dim=1)[:, : round(ratio * Li)], True)
+        score = torch.rand(B, L, generator=g).masked_fill(~real, 2.0)
+        k = (text_ratio * n).round().clamp_min(1)
+        txt_mask = (score.argsort(dim=1).argsort(dim=1) < k[:, None]) & real
+        batches.append([t.to(device) for t in (imgs, ids, real, img_mask, txt_mask)])
+    cls, presets = {"m3ae": (M3AE, M3AE_PRESETS), "flava": (FLAVA, FLAVA_PRESETS)}[arch]
+    ml = cls(img_size=(HW, HW), in_chans=3, patch_size=P, vocab_size=V, max_len=L, **presets["tiny"]).to(device)
+
+    def ml_loss(i):
+        out = ml(*batches[i], contrastive=True)
+        return (masked_mse(out["pred"], out["target"], out["mask"])
+                + 0.5 * masked_cross_entropy(out["logits"], out["labels"])
+                + 0.5 * info_nce(out["emb_a"], out["emb_b"], out["logit_scale"]))
+
+    return Case(f"paired_{arch}", B, [Side("masklab", ml, ml_loss)], note="no Hugging Face model of this recipe",
+                batches=batches)
+
+
+#: Every case, in the order of the table.
+CASES = ("mae_tiny", "mae_small", "bert_mini", "audio_mae", "audio_frames", "paired_m3ae", "paired_flava")
+
+
 def build_cases(names: list[str], scale: float, device) -> list[Case]:
     g = torch.Generator().manual_seed(0)
 
@@ -234,7 +287,11 @@ def build_cases(names: list[str], scale: float, device) -> list[Case]:
         "mae_small": lambda: mae_case("mae_small", b(64), 3, 32, 4, (384, 8, 6, 1536), (256, 4, 8, 1024), 0.75, g,
                                       device),
         "bert_mini": lambda: bert_case(b(64), 128, 8000, 256, 4, 4, 1024, 0.15, g, device),
+        "audio_mae": lambda: mae_case("audio_mae", b(64), 1, 64, 8, (192, 6, 6, 768), (128, 2, 4, 512), 0.8, g,
+                                      device),
         "audio_frames": lambda: audio_case(b(64), 64, 96, 2, g, device),
+        "paired_m3ae": lambda: paired_case("m3ae", b(32), g, device),
+        "paired_flava": lambda: paired_case("flava", b(32), g, device),
     }
     unknown = [n for n in names if n not in makers]
     if unknown:
@@ -338,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--steps", type=int, default=3, help="training steps per side per repeat")
-    ap.add_argument("--only", default="mae_tiny,mae_small,bert_mini,audio_frames")
+    ap.add_argument("--only", default=",".join(CASES))
     ap.add_argument("--optimizer", default="fused", choices=["fused", "foreach", "loop", "auto"])
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--scale", type=float, default=1.0, help="divide every batch size by this (smoke tests)")

@@ -17,16 +17,22 @@ def test_bench_prints_both_sides_and_a_ratio_for_every_case(capsys):
     bench = load_bench("train_throughput")
     assert bench.main(["--scale", "32", "--repeats", "1", "--steps", "1", "--threads", "1"]) == 0
     out = capsys.readouterr().out
-    assert len(re.findall(r"float32 2048x2048 matmul: [\d.]+ GFLOP/s", out)) == 4  # one before each case
-    rows = {m.group(1): m.group(0) for m in re.finditer(r"^(mae_tiny|mae_small|bert_mini|audio_frames) .*$", out, re.M)}
-    assert set(rows) == {"mae_tiny", "mae_small", "bert_mini", "audio_frames"}
-    for case in ("mae_tiny", "mae_small", "bert_mini"):
+    assert len(re.findall(r"float32 2048x2048 matmul: [\d.]+ GFLOP/s", out)) == len(bench.CASES)  # one before each
+    rows = {m.group(1): m.group(0) for m in re.finditer(rf"^({'|'.join(bench.CASES)}) .*$", out, re.M)}
+    assert set(rows) == set(bench.CASES) == {"mae_tiny", "mae_small", "bert_mini", "audio_mae", "audio_frames",
+                                             "paired_m3ae", "paired_flava"}
+    for case in ("mae_tiny", "mae_small", "bert_mini", "audio_mae"):
         assert re.search(r"masklab .* \d+% +[\d.]+x  \(repeats: [\d.]+\)$", rows[case]), rows[case]
-    assert out.count("HF ViTMAEForPreTraining") == 2 and out.count("HF BertForMaskedLM") == 1
-    assert "no Hugging Face model of this recipe" in rows["audio_frames"]
+    assert out.count("HF ViTMAEForPreTraining") == 3 and out.count("HF BertForMaskedLM") == 1
+    for case in ("audio_frames", "paired_m3ae", "paired_flava"):
+        assert re.search(r"masklab .* \d+% +-  \(no Hugging Face model of this recipe\)$", rows[case]), rows[case]
 
 
-def test_bench_cases_see_the_same_masks_on_both_sides():
+@pytest.mark.parametrize("name, L, keep, patch_values, D", [
+    ("mae_tiny", 49, int(49 * 0.25), 4 * 4 * 1, 192),
+    ("audio_mae", 64, int(64 * 0.2), 8 * 8 * 1, 192),
+])
+def test_bench_cases_see_the_same_masks_on_both_sides(name, L, keep, patch_values, D):
     """The reference hides exactly masklab's patches (the case builder checks it) and both MAE sides
     count the same model FLOPs per step, except the patch embedding of the masked patches, which
     masklab skips (forward and weight gradient: 2 x 2 x B x masked x P*P*C x D)."""
@@ -36,7 +42,31 @@ def test_bench_cases_see_the_same_masks_on_both_sides():
 
     bench = load_bench("train_throughput")
     torch.manual_seed(0)
-    case = bench.build_cases(["mae_tiny"], 32, torch.device("cpu"))[0]
+    case = bench.build_cases([name], 32, torch.device("cpu"))[0]
     ml, hf = case.sides
-    B, masked = case.batch, 49 - int(49 * 0.25)
-    assert count_step_flops(lambda: hf.loss(0)) - count_step_flops(lambda: ml.loss(0)) == 4 * B * masked * 16 * 192
+    B, masked = case.batch, L - keep
+    assert count_step_flops(lambda: hf.loss(0)) - count_step_flops(lambda: ml.loss(0)) == 4 * B * masked * patch_values * D
+
+
+def test_paired_cases_hide_the_recipes_shares_of_patches_and_caption_tokens():
+    """The paired batches: 75% of the 16 patches, round(15%) of each caption's real tokens (at least
+    one), never [CLS], [SEP] or padding; a step's loss is finite and reaches every trained weight."""
+    import torch
+
+    bench = load_bench("train_throughput")
+    for case in bench.build_cases(["paired_m3ae", "paired_flava"], 1, torch.device("cpu")):
+        (side,) = case.sides
+        imgs, ids, real, img_mask, txt_mask = case.batches[0]
+        assert imgs.shape == (32, 3, 32, 32) and ids.shape == real.shape == txt_mask.shape == (32, 48)
+        assert (img_mask.sum(1) == 12).all()
+        n = real.sum(1)
+        assert ((n >= 5) & (n <= 30)).all()
+        specials = torch.zeros(32, 48, dtype=torch.long)  # [CLS] first, [SEP] after the last real token, then [PAD]
+        specials[:, 0] = bench.CLS_ID
+        specials[torch.arange(32), n + 1] = bench.SEP_ID
+        assert torch.equal(ids.masked_fill(real, 0), specials) and (ids[real] >= len(bench.SPECIAL_IDS)).all()
+        assert torch.equal(txt_mask.sum(1), (0.15 * n).round().clamp_min(1).long()) and not (txt_mask & ~real).any()
+        loss = side.loss(0)
+        loss.backward()
+        assert torch.isfinite(loss)
+        assert [k for k, p in side.model.named_parameters() if p.requires_grad and p.grad is None] == [], case.name
