@@ -13,6 +13,17 @@ class DatasetError(MasklabError):
     """A dataset cannot be found, read or imported. The message names the dataset or file."""
 
 
+class NothingImportedError(DatasetError):
+    """An import found no usable item: every candidate file or row was refused. The message names the
+    source and the first reasons; ``rejected`` and ``skipped`` hold every ``(file, reason)``, for a
+    table of them."""
+
+    def __init__(self, message: str, rejected=(), skipped=()):
+        super().__init__(message)
+        self.rejected = [tuple(x) for x in rejected]
+        self.skipped = [tuple(x) for x in skipped]
+
+
 class RunNotFoundError(MasklabError, KeyError):
     """No run with the given id exists in the workspace."""
 

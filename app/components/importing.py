@@ -19,11 +19,13 @@ import streamlit as st
 from app.components.access import actor
 from app.components.errors import guarded
 from engine.data import ImportOptions, inspect_source
-from engine.data.jobs import cancel_import, import_status, start_import
-from engine.data.tabular import ROLES
+from engine.data.jobs import ImportOutcome, cancel_import, import_status, start_import
+from engine.data.audio import EXTENSIONS as AUDIO_EXTENSIONS
+from engine.data.tabular import ROLES, TABLE_EXTENSIONS
 
+#: The upload's label: every type the importer takes (``engine.data.ingest``), from the same lists it checks.
 UPLOAD_LABEL = ("Dataset file: a .zip of images (PNG, JPEG, WebP, BMP, TIFF, GIF), of audio clips (WAV, FLAC, Ogg) or of "
-                ".txt files, or one .txt / .csv / .tsv / .jsonl / .wav / .flac / .ogg")
+                ".txt files, or one " + " / ".join([".txt", *TABLE_EXTENSIONS, *AUDIO_EXTENSIONS]))
 #: What one item of each modality is called in the plan and the report.
 UNITS = {"image": "images", "text": "texts", "audio": "clips"}
 #: Pipeline rates offered for audio (Hz); every clip is resampled to the chosen one.
@@ -65,6 +67,10 @@ def _column_options(plan, key: str) -> dict:
     return out
 
 
+#: The plan's preview table: at most this tall (pixels, scrolls beyond), rows of ``ROW_PX``.
+PREVIEW_HEIGHT, ROW_PX = 180, 35
+
+
 def _show_plan(plan) -> None:
     st.markdown(f"**{plan.source}**: {plan.modality} ({plan.kind}) · {plan.n_items:,} "
                 f"{UNITS.get(plan.modality, 'items')} to import · {len(plan.class_names)} classes")
@@ -75,7 +81,9 @@ def _show_plan(plan) -> None:
     for note in plan.notes:
         st.caption(note)
     if plan.preview:
-        st.dataframe(pd.DataFrame(plan.preview), hide_index=True, width="stretch", height=180)
+        rows = len(pd.DataFrame(plan.preview))  # a short preview without empty rows under it
+        st.dataframe(pd.DataFrame(plan.preview), hide_index=True, width="stretch",
+                     height=min(PREVIEW_HEIGHT, ROW_PX * (rows + 1) + 3))
     _refusals(plan.rejected, plan.skipped)
 
 
@@ -103,7 +111,9 @@ def show_report(outcome, name: str) -> None:
     outcome: all in, some refused, nothing in."""
     what = UNITS.get(outcome.modality, "items")
     if outcome.dataset is None:
-        st.error(f"Nothing was imported from {name}.")
+        st.error(f"Nothing was imported from {name}: "
+                 + (f"all {len(outcome.rejected)} files were refused (listed below); nothing was registered."
+                    if outcome.rejected else "it holds no file masklab imports."))
     elif outcome.rejected:
         st.warning(f"Imported {outcome.accepted:,} {what} from {name} as **{outcome.dataset}**; "
                    f"{len(outcome.rejected)} refused (listed below).")
@@ -141,6 +151,9 @@ def import_progress() -> None:
         st.session_state["data_report"] = (job.outcome, name)
         if job.outcome.dataset:
             st.session_state["data_pending"] = job.outcome.dataset
+    elif job.rejected:  # every file refused: the banner, then the table of them as for a partial import
+        st.session_state["data_report"] = (ImportOutcome(modality="", dataset=None, accepted=0,
+                                                         rejected=job.rejected, skipped=job.skipped), name)
     else:
         st.session_state["data_report"] = None
         st.session_state["data_import_note"] = (

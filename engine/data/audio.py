@@ -75,7 +75,7 @@ from engine.data.archive import import_outcome, import_target
 from engine.data.limits import ImportLimits, budget_reason
 from engine.data.sampling import import_order
 from engine.data.tabular import TABLE_EXTENSIONS, ColumnRoles, ImportOptions, detect_roles, parse_table
-from engine.errors import DatasetError
+from engine.errors import DatasetError, NothingImportedError
 from engine.messages import describe_error
 
 DEFAULT_SAMPLE_RATE = 16_000
@@ -564,7 +564,8 @@ def import_audio(
     if not d.decoded:
         refused = "; ".join(f"{p}: {r}" for p, r in d.rejected[:3])
         what = f"{len(d.rejected)} refused: {refused}" if d.rejected else f"{len(src.skipped)} other files skipped"
-        raise DatasetError(f"{label}: no usable audio clip (WAV, FLAC, Ogg); {what}")
+        raise NothingImportedError(f"{label}: no usable audio clip (WAV, FLAC, Ogg); {what}", d.rejected,
+                                   sorted(src.skipped))
     report.notes += _conversion_notes(d.decoded, rate)
     info = DatasetInfo(name=name, modality="audio", source=f"upload:{src_path.name}", image_shape=None,
                        class_names=(), n_train=0, n_val=0, created_at=storage.utc_now(),

@@ -58,13 +58,14 @@ palette images are colour. Then the EXIF orientation is applied.
 from __future__ import annotations
 
 import io
+import re
 import warnings
 from dataclasses import dataclass
 
 import numpy as np
 from PIL import Image, ImageCms, ImageMode, ImageOps, UnidentifiedImageError
 
-from engine.data.limits import ImportLimits, budget_reason
+from engine.data.limits import PILLOW_HARD_LIMIT, ImportLimits, budget_reason
 
 ALLOWED_FORMATS = {"image": ("PNG", "JPEG", "WEBP", "BMP", "TIFF", "GIF")}
 """Formats accepted by content, per modality (Pillow format ids)."""
@@ -154,6 +155,25 @@ def _png16_channels(im: Image.Image) -> int:
     return {"RGB;16B": 3, "RGBA;16B": 4, "LA;16B": 2}.get(_rawmode(im), 0)
 
 
+def _declared_size(data: bytes, fmt: str) -> str:
+    """The size the header of ``data`` (a ``fmt`` file) declares, for a refusal when Pillow's pixel
+    limit refused it (Pillow's error does not give the sides): ``"WxH"`` from the format's own header
+    parser, which that limit does not guard in most formats; the pixel count where the parser checks
+    the limit itself (WebP); ``"more than <Pillow's limit>"`` when neither can be read."""
+    Image.init()
+    factory = Image.OPEN.get(fmt, (None,))[0]
+    try:
+        if factory is not None:
+            w, h = factory(io.BytesIO(data), "").size
+            return f"{w}x{h}"
+    except Image.DecompressionBombError as e:
+        if found := re.search(r"\((\d+) pixels\)", str(e)):
+            return found.group(1)
+    except (SyntaxError, OSError, ValueError, IndexError, TypeError, EOFError):
+        pass
+    return f"more than {PILLOW_HARD_LIMIT}"
+
+
 def open_header(data: bytes, fmt: str, limits: ImportLimits, budget_left: int) -> tuple[Image.Image, int]:
     """Open ``data`` with the ``fmt`` decoder, reading only its header, and check its size.
 
@@ -169,8 +189,8 @@ def open_header(data: bytes, fmt: str, limits: ImportLimits, budget_left: int) -
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             im = Image.open(io.BytesIO(data), formats=[fmt])
     except Image.DecompressionBombError as e:
-        raise Refused(f"declares more than {2 * (Image.MAX_IMAGE_PIXELS or 0)} px; the limit is "
-                      f"{limits.max_image_pixels} px (MASKLAB_MAX_IMAGE_PIXELS): shrink the image", str(e)) from None
+        raise Refused(f"declares {_declared_size(data, fmt)} px; the limit is {limits.max_image_pixels} px "
+                      "(MASKLAB_MAX_IMAGE_PIXELS): shrink the image", str(e)) from None
     except (UnidentifiedImageError, SyntaxError, OSError, ValueError, IndexError, TypeError, EOFError) as e:
         raise Refused(f"damaged {fname} file: its header cannot be read; re-export it", str(e)) from None
     w, h = im.size
@@ -373,9 +393,9 @@ def decode(im: Image.Image, data: bytes, fill: tuple[int, int, int]) -> tuple[Im
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             out = _to_8bit(im, data, fill)
             orientation = im.getexif().get(0x0112, 1)
-    except Image.DecompressionBombError as e:
-        raise Refused(f"declares more than {2 * (Image.MAX_IMAGE_PIXELS or 0)} px (MASKLAB_MAX_IMAGE_PIXELS): "
-                      "shrink the image", str(e)) from None  # fmt: skip
+    except Image.DecompressionBombError as e:  # more pixels than the header checked by open_header said
+        raise Refused(f"decodes to more than {PILLOW_HARD_LIMIT} px, more than its header declares: re-export "
+                      "the image at a smaller size", str(e)) from None  # fmt: skip
     except (OSError, SyntaxError, ValueError, IndexError, TypeError, EOFError, RuntimeError) as e:
         raise Refused(f"damaged {fname} file: its pixel data is truncated or cannot be decoded; re-export it",
                       str(e)) from None  # fmt: skip

@@ -51,7 +51,7 @@ from engine.data.images import (
 )
 from engine.data.limits import ImportLimits, budget_reason
 from engine.data.sampling import import_order
-from engine.errors import DatasetError
+from engine.errors import DatasetError, NothingImportedError
 
 UNLABELED = "unlabeled"
 Fill = str | tuple[int, int, int]
@@ -427,7 +427,8 @@ def import_archive(
         if not report.rejected:
             raise DatasetError(f"{label}: no image files found ({len(report.skipped)} other files skipped)")
         refused = "; ".join(f"{p}: {r}" for p, r in report.rejected[:3])
-        raise DatasetError(f"{label}: no readable images; {len(report.rejected)} files refused: {refused}")
+        raise NothingImportedError(f"{label}: no readable images; {len(report.rejected)} files refused: {refused}",
+                                   report.rejected, report.skipped)
 
     channels = 1 if all(im.mode == "L" for im in images) else 3
     mode = "L" if channels == 1 else "RGB"

@@ -50,7 +50,7 @@ from typing import Any
 
 from engine.access import Identity, authorize
 from engine.data.tabular import ImportOptions
-from engine.errors import DatasetError, MasklabError
+from engine.errors import DatasetError, MasklabError, NothingImportedError
 from engine.workspace import atomic_write_json, read_json, workspace_root
 
 MEMORY_ENV = "MASKLAB_IMPORT_MEMORY_MB"
@@ -100,6 +100,8 @@ class ImportJob:
         source: the source as named to the user.
         error: why it failed or was interrupted.
         outcome: set when ``completed``.
+        rejected / skipped: ``(file, reason)`` of a ``failed`` import that refused every file (empty
+            otherwise; a completed one has them in ``outcome``).
     """
 
     job_id: str
@@ -109,6 +111,8 @@ class ImportJob:
     source: str = ""
     error: str = ""
     outcome: ImportOutcome | None = None
+    rejected: list[tuple[str, str]] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def active(self) -> bool:
@@ -211,6 +215,8 @@ def import_status(job_id: str, workspace: str | os.PathLike[str] | None = None) 
         res = None
     if res is not None:
         out.state, out.error = res["state"], res.get("error", "")
+        out.rejected = [tuple(x) for x in res.get("rejected", ())]
+        out.skipped = [tuple(x) for x in res.get("skipped", ())]
         if res.get("outcome"):
             o = res["outcome"]
             out.outcome = ImportOutcome(**{**o, "rejected": [tuple(x) for x in o["rejected"]],
@@ -336,6 +342,8 @@ def run_job(d: Path) -> int:
         result, code = {"state": "failed", "error": (
             f"the import needed more memory than its cap of {cap // 2**20} MB ({MEMORY_ENV}); nothing was "
             "registered. Import fewer or smaller images at once, or raise the cap")}, 1  # fmt: skip
+    except NothingImportedError as e:  # every file refused: the table of them, as for a partial import
+        result, code = {"state": "failed", "error": str(e), "rejected": e.rejected, "skipped": e.skipped}, 1
     except MasklabError as e:
         result, code = {"state": "failed", "error": str(e)}, 1
     except Exception as e:  # a bug or an environment fault: still an ended job, with the reason

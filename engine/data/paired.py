@@ -64,7 +64,7 @@ from engine.data.sampling import import_order
 from engine.data.tabular import (
     TABLE_EXTENSIONS, ColumnRoles, ImportOptions, caption_column, detect_roles, parse_table_rows, utf8_problem,
 )
-from engine.errors import DatasetError
+from engine.errors import DatasetError, NothingImportedError
 
 DEFAULT_IMAGE_SIZE = 32
 """Side in pixels of a paired dataset's images when the import does not say (module docstring)."""
@@ -422,7 +422,7 @@ def import_paired(
     report.skipped.sort()
     if not dec.captions:
         refused = "; ".join(f"{p}: {r}" for p, r in report.rejected[:3]) or "no image with a caption"
-        raise DatasetError(f"{label}: no usable image-caption pair; {refused}")
+        raise NothingImportedError(f"{label}: no usable image-caption pair; {refused}", report.rejected, report.skipped)
     info = DatasetInfo(name=name, modality="paired", source=f"upload:{path.name}", image_shape=(3, size, size),
                        class_names=(), n_train=0, n_val=0, created_at=storage.utc_now(),
                        description=f"Imported from {path.name}: {len(dec.captions)} image-caption pairs, "

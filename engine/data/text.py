@@ -54,7 +54,7 @@ from engine.data.tabular import (
     read_utf8_file,
     utf8_problem,
 )
-from engine.errors import DatasetError
+from engine.errors import DatasetError, NothingImportedError
 
 TEXT_EXTENSIONS = (".txt",)
 """Extensions of plain-text documents (a single file, or the files of a zip/folder)."""
@@ -275,8 +275,9 @@ def _read_txt_tree(path: Path, label: str, name_encoding: str | None = None) -> 
         src.notes.append(names.describe())
     if not src.texts:
         refused = "; ".join(f"{p}: {r}" for p, r in src.rejected[:3])
-        raise DatasetError(f"{label}: no usable .txt files ({len(src.rejected)} rejected{': ' + refused if refused else ''}, "
-                           f"{len(src.skipped)} other files skipped)")  # fmt: skip
+        raise NothingImportedError(f"{label}: no usable .txt files ({len(src.rejected)} rejected"
+                                   f"{': ' + refused if refused else ''}, {len(src.skipped)} other files skipped)",
+                                   src.rejected, src.skipped)  # fmt: skip
     src.labels, _ = importer._labels(paths)
     src.preview = [{"file": p, "label": c, "text": _cut(t)}
                    for p, c, t in zip(paths[:PREVIEW_ROWS], src.labels, src.texts)]  # fmt: skip

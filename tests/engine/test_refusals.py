@@ -70,6 +70,40 @@ def test_every_image_refusal_reads_as_specified(workspace, tmp_path):
     assert set(report.details) <= set(got)  # the library's own text is kept apart, for the curious
 
 
+def _bomb_headers(w: int, h: int) -> dict[str, bytes]:
+    """A few dozen bytes per accepted format whose header declares ``w x h`` pixels."""
+    import struct
+
+    info = struct.pack("<IiiHHIIiiII", 40, w, h, 1, 24, 0, 0, 2835, 2835, 0, 0)
+    tags = [(256, 4, 1, w), (257, 4, 1, h), (258, 3, 1, 8), (259, 3, 1, 1), (262, 3, 1, 1), (273, 4, 1, 8),
+            (278, 4, 1, h), (279, 4, 1, w * h)]
+    vp8x = b"VP8X" + struct.pack("<I", 10) + bytes(4) + (w - 1).to_bytes(3, "little") + (h - 1).to_bytes(3, "little")
+    return {
+        "png": _huge_png(w, h),
+        "gif": b"GIF89a" + struct.pack("<HHBBB", w, h, 0, 0, 0) + b"," + struct.pack("<HHHHB", 0, 0, w, h, 0)
+               + b"\x02\x02\x4c\x01\x00;",
+        "bmp": b"BM" + struct.pack("<IHHI", 14 + 40 + 16, 0, 0, 54) + info + bytes(16),
+        "jpg": b"\xff\xd8\xff\xc0" + struct.pack(">HBHHB", 11, 8, h, w, 1) + b"\x01\x11\x00\xff\xd9",
+        "tif": b"II*\0" + struct.pack("<IH", 8, len(tags)) + b"".join(struct.pack("<HHII", *t) for t in tags) + bytes(4),
+        "webp": b"RIFF" + struct.pack("<I", 4 + len(vp8x)) + b"WEBP" + vp8x,
+    }  # fmt: skip
+
+
+def test_an_image_beyond_pillows_own_limit_is_refused_with_its_declared_size_in_every_format(workspace, tmp_path):
+    """16000 x 16000 = 256 Mpx: past masklab's limit and past Pillow's hard limit (179 Mpx), where
+    Pillow refuses to open the file at all without saying its size. The reason gives the sides the
+    header declares (WebP's parser checks the limit itself: there the pixel count)."""
+    path = tmp_path / "bombs.zip"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("ok/good.png", _png())
+        for ext, data in _bomb_headers(16_000, 16_000).items():
+            z.writestr(f"ok/big.{ext}", data)
+    got = dict(import_archive(path, name="bombs", image_size=4).rejected)
+    tail = " px; the limit is 40000000 px (MASKLAB_MAX_IMAGE_PIXELS): shrink the image"
+    assert got == {f"ok/big.{ext}": f"declares {'256000000' if ext == 'webp' else '16000x16000'}{tail}"
+                   for ext in ("png", "gif", "bmp", "jpg", "tif", "webp")}
+
+
 def test_text_refusals_read_as_specified(workspace, tmp_path):
     rows = tmp_path / "rows.jsonl"
     rows.write_text('{"text": "fine"}\n[1, 2]\n{"text": oops}\n', encoding="utf-8")
@@ -164,3 +198,41 @@ def test_describe_error_uses_no_library_sentence(tmp_path):
         assert describe_error(e) == "damaged (not a valid zip container)"
     assert describe_error(RuntimeError("Error while loading: something deep in Rust")) == \
         "damaged or not in the expected format"
+
+
+@pytest.mark.parametrize("modality, members", [
+    ("image", {"a/text.png": b"hello, not an image", "a/empty.png": b""}),
+    ("text", {"a/latin1.txt": "café au lait".encode("latin-1"), "b/bad.txt": b"ok\n\xff\xfe\n"}),
+    ("audio", {"a/empty.wav": b"", "a/noise.wav": b"RIFF not really a wave file"}),
+    ("paired", {"p/a.png": _png(), "p/a.txt": b"", "p/b.png": _png(), "p/b.txt": b" \n"}),
+])
+def test_an_import_that_refuses_every_file_lists_each_one(workspace, tmp_path, modality, members):
+    """Nothing importable: the error names the source and the first reasons, and carries every
+    refused file with its reason (the Data page shows them as the table of a partial import);
+    the background import job keeps them in its result."""
+    from engine.data.jobs import import_status, start_import
+    from engine.errors import NothingImportedError
+
+    path = tmp_path / f"{modality}.zip"
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    with pytest.raises(NothingImportedError) as err:
+        import_source(path, workspace=workspace)
+    rejected = dict(err.value.rejected)
+    assert str(err.value).startswith(f"{path}: no ")  # the source, then what it lacks
+    want = {"image": {"a/text.png", "a/empty.png"}, "text": {"a/latin1.txt", "b/bad.txt"},
+            "audio": {"a/empty.wav", "a/noise.wav"}, "paired": {"p/a.txt", "p/b.txt"}}[modality]
+    assert set(rejected) == want and all(rejected.values())
+    for reason in rejected.values():
+        assert not any(w in reason for w in LIBRARY_WORDS), reason
+
+    job_id = start_import(path, workspace=workspace)
+    import time
+
+    deadline = time.time() + 120
+    while (job := import_status(job_id, workspace)).active:
+        assert time.time() < deadline
+        time.sleep(0.2)
+    assert job.state == "failed" and job.error == str(err.value)
+    assert dict(job.rejected) == rejected
