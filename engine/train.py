@@ -190,7 +190,7 @@ def fit(
         torch.set_num_threads(t.num_threads)
     torch.manual_seed(t.seed)  # model init
     task = build_task(cfg, device, workspace)
-    info = {"task": cfg.task, **task.run_info()}
+    info = {"task": cfg.task, **task.run_info(), "device": str(device)}  # the dashboard shows the device while it trains
     if resume_from is not None:
         check_same_data(out_dir, info.get("dataset_hash") or "")
     if dist.writer:

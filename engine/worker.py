@@ -220,7 +220,7 @@ def _execute(run_dir: Path, should_stop: Callable[[], bool], on_step: Callable[[
             ended = time.time()  # training's end: the wall time leaves the evaluation out
             if final == "completed" and cfg.evaluation.auto and os.environ.get(AUTO_EVAL_ENV, "1") != "0":
                 write_status(run_dir, {**status, "status": "running", "phase": "evaluating", "latest": latest})
-                _evaluate_final(run_dir, out["device"], workspace)
+                _evaluate_final(run_dir, out["device"], workspace, out["steps_done"], should_stop)
             _final(run_dir, {**status, "status": final, "step": out["steps_done"], "ended_at": ended,
                              "latest": latest, "device": out["device"], "n_params": out["n_params"]})
             return final
@@ -318,16 +318,59 @@ AUTO_EVAL_ENV = "MASKLAB_AUTO_EVAL"
 """Set to ``0`` to skip every run's automatic evaluation in this environment (a test suite, a demo)."""
 
 
-def _evaluate_final(run_dir: Path, device: str, workspace: Path) -> None:
-    """The automatic evaluation of a completed run's final checkpoint (``evaluation.auto``, unless
-    ``$MASKLAB_AUTO_EVAL`` is 0), in the worker while it still holds the run lock and its slot. Its
-    failure does not fail the run: the reason is in ``evaluation/job.json`` and the log."""
+class EvaluationCancelled(MasklabError):
+    """The run was cancelled while its final checkpoint was being evaluated."""
+
+
+#: Seconds between two looks at the stop flag and the ``cancel`` marker during the final evaluation.
+EVAL_CANCEL_POLL_S = 0.5
+
+
+def _evaluate_final(run_dir: Path, device: str, workspace: Path, step: int | None,
+                    should_stop: Callable[[], bool]) -> None:
+    """The automatic evaluation of a completed run's final checkpoint (step ``step``; ``evaluation.auto``,
+    unless ``$MASKLAB_AUTO_EVAL`` is 0), in the worker while it still holds the run lock and its slot.
+    Its failure does not fail the run: the reason is in ``evaluation/job.json`` and the log.
+
+    Cancel (SIGTERM or the ``cancel`` marker, ``should_stop``) stops it within about
+    :data:`EVAL_CANCEL_POLL_S` plus the running library call: a watcher thread interrupts the main
+    thread, whose handler raises :class:`EvaluationCancelled`; the job is recorded ``failed`` with
+    that reason and the run stays ``completed`` (its training ended). Where the worker does not run
+    in the main thread (no signal handlers there), the evaluation runs to its end."""
+    import _thread
+
     from engine.eval.job import evaluate_and_save
 
+    if should_stop():
+        return  # cancelled between training's end and here: nothing started
+    in_main = threading.current_thread() is threading.main_thread()
+    done = threading.Event()
+
+    def on_term(signum, frame):
+        if not done.is_set():
+            raise EvaluationCancelled("cancelled during the final evaluation; start one again from Compare "
+                                      "when you want its figures")
+
+    def watch():
+        while not done.wait(EVAL_CANCEL_POLL_S):
+            if should_stop():
+                _thread.interrupt_main(signal.SIGTERM)
+                return
+
+    previous = signal.signal(signal.SIGTERM, on_term) if in_main else None
+    watcher = threading.Thread(target=watch, name="eval-cancel", daemon=True) if in_main else None
+    if watcher is not None:
+        watcher.start()
     try:
-        evaluate_and_save(run_dir, None, device=device, workspace=workspace)
+        evaluate_and_save(run_dir, step, device=device, workspace=workspace)
+    except EvaluationCancelled:
+        print(f"final evaluation of {run_dir.name} cancelled", file=sys.stderr, flush=True)
     except Exception:  # noqa: BLE001 - recorded in job.json; the training result stands
         _print_exc()
+    finally:
+        done.set()
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _exit_reason(rc: int) -> str:

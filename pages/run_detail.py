@@ -97,7 +97,8 @@ with st.expander("Worker log"):  # read only when the page runs, not every 2 s
         st.code(log, language=None)
     else:
         st.caption("No worker log: this run ran in the foreground (`python -m engine run`), its output went to "
-                   "that terminal." if log is None else "The worker log is empty so far.")
+                   "that terminal." if log is None else "The worker log is empty so far." if rec.is_active else
+                   "The worker log is empty: the run printed no warning or error.")
 with st.expander("Checkpoint"):
     checkpoint_download(rec)
 remove = allowed("run.delete", delete_run)

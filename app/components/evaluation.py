@@ -105,7 +105,8 @@ def evaluation_panel(rec: Any) -> None:
     if ev is None:
         job = guarded(read_job, rec.run_id) or {}
         state = job.get("status")
-        st.caption(f"Evaluation {state} (step {job.get('step')})." if state in ("queued", "running") else
+        at = f"step {job['step']}" if job.get("step") is not None else "the latest checkpoint"
+        st.caption(f"Evaluation {state} ({at})." if state in ("queued", "running") else
                    f"The last evaluation failed: {job.get('error')}" if state == "failed" else
                    "No evaluation yet: a completed run is evaluated at its end; Compare starts one for any saved run.")
         return

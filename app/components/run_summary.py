@@ -16,9 +16,18 @@ from engine.store import checkpoint_weights, get_run, load_samples, read_metrics
 
 
 def device_text(rec: Any) -> str:
-    """Where the run trains: the device the worker recorded (at the end), else the configured one
-    (``auto``: CUDA when present, else CPU)."""
+    """Where the run trains: the device the worker recorded at the end, else the one training
+    resolved at its start (``task.json``), else the configured one (``auto``: CUDA when present,
+    else CPU; a run that has not started)."""
+    from engine.resume import TASK_INFO
+    from engine.workspace import read_json
+
     recorded = (rec.extra or {}).get("device")
+    if not recorded and getattr(rec, "path", None) is not None:
+        try:
+            recorded = read_json(rec.path / TASK_INFO).get("device")
+        except (OSError, ValueError):  # not written yet, or being replaced: the configured device below
+            recorded = None
     return str(recorded) if recorded else str(((rec.config or {}).get("train") or {}).get("device", "auto"))
 
 

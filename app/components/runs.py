@@ -242,19 +242,20 @@ def runs_frame(records: Sequence[Any], points: dict | None = None, sizes: dict[s
             rows[-1]["disk"] = format_bytes(sizes.get(r.run_id, 0))
         row = rows[-1]
         lr = f"lr {row['lr']:g}" if isinstance(row["lr"], (int, float)) else ""
-        row["recipe"] = " · ".join(str(v) for v in (row["task"], row["units"], row["preset"], row["masking"], lr) if v)
+        # the key hyperparameters first: a narrow window cuts the end of the cell, where the task is
+        row["recipe"] = " · ".join(str(v) for v in (lr, row["units"], row["preset"], row["masking"], row["task"]) if v)
     return pd.DataFrame(rows)
 
 
 #: Column widths (pixels) of the run table: together about the width of the page's main column.
-TABLE_COLUMNS = {"run": 165, "status": 75, "step": 80, "dataset": 92, "recipe": 333, "loss": 55, "validation": 140}
+TABLE_COLUMNS = {"run": 165, "status": 88, "step": 80, "dataset": 84, "recipe": 328, "loss": 55, "validation": 140}
 #: Columns shown when they have something: their width comes out of the recipe column.
 EXTRA_COLUMNS = {"where": 110, "tags": 90, "disk": 60}
 
 
 def run_table(records: Sequence[Any], sizes: dict[str, int] | None = None) -> None:
     """``st.dataframe`` of :func:`runs_frame` that fits the page: the key hyperparameters in one
-    ``recipe`` column (task · patch or tokenizer · preset · masking · lr), each figure with its step
+    ``recipe`` column (lr · patch or tokenizer · preset · masking · task), each figure with its step
     when that is not the run's (``0.0741 val loss @ 200`` after a cancel at step 204), the tags when
     a run has some and the disk space when ``sizes`` (run id -> bytes) is given; the other columns
     (the recipe's parts, the duration, the run id) are hidden. The recipe column gives up the width
@@ -264,7 +265,7 @@ def run_table(records: Sequence[Any], sizes: dict[str, int] | None = None) -> No
     extra = {c: w for c, w in EXTRA_COLUMNS.items() if c in frame.columns and frame[c].astype(bool).any()}
     widths["recipe"] -= sum(extra.values())
     widths.update(extra)
-    helps = {"recipe": "task · patch size or tokenizer · model preset · masking · learning rate",
+    helps = {"recipe": "learning rate · patch size or tokenizer · model preset · masking · task",
              "loss": "latest training loss (@ its step when not the run's step)",
              "validation": "the task's headline validation figure @ the step it was measured",
              "disk": "space the run's folder takes (metrics, checkpoints, samples, log)",

@@ -144,7 +144,7 @@ def test_runs_frame_shows_hyperparameters_and_each_figure_with_its_step():
     frame = runs_frame([image, text], points)
     a, b = frame.iloc[0], frame.iloc[1]
     assert (a["units"], a["preset"], a["lr"], a["loss"]) == ("patch 2", "tiny", 0.002, "0.0500 @ 37")
-    assert a["recipe"] == "image_mim · patch 2 · tiny · random · lr 0.002"
+    assert a["recipe"] == "lr 0.002 · patch 2 · tiny · random · image_mim"
     assert a["validation"] == "0.0741 val loss @ 0"  # a cancelled run's val loss is the step-0 one: said so
     assert (b["task"], b["units"], b["preset"]) == ("text_mlm", "wordpiece 8000", "mini")
     assert b["validation"] == "41.2% top-1 @ 2000"  # a text run's headline metric
@@ -232,3 +232,58 @@ def test_frequency_heatmap_fits_half_a_column_with_square_cells(grid):
     rows, cols = grid
     assert spec["width"] <= MAX_HEATMAP_WIDTH and spec["width"] % cols == 0 and spec["height"] == spec["width"] // cols * rows
     assert spec["encoding"]["color"]["legend"]["orient"] == "bottom"
+
+
+def test_run_detail_names_the_device_a_live_run_trains_on(workspace):
+    """``auto`` before the worker starts; the resolved device (``cpu`` here) while it trains, from
+    what training wrote at its start, and after it ends, from what the worker recorded."""
+    import time
+
+    from app.components.run_summary import device_text
+    from engine.config import RunConfig
+    from engine.launcher import cancel, submit
+    from engine.store import get_run
+
+    cfg = {"data": {"dataset": "digits"}, "model": {"preset": "tiny", "patch_size": 2},
+           "train": {"steps": 100_000, "batch_size": 16, "eval_interval": 100_000, "checkpoint_interval": 100_000}}
+    run_id = submit(RunConfig.from_dict(cfg))
+    deadline = time.time() + 120
+    while get_run(run_id).step == 0:
+        assert time.time() < deadline and get_run(run_id).status in ("queued", "running")
+        time.sleep(0.2)
+    rec = get_run(run_id)
+    assert rec.status == "running" and "device" not in (rec.extra or {}) and device_text(rec) == "cpu"
+    cancel(run_id)
+    while get_run(run_id).status == "running":
+        assert time.time() < deadline + 60
+        time.sleep(0.2)
+    assert get_run(run_id).extra.get("device") == "cpu" and device_text(get_run(run_id)) == "cpu"
+
+
+def _report_page(rejected: list, accepted: int, dataset):
+    from app.components.importing import show_report
+    from engine.data.jobs import ImportOutcome
+
+    show_report(ImportOutcome("image", dataset, accepted, [tuple(r) for r in rejected]), "upload.zip")
+
+
+@pytest.mark.parametrize("rejected, accepted, dataset, banner, text", [
+    ([], 12, "mnist", "success", "Imported all 12 images from upload.zip as dataset **mnist**."),
+    ([["3/bomb.png", "declares 100000x100000 px"]], 12, "mnist", "warning",
+     "Imported 12 images from upload.zip as **mnist**; 1 refused (listed below)."),
+    ([["3/bomb.png", "declares 100000x100000 px"], ["5/bad.png", "empty file"]], 0, None, "error",
+     "Nothing was imported from upload.zip: all 2 files were refused (listed below); nothing was registered."),
+])
+def test_the_import_banner_has_the_outcomes_colour_and_every_refusal_is_in_the_table(rejected, accepted, dataset,
+                                                                                   banner, text):
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_function(_report_page, args=(rejected, accepted, dataset)).run()
+    assert not at.exception
+    shown = {kind: [a.value for a in getattr(at, kind)] for kind in ("success", "warning", "error")}
+    assert shown == {kind: [text] if kind == banner else [] for kind in shown}
+    if rejected:
+        table = at.table[0].value
+        assert list(table.index) == [f for f, _ in rejected] and list(table["reason"]) == [r for _, r in rejected]
+    else:
+        assert len(at.table) == 0

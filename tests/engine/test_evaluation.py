@@ -118,3 +118,32 @@ def test_text_run_is_evaluated_with_tfidf_as_raw_input(workspace, one_thread, sh
     assert ev.rows["val"] > 30 and "val_top1" in ev.reconstruction
     assert ev.quality == {}  # text: masked-token top-1 is its reconstruction figure
     assert ev.representation["raw_input"]["probe_acc"] > ev.representation["chance"]["probe_acc"]
+
+
+@pytest.mark.slow
+def test_cancel_during_the_final_evaluation_stops_it_and_the_run_stays_completed(workspace, monkeypatch):
+    """A background run whose training ended is evaluating its final checkpoint: Cancel stops the
+    evaluation (the worker exits, nothing half-written is kept), the job says why, and the run keeps
+    its outcome, ``completed`` at its last step."""
+    from engine.launcher import cancel, submit
+    from engine.store import read_status, run_alive
+
+    monkeypatch.setenv("MASKLAB_AUTO_EVAL", "1")  # the worker process inherits it
+    cfg = {**IMAGE, "evaluation": {**EVAL, "max_rows": 2000, "finetune_epochs": 100}}  # a longer evaluation
+    run_id = submit(RunConfig.from_dict(cfg))
+    d = get_run(run_id).path
+    deadline = time.time() + 300
+    while read_status(d).get("phase") != "evaluating":
+        assert time.time() < deadline and get_run(run_id).status in ("queued", "running"), get_run(run_id).status
+        time.sleep(0.05)
+    assert cancel(run_id) is True
+    deadline = time.time() + 300
+    while run_alive(d) or get_run(run_id).status == "running":
+        assert time.time() < deadline, "the worker did not stop"
+        time.sleep(0.2)
+    rec = get_run(run_id)
+    assert rec.status == "completed" and rec.step == 30
+    job = read_job(run_id)
+    assert job["status"] == "failed" and job["step"] == 30
+    assert job["error"] == "cancelled during the final evaluation; start one again from Compare when you want its figures"
+    assert read_evaluations(run_id) == ([], [])
