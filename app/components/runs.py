@@ -283,6 +283,9 @@ def progress_with_cancel(rec: Any, cancel_fn, key: str, text: str) -> None:
     it); only the confirmation calls ``cancel_fn(run_id)``. With ``cancel_fn`` None (a session that
     may not cancel) only the progress bar is shown."""
     ask = f"{key}_ask_{rec.run_id}"
+    evaluating = (rec.extra or {}).get("phase") == "evaluating"
+    what = ("its final evaluation stops; the run stays completed (its training ended) and can be evaluated "
+            "again from Compare" if evaluating else "it stops after the current step")
     if cancel_fn is None:
         st.progress(rec.progress, text=text)
         return
@@ -294,7 +297,7 @@ def progress_with_cancel(rec: Any, cancel_fn, key: str, text: str) -> None:
         st.session_state[ask] = False
         done = guarded(cancel_fn, rec.run_id)
         if done:
-            st.toast(f"Cancelling {rec.run_id}: it stops after the current step.")
+            st.toast(f"Cancelling {rec.run_id}: {what}.")
         elif done is False:  # it ended between the table's refresh and the click
             st.toast(f"{rec.run_id} had already ended before the cancel reached it: nothing was cancelled. Its "
                      "status is in the table.")
@@ -302,12 +305,15 @@ def progress_with_cancel(rec: Any, cancel_fn, key: str, text: str) -> None:
     if not st.session_state.get(ask):
         bar, button = st.columns([5, 1], vertical_alignment="bottom")
         bar.progress(rec.progress, text=text)
-        button.button("Cancel", key=f"{key}_{rec.run_id}", help=f"stop {rec.run_id} after its current step",
+        button.button("Cancel", key=f"{key}_{rec.run_id}", help=f"{rec.run_id}: {what}",
                       on_click=answer, args=(True,))  # fmt: skip
         return
     with st.container(border=True):
-        st.markdown(f"Cancel **{run_label(rec)}**? It stops after its current step (now {rec.step} of "
-                    f"{rec.total_steps}); a cancelled run keeps its checkpoints and can be resumed.")
+        st.markdown(f"Cancel **{run_label(rec)}**? " + (
+            "Its training is done; the evaluation of its final checkpoint stops, and the run stays completed "
+            "(it can be evaluated again from Compare)." if evaluating else
+            f"It stops after its current step (now {rec.step} of {rec.total_steps}); a cancelled run keeps its "
+            "checkpoints and can be resumed."))
         yes, no, _ = st.columns([1, 1, 3])
         yes.button("Yes, cancel", key=f"{key}_yes_{rec.run_id}", type="primary", on_click=confirm)
         no.button("Keep running", key=f"{key}_no_{rec.run_id}", on_click=answer, args=(False,))

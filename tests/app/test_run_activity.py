@@ -31,6 +31,13 @@ def test_a_run_evaluating_its_final_checkpoint_says_so(workspace):
             assert not at.exception, [e.value for e in at.exception]
             texts = [el.proto.text for el in at.get("progress")]
             assert (line in texts) == shown, texts
+            next(b for b in at.button if b.label == "Cancel").click().run()  # asks first, in the phase's words
+            asked = [m.value for m in at.markdown if m.value.startswith(f"Cancel **ev · {run_id}**?")]
+            assert asked == [f"Cancel **ev · {run_id}**? " + (
+                "Its training is done; the evaluation of its final checkpoint stops, and the run stays completed "
+                "(it can be evaluated again from Compare)." if shown else "It stops after its current step (now 50 "
+                "of 50); a cancelled run keeps its checkpoints and can be resumed.")], asked
+            next(b for b in at.button if b.label == "Keep running").click().run()
             at.switch_page("../pages/run_detail.py")
             at.query_params["run"] = run_id
             at.run()
