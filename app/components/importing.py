@@ -26,8 +26,11 @@ from engine.data.tabular import ROLES, TABLE_EXTENSIONS
 #: The upload's label: every type the importer takes (``engine.data.ingest``), from the same lists it checks.
 UPLOAD_LABEL = ("Dataset file: a .zip of images (PNG, JPEG, WebP, BMP, TIFF, GIF), of audio clips (WAV, FLAC, Ogg) or of "
                 ".txt files, or one " + " / ".join([".txt", *TABLE_EXTENSIONS, *AUDIO_EXTENSIONS]))
-#: What one item of each modality is called in the plan and the report.
-UNITS = {"image": "images", "text": "texts", "audio": "clips"}
+#: What one item of each modality is called in the report.
+UNITS = {"image": "images", "text": "texts", "audio": "clips", "paired": "pairs"}
+#: ... and in the plan, before the import decodes them: images and clips are counted by their file
+#: names then (a refused file, e.g. text named .png, leaves the count at import).
+PLAN_UNITS = {"image": "image files", "text": "texts", "audio": "audio files", "paired": "pairs"}
 #: Pipeline rates offered for audio (Hz); every clip is resampled to the chosen one.
 SAMPLE_RATES = [8000, 16000, 22050, 44100, 48000]
 _AUTO, _NONE = "(detect)", "(none)"
@@ -73,7 +76,7 @@ PREVIEW_HEIGHT, ROW_PX = 180, 35
 
 def _show_plan(plan) -> None:
     st.markdown(f"**{plan.source}**: {plan.modality} ({plan.kind}) · {plan.n_items:,} "
-                f"{UNITS.get(plan.modality, 'items')} to import · {len(plan.class_names)} classes")
+                f"{PLAN_UNITS.get(plan.modality, 'items')} to import · {len(plan.class_names)} classes")
     if plan.label_counts:
         st.caption("Classes: " + ", ".join(f"{c} ({n})" for c, n in plan.label_counts.items()))
     if plan.cleaning:

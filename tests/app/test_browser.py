@@ -570,7 +570,7 @@ def test_h_audio_upload_run_spectrograms_and_players(server, page, workspace_dir
     expect(page.get_by_role("heading", name="Data")).to_be_visible(timeout=30_000)
     page.get_by_text("Import a dataset").click()
     page.get_by_test_id("stFileUploaderDropzoneInput").set_input_files(str(z))
-    expect(page.get_by_text(re.compile(r"spoken\.zip: audio \(audio zip\) · 24 clips to import · 4 classes"))).to_be_visible(
+    expect(page.get_by_text(re.compile(r"spoken\.zip: audio \(audio zip\) · 24 audio files to import · 4 classes"))).to_be_visible(
         timeout=30_000)
     settle(page)
     page.get_by_role("button", name="Import").click()

@@ -132,7 +132,7 @@ def test_upload_zip_shows_plan_then_report_and_new_dataset(workspace, stamps_zip
     at.file_uploader[0].upload("my stamps.zip", stamps_zip, "application/zip").run()
     assert not at.exception, [e.value for e in at.exception]
     # before the import: what it would take, from the archive's directory alone
-    assert any("image (image zip) · 37 images to import · 3 classes" in m.value for m in at.markdown)
+    assert any("image (image zip) · 37 image files to import · 3 classes" in m.value for m in at.markdown)
     at.text_input(key="data_new_name").input("stamps").run()
     import_and_wait(at)
     assert not at.exception, [e.value for e in at.exception]
