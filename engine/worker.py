@@ -345,15 +345,17 @@ def _evaluate_final(run_dir: Path, device: str, workspace: Path, step: int | Non
         return  # cancelled between training's end and here: nothing started
     in_main = threading.current_thread() is threading.main_thread()
     done = threading.Event()
+    raised = threading.Event()  # once only: a second SIGTERM must not cut the job's own "failed" record
 
     def on_term(signum, frame):
-        if not done.is_set():
+        if not done.is_set() and not raised.is_set():
+            raised.set()
             raise EvaluationCancelled("cancelled during the final evaluation; start one again from Compare "
                                       "when you want its figures")
 
     def watch():
         while not done.wait(EVAL_CANCEL_POLL_S):
-            if should_stop():
+            if should_stop() and not raised.is_set():
                 _thread.interrupt_main(signal.SIGTERM)
                 return
 

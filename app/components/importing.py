@@ -19,8 +19,8 @@ import streamlit as st
 from app.components.access import actor
 from app.components.errors import guarded
 from engine.data import ImportOptions, inspect_source
-from engine.data.jobs import ImportOutcome, cancel_import, import_status, start_import
 from engine.data.audio import EXTENSIONS as AUDIO_EXTENSIONS
+from engine.data.jobs import ImportOutcome, cancel_import, import_status, start_import
 from engine.data.tabular import ROLES, TABLE_EXTENSIONS
 
 #: The upload's label: every type the importer takes (``engine.data.ingest``), from the same lists it checks.
