@@ -52,6 +52,8 @@ RESUME_FROZEN = {
     "train.seed": "the generators continue from the checkpoint and the validation masks come from the seed",
 }
 TASK_INFO = "task.json"  # Task.run_info() of a run (dataset hash, tokenizer id...), written by engine.train.fit
+PRIOR_FIELD = "prior_s"
+"""Status field: seconds the run's earlier legs ran (before its latest resume), for its duration."""
 
 
 def frozen_changes(old: dict[str, Any], new: dict[str, Any]) -> dict[str, list[Any]]:
@@ -153,11 +155,23 @@ def prepare_resume(run_dir: Path, make_config: Callable[[dict[str, Any], int], d
         write_status(d, {
             "status": "queued", "created_at": created, "queued_at": st.get("queued_at", created) if restart else now,
             "step": step, "total_steps": int(config.get("train", {}).get("steps", 0)), RESUME_FIELD: step,
-            **({"restarts": restart} if restart else {}), **cluster_mark(config),
+            PRIOR_FIELD: prior_seconds(st, now), **({"restarts": restart} if restart else {}), **cluster_mark(config),
         })
         return step
     finally:
         lock.release()
+
+
+def prior_seconds(st: dict, now: float) -> float:
+    """Seconds of every leg of a run up to the end of its status ``st`` (the one a resume replaces):
+    its earlier legs' :data:`PRIOR_FIELD` plus this leg's ``ended_at`` (else its last update, else
+    ``now``) minus ``started_at``; steps redone after the checkpoint count in both legs."""
+    prior = float(st.get(PRIOR_FIELD) or 0.0)
+    started = st.get("started_at")
+    if started is None:  # this leg never started (cancelled while queued)
+        return prior
+    end = st.get("ended_at") or st.get("updated_at") or now
+    return prior + max(0.0, float(end) - float(started))
 
 
 def reset_after(run_dir: Path, step: int) -> None:

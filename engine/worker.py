@@ -43,7 +43,7 @@ from typing import Callable
 
 from engine.devices import run_gpus
 from engine.errors import MasklabError, NonFiniteLossError, ResumeError, RunLockedError, StorageError
-from engine.resume import RESUME_FIELD, reset_after
+from engine.resume import PRIOR_FIELD, RESUME_FIELD, reset_after
 from engine.resources import PeakMemory
 from engine.runqueue import dequeue, max_runs, run_slot
 from engine.store import CANCEL_FILE, MetricsWriter, read_status, write_status
@@ -157,7 +157,7 @@ def _execute(run_dir: Path, should_stop: Callable[[], bool], on_step: Callable[[
     resume_from = base.get(RESUME_FIELD) if base.get("status") == "queued" else None
     status = {"created_at": created, "queued_at": base.get("queued_at", created), "pid": os.getpid(),
               "step": int(resume_from or 0), "total_steps": base.get("total_steps", 0),
-              **{k: base[k] for k in (RESUME_FIELD, "restarts") if resume_from is not None and k in base}}
+              **{k: base[k] for k in (RESUME_FIELD, PRIOR_FIELD, "restarts") if resume_from is not None and k in base}}
     try:
         try:  # room for the final status on a full disk (best effort: without it, the run goes on)
             unlink_quietly(run_dir / RESERVE_FILE)

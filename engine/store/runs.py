@@ -110,10 +110,12 @@ class RunRecord:
 
     @property
     def duration_s(self) -> float | None:
-        """Seconds from start to end (or to now while running); None before it starts."""
+        """Seconds the run ran: from the start of its latest leg to its end (or to now while running),
+        plus the seconds of the legs before its latest resume (``extra["prior_s"]``; the pauses
+        between legs are left out). None before it starts."""
         if self.started_at is None:
             return None
-        return (self.ended_at or time.time()) - self.started_at
+        return float(self.extra.get("prior_s") or 0.0) + (self.ended_at or time.time()) - self.started_at
 
     @property
     def is_active(self) -> bool:
@@ -319,7 +321,7 @@ def derive_record(d: Path, files: RunFiles) -> RunRecord:
         extra={k: v for k, v in st.items() if k in ("device", "n_params", "throughput", "num_threads",
                                                     "deterministic", "queued_at", "format", "resume_from",
                                                     "restarts", "peak_mem_bytes", "phase", "placement",
-                                                    "torchrun_exit")},
+                                                    "torchrun_exit", "prior_s")},
         warnings=tuple(warnings),
         tags=notes.tags,
         note=notes.note,

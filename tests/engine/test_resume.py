@@ -114,13 +114,18 @@ def test_resumed_image_run_equals_an_uninterrupted_one(workspace, one_thread, ho
     stop = crash_at(10) if how == "crash" else cancel_at(d, 6)
     assert execute_run(d, on_step=stop) == ("failed" if how == "crash" else "cancelled")
     assert max(s for s, _ in rows(run_id, "loss")) == (10 if how == "crash" else 6)
+    first = get_run(run_id)
+    first_leg = first.ended_at - first.started_at
     assert prepare_resume(d) == (8 if how == "crash" else 6)
     assert not (d / CANCEL_FILE).exists()
     st, at = read_status(d), (8 if how == "crash" else 6)
     assert (st["status"], st["resume_from"], st["step"], st.get("pid")) == ("queued", at, at, None)
+    assert st["prior_s"] == first_leg  # the first leg's seconds, kept for the run's duration
     assert execute_run(d) == "completed"
     rec = get_run(run_id)
     assert rec.step == 12 and rec.extra["resume_from"] == (8 if how == "crash" else 6)
+    # the duration adds both legs and leaves out the pause between them
+    assert rec.started_at >= first.ended_at and rec.duration_s == pytest.approx(first_leg + rec.ended_at - rec.started_at)
     assert_same_run(run_id, reference)
     assert sample_steps(run_id) == sample_steps(reference) == [0, 4, 8, 12]
     assert torch.equal(load_weights(list_checkpoints(rec.path)[-1])["decoder_pred.weight"],
