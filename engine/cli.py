@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from engine.errors import ConfigError, MasklabError
@@ -156,7 +157,7 @@ def cmd_run(args) -> int:
     from engine.checks import check_run
     from engine.config import load_config
     from engine.store import create_run, get_run
-    from engine.worker import execute_run
+    from engine.worker import AUTO_EVAL_ENV, execute_run
 
     from engine.access import check
 
@@ -170,9 +171,16 @@ def cmd_run(args) -> int:
               f"(resume it with python -m engine resume {run_id})", file=sys.stderr)
     bar = tqdm(total=cfg.train.steps, unit="step", dynamic_ncols=True)
 
+    auto_eval = cfg.evaluation.auto and os.environ.get(AUTO_EVAL_ENV, "1") != "0"
+
     def on_step(step: int) -> None:
         bar.n = step
         bar.refresh()
+        if step == cfg.train.steps and auto_eval and not bar.disable:  # the bar's rate stops at training's end
+            bar.close()
+            bar.disable = True
+            print("training done; evaluating the final checkpoint (linear probe, kNN, k-means, fine-tune: "
+                  "minutes on a CPU; Ctrl-C stops it)", file=sys.stderr, flush=True)
 
     try:
         status = execute_run(d, on_step=on_step)

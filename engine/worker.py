@@ -332,7 +332,7 @@ def _evaluate_final(run_dir: Path, device: str, workspace: Path, step: int | Non
     unless ``$MASKLAB_AUTO_EVAL`` is 0), in the worker while it still holds the run lock and its slot.
     Its failure does not fail the run: the reason is in ``evaluation/job.json`` and the log.
 
-    Cancel (SIGTERM or the ``cancel`` marker, ``should_stop``) stops it within about
+    Cancel (SIGTERM, SIGINT (Ctrl-C) or the ``cancel`` marker, ``should_stop``) stops it within about
     :data:`EVAL_CANCEL_POLL_S` plus the running library call: a watcher thread interrupts the main
     thread, whose handler raises :class:`EvaluationCancelled`; the job is recorded ``failed`` with
     that reason and the run stays ``completed`` (its training ended). Where the worker does not run
@@ -350,8 +350,8 @@ def _evaluate_final(run_dir: Path, device: str, workspace: Path, step: int | Non
     def on_term(signum, frame):
         if not done.is_set() and not raised.is_set():
             raised.set()
-            raise EvaluationCancelled("cancelled during the final evaluation; start one again from Compare "
-                                      "when you want its figures")
+            raise EvaluationCancelled("cancelled during the final evaluation; start one again from Compare or "
+                                      f"with python -m engine evaluate {run_dir.name}")
 
     def watch():
         while not done.wait(EVAL_CANCEL_POLL_S):
@@ -359,7 +359,8 @@ def _evaluate_final(run_dir: Path, device: str, workspace: Path, step: int | Non
                 _thread.interrupt_main(signal.SIGTERM)
                 return
 
-    previous = signal.signal(signal.SIGTERM, on_term) if in_main else None
+    # SIGTERM (a cancel) and SIGINT (Ctrl-C in the CLI) both stop the evaluation only
+    previous = {sig: signal.signal(sig, on_term) for sig in (signal.SIGTERM, signal.SIGINT)} if in_main else {}
     watcher = threading.Thread(target=watch, name="eval-cancel", daemon=True) if in_main else None
     if watcher is not None:
         watcher.start()
@@ -371,8 +372,8 @@ def _evaluate_final(run_dir: Path, device: str, workspace: Path, step: int | Non
         _print_exc()
     finally:
         done.set()
-        if in_main:
-            signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _exit_reason(rc: int) -> str:

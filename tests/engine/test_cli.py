@@ -139,3 +139,21 @@ def test_example_config_trains_to_below_60_percent_of_initial_val_loss(workspace
     first, last = val.value.iloc[0], val.value.iloc[-1]
     assert val.step.iloc[0] == 0 and val.step.iloc[-1] == steps
     assert last < 0.6 * first, (first, last)
+
+
+def test_run_says_when_training_ends_and_the_final_evaluation_starts(workspace, monkeypatch):
+    """The progress bar stops at training's end (its rate leaves the evaluation out) and a line says
+    what the wait after it is; without the automatic evaluation there is no such line."""
+    from engine.store import list_runs
+    from engine.store.evaluations import read_job
+
+    line = "training done; evaluating the final checkpoint"
+    for auto in ("1", "0"):
+        monkeypatch.setenv("MASKLAB_AUTO_EVAL", auto)  # the subprocess inherits it
+        out = engine_cli("run", "configs/mae-digits.yaml", "--set", "train.steps=4", "--set", "train.batch_size=32",
+                         "--set", "evaluation.finetune_epochs=0", "--set", "evaluation.max_rows=200")
+        assert out.returncode == 0, out.stderr
+        assert (line in out.stderr) == (auto == "1")
+        if auto == "1":
+            assert out.stderr.index("4/4") < out.stderr.index(line)  # after the bar's last step
+            assert read_job(list_runs()[0].run_id)["status"] == "completed"

@@ -145,5 +145,6 @@ def test_cancel_during_the_final_evaluation_stops_it_and_the_run_stays_completed
     assert rec.status == "completed" and rec.step == 30
     job = read_job(run_id)
     assert job["status"] == "failed" and job["step"] == 30
-    assert job["error"] == "cancelled during the final evaluation; start one again from Compare when you want its figures"
+    assert job["error"] == ("cancelled during the final evaluation; start one again from Compare or with "
+                            f"python -m engine evaluate {run_id}")
     assert read_evaluations(run_id) == ([], [])
