@@ -22,7 +22,7 @@ from app.components.access import actor
 from app.components.datasets import dataset_infos
 from app.components.run_form import export_panel, launch_fields, train_fields
 from app.components.sweep_form import URL_NAMES, sweep_launch, sweep_section
-from app.components.urlstate import PageState, dig, index_of, link_not_taken
+from app.components.urlstate import PageState, dig, index_of, link_not_taken, with_carried
 from app.modalities import train_defaults, ui_for
 from engine.backends import unavailable
 from engine.checks import check_run, no_validation_note
@@ -75,6 +75,8 @@ with form:
 
 cfg_dict = {"name": run_name.strip(), **fields, "data": {"dataset": dataset, **fields.get("data", {})}, "train": train,
             **({"launch": launch} if launch else {})}
+if fields.get("masking") is not None:  # the carried fields the form has no widget for (weight decay, evaluation...)
+    cfg_dict = with_carried(cfg_dict, carried, RunConfig.from_dict)
 url.put_config(cfg_dict)
 cfg = guarded(RunConfig.from_dict, cfg_dict) if fields.get("masking") is not None else None
 
@@ -92,7 +94,9 @@ with form:  # under the run's own fields; every run of a sweep starts from them
                           lambda c: preflight(json.dumps(c.to_dict(), sort_keys=True)))
 # after every widget has written the URL, so that a rerun is not taken for a new link
 if st.session_state.get("nr_link_seen") != link_params:  # a link opened (or the URL edited), not a rerun
-    st.session_state["nr_link_note"] = (link_not_taken(link, cfg_dict, names), dict(url.params))
+    # against the config the run would get (its defaults filled in: a link's default value is taken)
+    st.session_state["nr_link_note"] = (link_not_taken(link, cfg.to_dict() if cfg is not None else cfg_dict, names),
+                                        dict(url.params))
 st.session_state["nr_link_seen"] = dict(url.params)
 note, for_params = st.session_state.get("nr_link_note") or (None, None)
 if note and for_params == dict(url.params):  # until the form is changed

@@ -22,8 +22,9 @@ def train_fields(task: str, key: str, carried: dict, proposal: dict | None = Non
     """Steps, batch size, learning rate, seed, eval interval: defaults from ``carried["train"]``
     (the URL) when the URL's task is this task, else ``proposal`` (New run passes
     :func:`app.modalities.train_defaults`: the dataset's measured recipe), else the task's
-    ``TRAIN_DEFAULTS``, over ``TrainConfig``. Returns the ``train`` section (warm-up: the proposal's,
-    at most a tenth of the run; the checkpoint interval: the proposal's, at most the run's steps)."""
+    ``TRAIN_DEFAULTS``, over ``TrainConfig``. Returns the ``train`` section (warm-up and checkpoint
+    interval: a carried config's own at its own number of steps; else the carried or proposed one,
+    at most a tenth of the run and at most the run's steps)."""
     from engine.config import RunConfig
 
     t = {**RunConfig().train.model_dump(), **(TRAIN_DEFAULTS.get(task, {}) if proposal is None else proposal)}
@@ -38,11 +39,16 @@ def train_fields(task: str, key: str, carried: dict, proposal: dict | None = Non
                           help="also fixes the preview masks", key=f"{key}_seed")  # fmt: skip
     every = a.number_input("Eval interval (steps)", min_value=1, max_value=1_000_000, value=number(c["eval_interval"], int(t["eval_interval"]), 1, 1_000_000, int),
                            key=f"{key}_eval_{task}")  # fmt: skip
+    given = dig(carried, "train") or {}
+    # A carried config at its own length is kept as it is (a rerun trains the same run); a proposal, or
+    # a run made shorter here, gets its warm-up cut to a tenth of the run and its checkpoints within it.
+    as_carried = number(given.get("steps"), None, 1, 1_000_000, int) == int(steps)
+    warmup = number(c["warmup_steps"], int(t["warmup_steps"]), 0, 1_000_000, int)
     out = {"steps": int(steps), "batch_size": int(batch), "lr": float(lr), "seed": int(seed), "eval_interval": int(every),
-           "warmup_steps": min(int(t["warmup_steps"]), int(steps) // 10)}
-    if "checkpoint_interval" in {**(proposal or {}), **(dig(carried, "train") or {})}:
+           "warmup_steps": warmup if as_carried else min(warmup, int(steps) // 10)}
+    if "checkpoint_interval" in {**(proposal or {}), **given}:
         every_ckpt = number(c["checkpoint_interval"], int(t["checkpoint_interval"]), 1, 1_000_000, int)
-        out["checkpoint_interval"] = min(every_ckpt, int(steps))
+        out["checkpoint_interval"] = every_ckpt if as_carried else min(every_ckpt, int(steps))
     return out
 
 

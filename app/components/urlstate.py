@@ -221,6 +221,43 @@ def number(value: Any, default: float, lo: float | None = None, hi: float | None
     return cast(x)
 
 
+#: Sections whose carried fields the form keeps when it has no widget for them. The others (masking,
+#: model, objective, launch) the form defines whole: a field there that the form leaves out belonged
+#: to another choice (another strategy's parameters, a loss mix, a back-end) and is dropped.
+CARRIED = ("train.", "evaluation.", "task_params.", "data.")
+
+
+def with_carried(form: dict[str, Any], carried: Mapping[str, Any], validate: Callable[[dict], Any]) -> dict[str, Any]:
+    """The form's config (``form``, nested) plus every field of ``carried`` (a link's or a run's
+    config) that the form has no widget for (``train.weight_decay``, ``evaluation.*``, a task's own
+    parameters...), so that opening a run's config and launching it keeps them. A carried field is
+    kept when the config still passes ``validate`` with it (e.g. ``RunConfig.from_dict``; any
+    exception refuses it); only fields under :data:`CARRIED` are, and no strategy parameters
+    (``*params.*``: they belong to the strategy the form shows). Returns a new nested dict; the form's
+    own values win."""
+    have = flatten(form)
+    extra = {k: v for k, v in flatten(carried).items()
+             if k not in have and k.startswith(CARRIED) and "params." not in k.split(".", 1)[-1]}
+
+    def merged(fields: Mapping[str, Any]) -> dict[str, Any]:
+        return unflatten({**fields, **have})
+
+    def ok(fields: Mapping[str, Any]) -> bool:
+        try:
+            validate(merged(fields))
+            return True
+        except Exception:  # noqa: BLE001 - any refusal: the field is left out (link_not_taken names it)
+            return False
+
+    if not extra or ok(extra):
+        return merged(extra) if extra else form
+    kept: dict[str, Any] = {}
+    for k, v in extra.items():  # one by one: a hand-edited link may hold one bad value among good ones
+        if ok({**kept, k: v}):
+            kept[k] = v
+    return merged(kept)
+
+
 def link_not_taken(link: Mapping[str, Any], form: Mapping[str, Any], datasets: list[str]) -> str | None:
     """What a link's config (``link``, from the URL) asked for that the form (``form``) does not use,
     in words, or None when the form took all of it. A dataset not among ``datasets`` is named alone

@@ -140,8 +140,12 @@ def test_compare_filters_by_tag(workspace):
 
 
 def test_open_this_config_in_new_run_fills_the_form(workspace):
+    """Every field of the run's config comes back, those the form has widgets for and the others
+    (weight decay, evaluation), with no warning; a hand-edited bad value is named and replaced."""
     run_id = ended_run("source", masking={"strategy": "block", "ratio": 0.6},
-                       train={"steps": 77, "lr": 0.003, "seed": 5})
+                       train={"steps": 77, "lr": 0.003, "seed": 5, "weight_decay": 0.2, "keep_checkpoints": 3,
+                              "warmup_steps": 6, "checkpoint_interval": 70},
+                       evaluation={"finetune_epochs": 2, "max_rows": 500})
     at = open_page("run_detail", {"run": run_id})
     link = next(p for p in at.get("page_link") if p.proto.label == "Open this config in New run")
     params = {k: v[0] for k, v in parse_qs(link.proto.query_string).items()}
@@ -154,6 +158,17 @@ def test_open_this_config_in_new_run_fills_the_form(workspace):
                            ("train", "steps"), ("train", "lr"), ("train", "seed"), ("data", "dataset")):
         assert resolved[section][field] == source[section][field], (section, field)
     assert resolved["name"] == ""
+    for section, field in (("train", "warmup_steps"), ("train", "checkpoint_interval"), ("train", "weight_decay"),
+                           ("train", "keep_checkpoints"), ("evaluation", "finetune_epochs"),
+                           ("evaluation", "max_rows")):  # no widget on the form: carried
+        assert resolved[section][field] == source[section][field], (section, field)
+    assert not [w.value for w in at.warning if "not valid here" in w.value]
+    at = open_page("new_run", {**params, "train.weight_decay": "-1"})  # a hand-edited link
+    resolved = json.loads(at.json[0].value)
+    assert resolved["train"]["weight_decay"] == RunConfig().train.weight_decay and resolved["evaluation"]["max_rows"] == 500
+    assert [w.value for w in at.warning if "not valid here" in w.value] == [
+        "This link's train.weight_decay=-1 was not valid here (out of range, not an option, or not a field of this "
+        "task): the form shows its own value instead."]
 
 
 def test_data_page_shows_the_datasets_disk_space(workspace):
