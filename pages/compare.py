@@ -31,6 +31,9 @@ from engine.store import read_metrics
 from engine.store.evaluations import latest_evaluation, read_job
 from engine.tasks import get_task
 
+#: Pixels the downstream bar chart's run columns share (each at least 90, at most 240 wide).
+FACETS_WIDTH = 760
+
 st.title("Compare runs")
 url = PageState("compare", ("runs", "smoothing", "x", "y", "loss", "dataset", "modality", "strategy", "status", "tag",
                             "q"))
@@ -150,13 +153,15 @@ if not frame.empty:
         color=alt.Color("encoder:N", legend=alt.Legend(orient="bottom")),
         column=alt.Column("run:N", title=None),
         row=alt.Row("figure:N", title=None, sort=["linear probe", "kNN (k=20)", FINETUNE]),
-        tooltip=["run", "figure", "encoder", alt.Tooltip("value:Q", format=".1%")]).properties(width=90, height=140)
+        tooltip=["run", "figure", "encoder", alt.Tooltip("value:Q", format=".1%")]).properties(
+            width=max(90, min(240, FACETS_WIDTH // max(1, bars["run"].nunique()))), height=140)
     st.altair_chart(chart)
 run_eval = allowed("run.evaluate", evaluate)  # None for a viewer or in demo mode: no button
 for r in missing:
     job = guarded(read_job, r.run_id) or {}
     state = job.get("status")
-    note = f"evaluation {state} (step {job.get('step')})" if state in ("queued", "running") else "no evaluation yet"
+    at = f"step {job['step']}" if job.get("step") is not None else "the latest checkpoint"
+    note = f"evaluation {state} ({at})" if state in ("queued", "running") else "no evaluation yet"
     if state == "failed":
         note = f"the last evaluation failed: {job.get('error')}"
     a, b = st.columns([4, 1], vertical_alignment="center")
@@ -166,6 +171,7 @@ for r in missing:
         with user_errors():
             step = run_eval(r.run_id)
             st.toast(f"Evaluating step {step} of {legend[r.run_id]} in the background")
+            st.rerun()  # the caption then says the job is queued, and the button goes
 
 # ---------------------------------------------------------------- efficiency
 st.header("Training cost")

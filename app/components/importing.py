@@ -76,7 +76,8 @@ PREVIEW_HEIGHT, ROW_PX = 180, 35
 
 def _show_plan(plan) -> None:
     st.markdown(f"**{plan.source}**: {plan.modality} ({plan.kind}) · {plan.n_items:,} "
-                f"{PLAN_UNITS.get(plan.modality, 'items')} to import · {len(plan.class_names)} classes")
+                f"{PLAN_UNITS.get(plan.modality, 'items')} to import · {len(plan.class_names)} "
+                f"class{'es' * (len(plan.class_names) != 1)}")
     if plan.label_counts:
         st.caption("Classes: " + ", ".join(f"{c} ({n})" for c, n in plan.label_counts.items()))
     if plan.cleaning:

@@ -35,6 +35,11 @@ PAD_RGB = np.array([25, 25, 25], np.float32)  # padding past the clip's end
 # --------------------------------------------------------------------------- drawing
 
 
+
+def plural_unit(unit: str) -> str:
+    """``"patch"`` -> ``"patches"``, ``"frame"`` -> ``"frames"``: a task's unit (``Task.unit``) in the plural."""
+    return f"{unit}es" if unit.endswith(("ch", "sh", "s", "x")) else f"{unit}s"
+
 def colormap(x: np.ndarray) -> np.ndarray:
     """``x`` in [0, 1] (any shape) -> RGB float32 ``[..., 3]`` (viridis from 5 anchors)."""
     pos = np.clip(x, 0, 1) * (len(_VIRIDIS) - 1)
@@ -354,7 +359,7 @@ def samples_view(sample, run) -> None:
     spec = sample["spec"]
     masking = (run.config.get("masking", {}) if run is not None else {})
     st.caption(f"Step {sample.step} · {len(spec)} fixed validation clips · {masking.get('strategy', '?')} masking on a "
-               f"{'x'.join(map(str, sample.meta.get('grid', [])))} grid of {sample.meta.get('unit', 'positions')}s · "
+               f"{'x'.join(map(str, sample.meta.get('grid', [])))} grid of {plural_unit(sample.meta.get('unit', 'position'))} · "
                "reconstruction = the prediction at masked cells, the original elsewhere · audio by Griffin-Lim "
                "(32 iterations): compare the reconstruction's sound with Griffin-Lim of the original, not with the "
                "recording")

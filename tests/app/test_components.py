@@ -287,3 +287,9 @@ def test_the_import_banner_has_the_outcomes_colour_and_every_refusal_is_in_the_t
         assert list(table.index) == [f for f, _ in rejected] and list(table["reason"]) == [r for _, r in rejected]
     else:
         assert len(at.table) == 0
+
+
+def test_a_tasks_unit_in_the_plural():
+    from app.modalities.audio import plural_unit
+
+    assert [plural_unit(u) for u in ("patch", "frame", "position", "token")] == ["patches", "frames", "positions", "tokens"]
