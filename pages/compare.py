@@ -67,6 +67,10 @@ shown = [r for r in runs if (not q or q.lower() in run_label(r).lower())
          and all(not chosen[n] or facets[n](r) & set(chosen[n]) for n in facets)]
 labels = {r.run_id: run_label(r) for r in runs}
 legend = {r.run_id: short_label(r) for r in runs}
+asked_ids = [i for i in url.get("runs", [], lambda v: str(v).split(",")) if i]  # before the widget rewrites it
+if unknown := [i for i in asked_ids if i not in labels]:
+    st.info(f"This link's run{'s' * (len(unknown) > 1)} {', '.join(map(repr, unknown))} "
+            f"{'are' if len(unknown) > 1 else 'is'} not in this workspace (deleted, or from another workspace): left out.")
 picked_ids = url.widget(st.multiselect, f"Runs to compare ({len(shown)} match the filters)", "runs",
                         default=same_task_first(shown, 2), options=[r.run_id for r in shown],
                         format_func=labels.get, key="cmp_runs", cast=lambda v: str(v).split(","),

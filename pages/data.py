@@ -53,6 +53,8 @@ def _describe(n: str) -> str:
 
 
 names = list(infos)
+if (asked := url.get("dataset")) is not None and asked not in names:
+    st.info(f"This link's dataset {str(asked)!r} is not in this workspace: showing {names[0]!r} instead.")
 name = st.selectbox("Dataset", names, key="data_ds", format_func=_describe, index=index_of(names, url.get("dataset")))
 url.put("dataset", name)
 info = infos[name]

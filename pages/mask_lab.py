@@ -19,12 +19,15 @@ import streamlit as st
 from app.components import guarded
 from app.components.datasets import dataset_infos
 from app.components.masks import schedule_chart
-from app.components.urlstate import PageState, dig, flatten, index_of, number
+from app.components.urlstate import PageState, dig, flatten, index_of, number, show_link_note, unflatten
 from app.modalities import ui_for
 from engine.config import RunConfig
 from engine.masking import ratio_at
 
 DEFAULTS = RunConfig()
+
+#: The config fields Mask lab sets (flattened prefixes); a link's other fields are New run's business.
+LAB_FIELDS = ("dataset", "task", "masking.", "model.", "data.", "task_params.", "train.seed")
 
 st.title("Mask lab")
 url = PageState("mask_lab", ("n",), config=True)
@@ -33,6 +36,9 @@ if not infos:
     st.warning("No dataset available: import one on the Data page.")
     st.stop()
 carried = url.config()
+# what a link asked of the fields Mask lab sets, to say which were not taken (as New run does)
+link = unflatten({k: v for k, v in flatten(carried).items() if k.startswith(LAB_FIELDS)})
+link_params, link_note = dict(url.params), st.empty()
 names = list(infos)
 form, out = st.columns([1, 2.3], gap="large")
 with form:
@@ -75,6 +81,7 @@ with out:
 if cfg is not None and cfg.masking.schedule != "constant":
     lab["train"]["steps"] = int(steps)
     url.put_config(lab)
+show_link_note("ml", link, link_params, url.params, cfg.to_dict() if cfg is not None else lab, names, link_note)
 with form:
     if st.button("Use in New run", type="primary", disabled=cfg is None, key="ml_use",
                  help="open New run with this dataset, task, grid, seed and masking"):  # fmt: skip

@@ -22,7 +22,7 @@ from app.components.access import actor
 from app.components.datasets import dataset_infos
 from app.components.run_form import export_panel, launch_fields, train_fields
 from app.components.sweep_form import URL_NAMES, sweep_launch, sweep_section
-from app.components.urlstate import PageState, dig, index_of, link_not_taken, with_carried
+from app.components.urlstate import PageState, dig, index_of, show_link_note, with_carried
 from app.modalities import train_defaults, ui_for
 from engine.backends import unavailable
 from engine.checks import check_run, no_validation_note
@@ -92,15 +92,9 @@ with preview:
 with form:  # under the run's own fields; every run of a sweep starts from them
     sweep = sweep_section(url, cfg_dict, info.modality, ready,
                           lambda c: preflight(json.dumps(c.to_dict(), sort_keys=True)))
-# after every widget has written the URL, so that a rerun is not taken for a new link
-if st.session_state.get("nr_link_seen") != link_params:  # a link opened (or the URL edited), not a rerun
-    # against the config the run would get (its defaults filled in: a link's default value is taken)
-    st.session_state["nr_link_note"] = (link_not_taken(link, cfg.to_dict() if cfg is not None else cfg_dict, names),
-                                        dict(url.params))
-st.session_state["nr_link_seen"] = dict(url.params)
-note, for_params = st.session_state.get("nr_link_note") or (None, None)
-if note and for_params == dict(url.params):  # until the form is changed
-    link_note.warning(note)
+# after every widget has written the URL, so that a rerun is not taken for a new link; against the
+# config the run would get (its defaults filled in: a link's default value is taken)
+show_link_note("nr", link, link_params, url.params, cfg.to_dict() if cfg is not None else cfg_dict, names, link_note)
 with preview:
     if sweep is not None:
         sweep_launch(sweep, cfg_dict, actor())

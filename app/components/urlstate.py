@@ -282,6 +282,21 @@ def link_not_taken(link: Mapping[str, Any], form: Mapping[str, Any], datasets: l
 _MISSING = object()
 
 
+def show_link_note(key: str, link: Mapping[str, Any], link_params: Mapping[str, str], url_params: Mapping[str, str],
+                   used: Mapping[str, Any], datasets: list[str], slot: Any) -> None:
+    """The :func:`link_not_taken` warning of a page that was opened with a link, in ``slot`` (an
+    ``st.empty`` above the form). ``link``/``link_params``: the link's config and URL parameters as
+    the page found them; ``url_params``: the URL after the page wrote its widgets; ``used``: the
+    config the page's settings make. Worked out once per opened link (a rerun is no new link), and
+    shown until a setting changes the URL. ``key`` prefixes its ``st.session_state`` entries."""
+    if st.session_state.get(f"{key}_link_seen") != dict(link_params):
+        st.session_state[f"{key}_link_note"] = (link_not_taken(link, used, datasets), dict(url_params))
+    st.session_state[f"{key}_link_seen"] = dict(url_params)
+    note, for_params = st.session_state.get(f"{key}_link_note") or (None, None)
+    if note and for_params == dict(url_params):
+        slot.warning(note)
+
+
 def index_of(options: list, value: Any, fallback: int = 0) -> int:
     """Index of a carried default ``value`` in ``options``, else ``fallback`` (for ``index=``)."""
     return options.index(value) if value in options else fallback

@@ -247,3 +247,25 @@ def test_a_link_the_form_takes_whole_gives_no_warning(workspace):
     at = open_with("../pages/new_run.py", {"dataset": "digits", "task": "image_mim", "train.steps": "77",
                                            "masking.ratio": "0.6"})
     assert not any("This link's" in w.value for w in at.warning)
+
+
+def test_a_link_to_something_missing_or_out_of_range_says_so(workspace):
+    """A link naming a dataset or run this workspace does not have, or a Mask lab value out of range,
+    opens the page with a notice naming what was left out (as Run detail and New run do); a link
+    whose values all hold says nothing, whatever else of a run config it carries."""
+    a, b = (_finished(n) for n in "ab")
+    data = open_with("../pages/data.py", {"dataset": "nope"})
+    first = data.selectbox(key="data_ds").value
+    assert [i.value for i in data.info if i.value.startswith("This link's")] == [
+        f"This link's dataset 'nope' is not in this workspace: showing {first!r} instead."]
+    cmp = open_with("../pages/compare.py", {"runs": f"bogus,{a},{b}"})
+    assert [i.value for i in cmp.info if i.value.startswith("This link's")] == [
+        "This link's run 'bogus' is not in this workspace (deleted, or from another workspace): left out."]
+    assert cmp.multiselect(key="cmp_runs").value == [a, b]
+    lab = open_with("../pages/mask_lab.py", {"dataset": "digits", "masking.strategy": "random", "masking.ratio": "7"})
+    assert [w.value for w in lab.warning if "not valid here" in w.value] == [
+        "This link's masking.ratio=7 was not valid here (out of range, not an option, or not a field of this task): "
+        "the form shows its own value instead."]
+    fine = open_with("../pages/mask_lab.py", {"dataset": "digits", "masking.strategy": "block", "masking.ratio": "0.6",
+                                              "train.lr": "0.01", "train.steps": "300"})
+    assert not [w.value for w in fine.warning if "not valid here" in w.value]
