@@ -28,6 +28,7 @@ from engine.backends import unavailable
 from engine.checks import check_run, no_validation_note
 from engine.config import RunConfig
 from engine.launcher import submit
+from engine.masking import get_masking
 from engine.tasks import get_task, tasks_for
 
 
@@ -103,8 +104,9 @@ with preview:
         if run_id is not None:  # what was launched, in words: a field left red keeps its last valid value
             t, m = cfg.train, cfg.masking
             st.session_state["nr_launched"] = run_id
+            ratio = f" at ratio {m.ratio:g}" if get_masking(m.strategy).uses_ratio else " (its parameters set the budget)"
             st.session_state["nr_launched_what"] = (f"{cfg.data.dataset}, {t.steps:,} steps x batch {t.batch_size}, "
-                                                    f"lr {t.lr:g}, {m.strategy} masking at ratio {m.ratio:g}")
+                                                    f"lr {t.lr:g}, {m.strategy} masking{ratio}")
     launched = st.session_state.get("nr_launched")
     if launched and sweep is None:
         st.success(f"Launched run **{launched}** ({st.session_state.get('nr_launched_what', '')}): it trains in a "

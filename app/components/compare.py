@@ -48,9 +48,10 @@ _IGNORED = ("name", "train.num_threads")
 
 def config_diff(configs: Mapping[str, dict], labels: Mapping[str, str] | None = None) -> pd.DataFrame:
     """Rows = dotted config fields whose values differ between the runs, columns = runs (labels).
-    A field missing from a run's config (an older masklab) shows as "(unset)". Empty frame when
-    every field agrees or there are fewer than 2 runs."""
-    flat = {r: flatten(c or {}) for r, c in configs.items()}
+    A field missing from a run's config (an older masklab) shows as "(unset)", and ``masking.ratio``
+    as "(not used)" in a run whose strategy ignores it (``uses_ratio=False``: its parameters set the
+    budget). Empty frame when every field agrees or there are fewer than 2 runs."""
+    flat = {r: _unused_ratio(flatten(c or {})) for r, c in configs.items()}
     keys = sorted({k for f in flat.values() for k in f} - set(_IGNORED))
     rows = []
     for k in keys:
@@ -58,6 +59,18 @@ def config_diff(configs: Mapping[str, dict], labels: Mapping[str, str] | None = 
         if len({repr(v) for v in vals}) > 1:
             rows.append({"field": k, **{(labels or {}).get(r, r): _plain(v) for r, v in zip(flat, vals)}})
     return pd.DataFrame(rows).set_index("field") if rows and len(flat) > 1 else pd.DataFrame()
+
+
+def _unused_ratio(flat: dict[str, Any]) -> dict[str, Any]:
+    from engine.errors import ConfigError
+    from engine.masking import get_masking
+
+    try:
+        if not get_masking(str(flat.get("masking.strategy", "random"))).uses_ratio:
+            flat["masking.ratio"] = "(not used)"
+    except ConfigError:  # a strategy whose plug-in is not loaded here: the ratio as stored
+        pass
+    return flat
 
 
 def _plain(v: Any) -> str:

@@ -97,3 +97,14 @@ def test_compare_page_on_four_evaluated_runs(four_runs):
     assert box.value == default != 99.0
     eff_table = next(t.value for t in at.table if "step to loss" in t.value.columns)
     assert not (eff_table["step to loss"].astype(str) == "1").all()
+
+
+def test_config_diff_marks_a_ratio_that_a_strategy_ignores():
+    """SpecAugment's and span starts' budgets come from their parameters: their masking.ratio is not
+    a difference between runs; a ratio that is used still is."""
+    spec = {"masking": {"strategy": "specaugment", "ratio": 0.75}}
+    spec2 = {"masking": {"strategy": "specaugment", "ratio": 0.8}}
+    rand = {"masking": {"strategy": "random", "ratio": 0.8}}
+    assert config_diff({"a": spec, "b": spec2}).empty
+    d = config_diff({"a": spec, "b": rand}, {"a": "A", "b": "B"})
+    assert d.loc["masking.ratio"].to_dict() == {"A": "(not used)", "B": "0.8"}
