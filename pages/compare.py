@@ -149,7 +149,8 @@ if not frame.empty:
                "(random init), the raw input (pixels / TF-IDF) and chance (the most common val class); best run per "
                "column starred (the trained encoder's figures only). Probe: logistic regression on standardised features; kNN: k=20, cosine. "
                "Fine-tune: the encoder and a linear head trained together on the labelled train rows for a few epochs "
-               "(the same recipe from the checkpoint and from the random init), val accuracy.")
+               "(the same recipe from the checkpoint and from the random init), val accuracy. –: not computed "
+               "(k-means needs more val rows than classes).")
     bars = probe_bars(frame)
     chart = alt.Chart(bars).mark_bar().encode(
         x=alt.X("encoder:N", title=None, sort=["trained", "random init", "raw input"]),

@@ -133,13 +133,16 @@ def mark_best(df: pd.DataFrame, columns: Sequence[str], higher: bool = True, fmt
               plain: Sequence[str] = ()) -> pd.DataFrame:
     """``df`` with ``columns`` formatted by ``fmt`` and the best value of each (highest when
     ``higher``) marked with a star; ties all marked. ``plain`` columns are formatted without stars
-    (baselines: not a run's result). Other columns are kept as they are."""
+    (baselines: not a run's result). A missing value reads "–". Other columns are kept as they are."""
     out = df.copy()
     for c in plain:
         if c in out:
             out[c] = ["–" if pd.isna(v) else fmt.format(v) for v in df[c]]
     for c in columns:
-        if c not in out or out[c].isna().all():
+        if c not in out:
+            continue
+        if out[c].isna().all():  # not computed for any run: the same dash as a missing baseline
+            out[c] = ["–"] * len(out)
             continue
         best = out[c].max() if higher else out[c].min()
         many = int(df[c].notna().sum()) > 1  # a lone value is not "the best" of anything

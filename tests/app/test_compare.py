@@ -36,6 +36,8 @@ def test_mark_best_and_time_to_loss():
     assert out["x"].tolist() == ["50.0%", "90.0% ★", "–"] and out["y"].tolist() == ["20.0% ★", "10.0%", "20.0% ★"]
     lone = mark_best(pd.DataFrame({"x": [np.nan, 0.3]}), ["x"])
     assert lone["x"].tolist() == ["–", "30.0%"]  # one value is not the best of anything
+    none = mark_best(pd.DataFrame({"x": [np.nan, np.nan]}), ["x"])
+    assert none["x"].tolist() == ["–", "–"]  # not computed for any run: dashes, not blank cells
     loss = pd.DataFrame({"run_id": ["a"] * 4 + ["b"] * 2, "step": [1, 2, 3, 4, 1, 2],
                          "value": [1.0, 0.5, 0.2, 0.1, 1.0, 0.9], "wall_time": [10, 11, 13, 20, 0, 1]})
     assert time_to_loss(loss, 0.3, smoothing_points=1) == {"a": (3, 3.0), "b": None}
