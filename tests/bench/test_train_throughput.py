@@ -9,11 +9,10 @@ import pytest
 
 from tests.bench import load_bench
 
-pytest.importorskip("transformers")
-
 
 @pytest.mark.slow
 def test_bench_prints_both_sides_and_a_ratio_for_every_case(capsys):
+    pytest.importorskip("transformers")  # the benchmark-only extra (requirements-bench.txt)
     bench = load_bench("train_throughput")
     assert bench.main(["--scale", "32", "--repeats", "1", "--steps", "1", "--threads", "1"]) == 0
     out = capsys.readouterr().out
@@ -40,6 +39,7 @@ def test_bench_cases_see_the_same_masks_on_both_sides(name, L, keep, patch_value
 
     from engine.perf import count_step_flops
 
+    pytest.importorskip("transformers")  # the reference side
     bench = load_bench("train_throughput")
     torch.manual_seed(0)
     case = bench.build_cases([name], 32, torch.device("cpu"))[0]
