@@ -83,6 +83,13 @@ class EvaluationError(MasklabError):
     kept checkpoint at the asked step, a dataset changed since the run. The message says which."""
 
 
+class EvaluationCancelled(MasklabError):
+    """A run's final evaluation stopped because the run was cancelled (``python -m engine cancel``, the
+    cancel button, SIGTERM or SIGINT) while its last checkpoint was being evaluated. The run stays
+    completed; the evaluation job is recorded failed with this message. Not an :class:`EvaluationError`:
+    the evaluation's steps catch those to go on without one figure, and a cancel must stop them all."""
+
+
 class RunActiveError(MasklabError):
     """An operation refused because a run (or an evaluation job of it) is still queued or running,
     e.g. deleting it: the message says to cancel it first."""

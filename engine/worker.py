@@ -42,7 +42,8 @@ from pathlib import Path
 from typing import Callable
 
 from engine.devices import run_gpus
-from engine.errors import MasklabError, NonFiniteLossError, ResumeError, RunLockedError, StorageError
+from engine.errors import (EvaluationCancelled, MasklabError, NonFiniteLossError, ResumeError, RunLockedError,
+                           StorageError)
 from engine.resume import PRIOR_FIELD, RESUME_FIELD, reset_after
 from engine.resources import PeakMemory
 from engine.runqueue import dequeue, max_runs, run_slot
@@ -318,10 +319,6 @@ AUTO_EVAL_ENV = "MASKLAB_AUTO_EVAL"
 """Set to ``0`` to skip every run's automatic evaluation in this environment (a test suite, a demo)."""
 
 
-class EvaluationCancelled(MasklabError):
-    """The run was cancelled while its final checkpoint was being evaluated."""
-
-
 #: Seconds between two looks at the stop flag and the ``cancel`` marker during the final evaluation.
 EVAL_CANCEL_POLL_S = 0.5
 
@@ -341,8 +338,18 @@ def _evaluate_final(run_dir: Path, device: str, workspace: Path, step: int | Non
 
     from engine.eval.job import evaluate_and_save
 
-    if should_stop():
-        return  # cancelled between training's end and here: nothing started
+    from engine.store.evaluations import write_job
+
+    why = (f"cancelled during the final evaluation; start one again from Compare or with python -m engine "
+           f"evaluate {run_dir.name}")
+    if should_stop():  # cancelled once the status said "evaluating", before the job started
+        now = time.time()
+        try:
+            write_job(run_dir, status="failed", step=step, error=why, started_at=now, ended_at=now)
+        except (MasklabError, OSError):  # a full disk: the training result stands all the same
+            _print_exc()
+        print(f"final evaluation of {run_dir.name} cancelled", file=sys.stderr, flush=True)
+        return
     in_main = threading.current_thread() is threading.main_thread()
     done = threading.Event()
     raised = threading.Event()  # once only: a second SIGTERM must not cut the job's own "failed" record
@@ -350,8 +357,7 @@ def _evaluate_final(run_dir: Path, device: str, workspace: Path, step: int | Non
     def on_term(signum, frame):
         if not done.is_set() and not raised.is_set():
             raised.set()
-            raise EvaluationCancelled("cancelled during the final evaluation; start one again from Compare or "
-                                      f"with python -m engine evaluate {run_dir.name}")
+            raise EvaluationCancelled(why)
 
     def watch():
         while not done.wait(EVAL_CANCEL_POLL_S):

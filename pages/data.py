@@ -55,7 +55,10 @@ def _describe(n: str) -> str:
 names = list(infos)
 if (asked := url.get("dataset")) is not None and asked not in names:
     st.info(f"This link's dataset {str(asked)!r} is not in this workspace: showing {names[0]!r} instead.")
-name = st.selectbox("Dataset", names, key="data_ds", format_func=_describe, index=index_of(names, url.get("dataset")))
+# Once the selection is in session state (a finished import sets it), the index must stay at its
+# default: Streamlit warns about a widget given both a default and a value set through the state.
+start = 0 if "data_ds" in st.session_state else index_of(names, url.get("dataset"))
+name = st.selectbox("Dataset", names, key="data_ds", format_func=_describe, index=start)
 url.put("dataset", name)
 info = infos[name]
 st.write(info.description or "")

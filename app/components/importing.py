@@ -85,9 +85,9 @@ def _show_plan(plan) -> None:
     for note in plan.notes:
         st.caption(note)
     if plan.preview:
-        rows = len(pd.DataFrame(plan.preview))  # a short preview without empty rows under it
-        st.dataframe(pd.DataFrame(plan.preview), hide_index=True, width="stretch",
-                     height=min(PREVIEW_HEIGHT, ROW_PX * (rows + 1) + 3))
+        preview = pd.DataFrame(plan.preview)  # a short preview gets no empty rows under it
+        st.dataframe(preview, hide_index=True, width="stretch",
+                     height=min(PREVIEW_HEIGHT, ROW_PX * (len(preview) + 1) + 3))
     _refusals(plan.rejected, plan.skipped)
 
 

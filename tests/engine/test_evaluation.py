@@ -148,3 +148,18 @@ def test_cancel_during_the_final_evaluation_stops_it_and_the_run_stays_completed
     assert job["error"] == ("cancelled during the final evaluation; start one again from Compare or with "
                             f"python -m engine evaluate {run_id}")
     assert read_evaluations(run_id) == ([], [])
+
+
+def test_a_cancel_before_the_final_evaluation_starts_is_recorded_too(workspace):
+    """The cancel can land between the status's ``evaluating`` phase and the job's start: the job is
+    then recorded failed with the same reason, not left absent (a run that said "evaluating" and then
+    nothing)."""
+    from engine.worker import _evaluate_final
+
+    run_id, d = create_run(RunConfig.from_dict(IMAGE).to_dict())
+    _evaluate_final(d, "cpu", workspace, 30, should_stop=lambda: True)
+    job = read_job(run_id)
+    assert job["status"] == "failed" and job["step"] == 30
+    assert job["error"] == ("cancelled during the final evaluation; start one again from Compare or with "
+                            f"python -m engine evaluate {run_id}")
+    assert read_evaluations(run_id) == ([], [])
