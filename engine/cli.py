@@ -63,7 +63,7 @@ def _parser() -> argparse.ArgumentParser:
     ar = sub.add_parser("archive", help="archive a run: hidden from run lists, not deleted (--unarchive: shown again)")
     ar.add_argument("run_id")
     ar.add_argument("--unarchive", action="store_true", help="show it in run lists again")
-    c = sub.add_parser("cancel", help="cancel a queued or running run")
+    c = sub.add_parser("cancel", help="cancel a queued or running run (exits 1 if it had already ended)")
     c.add_argument("run_id")
     rs = sub.add_parser("resume", help="continue a failed, cancelled, diverged or interrupted run from its latest "
                         "checkpoint, in a background process")
@@ -342,9 +342,12 @@ def cmd_cancel(args) -> int:
 
     if cancel(args.run_id):
         print(f"cancel requested for {args.run_id}")
-    else:
-        print(f"{args.run_id} has already ended")
-    return 0
+        return 0
+    from engine.store import get_run
+
+    # like kill(1) on a process that is gone: nothing was cancelled, which a script must be able to see
+    print(f"{args.run_id} has already ended ({get_run(args.run_id).status}); nothing to cancel", file=sys.stderr)
+    return 1
 
 
 def cmd_log(args) -> int:

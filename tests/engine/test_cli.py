@@ -123,6 +123,8 @@ def test_submit_runs_cancel(workspace):
     while get_run(run_id).status != "cancelled" and time.time() < deadline:
         time.sleep(0.5)
     assert get_run(run_id).status == "cancelled"
+    again = engine_cli("cancel", run_id)  # nothing left to cancel: a script can tell
+    assert again.returncode == 1 and again.stderr.strip() == f"{run_id} has already ended (cancelled); nothing to cancel"
 
 
 @pytest.mark.slow
