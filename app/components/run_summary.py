@@ -10,7 +10,7 @@ import streamlit as st
 from app.components.charts import render_metrics_chart, show_read_warnings
 from app.components.errors import guarded
 from app.components.quality import headline_of, loss_title
-from app.components.runs import METRIC_NAMES, format_duration, placement_label, run_label, status_badge
+from app.components.runs import format_duration, metric_name, placement_label, run_label, status_badge
 from engine.backends import read_job
 from engine.store import checkpoint_weights, get_run, load_samples, read_metrics
 
@@ -50,7 +50,7 @@ def summary(rec: Any, points: dict) -> None:
     m[0].metric(f"Step of {rec.total_steps}", f"{rec.step}")
     for col, key in ((m[1], "loss"), (m[2], metric)):
         step, value = points.get((rec.run_id, key), (None, None))
-        name, pct = METRIC_NAMES.get(key, (key.replace("_", " "), False))
+        name, pct = metric_name(key)
         shown = "–" if value is None else (f"{value:.1%}" if pct else f"{value:.4f}")
         col.metric(name + (f" @ step {step}" if step is not None else ""), shown,
                    help="the last logged value and the step it was logged at")
@@ -80,7 +80,7 @@ def curves(run_id: str, config: dict, legend: dict, x: str, log_y: bool) -> None
     with right:
         render_metrics_chart(df[df["key"] == "mask_ratio"], y_title="mask ratio", height=220, y_domain=(0, 1), **opts)
     if metric != "val_loss":
-        render_metrics_chart(df[df["key"] == metric], y_title=METRIC_NAMES.get(metric, (metric,))[0],
+        render_metrics_chart(df[df["key"] == metric], y_title=metric_name(metric)[0],
                              raw_keys=(metric,), height=180, **opts)  # fmt: skip
 
 

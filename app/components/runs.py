@@ -29,8 +29,15 @@ STATUS_COLOURS = {
 #: thousands of runs costs a lookup; this session's own writes show at once.
 LIST_MAX_AGE_S = 1.0
 
-#: Headline metric -> (short name, percent?) for tables and captions.
-METRIC_NAMES = {"val_loss": ("val loss", False), "val_top1": ("top-1", True), "val_span_acc": ("span acc", True)}
+#: Headline metric (every task's ``Task.headline``) -> (short name, percent?) for tables and captions.
+METRIC_NAMES = {"val_loss": ("val loss", False), "val_top1": ("top-1", True), "val_span_acc": ("span acc", True),
+                "val_spec_mse": ("log-mel MSE", False), "val_caption_acc": ("caption accuracy", True)}
+
+
+def metric_name(key: str) -> tuple[str, bool]:
+    """``(short name, percent?)`` of a logged metric: :data:`METRIC_NAMES`, else the key with spaces
+    (``val_first`` -> ``("val first", False)``)."""
+    return METRIC_NAMES.get(key, (key.replace("_", " "), False))
 
 
 def status_label(status: str) -> str:
@@ -171,7 +178,7 @@ def format_metric(key: str, value: float | None, step: int | None = None) -> str
     """``0.0741 val loss @ step 300`` / ``41.2% top-1 @ step 2000`` / ``–``."""
     if value is None:
         return "–"
-    name, pct = METRIC_NAMES.get(key, (key.replace("_", " "), False))
+    name, pct = metric_name(key)
     text = f"{value:.1%} {name}" if pct else f"{value:.4f} {name}"
     return text + (f" @ step {step}" if step is not None else "")
 

@@ -105,6 +105,8 @@ def test_run_detail_shows_spectrograms_and_players_of_a_run(env):
     assert execute_run(d) == "completed", get_run(run_id, env).error
     at = open_with("../pages/run_detail.py", {"run": run_id})
     assert any(h.value == "Spectrograms and audio" for h in at.subheader)
+    # the headline card names its figure in words, not by its log key (val_spec_mse)
+    assert "log-mel MSE @ step 2" in [m.label for m in at.metric], [m.label for m in at.metric]
     caps = captions(at)
     assert caps.count("original") == 3 and caps.count("reconstruction") == 3
     assert len([c for c in caps if c.startswith("masked input (")]) == 3

@@ -112,6 +112,7 @@ def test_run_detail_shows_the_joint_reconstruction_and_answers_retrieval(env):
     at = open_with("../pages/run_detail.py", {"run": run_id})
     assert any(h.value == "Joint reconstructions of validation pairs" for h in at.subheader)
     assert {"pixel MSE ↓", "text→image R@5 ↑", "image→text R@5 ↑"} <= figure_columns(at), figure_columns(at)
+    assert "caption accuracy @ step 2" in [m.label for m in at.metric], [m.label for m in at.metric]
     body = page_html(at)
     for label in ("masked · reconstruction · original", "masked caption", "model's tokens",
                   "caption from the image alone"):
