@@ -247,7 +247,9 @@ def _number_widget(label: str, tp: type, value: Any, b: dict, help_: str, key: s
         )  # fmt: skip
     v = number(value, float(lo if lo is not None else 0.0), lo, hi)
     step = _float_step(lo, hi, v)
-    decimals = min(8, max(2, -math.floor(math.log10(step)))) if step < 1 else 2
+    # enough decimals for the step and for the value itself (a default p = 0.065 must not read 0.07)
+    shown = len(f"{v:.8f}".rstrip("0").partition(".")[2])
+    decimals = min(8, max(2, shown, -math.floor(math.log10(step)) if step < 1 else 2))
     return st.number_input(
         label, min_value=None if lo is None else float(lo), max_value=None if hi is None else float(hi),
         value=v, step=step, format=f"%.{decimals}f", help=help_, key=key,

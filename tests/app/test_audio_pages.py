@@ -67,6 +67,9 @@ def test_new_run_draws_the_runs_masks_on_real_spectrograms_from_the_url(env, tas
     assert len(masked) == 8 and any(int(c.split()[1]) > 0 for c in masked)
     url = {k: (v[0] if isinstance(v, list) else v) for k, v in dict(at.query_params).items()}
     assert url["task"] == task and url["data.audio.n_mels"] == "32" and url["data.audio.clip_seconds"] == "0.5"
+    if task == "audio_frames":  # span starts at p = 0.065: the field shows every decimal of its default
+        p = next(n for n in at.number_input if n.label == "p")
+        assert p.value == 0.065 and p.proto.format == "%.3f", (p.value, p.proto.format)
 
 
 @pytest.mark.parametrize("bad", ["abc", "nan", "-5e9", "7e12"])
