@@ -340,8 +340,8 @@ def mask_preview(cfg, info, n: int = N_PREVIEW) -> None:
     st.caption(f"The {len(pv.captions)} fixed validation {'clips' if audio else 'pairs'} of **{info.name}** (chosen "
                f"class by class) with the masks this run uses for its samples: {first}, "
                f"{'text' if audio else 'caption'} {prm.get('text_strategy')} at {prm.get('text_ratio', 0):g} "
-               f"({int(pv.text_mask.sum())} of {int(pv.eligible.sum())} tokens, highlighted; every "
-               f"{'text' if audio else 'caption'} hides one at least).")
+               f"({int(pv.text_mask[0].sum())} of {int(pv.eligible[0].sum())} tokens in the first "
+               f"{'text' if audio else 'caption'}, highlighted; every one hides one at least).")
     classes = _class_names(info.class_names, pv.labels)
     if audio:
         from app.modalities.audio import spec_image

@@ -7,6 +7,7 @@ session: the URL carries the state, as a reload or a link does."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -95,7 +96,11 @@ def test_mask_lab_draws_both_masks_and_image_statistics(env):
     at = open_with("../pages/mask_lab.py", {"dataset": "pairs", "masking.strategy": "block", "masking.ratio": "0.5",
                                             "task_params.text_strategy": "span", "n": "16"})
     assert at.selectbox(key="ml_img_strategy").value == "block" and at.selectbox(key="ml_txt_strategy").value == "span"
-    assert any("fixed validation pairs" in c.value and "image block at 0.5" in c.value for c in at.caption)
+    cap = next(c.value for c in at.caption if "fixed validation pairs" in c.value)
+    assert "image block at 0.5" in cap
+    # the caption's count is the first caption's, as the image's is the first image's (not a sum)
+    hidden, of = map(int, re.search(r"caption span at 0.15 \((\d+) of (\d+) tokens in the first caption", cap).groups())
+    assert 1 <= hidden <= of <= 12, cap
     assert any(h.value == "Statistics of the image masks" for h in at.subheader)
     assert any("masks of 4x4 patches drawn over real train images" in c.value for c in at.caption)
     assert any(h.value == "Statistics of the caption masks" for h in at.subheader)
