@@ -253,10 +253,18 @@ def probe_bars(frame: pd.DataFrame) -> pd.DataFrame:
 def shared_inputs(samples: dict, key: str, n: int) -> tuple[dict, int, bool]:
     """For a reconstruction grid over runs: the first run's sample, how many rows every run has
     (at most ``n``), and whether all runs saw the same inputs there (``samples[run][key]``, the
-    validation images or spectrograms; same shape and values)."""
+    validation images, spectrograms or token strings; same shape and values). Where they differ,
+    each run's columns show its own inputs, an "original" column per run."""
     first = next(iter(samples.values()))
     k = min(n, *(len(s[key]) for s in samples.values()))
-    same = all(s[key].shape == first[key].shape and np.allclose(s[key][:k], first[key][:k]) for s in samples.values())
+
+    def equal(a: np.ndarray, b: np.ndarray) -> bool:
+        if a.shape != b.shape:
+            return False
+        numeric = np.issubdtype(a.dtype, np.number) and np.issubdtype(b.dtype, np.number)
+        return bool(np.allclose(a, b)) if numeric else bool(np.array_equal(a, b))  # tokens: strings
+
+    same = all(equal(s[key][:k], first[key][:k]) for s in samples.values())
     return first, k, same
 
 

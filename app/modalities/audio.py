@@ -383,7 +383,8 @@ def compare_view(samples: dict, n: int = 4) -> list[tuple[str, np.ndarray]]:
     same clips for runs on the same dataset and window: :func:`engine.data.representative`), columns
     the original log-mel spectrogram, then per run its masked input and its reconstruction (the
     prediction at masked cells, the original elsewhere), at each run's latest samples, on one colour
-    range per clip. ``samples``: run label -> ``Sample`` of kind ``audio_spec``. Returns the
+    range per clip; where the runs' clips differ (other datasets or windows), each run's own
+    original, on its own colour range, comes before its two columns. ``samples``: run label -> ``Sample`` of kind ``audio_spec``. Returns the
     ``(caption, uint8 column image)`` pairs drawn (the HTML report reuses them)."""
     from app.components.compare import draw_columns, shared_inputs, stack_column
 
@@ -401,13 +402,15 @@ def compare_view(samples: dict, n: int = 4) -> list[tuple[str, np.ndarray]]:
             rows.append(spec_image(x, s["real"][i], s["mask"][i] if kind == "masked" else None, lo_hi=lo_hi, scale=2))
         return stack_column(np.stack(rows))
 
-    drawn = [("original", column(first, "original"))]
+    drawn = [("original", column(first, "original"))] if same else []
     for label, s in samples.items():
+        if not same:
+            drawn.append((f"{label} · original", column(s, "original")))
         drawn.append((f"{label} · masked (step {s.step})", column(s, "masked")))
         drawn.append((f"{label} · reconstruction (step {s.step})", column(s, "recon")))
     if not same:
-        st.caption("These runs' fixed validation clips differ (other datasets or windows): each column shows its own "
-                   "run's clips.")
+        st.caption("These runs' fixed validation clips differ (other datasets or windows): each run's "
+                   "columns show its own clips, after its own original.")
     draw_columns(drawn, per_row=5, fewest=5)
     return drawn
 

@@ -342,7 +342,8 @@ def compare_view(samples: dict, n: int = 6) -> list[tuple[str, np.ndarray]]:
     """The Compare page's reconstruction grid: rows are the first ``n`` fixed validation images
     (the same rows for runs on the same dataset: :func:`engine.data.representative`), columns are
     the original, then per run its masked input and its reconstruction with the visible patches
-    pasted back, at each run's latest samples. ``samples``: run label -> ``Sample`` of kind
+    pasted back, at each run's latest samples; where the runs' images differ (other datasets or
+    sizes), each run's own original comes before its two columns. ``samples``: run label -> ``Sample`` of kind
     ``image``. Returns the ``(caption, uint8 column image)`` pairs drawn (the HTML report reuses them)."""
     from app.components.compare import draw_columns, shared_inputs, stack_column
     from app.components.images import chw_to_hwc_uint8, upscale
@@ -350,13 +351,15 @@ def compare_view(samples: dict, n: int = 6) -> list[tuple[str, np.ndarray]]:
     if not samples:
         return []
     first, k, same = shared_inputs(samples, "images", n)
-    columns = [("original", chw_to_hwc_uint8(first["images"][:k]))]
+    columns = [("original", chw_to_hwc_uint8(first["images"][:k]))] if same else []
     for label, s in samples.items():
+        if not same:
+            columns.append((f"{label} · original", chw_to_hwc_uint8(s["images"][:k])))
         columns.append((f"{label} · masked (step {s.step})", mask_overlay(s["images"][:k], s["mask"][:k])))
         columns.append((f"{label} · reconstruction (step {s.step})", chw_to_hwc_uint8(s["pasted"][:k])))
     if not same:
         st.caption("These runs' fixed validation images differ (other datasets or image sizes): each column shows "
-                   "its own run's images.")
+                   "its own run's images, after its own original.")
     drawn = [(c, stack_column(np.stack([upscale(np.asarray(im), 96) for im in imgs]))) for c, imgs in columns]
     draw_columns(drawn, per_row=9, fewest=5)
     return drawn

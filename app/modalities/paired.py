@@ -584,11 +584,25 @@ def compare_view(samples: dict, n: int = 6) -> list:
         drawn = spectrograms(samples, n)
     else:
         drawn = image_ui.compare_view(samples, n)
-    first = next(iter(samples.values()))
-    k = min(n, *(len(s["tokens"]) for s in samples.values()))
-    rows = [{"caption": detok(first["tokens"][i]),
-             **{f"{label} from the {'audio' if audio else 'image'} (step {s.step})": detok(s["caption_from_image"][i])
-                for label, s in samples.items()}}
-            for i in range(k)]
-    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    st.dataframe(caption_rows(samples, n), hide_index=True, width="stretch")
     return drawn
+
+
+def caption_rows(samples: dict, n: int = 6) -> pd.DataFrame:
+    """Compare's caption table for paired runs: the first ``n`` fixed validation captions, then per
+    run the caption it writes from the image (or clip) alone; where the runs' captions differ (other
+    datasets or tokenizers), each run's own ``· caption`` column before its own. ``samples``: run
+    label -> ``Sample`` of kind ``paired``."""
+    from app.components.compare import shared_inputs
+
+    first, k, same = shared_inputs(samples, "tokens", n)
+    source = "audio" if first.meta.get("stream") == "audio" else "image"
+    rows = []
+    for i in range(k):
+        row = {"caption": detok(first["tokens"][i])} if same else {}
+        for label, s in samples.items():
+            if not same:
+                row[f"{label} · caption"] = detok(s["tokens"][i])
+            row[f"{label} from the {source} (step {s.step})"] = detok(s["caption_from_image"][i])
+        rows.append(row)
+    return pd.DataFrame(rows)

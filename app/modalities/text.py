@@ -426,29 +426,45 @@ def lab_results(cfg, info, n: int) -> None:
                    "over the maskable tokens; masks/s includes tokenising the batch).")
 
 
-def compare_view(samples: dict, n: int = 8) -> list:
-    """The Compare page's view of text samples: rows are the first ``n`` fixed validation texts
-    (masked words shown as [MASK]), columns are runs: each run's top-1 words at its masked tokens
-    (MLM) or its generated span (span completion), at its latest samples. ``samples``: run label ->
-    ``Sample``. Returns ``[]`` (no images for the HTML report)."""
-    if not samples:
-        return []
-    first = next(iter(samples.values()))
-    k = min(n, *(len(s["tokens"]) for s in samples.values()))
+def compare_rows(samples: dict, n: int = 8) -> tuple[pd.DataFrame, bool]:
+    """The rows of :func:`compare_view` and whether the runs saw the same texts: with the same
+    texts, ``text`` (the first run's masked text) and ``hidden`` columns, then one prediction column
+    per run; with different texts (other datasets or tokenizers), each run's own ``· text`` and
+    ``· hidden`` columns before its prediction. ``samples``: run label -> ``Sample``."""
+    from app.components.compare import shared_inputs
+
+    first, k, same = shared_inputs(samples, "tokens", n)
+
+    def hidden(s, i: int) -> str:
+        return detok(s["target"][i]) if "target" in s.arrays else " ".join(str(t) for t in s["tokens"][i][s["mask"][i]])
+
     rows = []
     for i in range(k):
-        row = {"text": _masked_text(first["tokens"][i], first["mask"][i])}
-        if "target" in first.arrays:
-            row["hidden"] = detok(first["target"][i])
-        else:
-            row["hidden"] = " ".join(str(t) for t in first["tokens"][i][first["mask"][i]])
+        row = {"text": _masked_text(first["tokens"][i], first["mask"][i]), "hidden": hidden(first, i)} if same else {}
         for label, s in samples.items():
+            if not same:
+                row[f"{label} · text"] = _masked_text(s["tokens"][i], s["mask"][i])
+                row[f"{label} · hidden"] = hidden(s, i)
             if "generated" in s.arrays:
                 row[f"{label} (step {s.step})"] = detok(s["generated"][i])
             else:
                 row[f"{label} (step {s.step})"] = " ".join(str(t) for t in s["top_tokens"][i][s["mask"][i], 0])
         rows.append(row)
-    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    return pd.DataFrame(rows), same
+
+
+def compare_view(samples: dict, n: int = 8) -> list:
+    """The Compare page's view of text samples (:func:`compare_rows`): rows are the first ``n``
+    fixed validation texts (masked words shown as [MASK]), columns are runs: each run's top-1 words
+    at its masked tokens (MLM) or its generated span (span completion), at its latest samples.
+    ``samples``: run label -> ``Sample``. Returns ``[]`` (no images for the HTML report)."""
+    if not samples:
+        return []
+    rows, same = compare_rows(samples, n)
+    st.dataframe(rows, hide_index=True, width="stretch")
+    if not same:
+        st.caption("These runs' fixed validation texts differ (other datasets or tokenizers): each run's columns "
+                   "show its own texts.")
     st.caption("Each run's masks come from its own masking config and seed: runs with the same seed and masking "
                "hide the same tokens.")
     return []
