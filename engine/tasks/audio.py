@@ -192,9 +192,28 @@ def get_task_class(name: str) -> type["_AudioTask"]:
     return t
 
 
+#: SpecAugment's width parameters, in the paper's units, and the grid's cell size along their axis:
+#: F in mel bins (``Grid.pf`` per row), T in frames (``Grid.pt`` per column).
+SPEC_WIDTHS = {"F": "pf", "T": "pt"}
+
+
+def grid_masking(cfg: RunConfig, grid: Grid):
+    """``cfg.masking`` with SpecAugment's ``F`` (mel bins) and ``T`` (frames) counted in the grid's
+    positions: ``F // pf`` rows and ``T // pt`` columns (whole patches or frame tokens; a width
+    smaller than one position hides none). ``p`` is a fraction and ``mF``/``mT`` are counts, so
+    they stand. Other strategies, and grids of single bins and frames, are returned as they are."""
+    params = cfg.masking.params or {}
+    scaled = {k: int(params[k]) // getattr(grid, cell) for k, cell in SPEC_WIDTHS.items()
+              if k in params and getattr(grid, cell) > 1}
+    if not scaled or cfg.masking.strategy not in ("specaugment", "time_mask", "freq_mask"):
+        return cfg.masking
+    return cfg.masking.model_copy(update={"params": {**params, **scaled}})
+
+
 def draw_masks(cfg: RunConfig, grid: Grid, w: Window, generator: torch.Generator, ratio: float | None = None) -> torch.Tensor:
-    """The run's masks of a batch of windows: ``[B, *grid.shape]`` bool (padding never masked)."""
-    return draw_mask(cfg.masking, (len(w.rows), *grid.shape), generator, grid.eligible(w),
+    """The run's masks of a batch of windows: ``[B, *grid.shape]`` bool (padding never masked;
+    SpecAugment's widths in mel bins and frames, :func:`grid_masking`)."""
+    return draw_mask(grid_masking(cfg, grid), (len(w.rows), *grid.shape), generator, grid.eligible(w),
                      ratio=cfg.masking.ratio if ratio is None else ratio, voiced=grid.voiced(w))
 
 
@@ -337,7 +356,16 @@ def check_masks(cfg: RunConfig, grid: Grid, w: Window, units: str) -> None:
         probe = draw_masks(cfg, grid, w, torch.Generator().manual_seed(0), r)
         problem = masking_problem(cfg.masking, probe, ratio=r, unit=units, eligible=grid.eligible(w))
         if problem:
-            raise ConfigError(problem)
+            raise ConfigError(problem + _width_note(cfg, grid))
+
+
+def _width_note(cfg: RunConfig, grid: Grid) -> str:
+    """For SpecAugment on a grid of patches or frame tokens: what its F and T come to there."""
+    used, given = grid_masking(cfg, grid).params or {}, cfg.masking.params or {}
+    notes = [f"{k}={given[k]} {'mel bins' if k == 'F' else 'frames'} -> {used[k]} "
+             f"{'rows' if k == 'F' else 'columns'} of {getattr(grid, cell)}"
+             for k, cell in SPEC_WIDTHS.items() if k in given and used.get(k) != given.get(k)]
+    return f" ({'; '.join(notes)} per position: F and T count mel bins and frames)" if notes else ""
 
 
 SPEC_BASELINES = ("mean_spec", "interp_spec")

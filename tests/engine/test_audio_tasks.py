@@ -78,6 +78,33 @@ def test_preflight_names_what_does_not_fit(ws):
     assert check_run(cfg_of(), ws).name == "digits4"
 
 
+@pytest.mark.parametrize("task, strategy, params, cells", [
+    ("audio_mae", "specaugment", {"F": 27, "mF": 2, "T": 40, "mT": 2, "p": 0.2}, {"F": 3, "T": 5}),  # 8x8 patches
+    ("audio_frames", "time_mask", {"T": 40, "mT": 2, "p": 0.2}, {"T": 20}),  # tokens of 2 frames
+])
+def test_specaugment_widths_count_mel_bins_and_frames_on_any_grid(ws, task, strategy, params, cells):
+    """F and T are the paper's mel bins and frames: on a grid of 8x8 patches (or 2-frame tokens)
+    the masks are exactly SpecAugment's drawn there with F // 8 rows and T // 8 (or // 2) columns,
+    and their time bands stay within each clip's own frames."""
+    from engine.masking import get_masking
+    from engine.tasks.audio import train_masks
+
+    over = {"task_params": {"patch_frames": 8}, "model": {"preset": "tiny", "patch_size": 8}} if task == "audio_mae" else {}
+    cfg = cfg_of(task, masking={"strategy": strategy, "params": params}, **over)
+    mask, eligible = train_masks(cfg, 12, ws)
+    expected = get_masking(strategy)(tuple(mask.shape), generator=torch.Generator().manual_seed(cfg.train.seed),
+                                     eligible=eligible, **{**params, **cells})
+    assert torch.equal(mask, expected) and mask.any() and not (mask & ~eligible).any()
+
+
+def test_a_specaugment_width_under_one_patch_is_refused_in_its_units(ws):
+    cfg = cfg_of(masking={"strategy": "specaugment", "params": {"F": 2, "mF": 1, "T": 3, "mT": 1}})
+    with pytest.raises(ConfigError) as e:
+        check_run(cfg, ws)
+    assert "masks 0 of the" in str(e.value) and \
+        "(F=2 mel bins -> 0 rows of 8; T=3 frames -> 0 columns of 8 per position: F and T count mel bins and frames)" in str(e.value)
+
+
 def test_grid_maps_masks_to_cells_and_interpolation_fills_in_time():
     g = Grid(n_mels=4, frames=6, pf=2, pt=3, dims=2)
     mask = torch.tensor([[[True, False], [False, True]]])
@@ -93,7 +120,7 @@ def test_grid_maps_masks_to_cells_and_interpolation_fills_in_time():
 
 @pytest.mark.parametrize("task, extra", [
     ("audio_mae", {"masking": {"strategy": "random", "ratio": 0.8}}),
-    ("audio_mae", {"masking": {"strategy": "specaugment", "params": {"F": 2, "mF": 1, "T": 3, "mT": 1}},
+    ("audio_mae", {"masking": {"strategy": "specaugment", "params": {"F": 16, "mF": 1, "T": 12, "mT": 1, "p": 1.0}},
                    "objective": {"loss": "l1", "norm_pix_loss": True}, "task_params": {"patch_frames": 4}}),
     ("audio_frames", {"masking": {"strategy": "span_starts", "params": {"p": 0.2, "length": 3}}}),
     ("audio_frames", {"masking": {"strategy": "voiced", "ratio": 0.5, "params": {"max_len": 3}}, "task_params": {"target": "ema", "ema_decay": 0.9}}),

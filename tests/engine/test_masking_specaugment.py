@@ -108,8 +108,34 @@ def test_time_mask_on_a_1d_frame_sequence():
         specaugment_mask((16, 30), generator=gen())
 
 
+@pytest.mark.parametrize("name", ["time_mask", "specaugment"])
+@pytest.mark.parametrize("lead", [0, 5])
+def test_time_bands_fall_in_each_rows_own_utterance_as_if_it_were_the_whole_spectrogram(name, lead):
+    """tau is the utterance's length (the paper's): a row whose eligible frames are frames
+    [lead, lead + k) of the window gets, there, exactly the masks of a k-frame spectrogram drawn
+    from the same seed, and nothing in the silence around it; the frequency bands are unchanged."""
+    B, nu, tau = 6, 10, 60
+    lengths = torch.tensor([55, 30, 12, 1, 0, 40])
+    eligible = torch.zeros(B, nu, tau, dtype=torch.bool)
+    for b, k in enumerate(lengths.tolist()):
+        eligible[b, :, lead:lead + k] = True
+    fn = get_masking(name)
+    kw = {"T": 20, "mT": 2, "p": 0.5} | ({"F": 4, "mF": 1} if name == "specaugment" else {})
+    got = fn((B, nu, tau), generator=gen(11), eligible=eligible, **kw)
+    for b, k in enumerate(lengths.tolist()):
+        assert not got[b, :, :lead].any() and not got[b, :, lead + k:].any()
+        if k:
+            alone = fn((B, nu, k), generator=gen(11), **kw)[b]
+            assert torch.equal(got[b, :, lead:lead + k], alone), (b, k)
+    # a band is at most floor(p * k) frames wide, not floor(p * tau): 6 in a 12-frame utterance
+    twelve = eligible[2:3].expand(4000, nu, tau).contiguous()
+    assert time_widths(time_mask((4000, nu, tau), generator=gen(12), eligible=twelve, T=20, mT=1, p=0.5)).max() == 6
+
+
 @pytest.mark.parametrize("name", ["time_mask", "freq_mask", "specaugment"])
 def test_eligible_is_anded_and_all_ineligible_rows_are_empty(name):
+    """With every frame of a row holding an eligible cell (its utterance is the whole window), the
+    masks are those drawn without ``eligible``, ANDed with it."""
     g = gen(9)
     eligible = torch.rand(8, 12, 20, generator=g) < 0.7
     eligible[3] = False
@@ -137,9 +163,9 @@ def test_zero_counts_and_widths_mask_nothing_and_empty_axes():
     assert time_mask((4, 0), generator=gen()).shape == (4, 0)
 
 
-def test_ld_policy_defaults_and_signatures_match_the_models():
+def test_ss_policy_defaults_and_signatures_match_the_models():
     p = get_masking("specaugment").parse_params({})
-    assert (p.F, p.mF, p.T, p.mT, p.p) == (27, 2, 100, 2, 1.0)
+    assert (p.F, p.mF, p.T, p.mT, p.p) == (27, 2, 40, 2, 0.2)  # Park et al. 2019, Table 1: SS
     for fn, name in [(time_mask, "time_mask"), (freq_mask, "freq_mask"), (specaugment_mask, "specaugment")]:
         sig = inspect.signature(fn).parameters
         for field, info in get_masking(name).params.model_fields.items():
