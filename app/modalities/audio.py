@@ -270,7 +270,8 @@ def mask_rows(pv, names: tuple[str, ...], players: bool = True) -> None:
         a.image(spec_image(pv.spec[i], real, lo_hi=lo_hi), width="stretch",
                 caption=f"{label}" + (f" · “{pv.transcripts[i]}”" if pv.transcripts[i] else ""))
         b.image(spec_image(pv.spec[i], real, cells, lo_hi=lo_hi), width="stretch",
-                caption=f"masked: {int(cells.sum())} of {int(real.sum()) * pv.spec.shape[1]} cells")
+                caption=f"masked: {int(cells.sum())} of {int(real.sum()) * pv.spec.shape[1]} cells "
+                        f"({cells.sum() / max(int(real.sum()) * pv.spec.shape[1], 1):.0%} of the clip)")
         if players:
             with c:
                 play(pv.waves[i], pv.sample_rate, "clip")

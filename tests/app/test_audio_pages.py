@@ -5,6 +5,7 @@ fresh browser session: the URL carries the state, as a reload or a link does."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,9 @@ def test_new_run_draws_the_runs_masks_on_real_spectrograms_from_the_url(env, tas
     assert len(caps) == 2 * 8 and players(at) == 8  # 8 of the 12 val clips: spectrogram, masked, player
     masked = [c for c in caps if c.startswith("masked: ")]
     assert len(masked) == 8 and any(int(c.split()[1]) > 0 for c in masked)
+    for c in masked:  # "masked: 210 of 832 cells (25% of the clip)": the share Mask lab's statistics give
+        hidden, cells, share = re.fullmatch(r"masked: (\d+) of (\d+) cells \((\d+)% of the clip\)", c).groups()
+        assert int(share) == round(100 * int(hidden) / int(cells)), c
     url = {k: (v[0] if isinstance(v, list) else v) for k, v in dict(at.query_params).items()}
     assert url["task"] == task and url["data.audio.n_mels"] == "32" and url["data.audio.clip_seconds"] == "0.5"
     if task == "audio_frames":  # span starts at p = 0.065: the field shows every decimal of its default
