@@ -20,6 +20,7 @@ from app.components.access import actor
 from app.components.errors import guarded
 from engine.data import ImportOptions, inspect_source
 from engine.data.audio import EXTENSIONS as AUDIO_EXTENSIONS
+from engine.data.images import NOTE_LOST_ON_FILL
 from engine.data.jobs import ImportOutcome, cancel_import, import_status, start_import
 from engine.data.tabular import ROLES, TABLE_EXTENSIONS
 
@@ -125,6 +126,10 @@ def show_report(outcome, name: str) -> None:
         st.success(f"Imported all {outcome.accepted:,} {what} from {name} as dataset **{outcome.dataset}**.")
     if outcome.geometry:
         st.caption(f"Geometry: {outcome.geometry}.")
+    for note, n, files in getattr(outcome, "converted", ()):
+        # a conversion that lost what the images show is a warning; the others are worth knowing
+        named = ", ".join(files) + (", …" if n > len(files) else "")
+        (st.warning if note == NOTE_LOST_ON_FILL else st.caption)(f"{n:,} image{'s' * (n != 1)} ({named}): {note}.")
     _refusals(outcome.rejected, outcome.skipped)
 
 

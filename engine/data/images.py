@@ -83,6 +83,14 @@ NOTE_CMYK_ICC = "CMYK converted to sRGB through its embedded ICC profile"
 NOTE_CMYK_NAIVE = "CMYK without an ICC profile: Pillow's naive conversion to RGB"
 NOTE_CMYK_BAD_ICC = "CMYK whose ICC profile cannot be used: Pillow's naive conversion to RGB"
 NOTE_TIFF16 = "16-bit colour TIFF: the high byte of each sample (Pillow), not round(v / 257)"
+NOTE_LOST_ON_FILL = ("transparent image with next to nothing visible on the colour under transparency (its "
+                     "visible pixels match it): import again with another colour under transparency, e.g. gray")
+#: A mostly opaque pixel (alpha at least half) stands out from the fill when one of its samples
+#: differs from the fill's by more than this (8-bit levels); an image where fewer than
+#: :data:`LOST_SHARE` of those pixels stand out, or that has none, gets :data:`NOTE_LOST_ON_FILL`
+#: (white stamps over white, black over black). A faint glow around a shape is not counted.
+LOST_LEVELS = 24
+LOST_SHARE = 0.2
 
 _BLOCK = 1 << 20  # samples per block of the integer arithmetic, to bound its temporaries
 
@@ -301,6 +309,26 @@ def _cmyk(im: Image.Image) -> Decoded:
     return Decoded(np.asarray(rgb), NOTE_CMYK_ICC)
 
 
+def _over_fill(color: np.ndarray, alpha: np.ndarray | None, fill: tuple[int, int, int], note: str | None = None,
+               **kw) -> Decoded:
+    """:func:`composite`, with :data:`NOTE_LOST_ON_FILL` when the mostly opaque pixels vanish on
+    ``fill`` (fewer than :data:`LOST_SHARE` of them differ from it by more than :data:`LOST_LEVELS`)."""
+    out = composite(color, alpha, fill, **kw)
+    if alpha is None:
+        return Decoded(out, note)
+    f = np.asarray(fill[0] if out.ndim == 2 else fill, dtype=np.int16)
+    half = (kw.get("alpha_max", 255) + 1) // 2
+    visible = apart = 0
+    for sl in _blocks(out.shape[0], out[0].size if out.size else 1):
+        vis = alpha[sl] >= half
+        diff = np.abs(out[sl].astype(np.int16) - f)
+        far = (diff.max(axis=-1) if diff.ndim == 3 else diff) > LOST_LEVELS
+        visible, apart = visible + int(vis.sum()), apart + int((far & vis).sum())
+    if apart < LOST_SHARE * visible or visible == 0:
+        note = NOTE_LOST_ON_FILL if note is None else f"{note}; {NOTE_LOST_ON_FILL}"
+    return Decoded(out, note)
+
+
 def _key_alpha(values: np.ndarray, key: object) -> np.ndarray | None:
     """Alpha 0 where ``values`` equal the transparent colour ``key`` (int, or RGB tuple), else 255."""
     if isinstance(key, int):
@@ -322,11 +350,9 @@ def _png16(data: bytes, im: Image.Image, fill: tuple[int, int, int]) -> Decoded:
     else:
         color, alpha = a, _key_alpha(a, im.info.get("transparency"))
         alpha = None if alpha is None else alpha.astype(np.int64) * 257
-    if color.ndim == 2 and fill[0] == fill[1] == fill[2]:
-        return Decoded(composite(color, alpha, fill, scale=257, alpha_max=65535))
-    if color.ndim == 2:
+    if color.ndim == 2 and not fill[0] == fill[1] == fill[2]:
         color = np.repeat(color[..., None], 3, -1)
-    return Decoded(composite(color, alpha, fill, scale=257, alpha_max=65535))
+    return _over_fill(color, alpha, fill, scale=257, alpha_max=65535)
 
 
 def _to_8bit(im: Image.Image, data: bytes, fill: tuple[int, int, int]) -> Decoded:
@@ -349,7 +375,7 @@ def _to_8bit(im: Image.Image, data: bytes, fill: tuple[int, int, int]) -> Decode
         rgba = np.asarray(im.convert("RGBA" if mode == "PA" or key is not None else "RGB"))
         if rgba.shape[2] == 3:
             return Decoded(rgba)
-        return Decoded(composite(rgba[..., :3], rgba[..., 3], fill))
+        return _over_fill(rgba[..., :3], rgba[..., 3], fill)
     scale = 257 if mode.startswith("I;16") else 1
     a = np.asarray(im)
     if mode == "1":
@@ -366,7 +392,7 @@ def _to_8bit(im: Image.Image, data: bytes, fill: tuple[int, int, int]) -> Decode
         alpha = None if key is None else _key_alpha(a, key)
     if color.ndim == 2 and alpha is not None and not gray_fill:
         color = np.repeat(color[..., None], 3, -1)
-    return Decoded(composite(color, alpha, fill, scale=scale, premultiplied=premultiplied), note)
+    return _over_fill(color, alpha, fill, note, scale=scale, premultiplied=premultiplied)
 
 
 _ORIENT = {

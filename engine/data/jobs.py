@@ -44,6 +44,7 @@ import sys
 import threading
 import time
 import traceback
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,9 @@ class ImportOutcome:
         rejected / skipped: ``(file, reason)``.
         geometry: for images, what was done to their size and shape (``ImportReport.geometry_line``).
         summary: the importer's own summary (the CLI's text).
+        converted: ``(note, count, first files)``: images converted by a rule worth knowing (CMYK
+            through its ICC profile, 32-bit pixels scaled, content lost on the colour under
+            transparency...), the most frequent first, with up to :data:`CONVERTED_NAMES` of their files.
     """
 
     modality: str
@@ -86,6 +90,7 @@ class ImportOutcome:
     skipped: list[tuple[str, str]] = field(default_factory=list)
     geometry: str = ""
     summary: str = ""
+    converted: list[tuple[str, int, list[str]]] = field(default_factory=list)
 
 
 @dataclass
@@ -220,7 +225,8 @@ def import_status(job_id: str, workspace: str | os.PathLike[str] | None = None) 
         if res.get("outcome"):
             o = res["outcome"]
             out.outcome = ImportOutcome(**{**o, "rejected": [tuple(x) for x in o["rejected"]],
-                                           "skipped": [tuple(x) for x in o["skipped"]]})  # fmt: skip
+                                           "skipped": [tuple(x) for x in o["skipped"]],
+                                           "converted": [(c[0], c[1], list(c[2])) for c in o.get("converted", [])]})  # fmt: skip
     elif not run_alive(d):
         if not (d / "lock").exists() and time.time() - float(job.get("created_at", 0)) < START_GRACE_S:
             out.state = "starting"
@@ -262,7 +268,20 @@ def _outcome(report: Any) -> dict[str, Any]:
         modality, report.dataset.name if report.dataset is not None else None, report.accepted,
         list(report.rejected), list(report.skipped),
         report.geometry_line() if modality == "image" and report.dataset is not None else "", report.summary(),
+        _converted(getattr(report, "converted", ())),
     ))  # fmt: skip
+
+
+#: Files named per conversion note in :attr:`ImportOutcome.converted`.
+CONVERTED_NAMES = 5
+
+
+def _converted(pairs) -> list[tuple[str, int, list[str]]]:
+    """``[(file, note)]`` -> ``[(note, count, first files)]``, the most frequent note first."""
+    files: dict[str, list[str]] = {}
+    for name, note in pairs:
+        files.setdefault(note, []).append(name)
+    return [(note, n, files[note][:CONVERTED_NAMES]) for note, n in Counter(note for _, note in pairs).most_common()]
 
 
 #: Modules an import of each kind (:func:`engine.data.ingest.detect_source`) loads lazily, loaded

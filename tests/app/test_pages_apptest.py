@@ -157,6 +157,28 @@ def test_upload_zip_shows_plan_then_report_and_new_dataset(workspace, stamps_zip
     assert not any("Imported" in w.value for w in at.warning)
 
 
+def test_an_image_lost_on_the_colour_under_transparency_is_a_warning_in_the_report(workspace, stamps_zip, shared_data):
+    """The Tux Paint lightning bolt is white with transparency: over the default white fill next to
+    nothing of it stays visible, and the report says so in a warning, with the fix."""
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(stamps_zip)) as src, zipfile.ZipFile(buf, "w") as z:
+        for item in src.infolist():
+            z.writestr(item, src.read(item))
+        z.write(shared_data / "tuxpaint-stamps" / "images" / "naturalforces__lightningbolt.png", "stamps/animals/bolt.png")
+    at = open_page("../pages/data.py")
+    at.file_uploader[0].upload("stamps.zip", buf.getvalue(), "application/zip").run()
+    at.text_input(key="data_new_name").input("bolts").run()
+    import_and_wait(at)
+    assert not at.exception, [e.value for e in at.exception]
+    lost = [w.value for w in at.warning if "next to nothing visible" in w.value]
+    assert lost == ["1 image (stamps/animals/bolt.png): transparent image with next to nothing visible on the colour under transparency (its "
+                    "visible pixels match it): import again with another colour under transparency, e.g. gray."], \
+        [w.value for w in at.warning]
+
+
 def test_bad_upload_is_an_error_not_an_exception(workspace):
     at = open_page("../pages/data.py")
     at.file_uploader[0].upload("broken.zip", b"this is not a zip archive", "application/zip").run()

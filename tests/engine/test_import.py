@@ -602,3 +602,47 @@ def test_folder_links_that_leave_the_folder_are_refused(workspace, tmp_path):
     report = import_archive(folder, image_size=W)
     assert report.accepted == 2
     assert report.rejected == [("a/outside.png", "path leaves the folder (a symbolic link to a file outside it)")]
+
+
+# ---------------------------------------------------------------- content lost on the fill colour
+
+def _bolt() -> Image.Image:
+    """A real white-and-pale-yellow Tux Paint stamp with transparency (../shared/data/tuxpaint-stamps)."""
+    path = Path(__file__).resolve().parents[3] / "shared" / "data" / "tuxpaint-stamps" / "images" / "naturalforces__lightningbolt.png"
+    if not path.exists():
+        pytest.skip(f"{path} is missing")
+    return Image.open(path).convert("RGBA").resize((64, 64), Image.Resampling.NEAREST)
+
+
+def _keyed(bolt: Image.Image) -> bytes:
+    """The bolt as RGB with a transparent colour (tRNS key): black where it was transparent."""
+    a = np.asarray(bolt)
+    rgb = np.where(a[..., 3:] > 0, a[..., :3], 0).astype(np.uint8)
+    return _save(Image.fromarray(rgb, "RGB"), "PNG", transparency=(0, 0, 0))
+
+
+LOST_CASES = {
+    "RGBA PNG": lambda b: _save(b, "PNG"),
+    "LA PNG": lambda b: _save(b.convert("LA"), "PNG"),
+    "PA (palette + alpha) PNG": lambda b: _save(b.quantize(64, method=Image.Quantize.FASTOCTREE), "PNG"),
+    "RGB PNG with a transparent colour": _keyed,
+    "RGBA 16-bit PNG": lambda b: _png(np.asarray(b).astype(np.uint16) * 257, 6),
+    "gray + alpha 16-bit PNG": lambda b: _png(np.asarray(b.convert("LA")).astype(np.uint16) * 257, 4),
+    "RGBA WebP": lambda b: _save(b, "WEBP", lossless=True),
+    "RGBA TIFF": lambda b: _save(b, "TIFF"),
+}
+
+
+@pytest.mark.parametrize("case", list(LOST_CASES))
+def test_an_image_that_vanishes_on_the_fill_colour_is_reported_in_every_transparent_mode(workspace, tmp_path, case):
+    """A white stamp over a white fill keeps next to nothing visible: the report says so, names the
+    fix, and the same image over gray imports with no such note."""
+    from engine.data.images import NOTE_LOST_ON_FILL
+
+    data = LOST_CASES[case](_bolt())
+    name = "bolt." + {"WebP": "webp", "TIFF": "tif"}.get(case.split()[-1], "png")
+    _, white = _import_one(tmp_path, name, data, fill="white")
+    assert [n for _, n in white.converted] == [NOTE_LOST_ON_FILL], white.converted
+    assert "another colour under transparency" in white.summary()
+    _, gray = _import_one(tmp_path, name, data, fill="#808080")
+    assert NOTE_LOST_ON_FILL not in [n for _, n in gray.converted]
