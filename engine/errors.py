@@ -86,8 +86,8 @@ class EvaluationError(MasklabError):
 class EvaluationCancelled(MasklabError):
     """A run's final evaluation stopped because the run was cancelled (``python -m engine cancel``, the
     cancel button, SIGTERM or SIGINT) while its last checkpoint was being evaluated. The run stays
-    completed; the evaluation job is recorded failed with this message. Not an :class:`EvaluationError`:
-    the evaluation's steps catch those to go on without one figure, and a cancel must stop them all."""
+    completed; the evaluation job is recorded failed with this message. Not an :class:`EvaluationError`,
+    which says that an evaluation cannot be computed."""
 
 
 class RunActiveError(MasklabError):

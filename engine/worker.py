@@ -337,7 +337,6 @@ def _evaluate_final(run_dir: Path, device: str, workspace: Path, step: int | Non
     import _thread
 
     from engine.eval.job import evaluate_and_save
-
     from engine.store.evaluations import write_job
 
     why = (f"cancelled during the final evaluation; start one again from Compare or with python -m engine "

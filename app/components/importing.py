@@ -129,7 +129,7 @@ def show_report(outcome, name: str) -> None:
     for note, n, files in getattr(outcome, "converted", ()):
         # a conversion that lost what the images show is a warning; the others are worth knowing
         named = ", ".join(files) + (", …" if n > len(files) else "")
-        (st.warning if note == NOTE_LOST_ON_FILL else st.caption)(f"{n:,} image{'s' * (n != 1)} ({named}): {note}.")
+        (st.warning if NOTE_LOST_ON_FILL in note else st.caption)(f"{n:,} image{'s' * (n != 1)} ({named}): {note}.")
     _refusals(outcome.rejected, outcome.skipped)
 
 

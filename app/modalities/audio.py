@@ -385,8 +385,9 @@ def compare_view(samples: dict, n: int = 4) -> list[tuple[str, np.ndarray]]:
     the original log-mel spectrogram, then per run its masked input and its reconstruction (the
     prediction at masked cells, the original elsewhere), at each run's latest samples, on one colour
     range per clip; where the runs' clips differ (other datasets or windows), each run's own
-    original, on its own colour range, comes before its two columns. ``samples``: run label -> ``Sample`` of kind ``audio_spec``. Returns the
-    ``(caption, uint8 column image)`` pairs drawn (the HTML report reuses them)."""
+    original, on its own colour range, comes before its two columns. ``samples``: run label ->
+    ``Sample`` of kind ``audio_spec``. Returns the ``(caption, uint8 column image)`` pairs drawn (the
+    HTML report reuses them)."""
     from app.components.compare import draw_columns, shared_inputs, stack_column
 
     if not samples:

@@ -343,8 +343,9 @@ def compare_view(samples: dict, n: int = 6) -> list[tuple[str, np.ndarray]]:
     (the same rows for runs on the same dataset: :func:`engine.data.representative`), columns are
     the original, then per run its masked input and its reconstruction with the visible patches
     pasted back, at each run's latest samples; where the runs' images differ (other datasets or
-    sizes), each run's own original comes before its two columns. ``samples``: run label -> ``Sample`` of kind
-    ``image``. Returns the ``(caption, uint8 column image)`` pairs drawn (the HTML report reuses them)."""
+    sizes), each run's own original comes before its two columns. ``samples``: run label ->
+    ``Sample`` of kind ``image``. Returns the ``(caption, uint8 column image)`` pairs drawn (the HTML
+    report reuses them)."""
     from app.components.compare import draw_columns, shared_inputs, stack_column
     from app.components.images import chw_to_hwc_uint8, upscale
 

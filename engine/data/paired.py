@@ -69,11 +69,11 @@ from engine.errors import DatasetError, NothingImportedError
 DEFAULT_IMAGE_SIZE = 32
 """Side in pixels of a paired dataset's images when the import does not say (module docstring)."""
 DEFAULT_GEOMETRY = "pad"
+"""How the bundled set makes its stamps square (the whole stamp stays in the picture)."""
 #: The bundled stamps' colour under transparency and around them: mid gray. Over white, 7 of the 802
 #: stamps vanish (:data:`engine.data.images.NOTE_LOST_ON_FILL`: the lightning bolt, the speech,
 #: thought and scream balloons, the clock face, the tooth, the white flag); over mid gray none does.
 TUXPAINT_FILL = (128, 128, 128)
-"""How the bundled set makes its stamps square (the whole stamp stays in the picture)."""
 CAPTION_EXTENSION = ".txt"
 PREVIEW_ROWS = 8
 

@@ -362,10 +362,10 @@ def check_masks(cfg: RunConfig, grid: Grid, w: Window, units: str) -> None:
 def _width_note(cfg: RunConfig, grid: Grid) -> str:
     """For SpecAugment on a grid of patches or frame tokens: what its F and T come to there."""
     used, given = grid_masking(cfg, grid).params or {}, cfg.masking.params or {}
-    notes = [f"{k}={given[k]} {'mel bins' if k == 'F' else 'frames'} -> {used[k]} "
-             f"{'rows' if k == 'F' else 'columns'} of {getattr(grid, cell)}"
+    unit = {"F": ("mel bins", "rows"), "T": ("frames", "columns")}
+    notes = [f"{k}={given[k]} {unit[k][0]} = {used[k]} {unit[k][1]} of {getattr(grid, cell)} {unit[k][0]}"
              for k, cell in SPEC_WIDTHS.items() if k in given and used.get(k) != given.get(k)]
-    return f" ({'; '.join(notes)} per position: F and T count mel bins and frames)" if notes else ""
+    return f" ({'; '.join(notes)}: F and T count mel bins and frames)" if notes else ""
 
 
 SPEC_BASELINES = ("mean_spec", "interp_spec")

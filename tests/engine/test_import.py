@@ -606,11 +606,9 @@ def test_folder_links_that_leave_the_folder_are_refused(workspace, tmp_path):
 
 # ---------------------------------------------------------------- content lost on the fill colour
 
-def _bolt() -> Image.Image:
-    """A real white-and-pale-yellow Tux Paint stamp with transparency (../shared/data/tuxpaint-stamps)."""
-    path = Path(__file__).resolve().parents[3] / "shared" / "data" / "tuxpaint-stamps" / "images" / "naturalforces__lightningbolt.png"
-    if not path.exists():
-        pytest.skip(f"{path} is missing")
+def _bolt(shared_data: Path) -> Image.Image:
+    """A real white Tux Paint stamp with transparency (../shared/data/tuxpaint-stamps), 64x64."""
+    path = shared_data / "tuxpaint-stamps" / "images" / "naturalforces__lightningbolt.png"
     return Image.open(path).convert("RGBA").resize((64, 64), Image.Resampling.NEAREST)
 
 
@@ -634,12 +632,13 @@ LOST_CASES = {
 
 
 @pytest.mark.parametrize("case", list(LOST_CASES))
-def test_an_image_that_vanishes_on_the_fill_colour_is_reported_in_every_transparent_mode(workspace, tmp_path, case):
+def test_an_image_that_vanishes_on_the_fill_colour_is_reported_in_every_transparent_mode(workspace, tmp_path, shared_data,
+                                                                                       case):
     """A white stamp over a white fill keeps next to nothing visible: the report says so, names the
     fix, and the same image over gray imports with no such note."""
     from engine.data.images import NOTE_LOST_ON_FILL
 
-    data = LOST_CASES[case](_bolt())
+    data = LOST_CASES[case](_bolt(shared_data))
     name = "bolt." + {"WebP": "webp", "TIFF": "tif"}.get(case.split()[-1], "png")
     _, white = _import_one(tmp_path, name, data, fill="white")
     assert [n for _, n in white.converted] == [NOTE_LOST_ON_FILL], white.converted
