@@ -46,7 +46,7 @@ def summary(rec: Any, points: dict) -> None:
     st.markdown(f"{status_badge(rec.status)} **{run_label(rec)}** · task `{rec.config.get('task', 'image_mim')}` "
                 f"· dataset `{(rec.config.get('data') or {}).get('dataset', '')}`")
     weights = guarded(checkpoint_weights, rec.run_id)
-    m = st.columns(6)
+    m = st.columns([0.8, 1, 1.6, 0.9, 0.8, 0.9])  # the headline card gets room for "caption accuracy @ step N"
     m[0].metric(f"Step of {rec.total_steps}", f"{rec.step}")
     for col, key in ((m[1], "loss"), (m[2], metric)):
         step, value = points.get((rec.run_id, key), (None, None))

@@ -413,7 +413,7 @@ def compare_view(samples: dict, n: int = 4) -> list[tuple[str, np.ndarray]]:
     if not same:
         st.caption("These runs' fixed validation clips differ (other datasets or windows): each run's "
                    "columns show its own clips, after its own original.")
-    draw_columns(drawn, per_row=5, fewest=5)
+    draw_columns(drawn, per_row=5 if same else 6, fewest=5)  # whole runs per row: 3 columns each when not same
     return drawn
 
 
