@@ -70,10 +70,12 @@ DEFAULT_IMAGE_SIZE = 32
 """Side in pixels of a paired dataset's images when the import does not say (module docstring)."""
 DEFAULT_GEOMETRY = "pad"
 """How the bundled set makes its stamps square (the whole stamp stays in the picture)."""
-#: The bundled stamps' colour under transparency and around them: mid gray. Over white, 7 of the 802
-#: stamps vanish (:data:`engine.data.images.NOTE_LOST_ON_FILL`: the lightning bolt, the speech,
-#: thought and scream balloons, the clock face, the tooth, the white flag); over mid gray none does.
-TUXPAINT_FILL = (128, 128, 128)
+#: The bundled stamps' colour under transparency and around them: a light gray. Over white, 7 of the
+#: 802 stamps vanish (:data:`engine.data.images.NOTE_LOST_ON_FILL`: the lightning bolt, the speech,
+#: thought and scream balloons, the clock face, the tooth, the white flag); over this gray none does.
+#: It is not the masked patches' grey (:data:`app.components.images.MASK_GREY`, 128), so a masked
+#: patch stays apart from the background; 192 would lose two gray gravestones.
+TUXPAINT_FILL = (160, 160, 160)
 CAPTION_EXTENSION = ".txt"
 PREVIEW_ROWS = 8
 
@@ -87,7 +89,7 @@ TUXPAINT_HOW_TO = (
 TUXPAINT_DESCRIPTION = (
     "Tux Paint stamps (Debian's tuxpaint-stamps-default): about 800 pictures (photos and clip art of animals, "
     "food, vehicles, symbols...) each with a one-line English description, label = the category folder; "
-    f"{DEFAULT_IMAGE_SIZE}x{DEFAULT_IMAGE_SIZE} RGB, on mid gray. Licence: GPL-2 (Bill Kendrick and "
+    f"{DEFAULT_IMAGE_SIZE}x{DEFAULT_IMAGE_SIZE} RGB, on light gray. Licence: GPL-2 (Bill Kendrick and "
     "contributors), see /usr/share/doc/tuxpaint-stamps-default/copyright."
 )
 
