@@ -19,7 +19,7 @@ import streamlit as st
 from app.components.access import actor
 from app.components.errors import guarded
 from engine.data import ImportOptions, inspect_source
-from engine.data.audio import EXTENSIONS as AUDIO_EXTENSIONS
+from engine.data.audio import EXTENSIONS as AUDIO_EXTENSIONS, UPSAMPLED
 from engine.data.images import NOTE_LOST_ON_FILL
 from engine.data.jobs import ImportOutcome, cancel_import, import_status, start_import
 from engine.data.tabular import ROLES, TABLE_EXTENSIONS
@@ -126,10 +126,13 @@ def show_report(outcome, name: str) -> None:
         st.success(f"Imported all {outcome.accepted:,} {what} from {name} as dataset **{outcome.dataset}**.")
     if outcome.geometry:
         st.caption(f"Geometry: {outcome.geometry}.")
+    unit = {"audio": "clip"}.get(outcome.modality, "image")
     for note, n, files in getattr(outcome, "converted", ()):
-        # a conversion that lost what the images show is a warning; the others are worth knowing
-        named = ", ".join(files) + (", …" if n > len(files) else "")
-        (st.warning if NOTE_LOST_ON_FILL in note else st.caption)(f"{n:,} image{'s' * (n != 1)} ({named}): {note}.")
+        # a conversion that lost what the data shows (an image on its fill, an upsampled clip's high
+        # bins) is a warning; the others are worth knowing
+        named = f" ({', '.join(files)}{', …' if n > len(files) else ''})" if files else ""
+        warn = NOTE_LOST_ON_FILL in note or UPSAMPLED in note
+        (st.warning if warn else st.caption)(f"{n:,} {unit}{'s' * (n != 1)}{named}: {note}.")
     _refusals(outcome.rejected, outcome.skipped)
 
 

@@ -386,6 +386,19 @@ def audio_stats(lengths: np.ndarray, rate: int, decoded: list[DecodedClip] | Non
     return out
 
 
+#: Part of every note on clips recorded below the import's rate (:func:`upsampled_notes`).
+UPSAMPLED = "upsampled to"
+
+
+def upsampled_notes(decoded: list[DecodedClip], rate: int) -> list[tuple[str, str]]:
+    """``("", note)`` per clip recorded below ``rate`` Hz (the report's ``converted``): upsampling
+    adds no content above half the recording rate, so those mel bins hold nothing and a masked
+    model learns to predict silence there."""
+    return [("", f"recorded at {d.source_rate:,} Hz, {UPSAMPLED} {rate:,} Hz: the mel bins above "
+                 f"{d.source_rate // 2:,} Hz hold nothing; import again with the sample rate at {d.source_rate:,} Hz")
+            for d in decoded if d.source_rate < rate]
+
+
 def _conversion_notes(decoded: list[DecodedClip], rate: int) -> list[str]:
     notes = []
     multi = Counter(d.channels for d in decoded if d.channels > 1)
@@ -484,6 +497,8 @@ class AudioImportReport:
         label_counts: clips per class; notes: how the source was read and converted.
         untranscribed: clips imported with an empty transcript (a transcript column was named):
             the audio tasks use them, the paired task (audio-text pairs) leaves them out.
+        converted: ``(file, note)`` for clips converted in a way worth a warning (recorded below
+            the import's rate: :func:`upsampled_notes`; the file is not named there, ``""``).
     """
 
     source: str
@@ -498,6 +513,7 @@ class AudioImportReport:
     label_counts: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     untranscribed: list[str] = field(default_factory=list)
+    converted: list[tuple[str, str]] = field(default_factory=list)
 
     def summary(self) -> str:
         """Multi-line report: counts, how clips were converted, the dataset, every rejected file, skipped files by reason."""
@@ -567,6 +583,7 @@ def import_audio(
         raise NothingImportedError(f"{label}: no usable audio clip (WAV, FLAC, Ogg); {what}", d.rejected,
                                    sorted(src.skipped))
     report.notes += _conversion_notes(d.decoded, rate)
+    report.converted = upsampled_notes(d.decoded, rate)
     info = DatasetInfo(name=name, modality="audio", source=f"upload:{src_path.name}", image_shape=None,
                        class_names=(), n_train=0, n_val=0, created_at=storage.utc_now(),
                        description=f"Imported from {src_path.name} ({src.kind}"

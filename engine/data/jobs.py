@@ -281,7 +281,8 @@ def _converted(pairs) -> list[tuple[str, int, list[str]]]:
     files: dict[str, list[str]] = {}
     for name, note in pairs:
         files.setdefault(note, []).append(name)
-    return [(note, n, files[note][:CONVERTED_NAMES]) for note, n in Counter(note for _, note in pairs).most_common()]
+    return [(note, n, [f for f in files[note] if f][:CONVERTED_NAMES])
+            for note, n in Counter(note for _, note in pairs).most_common()]
 
 
 #: Modules an import of each kind (:func:`engine.data.ingest.detect_source`) loads lazily, loaded

@@ -575,6 +575,9 @@ def test_h_audio_upload_run_spectrograms_and_players(server, page, workspace_dir
     settle(page)
     page.get_by_role("button", name="Import").click()
     expect(page.get_by_test_id("stAlertContentSuccess")).to_contain_text("Imported all 24 clips", timeout=60_000)
+    # FSDD is recorded at 8 kHz and the form's rate is 16 kHz: the report warns that the high bins are empty
+    expect(page.get_by_test_id("stAlertContentWarning")).to_contain_text(
+        "24 clips: recorded at 8,000 Hz, upsampled to 16,000 Hz: the mel bins above 4,000 Hz hold nothing")
     expect(page.get_by_role("heading", name="Clips", exact=True)).to_be_visible(timeout=30_000)
     settle(page)
     expect(page.locator("audio")).to_have_count(6, timeout=30_000)  # a player under each spectrogram

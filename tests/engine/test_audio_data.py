@@ -99,6 +99,9 @@ def test_one_sample_zero_byte_and_stereo_48k_each_get_their_rule_and_are_named(w
     assert "downmixed to mono (mean of the channels): 1 clip of 2 channels" in summary
     assert "resampled to 16000 Hz with torchaudio.functional.resample" in summary
     assert "1 clip from 8000 Hz" in summary and "1 clip from 48000 Hz" in summary
+    # only the clip recorded below the import's rate is a warning: its high mel bins hold nothing
+    assert report.converted == [("", "recorded at 8,000 Hz, upsampled to 16,000 Hz: the mel bins above 4,000 Hz hold "
+                                     "nothing; import again with the sample rate at 8,000 Hz")]
 
     ds = load_dataset("edge", workspace)
     assert isinstance(ds, AudioDataset) and ds.rate == 16000 and len(ds) == 2
