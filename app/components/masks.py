@@ -547,8 +547,27 @@ def lab_statistics(res: tuple[MaskStats, float | None, str | None] | None, about
     stats, rate, problem = res
     if problem:
         st.warning(f"A run with these settings would be refused: {problem}")
+    elif (empty := unmasked_note(stats)) is not None:
+        st.warning(empty)
     st.caption(about(stats))
     mask_stats_panel(stats, rate)
+
+
+#: Share of samples whose mask hides nothing above which Mask lab warns: such samples train nothing
+#: (the loss covers the masked positions only), which pre-flight lets pass as long as one is masked.
+UNMASKED_WARN = 0.1
+
+
+def unmasked_note(stats: MaskStats) -> str | None:
+    """A warning when more than :data:`UNMASKED_WARN` of the samples have nothing masked (e.g.
+    SpecAugment's time bands, bounded by p x the clip's length, on short clips), else None."""
+    n = stats.batch_size
+    empty = int((stats.ratio == 0).sum()) if n else 0
+    if not n or empty <= UNMASKED_WARN * n:
+        return None
+    return (f"{empty} of {n} samples have nothing masked, so they train nothing (the loss covers masked positions "
+            "only): widen the masks (a larger ratio, or for SpecAugment larger F, T or p; on short clips, p x the "
+            "clip's length must reach one position) or pick smaller positions (patch size).")
 
 
 def mask_stats_panel(stats: MaskStats, masks_per_s: float | None) -> None:

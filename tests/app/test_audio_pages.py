@@ -123,3 +123,19 @@ def test_run_detail_shows_spectrograms_and_players_of_a_run(env):
     assert slider.options == ["0", "2"] and slider.value == 2
     slider.set_value(0).run()
     assert any(c.value.startswith("Step 0 · 3 fixed validation clips") for c in at.caption)
+
+
+def test_mask_lab_warns_when_many_clips_get_no_mask(env):
+    """SpecAugment's time bands are at most p x the clip's own length wide: on a grid of 8-frame
+    patches a short spoken digit often gets none, and Mask lab says how many samples train nothing."""
+    from app.components.masks import UNMASKED_WARN
+
+    at = open_with("../pages/mask_lab.py", {"dataset": "spoken", "task": "audio_mae", "masking.strategy": "time_mask",
+                                            "data.audio.n_mels": "32"})
+    assert not at.exception
+    note = next(w.value for w in at.warning if "samples have nothing masked" in w.value)
+    empty, n = map(int, re.match(r"(\d+) of (\d+) samples have nothing masked", note).groups())
+    assert empty > UNMASKED_WARN * n and "p x the clip's length must reach one position" in note
+    at = open_with("../pages/mask_lab.py", {"dataset": "spoken", "task": "audio_mae", "masking.strategy": "random",
+                                            "masking.ratio": "0.8", "data.audio.n_mels": "32"})
+    assert not [w.value for w in at.warning if "nothing masked" in w.value]
