@@ -69,7 +69,7 @@ import numpy as np
 from engine.access import permission
 from engine.data.archive import Member, Members, NameDecoding, classify, decode_names, read_problem
 from engine.data.archive import listed_member, refusal_lines, size_problem, skip_reason
-from engine.data.dataset import AudioDataset, DatasetInfo, seeded_split, to_pcm
+from engine.data.dataset import AudioDataset, DatasetInfo, classes_text, seeded_split, to_pcm
 from engine.data.images import Refused
 from engine.data.archive import import_outcome, import_target
 from engine.data.limits import ImportLimits, budget_reason
@@ -526,7 +526,7 @@ class AudioImportReport:
             groups = f", {len(d.group_names)} groups" if d.group_names else ""
             lines.append(f"Dataset {d.name!r}: {d.n_train} train + {d.n_val} val clips at {st['sample_rate']} Hz, "
                          f"{st['seconds_total']:.1f} s in all ({st.get('seconds_min', 0):.2f} to "
-                         f"{st.get('seconds_max', 0):.2f} s per clip), {len(d.class_names)} classes "
+                         f"{st.get('seconds_max', 0):.2f} s per clip), {classes_text(len(d.class_names))} "
                          f"({per_class}){groups}.")  # fmt: skip
         if self.untranscribed:
             lines.append(f"{len(self.untranscribed)} clip{'s' * (len(self.untranscribed) > 1)} without a transcript "

@@ -35,6 +35,17 @@ MODALITIES = ("image", "text", "audio", "paired")
 """Values of :attr:`DatasetInfo.modality` (``paired``: an image and its caption per row)."""
 
 
+def counted(n: int, one: str, many: str | None = None) -> str:
+    """``counted(1, "image")`` -> ``"1 image"``, ``counted(1200, "image")`` -> ``"1,200 images"``
+    (``many`` for an irregular plural): counts in the import reports and descriptions."""
+    return f"{n:,} {one}" if n == 1 else f"{n:,} {many or one + 's'}"
+
+
+def classes_text(n: int) -> str:
+    """``"1 class"`` / ``"3 classes"``."""
+    return counted(n, "class", "classes")
+
+
 def validate_name(name: str) -> str:
     """Return ``name`` if it is a valid dataset name (:data:`NAME_RE`), else raise :class:`DatasetError`."""
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):

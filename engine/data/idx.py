@@ -350,7 +350,7 @@ def import_idx(path: Path, name: str | None, options, *, workspace=None, overwri
             editor, or demo mode; checked before anything is read.
     """
     from engine.data import storage
-    from engine.data.dataset import DatasetInfo, seeded_split
+    from engine.data.dataset import DatasetInfo, classes_text, seeded_split
     from engine.data.importer import ImportReport, _default_name
     from engine.data.registry import check_new_name
 
@@ -372,7 +372,7 @@ def import_idx(path: Path, name: str | None, options, *, workspace=None, overwri
         name=name, modality="image", source=f"upload:{path.name}", image_shape=(c, h, w), class_names=classes,
         n_train=int((split == 0).sum()), n_val=int((split == 1).sum()), created_at=storage.utc_now(),
         description=f"Imported from the IDX files of {path.name}: {len(images)} images {h}x{w} in "
-                    f"{len(classes)} classes ({_split_note(pairs, options)}).",
+                    f"{classes_text(len(classes))} ({_split_note(pairs, options)}).",
     )  # fmt: skip
     folder = storage.write_dataset(info, images, labels, split, workspace, overwrite=overwrite)
     report = ImportReport(source=label, dataset=storage.read_info(folder), accepted=len(images))

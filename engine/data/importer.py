@@ -45,7 +45,7 @@ from engine.access import permission
 from engine.data import bundled, storage
 from engine.data.archive import Member, Members, NameDecoding, decode_names, import_outcome, import_target, read_problem
 from engine.data.archive import classify, refusal_lines, skip_reason
-from engine.data.dataset import DatasetInfo, seeded_split, validate_name
+from engine.data.dataset import DatasetInfo, classes_text, counted, seeded_split, validate_name
 from engine.data.images import (
     EXTENSIONS, GEOMETRIES, PAD_FILLS, PadFill, Refused, check_format, decode, fit_square, open_header, sniff,
 )
@@ -124,7 +124,7 @@ class ImportReport:
             c, h, w = d.image_shape
             lines.append(
                 f"Dataset {d.name!r}: {d.n_train} train + {d.n_val} val images, {c}x{h}x{w}, "
-                f"{len(d.class_names)} classes ({', '.join(d.class_names)})."
+                f"{classes_text(len(d.class_names))} ({', '.join(d.class_names)})."
             )
         if self.image_size:
             sizes = ", ".join(f"{k} ({n})" for k, n in self.source_sizes.most_common(5))
@@ -449,7 +449,7 @@ def import_archive(
         n_train=int((split == 0).sum()),
         n_val=int((split == 1).sum()),
         created_at=storage.utc_now(),
-        description=f"Imported from {src.name}: {len(images)} images in {len(class_names)} classes; "
+        description=f"Imported from {src.name}: {counted(len(images), 'image')} in {classes_text(len(class_names))}; "
         f"{report.geometry_line()} (transparency over {fill_text}).",
     )
     storage.write_dataset(info, pixels, labels, split, workspace, overwrite=overwrite)

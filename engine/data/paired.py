@@ -56,7 +56,7 @@ from engine.data.archive import (
     Member, Members, NameDecoding, classify, decode_names, import_outcome, import_target, listed_member, read_problem,
     refusal_lines, skip_reason,
 )
-from engine.data.dataset import DatasetInfo, PairedDataset, seeded_split
+from engine.data.dataset import DatasetInfo, PairedDataset, classes_text, seeded_split
 from engine.data.images import EXTENSIONS as IMAGE_EXTENSIONS
 from engine.data.images import GEOMETRIES, Refused, fit_square
 from engine.data.limits import ImportLimits
@@ -133,7 +133,7 @@ class PairedImportReport:
             d = self.dataset
             c, h, w = d.image_shape
             lines.append(f"Dataset {d.name!r}: {d.n_train} train + {d.n_val} val pairs, images {c}x{h}x{w}, "
-                         f"{len(d.class_names)} classes.")
+                         f"{classes_text(len(d.class_names))}.")
         lines += self.notes
         return "\n".join(lines + refusal_lines(self.rejected, self.skipped, "Skipped (not used)"))
 

@@ -42,7 +42,7 @@ import numpy as np
 from engine.access import permission
 from engine.data import importer, registry, storage
 from engine.data.archive import import_outcome, import_target, refusal_lines, skip_reason
-from engine.data.dataset import DatasetInfo, TextDataset, seeded_split
+from engine.data.dataset import DatasetInfo, TextDataset, classes_text, seeded_split
 from engine.data.sampling import import_order
 from engine.data.tabular import (
     TABLE_EXTENSIONS,
@@ -431,7 +431,7 @@ class TextImportReport:
             per_class = ", ".join(f"{c} {n}" for c, n in self.label_counts.items())
             groups = f", {len(d.group_names)} groups" if d.group_names else ""
             lines.append(f"Dataset {d.name!r}: {d.n_train} train + {d.n_val} val documents, "
-                         f"{len(d.class_names)} classes ({per_class}){groups}.")  # fmt: skip
+                         f"{classes_text(len(d.class_names))} ({per_class}){groups}.")  # fmt: skip
         return "\n".join(lines + refusal_lines(self.rejected, self.skipped, "Skipped (not .txt documents)"))
 
 
@@ -486,7 +486,7 @@ def import_text(
         n_val=int((split == 1).sum()),
         created_at=storage.utc_now(),
         description=f"Imported from {src_path.name} ({src.kind}{cols}): {len(prep.texts)} documents "
-        f"in {len(prep.class_names)} classes.",
+        f"in {classes_text(len(prep.class_names))}.",
         stats={**text_stats(prep.texts), "cleaning": prep.cleaning.as_dict()},
         group_names=prep.group_names,
     )

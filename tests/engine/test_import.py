@@ -643,5 +643,6 @@ def test_an_image_that_vanishes_on_the_fill_colour_is_reported_in_every_transpar
     _, white = _import_one(tmp_path, name, data, fill="white")
     assert [n for _, n in white.converted] == [NOTE_LOST_ON_FILL], white.converted
     assert "another colour under transparency" in white.summary()
+    assert white.dataset.description.startswith(f"Imported from one.zip: 1 image in 1 class;"), white.dataset.description
     _, gray = _import_one(tmp_path, name, data, fill="#808080")
     assert NOTE_LOST_ON_FILL not in [n for _, n in gray.converted]
