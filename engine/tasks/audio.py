@@ -362,10 +362,16 @@ def check_masks(cfg: RunConfig, grid: Grid, w: Window, units: str) -> None:
 def _width_note(cfg: RunConfig, grid: Grid) -> str:
     """For SpecAugment on a grid of patches or frame tokens: what its F and T come to there."""
     used, given = grid_masking(cfg, grid).params or {}, cfg.masking.params or {}
-    unit = {"F": ("mel bins", "rows"), "T": ("frames", "columns")}
-    notes = [f"{k}={given[k]} {unit[k][0]} = {used[k]} {unit[k][1]} of {getattr(grid, cell)} {unit[k][0]}"
-             for k, cell in SPEC_WIDTHS.items() if k in given and used.get(k) != given.get(k)]
-    return f" ({'; '.join(notes)}: F and T count mel bins and frames)" if notes else ""
+    unit = {"F": ("mel bins", "rows"), "T": ("frames", "columns" if grid.dims == 2 else "frame tokens")}
+    changed = [k for k in SPEC_WIDTHS if k in given and used.get(k) != given.get(k)]
+    if not changed:
+        return ""
+    notes = [f"{k}={given[k]} {unit[k][0]} = {used[k]} {unit[k][1]} of {getattr(grid, SPEC_WIDTHS[k])} {unit[k][0]}"
+             for k in changed]
+    fix = " or ".join(f"{k} >= {getattr(grid, SPEC_WIDTHS[k])}" for k in changed)
+    counts = "count" if len(changed) > 1 else "counts"
+    return (f" ({'; '.join(notes)}: {' and '.join(changed)} {counts} {' and '.join(unit[k][0] for k in changed)}; "
+            f"{fix} hides whole ones)")
 
 
 SPEC_BASELINES = ("mean_spec", "interp_spec")
