@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from app.components.quality import predictor_name
 from app.components.urlstate import flatten
 
 #: Representation figures shown for each run, with their column titles.
@@ -124,7 +125,7 @@ def quality_frame(evaluations: Mapping[str, Any], labels: Mapping[str, str]) -> 
             base = {n: f[key] for n, f in q.items() if n != "trained" and key in f and not pd.isna(f[key])}
             if base:
                 name = (max if better == "max" else min)(base, key=base.get)
-                row[f"{title} · best baseline"] = f"{base[name]:.4f} ({name.replace('_', ' ')})"
+                row[f"{title} · best baseline"] = f"{base[name]:.4f} ({predictor_name(name)})"
         rows.append(row)
     return pd.DataFrame(rows), present
 

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from app.components.compare import BEST, FINETUNE, QUALITY_FIGURES, REP_FIGURES
+from app.components.quality import predictor_name
 
 #: Columns of :func:`downstream_table`: encoder key -> title.
 ENCODER_TITLES = {"trained": "this run", "random_init": "random init", "raw_input": "raw input", "chance": "chance"}
@@ -46,7 +47,7 @@ def quality_rows(ev: Any) -> pd.DataFrame:
     if "trained" not in q:
         return pd.DataFrame()
     names = ["trained"] + [n for n in q if n != "trained"]
-    out = pd.DataFrame({"predictor": [f"this run (step {ev.step})" if n == "trained" else n.replace("_", " ")
+    out = pd.DataFrame({"predictor": [f"this run (step {ev.step})" if n == "trained" else predictor_name(n)
                                       for n in names]})
     for key, (title, better) in QUALITY_FIGURES.items():
         vals = pd.Series([q[n].get(key, np.nan) for n in names], dtype=float)

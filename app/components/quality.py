@@ -102,9 +102,27 @@ def quality_rows(rec, step: int | None = None, value: float | None = None) -> tu
     if value is not None:
         run[headline] = value
     rows = [{"predictor": f"this run (step {rec.step if step is None else step})", **run}]
-    rows += [{"predictor": n.replace("_", " "), **{m: latest.get(baseline_key(m, headline, n)) for m, _ in figures}}
+    rows += [{"predictor": predictor_name(n), **{m: latest.get(baseline_key(m, headline, n)) for m, _ in figures}}
              for n in names]
     return pd.DataFrame(rows), figures
+
+
+#: The trivial predictors' names in words (``baseline/<name>`` in the logs; a text task's name
+#: carries its figure, ``unigram_top1``, and an audio task's ``_mse``, which :func:`predictor_name` drops).
+PREDICTOR_NAMES = {
+    "mean_image": "training mean image", "visible_mean": "visible-pixel mean", "biharmonic": "biharmonic inpainting",
+    "knn": "kNN average (k=10)", "mean_spec": "training mean spectrogram", "interp_spec": "interpolation in time",
+    "unigram": "most frequent token", "position": "most frequent per position", "bigram": "bigram (both neighbours)",
+    "bigram_tf": "bigram, teacher-forced", "chance": "chance", "cca": "CCA",
+}
+
+
+def predictor_name(name: str) -> str:
+    """A baseline's name in words: :data:`PREDICTOR_NAMES` (after its figure suffix), else spaced."""
+    for suffix in ("_top1", "_acc", "_mse"):
+        if name.endswith(suffix) and name.removesuffix(suffix) in PREDICTOR_NAMES:
+            return PREDICTOR_NAMES[name.removesuffix(suffix)]
+    return PREDICTOR_NAMES.get(name, name.replace("_", " "))
 
 
 def _fmt(metric: str, v: float, pct: bool) -> str:

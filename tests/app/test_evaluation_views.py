@@ -66,7 +66,8 @@ def test_run_detail_shows_fine_tune_ssim_and_flops_beside_baselines(runs):
     assert down.loc["fine-tune", "this run"].endswith("%") and down.loc["fine-tune", "random init"].endswith("%")
     assert down.loc["fine-tune", "raw input"] == "–"  # no encoder to fine-tune
     quality = next(t for t in tables if "SSIM, masked patches ↑" in t.columns)
-    assert list(quality.index) == ["this run (step 20)", "biharmonic", "knn", "mean image", "visible mean"]
+    assert list(quality.index) == ["this run (step 20)", "biharmonic inpainting", "kNN average (k=10)", "training mean image",
+                                   "visible-pixel mean"]
     assert sum("★" in v for v in quality["SSIM, masked patches ↑"]) == 1
     assert any("GFLOPs per training step" in c and "batch 32" in c for c in _captions(at))
     assert any(c.startswith("This run's frozen features of the 179 val rows, in 2-D") for c in _captions(at))
@@ -76,7 +77,7 @@ def test_run_detail_shows_fine_tune_ssim_and_flops_beside_baselines(runs):
 def test_run_detail_shows_audio_spectral_error_beside_its_baselines(runs):
     at = page("../pages/run_detail.py", run=runs["audio"])
     quality = next(t.value for t in at.table if "log-mel L1, masked ↓" in t.value.columns)
-    assert list(quality.index) == ["this run (step 6)", "interp spec", "mean spec"]
+    assert list(quality.index) == ["this run (step 6)", "interpolation in time", "training mean spectrogram"]
     assert {"log-spectral distance (dB), masked ↓", "spectral convergence, masked ↓"} <= set(quality.columns)
     assert not any("SSIM" in c for c in quality.columns)
 
@@ -94,7 +95,7 @@ def test_compare_puts_quality_fine_tune_and_flops_in_its_tables(runs):
     image = next(t for t in tables if "SSIM, masked patches" in t.columns)
     audio = next(t for t in tables if "log-mel L1, masked" in t.columns)
     assert len(image) == len(audio) == 1 and not any("SSIM" in c for c in audio.columns)
-    assert image["SSIM, masked patches · best baseline"].str.fullmatch(r"0\.\d{4} \((knn|mean image|biharmonic|visible mean)\)").all()
+    assert image["SSIM, masked patches · best baseline"].str.fullmatch(r"0\.\d{4} \((kNN average \(k=10\)|training mean image|biharmonic inpainting|visible-pixel mean)\)").all()
     assert not any("★" in v for v in image["SSIM, masked patches"])  # a lone value is not starred
     down = next(t for t in tables if "linear probe" in t.columns)
     assert not {"fine-tune", "fine-tune · random init"} & set(down.columns)  # a table of its own: the probes' is wide

@@ -58,8 +58,9 @@ def test_quality_table_puts_pixel_figures_next_to_every_baseline(image_run):
     rec = get_run(image_run)
     table = next(d.value for d in at.dataframe if "predictor" in d.value.columns)
     assert list(table.columns) == ["predictor", "MSE (masked units) ↓", "pixel MSE ↓", "PSNR (dB) ↑"]
-    assert list(table.predictor) == ["this run (step 20)", "biharmonic", "knn", "mean image", "visible mean"]
-    knn = table.set_index("predictor").loc["knn"]
+    assert list(table.predictor) == ["this run (step 20)", "biharmonic inpainting", "kNN average (k=10)",
+                                    "training mean image", "visible-pixel mean"]
+    knn = table.set_index("predictor").loc["kNN average (k=10)"]
     assert knn["pixel MSE ↓"].split()[0] == f"{rec.latest['baseline/knn/mse']:.4f}"
     assert knn["PSNR (dB) ↑"].split()[0] == f"{rec.latest['baseline/knn/psnr']:.2f}"
     assert table["pixel MSE ↓"].iloc[0].split()[0] == f"{rec.latest['val_mse']:.4f}"
@@ -69,7 +70,7 @@ def test_quality_table_puts_pixel_figures_next_to_every_baseline(image_run):
     assert [v.endswith("★") for v in table["pixel MSE ↓"]] == [m == min(mse) for m in mse]
     assert [v.endswith("★") for v in table["PSNR (dB) ↑"]] == [p == max(psnr) for p in psnr]
     note = next(c.value for c in at.caption if c.value.startswith("★ best of each column"))
-    assert "pixel MSE: this run at" in note and "of the best baseline (knn)" in note
+    assert "pixel MSE: this run at" in note and "of the best baseline (kNN average (k=10))" in note
     assert "biharmonic on the first 512 validation images" in note
 
 

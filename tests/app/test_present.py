@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from app.components.quality import predictor_name
 from engine.config import RunConfig
 from engine.data import ImportOptions, import_source
 from engine.store import create_run, get_run, load_samples
@@ -86,7 +87,7 @@ def test_one_image_run_numbers_next_to_baselines_and_reconstructions(runs):
     best = min(base, key=base.get)
     val = tiles["val loss (MSE (masked units)) @ step 20"]
     assert val == (f"{rec.latest['val_loss']:.4f}", f"{rec.latest['val_loss'] - base[best]:+.4f} vs baseline")
-    assert tiles[f"Best trivial baseline: {best.replace('_', ' ')}"][0] == f"{base[best]:.4f}"
+    assert tiles[f"Best trivial baseline: {predictor_name(best)}"][0] == f"{base[best]:.4f}"
     probe = tiles["Linear probe accuracy @ step 20"]
     rep = ev.representation
     assert probe[0] == f"{rep['trained']['probe_acc']:.1%}"
@@ -97,7 +98,8 @@ def test_one_image_run_numbers_next_to_baselines_and_reconstructions(runs):
         f"{ft['trained']['finetune_acc']:.1%}",
         f"{(ft['trained']['finetune_acc'] - ft['random_init']['finetune_acc']) * 100:+.1f} points vs random init")
     table = next(d.value for d in at.dataframe if "predictor" in d.value.columns)
-    assert list(table.predictor) == ["this run (step 20)", "biharmonic", "knn", "mean image", "visible mean"]
+    assert list(table.predictor) == ["this run (step 20)", "biharmonic inpainting", "kNN average (k=10)",
+                                    "training mean image", "visible-pixel mean"]
     # the image view's reconstructions, large, each captioned with its class and masked-patch MSE
     s = load_samples(image_run)
     classes = [s.meta["class_names"][int(y)] for y in s["labels"]]
@@ -116,7 +118,7 @@ def test_one_text_run_shows_top1_next_to_its_baseline_and_its_predictions(runs):
     tiles = metrics(at)
     best = max(("unigram_top1", "position_top1", "bigram_top1"), key=lambda k: rec.latest[f"baseline/{k}"])
     assert tiles["top-1 @ step 6"][0] == f"{rec.latest['val_top1']:.1%}"
-    assert tiles[f"Best trivial baseline: {best.replace('_', ' ')}"][0] == f"{rec.latest[f'baseline/{best}']:.1%}"
+    assert tiles[f"Best trivial baseline: {predictor_name(best)}"][0] == f"{rec.latest[f'baseline/{best}']:.1%}"
     assert not any(k.startswith("Linear probe") for k in tiles)  # no evaluation: said in words instead
     assert any("No evaluation of this run yet" in c.value for c in at.caption)
     preds = next(d.value for d in at.dataframe if "hidden token" in d.value.columns)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from app.components.quality import predictor_name
 from engine.config import RunConfig
 from engine.data import ImportOptions, import_source
 from engine.store import create_run, get_run
@@ -39,13 +40,15 @@ def test_span_figures_sit_next_to_the_baselines_that_score_the_same_thing(span_r
     rec = get_run(span_run)
     table = next(d.value for d in at.dataframe if "predictor" in d.value.columns).set_index("predictor")
     assert list(table.columns) == ["span accuracy ↑", "span accuracy, teacher-forced ↑", "span accuracy, per position ↑"]
-    assert list(table.index) == ["this run (step 6)", "bigram acc", "bigram tf acc", "position acc", "unigram acc"]
+    assert list(table.index) == ["this run (step 6)", "bigram (both neighbours)", "bigram, teacher-forced",
+                                  "most frequent per position", "most frequent token"]
     # the teacher-forced bigram reads the true previous token: it is a baseline of the teacher-forced figure only
-    assert table.loc["bigram tf acc", "span accuracy ↑"] == "–" == table.loc["bigram tf acc", "span accuracy, per position ↑"]
-    assert table.loc["bigram tf acc", "span accuracy, teacher-forced ↑"].split()[0] == \
+    assert table.loc["bigram, teacher-forced", "span accuracy ↑"] == "–" == table.loc["bigram, teacher-forced", "span accuracy, per position ↑"]
+    assert table.loc["bigram, teacher-forced", "span accuracy, teacher-forced ↑"].split()[0] == \
         f"{rec.latest['baseline/bigram_tf_acc/span_acc_tf']:.1%}"
     for name in ("unigram", "position", "bigram"):  # the count baselines score greedy and per-position spans alike
-        a, b = table.loc[f"{name} acc", "span accuracy ↑"], table.loc[f"{name} acc", "span accuracy, per position ↑"]
+        row = predictor_name(f"{name}_acc")
+        a, b = table.loc[row, "span accuracy ↑"], table.loc[row, "span accuracy, per position ↑"]
         assert a.split()[0] == b.split()[0] == f"{rec.latest[f'baseline/{name}_acc']:.1%}"
     note = next(c.value for c in at.caption if c.value.startswith("★ best of each column"))
     assert "span accuracy, per position: this run" in note
