@@ -309,6 +309,22 @@ def _cmyk(im: Image.Image) -> Decoded:
     return Decoded(np.asarray(rgb), NOTE_CMYK_ICC)
 
 
+def lost_on_fill_text(converted: list[tuple[str, str]], shown: int = 5) -> str:
+    """What a dataset's description keeps of the images that vanished on the colour under
+    transparency (``converted``: the import report's ``(file, note)``): ``""`` when none did, else
+    e.g. ``" 1 image vanishes on that colour (stamps/bolt.png): import again with another colour
+    under transparency."``."""
+    from engine.data.dataset import counted
+
+    files = [f for f, note in converted if NOTE_LOST_ON_FILL in note]
+    if not files:
+        return ""
+    more = ", …" if len(files) > shown else ""
+    verb = "vanishes" if len(files) == 1 else "vanish"
+    return (f" {counted(len(files), 'image')} {verb} on that colour ({', '.join(files[:shown])}{more}): import "
+            "again with another colour under transparency.")
+
+
 def _over_fill(color: np.ndarray, alpha: np.ndarray | None, fill: tuple[int, int, int], note: str | None = None,
                **kw) -> Decoded:
     """:func:`composite`, with :data:`NOTE_LOST_ON_FILL` when the mostly opaque pixels vanish on

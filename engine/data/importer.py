@@ -47,7 +47,8 @@ from engine.data.archive import Member, Members, NameDecoding, decode_names, imp
 from engine.data.archive import classify, refusal_lines, skip_reason
 from engine.data.dataset import DatasetInfo, classes_text, counted, seeded_split, validate_name
 from engine.data.images import (
-    EXTENSIONS, GEOMETRIES, PAD_FILLS, PadFill, Refused, check_format, decode, fit_square, open_header, sniff,
+    EXTENSIONS, GEOMETRIES, PAD_FILLS, PadFill, Refused, check_format, decode, fit_square, lost_on_fill_text, open_header,
+    sniff,
 )
 from engine.data.limits import ImportLimits, budget_reason
 from engine.data.sampling import import_order
@@ -450,7 +451,7 @@ def import_archive(
         n_val=int((split == 1).sum()),
         created_at=storage.utc_now(),
         description=f"Imported from {src.name}: {counted(len(images), 'image')} in {classes_text(len(class_names))}; "
-        f"{report.geometry_line()} (transparency over {fill_text}).",
+        f"{report.geometry_line()} (transparency over {fill_text}).{lost_on_fill_text(report.converted)}",
     )
     storage.write_dataset(info, pixels, labels, split, workspace, overwrite=overwrite)
     report.dataset, report.accepted = info, len(images)

@@ -58,7 +58,7 @@ from engine.data.archive import (
 )
 from engine.data.dataset import DatasetInfo, PairedDataset, classes_text, seeded_split
 from engine.data.images import EXTENSIONS as IMAGE_EXTENSIONS
-from engine.data.images import GEOMETRIES, Refused, fit_square
+from engine.data.images import GEOMETRIES, Refused, fit_square, lost_on_fill_text
 from engine.data.limits import ImportLimits
 from engine.data.sampling import import_order
 from engine.data.tabular import (
@@ -432,7 +432,8 @@ def import_paired(
     info = DatasetInfo(name=name, modality="paired", source=f"upload:{path.name}", image_shape=(3, size, size),
                        class_names=(), n_train=0, n_val=0, created_at=storage.utc_now(),
                        description=f"Imported from {path.name}: {len(dec.captions)} image-caption pairs, "
-                                   f"images {size}x{size} RGB ({GEOMETRIES[geometry]}).")
+                                   f"images {size}x{size} RGB ({GEOMETRIES[geometry]})."
+                                   f"{lost_on_fill_text(report.converted)}")
     ds = build_paired(dec, info, options.val_fraction, options.seed)
     storage.save_dataset(ds, workspace, overwrite=overwrite)
     report.dataset = storage.read_info(storage.datasets_dir(workspace) / name)

@@ -643,6 +643,9 @@ def test_an_image_that_vanishes_on_the_fill_colour_is_reported_in_every_transpar
     _, white = _import_one(tmp_path, name, data, fill="white")
     assert [n for _, n in white.converted] == [NOTE_LOST_ON_FILL], white.converted
     assert "another colour under transparency" in white.summary()
-    assert white.dataset.description.startswith(f"Imported from one.zip: 1 image in 1 class;"), white.dataset.description
+    assert white.dataset.description.startswith("Imported from one.zip: 1 image in 1 class;"), white.dataset.description
+    # the dataset keeps it for later visits to the Data page, which show the description
+    assert white.dataset.description.endswith(f" 1 image vanishes on that colour ({name}): import again with another "
+                                              "colour under transparency.")
     _, gray = _import_one(tmp_path, name, data, fill="#808080")
-    assert NOTE_LOST_ON_FILL not in [n for _, n in gray.converted]
+    assert NOTE_LOST_ON_FILL not in [n for _, n in gray.converted] and "vanish" not in gray.dataset.description

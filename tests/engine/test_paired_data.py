@@ -164,3 +164,24 @@ def test_bundled_tuxpaint_stamps(workspace):
     assert (ds.info.n_train, ds.info.n_val, ds.info.class_names) == (info.n_train, info.n_val, info.class_names)
     assert ds.info.modality == "paired" and ds.images.shape[1:] == (32, 32, 3) and len(ds) > 500
     assert "animals" in ds.info.class_names and all(ds.texts("val"))
+
+
+def test_a_paired_import_names_the_images_that_vanish_on_the_fill(stamps, shared_data, tmp_path, workspace):
+    """The paired importer reports and keeps, like the image importer, a stamp that vanishes on the
+    colour under transparency (the white lightning bolt over white)."""
+    from engine.data.images import NOTE_LOST_ON_FILL
+
+    bolt = shared_data / "tuxpaint-stamps" / "images" / "naturalforces__lightningbolt.png"
+    rows = [[f"images/{r['id']}.png", r["caption_en"], r["category"]] for r in stamps] + \
+        [["images/bolt.png", "A lightning bolt.", "naturalforces"]]
+    with zipfile.ZipFile(tmp_path / "pairs.zip", "w") as z:
+        z.writestr("stamps/captions.csv", _csv_bytes([["file", "caption", "category"], *rows]))
+        for r in stamps:
+            z.write(r["path"], f"stamps/images/{r['id']}.png")
+        z.write(bolt, "stamps/images/bolt.png")
+    rep = import_source(tmp_path / "pairs.zip", "bolts", ImportOptions(val_fraction=0.25), workspace=workspace,
+                        image_size=16, geometry="pad")
+    lost = [f for f, note in rep.converted if NOTE_LOST_ON_FILL in note]
+    assert lost == ["stamps/images/bolt.png"], rep.converted
+    assert rep.dataset.description.endswith(" 1 image vanishes on that colour (stamps/images/bolt.png): import again "
+                                            "with another colour under transparency.")
