@@ -496,10 +496,11 @@ def region_hist_chart(sizes: np.ndarray, height: int = 240) -> alt.Chart:
 MAX_HEATMAP_WIDTH = 240
 
 
-def frequency_heatmap(frequency: np.ndarray, height: int = 180) -> alt.Chart:
+def frequency_heatmap(frequency: np.ndarray, height: int = 180, spectrogram: bool = False) -> alt.Chart:
     """Rect chart of the fraction of samples masking each grid cell (last two grid axes; a 1-D
     grid is one row, leading axes of a 3-D grid are averaged), square cells, colour scale [0, 1] with
-    its legend under the plot; at most :data:`MAX_HEATMAP_WIDTH` px wide."""
+    its legend under the plot; at most :data:`MAX_HEATMAP_WIDTH` px wide. ``spectrogram``: the rows
+    are mel bands, drawn low at the bottom as the spectrograms are."""
     f = np.asarray(frequency, dtype=float)
     if f.ndim == 1:  # a sequence: bars per position read better than a one-row strip
         df = pd.DataFrame({"position": np.arange(f.size), "frequency": f})
@@ -525,8 +526,10 @@ def frequency_heatmap(frequency: np.ndarray, height: int = 180) -> alt.Chart:
         alt.Chart(df, title="Masking frequency per position")
         .mark_rect()
         .encode(
-            x=alt.X("col:O", title="column", axis=alt.Axis(labelAngle=0, labels=few_cols, ticks=few_cols)),
-            y=alt.Y("row:O", title="row", axis=alt.Axis(labels=few_rows, ticks=few_rows)),
+            x=alt.X("col:O", title="time column" if spectrogram else "column",
+                    axis=alt.Axis(labelAngle=0, labels=few_cols, ticks=few_cols)),
+            y=alt.Y("row:O", title="mel band (low at the bottom)" if spectrogram else "row",
+                    sort="descending" if spectrogram else "ascending", axis=alt.Axis(labels=few_rows, ticks=few_rows)),
             color=alt.Color("frequency:Q", title="masked", scale=alt.Scale(domain=[0, 1], scheme="viridis"),
                             legend=alt.Legend(orient="bottom", direction="horizontal", gradientLength=min(plot_w, 160))),
             tooltip=["row:O", "col:O", alt.Tooltip("frequency:Q", format=".3f")],
@@ -537,7 +540,8 @@ def frequency_heatmap(frequency: np.ndarray, height: int = 180) -> alt.Chart:
     )
 
 
-def lab_statistics(res: tuple[MaskStats, float | None, str | None] | None, about: Callable[[MaskStats], str]) -> None:
+def lab_statistics(res: tuple[MaskStats, float | None, str | None] | None, about: Callable[[MaskStats], str],
+                   spectrogram: bool = False) -> None:
     """Mask lab's statistics of one modality: ``res`` is ``(stats, masks/s, problem)`` from its
     cached statistics function, or None when that failed (``guarded`` has said why). A problem (what
     pre-flight would refuse, in words) shows as a warning, ``about(stats)`` as the caption (what the
@@ -550,7 +554,7 @@ def lab_statistics(res: tuple[MaskStats, float | None, str | None] | None, about
     elif (empty := unmasked_note(stats)) is not None:
         st.warning(empty)
     st.caption(about(stats))
-    mask_stats_panel(stats, rate)
+    mask_stats_panel(stats, rate, spectrogram)
 
 
 #: Share of samples whose mask hides nothing above which Mask lab warns: such samples train nothing
@@ -570,7 +574,7 @@ def unmasked_note(stats: MaskStats) -> str | None:
             "clip's length must reach one position) or pick smaller positions (patch size).")
 
 
-def mask_stats_panel(stats: MaskStats, masks_per_s: float | None) -> None:
+def mask_stats_panel(stats: MaskStats, masks_per_s: float | None, spectrogram: bool = False) -> None:
     """Metrics (mean ratio, regions, masks/s) and the three charts of a :class:`MaskStats`:
     the ratio and region-size histograms side by side, the positional heatmap under them."""
     n_pos = int(np.prod(stats.grid))
@@ -588,7 +592,7 @@ def mask_stats_panel(stats: MaskStats, masks_per_s: float | None) -> None:
     c1.altair_chart(ratio_hist_chart(stats.ratio, n_pos), width="stretch")
     c2.altair_chart(region_hist_chart(stats.region_sizes), width="stretch")
     c3, c4 = st.columns(2)
-    c3.altair_chart(frequency_heatmap(stats.frequency), width="stretch" if len(stats.grid) == 1 else "content")
+    c3.altair_chart(frequency_heatmap(stats.frequency, spectrogram=spectrogram), width="stretch" if len(stats.grid) == 1 else "content")
     c4.markdown(
         ":small[:gray[**Mask ratio per sample**: how far each mask is from the configured ratio (one bar for an "
         "exact strategy). **Masked regions**: sizes of 4-connected masked areas; many of size 1 = scattered "

@@ -473,4 +473,4 @@ def lab_results(cfg, info, n: int) -> None:
     res = guarded(_lab_stats, json.dumps(cfg.to_dict(), sort_keys=True), info.created_at, int(n))
     lab_statistics(res, lambda stats: f"{stats.batch_size} masks over the first windows of real train clips of "
                    f"**{info.name}** (chosen class by class; the ratio is over the positions that hold frames; "
-                   "masks/s includes computing the log-mel and voiced frames).")
+                   "masks/s includes computing the log-mel and voiced frames).", spectrogram=True)

@@ -396,7 +396,7 @@ def spectrogram_stats_section(cfg, info, n: int) -> None:
     res = guarded(_lab_stats, json.dumps(spec_cfg, sort_keys=True), info.created_at, int(n))
     lab_statistics(res, lambda stats: f"{stats.batch_size} spectrogram masks over the first windows of real train "
                    f"clips of **{info.name}** (chosen class by class; the ratio is over the patches that hold frames; "
-                   "masks/s includes computing the log-mel and voiced frames).")
+                   "masks/s includes computing the log-mel and voiced frames).", spectrogram=True)
 
 
 def caption_stats_section(cfg, info, n: int) -> None:

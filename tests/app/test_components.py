@@ -234,6 +234,16 @@ def test_frequency_heatmap_fits_half_a_column_with_square_cells(grid):
     assert spec["encoding"]["color"]["legend"]["orient"] == "bottom"
 
 
+def test_a_spectrogram_heatmap_draws_low_mel_bands_at_the_bottom_like_the_spectrograms():
+    from app.components.masks import frequency_heatmap
+
+    freq = np.random.default_rng(0).random((8, 13))
+    plain = frequency_heatmap(freq).to_dict()["encoding"]["y"]
+    spec = frequency_heatmap(freq, spectrogram=True).to_dict()["encoding"]["y"]
+    assert plain["sort"] == "ascending" and plain["title"] == "row"  # an image grid: row 0 at the top
+    assert spec["sort"] == "descending" and spec["title"] == "mel band (low at the bottom)"
+
+
 def test_run_detail_names_the_device_a_live_run_trains_on(workspace):
     """``auto`` before the worker starts; the resolved device (``cpu`` here) while it trains, from
     what training wrote at its start, and after it ends, from what the worker recorded."""
