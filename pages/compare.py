@@ -117,7 +117,7 @@ else:
     st.table(diff)
 
 # ---------------------------------------------------------------- reconstructions
-st.header("Reconstructions of the same validation inputs")
+st.header("Reconstructions of the validation inputs")  # the caption says whether the runs saw the same ones
 drawn = show_reconstructions(picked, legend)
 evals = {r.run_id: guarded(latest_evaluation, r.run_id) for r in picked}
 quality, q_titles = quality_frame(evals, legend)

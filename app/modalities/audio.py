@@ -369,7 +369,7 @@ def samples_view(sample, run) -> None:
         y = int(sample["labels"][i])
         label = names[y] if 0 <= y < len(names) else str(y)
         text = (sample.meta.get("transcripts") or [""] * len(spec))[i]
-        st.markdown(f"**{i + 1}. {label}**" + (f" · “{text}”" if text else ""))
+        st.markdown(f"**Clip {i + 1}** · class {label}" + (f" · “{text}”" if text else ""))
         captions = ["original", f"masked input ({m['hidden']} cells hidden)", "reconstruction"]
         for col, img, cap in zip(st.columns(3), m["images"], captions):
             col.image(img, caption=cap, width="stretch")

@@ -30,7 +30,7 @@ def test_compare_four_saved_runs(workspace, monkeypatch, page):  # noqa: F811
         page.goto(f"{url}/compare?runs={','.join(ids)}")
         expect(page.get_by_text("Download HTML report")).to_be_visible(timeout=90_000)
         settle(page)
-        for h in ("Curves", "Config differences", "Reconstructions of the same validation inputs",
+        for h in ("Curves", "Config differences", "Reconstructions of the validation inputs",
                   "Downstream: probes and fine-tuning", "Training cost"):
             expect(page.get_by_role("heading", name=h)).to_be_visible()
         assert page.locator(CHART).count() >= 2  # the curves and the probe bars

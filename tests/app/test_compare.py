@@ -76,7 +76,7 @@ def test_compare_page_on_four_evaluated_runs(four_runs):
     assert not at.exception, [e.value for e in at.exception]
     assert not at.error, [e.value for e in at.error]
     headers = [h.value for h in at.header]
-    assert headers == ["Curves", "Config differences", "Reconstructions of the same validation inputs",
+    assert headers == ["Curves", "Config differences", "Reconstructions of the validation inputs",
                        "Downstream: probes and fine-tuning", "Training cost"]
     tables = [t.value for t in at.table]
     diff = next(t for t in tables if "masking.ratio" in t.index)
