@@ -592,7 +592,8 @@ def mask_stats_panel(stats: MaskStats, masks_per_s: float | None, spectrogram: b
     c1.altair_chart(ratio_hist_chart(stats.ratio, n_pos), width="stretch")
     c2.altair_chart(region_hist_chart(stats.region_sizes), width="stretch")
     c3, c4 = st.columns(2)
-    c3.altair_chart(frequency_heatmap(stats.frequency, spectrogram=spectrogram), width="stretch" if len(stats.grid) == 1 else "content")
+    c3.altair_chart(frequency_heatmap(stats.frequency, spectrogram=spectrogram),
+                    width="stretch" if len(stats.grid) == 1 else "content")
     c4.markdown(
         ":small[:gray[**Mask ratio per sample**: how far each mask is from the configured ratio (one bar for an "
         "exact strategy). **Masked regions**: sizes of 4-connected masked areas; many of size 1 = scattered "

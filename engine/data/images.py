@@ -65,6 +65,7 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image, ImageCms, ImageMode, ImageOps, UnidentifiedImageError
 
+from engine.data.dataset import counted
 from engine.data.limits import PILLOW_HARD_LIMIT, ImportLimits, budget_reason
 
 ALLOWED_FORMATS = {"image": ("PNG", "JPEG", "WEBP", "BMP", "TIFF", "GIF")}
@@ -314,8 +315,6 @@ def lost_on_fill_text(converted: list[tuple[str, str]], shown: int = 5) -> str:
     transparency (``converted``: the import report's ``(file, note)``): ``""`` when none did, else
     e.g. ``" 1 image vanishes on that colour (stamps/bolt.png): import again with another colour
     under transparency."``."""
-    from engine.data.dataset import counted
-
     files = [f for f, note in converted if NOTE_LOST_ON_FILL in note]
     if not files:
         return ""

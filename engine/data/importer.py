@@ -47,8 +47,8 @@ from engine.data.archive import Member, Members, NameDecoding, decode_names, imp
 from engine.data.archive import classify, refusal_lines, skip_reason
 from engine.data.dataset import DatasetInfo, classes_text, counted, seeded_split, validate_name
 from engine.data.images import (
-    EXTENSIONS, GEOMETRIES, PAD_FILLS, PadFill, Refused, check_format, decode, fit_square, lost_on_fill_text, open_header,
-    sniff,
+    EXTENSIONS, GEOMETRIES, PAD_FILLS, PadFill, Refused, check_format, decode, fit_square, lost_on_fill_text,
+    open_header, sniff,
 )
 from engine.data.limits import ImportLimits, budget_reason
 from engine.data.sampling import import_order
