@@ -498,14 +498,37 @@ def cmd_data(args) -> int:
     return 1 if report.rejected or (names is not None and names.ambiguous) else 0
 
 
+def resolve_run_id(text: str, workspace=None) -> str:
+    """A run id as typed: a whole id, or the short form the dashboard shows (its end, e.g. ``9a2343``
+    of ``20261202-071953-9a2343``) when exactly one run's id ends with it; otherwise ``text`` as it
+    is (the command then says "no run").
+
+    Raises:
+        RunNotFoundError: several runs' ids end with ``text`` (the message lists them).
+    """
+    from engine.errors import RunNotFoundError
+    from engine.store.runs import CONFIG_FILE, runs_root
+
+    root = runs_root(workspace)
+    if not text or "/" in text or text.startswith(".") or (root / text / CONFIG_FILE).exists():
+        return text
+    found = sorted(p.name for p in root.iterdir() if p.name.endswith(text) and (p / CONFIG_FILE).exists())
+    if len(found) > 1:
+        raise RunNotFoundError(f"{text!r} is the end of {len(found)} run ids ({', '.join(found[:5])}); give more of the id")
+    return found[0] if found else text
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the process exit code."""
+    """Entry point; returns the process exit code. Commands on one run take its id or the short form
+    the dashboard shows (:func:`resolve_run_id`), except ``delete``, which wants the whole id."""
     args = _parser().parse_args(argv)
     handler = {"run": cmd_run, "submit": cmd_submit, "runs": cmd_runs, "cancel": cmd_cancel, "resume": cmd_resume,
                "join": cmd_join,
                "evaluate": cmd_evaluate, "sweep": cmd_sweep, "log": cmd_log, "job": cmd_job, "doctor": cmd_doctor, "data": cmd_data, "delete": cmd_delete, "audit": cmd_audit,
                "users": cmd_users, "tag": cmd_tag, "note": cmd_note, "archive": cmd_archive}
     try:
+        if getattr(args, "run_id", None) and args.cmd != "delete":
+            args.run_id = resolve_run_id(args.run_id)
         return handler[args.cmd](args)
     except MasklabError as e:
         print(f"error: {e}", file=sys.stderr)

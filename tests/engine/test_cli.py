@@ -159,3 +159,28 @@ def test_run_says_when_training_ends_and_the_final_evaluation_starts(workspace, 
         if auto == "1":
             assert out.stderr.index("4/4") < out.stderr.index(line)  # after the bar's last step
             assert read_job(list_runs()[0].run_id)["status"] == "completed"
+
+
+def test_a_run_is_found_by_the_short_id_the_dashboard_shows(workspace):
+    """Commands on one run take the end of its id (Runs and Compare show ``9a2343``), when exactly one
+    run's id ends with it; an end shared by several runs is refused, listing them; delete wants it all."""
+    from engine.cli import resolve_run_id
+    from engine.config import RunConfig
+    from engine.errors import RunNotFoundError
+    from engine.store import create_run
+    from engine.store.annotations import read_annotations
+
+    cfg = RunConfig.from_dict({"name": "short", "train": {"steps": 5}}).to_dict()
+    ids: dict[str, list[str]] = {}
+    while not any(len(v) > 1 for v in ids.values()):  # two ids with the same last character (at most 17 runs)
+        run_id, _ = create_run(cfg)
+        ids.setdefault(run_id[-1], []).append(run_id)
+    shared, pair = next((k, v) for k, v in ids.items() if len(v) > 1)
+    one = pair[0]
+    assert resolve_run_id(one[-6:]) == one and resolve_run_id(one) == one
+    out = engine_cli("note", one[-6:], "found by its end")
+    assert out.returncode == 0, out.stderr
+    assert read_annotations(get_run(one).path)[0].note == "found by its end"
+    with pytest.raises(RunNotFoundError, match=rf"'{shared}' is the end of {len(pair)} run ids"):
+        resolve_run_id(shared)
+    assert engine_cli("delete", one[-6:]).returncode == 2  # no run '...': delete takes whole ids only
