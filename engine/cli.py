@@ -507,10 +507,10 @@ def resolve_run_id(text: str, workspace=None) -> str:
         RunNotFoundError: several runs' ids end with ``text`` (the message lists them).
     """
     from engine.errors import RunNotFoundError
-    from engine.store.runs import CONFIG_FILE, runs_root
+    from engine.store.runs import CONFIG_FILE, malformed_run_id, runs_root
 
     root = runs_root(workspace)
-    if not text or "/" in text or text.startswith(".") or (root / text / CONFIG_FILE).exists():
+    if malformed_run_id(text) or (root / text / CONFIG_FILE).exists():
         return text
     found = sorted(p.name for p in root.iterdir() if p.name.endswith(text) and (p / CONFIG_FILE).exists())
     if len(found) > 1:

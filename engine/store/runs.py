@@ -58,13 +58,18 @@ def run_dir(run_id: str, workspace=None) -> Path:
     return run_dirs([run_id], workspace)[0]
 
 
+def malformed_run_id(run_id: str) -> bool:
+    """True for an id that cannot name a run folder: empty, a path, or hidden (``.x``)."""
+    return not run_id or "/" in run_id or run_id.startswith(".")
+
+
 def run_dirs(run_ids: list[str], workspace=None) -> list[Path]:
     """Folders of ``run_ids`` (the workspace resolved once). Raises :class:`RunNotFoundError` for the
     first that does not exist or is malformed."""
     root = runs_root(workspace)
     out = []
     for run_id in run_ids:
-        if not run_id or "/" in run_id or run_id.startswith("."):
+        if malformed_run_id(run_id):
             raise RunNotFoundError(f"no run {run_id!r}")
         d = root / run_id
         if not (d / CONFIG_FILE).exists():
