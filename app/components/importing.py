@@ -34,6 +34,29 @@ UNITS = {"image": "images", "text": "texts", "audio": "clips", "paired": "pairs"
 PLAN_UNITS = {"image": "image files", "text": "texts", "audio": "audio files", "paired": "pairs"}
 #: Pipeline rates offered for audio (Hz); every clip is resampled to the chosen one.
 SAMPLE_RATES = [8000, 16000, 22050, 44100, 48000]
+
+
+def default_rate(recorded: dict[int, int]) -> int:
+    """The pipeline rate (Hz) the form proposes for clips recorded at ``recorded`` (rate -> clips,
+    ``SourcePlan.sample_rates``): the highest recorded rate, rounded up to one of :data:`SAMPLE_RATES`,
+    at most :data:`engine.data.audio.DEFAULT_SAMPLE_RATE` (16 kHz, AudioMAE's). So 8 kHz recordings
+    stay at 8 kHz (resampling up adds empty mel bins) and 44.1 kHz music comes down to 16 kHz;
+    without headers it is the default."""
+    from engine.data.audio import DEFAULT_SAMPLE_RATE
+
+    if not recorded:
+        return DEFAULT_SAMPLE_RATE
+    top = max(recorded)
+    return min(next((r for r in SAMPLE_RATES if r >= top), SAMPLE_RATES[-1]), DEFAULT_SAMPLE_RATE)
+
+
+def rates_text(recorded: dict[int, int]) -> str:
+    """``"recorded at 8,000 Hz (64 clips' headers read)"``, or ``""`` without headers."""
+    if not recorded:
+        return ""
+    n = sum(recorded.values())
+    read = "1 clip's header" if n == 1 else f"{n} clips' headers"
+    return f"recorded at {', '.join(f'{r:,} Hz' for r in recorded)} ({read} read)"
 _AUTO, _NONE = "(detect)", "(none)"
 
 
@@ -231,12 +254,15 @@ def import_panel() -> str | None:
         base.update(min_chars=int(lo) or None, max_chars=int(hi) or None)
     else:
         if plan.modality == "audio":
-            from engine.data.audio import DEFAULT_SAMPLE_RATE
-
-            rate = st.selectbox("Sample rate (Hz)", SAMPLE_RATES, index=SAMPLE_RATES.index(DEFAULT_SAMPLE_RATE),
-                                key=f"{key}_rate", format_func=lambda r: f"{r:,} Hz",
+            heard = rates_text(plan.sample_rates)
+            proposed = SAMPLE_RATES.index(default_rate(plan.sample_rates))
+            rate = st.selectbox("Sample rate (Hz)", SAMPLE_RATES, index=proposed, key=f"{key}_rate",
+                                format_func=lambda r: f"{r:,} Hz",
                                 help="every clip is made mono and resampled to this rate (the report says which "
-                                     "clips were)")  # fmt: skip
+                                     "clips were); the default is the clips' own rate, at most 16 kHz "
+                                     "(AudioMAE's)")  # fmt: skip
+            if heard:
+                st.caption(f"The clips were {heard}.")
             base["sample_rate"] = int(rate)
         else:
             extra.update(geometry_options(key))

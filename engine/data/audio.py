@@ -93,6 +93,10 @@ UNSUPPORTED = {".mp3": "MP3", ".m4a": "AAC (M4A)", ".aac": "AAC", ".wma": "WMA",
 """Audio extensions that are refused with a reason (not skipped): the user meant them as clips."""
 UNLABELED = "unlabeled"
 PREVIEW_ROWS = 5
+#: The plan reads the headers of at most this many clips, spread over the source, and members of at
+#: most ``RATE_PROBE_BYTES`` each (a member is read whole to reach its header), to say at which rates
+#: the clips were recorded (:func:`recorded_rates`).
+RATE_PROBE_CLIPS, RATE_PROBE_BYTES = 64, 4 << 20
 
 ASTERISK_ENV = "MASKLAB_ASTERISK_DIR"
 ASTERISK_DEFAULT_DIR = "/usr/share/asterisk/sounds/en_US_f_Allison"
@@ -596,20 +600,39 @@ def import_audio(
     return report
 
 
+def recorded_rates(clips: list[Member]) -> dict[int, int]:
+    """Recording rates (Hz) -> clip count, from the headers of at most :data:`RATE_PROBE_CLIPS` clips
+    evenly spread over ``clips`` (members larger than :data:`RATE_PROBE_BYTES` and unreadable ones are
+    left out, so the counts may sum to fewer). Nothing is decoded; read inside ``open_source``'s block."""
+    import soundfile as sf
+
+    step = max(1, len(clips) / RATE_PROBE_CLIPS)
+    rates: Counter[int] = Counter()
+    for m in (clips[int(i * step)] for i in range(min(len(clips), RATE_PROBE_CLIPS))):
+        if m.size is None or m.size > RATE_PROBE_BYTES:
+            continue
+        try:
+            rates[int(sf.info(io.BytesIO(m.read())).samplerate)] += 1
+        except Exception:  # noqa: BLE001 - a damaged clip is refused, by name, on import
+            continue
+    return dict(sorted(rates.items()))
+
+
 def inspect_audio(path: Path, options: ImportOptions, label: str) -> dict:
-    """What :func:`import_audio` would take, from the directory and manifest alone (no clip decoded):
-    the fields of :class:`engine.data.ingest.SourcePlan` as a dict."""
+    """What :func:`import_audio` would take, from the directory and manifest alone (no clip decoded;
+    the headers of a sample of clips are read for :func:`recorded_rates`): the fields of
+    :class:`engine.data.ingest.SourcePlan` as a dict."""
     with open_source(path, label, options, ImportLimits.from_env()) as src:
-        pass
+        rates = recorded_rates(src.clips)
     classes = Counter(src.labels)
     from engine.data.text import sorted_names
 
     names = sorted_names(list(classes))
     return {"kind": src.kind, "columns": src.columns, "roles": src.roles, "preview": src.preview(),
             "class_names": names, "label_counts": {c: classes[c] for c in names}, "n_items": len(src.clips),
-            "rejected": sorted(src.rejected), "skipped": sorted(src.skipped),
-            "notes": src.notes + [f"clips are decoded on import (mono, {options.sample_rate or DEFAULT_SAMPLE_RATE} Hz); "
-                                  "unreadable ones are rejected then"]}  # fmt: skip
+            "rejected": sorted(src.rejected), "skipped": sorted(src.skipped), "sample_rates": rates,
+            "notes": src.notes + [f"clips are decoded on import (mono, {options.sample_rate or DEFAULT_SAMPLE_RATE:,} "
+                                  "Hz); unreadable ones are rejected then"]}  # fmt: skip
 
 
 # --------------------------------------------------------------------------- bundled asterisk prompts

@@ -52,6 +52,8 @@ class SourcePlan:
         rejected: ``(file or file:line, reason)`` known already (images are only decoded on import).
         skipped: ``(file, reason)`` for files that are not used.
         notes: how the source is read.
+        sample_rates: audio only: recording rate (Hz) -> clips, from the headers of a sample of
+            clips (:func:`engine.data.audio.recorded_rates`); ``{}`` for other modalities.
     """
 
     source: str
@@ -67,6 +69,7 @@ class SourcePlan:
     rejected: list[tuple[str, str]] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    sample_rates: dict[int, int] = field(default_factory=dict)
 
 
 def _tree_names(path: Path, label: str) -> list[str]:

@@ -15,6 +15,7 @@ import torch
 import torchaudio
 
 from engine.data import AudioDataset, ImportOptions, import_source, inspect_source, load_dataset
+import engine.data.audio as audio_mod
 from engine.data.audio import (
     ASTERISK_DEFAULT_DIR,
     MIN_CLIP_SECONDS,
@@ -219,6 +220,7 @@ def test_fsdd_folder_with_its_manifest_is_split_by_speaker(workspace, fsdd):
     assert (plan.modality, plan.kind, plan.n_items) == ("audio", "audio folder", 2000)
     assert plan.roles.file == "path" and plan.roles.label == "label" and plan.roles.group == "speaker"
     assert plan.roles.text is None  # a transcript column only when asked for
+    assert plan.sample_rates == {8000: 64}  # the headers of 64 clips spread over the 2,000
     report = import_source(fsdd, "fsdd", ImportOptions(group_column="speaker", sample_rate=8000, val_fraction=0.25),
                            workspace=workspace)
     assert report.accepted == 2000 and not report.rejected
@@ -267,6 +269,21 @@ def test_labels_come_from_sub_folders_without_a_manifest(workspace, tmp_path, fs
     assert report.label_counts == {"1": 3, "2": 3, "unlabeled": 1}
     with pytest.raises(DatasetError, match=r"label_column apply to a manifest table .* this source has none"):
         import_source(z, "folders2", ImportOptions(label_column="x"), workspace=workspace)
+
+
+def test_the_plan_reads_recording_rates_from_headers_of_a_spread_of_clips(tmp_path, fsdd, monkeypatch):
+    """Rates of clips across the source, not its first ones; damaged and oversized members left out."""
+    x = real_clip(fsdd)
+    members = {f"a/{i:02d}.wav": wav_bytes(x, 8000) for i in range(6)}
+    members |= {f"b/{i:02d}.wav": wav_bytes(np.tile(x, 2), 44100) for i in range(4)}  # after the 8 kHz ones
+    members["b/99.wav"] = b"RIFF" + bytes(40)  # a damaged header: refused on import, not counted here
+    z = make_zip(tmp_path / "mixed.zip", members)
+    assert inspect_source(z).sample_rates == {8000: 6, 44100: 4}
+    monkeypatch.setattr(audio_mod, "RATE_PROBE_CLIPS", 3)  # clips 0, 3 and 7 of 11: a/00, a/03, b/01
+    assert inspect_source(z).sample_rates == {8000: 2, 44100: 1}
+    monkeypatch.setattr(audio_mod, "RATE_PROBE_BYTES", len(wav_bytes(x, 8000)) + 1)  # the 44.1 kHz ones are larger
+    assert inspect_source(z).sample_rates == {8000: 2}
+    assert inspect_source(make_zip(tmp_path / "t.zip", {"a.txt": b"hello"})).sample_rates == {}
 
 
 def test_options_of_other_modalities_are_refused(workspace, tmp_path, fsdd):
