@@ -551,7 +551,7 @@ def lab_statistics(res: tuple[MaskStats, float | None, str | None] | None, about
     stats, rate, problem = res
     if problem:
         st.warning(f"A run with these settings would be refused: {problem}")
-    elif (empty := unmasked_note(stats)) is not None:
+    elif (empty := unmasked_note(stats.ratio)) is not None:
         st.warning(empty)
     st.caption(about(stats))
     mask_stats_panel(stats, rate, spectrogram)
@@ -562,15 +562,21 @@ def lab_statistics(res: tuple[MaskStats, float | None, str | None] | None, about
 UNMASKED_WARN = 0.1
 
 
-def unmasked_note(stats: MaskStats) -> str | None:
+def unmasked_note(masked: np.ndarray, what: str = "samples", effect: str = "they train nothing") -> str | None:
     """A warning when more than :data:`UNMASKED_WARN` of the samples have nothing masked (e.g.
-    SpecAugment's time bands, bounded by p x the clip's length, on short clips), else None."""
-    n = stats.batch_size
-    empty = int((stats.ratio == 0).sum()) if n else 0
+    SpecAugment's time bands, bounded by p x the clip's length, on short clips), else None.
+
+    Args:
+        masked: masked positions (or share) per sample, ``[N]``; Mask lab passes ``MaskStats.ratio``,
+            New run the counts of its previewed samples.
+        what: how the samples are named (``"samples"``, ``"previewed clips"``).
+        effect: what that costs (a paired run's texts still train when its spectrograms do not).
+    """
+    n = len(masked)
+    empty = int((np.asarray(masked) == 0).sum())
     if not n or empty <= UNMASKED_WARN * n:
         return None
-    return (f"{empty} of {n} samples have nothing masked, so they train nothing (the loss covers masked positions "
-            "only): widen the masks (a larger ratio, or for SpecAugment larger F, T or p; on short clips, p x the "
+    return (f"{empty} of {n} {what} have nothing masked, so {effect} (the loss covers masked positions only): widen the masks (a larger ratio, or for SpecAugment larger F, T or p; on short clips, p x the "
             "clip's length must reach one position) or pick smaller positions (patch size).")
 
 

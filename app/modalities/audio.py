@@ -284,7 +284,10 @@ def _range(spec: np.ndarray, real: np.ndarray) -> tuple[float, float]:
 
 def mask_preview(cfg, info) -> None:
     """The run's fixed validation clips (chosen class by class) with the masks it uses for its
-    samples; for the ``paired`` task with their texts (:func:`app.modalities.paired.mask_preview`)."""
+    samples; for the ``paired`` task with their texts (:func:`app.modalities.paired.mask_preview`). A
+    warning when too many of them have nothing masked (:func:`app.components.masks.unmasked_note`)."""
+    from app.components.masks import unmasked_note
+
     if cfg.task == "paired":
         from app.modalities import paired
 
@@ -299,6 +302,9 @@ def mask_preview(cfg, info) -> None:
                f"{pv.grid.frames * cfg.data.audio.hop_ms / 1000:.2f} s window, {grid} {unit} of "
                f"{pv.grid.pf}x{pv.grid.pt} bins x frames) with the masks this run uses for its samples "
                f"({cfg.masking.strategy}); masked cells light grey, silence padding dark (never masked).")
+    if (empty := unmasked_note(np.array([(c & r[None, :]).sum() for c, r in zip(pv.cells, pv.real)]),
+                               "previewed clips")) is not None:  # fmt: skip
+        st.warning(empty)
     mask_rows(pv, info.class_names)
 
 

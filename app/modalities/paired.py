@@ -344,8 +344,13 @@ def mask_preview(cfg, info, n: int = N_PREVIEW) -> None:
                f"{'text' if audio else 'caption'}, highlighted; every one hides one at least).")
     classes = _class_names(info.class_names, pv.labels)
     if audio:
+        from app.components.masks import unmasked_note
         from app.modalities.audio import spec_image
 
+        hidden = np.array([(c & r[None]).sum() for c, r in zip(pv.cells, pv.real)])
+        if (empty := unmasked_note(hidden, "previewed clips", "their spectrograms train nothing (their texts still "
+                                   "do)")) is not None:  # fmt: skip
+            st.warning(empty)
         spec = pv.images[:, 0]
         views = [("spectrogram", np.stack([spec_image(spec[i], pv.real[i], scale=2) for i in range(len(spec))])),
                  ("masked", np.stack([spec_image(spec[i], pv.real[i], pv.cells[i] & pv.real[i][None], scale=2)

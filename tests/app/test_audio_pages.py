@@ -139,3 +139,20 @@ def test_mask_lab_warns_when_many_clips_get_no_mask(env):
     at = open_with("../pages/mask_lab.py", {"dataset": "spoken", "task": "audio_mae", "masking.strategy": "random",
                                             "masking.ratio": "0.8", "data.audio.n_mels": "32"})
     assert not [w.value for w in at.warning if "nothing masked" in w.value]
+
+
+def test_new_run_warns_as_mask_lab_does_when_previewed_clips_get_no_mask(env):
+    """The same rule on New run's 8 previewed clips, counted from the masks it draws (the captions'
+    "masked: 0 of N cells")."""
+    at = open_with("../pages/new_run.py", {"dataset": "spoken", "task": "audio_mae", "masking.strategy": "time_mask",
+                                           "data.audio.n_mels": "32"})
+    assert not at.exception
+    zeros = sum(c.startswith("masked: 0 of ") for c in captions(at))
+    notes = [w.value for w in at.warning if "nothing masked" in w.value]
+    assert zeros > 0.1 * 8 and notes == [f"{zeros} of 8 previewed clips have nothing masked, so they train nothing "
+                                         "(the loss covers masked positions only): widen the masks (a larger ratio, or "
+                                         "for SpecAugment larger F, T or p; on short clips, p x the clip's length must "
+                                         "reach one position) or pick smaller positions (patch size)."]
+    at = open_with("../pages/new_run.py", {"dataset": "spoken", "task": "audio_mae", "masking.strategy": "random",
+                                           "data.audio.n_mels": "32"})
+    assert not at.exception and not [w.value for w in at.warning if "nothing masked" in w.value]

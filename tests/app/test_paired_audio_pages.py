@@ -8,6 +8,8 @@ texts, keep the fields in the URL, and New run launches a run that trains."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -124,6 +126,12 @@ def test_new_run_offers_the_paired_task_on_an_audio_dataset_and_previews_both_ma
     url = _url(at)
     assert url["task"] == "paired" and url["task_params.text_source"] == "text" and url["data.audio.n_mels"] == "32"
     assert url["model.arch"] == get_task("paired").archs[0] and url["model.patch_size"] == "4"  # the default arch
+    assert not [w.value for w in at.warning if "nothing masked" in w.value]
+    # SpecAugment's time bands on short clips: some spectrograms get none, as Mask lab and audio runs say
+    at = open_with("../pages/new_run.py", {**PAIRED_URL, "masking.strategy": "time_mask"})
+    note = next(w.value for w in at.warning if "nothing masked" in w.value)
+    assert re.match(r"[2-8] of 8 previewed clips have nothing masked, so their spectrograms train nothing \(their "
+                    r"texts still do\)", note), note
 
 
 def test_new_run_keeps_the_text_source_in_the_url_and_launches_a_run_that_trains(env):
