@@ -282,16 +282,26 @@ def _range(spec: np.ndarray, real: np.ndarray) -> tuple[float, float]:
     return float(np.percentile(vals, 1)), float(np.percentile(vals, 99))
 
 
-def mask_preview(cfg, info) -> None:
+def spec_widths(cfg, grid, form: str = ": {}") -> str:
+    """``form`` around what SpecAugment's F and T come to on ``grid`` (``": F=27 mel bins = 3 rows
+    of 8 mel bins; ..."``, :func:`engine.tasks.audio.width_text`); ``""`` for other strategies."""
+    from engine.tasks.audio import width_text
+
+    text = width_text(cfg, grid)
+    return form.format(text) if text else ""
+
+
+def mask_preview(cfg, info, warn: bool = True) -> None:
     """The run's fixed validation clips (chosen class by class) with the masks it uses for its
-    samples; for the ``paired`` task with their texts (:func:`app.modalities.paired.mask_preview`). A
-    warning when too many of them have nothing masked (:func:`app.components.masks.unmasked_note`)."""
+    samples; for the ``paired`` task with their texts (:func:`app.modalities.paired.mask_preview`).
+    ``warn``: say when too many of them have nothing masked (:func:`app.components.masks.unmasked_note`;
+    Mask lab says it of its larger batch instead)."""
     from app.components.masks import unmasked_note
 
     if cfg.task == "paired":
         from app.modalities import paired
 
-        paired.mask_preview(cfg, info)
+        paired.mask_preview(cfg, info, warn=warn)
         return
     pv = guarded(_preview, json.dumps(cfg.to_dict(), sort_keys=True), info.created_at, N_PREVIEW)
     if pv is None:
@@ -301,9 +311,10 @@ def mask_preview(cfg, info) -> None:
     st.caption(f"The {len(pv.spec)} fixed validation clips of **{info.name}** (chosen class by class; {pv.grid.frames} frames = "
                f"{pv.grid.frames * cfg.data.audio.hop_ms / 1000:.2f} s window, {grid} {unit} of "
                f"{pv.grid.pf}x{pv.grid.pt} bins x frames) with the masks this run uses for its samples "
-               f"({cfg.masking.strategy}); masked cells light grey, silence padding dark (never masked).")
-    if (empty := unmasked_note(np.array([(c & r[None, :]).sum() for c, r in zip(pv.cells, pv.real)]),
-                               "previewed clips")) is not None:  # fmt: skip
+               f"({cfg.masking.strategy}{spec_widths(cfg, pv.grid)}); masked cells light grey, silence padding dark "
+               "(never masked).")
+    if warn and (empty := unmasked_note(np.array([(c & r[None, :]).sum() for c, r in zip(pv.cells, pv.real)]),
+                                        "previewed clips")) is not None:  # fmt: skip
         st.warning(empty)
     mask_rows(pv, info.class_names)
 
@@ -474,7 +485,7 @@ def lab_results(cfg, info, n: int) -> None:
         paired.lab_results(cfg, info, n)
         return
     st.subheader("Masks on real spectrograms")
-    mask_preview(cfg, info)
+    mask_preview(cfg, info, warn=False)
     st.subheader("Statistics")
     res = guarded(_lab_stats, json.dumps(cfg.to_dict(), sort_keys=True), info.created_at, int(n))
     lab_statistics(res, lambda stats: f"{stats.batch_size} masks over the first windows of real train clips of "

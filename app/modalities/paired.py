@@ -324,18 +324,28 @@ def _preview(cfg_json: str, version: str, n: int):
     return preview(RunConfig.from_dict(json.loads(cfg_json)), n)
 
 
-def mask_preview(cfg, info, n: int = N_PREVIEW) -> None:
+def mask_preview(cfg, info, n: int = N_PREVIEW, warn: bool = True) -> None:
     """The run's ``n`` fixed validation pairs with both masks the run uses for its samples
-    (:func:`engine.tasks.paired.preview`, which calls what the run calls)."""
+    (:func:`engine.tasks.paired.preview`, which calls what the run calls). ``warn``: say when too
+    many clips have nothing masked (Mask lab says it of its larger batch instead)."""
+    from engine.masking import get_masking
+
     pv = guarded(_preview, json.dumps(cfg.to_dict(), sort_keys=True), info.created_at, n)
     if pv is None:
         return
     prm = cfg.task_params
     audio = pv.real is not None
-    first = (f"spectrogram {cfg.masking.strategy} at {cfg.masking.ratio:g} ({int(pv.image_mask[0].sum())} of "
+    if audio:  # the spectrogram grid of square patches the paired task masks (engine.tasks.paired)
+        from app.modalities.audio import spec_widths
+        from engine.tasks.audio import Grid
+
+        p = cfg.model.patch_size
+        widths = spec_widths(cfg, Grid(pv.images.shape[2], pv.images.shape[3], p, p, 2), " ({})")
+    at = f" at {cfg.masking.ratio:g}" if get_masking(cfg.masking.strategy).uses_ratio else ""  # else its params' budget
+    first = (f"spectrogram {cfg.masking.strategy}{widths}{at} ({int(pv.image_mask[0].sum())} of "
              f"{pv.image_mask[0].size} patches of {cfg.model.patch_size}x{cfg.model.patch_size} mel bins x frames in "
              "the first clip, greyed; silence padding dark, never hidden)") if audio else \
-        (f"image {cfg.masking.strategy} at {cfg.masking.ratio:g} ({int(pv.image_mask[0].sum())} of "
+        (f"image {cfg.masking.strategy}{at} ({int(pv.image_mask[0].sum())} of "
          f"{pv.image_mask[0].size} patches in the first image)")  # fmt: skip
     st.caption(f"The {len(pv.captions)} fixed validation {'clips' if audio else 'pairs'} of **{info.name}** (chosen "
                f"class by class) with the masks this run uses for its samples: {first}, "
@@ -348,8 +358,8 @@ def mask_preview(cfg, info, n: int = N_PREVIEW) -> None:
         from app.modalities.audio import spec_image
 
         hidden = np.array([(c & r[None]).sum() for c, r in zip(pv.cells, pv.real)])
-        if (empty := unmasked_note(hidden, "previewed clips", "their spectrograms train nothing (their texts still "
-                                   "do)")) is not None:  # fmt: skip
+        if warn and (empty := unmasked_note(hidden, "previewed clips", "their spectrograms train nothing (their "
+                                            "texts still do)")) is not None:  # fmt: skip
             st.warning(empty)
         spec = pv.images[:, 0]
         views = [("spectrogram", np.stack([spec_image(spec[i], pv.real[i], scale=2) for i in range(len(spec))])),
@@ -373,7 +383,7 @@ def lab_results(cfg, info, n: int) -> None:
     them, :func:`spectrogram_stats_section`), then the caption masks'."""
     audio = info.modality == "audio"
     st.subheader("Masks on real clips and their texts" if audio else "Masks on real pairs")
-    mask_preview(cfg, info)
+    mask_preview(cfg, info, warn=False)
     if audio:
         st.subheader("Statistics of the spectrogram masks")
         spectrogram_stats_section(cfg, info, n)

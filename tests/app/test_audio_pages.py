@@ -133,6 +133,8 @@ def test_mask_lab_warns_when_many_clips_get_no_mask(env):
     at = open_with("../pages/mask_lab.py", {"dataset": "spoken", "task": "audio_mae", "masking.strategy": "time_mask",
                                             "data.audio.n_mels": "32"})
     assert not at.exception
+    notes = [w.value for w in at.warning if "nothing masked" in w.value]
+    assert len(notes) == 1  # of the statistics' batch, not again of the 8 previewed clips
     note = next(w.value for w in at.warning if "samples have nothing masked" in w.value)
     empty, n = map(int, re.match(r"(\d+) of (\d+) samples have nothing masked", note).groups())
     assert empty > UNMASKED_WARN * n and "p x the clip's length must reach one position" in note
@@ -147,6 +149,9 @@ def test_new_run_warns_as_mask_lab_does_when_previewed_clips_get_no_mask(env):
     at = open_with("../pages/new_run.py", {"dataset": "spoken", "task": "audio_mae", "masking.strategy": "time_mask",
                                            "data.audio.n_mels": "32"})
     assert not at.exception
+    cap = next(c.value for c in at.caption if "fixed validation clips" in c.value)
+    assert "of 8x8 bins x frames) with the masks this run uses for its samples (time_mask: T=40 frames = 5 columns " \
+           "of 8 frames)" in cap  # what SpecAugment's width comes to on this grid
     zeros = sum(c.startswith("masked: 0 of ") for c in captions(at))
     notes = [w.value for w in at.warning if "nothing masked" in w.value]
     assert zeros > 0.1 * 8 and notes == [f"{zeros} of 8 previewed clips have nothing masked, so they train nothing "

@@ -130,6 +130,9 @@ def test_new_run_offers_the_paired_task_on_an_audio_dataset_and_previews_both_ma
     # SpecAugment's time bands on short clips: some spectrograms get none, as Mask lab and audio runs say
     at = open_with("../pages/new_run.py", {**PAIRED_URL, "masking.strategy": "time_mask"})
     note = next(w.value for w in at.warning if "nothing masked" in w.value)
+    # (no "at 0.75": SpecAugment's budget is its parameters', not the ratio)
+    assert "spectrogram time_mask (T=40 frames = 10 columns of 4 frames) (" in next(
+        c.value for c in at.caption if "fixed validation clips" in c.value)
     assert re.match(r"[2-8] of 8 previewed clips have nothing masked, so their spectrograms train nothing \(their "
                     r"texts still do\)", note), note
 

@@ -106,6 +106,21 @@ def test_a_specaugment_width_under_one_patch_is_refused_in_its_units(ws):
             "frames; F >= 8 or T >= 8 hides whole ones)") in str(e.value)
 
 
+@pytest.mark.parametrize("strategy, params, grid, text", [
+    ("specaugment", {"F": 27, "mF": 2, "T": 40, "mT": 2, "p": 0.2}, (8, 8, 2),
+     "F=27 mel bins = 3 rows of 8 mel bins; T=40 frames = 5 columns of 8 frames"),
+    ("time_mask", {"T": 40, "mT": 2, "p": 0.2}, (64, 2, 1), "T=40 frames = 20 frame tokens of 2 frames"),
+    ("freq_mask", {"F": 27, "mF": 2}, (4, 4, 2), "F=27 mel bins = 6 rows of 4 mel bins"),
+    ("specaugment", {"F": 27, "mF": 2, "T": 40, "mT": 2, "p": 0.2}, (1, 1, 2), ""),  # cells of one bin and frame
+    ("random", {}, (8, 8, 2), ""),
+])
+def test_width_text_says_what_specaugment_widths_come_to_on_the_grid(strategy, params, grid, text):
+    from engine.tasks.audio import width_text
+
+    cfg = cfg_of(masking={"strategy": strategy, "params": params})
+    assert width_text(cfg, Grid(n_mels=64, frames=104, pf=grid[0], pt=grid[1], dims=grid[2])) == text
+
+
 def test_grid_maps_masks_to_cells_and_interpolation_fills_in_time():
     g = Grid(n_mels=4, frames=6, pf=2, pt=3, dims=2)
     mask = torch.tensor([[[True, False], [False, True]]])
