@@ -262,8 +262,7 @@ def link_not_taken(link: Mapping[str, Any], form: Mapping[str, Any], datasets: l
     """What a link's config (``link``, from the URL) asked for that the form (``form``) does not use,
     in words, or None when the form took all of it. A dataset not among ``datasets`` is named alone
     (the form then starts from the first dataset's proposals); otherwise each field whose value the
-    form replaced (out of range, not an option, not a number, a field this task does not have) is
-    listed as ``field=value``."""
+    form replaced is listed as ``field=value`` with the reason (:func:`_why_not`)."""
     asked = flatten(link)
     if not asked:
         return None
@@ -271,12 +270,39 @@ def link_not_taken(link: Mapping[str, Any], form: Mapping[str, Any], datasets: l
     if ds is not None and ds not in datasets:
         return f"This link's dataset {str(ds)!r} is not in this workspace: the form shows another dataset's defaults."
     used = flatten(form)
-    lost = [f"{k}={v}" for k, v in asked.items() if k != "name" and used.get(k, _MISSING) != v]
+    lost = [f"{k}={v} ({_why_not(k, v, used)})" for k, v in asked.items() if k != "name" and used.get(k, _MISSING) != v]
     if not lost:
         return None
-    return ("This link's " + ", ".join(lost) + (" was" if len(lost) == 1 else " were")
-            + " not valid here (out of range, not an option, or not a field of this task): the form shows its own "
-              "value instead.")
+    one = len(lost) == 1
+    return (f"This link's {'; '.join(lost)} {'was' if one else 'were'} not valid here: the form shows its own "
+            f"value{'' if one else 's'} instead.")
+
+
+def _why_not(key: str, value: Any, used: Mapping[str, Any]) -> str:
+    """Why the form did not take ``key=value`` from a link, given the config it uses (flat ``used``)."""
+    task = used.get("task", "this")
+    if key == "masking.strategy":
+        from engine.masking import MASKING_REGISTRY
+
+        s = MASKING_REGISTRY.get(str(value))
+        if s is None:
+            return "no masking strategy has this name"
+        dims = " or ".join(f"{d}-D" for d in s.grid_dims)
+        return f"it masks {'/'.join(s.modalities)} on {dims} grids; the {task} task does not offer it"
+    if key not in used:
+        if ".params." in key:
+            return f"not a parameter of {used.get(key.split('.params.')[0] + '.strategy', 'the strategy shown')}"
+        return f"not a field of the {task} task"
+    have = used[key]
+    if isinstance(have, (int, float)) and not isinstance(have, bool):
+        try:
+            x = float(value)
+        except (TypeError, ValueError):
+            return f"not a number; the form uses {have:g}"
+        if not math.isfinite(x):
+            return f"not a finite number; the form uses {have:g}"
+        return f"out of range or not offered here; the form uses {have:g}"
+    return f"not an option here; the form uses {have}"
 
 
 _MISSING = object()

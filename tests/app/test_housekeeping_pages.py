@@ -167,8 +167,8 @@ def test_open_this_config_in_new_run_fills_the_form(workspace):
     resolved = json.loads(at.json[0].value)
     assert resolved["train"]["weight_decay"] == RunConfig().train.weight_decay and resolved["evaluation"]["max_rows"] == 500
     assert [w.value for w in at.warning if "not valid here" in w.value] == [
-        "This link's train.weight_decay=-1 was not valid here (out of range, not an option, or not a field of this "
-        "task): the form shows its own value instead."]
+        f"This link's train.weight_decay=-1 (out of range or not offered here; the form uses "
+        f"{RunConfig().train.weight_decay:g}) was not valid here: the form shows its own value instead."]
 
 
 def test_data_page_shows_the_datasets_disk_space(workspace):

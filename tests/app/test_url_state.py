@@ -264,8 +264,17 @@ def test_a_link_to_something_missing_or_out_of_range_says_so(workspace):
     assert cmp.multiselect(key="cmp_runs").value == [a, b]
     lab = open_with("../pages/mask_lab.py", {"dataset": "digits", "masking.strategy": "random", "masking.ratio": "7"})
     assert [w.value for w in lab.warning if "not valid here" in w.value] == [
-        "This link's masking.ratio=7 was not valid here (out of range, not an option, or not a field of this task): "
+        "This link's masking.ratio=7 (out of range or not offered here; the form uses 0.95) was not valid here: "
         "the form shows its own value instead."]
+    # each field left out gets its reason: a strategy of other grids, a parameter of another strategy (the form shows
+    # its own, bernoulli), not a number, not an option
+    lab = open_with("../pages/mask_lab.py", {"dataset": "digits", "masking.strategy": "tube", "masking.params.T": "4",
+                                             "model.patch_size": "abc", "model.arch": "nope"})
+    assert [w.value for w in lab.warning if "not valid here" in w.value] == [
+        "This link's masking.strategy=tube (it masks video on 3-D grids; the image_mim task does not offer it); "
+        "masking.params.T=4 (not a parameter of bernoulli); model.patch_size=abc (not a number; the form uses 2); "
+        "model.arch=nope (not an option here; the form uses mae_vit) were not valid here: the form shows its own "
+        "values instead."]
     fine = open_with("../pages/mask_lab.py", {"dataset": "digits", "masking.strategy": "block", "masking.ratio": "0.6",
                                               "train.lr": "0.01", "train.steps": "300"})
     assert not [w.value for w in fine.warning if "not valid here" in w.value]
