@@ -308,8 +308,12 @@ def mask_preview(cfg, info, warn: bool = True) -> None:
         return
     grid = "x".join(map(str, pv.grid.shape))
     unit = "patches" if pv.grid.dims == 2 else "frame tokens"
+    seconds = pv.grid.frames * cfg.data.audio.hop_ms / 1000
+    asked = cfg.data.audio.clip_seconds
+    rounded = (f" (the {asked:.2f} s asked for, rounded up to whole {pv.grid.pt}-frame {unit.split()[-1]})"
+               if f"{seconds:.2f}" != f"{asked:.2f}" else "")
     st.caption(f"The {len(pv.spec)} fixed validation clips of **{info.name}** (chosen class by class; {pv.grid.frames} frames = "
-               f"{pv.grid.frames * cfg.data.audio.hop_ms / 1000:.2f} s window, {grid} {unit} of "
+               f"{seconds:.2f} s window{rounded}, {grid} {unit} of "
                f"{pv.grid.pf}x{pv.grid.pt} bins x frames) with the masks this run uses for its samples "
                f"({cfg.masking.strategy}{spec_widths(cfg, pv.grid)}); masked cells light grey, silence padding dark "
                "(never masked).")

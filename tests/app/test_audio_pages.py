@@ -152,6 +152,7 @@ def test_new_run_warns_as_mask_lab_does_when_previewed_clips_get_no_mask(env):
     cap = next(c.value for c in at.caption if "fixed validation clips" in c.value)
     assert "of 8x8 bins x frames) with the masks this run uses for its samples (time_mask: T=40 frames = 5 columns " \
            "of 8 frames)" in cap  # what SpecAugment's width comes to on this grid
+    assert "104 frames = 1.04 s window (the 1.00 s asked for, rounded up to whole 8-frame patches)" in cap
     zeros = sum(c.startswith("masked: 0 of ") for c in captions(at))
     notes = [w.value for w in at.warning if "nothing masked" in w.value]
     assert zeros > 0.1 * 8 and notes == [f"{zeros} of 8 previewed clips have nothing masked, so they train nothing "
