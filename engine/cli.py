@@ -228,6 +228,7 @@ def cmd_join(args) -> int:
 
 def cmd_sweep(args) -> int:
     from engine.config import load_config
+    from engine.data.dataset import counted
     from engine.sweep import new_sweep_id, parse_values, submit_sweep
 
     if "=" not in args.over:
@@ -237,7 +238,8 @@ def cmd_sweep(args) -> int:
     base = load_config(args.config, args.overrides).to_dict()
     sid = new_sweep_id()
     ids = submit_sweep(base, field.strip(), values, list(range(max(1, args.seeds))), sweep_id=sid)
-    print(f"sweep {sid}: {len(ids)} runs queued ({field} in {values}, {args.seeds} seed(s)); see the Sweeps page")
+    print(f"sweep {sid}: {counted(len(ids), 'run')} queued ({field} in {values}, {args.seeds} seed(s)); see the "
+          "Sweeps page")
     for r in ids:
         print(r)
     return 0

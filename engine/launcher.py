@@ -23,6 +23,7 @@ from pathlib import Path
 from engine.access import Identity, authorized
 from engine.backends import JobState, describe, get_backend, node_workspace, read_job, write_job
 from engine.config import RunConfig
+from engine.data.dataset import counted
 from engine.errors import BackendError, QueueFullError, ResumeError, RunLockedError
 from engine.resume import check_same_data, prepare_resume, resume_config
 from engine.runqueue import enqueue, max_queued, submit_lock, waiting_runs
@@ -200,9 +201,9 @@ def _check_queue_cap(ws: Path) -> None:
     waiting, cap = len(waiting_runs(ws, prune=True)), max_queued()
     if waiting >= cap:
         raise QueueFullError(
-            f"the queue is full: {waiting} runs are waiting for a slot (MASKLAB_MAX_QUEUED={cap}); wait for one "
-            f"to start, cancel one (python -m engine cancel RUN_ID), or raise MASKLAB_MAX_QUEUED where the "
-            f"dashboard and the CLI are started")
+            f"the queue is full: {counted(waiting, 'run')} {'is' if waiting == 1 else 'are'} waiting for a slot "
+            f"(MASKLAB_MAX_QUEUED={cap}); wait for one to start, cancel one (python -m engine cancel RUN_ID), or "
+            "raise MASKLAB_MAX_QUEUED where the dashboard and the CLI are started")
 
 
 def start_worker(d: Path, workspace=None, *, supervised: bool = False) -> subprocess.Popen:

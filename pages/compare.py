@@ -26,6 +26,7 @@ from app.components.quality import loss_title
 from app.components.runs import same_task_first
 from app.components.urlstate import PageState
 from app.components.access import allowed
+from engine.data.dataset import counted
 from engine.launcher import evaluate
 from engine.store import read_metrics
 from engine.store.evaluations import latest_evaluation, read_job
@@ -204,6 +205,6 @@ merged = eff.merge(frame, on="run", how="left") if not frame.empty else eff
 e1, e2 = st.columns(2)
 e1.download_button("Download CSV", merged.to_csv(index=False).encode(), file_name="masklab-compare.csv",
                    mime="text/csv", key="cmp_csv")
-e2.download_button("Download HTML report", report_html(f"masklab: {len(picked)} runs compared", tables, drawn,
+e2.download_button("Download HTML report", report_html(f"masklab: {counted(len(picked), 'run')} compared", tables, drawn,
                    [", ".join(labels[r] for r in ids)]).encode(), file_name="masklab-compare.html",
                    mime="text/html", key="cmp_html")

@@ -14,6 +14,7 @@ from app.components.urlstate import PageState, index_of
 from app.modalities import ui_for
 from engine.access import can
 from engine.data import bundled_status, delete_dataset
+from engine.data.dataset import counted
 from engine.store import dataset_bytes, format_bytes
 
 st.title("Data")
@@ -46,10 +47,11 @@ def _describe(n: str) -> str:
     if hasattr(ui_for(i.modality), "describe"):
         return f"{n}  ({ui_for(i.modality).describe(i)})"
     if i.image_shape:
-        return f"{n}  ({i.n_train + i.n_val:,} images, {'x'.join(map(str, i.image_shape[1:]))} px)"
+        return f"{n}  ({counted(i.n_train + i.n_val, 'image')}, {'x'.join(map(str, i.image_shape[1:]))} px)"
     if i.modality == "audio":
-        return f"{n}  ({i.n_train + i.n_val:,} clips, {i.stats.get('sample_rate', 0) / 1000:g} kHz)"
-    return f"{n}  ({i.n_train + i.n_val:,} {i.modality} items)" if i.modality != "text" else f"{n}  ({i.n_train + i.n_val:,} texts)"
+        return f"{n}  ({counted(i.n_train + i.n_val, 'clip')}, {i.stats.get('sample_rate', 0) / 1000:g} kHz)"
+    return f"{n}  ({counted(i.n_train + i.n_val, i.modality + ' item')})" if i.modality != "text" else \
+        f"{n}  ({counted(i.n_train + i.n_val, 'text')})"
 
 
 names = list(infos)

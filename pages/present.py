@@ -21,6 +21,7 @@ from app.components.run_summary import show_samples
 from app.components.runs import format_duration, latest_points, masking_label
 from app.components.urlstate import PageState
 from app.modalities import SAMPLE_TITLES, TASK_KIND
+from engine.data.dataset import counted
 from engine.errors import RunNotFoundError
 from engine.store import get_run, list_runs
 from engine.store.evaluations import latest_evaluation
@@ -77,7 +78,7 @@ if len(runs) == 1:
     show_samples(rec.run_id)
 else:
     legend = {r.run_id: short_label(r) for r in runs}
-    st.title(f"{len(runs)} runs compared")
+    st.title(f"{counted(len(runs), 'run')} compared")
     for r in runs:
         st.markdown(f"**{legend[r.run_id]}** · " + subtitle(r))
     st.subheader("Key numbers")

@@ -20,6 +20,7 @@ from app.components.access import actor
 from app.components.errors import guarded
 from engine.data import ImportOptions, inspect_source
 from engine.data.audio import EXTENSIONS as AUDIO_EXTENSIONS, UPSAMPLED
+from engine.data.dataset import classes_text, counted
 from engine.data.images import NOTE_LOST_ON_FILL
 from engine.data.jobs import ImportOutcome, cancel_import, import_status, start_import
 from engine.data.tabular import ROLES, TABLE_EXTENSIONS
@@ -27,11 +28,11 @@ from engine.data.tabular import ROLES, TABLE_EXTENSIONS
 #: The upload's label: every type the importer takes (``engine.data.ingest``), from the same lists it checks.
 UPLOAD_LABEL = ("Dataset file: a .zip of images (PNG, JPEG, WebP, BMP, TIFF, GIF), of audio clips (WAV, FLAC, Ogg) or of "
                 ".txt files, or one " + " / ".join([".txt", *TABLE_EXTENSIONS, *AUDIO_EXTENSIONS]))
-#: What one item of each modality is called in the report.
-UNITS = {"image": "images", "text": "texts", "audio": "clips", "paired": "pairs"}
+#: What one item of each modality is called in the report (counted with ``engine.data.dataset.counted``).
+UNITS = {"image": "image", "text": "text", "audio": "clip", "paired": "pair"}
 #: ... and in the plan, before the import decodes them: images and clips are counted by their file
 #: names then (a refused file, e.g. text named .png, leaves the count at import).
-PLAN_UNITS = {"image": "image files", "text": "texts", "audio": "audio files", "paired": "pairs"}
+PLAN_UNITS = {"image": "image file", "text": "text", "audio": "audio file", "paired": "pair"}
 #: Pipeline rates offered for audio (Hz); every clip is resampled to the chosen one.
 SAMPLE_RATES = [8000, 16000, 22050, 44100, 48000]
 
@@ -99,9 +100,9 @@ PREVIEW_HEIGHT, ROW_PX = 180, 35
 
 
 def _show_plan(plan) -> None:
-    st.markdown(f"**{plan.source}**: {plan.modality} ({plan.kind}) · {plan.n_items:,} "
-                f"{PLAN_UNITS.get(plan.modality, 'items')} to import · {len(plan.class_names)} "
-                f"class{'es' * (len(plan.class_names) != 1)}")
+    st.markdown(f"**{plan.source}**: {plan.modality} ({plan.kind}) · "
+                f"{counted(plan.n_items, PLAN_UNITS.get(plan.modality, 'item'))} to import · "
+                f"{classes_text(len(plan.class_names))}")
     if plan.label_counts:
         st.caption("Classes: " + ", ".join(f"{c} ({n})" for c, n in plan.label_counts.items()))
     if plan.cleaning:
@@ -137,16 +138,18 @@ def _refusals(rejected, skipped) -> None:
 def show_report(outcome, name: str) -> None:
     """An import's outcome (``engine.data.jobs.ImportOutcome``) under a banner coloured by the
     outcome: all in, some refused, nothing in."""
-    what = UNITS.get(outcome.modality, "items")
+    what = UNITS.get(outcome.modality, "item")
     if outcome.dataset is None:
+        n = len(outcome.rejected)
+        refused = "the file was refused" if n == 1 else f"all {n} files were refused"
         st.error(f"Nothing was imported from {name}: "
-                 + (f"all {len(outcome.rejected)} files were refused (listed below); nothing was registered."
-                    if outcome.rejected else "it holds no file masklab imports."))
+                 + (f"{refused} (listed below); nothing was registered." if n else "it holds no file masklab imports."))
     elif outcome.rejected:
-        st.warning(f"Imported {outcome.accepted:,} {what} from {name} as **{outcome.dataset}**; "
+        st.warning(f"Imported {counted(outcome.accepted, what)} from {name} as **{outcome.dataset}**; "
                    f"{len(outcome.rejected)} refused (listed below).")
     else:
-        st.success(f"Imported all {outcome.accepted:,} {what} from {name} as dataset **{outcome.dataset}**.")
+        every = "" if outcome.accepted == 1 else "all "
+        st.success(f"Imported {every}{counted(outcome.accepted, what)} from {name} as dataset **{outcome.dataset}**.")
     if outcome.geometry:
         st.caption(f"Geometry: {outcome.geometry}.")
     unit = {"audio": "clip"}.get(outcome.modality, "image")
@@ -155,7 +158,7 @@ def show_report(outcome, name: str) -> None:
         # bins) is a warning; the others are worth knowing
         named = f" ({', '.join(files)}{', …' if n > len(files) else ''})" if files else ""
         warn = NOTE_LOST_ON_FILL in note or UPSAMPLED in note
-        (st.warning if warn else st.caption)(f"{n:,} {unit}{'s' * (n != 1)}{named}: {note}.")
+        (st.warning if warn else st.caption)(f"{counted(n, unit)}{named}: {note}.")
     _refusals(outcome.rejected, outcome.skipped)
 
 

@@ -23,6 +23,7 @@ from app.components.errors import guarded
 from app.components.urlstate import PageState, set_flags
 from engine.access import Identity
 from engine.config import RunConfig
+from engine.data.dataset import counted
 from engine.errors import MasklabError
 from engine.masking import strategies_for
 from engine.runqueue import max_runs, queue_room
@@ -122,7 +123,7 @@ def sweep_section(url: PageState, form: dict[str, Any], modality: str, base_ok: 
         return plan
     steps = sorted({c.train.steps for c in cfgs})
     each = f"{steps[0]:,}" if len(steps) == 1 else f"{steps[0]:,} to {steps[-1]:,}"
-    st.caption(f"**{len(cfgs)} runs** ({len(values)} value{'s' if len(values) > 1 else ''} × {len(seeds)} "
+    st.caption(f"**{counted(len(cfgs), 'run')}** ({len(values)} value{'s' if len(values) > 1 else ''} × {len(seeds)} "
                f"seed{'s' if len(seeds) > 1 else ''}) · {each} steps each · **{sum(c.train.steps for c in cfgs):,} "
                f"steps in all** · {max_runs()} train at a time")  # fmt: skip
     room, cap = queue_room(workspace_root())
@@ -143,7 +144,7 @@ def sweep_launch(plan: SweepPlan, form: dict[str, Any], actor: Identity | None) 
     """The "Launch sweep" button (disabled until the plan is ready); after a launch, what was queued
     and a link to the Sweeps page with this sweep selected (``?sweep=<id>``)."""
     if plan.ready:
-        st.caption(f"Queues {len(plan.configs)} runs ({plan.words()}), "
+        st.caption(f"Queues {counted(len(plan.configs), 'run')} ({plan.words()}), "
                    f"{sum(c.train.steps for c in plan.configs):,} steps in all: see the Sweep section.")
     if st.button("Launch sweep", type="primary", disabled=not plan.ready, key="nr_sw_launch"):
         sid = new_sweep_id()
@@ -154,7 +155,7 @@ def sweep_launch(plan: SweepPlan, form: dict[str, Any], actor: Identity | None) 
     launched = st.session_state.get("nr_sweep_launched")
     if launched:
         sid, ids, what = launched
-        st.success(f"Queued sweep **{sid}**: {len(ids)} runs ({what}). They train in background processes, "
+        st.success(f"Queued sweep **{sid}**: {counted(len(ids), 'run')} ({what}). They train in background processes, "
                    f"{max_runs()} at a time, and each is evaluated when it completes.")
         st.page_link("../pages/sweeps.py", label="Open this sweep on the Sweeps page", query_params={"sweep": sid})
         with st.expander("Queued run ids"):

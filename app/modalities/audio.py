@@ -21,6 +21,7 @@ import streamlit as st
 from app.components.charts import counts_chart
 from app.components.errors import guarded
 from app.components.urlstate import dig, index_of, number
+from engine.data.dataset import counted
 from engine.workspace import workspace_root
 
 N_SAMPLES = 6  # clips with spectrogram and player on the Data page
@@ -127,11 +128,12 @@ def data_section(info) -> None:
     d = view["durations"].seconds
     facts = [f"clip length {d.min():.2f} to {d.max():.2f} s (median {d.median():.2f} s)"]
     if st_.get("source_rates"):
-        facts.append("recorded at " + ", ".join(f"{int(r):,} Hz ({n} clips)" for r, n in st_["source_rates"].items()))
+        facts.append("recorded at " + ", ".join(f"{int(r):,} Hz ({counted(n, 'clip')})"
+                                                for r, n in st_["source_rates"].items()))
     if st_.get("channels"):
         facts.append("channels " + ", ".join(f"{c}: {n}" for c, n in st_["channels"].items()) + " (stored mono)")
     if info.group_names:
-        facts.append(f"{len(info.group_names)} groups (e.g. speakers), each in one split")
+        facts.append(f"{counted(len(info.group_names), 'group')} (e.g. speakers), each in one split")
     st.caption(" · ".join(facts))
     st.subheader("Clips")
     cols = st.columns(3)

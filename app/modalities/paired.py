@@ -29,6 +29,7 @@ from app.components.images import chw_to_hwc_uint8, image_grid, mask_overlay, up
 from app.components.urlstate import dig, index_of, number
 from app.modalities import image as image_ui
 from app.modalities.text import CORRECT, WRONG, detok, length_panel, sampled_lengths, sentence_html, tokenizer_fields
+from engine.data.dataset import counted
 from engine.workspace import workspace_root
 
 N_SAMPLES = 12  # pairs in the Data page's sample grid (half train, half val when both exist)
@@ -66,7 +67,7 @@ def pair_captions(captions: list[str], tags: list[str] | None = None) -> list[st
 
 def describe(info) -> str:
     """The dataset in a few words for the Data page's selector: ``785 pairs, 32x32 px``."""
-    return f"{info.n_train + info.n_val:,} pairs, {'x'.join(map(str, info.image_shape[1:]))} px"
+    return f"{counted(info.n_train + info.n_val, 'pair')}, {'x'.join(map(str, info.image_shape[1:]))} px"
 
 
 def data_section(info) -> None:

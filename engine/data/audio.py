@@ -69,7 +69,7 @@ import numpy as np
 from engine.access import permission
 from engine.data.archive import Member, Members, NameDecoding, classify, decode_names, read_problem
 from engine.data.archive import listed_member, refusal_lines, size_problem, skip_reason
-from engine.data.dataset import AudioDataset, DatasetInfo, classes_text, seeded_split, to_pcm
+from engine.data.dataset import AudioDataset, DatasetInfo, classes_text, counted, seeded_split, to_pcm
 from engine.data.images import Refused
 from engine.data.archive import import_outcome, import_target
 from engine.data.limits import ImportLimits, budget_reason
@@ -521,13 +521,13 @@ class AudioImportReport:
 
     def summary(self) -> str:
         """Multi-line report: counts, how clips were converted, the dataset, every rejected file, skipped files by reason."""
-        lines = [f"Import of {self.source} ({self.kind}): {self.accepted} clips accepted, "
+        lines = [f"Import of {self.source} ({self.kind}): {counted(self.accepted, 'clip')} accepted, "
                  f"{len(self.rejected)} rejected, {len(self.skipped)} skipped."]  # fmt: skip
         lines += self.notes
         if self.dataset is not None:
             d, st = self.dataset, self.dataset.stats
             per_class = ", ".join(f"{c} {n}" for c, n in self.label_counts.items())
-            groups = f", {len(d.group_names)} groups" if d.group_names else ""
+            groups = f", {counted(len(d.group_names), 'group')}" if d.group_names else ""
             lines.append(f"Dataset {d.name!r}: {d.n_train} train + {d.n_val} val clips at {st['sample_rate']} Hz, "
                          f"{st['seconds_total']:.1f} s in all ({st.get('seconds_min', 0):.2f} to "
                          f"{st.get('seconds_max', 0):.2f} s per clip), {classes_text(len(d.class_names))} "
@@ -591,7 +591,8 @@ def import_audio(
     info = DatasetInfo(name=name, modality="audio", source=f"upload:{src_path.name}", image_shape=None,
                        class_names=(), n_train=0, n_val=0, created_at=storage.utc_now(),
                        description=f"Imported from {src_path.name} ({src.kind}"
-                       + (f", manifest {src.manifest}" if src.manifest else "") + f"): {len(d.decoded)} clips.")  # fmt: skip
+                       + (f", manifest {src.manifest}" if src.manifest else "")
+                       + f"): {counted(len(d.decoded), 'clip')}.")  # fmt: skip
     ds = build_dataset(d, info, rate, options.val_fraction, options.seed)
     folder = storage.save_dataset(ds, workspace, overwrite=overwrite)
     report.dataset = storage.read_info(folder)

@@ -118,7 +118,7 @@ class ImportReport:
     def summary(self) -> str:
         """Multi-line report: the dataset, how names were decoded, conversions by kind, every rejected
         file with its reason, skipped files by reason."""
-        lines = [f"Import of {self.source}: {self.accepted} images accepted, "
+        lines = [f"Import of {self.source}: {counted(self.accepted, 'image')} accepted, "
                  f"{len(self.rejected)} rejected, {len(self.skipped)} skipped."]  # fmt: skip
         if self.dataset is not None:
             d = self.dataset
@@ -428,8 +428,8 @@ def import_archive(
         if not report.rejected:
             raise DatasetError(f"{label}: no image files found ({len(report.skipped)} other files skipped)")
         refused = "; ".join(f"{p}: {r}" for p, r in report.rejected[:3])
-        raise NothingImportedError(f"{label}: no readable images; {len(report.rejected)} files refused: {refused}",
-                                   report.rejected, report.skipped)
+        raise NothingImportedError(f"{label}: no readable images; {counted(len(report.rejected), 'file')} refused: "
+                                   f"{refused}", report.rejected, report.skipped)
 
     channels = 1 if all(im.mode == "L" for im in images) else 3
     mode = "L" if channels == 1 else "RGB"

@@ -56,7 +56,7 @@ from engine.data.archive import (
     Member, Members, NameDecoding, classify, decode_names, import_outcome, import_target, listed_member, read_problem,
     refusal_lines, skip_reason,
 )
-from engine.data.dataset import DatasetInfo, PairedDataset, classes_text, seeded_split
+from engine.data.dataset import DatasetInfo, PairedDataset, classes_text, counted, seeded_split
 from engine.data.images import EXTENSIONS as IMAGE_EXTENSIONS
 from engine.data.images import GEOMETRIES, Refused, fit_square, lost_on_fill_text
 from engine.data.limits import ImportLimits
@@ -128,7 +128,7 @@ class PairedImportReport:
     def summary(self) -> str:
         """Multi-line report: counts, the dataset, how it was read, every rejected pair with its reason."""
         lines = [f"Import of {self.source}: {self.accepted} image-caption pairs accepted, "
-                 f"{len(self.rejected)} rejected, {len(self.skipped)} files skipped."]
+                 f"{len(self.rejected)} rejected, {counted(len(self.skipped), 'file')} skipped."]
         if self.dataset is not None:
             d = self.dataset
             c, h, w = d.image_shape

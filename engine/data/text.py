@@ -42,7 +42,7 @@ import numpy as np
 from engine.access import permission
 from engine.data import importer, registry, storage
 from engine.data.archive import import_outcome, import_target, refusal_lines, skip_reason
-from engine.data.dataset import DatasetInfo, TextDataset, classes_text, seeded_split
+from engine.data.dataset import DatasetInfo, TextDataset, classes_text, counted, seeded_split
 from engine.data.sampling import import_order
 from engine.data.tabular import (
     TABLE_EXTENSIONS,
@@ -429,7 +429,7 @@ class TextImportReport:
         if self.dataset is not None:
             d = self.dataset
             per_class = ", ".join(f"{c} {n}" for c, n in self.label_counts.items())
-            groups = f", {len(d.group_names)} groups" if d.group_names else ""
+            groups = f", {counted(len(d.group_names), 'group')}" if d.group_names else ""
             lines.append(f"Dataset {d.name!r}: {d.n_train} train + {d.n_val} val documents, "
                          f"{classes_text(len(d.class_names))} ({per_class}){groups}.")  # fmt: skip
         return "\n".join(lines + refusal_lines(self.rejected, self.skipped, "Skipped (not .txt documents)"))

@@ -279,6 +279,11 @@ def _report_page(rejected: list, accepted: int, dataset):
 
 @pytest.mark.parametrize("rejected, accepted, dataset, banner, text", [
     ([], 12, "mnist", "success", "Imported all 12 images from upload.zip as dataset **mnist**."),
+    ([], 1, "one", "success", "Imported 1 image from upload.zip as dataset **one**."),
+    ([["5/bad.png", "empty file"]], 1, "one", "warning",
+     "Imported 1 image from upload.zip as **one**; 1 refused (listed below)."),
+    ([["5/bad.png", "empty file"]], 0, None, "error",
+     "Nothing was imported from upload.zip: the file was refused (listed below); nothing was registered."),
     ([["3/bomb.png", "declares 100000x100000 px"]], 12, "mnist", "warning",
      "Imported 12 images from upload.zip as **mnist**; 1 refused (listed below)."),
     ([["3/bomb.png", "declares 100000x100000 px"], ["5/bad.png", "empty file"]], 0, None, "error",

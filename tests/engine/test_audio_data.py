@@ -299,7 +299,7 @@ def test_cli_data_add_imports_a_folder_of_audio(workspace, fsdd, capsys):
 
     assert main(["data", "add", str(fsdd), "--name", "fsdd-cli", "--group-column", "speaker", "--sample-rate", "8000"]) == 0
     out = capsys.readouterr().out
-    assert "2000 clips accepted, 0 rejected, 1 skipped" in out and "4 groups" in out
+    assert "2,000 clips accepted, 0 rejected, 1 skipped" in out and "4 groups" in out
     assert main(["data", "list"]) == 0
     assert "fsdd-cli             audio  8000 Hz" in capsys.readouterr().out
 

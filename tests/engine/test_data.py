@@ -279,7 +279,7 @@ def test_import_errors_name_the_path_or_name(workspace, tmp_path, stamps_zip):
     with zipfile.ZipFile(junk, "w") as z:
         z.writestr("a/bad.png", b"\x89PNG\r\n\x1a\n broken")
         z.writestr("a/readme.txt", "x")
-    refused = re.escape(f"{junk}: no readable images; 1 files refused: a/bad.png: damaged PNG file: its header")
+    refused = re.escape(f"{junk}: no readable images; 1 file refused: a/bad.png: damaged PNG file: its header")
     with pytest.raises(DatasetError, match=refused):
         import_archive(junk)
     assert [p for p in (workspace / "datasets").iterdir()] == []

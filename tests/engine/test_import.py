@@ -643,6 +643,7 @@ def test_an_image_that_vanishes_on_the_fill_colour_is_reported_in_every_transpar
     _, white = _import_one(tmp_path, name, data, fill="white")
     assert [n for _, n in white.converted] == [NOTE_LOST_ON_FILL], white.converted
     assert "another colour under transparency" in white.summary()
+    assert "one.zip: 1 image accepted, 0 rejected" in white.summary()  # counted, never "1 images"
     assert white.dataset.description.startswith("Imported from one.zip: 1 image in 1 class;"), white.dataset.description
     # the dataset keeps it for later visits to the Data page, which show the description
     assert white.dataset.description.endswith(f" 1 image vanishes on that colour ({name}): import again with another "
