@@ -205,6 +205,7 @@ merged = eff.merge(frame, on="run", how="left") if not frame.empty else eff
 e1, e2 = st.columns(2)
 e1.download_button("Download CSV", merged.to_csv(index=False).encode(), file_name="masklab-compare.csv",
                    mime="text/csv", key="cmp_csv")
-e2.download_button("Download HTML report", report_html(f"masklab: {counted(len(picked), 'run')} compared", tables, drawn,
-                   [", ".join(labels[r] for r in ids)]).encode(), file_name="masklab-compare.html",
+report = report_html(f"masklab: {counted(len(picked), 'run')} compared", tables, drawn,
+                     [", ".join(labels[r] for r in ids)])
+e2.download_button("Download HTML report", report.encode(), file_name="masklab-compare.html",
                    mime="text/html", key="cmp_html")

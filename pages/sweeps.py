@@ -37,8 +37,8 @@ if not sweeps:
 a, b = st.columns([3, 1])
 with a:
     sid = url.widget(st.selectbox, "Sweep", "sweep", default=next(iter(sweeps)), options=list(sweeps),
-                     format_func=lambda s: f"{sweeps[s]['base']} · {sweeps[s]['field']} · {counted(sweeps[s]['n'], 'run')} · {s}",
-                     key="sw_id")  # fmt: skip
+                     format_func=lambda s: f"{sweeps[s]['base']} · {sweeps[s]['field']} · "
+                                           f"{counted(sweeps[s]['n'], 'run')} · {s}", key="sw_id")  # fmt: skip
 with b:
     fig = url.widget(st.selectbox, "Result", "figure", default="probe_acc", options=list(FIGURES),
                      format_func=FIGURES.get, key="sw_fig")
@@ -49,8 +49,8 @@ field = sweeps[sid]["field"]
 long = pd.DataFrame([{"value": r["value"], "seed": r["seed"], "encoder": name, "accuracy": r[fig + suffix]}
                      for _, r in df.iterrows() for suffix, name in ENCODERS.items() if pd.notna(r[fig + suffix])])
 done = int(df[fig].notna().sum())
-st.caption(f"{done} of {counted(len(df), 'run')} evaluated · mean over seeds (line), min to max (band), each seed a point · "
-           f"evaluated at each run's final checkpoint")
+st.caption(f"{done} of {counted(len(df), 'run')} evaluated · mean over seeds (line), min to max (band), each seed a "
+           "point · evaluated at each run's final checkpoint")
 if long.empty:
     st.info("No run of this sweep is evaluated yet: each is evaluated when it completes.")
     st.stop()

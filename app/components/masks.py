@@ -576,8 +576,9 @@ def unmasked_note(masked: np.ndarray, what: str = "samples", effect: str = "they
     empty = int((np.asarray(masked) == 0).sum())
     if not n or empty <= UNMASKED_WARN * n:
         return None
-    return (f"{empty} of {n} {what} have nothing masked, so {effect} (the loss covers masked positions only): widen the masks (a larger ratio, or for SpecAugment larger F, T or p; on short clips, p x the "
-            "clip's length must reach one position) or pick smaller positions (patch size).")
+    return (f"{empty} of {n} {what} have nothing masked, so {effect} (the loss covers masked positions only): widen "
+            "the masks (a larger ratio, or for SpecAugment larger F, T or p; on short clips, p x the clip's length "
+            "must reach one position) or pick smaller positions (patch size).")
 
 
 def mask_stats_panel(stats: MaskStats, masks_per_s: float | None, spectrogram: bool = False) -> None:

@@ -270,7 +270,8 @@ def link_not_taken(link: Mapping[str, Any], form: Mapping[str, Any], datasets: l
     if ds is not None and ds not in datasets:
         return f"This link's dataset {str(ds)!r} is not in this workspace: the form shows another dataset's defaults."
     used = flatten(form)
-    lost = [f"{k}={v} ({_why_not(k, v, used)})" for k, v in asked.items() if k != "name" and used.get(k, _MISSING) != v]
+    lost = [f"{k}={v} ({_why_not(k, v, used)})" for k, v in asked.items()
+            if k != "name" and used.get(k, _MISSING) != v]
     if not lost:
         return None
     one = len(lost) == 1

@@ -359,12 +359,14 @@ def check_masks(cfg: RunConfig, grid: Grid, w: Window, units: str) -> None:
             raise ConfigError(problem + _width_note(cfg, grid))
 
 
-def _widths(cfg: RunConfig, grid: Grid, keys) -> list[str]:
-    """``"F=27 mel bins = 3 rows of 8 mel bins"`` for each of ``keys`` (``"F"``, ``"T"``) the config gives."""
+def _widths(cfg: RunConfig, grid: Grid) -> tuple[list[str], list[str]]:
+    """SpecAugment's widths that ``grid`` counts in positions (:func:`grid_masking`): their keys
+    (``"F"``, ``"T"``) and, for each, ``"F=27 mel bins = 3 rows of 8 mel bins"``."""
     used, given = grid_masking(cfg, grid).params or {}, cfg.masking.params or {}
     unit = {"F": ("mel bins", "rows"), "T": ("frames", "columns" if grid.dims == 2 else "frame tokens")}
-    return [f"{k}={given[k]} {unit[k][0]} = {used[k]} {unit[k][1]} of {getattr(grid, SPEC_WIDTHS[k])} {unit[k][0]}"
-            for k in keys if k in given and k in used]
+    keys = [k for k in SPEC_WIDTHS if k in given and used.get(k) != given.get(k)]
+    return keys, [f"{k}={given[k]} {unit[k][0]} = {used[k]} {unit[k][1]} of {getattr(grid, SPEC_WIDTHS[k])} "
+                  f"{unit[k][0]}" for k in keys]
 
 
 def width_text(cfg: RunConfig, grid: Grid) -> str:
@@ -372,23 +374,19 @@ def width_text(cfg: RunConfig, grid: Grid) -> str:
     caption: ``"F=27 mel bins = 3 rows of 8 mel bins; T=40 frames = 5 columns of 8 frames"``. ``""``
     for other strategies and for a width the grid does not scale (a frame-token grid's F, or a grid
     of single bins and frames)."""
-    if cfg.masking.strategy not in ("specaugment", "time_mask", "freq_mask"):
-        return ""
-    used, given = grid_masking(cfg, grid).params or {}, cfg.masking.params or {}
-    return "; ".join(_widths(cfg, grid, [k for k in SPEC_WIDTHS if k in given and used.get(k) != given.get(k)]))
+    return "; ".join(_widths(cfg, grid)[1])
 
 
 def _width_note(cfg: RunConfig, grid: Grid) -> str:
     """For SpecAugment on a grid of patches or frame tokens: what its F and T come to there."""
-    used, given = grid_masking(cfg, grid).params or {}, cfg.masking.params or {}
-    changed = [k for k in SPEC_WIDTHS if k in given and used.get(k) != given.get(k)]
+    changed, notes = _widths(cfg, grid)
     if not changed:
         return ""
     units = {"F": "mel bins", "T": "frames"}
     fix = " or ".join(f"{k} >= {getattr(grid, SPEC_WIDTHS[k])}" for k in changed)
     counts = "count" if len(changed) > 1 else "counts"
-    return (f" ({'; '.join(_widths(cfg, grid, changed))}: {' and '.join(changed)} {counts} "
-            f"{' and '.join(units[k] for k in changed)}; {fix} hides whole ones)")
+    return (f" ({'; '.join(notes)}: {' and '.join(changed)} {counts} {' and '.join(units[k] for k in changed)}; "
+            f"{fix} hides whole ones)")
 
 
 SPEC_BASELINES = ("mean_spec", "interp_spec")
