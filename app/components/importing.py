@@ -58,6 +58,8 @@ def rates_text(recorded: dict[int, int]) -> str:
     n = sum(recorded.values())
     read = "1 clip's header" if n == 1 else f"{n} clips' headers"
     return f"recorded at {', '.join(f'{r:,} Hz' for r in recorded)} ({read} read)"
+
+
 _AUTO, _NONE = "(detect)", "(none)"
 
 

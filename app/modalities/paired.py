@@ -336,6 +336,7 @@ def mask_preview(cfg, info, n: int = N_PREVIEW, warn: bool = True) -> None:
         return
     prm = cfg.task_params
     audio = pv.real is not None
+    widths = ""
     if audio:  # the spectrogram grid of square patches the paired task masks (engine.tasks.paired)
         from app.modalities.audio import spec_widths
         from engine.tasks.audio import Grid
