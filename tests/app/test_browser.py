@@ -573,9 +573,16 @@ def test_h_audio_upload_run_spectrograms_and_players(server, page, workspace_dir
     expect(page.get_by_text(re.compile(r"spoken\.zip: audio \(audio zip\) · 24 audio files to import · 4 classes"))).to_be_visible(
         timeout=30_000)
     settle(page)
+    # the form proposes the clips' own rate, read from their headers; 16 kHz is picked here to see the warning
+    rate = page.get_by_role("combobox", name="Sample rate (Hz)")
+    expect(rate).to_have_value("8,000 Hz")
+    expect(page.get_by_text("The clips were recorded at 8,000 Hz (24 clips' headers read).")).to_be_visible()
+    rate.click()
+    page.get_by_role("option", name="16,000 Hz", exact=True).click()
+    settle(page)
     page.get_by_role("button", name="Import").click()
     expect(page.get_by_test_id("stAlertContentSuccess")).to_contain_text("Imported all 24 clips", timeout=60_000)
-    # FSDD is recorded at 8 kHz and the form's rate is 16 kHz: the report warns that the high bins are empty
+    # FSDD is recorded at 8 kHz and 16 kHz was picked: the report warns that the high bins are empty
     expect(page.get_by_test_id("stAlertContentWarning")).to_contain_text(
         "24 clips: recorded at 8,000 Hz, upsampled to 16,000 Hz: the mel bins above 4,000 Hz hold nothing")
     expect(page.get_by_role("heading", name="Clips", exact=True)).to_be_visible(timeout=30_000)
