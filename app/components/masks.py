@@ -541,19 +541,24 @@ def frequency_heatmap(frequency: np.ndarray, height: int = 180, spectrogram: boo
 
 
 def lab_statistics(res: tuple[MaskStats, float | None, str | None] | None, about: Callable[[MaskStats], str],
-                   spectrogram: bool = False) -> None:
+                   spectrogram: bool = False, strategy: str | None = None) -> None:
     """Mask lab's statistics of one modality: ``res`` is ``(stats, masks/s, problem)`` from its
     cached statistics function, or None when that failed (``guarded`` has said why). A problem (what
-    pre-flight would refuse, in words) shows as a warning, ``about(stats)`` as the caption (what the
-    masks were drawn over), then :func:`mask_stats_panel`."""
+    pre-flight would refuse, in words) shows as a warning, then too many samples with nothing masked
+    (:func:`unmasked_note` of ``strategy``), ``about(stats)`` as the caption (what the masks were
+    drawn over, and how many samples have nothing masked when some but few do), then
+    :func:`mask_stats_panel`."""
     if res is None:
         return
     stats, rate, problem = res
+    empty = int((stats.ratio == 0).sum())
+    note = None if problem else unmasked_note(stats.ratio, strategy=strategy)
     if problem:
         st.warning(f"A run with these settings would be refused: {problem}")
-    elif (empty := unmasked_note(stats.ratio)) is not None:
-        st.warning(empty)
-    st.caption(about(stats))
+    elif note is not None:
+        st.warning(note)
+    few = f" {empty} of {stats.batch_size} have nothing masked." if empty and note is None and not problem else ""
+    st.caption(about(stats) + few)
     mask_stats_panel(stats, rate, spectrogram)
 
 
@@ -562,7 +567,30 @@ def lab_statistics(res: tuple[MaskStats, float | None, str | None] | None, about
 UNMASKED_WARN = 0.1
 
 
-def unmasked_note(masked: np.ndarray, what: str = "samples", effect: str = "they train nothing") -> str | None:
+def widen_advice(strategy: str | None) -> str:
+    """How to mask something in every sample with ``strategy``: SpecAugment's time bands are at most
+    p x the clip's own frames (Park et al. 2019), so on short clips only p or shorter patches help;
+    frequency bands need F of one patch row at least; ratio strategies a larger ratio."""
+    spec_time = ("each time band is at most p x the clip's own frames (and at most T), so on short clips a larger T "
+                 "changes nothing: raise p or use patches of fewer frames")
+    if strategy == "time_mask":
+        return spec_time
+    if strategy == "specaugment":
+        return spec_time + "; or raise F to the mel bins of one patch row at least"
+    if strategy == "freq_mask":
+        return "raise F to the mel bins of one patch row at least"
+    from engine.masking import MASKING_REGISTRY
+
+    if strategy is None:
+        return "raise the mask ratio or widen the strategy's parameters"
+    s = MASKING_REGISTRY.get(strategy)
+    if s is not None and not s.uses_ratio:
+        return "widen the strategy's parameters or use smaller patches"
+    return "raise the mask ratio or use smaller patches"
+
+
+def unmasked_note(masked: np.ndarray, what: str = "samples", effect: str = "they train nothing",
+                  strategy: str | None = None) -> str | None:
     """A warning when more than :data:`UNMASKED_WARN` of the samples have nothing masked (e.g.
     SpecAugment's time bands, bounded by p x the clip's length, on short clips), else None.
 
@@ -571,14 +599,14 @@ def unmasked_note(masked: np.ndarray, what: str = "samples", effect: str = "they
             New run the counts of its previewed samples.
         what: how the samples are named (``"samples"``, ``"previewed clips"``).
         effect: what that costs (a paired run's texts still train when its spectrograms do not).
+        strategy: the masking strategy, for the advice (:func:`widen_advice`).
     """
     n = len(masked)
     empty = int((np.asarray(masked) == 0).sum())
     if not n or empty <= UNMASKED_WARN * n:
         return None
-    return (f"{empty} of {n} {what} have nothing masked, so {effect} (the loss covers masked positions only): widen "
-            "the masks (a larger ratio, or for SpecAugment larger F, T or p; on short clips, p x the clip's length "
-            "must reach one position) or pick smaller positions (patch size).")
+    return (f"{empty} of {n} {what} have nothing masked, so {effect} (the loss covers masked positions only): "
+            f"{widen_advice(strategy)}.")
 
 
 def mask_stats_panel(stats: MaskStats, masks_per_s: float | None, spectrogram: bool = False) -> None:

@@ -72,11 +72,13 @@ def spec_image(spec: np.ndarray, real: np.ndarray | None = None, cells: np.ndarr
     return img.repeat(scale, axis=0).repeat(scale, axis=1)
 
 
-def play(wave: np.ndarray, rate: int, label: str) -> None:
-    """A caption and an audio player for ``wave`` (float in [-1, 1] or int16 PCM) at ``rate`` Hz."""
+def play(wave: np.ndarray, rate: int, label: str | None) -> None:
+    """A caption (none when ``label`` is None) and an audio player for ``wave`` (float in [-1, 1] or
+    int16 PCM) at ``rate`` Hz."""
     w = np.asarray(wave)
     w = w.astype(np.float32) / 32767.0 if w.dtype == np.int16 else w.astype(np.float32)
-    st.caption(label)
+    if label is not None:
+        st.caption(label)
     st.audio(w, sample_rate=int(rate))
 
 
@@ -262,12 +264,13 @@ def _preview(cfg_json: str, version: str, n: int):
 
 
 def mask_rows(pv, names: tuple[str, ...], players: bool = True) -> None:
-    """Each previewed clip: the spectrogram, the same with the run's mask, its player."""
+    """Each previewed clip: the spectrogram with its player under it (wide enough for the time and
+    progress bar), the same with the run's mask beside it."""
     for i in range(len(pv.spec)):
         label = names[int(pv.labels[i])] if 0 <= int(pv.labels[i]) < len(names) else str(int(pv.labels[i]))
         real = pv.real[i]
         cells = pv.cells[i] & real[None, :]
-        a, b, c = st.columns([2, 2, 1])
+        a, b = st.columns(2)
         lo_hi = _range(pv.spec[i], real)
         a.image(spec_image(pv.spec[i], real, lo_hi=lo_hi), width="stretch",
                 caption=f"{label}" + (f" · “{pv.transcripts[i]}”" if pv.transcripts[i] else ""))
@@ -275,8 +278,8 @@ def mask_rows(pv, names: tuple[str, ...], players: bool = True) -> None:
                 caption=f"masked: {int(cells.sum())} of {int(real.sum()) * pv.spec.shape[1]} cells "
                         f"({cells.sum() / max(int(real.sum()) * pv.spec.shape[1], 1):.0%} of the clip)")
         if players:
-            with c:
-                play(pv.waves[i], pv.sample_rate, "clip")
+            with a:  # under the spectrogram it plays, whose caption names the clip
+                play(pv.waves[i], pv.sample_rate, None)
 
 
 def _range(spec: np.ndarray, real: np.ndarray) -> tuple[float, float]:
@@ -319,8 +322,8 @@ def mask_preview(cfg, info, warn: bool = True) -> None:
                f"{pv.grid.pf}x{pv.grid.pt} bins x frames) with the masks this run uses for its samples "
                f"({cfg.masking.strategy}{spec_widths(cfg, pv.grid)}); masked cells light grey, silence padding dark "
                "(never masked).")
-    if warn and (empty := unmasked_note(np.array([(c & r[None, :]).sum() for c, r in zip(pv.cells, pv.real)]),
-                                        "previewed clips")) is not None:  # fmt: skip
+    hidden = np.array([(c & r[None, :]).sum() for c, r in zip(pv.cells, pv.real)])
+    if warn and (empty := unmasked_note(hidden, "previewed clips", strategy=cfg.masking.strategy)) is not None:
         st.warning(empty)
     mask_rows(pv, info.class_names)
 
@@ -496,4 +499,5 @@ def lab_results(cfg, info, n: int) -> None:
     res = guarded(_lab_stats, json.dumps(cfg.to_dict(), sort_keys=True), info.created_at, int(n))
     lab_statistics(res, lambda stats: f"{stats.batch_size} masks over the first windows of real train clips of "
                    f"**{info.name}** (chosen class by class; the ratio is over the positions that hold frames; "
-                   "masks/s includes computing the log-mel and voiced frames).", spectrogram=True)
+                   "masks/s includes computing the log-mel and voiced frames).", spectrogram=True,
+                   strategy=cfg.masking.strategy)

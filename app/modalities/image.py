@@ -238,8 +238,9 @@ def mask_stats_section(cfg, info, n: int) -> None:
     uses_ratio = get_masking(cfg.masking.strategy).uses_ratio
     at = (f" at ratio {cfg.masking.ratio:g}" + (" (step 0 of the schedule)" if cfg.masking.schedule != "constant" else "")
           if uses_ratio else " (this strategy's parameters set its budget; the mask ratio is not used)")
-    lab_statistics(res, lambda stats: f"{stats.batch_size} masks of {h // patch}x{w // patch} patches drawn over real "
-                   f"train images of **{info.name}**{at}.")
+    grid = f"{h // patch}x{w // patch} patches ({patch}x{patch} px each)"
+    lab_statistics(res, lambda stats: f"{stats.batch_size} masks of {grid} drawn over real train images of "
+                   f"**{info.name}**{at}.", strategy=cfg.masking.strategy)
 
 
 # --------------------------------------------------------------------------- interactive masking

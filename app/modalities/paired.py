@@ -361,7 +361,7 @@ def mask_preview(cfg, info, n: int = N_PREVIEW, warn: bool = True) -> None:
 
         hidden = np.array([(c & r[None]).sum() for c, r in zip(pv.cells, pv.real)])
         if warn and (empty := unmasked_note(hidden, "previewed clips", "their spectrograms train nothing (their "
-                                            "texts still do)")) is not None:  # fmt: skip
+                                            "texts still do)", cfg.masking.strategy)) is not None:  # fmt: skip
             st.warning(empty)
         spec = pv.images[:, 0]
         views = [("spectrogram", np.stack([spec_image(spec[i], pv.real[i], scale=2) for i in range(len(spec))])),
@@ -413,7 +413,8 @@ def spectrogram_stats_section(cfg, info, n: int) -> None:
     res = guarded(_lab_stats, json.dumps(spec_cfg, sort_keys=True), info.created_at, int(n))
     lab_statistics(res, lambda stats: f"{stats.batch_size} spectrogram masks over the first windows of real train "
                    f"clips of **{info.name}** (chosen class by class; the ratio is over the patches that hold frames; "
-                   "masks/s includes computing the log-mel and voiced frames).", spectrogram=True)
+                   "masks/s includes computing the log-mel and voiced frames).", spectrogram=True,
+                   strategy=cfg.masking.strategy)
 
 
 def caption_stats_section(cfg, info, n: int) -> None:

@@ -137,7 +137,7 @@ def test_mask_lab_warns_when_many_clips_get_no_mask(env):
     assert len(notes) == 1  # of the statistics' batch, not again of the 8 previewed clips
     note = next(w.value for w in at.warning if "samples have nothing masked" in w.value)
     empty, n = map(int, re.match(r"(\d+) of (\d+) samples have nothing masked", note).groups())
-    assert empty > UNMASKED_WARN * n and "p x the clip's length must reach one position" in note
+    assert empty > UNMASKED_WARN * n and "a larger T changes nothing: raise p or use patches of fewer frames" in note
     at = open_with("../pages/mask_lab.py", {"dataset": "spoken", "task": "audio_mae", "masking.strategy": "random",
                                             "masking.ratio": "0.8", "data.audio.n_mels": "32"})
     assert not [w.value for w in at.warning if "nothing masked" in w.value]
@@ -156,9 +156,16 @@ def test_new_run_warns_as_mask_lab_does_when_previewed_clips_get_no_mask(env):
     zeros = sum(c.startswith("masked: 0 of ") for c in captions(at))
     notes = [w.value for w in at.warning if "nothing masked" in w.value]
     assert zeros > 0.1 * 8 and notes == [f"{zeros} of 8 previewed clips have nothing masked, so they train nothing "
-                                         "(the loss covers masked positions only): widen the masks (a larger ratio, or "
-                                         "for SpecAugment larger F, T or p; on short clips, p x the clip's length must "
-                                         "reach one position) or pick smaller positions (patch size)."]
+                                         "(the loss covers masked positions only): each time band is at most p x the "
+                                         "clip's own frames (and at most T), so on short clips a larger T changes "
+                                         "nothing: raise p or use patches of fewer frames."]
+    # ... which holds: twice the T draws the very same masks, a larger p masks more clips
+    masked = [c for c in captions(at) if c.startswith("masked: ")]
+    base = {"dataset": "spoken", "task": "audio_mae", "masking.strategy": "time_mask", "data.audio.n_mels": "32"}
+    wider = open_with("../pages/new_run.py", {**base, "masking.params.T": "80"})
+    assert [c for c in captions(wider) if c.startswith("masked: ")] == masked
+    longer = open_with("../pages/new_run.py", {**base, "masking.params.p": "0.6"})
+    assert sum(c.startswith("masked: 0 of ") for c in captions(longer)) < zeros
     at = open_with("../pages/new_run.py", {"dataset": "spoken", "task": "audio_mae", "masking.strategy": "random",
                                            "data.audio.n_mels": "32"})
     assert not at.exception and not [w.value for w in at.warning if "nothing masked" in w.value]

@@ -329,3 +329,36 @@ def test_the_import_form_says_at_which_rates_the_clips_were_recorded():
     assert rates_text({8000: 64}) == "recorded at 8,000 Hz (64 clips' headers read)"
     assert rates_text({8000: 1, 44100: 2}) == "recorded at 8,000 Hz, 44,100 Hz (3 clips' headers read)"
     assert rates_text({22050: 1}) == "recorded at 22,050 Hz (1 clip's header read)" and rates_text({}) == ""
+
+
+def _lab_statistics_page(empty_rows: int, strategy: str):
+    import torch
+
+    from app.components.masks import lab_statistics
+    from engine.masking.stats import mask_stats
+
+    mask = torch.zeros(20, 4, 4, dtype=torch.bool)
+    mask[empty_rows:, :2] = True  # rows past the first `empty_rows` hide 8 of 16 positions
+    lab_statistics((mask_stats(mask), None, None), lambda s: f"{s.batch_size} masks.", strategy=strategy)
+
+
+@pytest.mark.parametrize("empty_rows, strategy, warning, caption", [
+    (0, "random", [], "20 masks."),
+    (2, "random", [], "20 masks. 2 of 20 have nothing masked."),  # a tenth: said, not warned
+    (3, "random", ["3 of 20 samples have nothing masked, so they train nothing (the loss covers masked positions "
+                   "only): raise the mask ratio or use smaller patches."], "20 masks."),
+    (3, "time_mask", ["3 of 20 samples have nothing masked, so they train nothing (the loss covers masked positions "
+                      "only): each time band is at most p x the clip's own frames (and at most T), so on short clips a "
+                      "larger T changes nothing: raise p or use patches of fewer frames."], "20 masks."),
+    (3, "freq_mask", ["3 of 20 samples have nothing masked, so they train nothing (the loss covers masked positions "
+                      "only): raise F to the mel bins of one patch row at least."], "20 masks."),
+    (3, "region", ["3 of 20 samples have nothing masked, so they train nothing (the loss covers masked positions "
+                   "only): widen the strategy's parameters or use smaller patches."], "20 masks."),
+])
+def test_mask_lab_says_how_many_samples_have_nothing_masked_and_how_to_mask_them(empty_rows, strategy, warning,
+                                                                                 caption):
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_function(_lab_statistics_page, args=(empty_rows, strategy)).run()
+    assert not at.exception
+    assert [w.value for w in at.warning] == warning and at.caption[0].value == caption

@@ -107,7 +107,7 @@ def test_mask_lab_renders_every_image_strategy_on_digits(workspace, strategy):
     ratio = float(m["Mean mask ratio"])
     assert 0.0 <= ratio <= 1.0
     assert float(m["Masks / s"].replace(",", "")) > 0
-    assert any("256 masks of 4x4 patches" in c.value for c in at.caption)
+    assert any("256 masks of 4x4 patches (2x2 px each)" in c.value for c in at.caption)
     cfg = json.loads(at.json[0].value)
     assert cfg["strategy"] == strategy and set(cfg["params"]) == set(MASKING_REGISTRY[strategy].params.model_fields)
 
@@ -119,7 +119,7 @@ def test_mask_lab_stats_follow_ratio_and_patch(workspace):
     at.slider(key="ml_ratio").set_value(0.5).run()
     assert metrics(at)["Mean mask ratio"] == "0.500"
     at.selectbox(key="ml_patch_8x8").set_value(1).run()  # 8x8 grid
-    assert any("256 masks of 8x8 patches" in c.value for c in at.caption)
+    assert any("256 masks of 8x8 patches (1x1 px each)" in c.value for c in at.caption)
     heat = at.get("vega_lite_chart")[2].proto
     assert json.loads(heat.spec)["mark"]["type"] == "rect"
     cells = pa.ipc.open_stream(heat.datasets[0].data.data).read_pandas()

@@ -102,7 +102,7 @@ def test_mask_lab_draws_both_masks_and_image_statistics(env):
     hidden, of = map(int, re.search(r"caption span at 0.15 \((\d+) of (\d+) tokens in the first caption", cap).groups())
     assert 1 <= hidden <= of <= 12, cap
     assert any(h.value == "Statistics of the image masks" for h in at.subheader)
-    assert any("masks of 4x4 patches drawn over real train images" in c.value for c in at.caption)
+    assert any("masks of 4x4 patches (4x4 px each) drawn over real train images" in c.value for c in at.caption)
     assert any(h.value == "Statistics of the caption masks" for h in at.subheader)
     assert any(c.value.startswith("16 caption masks over real train captions") for c in at.caption)
     image, caption = [float(m.value) for m in at.metric if m.label == "Mean mask ratio"]

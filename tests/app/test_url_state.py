@@ -93,7 +93,7 @@ def test_mask_lab_settings_come_from_the_url_and_go_to_new_run(workspace):
                                             "model.patch_size": "1", "train.seed": "7", "n": "64"})  # fmt: skip
     assert at.selectbox(key="ml_strategy").value == "bernoulli" and at.slider(key="ml_ratio").value == 0.5
     assert at.number_input(key="ml_seed").value == 7 and at.number_input(key="ml_n").value == 64
-    assert any(c.value.startswith("64 masks of 8x8 patches") for c in at.caption)
+    assert any(c.value.startswith("64 masks of 8x8 patches (1x1 px each)") for c in at.caption)
     at.slider(key="ml_ratio").set_value(0.3).run()
     assert url(at)["masking.ratio"] == "0.3" and url(at)["n"] == "64"
     at.button(key="ml_use").click().run()
