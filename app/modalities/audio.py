@@ -133,7 +133,8 @@ def data_section(info) -> None:
         facts.append("recorded at " + ", ".join(f"{int(r):,} Hz ({counted(n, 'clip')})"
                                                 for r, n in st_["source_rates"].items()))
     if st_.get("channels"):
-        facts.append("channels " + ", ".join(f"{c}: {n}" for c, n in st_["channels"].items()) + " (stored mono)")
+        facts.append(", ".join(f"{counted(n, 'clip')} with {counted(int(c), 'channel')}"
+                               for c, n in st_["channels"].items()) + " (stored mono)")
     if info.group_names:
         facts.append(f"{counted(len(info.group_names), 'group')} (e.g. speakers), each in one split")
     st.caption(" · ".join(facts))

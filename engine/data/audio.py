@@ -343,7 +343,7 @@ def _apply_manifest(src: AudioSource, table_member: Member, clips: list[Member],
     table = parse_table(data, where, TABLE_EXTENSIONS[PurePosixPath(where).suffix.lower()])
     roles = detect_roles(table, options)
     if options.text_column is None and roles.text is not None:  # transcripts only when asked for
-        roles.text, roles.reasons["text"] = None, "not detected for audio; name a transcript column with text_column"
+        roles.text, roles.reasons["text"] = None, "not detected for audio; pick the transcript column as the text column (--text-column)"
     if roles.file is None:
         raise DatasetError(f"{where}: no file column ({roles.reasons.get('file')}); columns: "
                            f"{', '.join(map(repr, table.columns))}; name it with file_column (--file-column)")  # fmt: skip

@@ -427,7 +427,7 @@ def detect_roles(table: Table, options: ImportOptions | None = None) -> ColumnRo
                 f"{table.source}: no column {col!r} for {role}_column; columns: {', '.join(map(repr, table.columns))}"
             )
         setattr(roles, role, col or None)
-        roles.reasons[role] = "given" if col else "none wanted"
+        roles.reasons[role] = "given" if col else "left out, as asked"
     taken = [c for c in given.values() if c]
     dup = sorted({c for c in taken if taken.count(c) > 1})
     if dup:

@@ -54,6 +54,7 @@ def test_data_page_shows_clips_with_players_and_duration_facts(env):
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Sample rate"] == "8,000 Hz" and metrics["Train clips"] == "12" and metrics["Val clips"] == "12"
     assert any("clip length" in c.value and "2 groups" in c.value for c in at.caption)
+    assert any("recorded at 8,000 Hz (24 clips) · 24 clips with 1 channel (stored mono)" in c.value for c in at.caption)
 
 
 @pytest.mark.parametrize("task, unit", [("audio_mae", "patches"), ("audio_frames", "frame tokens")])
