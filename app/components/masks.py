@@ -568,25 +568,23 @@ UNMASKED_WARN = 0.1
 
 
 def widen_advice(strategy: str | None) -> str:
-    """How to mask something in every sample with ``strategy``: SpecAugment's time bands are at most
-    p x the clip's own frames (Park et al. 2019), so on short clips only p or shorter patches help;
-    frequency bands need F of one patch row at least; ratio strategies a larger ratio."""
-    spec_time = ("each time band is at most p x the clip's own frames (and at most T), so on short clips a larger T "
-                 "changes nothing: raise p or use patches of fewer frames")
-    if strategy == "time_mask":
-        return spec_time
-    if strategy == "specaugment":
-        return spec_time + "; or raise F to the mel bins of one patch row at least"
-    if strategy == "freq_mask":
-        return "raise F to the mel bins of one patch row at least"
+    """How to mask something in every sample with ``strategy``, from its registered parameters:
+    SpecAugment's time bands (``T``, ``p``) are at most p x the clip's own frames (Park et al. 2019),
+    so on short clips only p or shorter patches help; frequency bands (``F``) need one patch row of
+    mel bins at least; other strategies a larger ratio, or wider parameters when the ratio is unused."""
     from engine.masking import MASKING_REGISTRY
 
-    if strategy is None:
+    s = MASKING_REGISTRY.get(strategy or "")
+    if s is None:
         return "raise the mask ratio or widen the strategy's parameters"
-    s = MASKING_REGISTRY.get(strategy)
-    if s is not None and not s.uses_ratio:
-        return "widen the strategy's parameters or use smaller patches"
-    return "raise the mask ratio or use smaller patches"
+    fields = s.params.model_fields
+    spec = [("each time band is at most p x the clip's own frames (and at most T), so on short clips a larger T "
+             "changes nothing: raise p or use patches of fewer frames") if {"T", "p"} <= set(fields) else "",
+            "raise F to the mel bins of one patch row at least" if "F" in fields else ""]
+    if any(spec):
+        return "; or ".join(a for a in spec if a)
+    return "raise the mask ratio or use smaller patches" if s.uses_ratio else \
+        "widen the strategy's parameters or use smaller patches"
 
 
 def unmasked_note(masked: np.ndarray, what: str = "samples", effect: str = "they train nothing",

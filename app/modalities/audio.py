@@ -323,9 +323,10 @@ def mask_preview(cfg, info, warn: bool = True) -> None:
                f"{pv.grid.pf}x{pv.grid.pt} bins x frames) with the masks this run uses for its samples "
                f"({cfg.masking.strategy}{spec_widths(cfg, pv.grid)}); masked cells light grey, silence padding dark "
                "(never masked).")
-    hidden = np.array([(c & r[None, :]).sum() for c, r in zip(pv.cells, pv.real)])
-    if warn and (empty := unmasked_note(hidden, "previewed clips", strategy=cfg.masking.strategy)) is not None:
-        st.warning(empty)
+    if warn:
+        hidden = np.array([(c & r[None, :]).sum() for c, r in zip(pv.cells, pv.real)])
+        if (empty := unmasked_note(hidden, "previewed clips", strategy=cfg.masking.strategy)) is not None:
+            st.warning(empty)
     mask_rows(pv, info.class_names)
 
 

@@ -329,6 +329,7 @@ def mask_preview(cfg, info, n: int = N_PREVIEW, warn: bool = True) -> None:
     """The run's ``n`` fixed validation pairs with both masks the run uses for its samples
     (:func:`engine.tasks.paired.preview`, which calls what the run calls). ``warn``: say when too
     many clips have nothing masked (Mask lab says it of its larger batch instead)."""
+    from app.modalities.audio import spec_widths
     from engine.masking import get_masking
 
     pv = guarded(_preview, json.dumps(cfg.to_dict(), sort_keys=True), info.created_at, n)
@@ -336,13 +337,7 @@ def mask_preview(cfg, info, n: int = N_PREVIEW, warn: bool = True) -> None:
         return
     prm = cfg.task_params
     audio = pv.real is not None
-    widths = ""
-    if audio:  # the spectrogram grid of square patches the paired task masks (engine.tasks.paired)
-        from app.modalities.audio import spec_widths
-        from engine.tasks.audio import Grid
-
-        p = cfg.model.patch_size
-        widths = spec_widths(cfg, Grid(pv.images.shape[2], pv.images.shape[3], p, p, 2), " ({})")
+    widths = spec_widths(cfg, pv.grid, " ({})") if audio else ""
     at = f" at {cfg.masking.ratio:g}" if get_masking(cfg.masking.strategy).uses_ratio else ""  # else its params' budget
     first = (f"spectrogram {cfg.masking.strategy}{widths}{at} ({int(pv.image_mask[0].sum())} of "
              f"{pv.image_mask[0].size} patches of {cfg.model.patch_size}x{cfg.model.patch_size} mel bins x frames in "

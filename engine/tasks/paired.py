@@ -61,6 +61,7 @@ from engine.store.samples import Sample
 from engine.tasks import register_task
 from engine.tasks.base import Task
 from engine.tasks.image import ImageMIMTask
+from engine.tasks.audio import Grid
 from engine.tasks.paired_audio import AudioTextPairs, pairs_of
 from engine.tasks.text import _TextTask, baseline_rows, ensure_one_masked, token_strings
 from engine.text.stored import encode_split
@@ -524,6 +525,7 @@ class PairedPreview:
             normalised log-mel ``[N, 1, F, T]``, ``real`` bool ``[N, T]`` the frames of each clip
             (False = silence padding) and ``cells`` bool ``[N, F, T]`` the mel bins x frames the
             spectrogram mask hides.
+        grid: audio-text pairs only: the spectrogram's mask grid.
     """
 
     images: np.ndarray
@@ -535,6 +537,7 @@ class PairedPreview:
     labels: np.ndarray
     real: np.ndarray | None = None
     cells: np.ndarray | None = None
+    grid: Grid | None = None
 
 
 def preview(cfg: RunConfig, n: int, workspace=None) -> PairedPreview:
@@ -556,11 +559,11 @@ def preview(cfg: RunConfig, n: int, workspace=None) -> PairedPreview:
     rows = _text_rows(tok.encode_batch(captions, max_len=cfg.data.tokenizer.max_len), torch.arange(len(pick)))
     images = ds.rows_tensors(pool[pick])[0]
     img, txt = vis_masks(cfg, images, rows, ds, pool[pick])
-    real = cells = None
+    real = cells = grid = None
     if isinstance(ds, AudioTextPairs):
-        real, cells = ds.window(pool[pick]).real.numpy(), ds.grid.cells(img).numpy()
+        real, cells, grid = ds.window(pool[pick]).real.numpy(), ds.grid.cells(img).numpy(), ds.grid
     return PairedPreview(images.numpy(), img.numpy(), captions, token_strings(tok, rows["ids"]), txt.numpy(),
-                         rows["eligible"].numpy(), y[pick].astype(np.int64), real, cells)
+                         rows["eligible"].numpy(), y[pick].astype(np.int64), real, cells, grid)
 
 
 def caption_train_masks(cfg: RunConfig, n: int, workspace=None) -> tuple[torch.Tensor, torch.Tensor]:
