@@ -153,7 +153,8 @@ def fit(
     (:meth:`~engine.tasks.Task.state_dict`) are restored; the LR and mask-ratio schedules are pure
     functions of the step (:func:`engine.schedule.lr_at`, :func:`engine.masking.ratio_at`), so they
     continue too. Step 0's baselines and eval are not repeated; the first step logged is the
-    checkpoint's step + 1. With the same config, the run continues bit-identically on CPU (same
+    checkpoint's step + 1; the sink is flushed before each checkpoint is written, so a run killed at
+    any point resumes with no gap in its stored rows. With the same config, the run continues bit-identically on CPU (same
     thread count); a changed ``train.lr`` or ``train.steps`` takes effect from the next step.
 
     Args:
@@ -245,6 +246,9 @@ def fit(
         mask_states = dist.gather_state(g_mask.get_state())  # every rank's, so a resume continues each
         if not dist.writer:
             return
+        # The rows up to this step are stored before its checkpoint exists: a kill between the two
+        # would otherwise resume after rows that were never written (a gap in the curve).
+        sink.flush()
         rng = {"g_mask": g_mask, "g_data": g_data, **({"g_mask_ranks": mask_states} if dist.world_size > 1 else {})}
         if device.type == "cuda":
             rng["cuda"] = torch.cuda.get_rng_state_all()

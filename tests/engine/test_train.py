@@ -148,3 +148,27 @@ def test_epoch_order_refuses_bad_lengths_and_batch():
         epoch_order(5, 2, torch.Generator(), torch.ones(4))
     with pytest.raises(ValueError, match="batch must be >= 1"):
         epoch_order(5, 0, torch.Generator())
+
+
+def test_a_checkpoint_is_written_only_after_the_rows_up_to_its_step_are_stored(workspace):
+    """A kill just after a checkpoint must not lose the rows before it (a resume starts at the
+    checkpoint's step + 1). The real metrics writer, with a flush interval that never elapses, is
+    read back at every step: wherever a checkpoint of step N exists, rows 1..N are on disk."""
+    from engine.store.metrics import MetricsWriter
+    from engine.train import fit
+
+    spec = {**SHORT, "train": {**SHORT["train"], "eval_interval": 12, "checkpoint_interval": 4}}  # an eval flushes too
+    run_id, d = create_run(RunConfig.from_dict(spec).to_dict())
+    cfg = RunConfig.from_dict(spec)
+    writer = MetricsWriter(d, run_id, flush_interval=1e9)
+    seen = []
+
+    def check(step: int) -> None:
+        ckpts = [int(p.name.split("-")[1]) for p in list_checkpoints(d)]
+        if ckpts:
+            stored = read_metrics([run_id], ["loss"], max_points=None).step.tolist()
+            assert stored[: max(ckpts)] == list(range(1, max(ckpts) + 1)), (step, ckpts, stored)
+            seen.append(max(ckpts))
+
+    fit(cfg, d, writer, on_step=check, workspace=workspace)
+    assert seen and seen[-1] == 12 and {4, 8} <= set(seen)
