@@ -302,8 +302,54 @@ def _why_not(key: str, value: Any, used: Mapping[str, Any]) -> str:
             return f"not a number; the form uses {have:g}"
         if not math.isfinite(x):
             return f"not a finite number; the form uses {have:g}"
-        return f"out of range or not offered here; the form uses {have:g}"
+        allowed = _allowed_range(key, used)
+        if allowed and not allowed[0](x):
+            return f"must be {allowed[1]}; the form uses {have:g}"
+        return f"not offered by this form; the form uses {have:g}"
     return f"not an option here; the form uses {have}"
+
+
+def _allowed_range(key: str, used: Mapping[str, Any]) -> tuple[Callable[[float], bool], str] | None:
+    """The bounds the run config itself sets on the number ``key`` (``masking.params.<p>`` from the
+    strategy in ``used``): a test of a value and its words, e.g. "in [0, 1]"; None when it sets none."""
+    from annotated_types import Ge, Gt, Le, Lt
+    from pydantic import BaseModel
+
+    from engine.config import RunConfig
+
+    *path, name = key.split(".")
+    model: Any = RunConfig
+    if path[-1:] == ["params"]:
+        from engine.masking import MASKING_REGISTRY
+
+        strategy = MASKING_REGISTRY.get(str(used.get(".".join(path[:-1] + ["strategy"]))))
+        model, path = (strategy.params if strategy else None), []
+    for part in path:
+        info = model.model_fields.get(part) if model else None
+        args = getattr(info.annotation, "__args__", ()) if info else ()
+        model = next((a for a in (info.annotation, *args) if isinstance(a, type) and issubclass(a, BaseModel)), None) \
+            if info else None
+    info = model.model_fields.get(name) if model else None
+    if info is None:
+        return None
+    lo = hi = None
+    for m in info.metadata:
+        if isinstance(m, (Ge, Gt)):
+            lo = (m.ge, "[") if isinstance(m, Ge) else (m.gt, "(")
+        elif isinstance(m, (Le, Lt)):
+            hi = (m.le, "]") if isinstance(m, Le) else (m.lt, ")")
+    if lo is None and hi is None:
+        return None
+
+    def ok(x: float) -> bool:
+        return ((lo is None or (x >= lo[0] if lo[1] == "[" else x > lo[0]))
+                and (hi is None or (x <= hi[0] if hi[1] == "]" else x < hi[0])))
+
+    if lo and hi:
+        return ok, f"in {lo[1]}{lo[0]:g}, {hi[0]:g}{hi[1]}"
+    if lo:
+        return ok, f"{'at least' if lo[1] == '[' else 'above'} {lo[0]:g}"
+    return ok, f"{'at most' if hi[1] == ']' else 'below'} {hi[0]:g}"
 
 
 _MISSING = object()

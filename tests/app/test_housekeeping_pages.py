@@ -167,7 +167,7 @@ def test_open_this_config_in_new_run_fills_the_form(workspace):
     resolved = json.loads(at.json[0].value)
     assert resolved["train"]["weight_decay"] == RunConfig().train.weight_decay and resolved["evaluation"]["max_rows"] == 500
     assert [w.value for w in at.warning if "not valid here" in w.value] == [
-        f"This link's train.weight_decay=-1 (out of range or not offered here; the form uses "
+        f"This link's train.weight_decay=-1 (must be at least 0; the form uses "
         f"{RunConfig().train.weight_decay:g}) was not valid here: the form shows its own value instead."]
 
 

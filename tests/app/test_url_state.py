@@ -264,8 +264,16 @@ def test_a_link_to_something_missing_or_out_of_range_says_so(workspace):
     assert cmp.multiselect(key="cmp_runs").value == [a, b]
     lab = open_with("../pages/mask_lab.py", {"dataset": "digits", "masking.strategy": "random", "masking.ratio": "7"})
     assert [w.value for w in lab.warning if "not valid here" in w.value] == [
-        "This link's masking.ratio=7 (out of range or not offered here; the form uses 0.95) was not valid here: "
+        "This link's masking.ratio=7 (must be in [0, 1]; the form uses 0.95) was not valid here: "
         "the form shows its own value instead."]
+    # within the config's bounds but not offered by the form (a patch that does not divide 8 px; a ratio
+    # above the slider's end); a strategy parameter out of its own bounds
+    lab = open_with("../pages/mask_lab.py", {"dataset": "digits", "masking.strategy": "block", "masking.ratio": "0.99",
+                                             "model.patch_size": "3", "masking.params.min_patches": "0"})
+    assert [w.value for w in lab.warning if "not valid here" in w.value] == [
+        "This link's masking.ratio=0.99 (not offered by this form; the form uses 0.95); masking.params.min_patches=0 "
+        "(must be at least 1; the form uses 1); model.patch_size=3 (not offered by this form; the form uses 2) were "
+        "not valid here: the form shows its own values instead."]
     # each field left out gets its reason: a strategy of other grids, a parameter of another strategy (the form shows
     # its own, bernoulli), not a number, not an option
     lab = open_with("../pages/mask_lab.py", {"dataset": "digits", "masking.strategy": "tube", "masking.params.T": "4",
