@@ -154,8 +154,9 @@ def fit(
     functions of the step (:func:`engine.schedule.lr_at`, :func:`engine.masking.ratio_at`), so they
     continue too. Step 0's baselines and eval are not repeated; the first step logged is the
     checkpoint's step + 1; the sink is flushed before each checkpoint is written, so a run killed at
-    any point resumes with no gap in its stored rows. With the same config, the run continues bit-identically on CPU (same
-    thread count); a changed ``train.lr`` or ``train.steps`` takes effect from the next step.
+    any point resumes with no gap in its stored rows. With the same config, the run continues
+    bit-identically on CPU (same thread count); a changed ``train.lr`` or ``train.steps`` takes
+    effect from the next step.
 
     Args:
         cfg: validated run config.
