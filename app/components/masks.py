@@ -35,7 +35,7 @@ import pandas as pd
 import streamlit as st
 import yaml
 
-from app.components.urlstate import number
+from app.components.urlstate import field_bounds, number
 from engine.config import MaskingConfig
 from engine.data import load_dataset, representative
 from engine.errors import ConfigError, MasklabError
@@ -169,17 +169,6 @@ def _unset_value(tp: Any, b: dict[str, float | None]) -> Any:
     return tp(v)
 
 
-def _bounds(field: Any) -> dict[str, float | None]:
-    """``ge``/``gt``/``le``/``lt`` of a pydantic field (from ``FieldInfo.metadata``)."""
-    out: dict[str, float | None] = {"ge": None, "gt": None, "le": None, "lt": None}
-    for m in field.metadata:
-        for k in out:
-            v = getattr(m, k, None)
-            if v is not None:
-                out[k] = v
-    return out
-
-
 def _limits(b: dict[str, float | None], is_int: bool) -> tuple[float | None, float | None]:
     """Inclusive widget limits. Exclusive int bounds become the next int; exclusive float bounds
     stay the bound itself (the widget cannot express "> 0"; the model rejects exactly 0 with a
@@ -304,7 +293,7 @@ def params_form(strategy: MaskingStrategy, key_prefix: str, values: dict[str, An
         default = field.get_default(call_default_factory=True)
         value = values.get(name, default)
         tp, optional = _unwrap_optional(field.annotation)
-        b = _bounds(field)
+        b = field_bounds(field)
         help_ = _help(field, default, b, optional)
         key = f"{key_prefix}_{strategy.name}_{name}"
         if optional and typing.get_origin(tp) is Literal:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -309,10 +310,20 @@ def _why_not(key: str, value: Any, used: Mapping[str, Any]) -> str:
     return f"not an option here; the form uses {have}"
 
 
+def field_bounds(field: Any) -> dict[str, float | None]:
+    """``ge``/``gt``/``le``/``lt`` of a pydantic field (from ``FieldInfo.metadata``; None where unset)."""
+    out: dict[str, float | None] = {"ge": None, "gt": None, "le": None, "lt": None}
+    for m in field.metadata:
+        for k in out:
+            v = getattr(m, k, None)
+            if v is not None:
+                out[k] = v
+    return out
+
+
 def _allowed_range(key: str, used: Mapping[str, Any]) -> tuple[Callable[[float], bool], str] | None:
     """The bounds the run config itself sets on the number ``key`` (``masking.params.<p>`` from the
     strategy in ``used``): a test of a value and its words, e.g. "in [0, 1]"; None when it sets none."""
-    from annotated_types import Ge, Gt, Le, Lt
     from pydantic import BaseModel
 
     from engine.config import RunConfig
@@ -324,30 +335,26 @@ def _allowed_range(key: str, used: Mapping[str, Any]) -> tuple[Callable[[float],
 
         strategy = MASKING_REGISTRY.get(str(used.get(".".join(path[:-1] + ["strategy"]))))
         model, path = (strategy.params if strategy else None), []
-    for part in path:
+    for part in path:  # down the nested sections (``X | None`` included)
         info = model.model_fields.get(part) if model else None
-        args = getattr(info.annotation, "__args__", ()) if info else ()
-        model = next((a for a in (info.annotation, *args) if isinstance(a, type) and issubclass(a, BaseModel)), None) \
-            if info else None
+        kinds = (info.annotation, *getattr(info.annotation, "__args__", ())) if info else ()
+        model = next((a for a in kinds if isinstance(a, type) and issubclass(a, BaseModel)), None)
     info = model.model_fields.get(name) if model else None
     if info is None:
         return None
-    lo = hi = None
-    for m in info.metadata:
-        if isinstance(m, (Ge, Gt)):
-            lo = (m.ge, "[") if isinstance(m, Ge) else (m.gt, "(")
-        elif isinstance(m, (Le, Lt)):
-            hi = (m.le, "]") if isinstance(m, Le) else (m.lt, ")")
-    if lo is None and hi is None:
+    b = field_bounds(info)
+    lo = (b["ge"], "[") if b["ge"] is not None else (b["gt"], "(")
+    hi = (b["le"], "]") if b["le"] is not None else (b["lt"], ")")
+    if lo[0] is None and hi[0] is None:
         return None
 
     def ok(x: float) -> bool:
-        return ((lo is None or (x >= lo[0] if lo[1] == "[" else x > lo[0]))
-                and (hi is None or (x <= hi[0] if hi[1] == "]" else x < hi[0])))
+        tests = ((b["ge"], operator.ge), (b["gt"], operator.gt), (b["le"], operator.le), (b["lt"], operator.lt))
+        return all(v is None or op(x, v) for v, op in tests)
 
-    if lo and hi:
+    if lo[0] is not None and hi[0] is not None:
         return ok, f"in {lo[1]}{lo[0]:g}, {hi[0]:g}{hi[1]}"
-    if lo:
+    if lo[0] is not None:
         return ok, f"{'at least' if lo[1] == '[' else 'above'} {lo[0]:g}"
     return ok, f"{'at most' if hi[1] == ']' else 'below'} {hi[0]:g}"
 

@@ -59,9 +59,9 @@ from engine.errors import ConfigError
 from engine.masking import draw_mask, get_masking, grid_shape, image_side_inputs, preview_masks, strategies_for
 from engine.store.samples import Sample
 from engine.tasks import register_task
+from engine.tasks.audio import Grid
 from engine.tasks.base import Task
 from engine.tasks.image import ImageMIMTask
-from engine.tasks.audio import Grid
 from engine.tasks.paired_audio import AudioTextPairs, pairs_of
 from engine.tasks.text import _TextTask, baseline_rows, ensure_one_masked, token_strings
 from engine.text.stored import encode_split
