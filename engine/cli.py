@@ -115,7 +115,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="encoding of zip member names not marked as UTF-8, e.g. cp437, cp1252, cp932 "
                         "(default: detected; the report says which)")
         sp.add_argument("--sample-rate", type=int, default=None, metavar="HZ",
-                        help="audio: resample every clip to this rate (default 16000)")
+                        help="audio: resample every clip to this rate (default: the clips' recorded rate rounded up to "
+                        "8000, 16000, 22050, 44100 or 48000 Hz, at most 16000, as the Data page proposes)")
     a.add_argument("--name", default=None)
     a.add_argument("--image-size", type=int, default=None, metavar="N",
                    help="images: side in pixels of the square images stored (default: the images' own size "
@@ -400,9 +401,25 @@ def _import_options(args):
     )  # fmt: skip
 
 
-def _print_plan(plan) -> None:
+def _audio_rate(plan, chosen: int | None) -> tuple[int, str]:
+    """The pipeline rate (Hz) an audio import of ``plan`` uses, and the line that says why:
+    ``chosen`` (``--sample-rate``), else the Data page's proposal from the clips' headers
+    (:func:`engine.data.audio.proposed_rate`)."""
+    from engine.data.audio import proposed_rate, rates_text
+
+    heard = f"clips {rates_text(plan.sample_rates)}" if plan.sample_rates else "no clip header could be read"
+    if chosen is not None:
+        return chosen, f"sample rate: {chosen:,} Hz (--sample-rate; {heard})"
+    rate = proposed_rate(plan.sample_rates)
+    return rate, f"sample rate: {rate:,} Hz ({heard}; --sample-rate HZ chooses another)"
+
+
+def _print_plan(plan, sample_rate: int | None = None) -> None:
+    """``data inspect``'s report of ``plan``; ``sample_rate``: the ``--sample-rate`` given, if any."""
     print(f"{plan.source}: {plan.modality} ({plan.kind}), {plan.n_items} rows kept, "
           f"{len(plan.rejected)} rejected, {len(plan.skipped)} skipped")
+    if plan.modality == "audio":
+        print(_audio_rate(plan, sample_rate)[1])
     for note in plan.notes:
         print(f"  {note}")
     if plan.roles is not None:
@@ -491,9 +508,16 @@ def cmd_data(args) -> int:
                   f"  classes {len(info.class_names):3}  {info.source}")
         return 0
     if args.data_cmd == "inspect":
-        _print_plan(inspect_source(args.path, _import_options(args)))
+        _print_plan(inspect_source(args.path, _import_options(args)), args.sample_rate)
         return 0
-    report = import_source(args.path, args.name, _import_options(args), image_size=args.image_size,
+    options = _import_options(args)
+    if args.sample_rate is None:  # audio: the clips' own rate, as the Data page proposes
+        plan = inspect_source(args.path, options)
+        if plan.modality == "audio":
+            rate, line = _audio_rate(plan, None)
+            options = options.model_copy(update={"sample_rate": rate})
+            print(line)
+    report = import_source(args.path, args.name, options, image_size=args.image_size,
                            overwrite=args.overwrite, fill=args.fill, geometry=args.geometry, pad_fill=args.pad_fill)
     print(report.summary())
     names = getattr(report, "names", None)

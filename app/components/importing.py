@@ -19,7 +19,7 @@ import streamlit as st
 from app.components.access import actor
 from app.components.errors import guarded
 from engine.data import ImportOptions, inspect_source
-from engine.data.audio import EXTENSIONS as AUDIO_EXTENSIONS, UPSAMPLED
+from engine.data.audio import EXTENSIONS as AUDIO_EXTENSIONS, SAMPLE_RATES, UPSAMPLED, proposed_rate, rates_text
 from engine.data.dataset import classes_text, counted
 from engine.data.images import NOTE_LOST_ON_FILL
 from engine.data.jobs import ImportOutcome, cancel_import, import_status, start_import
@@ -33,31 +33,6 @@ UNITS = {"image": "image", "text": "text", "audio": "clip", "paired": "pair"}
 #: ... and in the plan, before the import decodes them: images and clips are counted by their file
 #: names then (a refused file, e.g. text named .png, leaves the count at import).
 PLAN_UNITS = {"image": "image file", "text": "text", "audio": "audio file", "paired": "pair"}
-#: Pipeline rates offered for audio (Hz); every clip is resampled to the chosen one.
-SAMPLE_RATES = [8000, 16000, 22050, 44100, 48000]
-
-
-def default_rate(recorded: dict[int, int]) -> int:
-    """The pipeline rate (Hz) the form proposes for clips recorded at ``recorded`` (rate -> clips,
-    ``SourcePlan.sample_rates``): the highest recorded rate, rounded up to one of :data:`SAMPLE_RATES`,
-    at most :data:`engine.data.audio.DEFAULT_SAMPLE_RATE` (16 kHz, AudioMAE's). So 8 kHz recordings
-    stay at 8 kHz (resampling up adds empty mel bins) and 44.1 kHz music comes down to 16 kHz;
-    without headers it is the default."""
-    from engine.data.audio import DEFAULT_SAMPLE_RATE
-
-    if not recorded:
-        return DEFAULT_SAMPLE_RATE
-    top = max(recorded)
-    return min(next((r for r in SAMPLE_RATES if r >= top), SAMPLE_RATES[-1]), DEFAULT_SAMPLE_RATE)
-
-
-def rates_text(recorded: dict[int, int]) -> str:
-    """``"recorded at 8,000 Hz (64 clips' headers read)"``, or ``""`` without headers."""
-    if not recorded:
-        return ""
-    n = sum(recorded.values())
-    read = "1 clip's header" if n == 1 else f"{n} clips' headers"
-    return f"recorded at {', '.join(f'{r:,} Hz' for r in recorded)} ({read} read)"
 
 
 _AUTO, _NONE = "(detect)", "(none)"
@@ -260,8 +235,8 @@ def import_panel() -> str | None:
     else:
         if plan.modality == "audio":
             heard = rates_text(plan.sample_rates)
-            proposed = SAMPLE_RATES.index(default_rate(plan.sample_rates))
-            rate = st.selectbox("Sample rate (Hz)", SAMPLE_RATES, index=proposed, key=f"{key}_rate",
+            proposed = SAMPLE_RATES.index(proposed_rate(plan.sample_rates))
+            rate = st.selectbox("Sample rate (Hz)", list(SAMPLE_RATES), index=proposed, key=f"{key}_rate",
                                 format_func=lambda r: f"{r:,} Hz",
                                 help="every clip is made mono and resampled to this rate (the report says which "
                                      "clips were); the default is the clips' own rate, at most 16 kHz "

@@ -81,6 +81,32 @@ from engine.messages import describe_error
 DEFAULT_SAMPLE_RATE = 16_000
 """Pipeline rate (Hz) of an import that does not choose one: the rate of wav2vec 2.0, HuBERT and AudioMAE."""
 
+SAMPLE_RATES = (8000, 16000, 22050, 44100, 48000)
+"""Pipeline rates (Hz) the Data page offers and :func:`proposed_rate` rounds up to."""
+
+
+def proposed_rate(recorded: dict[int, int]) -> int:
+    """The pipeline rate (Hz) proposed for clips recorded at ``recorded`` (rate in Hz -> clips, as
+    ``SourcePlan.sample_rates``): the highest recorded rate rounded up to one of :data:`SAMPLE_RATES`,
+    at most :data:`DEFAULT_SAMPLE_RATE` (16 kHz, AudioMAE's). So 8 kHz recordings stay at 8 kHz
+    (resampling up only adds empty mel bins) and 44.1 kHz music comes down to 16 kHz; without any
+    header read it is :data:`DEFAULT_SAMPLE_RATE`. The Data page's form and ``python -m engine data
+    add`` both start from it."""
+    if not recorded:
+        return DEFAULT_SAMPLE_RATE
+    top = max(recorded)
+    return min(next((r for r in SAMPLE_RATES if r >= top), SAMPLE_RATES[-1]), DEFAULT_SAMPLE_RATE)
+
+
+def rates_text(recorded: dict[int, int]) -> str:
+    """``"recorded at 8,000 Hz (64 clips' headers read)"``, or ``""`` without headers."""
+    if not recorded:
+        return ""
+    n = sum(recorded.values())
+    read = "1 clip's header" if n == 1 else f"{n} clips' headers"
+    return f"recorded at {', '.join(f'{r:,} Hz' for r in recorded)} ({read} read)"
+
+
 MIN_CLIP_SECONDS = 0.025
 """Shortest clip imported: one 25 ms analysis window (a clip shorter than that has no log-mel frame of its own)."""
 

@@ -310,27 +310,6 @@ def test_a_tasks_unit_in_the_plural():
     assert [plural_unit(u) for u in ("patch", "frame", "position", "token")] == ["patches", "frames", "positions", "tokens"]
 
 
-@pytest.mark.parametrize("recorded, rate", [
-    ({8000: 64}, 8000),  # FSDD: kept at its own rate (upsampling adds empty mel bins)
-    ({11025: 3}, 16000),  # rounded up to an offered rate, so nothing is lost
-    ({8000: 10, 16000: 2}, 16000),  # the highest recorded rate
-    ({44100: 5}, 16000), ({48000: 1}, 16000),  # music comes down to the 16 kHz default
-    ({}, 16000),  # no header read
-])
-def test_the_import_form_proposes_the_clips_own_rate_at_most_16_khz(recorded, rate):
-    from app.components.importing import default_rate
-
-    assert default_rate(recorded) == rate
-
-
-def test_the_import_form_says_at_which_rates_the_clips_were_recorded():
-    from app.components.importing import rates_text
-
-    assert rates_text({8000: 64}) == "recorded at 8,000 Hz (64 clips' headers read)"
-    assert rates_text({8000: 1, 44100: 2}) == "recorded at 8,000 Hz, 44,100 Hz (3 clips' headers read)"
-    assert rates_text({22050: 1}) == "recorded at 22,050 Hz (1 clip's header read)" and rates_text({}) == ""
-
-
 def _lab_statistics_page(empty_rows: int, strategy: str):
     import torch
 

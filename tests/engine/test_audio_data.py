@@ -21,6 +21,8 @@ from engine.data.audio import (
     MIN_CLIP_SECONDS,
     asterisk_info,
     build_asterisk,
+    proposed_rate,
+    rates_text,
     read_transcripts,
     sniff,
 )
@@ -302,6 +304,45 @@ def test_cli_data_add_imports_a_folder_of_audio(workspace, fsdd, capsys):
     assert "2,000 clips accepted, 0 rejected, 1 skipped" in out and "4 groups" in out
     assert main(["data", "list"]) == 0
     assert "fsdd-cli             audio  8000 Hz" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("recorded, rate", [
+    ({8000: 64}, 8000),  # FSDD: kept at its own rate (upsampling adds empty mel bins)
+    ({11025: 3}, 16000),  # rounded up to an offered rate, so nothing is lost
+    ({8000: 10, 16000: 2}, 16000),  # the highest recorded rate
+    ({44100: 5}, 16000), ({48000: 1}, 16000),  # music comes down to the 16 kHz default
+    ({}, 16000),  # no header read
+])
+def test_the_import_form_proposes_the_clips_own_rate_at_most_16_khz(recorded, rate):
+    assert proposed_rate(recorded) == rate
+
+
+def test_the_import_form_says_at_which_rates_the_clips_were_recorded():
+    assert rates_text({8000: 64}) == "recorded at 8,000 Hz (64 clips' headers read)"
+    assert rates_text({8000: 1, 44100: 2}) == "recorded at 8,000 Hz, 44,100 Hz (3 clips' headers read)"
+    assert rates_text({22050: 1}) == "recorded at 22,050 Hz (1 clip's header read)" and rates_text({}) == ""
+
+
+def test_cli_data_add_resamples_to_the_rate_the_data_page_proposes(workspace, tmp_path, fsdd, capsys):
+    """Without --sample-rate the CLI imports at the Data page's proposal and says so; with it, at
+    the rate given. ``data inspect`` prints the same line."""
+    from engine.cli import main
+
+    x = real_clip(fsdd)
+    eight = make_zip(tmp_path / "eight.zip", {f"c/{i}.wav": wav_bytes(x, 8000) for i in range(3)})
+    music = make_zip(tmp_path / "music.zip", {f"c/{i}.wav": wav_bytes(x, 44100) for i in range(2)})
+    assert main(["data", "inspect", str(eight)]) == 0
+    line = "sample rate: 8,000 Hz (clips recorded at 8,000 Hz (3 clips' headers read); --sample-rate HZ chooses another)"
+    assert line in capsys.readouterr().out
+    assert main(["data", "add", str(eight), "--name", "eight"]) == 0
+    assert line in capsys.readouterr().out and load_dataset("eight", workspace).rate == 8000
+    assert main(["data", "add", str(music), "--name", "music"]) == 0
+    assert "sample rate: 16,000 Hz (clips recorded at 44,100 Hz (2 clips' headers read);" in capsys.readouterr().out
+    assert load_dataset("music", workspace).rate == 16000
+    assert main(["data", "inspect", str(eight), "--sample-rate", "22050"]) == 0
+    assert "sample rate: 22,050 Hz (--sample-rate; clips recorded at 8,000 Hz" in capsys.readouterr().out
+    assert main(["data", "add", str(eight), "--name", "eight22", "--sample-rate", "22050"]) == 0
+    assert "sample rate:" not in capsys.readouterr().out and load_dataset("eight22", workspace).rate == 22050
 
 
 # --------------------------------------------------------------------------- storage
