@@ -173,13 +173,11 @@ class Block(nn.Module):
         self.drop = nn.Dropout(drop) if drop > 0 else nn.Identity()
 
     def forward(self, x: torch.Tensor, key_padding: torch.Tensor | None = None) -> torch.Tensor:
-        # ``branch += x``: the branch output is a fresh tensor that autograd does not keep, so the
-        # residual sum reuses its memory instead of allocating another [B, L, D] tensor.
-        h = self.drop(self.attn(self.norm1(x), key_padding))
-        h += x
-        x = self.drop(self.mlp(self.norm2(h)))
-        x += h
-        return x
+        # Out-of-place residual sums: a Linear's output on [B, L, D] is a view of its 2-D result, and
+        # an in-place ``+=`` on a view makes autograd rebuild the base in backward (CopySlices and
+        # AsStrided: two extra [B, L, D] copies per sum); ``x + branch`` passes the gradient through.
+        h = x + self.drop(self.attn(self.norm1(x), key_padding))
+        return h + self.drop(self.mlp(self.norm2(h)))
 
     def forward_rows(self, x: torch.Tensor, rows: torch.Tensor, key_padding: torch.Tensor | None = None) -> torch.Tensor:
         """This block's output at the positions ``rows`` only: ``x [B, L, D]``, ``rows [B, L]`` bool

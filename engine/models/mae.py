@@ -189,15 +189,22 @@ class MaskedAutoencoderViT(nn.Module):
         return self.norm(x), ids_restore, pad
 
     def forward_decoder(
-        self, latent: torch.Tensor, ids_restore: torch.Tensor, pad: torch.Tensor | None = None
+        self, latent: torch.Tensor, ids_restore: torch.Tensor, pad: torch.Tensor | None = None,
+        rows: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Predict the pixels of every patch from the encoded visible tokens.
+        """Predict the pixels of every patch (or of the patches ``rows``) from the encoded visible tokens.
 
         Args:
             latent: ``[B, 1 + V, D]`` from :meth:`forward_encoder`.
             ids_restore: ``[B, L]`` from :meth:`forward_encoder`.
             pad: ``[B, V]`` padding slots from :meth:`forward_encoder` (they are masked patches and
                 get the mask token like every other masked patch).
+            rows: optional ``[B, L]`` bool, the patches to predict (the masked ones, which are all
+                the loss reads). Every token still serves as a key and value in every decoder block;
+                the last block's queries, output projection and MLP, the final norm and the pixel
+                head run at these patches only (:meth:`~engine.models.layers.Block.forward_rows`),
+                and the other patches come back as zeros. At ``rows`` the prediction equals that of
+                ``rows=None`` to float rounding. None predicts every patch.
 
         Returns:
             ``pred [B, L, P*P*C]`` in patch order (class token dropped); normalised-pixel units when
@@ -222,10 +229,19 @@ class MaskedAutoencoderViT(nn.Module):
         x = torch.cat([x[:, :1, :], x_], dim=1)  # (B, 1 + L, Dd)
         x = x + self.decoder_pos_embed
 
-        for blk in self.decoder_blocks:
+        if rows is None:
+            for blk in self.decoder_blocks:
+                x = blk(x)
+            return self.decoder_pred(self.decoder_norm(x))[:, 1:, :]  # (B, L, P*P*C)
+        rows = rows.to(device=x.device, dtype=torch.bool)
+        for blk in self.decoder_blocks[:-1]:
             x = blk(x)
-        x = self.decoder_norm(x)
-        return self.decoder_pred(x)[:, 1:, :]  # (B, L, P*P*C)
+        if len(self.decoder_blocks):  # the class token is never predicted: not a query of the last block
+            h = self.decoder_blocks[-1].forward_rows(x, torch.cat([rows.new_zeros(B, 1), rows], dim=1))  # (M, Dd)
+        else:
+            h = x[:, 1:, :][rows]
+        h = self.decoder_pred(self.decoder_norm(h))  # (M, P*P*C), row-major order of rows
+        return h.new_zeros(B, L, h.shape[-1]).masked_scatter(rows.unsqueeze(-1), h)  # (B, L, P*P*C)
 
     def forward_target(self, imgs: torch.Tensor) -> torch.Tensor:
         """The reconstruction target ``[B, L, P*P*C]``: ``patchify(imgs)``, per-patch normalised when
@@ -233,21 +249,28 @@ class MaskedAutoencoderViT(nn.Module):
         target = self.patchify(imgs)
         return normalize_patches(target) if self.norm_pix_loss else target
 
-    def forward(self, imgs: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Encode the visible patches, decode every patch.
+    def forward(self, imgs: torch.Tensor, mask: torch.Tensor, every_patch: bool | None = None) -> dict[str, torch.Tensor]:
+        """Encode the visible patches, decode the masked ones (or every patch).
 
         Args:
             imgs: ``[B, C, H, W]``; mask: ``[B, L]`` (or ``[B, h, w]``) bool, True = masked.
+            every_patch: predict the visible patches too. None (the default): only while autograd
+                records (training), where the loss reads the masked patches alone and the last
+                decoder block skips the rest (:meth:`forward_decoder`'s ``rows``); under
+                ``torch.no_grad`` every patch is predicted, as a display needs.
 
         Returns:
-            The outputs an objective reads (:data:`engine.objectives.OUTPUTS`): ``pred [B, L, P*P*C]``,
-            ``target [B, L, P*P*C]`` (:meth:`forward_target`) and ``mask [B, L]`` bool. MAE's loss
-            is ``engine.objectives.masked_mse`` of them.
+            The outputs an objective reads (:data:`engine.objectives.OUTPUTS`): ``pred [B, L, P*P*C]``
+            (zeros at visible patches when they are not predicted), ``target [B, L, P*P*C]``
+            (:meth:`forward_target`) and ``mask [B, L]`` bool. MAE's loss is
+            ``engine.objectives.masked_mse`` of them.
         """
         mask = self._flat_mask(mask, imgs.device)
         patches = self.patchify(imgs)  # (B, L, P*P*C): the encoder's input and the target
         latent, ids_restore, pad = self._encode_patches(patches, mask)
-        pred = self.forward_decoder(latent, ids_restore, pad)
+        if every_patch is None:
+            every_patch = not torch.is_grad_enabled()
+        pred = self.forward_decoder(latent, ids_restore, pad, rows=None if every_patch else mask)
         target = normalize_patches(patches) if self.norm_pix_loss else patches
         return {"pred": pred, "target": target, "mask": mask}
 

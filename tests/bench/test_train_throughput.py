@@ -27,14 +27,17 @@ def test_bench_prints_both_sides_and_a_ratio_for_every_case(capsys):
         assert re.search(r"masklab .* \d+% +-  \(no Hugging Face model of this recipe\)$", rows[case]), rows[case]
 
 
-@pytest.mark.parametrize("name, L, keep, patch_values, D", [
-    ("mae_tiny", 49, int(49 * 0.25), 4 * 4 * 1, 192),
-    ("audio_mae", 64, int(64 * 0.2), 8 * 8 * 1, 192),
+@pytest.mark.parametrize("name, L, keep, patch_values, D, Dd, mlp", [
+    ("mae_tiny", 49, int(49 * 0.25), 4 * 4 * 1, 192, 128, 512),
+    ("audio_mae", 64, int(64 * 0.2), 8 * 8 * 1, 192, 128, 512),
 ])
-def test_bench_cases_see_the_same_masks_on_both_sides(name, L, keep, patch_values, D):
+def test_bench_cases_see_the_same_masks_on_both_sides(name, L, keep, patch_values, D, Dd, mlp):
     """The reference hides exactly masklab's patches (the case builder checks it) and both MAE sides
-    count the same model FLOPs per step, except the patch embedding of the masked patches, which
-    masklab skips (forward and weight gradient: 2 x 2 x B x masked x P*P*C x D)."""
+    count the same model FLOPs per step, except the work masklab skips because the loss never reads
+    it: the patch embedding of the masked patches (forward and weight gradient: 2 x 2 x B x masked x
+    P*P*C x D), and the last decoder block and pixel head at the rows that are not predicted (the
+    class token and the visible patches: query and output projections, MLP, head, and their
+    attention rows, forward and both gradients: 3 x the forward's FLOPs)."""
     import torch
 
     from engine.perf import count_step_flops
@@ -44,8 +47,10 @@ def test_bench_cases_see_the_same_masks_on_both_sides(name, L, keep, patch_value
     torch.manual_seed(0)
     case = bench.build_cases([name], 32, torch.device("cpu"))[0]
     ml, hf = case.sides
-    B, masked = case.batch, L - keep
-    assert count_step_flops(lambda: hf.loss(0)) - count_step_flops(lambda: ml.loss(0)) == 4 * B * masked * patch_values * D
+    B, masked, skipped = case.batch, L - keep, 1 + keep
+    embed = 4 * B * masked * patch_values * D
+    last_block = 3 * B * skipped * (2 * (2 * Dd * Dd + 2 * Dd * mlp + Dd * patch_values) + 4 * (1 + L) * Dd)
+    assert count_step_flops(lambda: hf.loss(0)) - count_step_flops(lambda: ml.loss(0)) == embed + last_block
 
 
 def test_paired_cases_hide_the_recipes_shares_of_patches_and_caption_tokens():

@@ -97,9 +97,13 @@ def test_mae_matches_the_reference_computation(kind, norm_pix, patch):
     mask = MASKS[kind](g, 4, m.num_patches)
     if kind == "ragged":
         assert len(set((~mask).sum(1).tolist())) > 1  # rows really differ: padding slots exist
-    out = m(imgs, mask)
+    out = m(imgs, mask)  # training (autograd records): only the masked patches are decoded
     ref = ref_mae_pred(m, imgs, mask)
-    torch.testing.assert_close(out["pred"], ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out["pred"][mask], ref[mask], rtol=1e-5, atol=1e-5)
+    assert torch.equal(out["pred"][~mask], torch.zeros_like(ref[~mask]))
+    torch.testing.assert_close(m(imgs, mask, every_patch=True)["pred"], ref, rtol=1e-5, atol=1e-5)
+    with torch.no_grad():
+        torch.testing.assert_close(m(imgs, mask)["pred"], ref, rtol=1e-5, atol=1e-5)  # every patch
     target = m.patchify(imgs)
     if norm_pix:
         target = (target - target.mean(-1, keepdim=True)) / (target.var(-1, keepdim=True) + 1e-6).sqrt()
@@ -186,3 +190,19 @@ def test_block_forward_rows_is_the_full_block_at_those_rows():
     assert blk.forward_rows(x, torch.zeros(4, 9, dtype=torch.bool), pad).shape == (0, 32)
     with pytest.raises(ValueError, match="rows must be a bool"):
         blk.forward_rows(x, rows.long(), pad)
+
+
+@pytest.mark.parametrize("decoder_depth", [0, 1])
+def test_mae_masked_only_decoding_with_a_shallow_decoder(decoder_depth):
+    """With one decoder block (it is the last) or none (norm and pixel head only), decoding the masked
+    patches alone gives the full decoder's prediction there, and the same gradients."""
+    torch.manual_seed(0)
+    m = MaskedAutoencoderViT((16, 12), 1, 4, 32, 1, 4, 24, decoder_depth, 3)
+    g = torch.Generator().manual_seed(4)
+    imgs = torch.rand(4, 1, 16, 12, generator=g)
+    mask = MASKS["ragged"](g, 4, m.num_patches)
+    full = m(imgs, mask, every_patch=True)
+    part = m(imgs, mask)
+    torch.testing.assert_close(part["pred"][mask], full["pred"][mask], rtol=1e-5, atol=1e-6)
+    _assert_close_grads(_grads(m, masked_mse(part["pred"], part["target"], mask)),
+                        _grads(m, masked_mse(m(imgs, mask, every_patch=True)["pred"], full["target"], mask)))
