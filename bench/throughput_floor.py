@@ -92,6 +92,11 @@ class Recorder(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
+def materialise(tree):
+    """``tree`` (recorded arguments) with every :class:`Spec` replaced by a fresh tensor of its layout."""
+    return tree_map(lambda x: x.make() if isinstance(x, Spec) else x, tree)
+
+
 def record_step(side: tt.Side) -> list[tuple[str, object, tuple, dict]]:
     """The floor operations of one training step of ``side`` (its optimiser already built)."""
     with Recorder() as rec:
@@ -105,10 +110,7 @@ def replay_seconds(calls, repeats: int) -> dict[str, float]:
     out = {}
     by_cat = defaultdict(list)
     for cat, func, args, kwargs in calls:
-        def make(x):
-            return x.make() if isinstance(x, Spec) else x
-
-        by_cat[cat].append((func, tree_map(make, args), tree_map(make, kwargs)))
+        by_cat[cat].append((func, materialise(args), materialise(kwargs)))
     for cat, items in by_cat.items():
         for func, a, k in items:  # warm-up (kernel choice, first-touch of the outputs)
             func(*a, **k)
@@ -129,12 +131,12 @@ def warm_matmul_seconds(calls, repeats: int) -> float:
     for cat, func, args, kwargs in calls:
         if cat != "matmul":
             continue
-        a = tree_map(lambda x: x.make() if isinstance(x, Spec) else x, args)
-        func(*a, **kwargs)
+        a, k = materialise(args), materialise(kwargs)
+        func(*a, **k)
         times = []
         for _ in range(repeats):
             t0 = time.perf_counter()
-            func(*a, **kwargs)
+            func(*a, **k)
             times.append(time.perf_counter() - t0)
         total += statistics.median(times)
     return total
