@@ -10,8 +10,8 @@ implementation of the same model can leave out:
 - ``gelu``, ``layer_norm``: forward and backward;
 - ``adamw``: the optimiser update (``_fused_adamw_`` over every parameter).
 
-Each category runs on its own, repeated, so its inputs sit in the cache: an optimistic time, hence
-a *low* floor. Everything else (copies, fills, concatenations, residual sums, bias-gradient sums,
+Each category runs on its own, its calls in the step's order on inputs made once and reused by
+every repeat: no other work evicts them, so the time is optimistic, hence a *low* floor. Everything else (copies, fills, concatenations, residual sums, bias-gradient sums,
 gathers, the loss, autograd's own work) is what an implementation can hope to remove, and is
 left out of the floor. The printed ``best ratio`` = the reference's measured step time / masklab's
 floor is then the most masklab could lead by at equal work if all of that cost nothing: when it is
@@ -85,11 +85,13 @@ class Recorder(TorchDispatchMode):
         kwargs = kwargs or {}
         cat = CATEGORY.get(func.overloadpacket)
         if cat is not None:
-            def spec(x):
-                return Spec(x) if isinstance(x, torch.Tensor) else x
-
-            self.calls.append((cat, func, tree_map(spec, args), tree_map(spec, kwargs)))
+            self.calls.append((cat, func, describe(args), describe(kwargs)))
         return func(*args, **kwargs)
+
+
+def describe(tree):
+    """``tree`` (an operation's arguments) with every tensor replaced by its :class:`Spec`."""
+    return tree_map(lambda x: Spec(x) if isinstance(x, torch.Tensor) else x, tree)
 
 
 def materialise(tree):
@@ -106,7 +108,7 @@ def record_step(side: tt.Side) -> list[tuple[str, object, tuple, dict]]:
 
 def replay_seconds(calls, repeats: int) -> dict[str, float]:
     """Per category, the median over ``repeats`` of the seconds its calls take, run one after the
-    other on inputs made once (so warm in the cache)."""
+    other in the step's order on inputs made once and reused by every repeat."""
     out = {}
     by_cat = defaultdict(list)
     for cat, func, args, kwargs in calls:
@@ -142,17 +144,10 @@ def warm_matmul_seconds(calls, repeats: int) -> float:
     return total
 
 
-def step_seconds(side: tt.Side, repeats: int, steps: int = 3) -> float:
-    """Median seconds of one real training step of ``side``."""
-    for _ in range(2):
-        side.step(0)
-    times = []
-    for r in range(repeats):
-        t0 = time.perf_counter()
-        for i in range(steps):
-            side.step((r + i) % tt.N_BATCHES)
-        times.append((time.perf_counter() - t0) / steps)
-    return statistics.median(times)
+def step_seconds(side: tt.Side, repeats: int, device: torch.device, steps: int = 3) -> float:
+    """Median seconds of one real training step of ``side`` (``train_throughput.time_steps``)."""
+    tt.time_steps(side, 2, 0, device)  # warm-up
+    return statistics.median(tt.time_steps(side, steps, r, device) / steps for r in range(repeats))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -179,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
             s.model.train()
             calls = record_step(s)
             parts = replay_seconds(calls, args.repeats)
-            step = step_seconds(s, args.repeats)
+            step = step_seconds(s, args.repeats, device)
             floor = sum(parts.values())
             warm = floor - parts["matmul"] + warm_matmul_seconds(calls, args.repeats)
             rows[s.name] = (step, floor, warm)

@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 
 #: Output names a model may return, with their shapes. Objectives declare which ones they read.
 OUTPUTS = {
-    "pred": "float [B, L, D]: predicted values of every unit (pixels of a patch, a frame)",
+    "pred": "float [B, L, D]: predicted values of every unit (pixels of a patch, a frame); a model may "
+            "leave units that are never scored (visible ones) as zeros",
     "target": "float [B, L, D]: the values to reconstruct (possibly normalised per unit)",
     "mask": "bool [B, L]: True = masked (the units that are scored)",
     "logits": "float [M, V]: class scores of the M predicted tokens",
