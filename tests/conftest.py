@@ -11,6 +11,23 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("MASKLAB_SHARED", REPO.parent / "shared"))
 
 
+def pytest_configure(config):
+    """Each pytest-xdist worker trains on one torch thread: two workers share the 2 cores instead of
+    oversubscribing them (tiny models run several times slower on threads that other processes want)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        torch.set_num_threads(1)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(config, items):
+    """Real-browser tests (a Streamlit server and Chromium each) run one at a time, on one worker."""
+    for item in items:
+        if item.get_closest_marker("browser"):
+            item.add_marker(pytest.mark.xdist_group("browser"))
+
+
 @pytest.fixture
 def workspace(tmp_path, monkeypatch) -> Path:
     """A fresh workspace folder, also exported as $MASKLAB_WORKSPACE for subprocesses."""
