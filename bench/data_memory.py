@@ -133,10 +133,13 @@ def make_text_dataset(workspace: Path, name: str, size_bytes: int, seed: int = 0
     offsets, used = [0], 0
     try:
         while used < size_bytes:
-            chunk = []
-            for _ in range(20_000):
-                n = rng.integers(6, 31, size=rng.integers(1, 4))
-                chunk.append(" ".join(" ".join(words[rng.choice(len(words), k, p=p)]) + "." for k in n))
+            # 20,000 texts at a time, every word of them drawn in one call
+            per_text = rng.integers(1, 4, size=20_000)  # sentences
+            lengths = rng.integers(6, 31, size=int(per_text.sum()))  # words per sentence
+            drawn = words[rng.choice(len(words), int(lengths.sum()), p=p)]
+            sentences = [" ".join(s) + "." for s in np.split(drawn, np.cumsum(lengths)[:-1])]
+            cut = np.cumsum(per_text)[:-1]
+            chunk = [" ".join(t) for t in np.split(np.array(sentences, dtype=object), cut)]
             blob = "\n".join(chunk).encode()  # one buffer, then cut at the texts' ends
             ends = np.cumsum([len(t.encode()) + 1 for t in chunk]) - 1
             keep = int(np.searchsorted(ends, size_bytes - used, side="right"))

@@ -12,8 +12,12 @@ SHARED = Path(os.environ.get("MASKLAB_SHARED", REPO.parent / "shared"))
 
 
 def pytest_configure(config):
-    """Each pytest-xdist worker trains on one torch thread: two workers share the 2 cores instead of
+    """No automatic evaluation at a run's end anywhere in the session, module- and session-scoped
+    fixtures included (the ``workspace`` fixture only covers a test's own runs): a test that checks
+    one turns it on for its runs, with ``evaluation.max_rows`` sized to what it reads. Each
+    pytest-xdist worker trains on one torch thread: two workers share the 2 cores instead of
     oversubscribing them (tiny models run several times slower on threads that other processes want)."""
+    os.environ["MASKLAB_AUTO_EVAL"] = "0"
     if os.environ.get("PYTEST_XDIST_WORKER"):
         import torch
 

