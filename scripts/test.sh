@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Install the test extras (venv, pinned requirements, Debian Chromium) and run the pytest suite under
-# tests/ on two workers (pytest-xdist; tests that need the machine to themselves share a group), then
+# tests/ on two workers (pytest-xdist; a test module, or all the real-browser tests, to one worker), then
 # print the 40 slowest setups and calls. Extra arguments go to pytest and override these, e.g.
 # `bash scripts/test.sh tests/engine/test_masking.py -n 0` or `bash scripts/test.sh -m "slow or not slow"`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # MASKLAB_TEST_CLUSTER=1 also installs the cluster extra (Ray, submitit), so that their tests run (CI does).
 bash scripts/install.sh --dev ${MASKLAB_TEST_CLUSTER:+--cluster}
-exec .venv/bin/python -m pytest -n "${MASKLAB_TEST_WORKERS:-2}" --dist loadgroup --durations=40 "$@"
+exec .venv/bin/python -m pytest -n "${MASKLAB_TEST_WORKERS:-2}" --dist loadscope --durations=40 "$@"

@@ -24,12 +24,36 @@ def pytest_configure(config):
         torch.set_num_threads(1)
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
-def pytest_collection_modifyitems(config, items):
-    """Real-browser tests (a Streamlit server and Chromium each) run one at a time, on one worker."""
-    for item in items:
-        if item.get_closest_marker("browser"):
-            item.add_marker(pytest.mark.xdist_group("browser"))
+#: Work units that take longest (the durations table at the end of a CI log says which): they start
+#: first, so that no worker is left running one alone at the end.
+LONG_UNITS = ("browser", "tests/bench/test_data_memory.py", "tests/engine/test_distributed.py",
+              "tests/bench/test_paired_audio_quality.py", "tests/bench/test_paired_quality.py",
+              "tests/engine/test_resume.py", "tests/engine/test_cli.py", "tests/bench/test_text_quality.py")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist's scheduling by scope, one unit per test module (its module-scoped fixtures are
+    set up once), except that every real-browser test (a Streamlit server and Chromium each) is in one
+    unit, "browser", so two never run at once; :data:`LONG_UNITS` are handed out first."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        _ordered = False
+
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "browser" if Path(path).name.startswith("test_browser") else path
+
+        def _assign_work_unit(self, node) -> None:
+            if not self._ordered:  # the queue is complete before the first unit is handed out
+                self._ordered = True
+                rank = {u: i for i, u in enumerate(LONG_UNITS)}
+                units = sorted(self.workqueue.items(), key=lambda u: (rank.get(u[0], len(rank)), -len(u[1])))
+                self.workqueue.clear()
+                self.workqueue.update(units)
+            super()._assign_work_unit(node)
+
+    return ModuleScheduling(config, log)
 
 
 @pytest.fixture
@@ -49,3 +73,13 @@ def shared_data() -> Path:
     if not d.is_dir():
         pytest.fail(f"{d} not found: tests need ../shared beside the checkout (or set MASKLAB_SHARED)")
     return d
+
+
+@pytest.fixture(scope="session")
+def shared_runs(tmp_path_factory, shared_data):
+    """The session's shared trained runs (:mod:`tests.runs`): one completed, evaluated run per task,
+    trained on first use in each worker; read them as they are, write only to a ``copy``."""
+    from tests.runs import SharedRuns
+
+    return SharedRuns(tmp_path_factory.mktemp("shared-runs"), shared_data)
+

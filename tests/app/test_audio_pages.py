@@ -11,25 +11,15 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from engine.config import RunConfig
-from engine.data import ImportOptions, import_source
-from engine.store import create_run, get_run
 from tests.app.pages import ENTRY, captions, open_with
-from bench.fsdd import subset_zip
-
 
 
 @pytest.fixture(scope="module")
-def audio_ws(tmp_path_factory, shared_data) -> Path:
-    """A workspace with ``spoken``: 24 real FSDD clips (digits 0-3, jackson and theo, 3 takes each),
-    split by speaker, and ``run``: a completed 2-step ``audio_frames`` run on it."""
-    ws = tmp_path_factory.mktemp("audio-pages") / "workspace"
-    ws.mkdir()
-    z = subset_zip(shared_data, ws.parent / "spoken.zip", "0123", ("jackson", "theo"), 3)
-    rep = import_source(z, "spoken", ImportOptions(group_column="speaker", sample_rate=8000,
-                                                                           val_fraction=0.5), workspace=ws)
-    assert rep.accepted == 24
-    return ws
+def audio_ws(shared_runs) -> Path:
+    """The session's audio-frames workspace (tests/runs.py), read only: ``spoken``, 24 real FSDD clips
+    (digits 0-3, jackson and theo, 3 takes each) split by speaker, and a completed, evaluated 2-step
+    ``audio_frames`` run on it (3 fixed validation clips)."""
+    return shared_runs.get("audio_frames").workspace
 
 
 @pytest.fixture
@@ -104,13 +94,8 @@ def test_mask_lab_draws_masks_and_statistics_for_audio(env):
     assert len([c for c in captions(at) if c.startswith("masked: ")]) == 8
 
 
-def test_run_detail_shows_spectrograms_and_players_of_a_run(env):
-    from engine.worker import execute_run
-
-    cfg = RunConfig.from_dict({"task": "audio_frames", "data": {"dataset": "spoken", "audio": {"n_mels": 32, "clip_seconds": 0.5}},
-                               "train": {"steps": 2, "batch_size": 4, "eval_interval": 2, "num_vis": 3, "warmup_steps": 0}})
-    run_id, d = create_run(cfg.to_dict(), env)
-    assert execute_run(d) == "completed", get_run(run_id, env).error
+def test_run_detail_shows_spectrograms_and_players_of_a_run(env, shared_runs):
+    run_id = shared_runs.get("audio_frames").run_id
     at = open_with("../pages/run_detail.py", {"run": run_id})
     assert any(h.value == "Spectrograms and audio" for h in at.subheader)
     # the headline card names its figure in words, not by its log key (val_spec_mse)

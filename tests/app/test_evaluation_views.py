@@ -7,46 +7,24 @@ from __future__ import annotations
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from engine.config import RunConfig
-from engine.data import ImportOptions, import_source
-from engine.store import create_run, get_run
-from engine.worker import execute_run
 from tests.app.test_audio_pages import open_with
-from bench.fsdd import subset_zip
+from tests.runs import EVALUATION as EVAL, SHORT, train
 
-SHORT = {"batch_size": 32, "warmup_steps": 2, "device": "cpu", "num_threads": 1}
-EVAL = {"max_rows": 300, "tsne_max_rows": 0, "finetune_epochs": 1}
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, shared_data):
-    """``{"image", "audio", "plain"}`` run ids in a workspace of their own."""
-    root = tmp_path_factory.mktemp("evalviews")
-    ws = root / "workspace"
-    ws.mkdir()
+def runs(tmp_path_factory, shared_runs):
+    """``{"image", "audio", "plain"}`` run ids in a workspace of their own: copies of the session's
+    evaluated digits MAE and FSDD audio MAE runs (tests/runs.py: probes, kNN and a one-epoch
+    fine-tune on 300 rows), and a 4-step digits run trained here without an evaluation."""
+    ws, ids = shared_runs.copy("image_mae", "audio_mae", dest=tmp_path_factory.mktemp("evalviews") / "workspace")
+    plain = {"name": "digits-plain", "model": {"preset": "tiny", "patch_size": 2},
+             "evaluation": {**EVAL, "auto": False}, "train": {**SHORT, "steps": 4, "eval_interval": 2}}
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MASKLAB_WORKSPACE", str(ws))
-        mp.setenv("MASKLAB_AUTO_EVAL", "1")
-        subset_zip(shared_data, root / "d4.zip", "0123", ("jackson", "theo"), 4)
-        import_source(root / "d4.zip", "d4", ImportOptions(group_column="speaker", sample_rate=8000, val_fraction=0.5))
-        cfgs = {
-            "image": {"name": "digits-eval", "model": {"preset": "tiny", "patch_size": 2}, "evaluation": EVAL,
-                      "train": {**SHORT, "steps": 20, "eval_interval": 10, "checkpoint_interval": 20}},
-            "audio": {"name": "fsdd-eval", "task": "audio_mae", "evaluation": EVAL, "model": {"preset": "tiny"},
-                      "data": {"dataset": "d4", "audio": {"n_mels": 32, "clip_seconds": 0.5}},
-                      "train": {**SHORT, "batch_size": 8, "steps": 6, "eval_interval": 3, "checkpoint_interval": 6,
-                                "num_vis": 2}},
-            "plain": {"name": "digits-plain", "model": {"preset": "tiny", "patch_size": 2},
-                      "evaluation": {**EVAL, "auto": False}, "train": {**SHORT, "steps": 4, "eval_interval": 2}},
-        }
-        ids = {}
-        for key, cfg in cfgs.items():
-            run_id, d = create_run(RunConfig.from_dict(cfg).to_dict())
-            assert execute_run(d) == "completed", get_run(run_id).error
-            ids[key] = run_id
-        yield ids
+        yield {"image": ids["image_mae"], "audio": ids["audio_mae"], "plain": train(plain, ws, evaluate=False)}
 
 
 def page(path: str, **params: str) -> AppTest:

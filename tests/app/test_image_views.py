@@ -1,8 +1,8 @@
 """Run detail for an image run in AppTest: the figures next to the baselines, the reconstruction
 views (main view, step slider, error maps) and the interactive masking box.
 
-One short digits run is trained in this process through the real engine (``execute_run``: the
-worker's code path, real checkpoints and samples), then the real page is rendered.
+The session's shared digits MAE run (tests/runs.py, trained through the worker's code path: real
+checkpoints and samples) is rendered by the real page.
 """
 
 from __future__ import annotations
@@ -13,26 +13,19 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from engine.config import RunConfig
-from engine.store import create_run, get_run, load_samples
-from engine.worker import execute_run
+from engine.store import get_run, load_samples
 
 ENTRY = Path(__file__).resolve().parents[2] / "app" / "streamlit_app.py"
 
 
 @pytest.fixture(scope="module")
-def image_run(tmp_path_factory):
-    """A completed 20-step digits run with evaluations at steps 0, 10 and 20 and a checkpoint at 20,
-    in a workspace of its own (``$MASKLAB_WORKSPACE`` for the module's tests)."""
-    ws = tmp_path_factory.mktemp("views") / "workspace"
-    ws.mkdir()
+def image_run(shared_runs):
+    """The session's 20-step digits MAE run (evaluations at steps 0, 10 and 20, a checkpoint at 20),
+    its workspace ``$MASKLAB_WORKSPACE`` for the module's tests."""
+    run = shared_runs.get("image_mae")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("MASKLAB_WORKSPACE", str(ws))
-        cfg = RunConfig.from_dict({"name": "views", "train": {"steps": 20, "batch_size": 32, "eval_interval": 10,
-                                                              "checkpoint_interval": 20, "device": "cpu"}})
-        run_id, d = create_run(cfg.to_dict())
-        assert execute_run(d) == "completed", get_run(run_id).error
-        yield run_id
+        mp.setenv("MASKLAB_WORKSPACE", str(run.workspace))
+        yield run.run_id
 
 
 def run_detail(run_id: str) -> AppTest:

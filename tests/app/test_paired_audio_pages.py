@@ -19,7 +19,7 @@ from engine.store import load_samples
 from engine.tasks import get_task
 
 from tests.app.pages import ENTRY, captions, figure_columns, n_images, open_with, page_html
-from bench.fsdd import WORDS, subset_zip
+from bench.fsdd import WORDS
 from tests.stamps import completed_run
 
 NUM_VIS = 4
@@ -31,20 +31,15 @@ CFG = {"task": "paired", "data": {"dataset": "spoken", "audio": {"n_mels": 32, "
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory, shared_data):
-    """``spoken``: 24 real FSDD clips (digits 0-3, jackson and theo, 3 takes each) with their words as
-    transcripts, split by speaker, and a completed 2-step ``paired`` run on it; the workspace is
+def env(tmp_path_factory, shared_runs):
+    """The module's copy of the session's audio-text workspace (tests/runs.py; its tests add runs to
+    it): ``spoken``, 24 real FSDD clips (digits 0-3, jackson and theo, 3 takes each) with their words
+    as transcripts, split by speaker, and a completed 2-step ``paired`` run on it; the workspace is
     ``$MASKLAB_WORKSPACE`` while the module's tests run. Yields ``(workspace, run id)``."""
-    ws = tmp_path_factory.mktemp("paired-audio-pages") / "workspace"
-    ws.mkdir()
-    z = subset_zip(shared_data, ws.parent / "spoken.zip", "0123", ("jackson", "theo"), 3,
-                   transcript=lambda r: WORDS[int(r["label"])])
-    rep = import_source(z, "spoken", ImportOptions(group_column="speaker", text_column="words", sample_rate=8000,
-                                                   val_fraction=0.5), workspace=ws)
-    assert rep.accepted == 24
+    ws, ids = shared_runs.copy("paired_audio_text", dest=tmp_path_factory.mktemp("paired-audio-pages") / "workspace")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MASKLAB_WORKSPACE", str(ws))
-        yield ws, completed_run(CFG, ws)
+        yield ws, ids["paired_audio_text"]
 
 
 def test_run_detail_shows_spectrograms_with_their_texts_and_answers_retrieval(env):

@@ -15,10 +15,9 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from engine.config import RunConfig
-from engine.data import ImportOptions, import_source
 from engine.store import get_run, load_samples
 from tests.app.pages import captions, figure_columns, n_images, open_with, page_html
-from tests.stamps import completed_run, pairs_zip
+from tests.stamps import completed_run
 
 NUM_VIS = 4
 CFG = {"task": "paired", "data": {"dataset": "pairs", "tokenizer": {"vocab_size": 300, "max_len": 24}},
@@ -28,15 +27,12 @@ CFG = {"task": "paired", "data": {"dataset": "pairs", "tokenizer": {"vocab_size"
 
 
 @pytest.fixture(scope="module")
-def paired_ws(tmp_path_factory, shared_data) -> tuple[Path, str]:
-    """A workspace with ``pairs``: 36 real Tux Paint stamps with their captions (12 of each of three
-    categories, 16x16, a quarter in val), and a completed 2-step ``paired`` run on it with a checkpoint."""
-    ws = tmp_path_factory.mktemp("paired-pages") / "workspace"
-    ws.mkdir()
-    z = pairs_zip(shared_data, ws.parent / "pairs.zip", per_class=dict.fromkeys(("animals", "food", "vehicles"), 12))
-    rep = import_source(z, "pairs", ImportOptions(val_fraction=0.25), workspace=ws, image_size=16, geometry="pad")
-    assert rep.accepted == 36
-    return ws, completed_run(CFG, ws)
+def paired_ws(tmp_path_factory, shared_runs) -> tuple[Path, str]:
+    """The module's copy of the session's paired workspace (tests/runs.py; its tests add runs to it):
+    ``pairs``, 36 real Tux Paint stamps with their captions (12 of each of three categories, 16x16, a
+    quarter in val), and a completed 2-step ``paired`` run on it with a checkpoint."""
+    ws, ids = shared_runs.copy("paired_image_text", dest=tmp_path_factory.mktemp("paired-pages") / "workspace")
+    return ws, ids["paired_image_text"]
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """The Presentation page in AppTest on real runs: a digits MAE run (evaluated: probe and kNN) and
-an MLM run on real TREC questions, both trained here through the real engine (``execute_run``, the
-worker's code path), then the real page rendered alone and side by side, read only."""
+an MLM run on real TREC questions (tests/runs.py: trained through the worker's code path), then the
+real page rendered alone and side by side, read only."""
 
 from __future__ import annotations
 
@@ -8,48 +8,28 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from app.components.quality import predictor_name
-from engine.config import RunConfig
-from engine.data import ImportOptions, import_source
-from engine.store import create_run, get_run, load_samples
+from engine.store import get_run, load_samples
 from engine.store.evaluations import latest_evaluation
-from engine.worker import execute_run
 from tests.app.test_pages_apptest import ENTRY
+from tests.runs import SPECS, import_dataset, train
 
 PAGE = "../pages/present.py"
 #: Labels of every control that writes (runs, evaluations, datasets, users) anywhere in the dashboard.
 WRITE_LABELS = {"Cancel", "Resume", "Launch", "Evaluate", "Delete run", "Delete dataset", "Import", "Download CSV",
                 "Download HTML report"}
-SHORT = {"batch_size": 32, "warmup_steps": 2, "device": "cpu", "num_threads": 1}
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, shared_data):
-    """``(image_run, text_run)`` in a workspace of their own: a 20-step digits MAE run evaluated
-    at the end (probe, kNN on 300 rows) and a 6-step MLM run on the first 400 TREC questions,
-    not evaluated."""
-    root = tmp_path_factory.mktemp("present")
-    ws = root / "workspace"
-    ws.mkdir()
+def runs(tmp_path_factory, shared_runs, shared_data):
+    """``(image_run, text_run)`` in a workspace of their own: a copy of the session's 20-step digits
+    MAE run (evaluated at the end: probe, kNN on 300 rows) and the shared MLM recipe on the first 400
+    TREC questions (6 steps), trained here without an evaluation."""
+    ws, ids = shared_runs.copy("image_mae", dest=tmp_path_factory.mktemp("present") / "workspace")
+    import_dataset("trec400", ws, shared_data)
+    text_run = train(SPECS["text_mlm"][1], ws, evaluate=False)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MASKLAB_WORKSPACE", str(ws))
-        mp.setenv("MASKLAB_AUTO_EVAL", "1")
-        img = RunConfig.from_dict({"name": "digits-demo", "model": {"preset": "tiny", "patch_size": 2},
-                                   "evaluation": {"max_rows": 300, "tsne_max_rows": 0},
-                                   "train": {**SHORT, "steps": 20, "eval_interval": 10, "checkpoint_interval": 20}})
-        rows = (shared_data / "trec" / "train.tsv").read_text(encoding="utf-8").splitlines()[:401]
-        (root / "trec400.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
-        import_source(root / "trec400.tsv", "trec", ImportOptions(label_column="label"))
-        txt = RunConfig.from_dict({"name": "trec-mlm", "task": "text_mlm", "evaluation": {"auto": False},
-                                   "data": {"dataset": "trec", "tokenizer": {"vocab_size": 500, "max_len": 48}},
-                                   "model": {"preset": "tiny"}, "masking": {"strategy": "random", "ratio": 0.15},
-                                   "train": {**SHORT, "batch_size": 8, "steps": 6, "eval_interval": 3,
-                                             "checkpoint_interval": 6}})  # fmt: skip
-        ids = []
-        for cfg in (img, txt):
-            run_id, d = create_run(cfg.to_dict())
-            assert execute_run(d) == "completed", get_run(run_id).error
-            ids.append(run_id)
-        yield tuple(ids)
+        yield ids["image_mae"], text_run
 
 
 def present(**params: str) -> AppTest:
@@ -81,7 +61,7 @@ def test_one_image_run_numbers_next_to_baselines_and_reconstructions(runs):
     at = present(run=image_run)
     rec, ev = get_run(image_run), latest_evaluation(image_run)
     assert not at.error, [e.value for e in at.error]
-    assert at.title[0].value == "digits-demo"
+    assert at.title[0].value == "digits-mae"
     tiles = metrics(at)
     base = {k.split("/")[1]: v for k, v in rec.latest.items() if k.count("/") == 1}
     best = min(base, key=base.get)
@@ -134,7 +114,7 @@ def test_two_runs_side_by_side(runs):
     assert not at.error, [e.value for e in at.error]
     assert at.title[0].value == "2 runs compared"
     table = at.table[0].value
-    assert list(table.index) == [f"digits-demo · {image_run[-6:]}", f"trec-mlm · {text_run[-6:]}"]
+    assert list(table.index) == [f"digits-mae · {image_run[-6:]}", f"trec-mlm · {text_run[-6:]}"]
     assert list(table["figure"]) == ["val loss (MSE (masked units))", "top-1"]
     ev = latest_evaluation(image_run)
     assert list(table["linear probe"]) == [f"{ev.representation['trained']['probe_acc']:.1%}", "no evaluation"]
@@ -142,8 +122,8 @@ def test_two_runs_side_by_side(runs):
     assert list(table["fine-tune (random init)"]) == [
         f"{ft['trained']['finetune_acc']:.1%} ({ft['random_init']['finetune_acc']:.1%})", "–"]
     caps = [img.caption for el in at.get("image") for img in el.proto.imgs]
-    assert caps == ["original", f"digits-demo · {image_run[-6:]} · masked (step 20)",
-                    f"digits-demo · {image_run[-6:]} · reconstruction (step 20)"]
+    assert caps == ["original", f"digits-mae · {image_run[-6:]} · masked (step 20)",
+                    f"digits-mae · {image_run[-6:]} · reconstruction (step 20)"]
     assert any(f"trec-mlm · {text_run[-6:]} (step 6)" in d.value.columns for d in at.dataframe)
     assert_read_only(at)
     assert not at.slider and not at.select_slider  # the compare views have no step slider
@@ -157,7 +137,7 @@ def test_unknown_run_id_is_said_in_plain_words(runs):
     assert not at.title and not at.metric
     at = present(runs=f"nope,{image_run}")  # the known one is still shown
     assert len(at.error) == 1 and "No run 'nope'" in at.error[0].value
-    assert at.title[0].value == "digits-demo"
+    assert at.title[0].value == "digits-mae"
 
 
 def test_links_from_run_detail_and_compare(runs):
@@ -184,7 +164,7 @@ def test_demo_mode_opens_the_page(runs, monkeypatch):
     monkeypatch.setenv("MASKLAB_MODE", "demo")
     try:
         at = present(run=image_run)
-        assert at.title[0].value == "digits-demo" and not at.error
+        assert at.title[0].value == "digits-mae" and not at.error
         assert "Demo: read-only" in [c.value for c in at.sidebar.caption]
         assert_read_only(at)
     finally:

@@ -7,32 +7,18 @@ from __future__ import annotations
 import pytest
 
 from app.components.quality import predictor_name
-from engine.config import RunConfig
-from engine.data import ImportOptions, import_source
-from engine.store import create_run, get_run
-from engine.worker import execute_run
+from engine.store import get_run
 from tests.app.pages import open_with
 
 
 @pytest.fixture(scope="module")
-def span_run(tmp_path_factory, shared_data):
-    ws = tmp_path_factory.mktemp("span") / "workspace"
-    ws.mkdir()
+def span_run(shared_runs):
+    """The session's span run (tests/runs.py: 6 steps on the first 300 TREC questions, sentence spans,
+    decoder input hidden), its workspace ``$MASKLAB_WORKSPACE`` for the module's tests."""
+    run = shared_runs.get("text_span")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("MASKLAB_WORKSPACE", str(ws))
-        src = ws.parent / "trec300.tsv"
-        src.write_text("\n".join((shared_data / "trec" / "train.tsv").read_text(encoding="utf-8").splitlines()[:301]) + "\n",
-                       encoding="utf-8")
-        import_source(src, "trec", ImportOptions(label_column="label"))
-        cfg = RunConfig.from_dict({
-            "name": "span-views", "task": "text_span", "task_params": {"decoder_input_mask": 1.0},
-            "data": {"dataset": "trec", "tokenizer": {"vocab_size": 300, "max_len": 48}},
-            "masking": {"strategy": "sentence_span"}, "model": {"preset": "tiny"},
-            "train": {"steps": 6, "batch_size": 8, "eval_interval": 3, "checkpoint_interval": 6, "warmup_steps": 1,
-                      "device": "cpu"}})
-        run_id, d = create_run(cfg.to_dict())
-        assert execute_run(d) == "completed", get_run(run_id).error
-        yield run_id
+        mp.setenv("MASKLAB_WORKSPACE", str(run.workspace))
+        yield run.run_id
 
 
 def test_span_figures_sit_next_to_the_baselines_that_score_the_same_thing(span_run):

@@ -1,0 +1,170 @@
+"""Trained runs shared by a whole test session: train once, read many times.
+
+One short, completed run per task (:data:`SPECS`), in a workspace of its own with its dataset
+imported from ../shared/data. Image, audio and paired runs are evaluated at their end (probes, kNN
+and a one-epoch fine-tune on at most 300 rows); text runs are not: their linear probe on TF-IDF
+features alone took 38 s here (tests/engine/test_evaluation.py evaluates a text run). A kind is trained the first time a test asks for it, once per process (once per
+pytest-xdist worker), through the real worker code path (:func:`engine.worker.execute_run`).
+
+Readers (page, view, compare and evaluation tests) open a shared workspace as it is: ``get(kind)``,
+or ``merged(*kinds)`` for several runs in one workspace. A test that writes (trains, resumes,
+imports, deletes, annotates) takes ``copy(...)`` into its own folder: a shared workspace is never
+changed after its run completed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+#: Every shared run is evaluated at its end on this budget: enough rows for each probe to be scored.
+EVALUATION = {"auto": True, "max_rows": 300, "tsne_max_rows": 0, "finetune_epochs": 1}
+NO_EVALUATION = {**EVALUATION, "auto": False}
+SHORT = {"batch_size": 32, "warmup_steps": 2, "device": "cpu", "num_threads": 1}
+IMAGE = {"name": "digits-mae", "model": {"preset": "tiny", "patch_size": 2}, "evaluation": EVALUATION,
+         "train": {**SHORT, "steps": 20, "eval_interval": 10, "checkpoint_interval": 20}}
+AUDIO = {"n_mels": 32, "clip_seconds": 0.5}
+#: Shared by the two audio-text page modules: the FSDD digit said, as its word.
+PAIRED_AUDIO_VIS = 4
+PAIRED_IMAGE_VIS = 4
+
+#: kind -> (dataset, run config). Datasets: ``digits`` (bundled); ``trec400`` / ``trec300``: the first
+#: 400 / 300 TREC questions; ``d4`` / ``spoken3``: FSDD digits 0-3 of jackson and theo, 4 / 3 takes
+#: each, split by speaker (``spoken3w`` with the word as each clip's transcript); ``pairs``: 12 Tux
+#: Paint stamps of each of animals, food and vehicles with their captions, 16x16.
+SPECS: dict[str, tuple[str, dict]] = {
+    "image_mae": ("digits", IMAGE),
+    "simmim": ("digits", {**IMAGE, "name": "digits-simmim", "model": {"arch": "simmim_vit", "preset": "tiny",
+                                                                     "patch_size": 2},
+                          "objective": {"loss": "l1"}}),
+    "text_mlm": ("trec400", {
+        "name": "trec-mlm", "task": "text_mlm", "evaluation": NO_EVALUATION,
+        "data": {"dataset": "trec", "tokenizer": {"vocab_size": 500, "max_len": 48}}, "model": {"preset": "tiny"},
+        "masking": {"strategy": "random", "ratio": 0.15},
+        "train": {**SHORT, "batch_size": 8, "steps": 6, "eval_interval": 3, "checkpoint_interval": 6}}),
+    "text_span": ("trec300", {
+        "name": "span-views", "task": "text_span", "task_params": {"decoder_input_mask": 1.0}, "evaluation": NO_EVALUATION,
+        "data": {"dataset": "trec", "tokenizer": {"vocab_size": 300, "max_len": 48}},
+        "masking": {"strategy": "sentence_span"}, "model": {"preset": "tiny"},
+        "train": {**SHORT, "steps": 6, "batch_size": 8, "eval_interval": 3, "checkpoint_interval": 6, "warmup_steps": 1}}),
+    "audio_mae": ("d4", {
+        "name": "fsdd-eval", "task": "audio_mae", "evaluation": EVALUATION, "model": {"preset": "tiny"},
+        "data": {"dataset": "d4", "audio": AUDIO},
+        "train": {**SHORT, "batch_size": 8, "steps": 6, "eval_interval": 3, "checkpoint_interval": 6, "num_vis": 2}}),
+    "audio_frames": ("spoken3", {
+        "name": "fsdd-frames", "task": "audio_frames", "evaluation": EVALUATION,
+        "data": {"dataset": "spoken", "audio": AUDIO},
+        "train": {**SHORT, "steps": 2, "batch_size": 4, "eval_interval": 2, "num_vis": 3, "warmup_steps": 0}}),
+    "paired_image_text": ("pairs", {
+        "name": "pairs", "task": "paired", "evaluation": EVALUATION, "model": {"preset": "tiny"},
+        "data": {"dataset": "pairs", "tokenizer": {"vocab_size": 300, "max_len": 24}},
+        "train": {**SHORT, "steps": 2, "batch_size": 8, "eval_interval": 2, "checkpoint_interval": 2,
+                  "num_vis": PAIRED_IMAGE_VIS, "warmup_steps": 0}}),
+    "paired_audio_text": ("spoken3w", {
+        "name": "spoken-pairs", "task": "paired", "evaluation": EVALUATION, "model": {"preset": "tiny", "patch_size": 4},
+        "data": {"dataset": "spoken", "audio": AUDIO, "tokenizer": {"vocab_size": 100, "max_len": 8}},
+        "train": {**SHORT, "steps": 2, "batch_size": 8, "eval_interval": 2, "checkpoint_interval": 2,
+                  "num_vis": PAIRED_AUDIO_VIS, "warmup_steps": 0}}),
+}
+
+
+@dataclass(frozen=True)
+class TrainedRun:
+    """A completed run: its workspace folder and run id."""
+
+    workspace: Path
+    run_id: str
+
+
+def import_dataset(which: str, workspace: Path, shared_data: Path) -> None:
+    """Import dataset ``which`` (see :data:`SPECS`) into ``workspace`` from ``shared_data``."""
+    from bench.fsdd import WORDS, subset_zip
+    from engine.data import ImportOptions, import_source
+    from tests.stamps import pairs_zip
+
+    scratch = workspace.parent
+    if which == "digits":
+        return  # bundled
+    if which.startswith("trec"):
+        n = int(which[4:])
+        rows = (shared_data / "trec" / "train.tsv").read_text(encoding="utf-8").splitlines()[: n + 1]
+        src = scratch / f"{which}.tsv"
+        src.write_text("\n".join(rows) + "\n", encoding="utf-8")
+        rep = import_source(src, "trec", ImportOptions(label_column="label"), workspace=workspace)
+    elif which in ("d4", "spoken3", "spoken3w"):
+        takes = 4 if which == "d4" else 3
+        words = {"transcript": lambda r: WORDS[int(r["label"])]} if which == "spoken3w" else {}
+        z = subset_zip(shared_data, scratch / f"{which}.zip", "0123", ("jackson", "theo"), takes, **words)
+        opts = ImportOptions(group_column="speaker", sample_rate=8000, val_fraction=0.5,
+                             **({"text_column": "words"} if words else {}))
+        rep = import_source(z, "d4" if which == "d4" else "spoken", opts, workspace=workspace)
+        assert rep.accepted == 8 * takes, rep
+    elif which == "pairs":
+        z = pairs_zip(shared_data, scratch / "pairs.zip", per_class=dict.fromkeys(("animals", "food", "vehicles"), 12))
+        rep = import_source(z, "pairs", ImportOptions(val_fraction=0.25), workspace=workspace, image_size=16,
+                            geometry="pad")
+        assert rep.accepted == 36, rep
+    else:
+        raise KeyError(which)
+    assert rep.accepted > 0, rep
+
+
+def train(cfg: dict, workspace: Path, *, evaluate: bool = True) -> str:
+    """Train run config ``cfg`` in ``workspace`` to its end through the worker's code path, evaluated
+    at its end when ``evaluate`` (and ``cfg`` asks for it); return its id. Raises AssertionError with
+    the run's error when it does not complete."""
+    from engine.config import RunConfig
+    from engine.store import create_run, get_run
+    from engine.worker import execute_run
+
+    saved = {k: os.environ.get(k) for k in ("MASKLAB_WORKSPACE", "MASKLAB_AUTO_EVAL")}
+    os.environ.update(MASKLAB_WORKSPACE=str(workspace), MASKLAB_AUTO_EVAL="1" if evaluate else "0")
+    try:
+        run_id, folder = create_run(RunConfig.from_dict(cfg).to_dict(), workspace)
+        assert execute_run(folder) == "completed", get_run(run_id, workspace).error
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return run_id
+
+
+class SharedRuns:
+    """The session's shared runs under ``root`` (see the module docstring)."""
+
+    def __init__(self, root: Path, shared_data: Path):
+        self.root, self.shared_data = root, shared_data
+        self._runs: dict[str, TrainedRun] = {}
+        self._merged: dict[tuple[str, ...], tuple[Path, dict[str, str]]] = {}
+
+    def get(self, kind: str) -> TrainedRun:
+        """The shared run of ``kind`` (a key of :data:`SPECS`), trained on first use. Read only."""
+        if kind not in self._runs:
+            dataset, cfg = SPECS[kind]
+            ws = self.root / kind / "workspace"
+            ws.mkdir(parents=True)
+            import_dataset(dataset, ws, self.shared_data)
+            self._runs[kind] = TrainedRun(ws, train(cfg, ws))
+        return self._runs[kind]
+
+    def copy(self, *kinds: str, dest: Path) -> tuple[Path, dict[str, str]]:
+        """A writable workspace at ``dest`` holding the runs (and datasets) of ``kinds``: ``(workspace,
+        {kind: run id})``. Kinds whose datasets share a name must not be combined."""
+        dest.mkdir(parents=True, exist_ok=True)
+        ids = {}
+        for kind in kinds:
+            run = self.get(kind)
+            shutil.copytree(run.workspace, dest, dirs_exist_ok=True, symlinks=True)
+            ids[kind] = run.run_id
+        return dest, ids
+
+    def merged(self, *kinds: str) -> tuple[Path, dict[str, str]]:
+        """One read-only workspace with the runs of ``kinds`` (made once per session): ``(workspace,
+        {kind: run id})``."""
+        if kinds not in self._merged:
+            self._merged[kinds] = self.copy(*kinds, dest=self.root / ("+".join(kinds)) / "workspace")
+        return self._merged[kinds]
