@@ -16,7 +16,10 @@ from tests.app.test_browser import (  # noqa: F401
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
-FORM = "dataset=digits&train.steps=8&train.batch_size=32&train.eval_interval=4&name=bsweep"
+# The link carries an evaluation sized to the test (probes and a one-epoch fine-tune on 300 rows): with
+# the defaults (2,000 rows, five epochs) evaluating the two runs took most of this test's 96 s.
+FORM = ("dataset=digits&train.steps=8&train.batch_size=32&train.eval_interval=4&name=bsweep"
+        "&evaluation.max_rows=300&evaluation.tsne_max_rows=0&evaluation.finetune_epochs=1")
 
 
 def test_a_sweep_launched_from_new_run_shows_on_the_sweeps_page(workspace, monkeypatch, page):  # noqa: F811
@@ -48,11 +51,12 @@ def test_a_sweep_launched_from_new_run_shows_on_the_sweeps_page(workspace, monke
             t = sweep_table(sid, workspace)
             return [t] if len(t) == 2 and t["probe_acc"].notna().all() else None
 
-        (table,) = wait_until(evaluated, 900, "both runs of the sweep to train and be evaluated", every=2)
+        (table,) = wait_until(evaluated, 240, "both runs of the sweep to train and be evaluated", every=2)
         assert list(table["value"]) == [0.5, 0.75] and list(table["seed"]) == [0, 0]
         for run_id, value in zip(table["run_id"], table["value"]):
             rec = get_run(run_id, workspace)
             assert rec.status == "completed" and rec.config["masking"]["ratio"] == value
+            assert rec.config["evaluation"]["max_rows"] == 300  # carried from the link into every run
             assert sweep_of(rec.name)["id"] == sid
         page.reload()
         expect(page.get_by_text("2 of 2 runs evaluated", exact=False)).to_be_visible(timeout=60_000)

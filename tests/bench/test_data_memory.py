@@ -16,6 +16,7 @@ from tests.bench import load_bench
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_peak_memory_grows_with_the_batch_not_with_the_dataset(tmp_path, monkeypatch):
     bench = load_bench("data_memory")
     monkeypatch.setenv("MASKLAB_AUTO_EVAL", "0")
@@ -30,6 +31,7 @@ def test_peak_memory_grows_with_the_batch_not_with_the_dataset(tmp_path, monkeyp
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_audio_peak_memory_grows_with_the_batch_not_with_the_dataset(tmp_path, monkeypatch):
     """The same for audio: noise-clip sets of 50 MB and 500 MB of PCM train audio_mae; the log-mel
     frames (1.6 times the PCM) are computed into <workspace>/features and mapped, so neither the PCM
@@ -47,6 +49,7 @@ def test_audio_peak_memory_grows_with_the_batch_not_with_the_dataset(tmp_path, m
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_text_peak_memory_grows_with_the_batch_not_with_the_dataset(tmp_path, monkeypatch):
     """The same for text: random-word sets of 30 MB and 120 MB train text_mlm; the tokenizer is
     trained from chunks of texts and the encoded split (about 7 times the text's bytes) is stored in
@@ -55,7 +58,10 @@ def test_text_peak_memory_grows_with_the_batch_not_with_the_dataset(tmp_path, mo
 
     Both sets hold more than engine.tasks.text.BASELINE_MAX_ROWS train texts, the most the count
     baselines are fitted on: below that their tables grow with the split by design (a 5 MB against a
-    50 MB set grew the peak by 105 MB, 0.27 of the data's growth, in CI), above it they stop."""
+    50 MB set grew the peak by 105 MB, 0.27 of the data's growth, in CI), above it they stop.
+
+    Over a minute (README, "Tests"): 150 MB of text are generated, tokenised and encoded, the least
+    that keeps both sets above BASELINE_MAX_ROWS and the growth four times the peak's noise."""
     from engine.tasks.text import BASELINE_MAX_ROWS
 
     bench = load_bench("data_memory")

@@ -154,7 +154,8 @@ def test_run_says_when_training_ends_and_the_final_evaluation_starts(workspace, 
     for auto in ("1", "0"):
         monkeypatch.setenv("MASKLAB_AUTO_EVAL", auto)  # the subprocess inherits it
         out = engine_cli("run", "configs/mae-digits.yaml", "--set", "train.steps=4", "--set", "train.batch_size=32",
-                         "--set", "evaluation.finetune_epochs=0", "--set", "evaluation.max_rows=200")
+                         "--set", "evaluation.finetune_epochs=0", "--set", "evaluation.max_rows=200",
+                         "--set", "evaluation.tsne_max_rows=0")
         assert out.returncode == 0, out.stderr
         assert (line in out.stderr) == (auto == "1")
         if auto == "1":
