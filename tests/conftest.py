@@ -24,17 +24,21 @@ def pytest_configure(config):
         torch.set_num_threads(1)
 
 
+#: Tests that must not run beside each other: real-browser tests (a Streamlit server and Chromium each)
+#: and those that start several processes per run or a local cluster. They form one work unit.
+EXCLUSIVE = ("tests/engine/test_distributed.py", "tests/engine/test_backends.py", "tests/engine/test_runqueue.py",
+             "tests/engine/test_launcher.py")
 #: Work units that take longest (the durations table at the end of a CI log says which): they start
 #: first, so that no worker is left running one alone at the end.
-LONG_UNITS = ("browser", "tests/bench/test_data_memory.py", "tests/engine/test_distributed.py",
-              "tests/bench/test_paired_audio_quality.py", "tests/bench/test_paired_quality.py",
-              "tests/engine/test_resume.py", "tests/engine/test_cli.py", "tests/bench/test_text_quality.py")
+LONG_UNITS = ("exclusive", "tests/bench/test_data_memory.py", "tests/bench/test_paired_audio_quality.py",
+              "tests/bench/test_paired_quality.py", "tests/engine/test_resume.py", "tests/engine/test_cli.py",
+              "tests/bench/test_text_quality.py")
 
 
 def pytest_xdist_make_scheduler(config, log):
     """pytest-xdist's scheduling by scope, one unit per test module (its module-scoped fixtures are
-    set up once), except that every real-browser test (a Streamlit server and Chromium each) is in one
-    unit, "browser", so two never run at once; :data:`LONG_UNITS` are handed out first."""
+    set up once), except that the real-browser tests and :data:`EXCLUSIVE` share one unit,
+    "exclusive", so none of them ever runs beside another; :data:`LONG_UNITS` are handed out first."""
     from xdist.scheduler import LoadScopeScheduling
 
     class ModuleScheduling(LoadScopeScheduling):
@@ -42,7 +46,7 @@ def pytest_xdist_make_scheduler(config, log):
 
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
-            return "browser" if Path(path).name.startswith("test_browser") else path
+            return "exclusive" if Path(path).name.startswith("test_browser") or path in EXCLUSIVE else path
 
         def _assign_work_unit(self, node) -> None:
             if not self._ordered:  # the queue is complete before the first unit is handed out
