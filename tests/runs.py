@@ -3,8 +3,9 @@
 One short, completed run per task (:data:`SPECS`), in a workspace of its own with its dataset
 imported from ../shared/data. Image, audio and paired runs are evaluated at their end (probes, kNN
 and a one-epoch fine-tune on at most 300 rows); text runs are not: their linear probe on TF-IDF
-features alone took 38 s here (tests/engine/test_evaluation.py evaluates a text run). A kind is trained the first time a test asks for it, once per process (once per
-pytest-xdist worker), through the real worker code path (:func:`engine.worker.execute_run`).
+features alone took 38 s here (tests/engine/test_evaluation.py evaluates a text run). A kind is
+trained the first time a test asks for it, once per process (once per pytest-xdist worker), through
+the real worker code path (:func:`engine.worker.execute_run`).
 
 Readers (page, view, compare and evaluation tests) open a shared workspace as it is: ``get(kind)``,
 or ``merged(*kinds)`` for several runs in one workspace. A test that writes (trains, resumes,
