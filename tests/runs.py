@@ -7,10 +7,10 @@ features alone took 38 s here (tests/engine/test_evaluation.py evaluates a text 
 trained the first time a test asks for it, once per process (once per pytest-xdist worker), through
 the real worker code path (:func:`engine.worker.execute_run`).
 
-Readers (page, view, compare and evaluation tests) open a shared workspace as it is: ``get(kind)``,
-or ``merged(*kinds)`` for several runs in one workspace. A test that writes (trains, resumes,
-imports, deletes, annotates) takes ``copy(...)`` into its own folder: a shared workspace is never
-changed after its run completed.
+Readers (page, view, compare and evaluation tests) open a shared workspace as it is: ``get(kind)``.
+A test that writes (trains, resumes, imports, deletes, annotates), or wants several kinds in one
+workspace, takes ``copy(*kinds, dest=...)`` into its own folder: a shared workspace is never changed
+after its run completed.
 """
 
 from __future__ import annotations
@@ -140,7 +140,6 @@ class SharedRuns:
     def __init__(self, root: Path, shared_data: Path):
         self.root, self.shared_data = root, shared_data
         self._runs: dict[str, TrainedRun] = {}
-        self._merged: dict[tuple[str, ...], tuple[Path, dict[str, str]]] = {}
 
     def get(self, kind: str) -> TrainedRun:
         """The shared run of ``kind`` (a key of :data:`SPECS`), trained on first use. Read only."""
@@ -162,10 +161,3 @@ class SharedRuns:
             shutil.copytree(run.workspace, dest, dirs_exist_ok=True, symlinks=True)
             ids[kind] = run.run_id
         return dest, ids
-
-    def merged(self, *kinds: str) -> tuple[Path, dict[str, str]]:
-        """One read-only workspace with the runs of ``kinds`` (made once per session): ``(workspace,
-        {kind: run id})``."""
-        if kinds not in self._merged:
-            self._merged[kinds] = self.copy(*kinds, dest=self.root / ("+".join(kinds)) / "workspace")
-        return self._merged[kinds]
