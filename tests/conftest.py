@@ -82,8 +82,11 @@ def shared_data() -> Path:
 @pytest.fixture(scope="session")
 def shared_runs(tmp_path_factory, shared_data):
     """The session's shared trained runs (:mod:`tests.runs`): one completed, evaluated run per task,
-    trained on first use in each worker; read them as they are, write only to a ``copy``."""
+    trained on first use in each worker; read them as they are, write only to a ``copy`` (checked at
+    the session's end: a shared workspace that changed fails it)."""
     from tests.runs import SharedRuns
 
-    return SharedRuns(tmp_path_factory.mktemp("shared-runs"), shared_data)
+    runs = SharedRuns(tmp_path_factory.mktemp("shared-runs"), shared_data)
+    yield runs
+    assert not runs.changed(), f"a test wrote to a shared workspace instead of a copy: {runs.changed()}"
 

@@ -134,12 +134,17 @@ def train(cfg: dict, workspace: Path, *, evaluate: bool = True) -> str:
     return run_id
 
 
+def _files(root: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()}
+
+
 class SharedRuns:
     """The session's shared runs under ``root`` (see the module docstring)."""
 
     def __init__(self, root: Path, shared_data: Path):
         self.root, self.shared_data = root, shared_data
         self._runs: dict[str, TrainedRun] = {}
+        self._files: dict[str, dict[str, tuple[int, int]]] = {}  # kind -> what its workspace held once trained
 
     def get(self, kind: str) -> TrainedRun:
         """The shared run of ``kind`` (a key of :data:`SPECS`), trained on first use. Read only."""
@@ -149,7 +154,17 @@ class SharedRuns:
             ws.mkdir(parents=True)
             import_dataset(dataset, ws, self.shared_data)
             self._runs[kind] = TrainedRun(ws, train(cfg, ws))
+            self._files[kind] = _files(ws)
         return self._runs[kind]
+
+    def changed(self) -> list[str]:
+        """The files of the shared workspaces that appeared, went or changed (size or mtime) since
+        their runs completed: empty while every test kept to reading them."""
+        out = []
+        for kind, before in self._files.items():
+            now = _files(self._runs[kind].workspace)
+            out += [f"{kind}: {p}" for p in sorted(before.keys() | now.keys()) if before.get(p) != now.get(p)]
+        return out
 
     def copy(self, *kinds: str, dest: Path) -> tuple[Path, dict[str, str]]:
         """A writable workspace at ``dest`` holding the runs (and datasets) of ``kinds``: ``(workspace,
