@@ -15,10 +15,11 @@ after its run completed.
 
 from __future__ import annotations
 
-import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.stamps import completed_run
 
 #: Every shared run is evaluated at its end on this budget: enough rows for each probe to be scored.
 EVALUATION = {"auto": True, "max_rows": 300, "tsne_max_rows": 0, "finetune_epochs": 1}
@@ -112,28 +113,6 @@ def import_dataset(which: str, workspace: Path, shared_data: Path) -> None:
     assert rep.accepted > 0, rep
 
 
-def train(cfg: dict, workspace: Path, *, evaluate: bool = True) -> str:
-    """Train run config ``cfg`` in ``workspace`` to its end through the worker's code path, evaluated
-    at its end when ``evaluate`` (and ``cfg`` asks for it); return its id. Raises AssertionError with
-    the run's error when it does not complete."""
-    from engine.config import RunConfig
-    from engine.store import create_run, get_run
-    from engine.worker import execute_run
-
-    saved = {k: os.environ.get(k) for k in ("MASKLAB_WORKSPACE", "MASKLAB_AUTO_EVAL")}
-    os.environ.update(MASKLAB_WORKSPACE=str(workspace), MASKLAB_AUTO_EVAL="1" if evaluate else "0")
-    try:
-        run_id, folder = create_run(RunConfig.from_dict(cfg).to_dict(), workspace)
-        assert execute_run(folder) == "completed", get_run(run_id, workspace).error
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    return run_id
-
-
 def _files(root: Path) -> dict[str, tuple[int, int]]:
     return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()}
 
@@ -153,7 +132,7 @@ class SharedRuns:
             ws = self.root / kind / "workspace"
             ws.mkdir(parents=True)
             import_dataset(dataset, ws, self.shared_data)
-            self._runs[kind] = TrainedRun(ws, train(cfg, ws))
+            self._runs[kind] = TrainedRun(ws, completed_run(cfg, ws, evaluate=True))
             self._files[kind] = _files(ws)
         return self._runs[kind]
 

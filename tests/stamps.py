@@ -31,24 +31,28 @@ def pairs_zip(shared_data: Path, out: Path, n: int | None = None, per_class: dic
     return out
 
 
-def completed_run(cfg: dict, ws: Path) -> str:
+def completed_run(cfg: dict, ws: Path, *, evaluate: bool | None = None) -> str:
     """Create a run of ``cfg`` (a run config dict) in workspace ``ws`` and train it to the end in this
-    process through the real worker (:func:`engine.worker.execute_run`); returns its id. Raises
-    AssertionError with the run's error when it does not complete."""
+    process through the real worker (:func:`engine.worker.execute_run`); returns its id. ``evaluate``:
+    True or False sets ``$MASKLAB_AUTO_EVAL`` for the run (evaluated at its end when ``cfg`` asks for
+    it, as by default), None leaves the environment's. Raises AssertionError with the run's error when
+    it does not complete."""
     import os
 
     from engine.config import RunConfig
     from engine.store import create_run, get_run
     from engine.worker import execute_run
 
-    before = os.environ.get("MASKLAB_WORKSPACE")
-    os.environ["MASKLAB_WORKSPACE"] = str(ws)
+    env = {"MASKLAB_WORKSPACE": str(ws), **({} if evaluate is None else {"MASKLAB_AUTO_EVAL": str(int(evaluate))})}
+    before = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
     try:
         run_id, folder = create_run(RunConfig.from_dict(cfg).to_dict(), ws)
         assert execute_run(folder) == "completed", get_run(run_id, ws).error
     finally:
-        if before is None:
-            os.environ.pop("MASKLAB_WORKSPACE")
-        else:
-            os.environ["MASKLAB_WORKSPACE"] = before
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k)
+            else:
+                os.environ[k] = v
     return run_id

@@ -8,7 +8,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from tests.app.test_audio_pages import open_with
-from tests.runs import EVALUATION as EVAL, SHORT, train
+from tests.runs import EVALUATION as EVAL, SHORT
+from tests.stamps import completed_run
 
 
 pytestmark = pytest.mark.slow
@@ -24,7 +25,7 @@ def runs(tmp_path_factory, shared_runs):
              "evaluation": {**EVAL, "auto": False}, "train": {**SHORT, "steps": 4, "eval_interval": 2}}
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MASKLAB_WORKSPACE", str(ws))
-        yield {"image": ids["image_mae"], "audio": ids["audio_mae"], "plain": train(plain, ws, evaluate=False)}
+        yield {"image": ids["image_mae"], "audio": ids["audio_mae"], "plain": completed_run(plain, ws, evaluate=False)}
 
 
 def page(path: str, **params: str) -> AppTest:

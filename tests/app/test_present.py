@@ -11,7 +11,8 @@ from app.components.quality import predictor_name
 from engine.store import get_run, load_samples
 from engine.store.evaluations import latest_evaluation
 from tests.app.test_pages_apptest import ENTRY
-from tests.runs import SPECS, import_dataset, train
+from tests.runs import SPECS, import_dataset
+from tests.stamps import completed_run
 
 PAGE = "../pages/present.py"
 #: Labels of every control that writes (runs, evaluations, datasets, users) anywhere in the dashboard.
@@ -26,7 +27,7 @@ def runs(tmp_path_factory, shared_runs, shared_data):
     TREC questions (6 steps), trained here without an evaluation."""
     ws, ids = shared_runs.copy("image_mae", dest=tmp_path_factory.mktemp("present") / "workspace")
     import_dataset("trec400", ws, shared_data)
-    text_run = train(SPECS["text_mlm"][1], ws, evaluate=False)
+    text_run = completed_run(SPECS["text_mlm"][1], ws, evaluate=False)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MASKLAB_WORKSPACE", str(ws))
         yield ids["image_mae"], text_run
