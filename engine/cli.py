@@ -153,17 +153,18 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def cmd_run(args) -> int:
+    from engine.access import check
+    from engine.config import load_config
+
+    check("run.submit")  # demo mode refuses a foreground run too
+    cfg = load_config(args.config, args.overrides)  # a bad config is refused before torch is imported
+
     from tqdm import tqdm
 
     from engine.checks import check_run
-    from engine.config import load_config
     from engine.store import create_run, get_run
     from engine.worker import AUTO_EVAL_ENV, execute_run
 
-    from engine.access import check
-
-    check("run.submit")  # demo mode refuses a foreground run too
-    cfg = load_config(args.config, args.overrides)
     check_run(cfg)
     run_id, d = create_run(cfg.to_dict())
     print(f"run {run_id}  ({d})", flush=True)
@@ -203,9 +204,11 @@ def cmd_run(args) -> int:
 
 def cmd_submit(args) -> int:
     from engine.config import load_config
+
+    cfg = load_config(args.config, args.overrides)  # a bad config is refused before torch is imported
     from engine.launcher import submit
 
-    print(submit(load_config(args.config, args.overrides)))
+    print(submit(cfg))
     return 0
 
 
