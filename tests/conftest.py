@@ -16,12 +16,15 @@ def pytest_configure(config):
     fixtures included (the ``workspace`` fixture only covers a test's own runs): a test that checks
     one turns it on for its runs, with ``evaluation.max_rows`` sized to what it reads. Each
     pytest-xdist worker trains on one torch thread: two workers share the 2 cores instead of
-    oversubscribing them (tiny models run several times slower on threads that other processes want)."""
+    oversubscribing them (tiny models run several times slower on threads that other processes want);
+    so do the processes a test starts (CLI commands, run workers), through ``OMP_NUM_THREADS``,
+    unless a run's ``train.num_threads`` says otherwise."""
     os.environ["MASKLAB_AUTO_EVAL"] = "0"
     if os.environ.get("PYTEST_XDIST_WORKER"):
         import torch
 
         torch.set_num_threads(1)
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 #: Tests that must not run beside each other: real-browser tests (a Streamlit server and Chromium each)

@@ -1,13 +1,21 @@
-"""Fixtures of the UI tests: a real image archive to upload."""
+"""Fixtures of the UI tests: a real image archive to upload; and one scan of the installed
+packages for Streamlit components per test process."""
 
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import zipfile
 from pathlib import Path
 
 import pytest
+from streamlit.components.v2 import manifest_scanner
+
+# Every new AppTest scans the metadata of every installed distribution for Streamlit components
+# (0.1 to 0.3 s each on the 2-core machine, hundreds of times a session); a server does it once at
+# start-up. The packages do not change during a session, so the first scan's answer serves all.
+manifest_scanner.scan_component_manifests = functools.cache(manifest_scanner.scan_component_manifests)
 
 STAMP_CLASSES = ("animals", "food", "vehicles")  # real Tux Paint stamps (RGBA PNG, GPL-2), see ../shared
 

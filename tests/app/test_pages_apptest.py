@@ -261,8 +261,12 @@ def test_launch_from_new_run_page(workspace):
 N_FILES = 20_000
 
 
+@pytest.mark.slow
 def test_an_import_runs_in_the_background_with_progress_and_cancel(workspace):
-    """The Data page starts the import in another process, shows its progress and cancels it."""
+    """The Data page starts the import in another process, shows its progress and cancels it. CI
+    tier (an import of 20,000 files, long enough to cancel: 6 to 8 s); the default suite imports
+    from the page in test_upload_zip_shows_plan_then_report_and_new_dataset and cancels an import
+    job in tests/engine/test_import_jobs.py."""
     import io
     import zipfile
 

@@ -132,13 +132,9 @@ def test_new_run_offers_the_paired_task_on_an_audio_dataset_and_previews_both_ma
                     r"texts still do\)", note), note
 
 
-def test_new_run_keeps_the_text_source_in_the_url_and_launches_a_run_that_trains(env):
-    import time
-
-    from engine.launcher import cancel
-    from engine.store import get_run, list_runs
-
-    ws, _ = env
+def _label_source_form():
+    """New run opened on an audio-text link, its text source changed to the class label, then
+    reopened from the URL that change wrote (a reload)."""
     at = open_with("../pages/new_run.py", {**PAIRED_URL, "task_params.text_source": "digit_word",
                                            "masking.ratio": "0.5", "name": "audio-text from new run"})
     assert at.selectbox(key="nr_m_source").value == "digit_word"
@@ -146,9 +142,26 @@ def test_new_run_keeps_the_text_source_in_the_url_and_launches_a_run_that_trains
     assert "spectrogram random at 0.5" in cap
     at.selectbox(key="nr_m_source").set_value("label").run()  # the class name as it is: "0" .. "3"
     assert not at.exception and _url(at)["task_params.text_source"] == "label"
-    reopened = open_with("../pages/new_run.py", _url(at))  # a reload: the URL reopens the same form
+    return open_with("../pages/new_run.py", _url(at))
+
+
+def test_new_run_keeps_the_text_source_in_the_url(env):
+    reopened = _label_source_form()
     assert reopened.selectbox(key="nr_m_source").value == "label"
     assert _url(reopened)["masking.ratio"] == "0.5"
+
+
+@pytest.mark.slow
+def test_new_run_launches_an_audio_text_run_that_trains(env):
+    """CI tier (a worker process trains the run: 5 to 8 s); the default suite launches from New run
+    in tests/app/test_pages_apptest.py."""
+    import time
+
+    from engine.launcher import cancel
+    from engine.store import get_run, list_runs
+
+    ws, _ = env
+    reopened = _label_source_form()
     before = {r.run_id for r in list_runs(ws)}
     next(b for b in reopened.button if b.label == "Launch").click().run()
     assert not reopened.exception and not reopened.error, [e.value for e in reopened.error]

@@ -1,4 +1,6 @@
-"""`python -m engine ...` as a user types it: real subprocesses on a temporary workspace."""
+"""`python -m engine ...` as a user types it, on a temporary workspace: real subprocesses where the
+process matters (its exit status, the progress bar, a run that trains), :func:`engine.cli.main` in
+the test's process (tests/cli.py) for the commands that only refuse, import or list."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from engine.store import get_run, read_metrics
+from tests.cli import engine_main
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -28,11 +31,11 @@ def test_bad_config_is_a_clear_error_not_a_traceback(workspace, tmp_path):
     assert "masking.ratio" in out.stderr and "1.5" in out.stderr and "Traceback" not in out.stderr
     bad = tmp_path / "bad.yaml"
     bad.write_text("train: [1, 2\n")
-    out = engine_cli("submit", str(bad))
+    out = engine_main("submit", str(bad))
     assert out.returncode == 2 and "bad.yaml" in out.stderr and "Traceback" not in out.stderr
-    out = engine_cli("run", "configs/mae-digits.yaml", "--set", "train.stepz=3")
+    out = engine_main("run", "configs/mae-digits.yaml", "--set", "train.stepz=3")
     assert out.returncode == 2 and "train.stepz: unknown field" in out.stderr
-    out = engine_cli("run", "--set", "train.steps=0")  # no file: the defaults, then --set (New run's command)
+    out = engine_main("run", "--set", "train.steps=0")  # no file: the defaults, then --set (New run's command)
     assert out.returncode == 2 and "train.steps: must be at least 1 (got 0)" in out.stderr
 
 
@@ -45,18 +48,18 @@ def test_data_add_reports_refused_files_and_exits_1(workspace, tmp_path, shared_
             for r in [r for r in rows if r["category"] == cat][:4]:
                 z.write(stamps / r["image"], f"{cat}/{Path(r['image']).name}")
         z.writestr("food/truncated.png", (stamps / rows[0]["image"]).read_bytes()[:100])
-    out = engine_cli("data", "add", str(archive), "--name", "stamps")
+    out = engine_main("data", "add", str(archive), "--name", "stamps")
     assert out.returncode == 1, out.stderr
     assert "truncated.png" in out.stdout and "8" in out.stdout
-    listed = engine_cli("data", "list")
+    listed = engine_main("data", "list")
     assert listed.returncode == 0 and "stamps" in listed.stdout and "digits" in listed.stdout
     # a second import under the same name is refused and the first one is kept
-    again = engine_cli("data", "add", str(archive), "--name", "stamps")
+    again = engine_main("data", "add", str(archive), "--name", "stamps")
     assert again.returncode == 2 and "'stamps' already exists" in again.stderr and "--overwrite" in again.stderr
-    assert "stamps" in engine_cli("data", "list").stdout
-    replaced = engine_cli("data", "add", str(archive), "--name", "stamps", "--image-size", "16", "--overwrite")
+    assert "stamps" in engine_main("data", "list").stdout
+    replaced = engine_main("data", "add", str(archive), "--name", "stamps", "--image-size", "16", "--overwrite")
     assert replaced.returncode == 1  # replaced, and still reports the refused file
-    assert "3x16x16" in engine_cli("data", "list").stdout
+    assert "3x16x16" in engine_main("data", "list").stdout
 
 
 def test_log_and_runs_show_why_a_run_ended(workspace):
@@ -66,14 +69,14 @@ def test_log_and_runs_show_why_a_run_ended(workspace):
     write_status(d, {"status": "failed", "step": 2, "total_steps": 5,
                      "error": "no space left on device while writing checkpoint step 2 (x)"})
     (d / "worker.log").write_text("Traceback (most recent call last):\nStorageError: no space left\n")
-    out = engine_cli("runs")
+    out = engine_main("runs")
     assert out.returncode == 0 and "    failed: no space left on device while writing checkpoint step 2 (x)" in out.stdout
-    out = engine_cli("log", run_id)
+    out = engine_main("log", run_id)
     assert out.returncode == 0 and out.stdout.endswith("StorageError: no space left\n")
     (d / "worker.log").unlink()
-    out = engine_cli("log", run_id)
+    out = engine_main("log", run_id)
     assert out.returncode == 0 and "ran in the foreground" in out.stderr
-    assert engine_cli("log", "no-such-run").returncode == 2
+    assert engine_main("log", "no-such-run").returncode == 2
 
 
 def test_data_add_name_encoding_and_fill(workspace, tmp_path):
@@ -144,9 +147,12 @@ def test_example_config_trains_to_below_60_percent_of_initial_val_loss(workspace
     assert last < 0.6 * first, (first, last)
 
 
+@pytest.mark.slow
 def test_run_says_when_training_ends_and_the_final_evaluation_starts(workspace, monkeypatch):
     """The progress bar stops at training's end (its rate leaves the evaluation out) and a line says
-    what the wait after it is; without the automatic evaluation there is no such line."""
+    what the wait after it is; without the automatic evaluation there is no such line. CI tier: two
+    foreground runs, one evaluated, in subprocesses (11 to 14 s); the default suite evaluates runs
+    at their end through tests/runs.py."""
     from engine.store import list_runs
     from engine.store.evaluations import read_job
 

@@ -1,24 +1,15 @@
-"""`python -m engine tag | note | archive` and `runs [--all]` as a user types them: real subprocesses
-on a temporary workspace, checked against the store."""
+"""`python -m engine tag | note | archive` and `runs [--all]` as a user types them, through
+:func:`engine.cli.main` in the test's process (tests/cli.py), on a temporary workspace, checked
+against the store."""
 
 from __future__ import annotations
 
 import getpass
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 from engine.config import RunConfig
 from engine.store import create_run, disk_usage, format_bytes, get_run
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def engine_cli(*args: str, env: dict[str, str] | None = None, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "engine", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=120, input=stdin, env={**os.environ, **(env or {})})
+from tests.cli import engine_main as engine_cli
 
 
 def test_tag_note_archive_and_the_run_list(workspace):

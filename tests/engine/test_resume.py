@@ -36,6 +36,7 @@ from engine.store import (
 )
 from engine.store.metrics import read_run_table
 from engine.worker import execute_run
+from tests.cli import engine_main
 from tests.engine.procs import pids_with_args, wait_until as _wait
 
 REPO = Path(__file__).resolve().parents[2]
@@ -243,8 +244,7 @@ def test_cli_resume_refusals_are_one_line_errors(workspace, one_thread):
     for args, message in (([run_id, "--set", "model.preset=small"],
                            "error: model.preset: a resume cannot change it ('tiny' -> 'small')"),
                           (["no-such-run"], "error: no run 'no-such-run'")):
-        out = subprocess.run([sys.executable, "-m", "engine", "resume", *args], cwd=REPO, capture_output=True,
-                             text=True, timeout=120)
+        out = engine_main("resume", *args)
         assert out.returncode == 2 and out.stderr.startswith(message) and "Traceback" not in out.stderr, out.stderr
 
 
