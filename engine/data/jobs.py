@@ -204,7 +204,7 @@ def import_status(job_id: str, workspace: str | os.PathLike[str] | None = None) 
     Raises:
         DatasetError: no such job.
     """
-    from engine.store.lock import run_alive
+    from engine.store.lock import lock_claimed, run_alive
 
     d = _job_dir(job_id, workspace)
     job = read_json(d / JOB_FILE)
@@ -228,7 +228,7 @@ def import_status(job_id: str, workspace: str | os.PathLike[str] | None = None) 
                                            "skipped": [tuple(x) for x in o["skipped"]],
                                            "converted": [(c[0], c[1], list(c[2])) for c in o.get("converted", [])]})  # fmt: skip
     elif not run_alive(d):
-        if not (d / "lock").exists() and time.time() - float(job.get("created_at", 0)) < START_GRACE_S:
+        if not lock_claimed(d) and time.time() - float(job.get("created_at", 0)) < START_GRACE_S:
             out.state = "starting"
         else:
             out.state = "interrupted"

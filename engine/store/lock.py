@@ -120,6 +120,17 @@ def run_alive(run_dir: Path) -> bool:
         os.close(fd)
 
 
+def lock_claimed(run_dir: Path) -> bool:
+    """True once some process has taken the lock: the file holds the PID that :meth:`RunLock.acquire`
+    writes right after its ``flock``. A lock file that is missing or empty belongs to a process
+    between creating it and locking it (or one that never got further), which a reader must not
+    take for a process that died holding it."""
+    try:
+        return bool((Path(run_dir) / LOCK_FILE).read_bytes().strip())
+    except OSError:
+        return False
+
+
 def _holds(pid: int, dev: int, ino: int) -> bool:
     """True if process ``pid`` has a file descriptor on (dev, ino) with an exclusive flock on it."""
     try:

@@ -90,6 +90,30 @@ def test_every_kind_of_import_completes_under_the_default_memory_cap(kind, works
     assert (st.state, st.error, st.outcome.modality, st.outcome.accepted) == ("completed", "", kind.replace("idx", "image"), n)
 
 
+def test_a_job_between_creating_its_lock_and_taking_it_is_starting_not_interrupted(workspace):
+    """The job process creates its lock file, then locks it: a status read between the two said
+    "interrupted" (seen once in a full run: a completed import reported as ended without a result).
+    Each state a reader can meet before the result, on a job folder as start_import writes it."""
+    from engine.data.jobs import JOB_FILE, START_GRACE_S
+    from engine.store.lock import LOCK_FILE, RunLock
+
+    d = jobs_dir(workspace) / "20261205-000000-abcdef"
+    d.mkdir(parents=True)
+
+    def state(created_at: float) -> str:
+        (d / JOB_FILE).write_text(json.dumps({"source_label": "x.zip", "created_at": created_at}))
+        return import_status(d.name).state
+
+    now = time.time()
+    assert state(now) == "starting"  # no lock file yet
+    (d / LOCK_FILE).touch()  # created, not locked yet
+    assert state(now) == "starting"
+    assert state(now - START_GRACE_S - 1) == "interrupted"  # it never got further
+    with RunLock(d):
+        assert state(now) == "running"
+    assert state(now) == "interrupted"  # it took the lock (its PID is in the file) and let go without a result
+
+
 def test_an_unexpected_error_ends_the_job_failed_with_its_reason(workspace, tmp_path):
     # An image option the importer does not take: a TypeError inside the process, not a MasklabError.
     job = start_import(_zip(tmp_path / "pics.zip", 2), "pics", actor=EDITOR, no_such_option=1)
