@@ -47,7 +47,7 @@ from engine.errors import (EvaluationCancelled, MasklabError, NonFiniteLossError
 from engine.resume import PRIOR_FIELD, RESUME_FIELD, reset_after
 from engine.resources import PeakMemory
 from engine.runqueue import dequeue, max_runs, run_slot
-from engine.store import CANCEL_FILE, MetricsWriter, read_status, write_status
+from engine.store import CANCEL_FILE, HOLD_FILE, MetricsWriter, read_status, write_status
 from engine.store.checkpoints import CKPT_DIR, checkpoint_problem
 from engine.store.lock import RunLock
 from engine.store.runs import CONFIG_FILE
@@ -97,13 +97,19 @@ def configure_torch(threads: int, deterministic: bool) -> None:
     torch.use_deterministic_algorithms(deterministic)
 
 
+#: How often a held worker looks for the ``hold`` marker to go (seconds).
+HOLD_POLL_S = 0.1
+
+
 def execute_run(run_dir: Path, *, on_step: Callable[[int], None] | None = None) -> str:
     """Run the config in ``run_dir`` to the end and record the outcome. Returns the final status.
 
     Never raises for a failed run: the error is written to the status (``failed``, or ``diverged``
     for a non-finite loss) and the traceback to stderr (``worker.log`` for background runs). SIGTERM
     or the ``cancel`` marker stop it after the current step (``cancelled``); a KeyboardInterrupt
-    (Ctrl-C in the CLI) is recorded as ``cancelled`` and re-raised.
+    (Ctrl-C in the CLI) is recorded as ``cancelled`` and re-raised. While the ``hold`` marker exists
+    it waits before its next step (polled every 0.1 s; a cancel ends the wait); distributed runs
+    do not hold.
 
     Raises:
         RunLockedError: another live process holds the run lock (nothing is written).
@@ -111,9 +117,11 @@ def execute_run(run_dir: Path, *, on_step: Callable[[int], None] | None = None) 
     """
     run_dir = Path(run_dir).resolve()
     stop_flag = {"signal": False}
-    cancel_marker = run_dir / CANCEL_FILE
+    cancel_marker, hold_marker = run_dir / CANCEL_FILE, run_dir / HOLD_FILE
 
     def should_stop() -> bool:
+        while hold_marker.exists() and not (stop_flag["signal"] or cancel_marker.exists()):
+            time.sleep(HOLD_POLL_S)
         return stop_flag["signal"] or cancel_marker.exists()
 
     def on_term(signum, frame):  # finish the current step, then stop

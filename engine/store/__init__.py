@@ -29,6 +29,7 @@ from engine.store.metrics_cache import read_metrics_cached
 from engine.store.runs import (
     ACTIVE,
     CANCEL_FILE,
+    HOLD_FILE,
     RESUMABLE,
     STATUSES,
     RunRecord,
@@ -83,7 +84,7 @@ def latest_points(run_ids: list[str], *, max_age_s: float = 0.0, workspace=None)
 __all__ = [
     "Annotations", "DiskUsage", "annotate", "archive_run", "dataset_bytes", "disk_usage", "format_bytes", "run_bytes", "set_note",
     "set_tags", "tag_run",
-    "ACTIVE", "CANCEL_FILE", "RESUMABLE", "STATUSES", "CheckpointWeights", "MetricsWriter", "RunLock", "RunRecord",
+    "ACTIVE", "CANCEL_FILE", "HOLD_FILE", "RESUMABLE", "STATUSES", "CheckpointWeights", "MetricsWriter", "RunLock", "RunRecord",
     "Sample", "append_config_history", "checkpoint_weights", "compact_metrics", "create_run", "get_run", "latest_checkpoint_step",
     "latest_complete_checkpoint", "latest_points", "list_checkpoints", "list_runs", "load_checkpoint_state", "load_samples",
     "load_weights", "lock_holder", "read_config_history", "read_log", "read_metrics", "read_status", "run_alive",

@@ -36,6 +36,10 @@ RESUMABLE = ("failed", "cancelled", "diverged", "interrupted")
 CONFIG_FILE = "config.json"
 STATUS_FILE = "status.json"
 CANCEL_FILE = "cancel"
+#: While this marker exists, a local single-process worker waits before its next step (cancel still
+#: reaches it): a run that has to stay alive for exactly as long as someone looks at it, such as a
+#: browser test's live run, holds without taking a core. Wall-clock figures count the wait.
+HOLD_FILE = "hold"
 LOG_FILE = "worker.log"
 #: A run the launcher has just created has no worker (and no lock) for the moment Python takes to
 #: start one; for this long a lock-less ``queued`` run without a worker pid is still "starting".

@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -31,7 +32,7 @@ from engine.resume import frozen_changes, prepare_resume, resume_config
 from engine.runqueue import enqueue
 from engine.schedule import lr_at
 from engine.store import (
-    CANCEL_FILE, RunLock, create_run, get_run, latest_checkpoint_step, list_checkpoints, load_weights,
+    CANCEL_FILE, HOLD_FILE, RunLock, create_run, get_run, latest_checkpoint_step, list_checkpoints, load_weights,
     read_config_history, read_status, run_alive, sample_steps, signal_holder, write_status,
 )
 from engine.store.metrics import read_run_table
@@ -77,6 +78,41 @@ def cancel_at(d: Path, step: int):
         if s == step:
             (d / CANCEL_FILE).touch()
     return on_step
+
+
+@pytest.mark.parametrize("then", ["release", "cancel"])
+def test_a_held_run_waits_between_steps_until_released_or_cancelled(workspace, one_thread, then):
+    """The ``hold`` marker, made after step 3, stops the worker before its next step for as long as
+    it exists (the browser tests hold their live runs this way); removing it lets the run go on to
+    the end, a cancel ends it ``cancelled`` without removing it."""
+    run_id, d = new_run(IMAGE)
+    seen: list[int] = []
+
+    def on_step(s: int) -> None:
+        seen.append(s)
+        if s == 3:
+            (d / HOLD_FILE).touch()
+
+    out: list[str] = []
+    worker = threading.Thread(target=lambda: out.append(execute_run(d, on_step=on_step)))
+    worker.start()
+    try:
+        _wait(lambda: 3 in seen, 60, "step 3")
+        time.sleep(1.0)  # ten polls of the marker
+        assert seen[-1] in (3, 4) and worker.is_alive()  # at most the step under way when it appeared
+        assert get_run(run_id).status == "running"
+        held_at = seen[-1]
+        time.sleep(0.5)
+        assert seen[-1] == held_at
+    finally:
+        if then == "release":
+            (d / HOLD_FILE).unlink()
+        else:
+            (d / CANCEL_FILE).touch()
+        worker.join(120)
+    assert not worker.is_alive()
+    assert out == (["completed"] if then == "release" else ["cancelled"])
+    assert get_run(run_id).step == (12 if then == "release" else held_at)
 
 
 def rows(run_id: str, key: str) -> list[tuple[int, float]]:
