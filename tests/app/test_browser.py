@@ -32,7 +32,7 @@ import pytest
 from engine.config import RunConfig
 from engine.launcher import cancel, submit
 from engine.masking import MASKING_REGISTRY, strategies_for
-from engine.store import HOLD_FILE, get_run, list_runs, read_metrics
+from engine.store import HOLD_FILE, get_run, list_runs, read_metrics, run_dir
 
 REPO = Path(__file__).resolve().parents[2]
 ENTRY = REPO / "app" / "streamlit_app.py"
@@ -268,7 +268,7 @@ def test_b_launch_watch_curves_and_reconstructions(server, page, workspace_dir):
                                           .filter(i => i.complete && i.naturalWidth > 0).length""") >= 40,
                30, "40 decoded reconstruction images")
     expect(page.get_by_text(re.compile(r"Step \d+ · 8 fixed validation images"))).to_be_visible()
-    (get_run(run_id, workspace_dir).path / HOLD_FILE).touch()  # still running, no more steps
+    (run_dir(run_id, workspace_dir) / HOLD_FILE).touch()  # still running, no more steps
     shot(page, "b3-run-detail")
 
     page.goto(server)  # Runs is the default page, served at the root URL
@@ -295,7 +295,7 @@ def test_c_run_survives_server_restart(page, workspace_dir):
     before = rec.step
     wait_until(lambda: get_run(run_id, workspace_dir).step > before + 2, 30, "steps while no server runs")
     between = get_run(run_id, workspace_dir).step
-    (get_run(run_id, workspace_dir).path / HOLD_FILE).touch()  # alive until the cancel below, on no core
+    (run_dir(run_id, workspace_dir) / HOLD_FILE).touch()  # alive until the cancel below, on no core
 
     proc, url = start_server(workspace_dir)
     try:

@@ -98,7 +98,7 @@ def test_a_held_run_waits_between_steps_until_released_or_cancelled(workspace, o
     worker.start()
     try:
         _wait(lambda: 3 in seen, 60, "step 3")
-        time.sleep(0.5)  # five polls of the marker; a step of this run takes about 0.05 s
+        time.sleep(0.5)  # five polls of the marker
         assert seen[-1] in (3, 4) and worker.is_alive()  # at most the step under way when it appeared
         assert get_run(run_id).status == "running"
         held_at = seen[-1]
