@@ -74,7 +74,7 @@ def exposure_problem(address: str | None, signin: bool, environ: Mapping[str, st
         signin: whether sign-in is configured (users file or identity provider).
         environ: the environment (default ``os.environ``): ``MASKLAB_MODE``, the two opt-ins.
     """
-    from engine.access import MODE_ENV, is_demo
+    from engine.access.policy import MODE_ENV, is_demo
 
     env = os.environ if environ is None else environ
     if signin or is_loopback(address):
@@ -101,7 +101,7 @@ def signin_configured() -> bool:
     Raises:
         ConfigError: a broken users file (it must not silently leave the dashboard open).
     """
-    from engine.users import load_users
+    from engine.access.users import load_users
 
     return bool(load_users().users) or oidc_configured()
 
@@ -112,7 +112,7 @@ def upload_cap_mb(environ: Mapping[str, str] | None = None) -> int:
     Raises:
         ConfigError: the variable is not a whole number >= 1.
     """
-    from engine.access import is_demo
+    from engine.access.policy import is_demo
     from engine.errors import ConfigError
 
     env = os.environ if environ is None else environ

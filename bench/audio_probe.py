@@ -145,7 +145,7 @@ def run_fold(dataset: str, target: str, workspace: Path, steps: int | None = Non
     os.environ["MASKLAB_WORKSPACE"] = str(workspace)
     from engine.config import RunConfig
     from engine.eval import linear_probe
-    from engine.inference import load_model
+    from engine.eval.inference import load_model
     from engine.tasks import build_task
 
     cfg = RunConfig.from_dict(config_for(dataset, target, steps, overrides))

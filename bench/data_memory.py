@@ -5,11 +5,11 @@ for a memory test only), or with ``--modality audio`` noise clips (1 s at 8 kHz,
 varying per clip; the size counts PCM bytes), of each size in a temporary workspace, registered through
 ``engine.data.storage.save_dataset`` as imports are (the pixels are written in chunks to a scratch
 ``.npy`` and copied file to file, so the 2 GB set is never held in memory), then trains each for a
-few steps through the real worker path (``python -m engine.worker RUN_DIR`` in a subprocess: the
+few steps through the real worker path (``python -m engine.runner.worker RUN_DIR`` in a subprocess: the
 pre-flight check, ``fit``, baselines and evaluation at step 0 and at the end, a checkpoint).
 
 Reported per size: the worker's **peak private memory** as masklab defines it everywhere
-(:mod:`engine.resources`: the high-water of ``RssAnon``, which the worker samples after every step
+(:mod:`engine.runner.resources`: the high-water of ``RssAnon``, which the worker samples after every step
 and records as ``status.json``'s ``peak_mem_bytes``), and, as a cross-check, the highest
 ``RssAnon`` this script saw polling the worker's ``/proc/<pid>/status`` every 20 ms (it also sees
 the start-up, before the first step). The target (issue 15): the largest set's figure within 10%
@@ -211,7 +211,7 @@ def train_peak(workspace: Path, name: str, steps: int = 5, batch: int = 64, moda
     env = {**os.environ, "MASKLAB_WORKSPACE": str(workspace), "MASKLAB_AUTO_EVAL": "0",
            "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "engine.worker", str(run_dir)], cwd=REPO, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "engine.runner.worker", str(run_dir)], cwd=REPO, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     polled = [0]
 

@@ -2,7 +2,7 @@
 
     python bench/gpu_launch.py [--steps 300]
 
-In a fresh temporary workspace, with the GPUs the NVIDIA driver lists (``engine.devices.gpu_pool``):
+In a fresh temporary workspace, with the GPUs the NVIDIA driver lists (``engine.runner.devices.gpu_pool``):
 
 1. two runs of configs/mae-digits.yaml submitted at once with ``MASKLAB_MAX_RUNS=2``: each gets
    its slot's GPU set (``CUDA_VISIBLE_DEVICES``; with one GPU both share it), trains on CUDA;
@@ -37,8 +37,8 @@ def main() -> int:
 
     from engine.config import load_config
     from engine.data import load_dataset
-    from engine.devices import gpu_pool
-    from engine.launcher import submit
+    from engine.runner.devices import gpu_pool
+    from engine.runner.launcher import submit
     from engine.store import get_run, read_metrics
 
     pool = gpu_pool()

@@ -70,7 +70,7 @@ def run(images: int, side: int, loads: int, workdir: Path) -> dict:
     """Idle timings, then timings during an import of ``images`` PNGs; returns the figures."""
     from playwright.sync_api import sync_playwright
 
-    from engine.access import Identity
+    from engine.access.policy import Identity
     from engine.config import RunConfig
     from engine.data.jobs import import_status, start_import
     from engine.store import create_run, write_status

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine.config import RunConfig  # noqa: E402
 from engine.store import MetricsWriter, create_run, read_metrics  # noqa: E402
-from engine.train import fit  # noqa: E402
+from engine.training.loop import fit  # noqa: E402
 
 
 class TimedSink:

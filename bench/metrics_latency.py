@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine.config import RunConfig  # noqa: E402
-from engine.launcher import submit  # noqa: E402
+from engine.runner.launcher import submit  # noqa: E402
 from engine.store import get_run, read_metrics  # noqa: E402
 
 

@@ -39,7 +39,7 @@ def step_times(workspace: Path, arch: str, steps: int, threads: int) -> tuple[li
     import yaml
 
     from engine.store import create_run, get_run, read_metrics
-    from engine.worker import execute_run
+    from engine.runner.worker import execute_run
 
     cfg = yaml.safe_load((REPO / "configs" / "paired-tuxpaint.yaml").read_text())
     cfg["name"] = f"step-time-{arch}"

@@ -5,7 +5,7 @@
     python bench/sweep_mask_ratio.py --ratios 0.5 0.9 --seeds 0 --steps 40 --rows 300   # a smoke run
 
 Imports the IDX files of ../shared/data/mnist-t10k (8,000 test digits; the import's seeded 90/10
-split) into a fresh workspace, then trains a sweep (:func:`engine.sweep.sweep_configs`) of
+split) into a fresh workspace, then trains a sweep (:func:`engine.runner.sweep.sweep_configs`) of
 ``masking.ratio`` with every seed: the 28x28 recipe New run proposes (``recipe_for``: the smallest
 image preset ``tiny``, 7x7 px patches, batch 128, lr 2e-3, random masking) with the same step
 budget for every run (``--steps``, default the recipe's 2000). Each run goes through the worker's
@@ -59,14 +59,14 @@ def base_config(steps: int | None, rows: int) -> dict:
 
 
 def run_sweep(workspace: Path, ratios, seeds, steps: int | None, rows: int, quiet: bool = False):
-    """Import MNIST, train and evaluate every run; returns the :func:`engine.sweep.sweep_table` frame
+    """Import MNIST, train and evaluate every run; returns the :func:`engine.runner.sweep.sweep_table` frame
     with ``seconds`` (train + evaluation wall time) per run."""
     os.environ["MASKLAB_WORKSPACE"] = str(workspace)
     os.environ["MASKLAB_AUTO_EVAL"] = "1"
     from engine.data import import_source
     from engine.store import create_run
-    from engine.sweep import sweep_configs, sweep_table
-    from engine.worker import execute_run
+    from engine.runner.sweep import sweep_configs, sweep_table
+    from engine.runner.worker import execute_run
 
     import_source(SHARED / "data" / "mnist-t10k", "mnist", workspace=workspace)
     seconds = {}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 def timed_run(config, workspace: Path) -> tuple[object, dict]:
     """Create a run of ``config`` (a :class:`engine.config.RunConfig`) in ``workspace`` and train it
-    in this process (:func:`engine.worker.execute_run`).
+    in this process (:func:`engine.runner.worker.execute_run`).
 
     Returns:
         ``(record, timing)``: the run's :class:`engine.store.RunRecord` after it ended, and
@@ -26,7 +26,7 @@ def timed_run(config, workspace: Path) -> tuple[object, dict]:
         RuntimeError: the run did not complete (its status and error).
     """
     from engine.store import create_run, get_run
-    from engine.worker import execute_run
+    from engine.runner.worker import execute_run
 
     run_id, d = create_run(config.to_dict(), workspace)
     load_before = os.getloadavg()

@@ -1,5 +1,5 @@
 """Clean exits of two-process runs, soaked: N consecutive ``torchrun --nproc_per_node 2`` runs (gloo on
-CPU) of a tiny digits MAE, each through the worker's code path (:func:`engine.worker.execute_run`).
+CPU) of a tiny digits MAE, each through the worker's code path (:func:`engine.runner.worker.execute_run`).
 
     python bench/torchrun_soak.py              # 40 runs (the acceptance of issue 14)
     python bench/torchrun_soak.py --runs 5     # a shorter soak
@@ -40,7 +40,7 @@ def soak(workspace: Path, runs: int) -> list[dict]:
     from engine.config import RunConfig
     from engine.data import load_dataset
     from engine.store import create_run, get_run
-    from engine.worker import execute_run
+    from engine.runner.worker import execute_run
 
     load_dataset("digits")
     out = []

@@ -30,7 +30,7 @@ Cases (issue 15):
 
 Equal work: float32, eager, Hugging Face with ``attn_implementation="sdpa"`` and dropout 0 (masklab's
 models have none by default), the same AdamW on both sides (lr 1e-4, betas (0.9, 0.95), weight decay
-0.05 on matrices only: :func:`engine.train.param_groups`) in the implementation Hugging Face's Trainer
+0.05 on matrices only: :func:`engine.training.loop.param_groups`) in the implementation Hugging Face's Trainer
 uses by default with torch >= 2.8 (``adamw_torch_fused``; ``--optimizer`` changes it for both sides).
 Both sides get the same images and masks (Hugging Face's ``noise`` argument is set so that its
 ``random_masking`` keeps exactly masklab's visible patches; checked) or the same corrupted token ids
@@ -41,7 +41,7 @@ Timing: a warm-up step per side, then ``--repeats`` repeats; in each repeat ever
 hits both alike). A ratio is the median over the repeats of (masklab samples/s / reference
 samples/s) within the repeat; the samples/s shown are medians too. Memory: on CUDA the peak allocated
 during a step; on CPU the tensors kept for backward (one step's activations, storages counted once)
-plus the weights, gradients and AdamW's two moments. FLOPs: :func:`engine.perf.count_step_flops`
+plus the weights, gradients and AdamW's two moments. FLOPs: :func:`engine.training.perf.count_step_flops`
 (matmuls of forward and backward, attention included), each side's own.
 
     pip install -r requirements-bench.txt
@@ -72,8 +72,8 @@ sys.path.insert(0, str(REPO))
 from engine.masking.mlm import apply_mlm  # noqa: E402
 from engine.models import BertMLM, FrameTransformer, MaskedAutoencoderViT, count_parameters  # noqa: E402
 from engine.objectives import info_nce, masked_cross_entropy, masked_mse  # noqa: E402
-from engine.perf import adamw, count_step_flops  # noqa: E402
-from engine.train import param_groups  # noqa: E402
+from engine.training.perf import adamw, count_step_flops  # noqa: E402
+from engine.training.loop import param_groups  # noqa: E402
 
 LR, BETAS, WEIGHT_DECAY = 1e-4, (0.9, 0.95), 0.05
 N_BATCHES = 3  # distinct batches, cycled (both sides see the same sequence)

@@ -153,7 +153,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def cmd_run(args) -> int:
-    from engine.access import check
+    from engine.access.policy import check
     from engine.config import load_config
 
     check("run.submit")  # demo mode refuses a foreground run too
@@ -161,9 +161,9 @@ def cmd_run(args) -> int:
 
     from tqdm import tqdm
 
-    from engine.checks import check_run
+    from engine.tasks.checks import check_run
     from engine.store import create_run, get_run
-    from engine.worker import AUTO_EVAL_ENV, execute_run
+    from engine.runner.worker import AUTO_EVAL_ENV, execute_run
 
     check_run(cfg)
     run_id, d = create_run(cfg.to_dict())
@@ -206,14 +206,14 @@ def cmd_submit(args) -> int:
     from engine.config import load_config
 
     cfg = load_config(args.config, args.overrides)  # a bad config is refused before torch is imported
-    from engine.launcher import submit
+    from engine.runner.launcher import submit
 
     print(submit(cfg))
     return 0
 
 
 def cmd_resume(args) -> int:
-    from engine.launcher import resume
+    from engine.runner.launcher import resume
 
     step = resume(args.run_id, args.overrides)
     print(f"resuming {args.run_id} from step {step} in the background "
@@ -222,8 +222,8 @@ def cmd_resume(args) -> int:
 
 
 def cmd_join(args) -> int:
-    from engine.access import check
-    from engine.distributed import join
+    from engine.access.policy import check
+    from engine.runner.torchrun import join
     from engine.store import run_dir
 
     check("run.submit")  # it trains: as a foreground run, an editor's action
@@ -233,7 +233,7 @@ def cmd_join(args) -> int:
 def cmd_sweep(args) -> int:
     from engine.config import load_config
     from engine.data.dataset import counted
-    from engine.sweep import new_sweep_id, parse_values, submit_sweep
+    from engine.runner.sweep import new_sweep_id, parse_values, submit_sweep
 
     if "=" not in args.over:
         raise ConfigError(f"--over {args.over!r}: expected FIELD=V1,V2,..., e.g. masking.ratio=0.25,0.5,0.75,0.9")
@@ -250,7 +250,7 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
-    from engine.launcher import evaluate
+    from engine.runner.launcher import evaluate
 
     if not args.foreground:
         step = evaluate(args.run_id, args.step)
@@ -344,7 +344,7 @@ def cmd_archive(args) -> int:
 
 
 def cmd_cancel(args) -> int:
-    from engine.launcher import cancel
+    from engine.runner.launcher import cancel
 
     if cancel(args.run_id):
         print(f"cancel requested for {args.run_id}")
@@ -368,7 +368,7 @@ def cmd_log(args) -> int:
 
 
 def cmd_job(args) -> int:
-    from engine.launcher import job_state
+    from engine.runner.launcher import job_state
     from engine.store import get_run
 
     state = job_state(args.run_id)
@@ -381,7 +381,7 @@ def cmd_job(args) -> int:
 
 
 def cmd_doctor(args) -> int:
-    from engine.doctor import check_workspace
+    from engine.runner.doctor import check_workspace
 
     report = check_workspace(repair=args.repair)
     if args.json:
@@ -438,7 +438,7 @@ def _print_plan(plan, sample_rate: int | None = None) -> None:
 
 
 def cmd_delete(args) -> int:
-    from engine.launcher import delete_run
+    from engine.runner.launcher import delete_run
 
     delete_run(args.run_id)
     print(f"deleted run {args.run_id}")
@@ -446,7 +446,7 @@ def cmd_delete(args) -> int:
 
 
 def cmd_audit(args) -> int:
-    from engine.audit import read_audit
+    from engine.access.audit import read_audit
 
     for e in reversed(read_audit(limit=args.limit or None)):
         if args.json:
@@ -460,7 +460,7 @@ def cmd_audit(args) -> int:
 def cmd_users(args) -> int:
     import getpass
 
-    from engine.users import load_users, remove_user, set_email_role, set_user, users_path
+    from engine.access.users import load_users, remove_user, set_email_role, set_user, users_path
 
     if args.users_cmd == "list":
         users = load_users()

@@ -151,7 +151,7 @@ class TrainConfig(_Strict):
     weight_decay: float = Field(0.05, ge=0.0)
     group_by_length: bool = Field(True, description="batches of rows of similar length (tasks whose rows vary in "
                                   "length, e.g. text): less padding per step, the same rows per epoch "
-                                  "(engine.train.epoch_order)")
+                                  "(engine.training.loop.epoch_order)")
     eval_interval: int = Field(100, ge=1, description="val loss + reconstructions every N steps")
     checkpoint_interval: int = Field(500, ge=1)
     keep_checkpoints: int = Field(2, ge=1)
@@ -187,7 +187,7 @@ class EvalConfig(_Strict):
                                  "a linear head, at most 300 steps (0: no fine-tune)")
 
 
-#: Launch back-ends (``launch.backend``): where a run's processes execute (:mod:`engine.backends`):
+#: Launch back-ends (``launch.backend``): where a run's processes execute (:mod:`engine.runner.backends`):
 #: ``local`` (this machine's processes), ``ray`` (a Ray Job on an existing Ray cluster), ``slurm``
 #: (an sbatch job through submitit). The last two need the cluster extra (requirements-cluster.txt).
 LAUNCH_BACKENDS = ("local", "ray", "slurm")
@@ -204,12 +204,12 @@ class LaunchConfig(_Strict):
 
     The default (one process, one node) trains in the worker's own process, exactly as masklab
     always did; such a config's saved form has no ``launch`` section (:meth:`RunConfig.to_dict`).
-    With more processes the worker starts ``torchrun`` (:mod:`engine.distributed`): data-parallel
+    With more processes the worker starts ``torchrun`` (:mod:`engine.runner.torchrun`): data-parallel
     training (PyTorch DDP; gloo on CPU, NCCL on CUDA), ``train.batch_size`` staying the global batch.
     ``node_rank`` is the rank of the launch that holds the run (the dashboard's or ``submit``'s);
     the other nodes join with ``python -m engine join RUN_ID --node-rank K``.
 
-    ``backend`` says where the worker runs (:mod:`engine.backends`): ``local`` starts it on this
+    ``backend`` says where the worker runs (:mod:`engine.runner.backends`): ``local`` starts it on this
     machine; ``ray`` and ``slurm`` hand it to a cluster as one job on one node, asking for ``cpus``,
     ``gpus``, ``mem_gb`` and ``time_min`` (0: the cluster's default); the ``nproc_per_node``
     processes of a distributed run then start on that node. The cluster's nodes must see the

@@ -1,5 +1,5 @@
 """Audit (admins): who launched, resumed, cancelled, deleted or imported what, and when, newest
-first, from the workspace's append-only log (``engine.audit.read_audit``), with refusals."""
+first, from the workspace's append-only log (``engine.access.audit.read_audit``), with refusals."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import streamlit as st
 
 from app.components import guarded
 from app.components.access import actor
-from engine.audit import read_audit
+from engine.access.audit import read_audit
 
 st.title("Audit")
 limit = st.select_slider("Lines", options=[100, 1000, 10_000], value=1000, key="audit_limit")

@@ -7,7 +7,7 @@ cost (with FLOPs); export as CSV or a self-contained HTML report.
 
 Every choice lives in the URL (``?runs=a,b&smoothing=0.6&x=step&y=log&loss=0.05&dataset=digits``), so a
 link reopens the same comparison. The page only reads the store (status, metrics, samples,
-evaluations); an evaluation is started in the background (:func:`engine.launcher.evaluate`).
+evaluations); an evaluation is started in the background (:func:`engine.runner.launcher.evaluate`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from app.components.runs import same_task_first
 from app.components.urlstate import PageState
 from app.components.access import allowed
 from engine.data.dataset import counted
-from engine.launcher import evaluate
+from engine.runner.launcher import evaluate
 from engine.store import read_metrics
 from engine.store.evaluations import latest_evaluation, read_job
 from engine.tasks import get_task

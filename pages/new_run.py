@@ -6,9 +6,9 @@ one parameter per field: :mod:`app.components.urlstate`), so a reload or a copie
 Mask lab's "Use in New run" opens this page with its settings in the URL. The modality's fields and
 preview come from its view (``app.modalities``); the preview calls the engine function the run
 itself calls for its samples, so it shows the run's masks. Launching only calls
-``engine.launcher.submit``, which starts a background worker process and returns at once. The Sweep
+``engine.runner.launcher.submit``, which starts a background worker process and returns at once. The Sweep
 section (:mod:`app.components.sweep_form`) queues the form once per value of a field and seed
-instead, through ``engine.sweep.submit_sweep``, and links to the Sweeps page.
+instead, through ``engine.runner.sweep.submit_sweep``, and links to the Sweeps page.
 """
 
 from __future__ import annotations
@@ -24,17 +24,17 @@ from app.components.run_form import export_panel, launch_fields, train_fields
 from app.components.sweep_form import URL_NAMES, sweep_launch, sweep_section
 from app.components.urlstate import PageState, dig, index_of, show_link_note, with_carried
 from app.modalities import train_defaults, ui_for
-from engine.backends import unavailable
-from engine.checks import check_run, no_validation_note
+from engine.runner.backends import unavailable
+from engine.tasks.checks import check_run, no_validation_note
 from engine.config import RunConfig
-from engine.launcher import submit
+from engine.runner.launcher import submit
 from engine.masking import get_masking
 from engine.tasks import get_task, tasks_for
 
 
 @st.cache_data(max_entries=32, ttl=60, show_spinner=False)
 def preflight(cfg_json: str) -> str:
-    """``engine.checks.check_run`` of a config (JSON), cached for a minute: with superpixels or a
+    """``engine.tasks.checks.check_run`` of a config (JSON), cached for a minute: with superpixels or a
     new tokenizer it takes a second or more. Errors are not cached."""
     return check_run(RunConfig.from_dict(json.loads(cfg_json))).name
 

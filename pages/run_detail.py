@@ -25,8 +25,8 @@ from app.components.runs import latest_points, progress_with_cancel
 from app.components.urlstate import PageState
 from app.components.resume import resume_panel
 from app.modalities import INTERACTIVE, SAMPLE_TITLES, TASK_KIND
-from engine.backends import read_job
-from engine.launcher import cancel, delete_run, job_state
+from engine.runner.backends import read_job
+from engine.runner.launcher import cancel, delete_run, job_state
 from engine.store import get_run, latest_checkpoint_step, load_samples, read_log
 
 st.title("Run detail")
@@ -47,7 +47,7 @@ st.page_link("../pages/present.py", label="Presentation view", query_params={"ru
 
 @st.cache_data(ttl=5, max_entries=64, show_spinner=False)
 def cluster_job_state(run_id: str):
-    """``engine.launcher.job_state`` (one request to the cluster), at most every 5 s per run."""
+    """``engine.runner.launcher.job_state`` (one request to the cluster), at most every 5 s per run."""
     return job_state(run_id)
 
 

@@ -22,7 +22,7 @@ from app.components.access import allowed
 from app.components.resume import resume_buttons
 from app.components.runs import LIST_MAX_AGE_S, activity, progress_with_cancel, same_task_first
 from app.components.urlstate import PageState
-from engine.launcher import cancel
+from engine.runner.launcher import cancel
 from engine.store import disk_usage, format_bytes, list_runs, read_metrics
 from engine.workspace import workspace_root
 

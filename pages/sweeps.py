@@ -4,7 +4,7 @@ on the user's own data).
 
 A sweep is queued from New run's Sweep section, which links here with the sweep selected, from the
 CLI (``python -m engine sweep CONFIG --over masking.ratio=0.25,0.5,0.75,0.9 --seeds 2``) or
-:func:`engine.sweep.submit_sweep`; each run is evaluated at its end. The sweep and the
+:func:`engine.runner.sweep.submit_sweep`; each run is evaluated at its end. The sweep and the
 figure are in the URL (``?sweep=ab12cd&figure=probe_acc``).
 """
 
@@ -17,7 +17,7 @@ import streamlit as st
 from app.components import guarded, runs_or_stop
 from app.components.urlstate import PageState
 from engine.data.dataset import counted
-from engine.sweep import sweep_of, sweep_table
+from engine.runner.sweep import sweep_of, sweep_table
 
 FIGURES = {"probe_acc": "linear-probe accuracy", "knn_acc": "kNN accuracy (k=20)"}
 ENCODERS = {"": "trained", "/random_init": "random init", "/raw_input": "raw input"}

@@ -5,7 +5,7 @@ imported from ../shared/data. Image, audio and paired runs are evaluated at thei
 and a one-epoch fine-tune on at most 300 rows); text runs are not: their linear probe on TF-IDF
 features alone took 38 s here (tests/engine/test_evaluation.py evaluates a text run). A kind is
 trained the first time a test asks for it, once per process (once per pytest-xdist worker), through
-the real worker code path (:func:`engine.worker.execute_run`).
+the real worker code path (:func:`engine.runner.worker.execute_run`).
 
 Readers (page, view, compare and evaluation tests) open a shared workspace as it is: ``get(kind)``.
 A test that writes (trains, resumes, imports, deletes, annotates), or wants several kinds in one

@@ -33,7 +33,7 @@ def pairs_zip(shared_data: Path, out: Path, n: int | None = None, per_class: dic
 
 def completed_run(cfg: dict, ws: Path, *, evaluate: bool | None = None) -> str:
     """Create a run of ``cfg`` (a run config dict) in workspace ``ws`` and train it to the end in this
-    process through the real worker (:func:`engine.worker.execute_run`); returns its id. ``evaluate``:
+    process through the real worker (:func:`engine.runner.worker.execute_run`); returns its id. ``evaluate``:
     True or False sets ``$MASKLAB_AUTO_EVAL`` for the run (evaluated at its end when ``cfg`` asks for
     it, as by default), None leaves the environment's. Raises AssertionError with the run's error when
     it does not complete."""
@@ -41,7 +41,7 @@ def completed_run(cfg: dict, ws: Path, *, evaluate: bool | None = None) -> str:
 
     from engine.config import RunConfig
     from engine.store import create_run, get_run
-    from engine.worker import execute_run
+    from engine.runner.worker import execute_run
 
     env = {"MASKLAB_WORKSPACE": str(ws), **({} if evaluate is None else {"MASKLAB_AUTO_EVAL": str(int(evaluate))})}
     before = {k: os.environ.get(k) for k in env}

@@ -26,7 +26,7 @@ def test_engine_never_imports_streamlit():
                  if any(n == "streamlit" or n.startswith("streamlit.") for n in _imports(p))]
     assert offenders == []
     # and importing the whole engine, CLI included, does not pull it in transitively
-    code = ("import sys, engine, engine.cli, engine.launcher, engine.worker, engine.train, engine.store, engine.data;"
+    code = ("import sys, engine, engine.cli, engine.runner.launcher, engine.runner.worker, engine.training.loop, engine.store, engine.data;"
             "print('streamlit' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
@@ -34,7 +34,7 @@ def test_engine_never_imports_streamlit():
 
 def test_pages_contain_no_training_code():
     # engine.models is allowed for its PRESETS table (sizes to choose from); nothing that trains is.
-    forbidden_modules = {"engine.train", "engine.worker", "torch.optim", "engine.models.mae"}
+    forbidden_modules = {"engine.training.loop", "engine.runner.worker", "torch.optim", "engine.models.mae"}
     forbidden_text = (".backward(", "optimizer.step", "fit(", "execute_run(")
     pages = list((REPO / "pages").glob("*.py")) + list((REPO / "app").rglob("*.py"))
     assert pages, "no pages found"

@@ -1,16 +1,16 @@
 """Who this browser session is, the sign-in form, and which pages and controls it gets.
 
-The engine decides (``engine.access``); this module only finds the session's identity and hides
+The engine decides (``engine.access.policy``); this module only finds the session's identity and hides
 what it may not do. Every write call of a page passes ``actor=actor()`` explicitly, because a
 self-refreshing fragment reruns without the entry script (so without its ``acting_as`` context).
 
 - No sign-in configured (no users file user, no ``[auth]`` in the secrets): the local admin, as
   before (the exposure check keeps that to 127.0.0.1 unless opted out).
-- A users file with users: a user name / password form (``engine.users.verify_password``); the
+- A users file with users: a user name / password form (``engine.access.users.verify_password``); the
   identity is kept in the session and re-read from the file on every rerun (a removed user or a
   changed role takes effect at once).
 - ``[auth]`` in ``.streamlit/secrets.toml``: a "Sign in with ..." button (``st.login``); the role comes
-  from the users file's ``roles_claim``, ``[emails]`` or ``default_role`` (``engine.users.oidc_identity``).
+  from the users file's ``roles_claim``, ``[emails]`` or ``default_role`` (``engine.access.users.oidc_identity``).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from __future__ import annotations
 import streamlit as st
 
 from app.serve import oidc_configured
-from engine.access import Identity, can, is_demo, local_admin, require_sign_in
-from engine.users import load_users, oidc_identity, verify_password
+from engine.access.policy import Identity, can, is_demo, local_admin, require_sign_in
+from engine.access.users import load_users, oidc_identity, verify_password
 
 SESSION_KEY = "masklab_identity"
 

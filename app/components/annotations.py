@@ -11,7 +11,7 @@ import streamlit as st
 from app.components.access import actor, allowed
 from app.components.errors import user_errors
 from app.components.urlstate import encode, flatten
-from engine.access import can
+from engine.access.policy import can
 from engine.store import annotate
 
 

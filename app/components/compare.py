@@ -9,7 +9,7 @@ except in the ``show_*`` functions).
 - :func:`quality_frame`: the evaluation's reconstruction figures (images: SSIM; audio: spectral
   error) of each run beside the best of its trivial baselines on the same inputs and masks.
 - :func:`efficiency_frame`: throughput (median of the logged samples/s), peak private memory
-  (:mod:`engine.resources`), wall time, time to reach a chosen training loss, parameters, and the
+  (:mod:`engine.runner.resources`), wall time, time to reach a chosen training loss, parameters, and the
   FLOPs of a training step (measured by the evaluation) and of the steps trained.
 - :func:`report_html`: the comparison as one self-contained HTML file (tables and the
   reconstruction grid as inline PNG; no script, no network).

@@ -82,10 +82,10 @@ def patch_label(p: int, h: int, w: int) -> str:
 
 @st.cache_data(max_entries=32, ttl=900, show_spinner=False)
 def _refused_sizes(workspace: str, dataset: str, version: str, masking_json: str, sizes: tuple[int, ...]) -> dict:
-    """``patch size -> the pre-flight's reason`` for the sizes ``engine.checks.check_run`` refuses with
+    """``patch size -> the pre-flight's reason`` for the sizes ``engine.tasks.checks.check_run`` refuses with
     this masking (``{}`` when the masking itself is invalid: its own error is shown elsewhere).
     ``workspace`` and ``version`` are cache keys."""
-    from engine.checks import check_run
+    from engine.tasks.checks import check_run
     from engine.config import RunConfig
 
     masking = json.loads(masking_json)

@@ -1,7 +1,7 @@
 """Resume controls: the Resume buttons of Runs and Run detail, and a run's config history.
 
 A failed, cancelled, diverged or interrupted run with a complete checkpoint can be resumed
-(``engine.launcher.resume``): it queues again and continues from that checkpoint. Run detail
+(``engine.runner.launcher.resume``): it queues again and continues from that checkpoint. Run detail
 offers two optional changes (learning rate, total steps); the config history shows what a resume
 changed, from which step.
 """
@@ -17,7 +17,7 @@ import streamlit as st
 from app.components.access import allowed
 from app.components.errors import guarded
 from app.components.runs import run_label, status_label
-from engine.launcher import resume
+from engine.runner.launcher import resume
 from engine.store import latest_checkpoint_step, read_config_history
 
 

@@ -58,7 +58,7 @@ def launch_fields(key: str, carried: dict) -> dict[str, Any]:
     ``carried["launch"]`` (the URL). A back-end whose extra is not installed stays in the list,
     marked, and says why when picked (New run then keeps Launch disabled). Returns the ``launch``
     section, or ``{}`` for one local process (the default: the config stays without one)."""
-    from engine.backends import unavailable
+    from engine.runner.backends import unavailable
     from engine.config import LAUNCH_BACKENDS, LaunchConfig
 
     default = LaunchConfig().model_dump()

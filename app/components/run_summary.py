@@ -11,7 +11,7 @@ from app.components.charts import render_metrics_chart, show_read_warnings
 from app.components.errors import guarded
 from app.components.quality import headline_of, loss_title
 from app.components.runs import format_duration, metric_name, placement_label, run_label, status_badge
-from engine.backends import read_job
+from engine.runner.backends import read_job
 from engine.store import checkpoint_weights, get_run, load_samples, read_metrics
 
 
@@ -19,7 +19,7 @@ def device_text(rec: Any) -> str:
     """Where the run trains: the device the worker recorded at the end, else the one training
     resolved at its start (``task.json``), else the configured one (``auto``: CUDA when present,
     else CPU; a run that has not started)."""
-    from engine.resume import TASK_INFO
+    from engine.runner.resume import TASK_INFO
     from engine.workspace import read_json
 
     recorded = (rec.extra or {}).get("device")

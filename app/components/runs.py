@@ -188,7 +188,7 @@ def placement_label(rec: Any, full: bool = False, job: dict | None = None) -> st
     GPUs), else from its ``launch`` config: ``2 processes · GPU 0,1``, ``2 nodes x 1 process``.
     Short form (the run table): "" for one local process without a GPU set, the back-end first for a
     cluster run (``ray · 2 processes``). ``full`` (Run detail):
-    always, with the back-end, its cluster job (``job``: :func:`engine.backends.read_job`) and the
+    always, with the back-end, its cluster job (``job``: :func:`engine.runner.backends.read_job`) and the
     hosts: ``local · host vm · 1 process``, ``ray job masklab-...-1 · host n3 · 1 process``."""
     placed = (rec.extra or {}).get("placement") or {}
     launch = (rec.config or {}).get("launch") or {}

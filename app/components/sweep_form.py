@@ -2,10 +2,10 @@
 with several seeds, queued as one sweep that the Sweeps page plots.
 
 The section reads the swept field (mask ratio, masking strategy, or any config field by dotted
-path), its values and the seeds, validates every value as a launch would (:func:`engine.sweep.plan_sweep`:
+path), its values and the seeds, validates every value as a launch would (:func:`engine.runner.sweep.plan_sweep`:
 the run config's own validation, then the launcher's pre-flight check, each bad value named in
 words), says how many runs it queues and their step budget, and launches through
-:func:`engine.sweep.submit_sweep`, the function ``python -m engine sweep`` calls (role check, audit,
+:func:`engine.runner.sweep.submit_sweep`, the function ``python -m engine sweep`` calls (role check, audit,
 queue cap). Its widgets live in the URL beside the form's config: ``sweep_on``, ``sweep_field``,
 ``sweep_values``, ``sweep_seeds_as`` (``count`` or ``list``), ``sweep_replicates``, ``sweep_seeds``.
 """
@@ -21,13 +21,13 @@ import streamlit as st
 
 from app.components.errors import guarded
 from app.components.urlstate import PageState, set_flags
-from engine.access import Identity
+from engine.access.policy import Identity
 from engine.config import RunConfig
 from engine.data.dataset import counted
 from engine.errors import MasklabError
 from engine.masking import strategies_for
-from engine.runqueue import max_runs, queue_room
-from engine.sweep import new_sweep_id, parse_seeds, parse_values, plan_sweep, submit_sweep
+from engine.runner.queue import max_runs, queue_room
+from engine.runner.sweep import new_sweep_id, parse_seeds, parse_values, plan_sweep, submit_sweep
 from engine.workspace import workspace_root
 
 #: The URL parameters of the section (plain names: no dot, so they are not config fields).

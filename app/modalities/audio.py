@@ -473,7 +473,7 @@ def lab_controls(info, carried: dict, key: str) -> dict:
 
 @st.cache_data(max_entries=16, ttl=900, show_spinner="Drawing masks…")
 def _lab_stats(cfg_json: str, version: str, n: int):
-    from engine.checks import masking_problem
+    from engine.tasks.checks import masking_problem
     from engine.config import RunConfig
     from engine.masking.stats import mask_stats, masks_per_second
     from engine.tasks.audio import train_masks

@@ -193,7 +193,7 @@ def _mask_stats(masking_json: str, images_key: tuple, _images, patch: int, seed:
     """Masks of ``_images`` (float ``[N, C, H, W]``) drawn as a run would (side inputs from the
     images), their statistics, masks/s at this batch shape, and the pre-flight problem, if any.
     ``images_key`` identifies the images for the cache (dataset, version, N)."""
-    from engine.checks import masking_problem
+    from engine.tasks.checks import masking_problem
     from engine.masking.stats import mask_stats, masks_per_second
 
     cfg = MaskingConfig.model_validate(json.loads(masking_json))

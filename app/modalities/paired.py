@@ -533,9 +533,9 @@ def _shown(index, rows: list[int]) -> np.ndarray:
 def retrieval_box(run, sample) -> None:
     """Run detail's retrieval box: type a text and see the nearest validation images, or pick a
     validation image and see the nearest captions, by a kept checkpoint's contrastive embeddings
-    (in the dashboard process: :mod:`engine.inference`, the model and the index cached)."""
+    (in the dashboard process: :mod:`engine.eval.inference`, the model and the index cached)."""
     from app.modalities.text import _checkpoint_picker
-    from engine.inference import checkpoint_path
+    from engine.eval.inference import checkpoint_path
     from engine.tasks.paired import embed_caption, nearest
 
     st.subheader("Retrieval")

@@ -245,14 +245,14 @@ def detok(tokens) -> str:
 @st.cache_resource(max_entries=4, show_spinner="Loading the checkpoint…")
 def _loaded(run_id: str, step: int, mtime: float):
     """One cached model per checkpoint (``mtime`` invalidates a rewritten one); at most 4 kept
-    (see engine.inference for the memory bound)."""
-    from engine.inference import load_model
+    (see engine.eval.inference for the memory bound)."""
+    from engine.eval.inference import load_model
 
     return load_model(run_id, step)
 
 
 def _checkpoint_picker(run, key: str):
-    from engine.inference import checkpoint_path, checkpoint_steps
+    from engine.eval.inference import checkpoint_path, checkpoint_steps
 
     steps = guarded(checkpoint_steps, run.run_id) or []
     if not steps:
@@ -398,7 +398,7 @@ def lab_controls(info, carried: dict, key: str) -> dict:
 
 @st.cache_data(max_entries=16, ttl=900, show_spinner="Drawing masks…")
 def _lab_stats(cfg_json: str, version: str, n: int):
-    from engine.checks import masking_problem
+    from engine.tasks.checks import masking_problem
     from engine.config import RunConfig
     from engine.masking.stats import mask_stats, masks_per_second
     from engine.tasks.text import train_masks

@@ -66,7 +66,7 @@ from pathlib import Path, PurePosixPath
 
 import numpy as np
 
-from engine.access import permission
+from engine.access.policy import permission
 from engine.data.archive import Member, Members, NameDecoding, classify, decode_names, read_problem
 from engine.data.archive import listed_member, refusal_lines, size_problem, skip_reason
 from engine.data.dataset import AudioDataset, DatasetInfo, classes_text, counted, seeded_split, to_pcm
@@ -590,7 +590,7 @@ def import_audio(
     Raises:
         DatasetError: as :func:`open_source`; an invalid, reserved or existing name; no clip could
             be used (naming the first refused files and why). Nothing is written then.
-        PermissionDeniedError: ``actor=`` (default :func:`engine.access.current_identity`) is not an
+        PermissionDeniedError: ``actor=`` (default :func:`engine.access.policy.current_identity`) is not an
             editor, or demo mode; checked before anything is read.
     """
     from engine.data import importer, registry, storage

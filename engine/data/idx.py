@@ -41,7 +41,7 @@ from pathlib import Path, PurePosixPath
 
 import numpy as np
 
-from engine.access import permission
+from engine.access.policy import permission
 from engine.data.archive import import_outcome, import_target
 from engine.data.limits import ImportLimits, human_bytes
 from engine.errors import DatasetError
@@ -346,7 +346,7 @@ def import_idx(path: Path, name: str | None, options, *, workspace=None, overwri
     Raises:
         DatasetError: as :func:`find_pairs` and :func:`load_pairs`, an invalid or taken name. Nothing is
             written then.
-        PermissionDeniedError: ``actor=`` (default :func:`engine.access.current_identity`) is not an
+        PermissionDeniedError: ``actor=`` (default :func:`engine.access.policy.current_identity`) is not an
             editor, or demo mode; checked before anything is read.
     """
     from engine.data import storage

@@ -41,7 +41,7 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 from PIL import Image, ImageColor
 
-from engine.access import permission
+from engine.access.policy import permission
 from engine.data import bundled, storage
 from engine.data.archive import Member, Members, NameDecoding, decode_names, import_outcome, import_target, read_problem
 from engine.data.archive import classify, refusal_lines, skip_reason

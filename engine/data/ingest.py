@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from engine.access import Identity
+from engine.access.policy import Identity
 from engine.data import audio, idx, importer, paired, storage, text
 from engine.data.images import EXTENSIONS as IMAGE_EXTENSIONS
 from engine.data.tabular import TABLE_EXTENSIONS, ColumnRoles, ImportOptions
@@ -302,7 +302,7 @@ def import_source(
         DatasetError: as :func:`detect_modality` and the modality's importer; options that do not
             apply to the source (column options or length filters for images, ``sample_rate`` for
             images and text, length filters for audio). Nothing is written then.
-        PermissionDeniedError: ``actor`` (default :func:`engine.access.current_identity`) is not an
+        PermissionDeniedError: ``actor`` (default :func:`engine.access.policy.current_identity`) is not an
             editor, or demo mode; nothing is written (the importer checks before it reads a file).
     """
     label = source_label or str(path)

@@ -49,7 +49,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.access import Identity, authorize
+from engine.access.policy import Identity, authorize
 from engine.data.tabular import ImportOptions
 from engine.errors import DatasetError, MasklabError, NothingImportedError
 from engine.workspace import atomic_write_json, read_json, workspace_root
@@ -176,7 +176,7 @@ def start_import(path: str | os.PathLike[str], name: str | None = None, options:
 
             check_new_name(name, ws, overwrite)
     except DatasetError as e:
-        from engine import audit
+        from engine.access import audit
 
         audit.record("data.import", name or label, "failed", who, ws, quiet=True, reason=str(e), file=label)
         raise
@@ -245,7 +245,7 @@ def cancel_import(job_id: str, *, workspace: str | os.PathLike[str] | None = Non
         DatasetError: no such job.
         PermissionDeniedError: ``actor`` is not an editor, or demo mode.
     """
-    from engine.access import authorized
+    from engine.access.policy import authorized
     from engine.store.lock import signal_holder
 
     with authorized("data.import", f"import job {job_id}", actor=actor, workspace=workspace) as entry:

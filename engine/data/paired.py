@@ -50,7 +50,7 @@ from pathlib import Path, PurePosixPath
 
 import numpy as np
 
-from engine.access import permission
+from engine.access.policy import permission
 from engine.data import storage
 from engine.data.archive import (
     Member, Members, NameDecoding, classify, decode_names, import_outcome, import_target, listed_member, read_problem,

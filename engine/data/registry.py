@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 
-from engine.access import permission
+from engine.access.policy import permission
 from engine.data import bundled, storage
 from engine.data.dataset import Dataset, DatasetInfo, validate_name
 from engine.errors import DatasetError

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.access import permission
+from engine.access.policy import permission
 from engine.data import importer, registry, storage
 from engine.data.archive import import_outcome, import_target, refusal_lines, skip_reason
 from engine.data.dataset import DatasetInfo, TextDataset, classes_text, counted, seeded_split

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.access import permission
+from engine.access.policy import permission
 from engine.errors import ConfigError
 from engine.messages import describe_error
 from engine.workspace import FORMAT, atomic_write_json, read_json
@@ -143,7 +143,7 @@ def annotate(run_id: str, *, tags: Iterable[str] | None = None, add_tags: Iterab
         note: the new note (``""`` clears it); None keeps it.
         archived: True archives, False unarchives; None keeps it.
         workspace: the workspace (default ``$MASKLAB_WORKSPACE``).
-        actor: who acts (keyword added by :func:`engine.access.permission`).
+        actor: who acts (keyword added by :func:`engine.access.policy.permission`).
 
     Returns:
         The annotations now stored.

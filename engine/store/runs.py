@@ -229,9 +229,9 @@ def _float(v: Any) -> float | None:
 def is_starting(d: Path, st: dict[str, Any] | None = None) -> bool:
     """True for a run the launcher queued less than :data:`LAUNCH_GRACE_S` ago whose worker has not
     taken the run lock yet (``queued``, no worker pid), or handed to a cluster (``cluster_job`` in
-    its status, :mod:`engine.backends`) whose worker has not started: the cluster's queue may hold
+    its status, :mod:`engine.runner.backends`) whose worker has not started: the cluster's queue may hold
     it for hours; the launcher records the run's end if its job ends without a worker
-    (:func:`engine.launcher.job_state`). ``st``: its status dict, read if None."""
+    (:func:`engine.runner.launcher.job_state`). ``st``: its status dict, read if None."""
     if st is None:
         st, damaged = read_status_checked(Path(d))
         if damaged:

@@ -342,14 +342,14 @@ def check_strategy(cfg: RunConfig, grid: Grid, task: str) -> None:
 
 
 def check_masks(cfg: RunConfig, grid: Grid, w: Window, units: str) -> None:
-    """A probe batch of real windows ``w`` gets trainable masks (:func:`engine.checks.masking_problem`
+    """A probe batch of real windows ``w`` gets trainable masks (:func:`engine.tasks.checks.masking_problem`
     over the positions that hold frames; ``units``: their plural for the message) at
     ``masking.ratio`` and, with a schedule, ``masking.final_ratio``.
 
     Raises:
         ConfigError: naming the field to change.
     """
-    from engine.checks import masking_problem
+    from engine.tasks.checks import masking_problem
 
     ratios = [cfg.masking.ratio] + ([cfg.masking.final_ratio] if cfg.masking.schedule != "constant" else [])
     for r in ratios:
@@ -444,7 +444,7 @@ class _AudioTask(Task):
     def check(cls, cfg: RunConfig, info, workspace=None) -> None:
         """The features fit the dataset's rate, the patch tiles the window, the strategy applies to
         the task's grid, and a probe batch of real windows gets trainable masks
-        (:func:`engine.checks.masking_problem` over the positions that hold frames) at
+        (:func:`engine.tasks.checks.masking_problem` over the positions that hold frames) at
         ``masking.ratio`` and, with a schedule, ``masking.final_ratio``."""
         from engine.data import load_dataset
 

@@ -2,7 +2,7 @@
 
 A run is a *task*: a modality's data (load, split, batch), its unit grid for masking, a model, an
 objective, a way to extract frozen features for evaluation, and a way to turn a validation batch
-into reconstruction samples for the UI. The training loop (:mod:`engine.train`), the worker, the
+into reconstruction samples for the UI. The training loop (:mod:`engine.training.loop`), the worker, the
 store, the launcher and the pre-flight checks only talk to this interface, so a new modality is new
 files plus one :func:`engine.tasks.register_task` (fairseq's tasks and Hugging Face's processors +
 ``*ForPreTraining`` heads are the same idea).
@@ -168,14 +168,14 @@ class Task(ABC):
         """Facts about what this run trains on that readers need later, saved once at the start as
         ``<run_dir>/task.json`` (JSON-safe): e.g. ``dataset_hash`` (the dataset content it trained
         on), ``tokenizer_id`` and ``vocab_size``; ``model_dims``, when present, are the keyword
-        dimensions its model builder takes (:func:`engine.inference.load_model` passes them on).
+        dimensions its model builder takes (:func:`engine.eval.inference.load_model` passes them on).
         Default: none."""
         return {}
 
     def train_lengths(self) -> torch.Tensor | None:
         """Size of each train row (int64 ``[n_train]``, e.g. real tokens per text) when rows vary
         in size and a batch costs what its longest row costs; the loop then groups rows of similar
-        size into batches (``train.group_by_length``, :func:`engine.train.epoch_order`). Default:
+        size into batches (``train.group_by_length``, :func:`engine.training.loop.epoch_order`). Default:
         None (rows of one size, e.g. images)."""
         return None
 

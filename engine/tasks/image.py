@@ -22,7 +22,7 @@ from engine.config import RunConfig
 from engine.data.sampling import representative
 from engine.errors import ConfigError
 from engine.masking import draw_mask, get_masking, grid_shape, image_side_inputs, preview_masks, strategies_for
-from engine.perf import to_device
+from engine.training.perf import to_device
 from engine.store.samples import Sample
 from engine.tasks import register_task
 from engine.tasks.base import Task
@@ -114,9 +114,9 @@ class ImageMIMTask(Task):
     @classmethod
     def check(cls, cfg: RunConfig, info, workspace=None) -> None:
         """Patch size tiles the images, the strategy applies to image patch grids, and a probe batch
-        of its masks can train (:func:`engine.checks.masking_problem`) at ``masking.ratio`` and, with
+        of its masks can train (:func:`engine.tasks.checks.masking_problem`) at ``masking.ratio`` and, with
         a schedule, at ``masking.final_ratio``."""
-        from engine.checks import masking_problem
+        from engine.tasks.checks import masking_problem
         from engine.data import load_dataset
 
         _, H, W = info.image_shape
@@ -314,10 +314,10 @@ class ImageMIMTask(Task):
 @torch.no_grad()
 def reconstruct(loaded, image, mask) -> dict[str, np.ndarray]:
     """A kept checkpoint's reconstruction of one image under a mask the caller chose (the
-    dashboard's interactive masking box; :func:`engine.inference.load_model` gives ``loaded``).
+    dashboard's interactive masking box; :func:`engine.eval.inference.load_model` gives ``loaded``).
 
     Args:
-        loaded: an :class:`engine.inference.LoadedModel` of an ``image_mim`` run (model in eval mode).
+        loaded: an :class:`engine.eval.inference.LoadedModel` of an ``image_mim`` run (model in eval mode).
         image: float ``[C, H, W]`` in [0, 1] (numpy or torch), the run's image shape.
         mask: bool ``[h, w]`` (or ``[L]``, row-major), True = hidden from the encoder; the run's
             patch grid. Every patch may be hidden (MAE's encoder then sees its class token only)

@@ -177,7 +177,7 @@ class PairedTask(Task):
         spectrogram half of audio-text pairs as ``audio_mae`` does (texts present, mel bins tiled,
         a 2-D audio strategy, probe masks over real clips); then a probe batch of real captions gets
         trainable caption masks."""
-        from engine.checks import masking_problem
+        from engine.tasks.checks import masking_problem
         from engine.data import load_dataset
         from engine.tasks.audio import check_masks, check_strategy
 
@@ -618,7 +618,7 @@ def retrieval_index(loaded, workspace=None) -> RetrievalIndex:
     no val split) with a ``paired`` checkpoint, each modality encoded alone.
 
     Args:
-        loaded: :func:`engine.inference.load_model` of a ``paired`` run.
+        loaded: :func:`engine.eval.inference.load_model` of a ``paired`` run.
 
     Raises:
         InferenceError: the run's tokenizer is gone, or its dataset changed since the run (other
@@ -626,7 +626,7 @@ def retrieval_index(loaded, workspace=None) -> RetrievalIndex:
         DatasetError: the dataset is gone.
     """
     from engine.data import load_dataset
-    from engine.inference import InferenceError
+    from engine.eval.inference import InferenceError
     from engine.tasks.text import _tokenizer_of
 
     ds = pairs_of(loaded.cfg, load_dataset(loaded.cfg.data.dataset, workspace), workspace)
@@ -658,7 +658,7 @@ def embed_caption(loaded, text: str, workspace=None) -> np.ndarray:
     Raises:
         InferenceError: the text has no token the run's tokenizer keeps, or the tokenizer is gone.
     """
-    from engine.inference import InferenceError
+    from engine.eval.inference import InferenceError
     from engine.tasks.text import _tokenizer_of
 
     tok = _tokenizer_of(loaded, workspace)

@@ -42,7 +42,7 @@ from engine.config import RunConfig, TokenizerConfig
 from engine.errors import ConfigError
 from engine.masking import draw_mask, get_masking, strategies_for
 from engine.messages import describe_error
-from engine.perf import pin, to_device
+from engine.training.perf import pin, to_device
 from engine.store.samples import Sample
 from engine.tasks import register_task
 from engine.tasks.base import Task
@@ -360,8 +360,8 @@ class TextMLMTask(_TextTask):
     @classmethod
     def check(cls, cfg: RunConfig, info, workspace=None) -> None:
         """The strategy applies to token sequences, and a probe batch of real texts gets trainable
-        masks (:func:`engine.checks.masking_problem` over the maskable tokens)."""
-        from engine.checks import masking_problem
+        masks (:func:`engine.tasks.checks.masking_problem` over the maskable tokens)."""
+        from engine.tasks.checks import masking_problem
 
         cls._check_strategy(cfg)
         enc = cls._probe(cfg, workspace)
@@ -403,7 +403,7 @@ class TextMLMTask(_TextTask):
         inputs, _ = self._corrupt(b, mask, generator, **self.shares)
         dev = self.device
 
-        def put(t):  # host batch -> device: pinned + non_blocking on CUDA (engine.perf.to_device)
+        def put(t):  # host batch -> device: pinned + non_blocking on CUDA (engine.training.perf.to_device)
             return to_device(pin(t, dev), dev)
 
         logits = self.model(put(inputs), put(b["attention"]), put(mask))
@@ -652,7 +652,7 @@ class TextSpanTask(_TextTask):
         return self.model.features(b["ids"].to(self.device), b["attention"].to(self.device))
 
 
-# --- interactive inference (the fill-in box and the completion view; see engine.inference) ----------
+# --- interactive inference (the fill-in box and the completion view; see engine.eval.inference) ----------
 
 
 @dataclass(frozen=True)
@@ -665,7 +665,7 @@ class FillIn:
 
 
 def _tokenizer_of(loaded, workspace=None):
-    from engine.inference import InferenceError
+    from engine.eval.inference import InferenceError
     from engine.text.tokenizer import load_tokenizer
 
     try:
@@ -681,14 +681,14 @@ def fill_in(loaded, text: str, k: int = TOP_K, workspace=None) -> list[FillIn]:
     """The ``k`` most probable tokens at every ``[MASK]`` of ``text``, from a ``text_mlm`` checkpoint.
 
     Args:
-        loaded: :func:`engine.inference.load_model` of a ``text_mlm`` run.
+        loaded: :func:`engine.eval.inference.load_model` of a ``text_mlm`` run.
         text: a sentence with one or more literal ``[MASK]`` tokens.
 
     Raises:
         InferenceError: no ``[MASK]`` in the text (or all of them past ``data.tokenizer.max_len``),
             or the run's tokenizer is gone.
     """
-    from engine.inference import InferenceError
+    from engine.eval.inference import InferenceError
 
     tok = _tokenizer_of(loaded, workspace)
     enc = tok.encode_batch([text], max_len=loaded.cfg.data.tokenizer.max_len)
@@ -710,7 +710,7 @@ def complete_span(loaded, text: str, max_new_tokens: int = 64, workspace=None) -
     Raises:
         InferenceError: not exactly one ``[MASK]`` in the (truncated) text, or no tokenizer.
     """
-    from engine.inference import InferenceError
+    from engine.eval.inference import InferenceError
 
     tok = _tokenizer_of(loaded, workspace)
     enc = tok.encode_batch([text], max_len=loaded.cfg.data.tokenizer.max_len)

@@ -14,12 +14,12 @@ from streamlit import config as st_config
 from streamlit.testing.v1 import AppTest
 
 from app.serve import exposure_problem, is_loopback, upload_cap_mb
-from engine.access import require_sign_in
+from engine.access.policy import require_sign_in
 from engine.config import RunConfig
 from engine.errors import ConfigError, PermissionDeniedError
-from engine.launcher import cancel
+from engine.runner.launcher import cancel
 from engine.store import create_run, write_status
-from engine.users import set_user
+from engine.access.users import set_user
 
 REPO = Path(__file__).resolve().parents[2]
 ENTRY = REPO / "app" / "streamlit_app.py"

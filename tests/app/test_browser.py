@@ -30,7 +30,7 @@ import playwright.sync_api as playwright_sync  # requirements-dev.txt: a missing
 import pytest
 
 from engine.config import RunConfig
-from engine.launcher import cancel, submit
+from engine.runner.launcher import cancel, submit
 from engine.masking import MASKING_REGISTRY, strategies_for
 from engine.store import HOLD_FILE, get_run, list_runs, read_metrics, run_dir
 

@@ -16,9 +16,9 @@ import pytest
 
 from engine.config import RunConfig
 from engine.errors import PermissionDeniedError
-from engine.launcher import cancel, delete_run, submit
+from engine.runner.launcher import cancel, delete_run, submit
 from engine.store import create_run, get_run, write_status
-from engine.users import set_user
+from engine.access.users import set_user
 from tests.app.test_browser import CHROMIUM, free_port, settle, shot, stop_server, wait_for_health
 
 REPO = Path(__file__).resolve().parents[2]
@@ -192,7 +192,7 @@ def test_oidc_sign_in_against_a_local_provider_gives_each_role_its_pages(workspa
     """st.login against oidc-provider-mock started here; roles from the users file by e-mail."""
     from oidc_provider_mock import User, run_server_in_thread
 
-    from engine.users import set_email_role
+    from engine.access.users import set_email_role
 
     set_email_role("vera@example.org", "viewer")
     set_email_role("ada@example.org", "admin")

@@ -8,7 +8,7 @@ import pytest
 
 from engine.config import RunConfig
 from engine.store import create_run
-from engine.worker import execute_run
+from engine.runner.worker import execute_run
 from tests.app.test_browser import CHART, browser, expect, page, settle, shot, start_server, stop_server  # noqa: F401
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]

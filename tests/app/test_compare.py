@@ -11,7 +11,7 @@ from app.components.compare import config_diff, downstream_frame, efficiency_fra
 from engine.config import RunConfig
 from engine.store import create_run, get_run, read_metrics
 from engine.store.evaluations import latest_evaluation
-from engine.worker import execute_run
+from engine.runner.worker import execute_run
 from tests.app.test_pages_apptest import ENTRY
 
 BASE = {"data": {"dataset": "digits"}, "model": {"preset": "tiny", "patch_size": 2},

@@ -251,7 +251,7 @@ def test_run_detail_names_the_device_a_live_run_trains_on(workspace):
 
     from app.components.run_summary import device_text
     from engine.config import RunConfig
-    from engine.launcher import cancel, submit
+    from engine.runner.launcher import cancel, submit
     from engine.store import get_run
 
     cfg = {"data": {"dataset": "digits"}, "model": {"preset": "tiny", "patch_size": 2},

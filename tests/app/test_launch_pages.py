@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from engine.backends import write_job
+from engine.runner.backends import write_job
 from engine.config import RunConfig
 from engine.store import create_run, write_status
 from tests.app.test_pages_apptest import open_page

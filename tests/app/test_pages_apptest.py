@@ -325,7 +325,7 @@ def test_a_run_stays_viewable_after_its_dataset_is_deleted(workspace, tmp_path):
     from PIL import Image
 
     from engine.data import delete_dataset, import_source
-    from engine.worker import execute_run
+    from engine.runner.worker import execute_run
 
     rng = np.random.default_rng(0)
     for i in range(40):

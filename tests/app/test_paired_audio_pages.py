@@ -157,7 +157,7 @@ def test_new_run_launches_an_audio_text_run_that_trains(env):
     in tests/app/test_pages_apptest.py."""
     import time
 
-    from engine.launcher import cancel
+    from engine.runner.launcher import cancel
     from engine.store import get_run, list_runs
 
     ws, _ = env

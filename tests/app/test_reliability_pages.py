@@ -13,7 +13,7 @@ from streamlit.testing.v1 import AppTest
 import engine.workspace as ws_mod
 from engine.config import RunConfig
 from engine.store import MetricsWriter, create_run, write_status
-from engine.worker import execute_run
+from engine.runner.worker import execute_run
 
 ENTRY = Path(__file__).resolve().parents[2] / "app" / "streamlit_app.py"
 

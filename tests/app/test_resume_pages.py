@@ -2,7 +2,7 @@
 
 AppTest on the real engine: runs are trained in-process and stopped by an exception in the
 worker's step callback (ends ``failed``, checkpoint of step 4 kept); a click resumes through
-``engine.launcher.resume``, which starts a real background worker (those cases are slow).
+``engine.runner.launcher.resume``, which starts a real background worker (those cases are slow).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 
 from engine.config import RunConfig
 from engine.store import create_run, get_run, read_config_history
-from engine.worker import execute_run
+from engine.runner.worker import execute_run
 from tests.app.test_reliability_pages import page  # AppTest of a page, with ?run=<id>
 
 CFG = {"data": {"dataset": "digits"}, "model": {"preset": "tiny", "patch_size": 2},

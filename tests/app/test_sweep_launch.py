@@ -9,9 +9,9 @@ from urllib.parse import parse_qs
 
 import pytest
 
-from engine.launcher import cancel
+from engine.runner.launcher import cancel
 from engine.store import list_runs
-from engine.sweep import sweep_of, sweep_table
+from engine.runner.sweep import sweep_of, sweep_table
 from tests.app.pages import ENTRY, open_with
 
 FORM = {"dataset": "digits", "train.steps": "5", "train.batch_size": "32", "sweep_on": "true"}

@@ -40,7 +40,7 @@ def test_bench_cases_see_the_same_masks_on_both_sides(name, L, keep, patch_value
     attention rows, forward and both gradients: 3 x the forward's FLOPs)."""
     import torch
 
-    from engine.perf import count_step_flops
+    from engine.training.perf import count_step_flops
 
     pytest.importorskip("transformers")  # the reference side
     bench = load_bench("train_throughput")

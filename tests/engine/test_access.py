@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from engine import access
-from engine.access import Identity, acting_as, can, require_sign_in
-from engine.audit import audit_path, read_audit
+from engine.access import policy as access
+from engine.access.policy import Identity, acting_as, can, require_sign_in
+from engine.access.audit import audit_path, read_audit
 from engine.config import RunConfig
 from engine.data import delete_dataset, import_source, list_datasets
 from engine.errors import DatasetError, MasklabError, PermissionDeniedError, ResumeError, RunLockedError, RunNotFoundError
-from engine.launcher import cancel, delete_run, evaluate, resume, submit
+from engine.runner.launcher import cancel, delete_run, evaluate, resume, submit
 from engine.store import annotate, create_run, get_run, list_runs, run_alive, write_status
-from engine.users import load_users, set_user
+from engine.access.users import load_users, set_user
 
 VIEWER, EDITOR, ADMIN = (Identity("vera", "viewer", "password"), Identity("ed", "editor", "password"),
                          Identity("ada", "admin", "password"))  # fmt: skip
@@ -212,7 +212,7 @@ def test_the_cli_acts_as_the_local_admin(workspace, tmp_path):
 
 
 def test_users_file_hashes_passwords_and_checks_them(workspace):
-    from engine.users import oidc_identity, signin_configured, users_path, verify_password
+    from engine.access.users import oidc_identity, signin_configured, users_path, verify_password
 
     assert not signin_configured()
     set_user("Alice", "editor", "correct horse")

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.access import Identity, require_sign_in
-from engine.audit import audit_path, read_audit
+from engine.access.policy import Identity, require_sign_in
+from engine.access.audit import audit_path, read_audit
 from engine.config import RunConfig
 from engine.errors import ConfigError, PermissionDeniedError, RunNotFoundError
 from engine.store import (

@@ -9,7 +9,7 @@ from engine.config import RunConfig
 from engine.models import MODEL_REGISTRY, FrameTransformer, MaskedAutoencoderViT, build_model, count_parameters
 from engine.models.mae import pool, pool_stats
 from engine.objectives import masked_mse
-from engine.train import param_groups
+from engine.training.loop import param_groups
 
 
 def spec_batch(B=3, F=16, T=24, seed=0):

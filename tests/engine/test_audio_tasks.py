@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from engine.checks import check_run
+from engine.tasks.checks import check_run
 from engine.config import RunConfig
 from engine.data import ImportOptions, import_source, load_dataset
 from engine.errors import ConfigError
@@ -142,8 +142,8 @@ def test_grid_maps_masks_to_cells_and_interpolation_fills_in_time():
     ("audio_frames", {"masking": {"strategy": "voiced", "ratio": 0.5, "params": {"max_len": 3}}, "task_params": {"target": "ema", "ema_decay": 0.9}}),
 ])
 def test_a_run_trains_through_the_real_loop_and_store(ws, monkeypatch, task, extra):
-    from engine.inference import load_model
-    from engine.worker import execute_run
+    from engine.eval.inference import load_model
+    from engine.runner.worker import execute_run
 
     monkeypatch.setenv("MASKLAB_WORKSPACE", str(ws))
     cfg = cfg_of(task, **extra)

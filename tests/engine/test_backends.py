@@ -1,4 +1,4 @@
-"""Cluster back-ends (engine.backends): Ray Jobs on a real local Ray head, Slurm through submitit's
+"""Cluster back-ends (engine.runner.backends): Ray Jobs on a real local Ray head, Slurm through submitit's
 LocalExecutor (real subprocesses) and its sbatch script, and the worker's workspace check."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from engine.backends import JOB_FILE, REASON_PREFIX, WORKSPACE_EXIT, check_workspace, read_job, unavailable
+from engine.runner.backends import JOB_FILE, REASON_PREFIX, WORKSPACE_EXIT, check_workspace, read_job, unavailable
 from engine.config import RunConfig
 from engine.data import load_dataset
 from engine.errors import BackendError, ConfigError
-from engine.launcher import cancel, job_state, resume, submit
+from engine.runner.launcher import cancel, job_state, resume, submit
 from engine.store import get_run, list_runs, read_metrics, read_status
 from tests.engine.procs import wait_until
 
@@ -57,7 +57,7 @@ def test_sbatch_script_carries_the_run_parameters(tmp_path):
     """The script submitit's SlurmExecutor would hand to sbatch (built without sbatch) has every
     option of the run's launch section, and runs submitit's job runner on the run's folder."""
     pytest.importorskip("submitit")  # the cluster extra (MASKLAB_TEST_CLUSTER=1, as CI installs it)
-    from engine.backends.slurm import DEFAULT_TIME_MIN, sbatch_script
+    from engine.runner.backends.slurm import DEFAULT_TIME_MIN, sbatch_script
 
     run = tmp_path / "runs" / "R1"
     launch = {"cpus": 4, "gpus": 2, "mem_gb": 16, "time_min": 90, "slurm_partition": "gpu",
@@ -78,7 +78,7 @@ def test_a_missing_extra_is_a_clear_error_and_creates_nothing(workspace, monkeyp
     with the install command; local runs and the back-end listing still work."""
     for name in ("ray", "ray.job_submission"):  # importing them raises ImportError, even after an earlier import
         monkeypatch.setitem(sys.modules, name, None)
-    monkeypatch.delitem(sys.modules, "engine.backends.ray", raising=False)
+    monkeypatch.delitem(sys.modules, "engine.runner.backends.ray", raising=False)
     assert "pip install -r requirements-cluster.txt" in unavailable("ray")
     assert unavailable("local") == ""
     with pytest.raises(BackendError, match=r"launch.backend=ray needs the cluster extra.*requirements-cluster.txt"):
@@ -132,7 +132,7 @@ def test_worker_on_a_read_only_workspace_fails_fast_with_the_reason(workspace):
 
     run_id, d = create_run(_cfg("slurm").to_dict(), workspace)
     before = sorted(p.name for p in d.iterdir())
-    cmd = (f"mount --bind -o ro {workspace} {workspace} && exec {sys.executable} -m engine.worker --cluster {d}")
+    cmd = (f"mount --bind -o ro {workspace} {workspace} && exec {sys.executable} -m engine.runner.worker --cluster {d}")
     out = subprocess.run(["unshare", "-rm", "sh", "-c", cmd], cwd=REPO, capture_output=True, text=True, timeout=120,
                          env={**os.environ, "PYTHONPATH": str(REPO)})
     assert out.returncode == WORKSPACE_EXIT, out.stderr

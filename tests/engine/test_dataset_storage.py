@@ -144,7 +144,7 @@ def test_image_masks_of_a_memory_mapped_batch_are_the_in_memory_ones(ws):
 
 def test_an_old_data_npz_dataset_still_trains_through_the_worker(ws, monkeypatch):
     from engine.store import create_run, get_run
-    from engine.worker import execute_run
+    from engine.runner.worker import execute_run
 
     monkeypatch.setenv("MASKLAB_WORKSPACE", str(ws))
     folder = datasets_dir(ws) / "image-old"

@@ -1,4 +1,4 @@
-"""A GPU set per run (engine.devices): which GPUs each launcher slot hands out, and the worker
+"""A GPU set per run (engine.runner.devices): which GPUs each launcher slot hands out, and the worker
 setting CUDA_VISIBLE_DEVICES from its slot before torch starts. This machine has no GPU: the
 worker case gives the run a made-up pool (``MASKLAB_GPUS``) and checks what it recorded; the run
 itself trains on the CPU (CUDA is not available), as a GPU run would on its devices."""
@@ -12,10 +12,10 @@ import pytest
 
 from engine.config import RunConfig
 from engine.data import load_dataset
-from engine.devices import gpu_pool, run_gpus, slot_devices
+from engine.runner.devices import gpu_pool, run_gpus, slot_devices
 from engine.errors import ConfigError
 from engine.store import create_run, get_run
-from engine.worker import execute_run
+from engine.runner.worker import execute_run
 
 
 def test_the_pool_comes_from_masklab_gpus_then_cuda_visible_devices_then_the_driver(tmp_path):

@@ -1,4 +1,4 @@
-"""Data-parallel runs under torchrun (engine.distributed): the launch section, one run on two
+"""Data-parallel runs under torchrun (engine.runner.torchrun): the launch section, one run on two
 processes (gloo on CPU) against the single process, clean exits, cancel / kill / resume through the
 run lock, and two "nodes" on this machine (two torchrun launches meeting at one c10d endpoint).
 
@@ -18,12 +18,12 @@ import pytest
 
 from engine.config import RunConfig
 from engine.data import load_dataset
-from engine.distributed import mask_seed, torchrun_command
+from engine.runner.torchrun import mask_seed, torchrun_command
 from engine.errors import ConfigError, RunActiveError
-from engine.launcher import cancel, resume, submit
+from engine.runner.launcher import cancel, resume, submit
 from engine.store import create_run, get_run, latest_checkpoint_step, run_alive, signal_holder, write_status
 from engine.store.metrics import read_run_table
-from engine.worker import execute_run
+from engine.runner.worker import execute_run
 from tests.engine.procs import pids_with_args, wait_until as _wait
 
 REPO = Path(__file__).resolve().parents[2]
@@ -43,8 +43,8 @@ def rows(run_id: str, key: str) -> list[tuple[int, float]]:
 
 
 def _ranks(run_dir: Path) -> list[int]:
-    """PIDs of the rank processes of ``run_dir`` (``-m engine.distributed RUN_DIR``, not torchrun)."""
-    return pids_with_args(b"engine.distributed", str(run_dir).encode(), without=b"torch.distributed.run")
+    """PIDs of the rank processes of ``run_dir`` (``-m engine.runner.torchrun RUN_DIR``, not torchrun)."""
+    return pids_with_args(b"engine.runner.torchrun", str(run_dir).encode(), without=b"torch.distributed.run")
 
 
 def _free_port() -> int:
@@ -84,12 +84,12 @@ def test_bad_launch_sections_are_refused_naming_the_field(launch, train, problem
 def test_torchrun_commands_for_one_node_and_for_several(tmp_path):
     one = torchrun_command({"nproc_per_node": 2, "nnodes": 1}, tmp_path / "r1")
     assert one[1:] == ["-m", "torch.distributed.run", "--nproc_per_node", "2", "--max_restarts", "0", "--standalone",
-                       "-m", "engine.distributed", str(tmp_path / "r1")]
+                       "-m", "engine.runner.torchrun", str(tmp_path / "r1")]
     launch = {"nproc_per_node": 1, "nnodes": 2, "node_rank": 0, "rdzv_endpoint": "node0:29400"}
     two = torchrun_command(launch, tmp_path / "r2", node_rank=1, resume_from=40)
     assert two[two.index("--nnodes"):] == [
         "--nnodes", "2", "--node_rank", "1", "--rdzv_backend", "c10d", "--rdzv_endpoint", "node0:29400",
-        "--rdzv_id", "r2", "-m", "engine.distributed", str(tmp_path / "r2"), "--resume-from", "40"]
+        "--rdzv_id", "r2", "-m", "engine.runner.torchrun", str(tmp_path / "r2"), "--resume-from", "40"]
     assert "--resume-from" not in torchrun_command(launch, tmp_path / "r2", resume_from=0)  # a restart from scratch
 
 
@@ -101,7 +101,7 @@ def test_mask_seeds_rank_0_keeps_the_run_seed_and_other_ranks_differ_reproducibl
 
 
 def test_join_refuses_a_single_node_run_and_the_holders_rank(workspace):
-    from engine.distributed import join
+    from engine.runner.torchrun import join
 
     _, d = create_run(RunConfig.from_dict(with_launch(TINY, nproc_per_node=2)).to_dict(), workspace)
     with pytest.raises(ConfigError, match="trains on one node"):
@@ -238,7 +238,7 @@ def test_two_nodes_train_one_run_and_resume_it_after_a_cancel(workspace):
 def test_a_single_process_run_resumes_on_two_processes(workspace):
     """A resume may change the number of processes: the data order is global, rank 0 keeps the
     checkpoint's mask generator and rank 1 (which the checkpoint has none for) draws a fresh one."""
-    from engine.resume import prepare_resume, resume_config
+    from engine.runner.resume import prepare_resume, resume_config
     from engine.store import CANCEL_FILE
 
     load_dataset("digits")
@@ -264,10 +264,10 @@ def test_a_cancel_while_waiting_for_a_node_that_never_comes_ends_cancelled(works
     marker; the worker terminates torchrun after the grace period and records ``cancelled``."""
     import threading
 
-    import engine.distributed
+    import engine.runner.torchrun
     from engine.store import CANCEL_FILE
 
-    monkeypatch.setattr(engine.distributed, "STOP_GRACE_S", 3.0)
+    monkeypatch.setattr(engine.runner.torchrun, "STOP_GRACE_S", 3.0)
     load_dataset("digits")
     cfg = with_launch(TINY, nnodes=2, rdzv_endpoint=f"127.0.0.1:{_free_port()}")
     run_id, d = create_run(RunConfig.from_dict(cfg).to_dict())

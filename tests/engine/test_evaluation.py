@@ -11,10 +11,10 @@ import pytest
 from engine.config import RunConfig
 from engine.data import import_source
 from engine.errors import EvaluationError, RunActiveError
-from engine.launcher import evaluate
+from engine.runner.launcher import evaluate
 from engine.store import create_run, get_run
 from engine.store.evaluations import ENCODERS, load_maps, read_evaluations, read_job
-from engine.worker import execute_run
+from engine.runner.worker import execute_run
 
 EVAL = {"max_rows": 400, "tsne_max_rows": 200, "finetune_epochs": 1}
 IMAGE = {"name": "img", "data": {"dataset": "digits"}, "model": {"preset": "tiny", "patch_size": 2},
@@ -125,7 +125,7 @@ def test_cancel_during_the_final_evaluation_stops_it_and_the_run_stays_completed
     """A background run whose training ended is evaluating its final checkpoint: Cancel stops the
     evaluation (the worker exits, nothing half-written is kept), the job says why, and the run keeps
     its outcome, ``completed`` at its last step."""
-    from engine.launcher import cancel, submit
+    from engine.runner.launcher import cancel, submit
     from engine.store import read_status, run_alive
 
     monkeypatch.setenv("MASKLAB_AUTO_EVAL", "1")  # the worker process inherits it
@@ -154,7 +154,7 @@ def test_a_cancel_before_the_final_evaluation_starts_is_recorded_too(workspace):
     """The cancel can land between the status's ``evaluating`` phase and the job's start: the job is
     then recorded failed with the same reason, not left absent (a run that said "evaluating" and then
     nothing)."""
-    from engine.worker import _evaluate_final
+    from engine.runner.worker import _evaluate_final
 
     run_id, d = create_run(RunConfig.from_dict(IMAGE).to_dict())
     _evaluate_final(d, "cpu", workspace, 30, should_stop=lambda: True)

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from engine.config import RunConfig
-from engine.inference import load_model
+from engine.eval.inference import load_model
 from engine.store import create_run, get_run, load_samples
 from engine.tasks.image import reconstruct
-from engine.worker import execute_run
+from engine.runner.worker import execute_run
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from engine.access import Identity
+from engine.access.policy import Identity
 from engine.data import list_datasets, load_dataset
 from engine.data.jobs import ImportJob, cancel_import, import_status, jobs_dir, memory_cap_bytes, start_import
 from tests.engine.test_idx import idx_bytes
@@ -173,7 +173,7 @@ def test_memory_cap_setting(monkeypatch):
 @pytest.mark.parametrize("case", ["reserved name", "invalid name", "taken name", "missing source", "bad memory cap"])
 def test_an_import_refused_before_it_starts_is_in_the_audit_log_with_its_reason(workspace, tmp_path, monkeypatch,
                                                                                case):
-    from engine.audit import read_audit
+    from engine.access.audit import read_audit
 
     path, name = _zip(tmp_path / "pics.zip", 2), "pics"
     if case == "reserved name":

@@ -13,7 +13,7 @@ import pytest
 from engine.config import RunConfig
 from engine.data import load_dataset
 from engine.errors import MasklabError
-from engine.launcher import cancel, submit
+from engine.runner.launcher import cancel, submit
 from engine.store import get_run, list_runs, read_metrics
 from engine.store import lock_holder, run_alive
 

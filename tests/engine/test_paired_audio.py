@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from engine.checks import check_run
+from engine.tasks.checks import check_run
 from engine.config import RunConfig, load_config
 from engine.data import ImportOptions, import_source, load_dataset
 from engine.errors import ConfigError
@@ -112,9 +112,9 @@ def test_whole_spectrogram_hiding_leaves_the_padding_visible(ws):
 
 
 def test_a_short_run_logs_retrieval_caption_and_spectrogram_figures(ws, monkeypatch):
-    from engine.inference import load_model
+    from engine.eval.inference import load_model
     from engine.tasks.paired import retrieval_index
-    from engine.worker import execute_run
+    from engine.runner.worker import execute_run
 
     monkeypatch.setenv("MASKLAB_WORKSPACE", str(ws))
     cfg = cfg_of()
@@ -159,7 +159,7 @@ def test_text_sources_name_what_gives_each_train_clip_a_text(ws):
 
 def test_a_run_paired_with_one_character_class_names_completes_with_its_cca_baseline(ws, monkeypatch):
     """Class names "0" .. "3" as the texts: the CCA baseline's TF-IDF keeps one-character words."""
-    from engine.worker import execute_run
+    from engine.runner.worker import execute_run
 
     monkeypatch.setenv("MASKLAB_WORKSPACE", str(ws))
     cfg = cfg_of(data={"dataset": "plain"}, task_params={"text_source": "label"})

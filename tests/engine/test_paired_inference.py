@@ -52,7 +52,7 @@ def test_the_preview_draws_the_masks_the_run_drew_for_its_samples(run):
 
 
 def test_retrieval_helpers_rank_the_validation_pairs(run):
-    from engine.inference import InferenceError, load_model
+    from engine.eval.inference import InferenceError, load_model
     from engine.tasks.paired import embed_caption, nearest, retrieval_index
 
     ws, run_id = run

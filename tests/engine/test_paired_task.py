@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from engine.checks import check_run
+from engine.tasks.checks import check_run
 from engine.config import RunConfig
 from engine.data import ImportOptions, import_source
 from engine.errors import ConfigError
@@ -137,8 +137,8 @@ def test_hidden_tokens_and_the_partner_never_leak(ws, arch):
     {"model": {"arch": "flava"}},
 ])
 def test_a_run_trains_through_the_real_worker_and_store(ws, monkeypatch, extra):
-    from engine.inference import load_model
-    from engine.worker import execute_run
+    from engine.eval.inference import load_model
+    from engine.runner.worker import execute_run
 
     monkeypatch.setenv("MASKLAB_WORKSPACE", str(ws))
     cfg = cfg_of(**extra)

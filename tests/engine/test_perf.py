@@ -1,4 +1,4 @@
-"""engine.perf: the AdamW implementation choice, model FLOPs of a step, MFU, device copies."""
+"""engine.training.perf: the AdamW implementation choice, model FLOPs of a step, MFU, device copies."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from engine.perf import adamw, count_step_flops, mfu, peak_flops, pin, to_device
+from engine.training.perf import adamw, count_step_flops, mfu, peak_flops, pin, to_device
 
 
 def _model():

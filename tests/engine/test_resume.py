@@ -27,16 +27,16 @@ import torch
 from engine.config import RunConfig
 from engine.data import import_source, load_dataset
 from engine.errors import ConfigError, DatasetError, ResumeError, RunLockedError
-from engine.launcher import resume, submit
-from engine.resume import frozen_changes, prepare_resume, resume_config
-from engine.runqueue import enqueue
-from engine.schedule import lr_at
+from engine.runner.launcher import resume, submit
+from engine.runner.resume import frozen_changes, prepare_resume, resume_config
+from engine.runner.queue import enqueue
+from engine.training.schedule import lr_at
 from engine.store import (
     CANCEL_FILE, HOLD_FILE, RunLock, create_run, get_run, latest_checkpoint_step, list_checkpoints, load_weights,
     read_config_history, read_status, run_alive, sample_steps, signal_holder, write_status,
 )
 from engine.store.metrics import read_run_table
-from engine.worker import execute_run
+from engine.runner.worker import execute_run
 from tests.cli import engine_main
 from tests.engine.procs import pids_with_args, wait_until as _wait
 
@@ -397,8 +397,8 @@ def test_kill_9_after_the_second_checkpoint_then_resume(workspace, one_thread, r
 
 
 def _supervisors(run_dir: Path) -> list[int]:
-    """PIDs of restart supervisors of ``run_dir`` (``python -m engine.worker RUN_DIR`` without --once)."""
-    return pids_with_args(b"engine.worker", without=b"--once", suffix=run_dir.name.encode())
+    """PIDs of restart supervisors of ``run_dir`` (``python -m engine.runner.worker RUN_DIR`` without --once)."""
+    return pids_with_args(b"engine.runner.worker", without=b"--once", suffix=run_dir.name.encode())
 
 
 @pytest.mark.slow
@@ -439,7 +439,7 @@ def test_a_cancelled_supervised_run_is_not_restarted(workspace):
     run_id = submit(RunConfig.from_dict(cfg))
     d = get_run(run_id).path
     _wait(lambda: get_run(run_id).step > 0, 120, "the run to train")
-    from engine.launcher import cancel
+    from engine.runner.launcher import cancel
 
     assert cancel(run_id) is True
     _wait(lambda: _supervisors(d) == [] and not run_alive(d), 60, "the supervisor and worker to exit")

@@ -14,7 +14,7 @@ import pytest
 from engine.config import RunConfig
 from engine.data import load_dataset
 from engine.errors import RunLockedError
-from engine.launcher import cancel, submit
+from engine.runner.launcher import cancel, submit
 from engine.store import RunLock, create_run, get_run, lock_holder, read_status, run_alive, signal_holder, write_status
 
 HOLD = textwrap.dedent("""

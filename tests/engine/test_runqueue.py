@@ -13,8 +13,8 @@ import pytest
 from engine.config import RunConfig
 from engine.data import load_dataset
 from engine.errors import ConfigError, QueueFullError
-from engine.launcher import REPO_ROOT, cancel, submit
-from engine.runqueue import enqueue, max_queued, waiting_runs
+from engine.runner.launcher import REPO_ROOT, cancel, submit
+from engine.runner.queue import enqueue, max_queued, waiting_runs
 from engine.store import create_run, get_run, list_runs, lock_holder
 
 SHORT = {"data": {"dataset": "digits"}, "model": {"preset": "tiny", "patch_size": 2},
@@ -87,7 +87,7 @@ def test_an_older_run_whose_worker_is_still_starting_keeps_its_turn(workspace, m
     _wait(lambda: lock_holder(get_run(newer).path), 60, "the newer worker to start")
     time.sleep(2)
     assert get_run(newer).status == "queued"  # the slot is free, but the older run comes first
-    worker = subprocess.Popen([sys.executable, "-m", "engine.worker", str(d)], cwd=REPO_ROOT)
+    worker = subprocess.Popen([sys.executable, "-m", "engine.runner.worker", str(d)], cwd=REPO_ROOT)
     assert worker.wait(timeout=120) == 0
     _wait(lambda: get_run(newer).status == "completed", 120, "the newer run to complete")
     assert get_run(older).started_at < get_run(newer).started_at

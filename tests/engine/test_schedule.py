@@ -1,4 +1,4 @@
-"""engine.schedule.lr_at: linear warmup then half-cycle cosine (MAE's lr_sched)."""
+"""engine.training.schedule.lr_at: linear warmup then half-cycle cosine (MAE's lr_sched)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from engine.schedule import lr_at
+from engine.training.schedule import lr_at
 
 KW = dict(base_lr=1e-3, min_lr=1e-5, warmup_steps=10, total_steps=100)
 

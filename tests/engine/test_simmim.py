@@ -10,7 +10,7 @@ from engine.masking import random_mask
 from engine.models import SimMIMViT, build_model
 from engine.objectives import masked_l1
 from engine.store import create_run, get_run, read_metrics
-from engine.worker import execute_run
+from engine.runner.worker import execute_run
 
 
 def micro(**kw) -> SimMIMViT:

@@ -1,15 +1,15 @@
-"""engine.sweep: the configs of a sweep, the refusals that name each bad value, and submit_sweep's
+"""engine.runner.sweep: the configs of a sweep, the refusals that name each bad value, and submit_sweep's
 role check and queue room (refused before anything is queued), on the real store."""
 
 from __future__ import annotations
 
 import pytest
 
-from engine.access import Identity
-from engine.audit import read_audit
+from engine.access.policy import Identity
+from engine.access.audit import read_audit
 from engine.errors import ConfigError, PermissionDeniedError, QueueFullError
 from engine.store import list_runs
-from engine.sweep import parse_seeds, parse_values, plan_sweep, submit_sweep, sweep_configs, sweep_of
+from engine.runner.sweep import parse_seeds, parse_values, plan_sweep, submit_sweep, sweep_configs, sweep_of
 
 BASE = {"name": "base", "data": {"dataset": "digits"}, "train": {"steps": 7}}
 

@@ -44,7 +44,7 @@ def test_unknown_plugin_module_is_a_config_error(monkeypatch):
 
 
 def test_check_refuses_a_dataset_of_another_modality(workspace, monkeypatch):
-    from engine.checks import check_run
+    from engine.tasks.checks import check_run
 
     monkeypatch.setenv("MASKLAB_PLUGINS", PLUGIN)
     cls = get_task("toy_pixels")
@@ -57,7 +57,7 @@ def test_check_refuses_a_dataset_of_another_modality(workspace, monkeypatch):
 def test_toy_task_from_tests_trains_through_the_real_worker_and_store(workspace, monkeypatch):
     """A task defined under tests/ (nothing under engine/ knows it) runs in a background worker
     process started by the launcher, and its metrics and samples land in the store."""
-    from engine.launcher import submit
+    from engine.runner.launcher import submit
     from engine.store import get_run, load_samples, read_metrics
 
     monkeypatch.setenv("MASKLAB_PLUGINS", PLUGIN)  # the worker inherits it

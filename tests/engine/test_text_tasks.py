@@ -15,7 +15,7 @@ from engine.store import create_run, get_run, load_samples, read_metrics
 from engine.tasks import build_task
 from engine.models.span_infill import shift_right
 from engine.tasks.text import ensure_one_masked, whole_words
-from engine.worker import execute_run
+from engine.runner.worker import execute_run
 
 SHORT = {"steps": 6, "batch_size": 8, "eval_interval": 3, "checkpoint_interval": 6, "warmup_steps": 1, "device": "cpu"}
 
@@ -110,7 +110,7 @@ def test_one_line_four_word_corpus_with_batch_1_trains_without_nan(workspace, tm
 
 
 def test_mlm_run_logs_accuracy_baselines_samples_and_answers_the_fill_in_box(trec):
-    from engine.inference import load_model
+    from engine.eval.inference import load_model
     from engine.tasks.text import fill_in
 
     run_id, d = create_run(_cfg("text_mlm", trec).to_dict())
@@ -131,7 +131,7 @@ def test_mlm_run_logs_accuracy_baselines_samples_and_answers_the_fill_in_box(tre
 
 
 def test_span_run_logs_span_metrics_and_completes_a_passage(trec):
-    from engine.inference import load_model
+    from engine.eval.inference import load_model
     from engine.tasks.text import complete_span
 
     run_id, d = create_run(_cfg("text_span", trec).to_dict())
@@ -209,10 +209,10 @@ def test_text_batches_are_cut_to_their_longest_row(trec):
 
 
 def test_training_batches_group_texts_of_similar_length(trec):
-    """The loop orders an epoch with engine.train.epoch_order over the task's text lengths
+    """The loop orders an epoch with engine.training.loop.epoch_order over the task's text lengths
     (train.group_by_length, on by default); off, the order is a plain random permutation."""
     from engine.store.checkpoints import list_checkpoints, load_checkpoint_state
-    from engine.train import epoch_order
+    from engine.training.loop import epoch_order
 
     torch.manual_seed(0)
     lengths = build_task(_cfg("text_mlm", trec)).train_lengths()

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from engine.checks import masking_problem
+from engine.tasks.checks import masking_problem
 from engine.data import load_dataset
 from engine.errors import ConfigError
 from engine.masking import draw_mask, get_masking

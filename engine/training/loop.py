@@ -2,7 +2,7 @@
 
 ``fit`` knows nothing about the modality (it drives an :class:`engine.tasks.Task`), nor about where
 metrics go (it logs through a :class:`MetricsSink`) nor about processes (it polls ``should_stop``).
-The worker (engine/worker.py) and the foreground CLI wrap it.
+The worker (engine/runner/worker.py) and the foreground CLI wrap it.
 
 Schedule (MAE, He et al. 2022, appendix A.1): AdamW (beta2 = 0.95, no weight decay on biases,
 norms, tokens), linear warmup then half-cycle cosine. Step 0 is evaluated before any update, so
@@ -21,15 +21,15 @@ from typing import Callable, Protocol
 
 import torch
 
-from engine.checks import check_run
+from engine.tasks.checks import check_run
 from engine.config import RunConfig
-from engine.distributed import SINGLE, DistContext, mask_seed
+from engine.runner.torchrun import SINGLE, DistContext, mask_seed
 from engine.errors import ConfigError, DamagedFileError, NonFiniteLossError
 from engine.masking import ratio_at
 from engine.models import count_parameters
-from engine.perf import adamw, count_step_flops, mfu, peak_flops
-from engine.resume import TASK_INFO, check_same_data  # task.json: what the task reports of its data
-from engine.schedule import lr_at
+from engine.training.perf import adamw, count_step_flops, mfu, peak_flops
+from engine.runner.resume import TASK_INFO, check_same_data  # task.json: what the task reports of its data
+from engine.training.schedule import lr_at
 from engine.store.checkpoints import load_checkpoint_state, load_weights, save_checkpoint
 from engine.store.samples import save_samples
 from engine.tasks import build_task
@@ -140,7 +140,7 @@ def fit(
 
     Logged every step: ``loss`` (the objective on the masked units), ``lr``, ``mask_ratio`` (actual
     fraction masked; it follows ``masking.schedule``), ``loss/<term>`` for a mixed objective,
-    ``throughput`` (samples/s), ``step_time`` (s), and on a GPU of :data:`engine.perf.GPU_PEAK_FLOPS`
+    ``throughput`` (samples/s), ``step_time`` (s), and on a GPU of :data:`engine.training.perf.GPU_PEAK_FLOPS`
     ``mfu`` (model FLOPs utilisation: a step's counted matmul FLOPs / step time / the datasheet peak of
     the step's dtype). At step 0, every ``train.eval_interval`` steps
     and at the end: the task's validation metrics (``val_loss`` and e.g. ``val_top1``) plus a
@@ -151,7 +151,7 @@ def fit(
     optimiser, ``g_mask``, ``g_data``, the global torch RNG (and CUDA's), the data order (this
     epoch's permutation and the position in it) and the task's own state
     (:meth:`~engine.tasks.Task.state_dict`) are restored; the LR and mask-ratio schedules are pure
-    functions of the step (:func:`engine.schedule.lr_at`, :func:`engine.masking.ratio_at`), so they
+    functions of the step (:func:`engine.training.schedule.lr_at`, :func:`engine.masking.ratio_at`), so they
     continue too. Step 0's baselines and eval are not repeated; the first step logged is the
     checkpoint's step + 1; the sink is flushed before each checkpoint is written, so a run killed at
     any point resumes with no gap in its stored rows. With the same config, the run continues
@@ -166,11 +166,11 @@ def fit(
         on_step: called with the number of completed steps after each step.
         resume_from: a checkpoint folder (``checkpoints/step-NNNNNNN``) to continue from; None trains
             from scratch.
-        dist: this process's place in a data-parallel run (:mod:`engine.distributed`; the default is
+        dist: this process's place in a data-parallel run (:mod:`engine.runner.torchrun`; the default is
             the single process). Every rank draws the same epoch order and takes its slice of each
             global batch of ``train.batch_size`` rows (so the rows of a step do not depend on the
             number of ranks), draws its masks from its own generator (seeded with
-            :func:`engine.distributed.mask_seed`; rank 0's is the single process's), and its
+            :func:`engine.runner.torchrun.mask_seed`; rank 0's is the single process's), and its
             gradients are averaged by DistributedDataParallel. ``loss`` and the other step figures
             are averages over the ranks, ``throughput`` the global samples/s; stopping is agreed by
             all ranks each step. Only the writer rank evaluates and writes metrics, samples,
@@ -200,7 +200,7 @@ def fit(
     model = task.model
     if t.compile:
         model.compile()  # in place: the state dict keeps its keys (no ``_orig_mod.`` prefix)
-    # Fused AdamW (one kernel for every tensor) where the parameters allow it: engine.perf.adamw.
+    # Fused AdamW (one kernel for every tensor) where the parameters allow it: engine.training.perf.adamw.
     opt = adamw(param_groups(model, t.weight_decay), lr=t.lr, betas=(0.9, 0.95))
     use_amp = device.type == "cuda" and t.amp
     g_mask = torch.Generator().manual_seed(mask_seed(t.seed, dist.rank))  # training masks, this rank's
@@ -320,7 +320,7 @@ def fit(
 
 
 def _count_flops(task, opt, device: torch.device, batch: int, perm: torch.Tensor, autocast, cfg) -> int | None:
-    """Model FLOPs of one training step (:func:`engine.perf.count_step_flops`), measured once on a
+    """Model FLOPs of one training step (:func:`engine.training.perf.count_step_flops`), measured once on a
     throwaway step over the first batch of ``perm``: its own mask generator, the global RNGs restored
     afterwards and the gradients cleared, so the run is the same as without it. None if it fails."""
     idx = perm[:batch].long() if len(perm) >= batch else torch.arange(min(batch, task.n_train))

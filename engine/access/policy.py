@@ -8,12 +8,12 @@ Roles (each includes the ones before it):
 ``admin``   + delete runs and datasets, manage users, read the audit log
 =========  ==============================================================================
 
-Every engine function that changes the workspace on a user's behalf (``engine.launcher.submit`` /
+Every engine function that changes the workspace on a user's behalf (``engine.runner.launcher.submit`` /
 ``resume`` / ``cancel`` / ``delete_run``, ``engine.store.annotations.annotate``, ``engine.data``
-imports and ``delete_dataset``, ``engine.users`` changes) opens :func:`authorized` with its action from :data:`ACTIONS`. The check
+imports and ``delete_dataset``, ``engine.access.users`` changes) opens :func:`authorized` with its action from :data:`ACTIONS`. The check
 therefore holds however the function is reached: a page, a fragment, a script in the dashboard
 process, the CLI. Refusals raise :class:`~engine.errors.PermissionDeniedError` before anything is
-written, and every attempt (done, failed or refused) is a line of the audit log (:mod:`engine.audit`).
+written, and every attempt (done, failed or refused) is a line of the audit log (:mod:`engine.access.audit`).
 
 The identity is passed explicitly (``actor=``) or taken from :func:`acting_as`, a context the
 dashboard sets for each session's script run. Without either, the process's default applies: the
@@ -201,7 +201,7 @@ def authorize(action: str, target: str, *, actor: Identity | None = None,
     Raises:
         PermissionDeniedError: as :func:`check`.
     """
-    from engine import audit
+    from engine.access import audit
 
     who = actor if actor is not None else current_identity()
     why = refusal(action, who)
@@ -227,7 +227,7 @@ def authorized(action: str, target: str, *, actor: Identity | None = None,
         PermissionDeniedError: as :func:`check`, before the block runs.
         Whatever the block raises.
     """
-    from engine import audit
+    from engine.access import audit
 
     who = authorize(action, target, actor=actor, workspace=workspace)
     entry: dict[str, Any] = {"target": target}

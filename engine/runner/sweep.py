@@ -3,7 +3,7 @@
 ``sweep_configs(base, field, values, seeds)`` gives the run configs (validated, named
 ``<name> sweep <id> <field>=<value> seed=<seed>``; :func:`sweep_of` reads ``{id, field, value,
 seed}`` back from the name); :func:`plan_sweep` adds the launcher's pre-flight check of every value;
-:func:`submit_sweep` queues them through :func:`engine.launcher.submit` (first come, first served:
+:func:`submit_sweep` queues them through :func:`engine.runner.launcher.submit` (first come, first served:
 the engine runs ``$MASKLAB_MAX_RUNS`` at a time), refusing a sweep that does not fit in the queue
 before it queues anything. The CLI (``python -m engine sweep``) and New run's Sweep section call the
 same functions. :func:`sweep_table` reads the results back: one row per run with the swept value, the
@@ -20,7 +20,7 @@ import secrets
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from engine.access import Identity
+from engine.access.policy import Identity
 from engine.config import RunConfig, apply_overrides
 from engine.errors import ConfigError, MasklabError, QueueFullError
 
@@ -159,7 +159,7 @@ def _text(v: Any) -> str:
 def plan_sweep(base: dict[str, Any], field: str, values: Sequence[Any], seeds: Sequence[int] = (0,),
                workspace=None, *, sweep_id: str | None = None,
                check: Callable[[RunConfig], Any] | None = None) -> list[RunConfig]:
-    """:func:`sweep_configs`, then the launcher's pre-flight check (:func:`engine.checks.check_run`:
+    """:func:`sweep_configs`, then the launcher's pre-flight check (:func:`engine.tasks.checks.check_run`:
     the dataset exists, the patch tiles the image, the strategy applies...) of every value, so that
     a sweep is refused as a whole before anything is queued. The check does not depend on the seed,
     so it runs once per value. ``check`` replaces ``check_run`` (New run passes its cached one).
@@ -169,7 +169,7 @@ def plan_sweep(base: dict[str, Any], field: str, values: Sequence[Any], seeds: S
             too), one line per bad value naming it.
     """
     if check is None:
-        from engine.checks import check_run
+        from engine.tasks.checks import check_run
 
         def check(c: RunConfig) -> Any:
             return check_run(c, workspace)
@@ -188,21 +188,21 @@ def plan_sweep(base: dict[str, Any], field: str, values: Sequence[Any], seeds: S
 
 def submit_sweep(base: dict[str, Any], field: str, values: Sequence[Any], seeds: Sequence[int] = (0,),
                  workspace=None, *, sweep_id: str | None = None, actor: Identity | None = None) -> list[str]:
-    """Queue every run of :func:`plan_sweep` through :func:`engine.launcher.submit` (each an audited
+    """Queue every run of :func:`plan_sweep` through :func:`engine.runner.launcher.submit` (each an audited
     launch by ``actor``); returns their run ids, value by value, seed by seed. The sweep's id is
     ``sweep_id`` (default: :func:`new_sweep_id`); :func:`sweep_of` of a run's name gives it back.
 
     Raises:
-        PermissionDeniedError: ``actor`` (default :func:`engine.access.current_identity`) may not
+        PermissionDeniedError: ``actor`` (default :func:`engine.access.policy.current_identity`) may not
             launch runs, or demo mode; checked first (and audited), nothing is queued.
         ConfigError, DatasetError: a bad field, seed or value (every one named), before any run is queued.
         QueueFullError: the sweep has more runs than the queue has room for (``$MASKLAB_MAX_QUEUED``
             minus the runs waiting), before any run is queued; or another submitter filled the queue
             part way (the runs queued so far stay queued).
     """
-    from engine.access import authorize
-    from engine.launcher import submit
-    from engine.runqueue import queue_room
+    from engine.access.policy import authorize
+    from engine.runner.launcher import submit
+    from engine.runner.queue import queue_room
     from engine.workspace import workspace_root
 
     ws = workspace_root(workspace)

@@ -33,7 +33,7 @@ from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from engine.access import ROLES, Identity, permission
+from engine.access.policy import ROLES, Identity, permission
 from engine.errors import ConfigError
 from engine.workspace import atomic_write_bytes, workspace_root
 

@@ -1,17 +1,17 @@
 """One run, start to end, in the current process: run lock, queue, slot, status, metrics, fit, final status.
 
-Started by :func:`engine.launcher.submit` (or ``resume``) as ``python -m engine.worker <run_dir>``
+Started by :func:`engine.runner.launcher.submit` (or ``resume``) as ``python -m engine.runner.worker <run_dir>``
 in its own session, or called in-process by ``python -m engine run``. The worker holds the run lock
 (:mod:`engine.store.lock`) from before it writes ``queued`` until it exits; only the lock holder
 writes a run's files after submission. A status ``queued`` with ``resume_from`` (written by
-:func:`engine.resume.prepare_resume`) makes it continue from that checkpoint. With
-``train.max_restarts`` set, ``python -m engine.worker`` is a supervisor (:func:`supervise`) that
+:func:`engine.runner.resume.prepare_resume`) makes it continue from that checkpoint. With
+``train.max_restarts`` set, ``python -m engine.runner.worker`` is a supervisor (:func:`supervise`) that
 runs the training worker as a child (``--once``) and resumes it when it dies.
 
 How a run ends, by what happens to its worker:
 
 ============================================  ==========================================
-SIGTERM, ``cancel`` marker (engine.launcher)   ``cancelled`` after the current step
+SIGTERM, ``cancel`` marker (engine.runner.launcher)   ``cancelled`` after the current step
 SIGINT / Ctrl-C                                ``cancelled`` (KeyboardInterrupt re-raised)
 non-finite loss (NonFiniteLossError)           ``diverged``, with the loop's message
 a write fails (StorageError: disk full...)     ``failed``, "no space left on device while writing ..."
@@ -41,12 +41,12 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Callable
 
-from engine.devices import run_gpus
+from engine.runner.devices import run_gpus
 from engine.errors import (EvaluationCancelled, MasklabError, NonFiniteLossError, ResumeError, RunLockedError,
                            StorageError)
-from engine.resume import PRIOR_FIELD, RESUME_FIELD, reset_after
-from engine.resources import PeakMemory
-from engine.runqueue import dequeue, max_runs, run_slot
+from engine.runner.resume import PRIOR_FIELD, RESUME_FIELD, reset_after
+from engine.runner.resources import PeakMemory
+from engine.runner.queue import dequeue, max_runs, run_slot
 from engine.store import CANCEL_FILE, HOLD_FILE, MetricsWriter, read_status, write_status
 from engine.store.checkpoints import CKPT_DIR, checkpoint_problem
 from engine.store.lock import RunLock
@@ -162,7 +162,7 @@ def _execute(run_dir: Path, should_stop: Callable[[], bool], on_step: Callable[[
     run_id, workspace = run_dir.name, run_dir.parent.parent
     base = read_status(run_dir)
     created = base.get("created_at", time.time())
-    # A resume (engine.resume.prepare_resume) wrote status queued with the checkpoint step to continue from.
+    # A resume (engine.runner.resume.prepare_resume) wrote status queued with the checkpoint step to continue from.
     resume_from = base.get(RESUME_FIELD) if base.get("status") == "queued" else None
     status = {"created_at": created, "queued_at": base.get("queued_at", created), "pid": os.getpid(),
               "step": int(resume_from or 0), "total_steps": base.get("total_steps", 0),
@@ -211,7 +211,7 @@ def _execute(run_dir: Path, should_stop: Callable[[], bool], on_step: Callable[[
                         raise ResumeError(f"checkpoint step {resume_from} of run {run_id} cannot be resumed from: "
                                           f"{problem}")
             if cfg.launch.distributed:  # torchrun's ranks train; the writer rank reports the outcome
-                from engine.distributed import run_ranks
+                from engine.runner.torchrun import run_ranks
 
                 out = run_ranks(run_dir, cfg.launch.model_dump(), cfg.train.num_threads, resume_from, should_stop,
                                 on_step)
@@ -253,7 +253,7 @@ def placement(launch) -> dict:
     """Where a run trains, for its status (Runs, Run detail): ``backend``, ``hosts``, ``processes``,
     and ``devices`` (``$CUDA_VISIBLE_DEVICES``, when set). ``launch``: the run's ``LaunchConfig``.
     A distributed run's writer rank replaces ``hosts`` and ``devices`` with every rank's once they
-    have met (:func:`engine.distributed.run_ranks`)."""
+    have met (:func:`engine.runner.torchrun.run_ranks`)."""
     devices = os.environ.get("CUDA_VISIBLE_DEVICES", "")
     return {"backend": launch.backend, "hosts": [socket.gethostname()], "processes": launch.world_size,
             **({"devices": [devices]} if devices else {})}
@@ -275,8 +275,8 @@ def train_here(run_dir: Path, cfg, should_stop: Callable[[], bool], *, on_step: 
     """
     import torch
 
-    from engine.distributed import SINGLE
-    from engine.train import fit
+    from engine.runner.torchrun import SINGLE
+    from engine.training.loop import fit
 
     run_dir = Path(run_dir)
     status = read_status(run_dir)
@@ -409,15 +409,15 @@ def supervise(run_dir: Path, max_restarts: int) -> int:
     run lock is free and the status still says queued/running (SIGKILL, the OOM killer, a segfault).
     A run that ends ``completed``, ``cancelled``, ``failed`` or ``diverged`` is not restarted: a
     Python error or a non-finite loss would come back the same way. A ``cancel`` marker stops the
-    restarts too. A restart is :func:`engine.resume.prepare_resume` (history entry, status queued
+    restarts too. A restart is :func:`engine.runner.resume.prepare_resume` (history entry, status queued
     with ``resume_from`` and ``restarts``, without a checkpoint: from step 0) and keeps the run's
     place in the queue. SIGTERM / SIGINT sent to the supervisor are passed on to the worker, and
     nothing is restarted afterwards. The supervisor holds no lock, imports no torch and writes only
     while it holds the run lock (inside ``prepare_resume``).
     """
-    from engine.launcher import start_worker
-    from engine.resume import prepare_resume
-    from engine.runqueue import enqueue
+    from engine.runner.launcher import start_worker
+    from engine.runner.resume import prepare_resume
+    from engine.runner.queue import enqueue
     from engine.store.runs import get_run
 
     run_dir = Path(run_dir).resolve()
@@ -463,11 +463,11 @@ def supervise(run_dir: Path, max_restarts: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m engine.worker [--once] [--cluster] RUN_DIR``: exit code 0 when completed or
+    """``python -m engine.runner.worker [--once] [--cluster] RUN_DIR``: exit code 0 when completed or
     cancelled, 1 when failed or diverged (or the restart policy gave up), 2 when another live
     process holds the run (nothing written), 3 (``--cluster``, a cluster job's worker) when it
     cannot read or write the run folder on this node: it then writes nothing and prints the reason
-    (:func:`engine.backends.check_workspace`), which the dashboard records as the run's failure.
+    (:func:`engine.runner.backends.check_workspace`), which the dashboard records as the run's failure.
 
     A run whose config sets ``train.max_restarts`` runs under :func:`supervise`, which starts
     ``--once`` workers (``--once``: this process trains, whatever the config says)."""
@@ -481,11 +481,11 @@ def main(argv: list[str] | None = None) -> int:
     once, on_cluster = "--once" in argv, "--cluster" in argv
     args = [a for a in argv if a not in ("--once", "--cluster")]
     if len(args) != 1:
-        print("usage: python -m engine.worker [--once] [--cluster] RUN_DIR", file=sys.stderr)
+        print("usage: python -m engine.runner.worker [--once] [--cluster] RUN_DIR", file=sys.stderr)
         return 2
     run_dir = Path(args[0])
-    if on_cluster:  # fail fast where the workspace is not shared or not writable (engine.backends)
-        from engine.backends import REASON_PREFIX, WORKSPACE_EXIT, check_workspace
+    if on_cluster:  # fail fast where the workspace is not shared or not writable (engine.runner.backends)
+        from engine.runner.backends import REASON_PREFIX, WORKSPACE_EXIT, check_workspace
 
         problem = check_workspace(run_dir)
         if problem:

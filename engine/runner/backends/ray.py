@@ -1,6 +1,6 @@
 """The ``ray`` back-end: a run's worker as a Ray Job on an existing Ray cluster.
 
-The job's entrypoint is the worker's command line (``cd <checkout> && exec python -m engine.worker
+The job's entrypoint is the worker's command line (``cd <checkout> && exec python -m engine.runner.worker
 --cluster RUN_DIR``), submitted through Ray's Job Submission API (``ray.job_submission``, which
 talks to the cluster's dashboard, ``http://head:8265``; ``ray[default]`` on the head) with the
 resources the run asks for (``entrypoint_num_cpus``, ``entrypoint_num_gpus``,
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ray.job_submission import JobStatus, JobSubmissionClient
 
-from engine.backends import JobState, job_command, job_env, job_reason
+from engine.runner.backends import JobState, job_command, job_env, job_reason
 from engine.errors import BackendError
 
 ADDRESS_ENV = "RAY_ADDRESS"
@@ -51,7 +51,7 @@ def _client(addr: str) -> JobSubmissionClient:
 
 
 class RayBackend:
-    """Ray Jobs (:class:`engine.backends.Backend`)."""
+    """Ray Jobs (:class:`engine.runner.backends.Backend`)."""
 
     name = "ray"
 
@@ -66,7 +66,7 @@ class RayBackend:
         Raises:
             BackendError: no address, the cluster cannot be reached, or it refused the job.
         """
-        from engine.launcher import REPO_ROOT
+        from engine.runner.launcher import REPO_ROOT
 
         addr = address(launch)
         client = _client(addr)

@@ -1,6 +1,6 @@
 """Speed plumbing of a training step: the optimiser choice, host-to-device copies, model FLOPs and MFU.
 
-Pure helpers; the training loop (:mod:`engine.train`) and ``bench/train_throughput.py`` call them.
+Pure helpers; the training loop (:mod:`engine.training.loop`) and ``bench/train_throughput.py`` call them.
 
 - :func:`adamw` builds AdamW with the fastest implementation the parameters allow: ``fused``
   (one kernel for all parameters; CPU and CUDA since torch 2.4), else ``foreach``, else the
@@ -41,7 +41,7 @@ def adamw(params: Iterable | list[dict], lr: float, betas: tuple[float, float] =
     """``torch.optim.AdamW(params, lr, betas, **kw)`` with the implementation ``impl``.
 
     Args:
-        params: parameters or parameter groups (e.g. :func:`engine.train.param_groups`).
+        params: parameters or parameter groups (e.g. :func:`engine.training.loop.param_groups`).
         impl: ``"fused"``, ``"foreach"``, ``"loop"`` (PyTorch's per-tensor for-loop), or ``"auto"``:
             fused when every parameter is a float tensor on CPU or CUDA, else foreach.
 

@@ -8,7 +8,7 @@ Each line::
      "action": "run.submit", "target": "20261130-184012-ab12cd", "outcome": "ok", ...details}
 
 ``outcome`` is ``ok``, ``failed`` (the action raised; ``reason`` holds the message) or ``refused``
-(the permission check failed; ``reason`` says why). Lines come from :func:`engine.access.authorized`,
+(the permission check failed; ``reason`` says why). Lines come from :func:`engine.access.policy.authorized`,
 which every write path opens. Admins read it with :func:`read_audit` (the Audit page, or
 ``python -m engine audit``).
 """
@@ -56,10 +56,10 @@ def record(action: str, target: str, outcome: str, who: Any, workspace: str | os
     """Append one line; return it as a dict.
 
     Args:
-        action: an :data:`engine.access.ACTIONS` key.
+        action: an :data:`engine.access.policy.ACTIONS` key.
         target: what it acted on (run id, dataset name, user name).
         outcome: ``"ok"``, ``"failed"`` or ``"refused"``.
-        who: the :class:`engine.access.Identity` (None: nobody signed in).
+        who: the :class:`engine.access.policy.Identity` (None: nobody signed in).
         quiet: log a failed write instead of raising (the action itself is already decided).
     Raises:
         StorageError: the line cannot be written (unless ``quiet``).
@@ -89,7 +89,7 @@ def read_audit(workspace: str | os.PathLike[str] | None = None, *, limit: int | 
     Raises:
         PermissionDeniedError: ``actor`` (default: the current identity) is not an admin.
     """
-    from engine.access import check
+    from engine.access.policy import check
 
     check("audit.read", actor)
     path = audit_path(workspace)

@@ -1,6 +1,6 @@
 """Launch back-ends: where a run's worker executes (``launch.backend``).
 
-Every back-end starts the same worker, ``python -m engine.worker RUN_DIR`` (:mod:`engine.worker`),
+Every back-end starts the same worker, ``python -m engine.runner.worker RUN_DIR`` (:mod:`engine.runner.worker`),
 which holds the run lock and writes the run's status, metrics and checkpoints into the run folder:
 the run store stays the one source of truth wherever the worker runs. A back-end only starts,
 stops and reports on that worker's *job*:
@@ -8,7 +8,7 @@ stops and reports on that worker's *job*:
 =========  ==================================================  ==========================  ===========================
 back-end   start                                               stop (after the marker)     job state
 =========  ==================================================  ==========================  ===========================
-local      a process of this machine (:mod:`engine.launcher`)  SIGTERM to the lock holder  the run lock (no job)
+local      a process of this machine (:mod:`engine.runner.launcher`)  SIGTERM to the lock holder  the run lock (no job)
 ray        a Ray Job (``JobSubmissionClient.submit_job``)      ``stop_job``                ``get_job_status``
 slurm      an sbatch job through submitit                      ``scancel`` (``job.cancel``) ``sacct``/``squeue``
 =========  ==================================================  ==========================  ===========================
@@ -88,7 +88,7 @@ def _module(name: str):
     if name not in ("ray", "slurm"):
         raise ConfigError(f"launch.backend: {name!r} is not a cluster back-end (ray, slurm)")
     try:
-        return importlib.import_module(f"engine.backends.{name}")
+        return importlib.import_module(f"engine.runner.backends.{name}")
     except ImportError as e:  # ray or submitit missing
         raise BackendError(f"launch.backend={name} needs the cluster extra, which is not installed here "
                            f"({e.name or e}): pip install -r {CLUSTER_EXTRA}") from None
@@ -176,8 +176,8 @@ def job_reason(log_text: str) -> str:
 
 
 def job_command(python: str, run_dir: Path) -> list[str]:
-    """The worker's command line on a node: ``python -m engine.worker --cluster RUN_DIR``."""
-    return [python, "-m", "engine.worker", "--cluster", str(run_dir)]
+    """The worker's command line on a node: ``python -m engine.runner.worker --cluster RUN_DIR``."""
+    return [python, "-m", "engine.runner.worker", "--cluster", str(run_dir)]
 
 
 def job_env(repo: Path, node_ws: Path, extra: dict[str, str] | None = None) -> dict[str, str]:

@@ -1,16 +1,16 @@
 """Data-parallel training of one run on several processes, GPUs or nodes, under torchrun.
 
 A run whose ``launch`` section asks for more than one process (:class:`engine.config.LaunchConfig`:
-``nproc_per_node`` x ``nnodes``) still has one worker (:mod:`engine.worker`): it takes the run lock,
+``nproc_per_node`` x ``nnodes``) still has one worker (:mod:`engine.runner.worker`): it takes the run lock,
 waits for its turn and a slot, writes ``running``, and then, instead of training in its own process,
 starts PyTorch's elastic launcher as its child (:func:`run_ranks`)::
 
     python -m torch.distributed.run --nproc_per_node N --max_restarts 0 \\
         (--standalone | --nnodes M --node_rank K --rdzv_backend c10d --rdzv_endpoint HOST:PORT --rdzv_id RUN_ID) \\
-        -m engine.distributed RUN_DIR [--resume-from STEP]
+        -m engine.runner.torchrun RUN_DIR [--resume-from STEP]
 
 Each rank (:func:`rank_main`) joins the process group (NCCL on CUDA, gloo on CPU) and calls
-:func:`engine.train.fit` with its :class:`DistContext`. Another node joins the same run with
+:func:`engine.training.loop.fit` with its :class:`DistContext`. Another node joins the same run with
 ``python -m engine join RUN_ID --node-rank K`` (:func:`join`): the same torchrun command with its own
 node rank; it holds no lock and writes nothing.
 
@@ -145,7 +145,7 @@ SINGLE = DistContext()
 
 
 class NullSink:
-    """The metrics sink of the ranks that do not write (:class:`engine.train.MetricsSink`)."""
+    """The metrics sink of the ranks that do not write (:class:`engine.training.loop.MetricsSink`)."""
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         pass
@@ -174,7 +174,7 @@ def torchrun_command(launch: dict, run_dir: Path, *, node_rank: int | None = Non
         rank = int(launch.get("node_rank", 0) if node_rank is None else node_rank)
         cmd += ["--nnodes", str(nnodes), "--node_rank", str(rank), "--rdzv_backend", "c10d",
                 "--rdzv_endpoint", str(launch["rdzv_endpoint"]), "--rdzv_id", Path(run_dir).name]
-    cmd += ["-m", "engine.distributed", str(run_dir)]
+    cmd += ["-m", "engine.runner.torchrun", str(run_dir)]
     if resume_from:
         cmd += ["--resume-from", str(int(resume_from))]
     return cmd
@@ -192,14 +192,14 @@ def _die_with_parent(sig: int = signal.SIGKILL) -> None:
 
 
 def _start_torchrun(cmd: list[str], env: dict[str, str]) -> subprocess.Popen:
-    from engine.launcher import REPO_ROOT
+    from engine.runner.launcher import REPO_ROOT
 
     return subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, close_fds=True,
                             preexec_fn=_die_with_parent)
 
 
 def _rank_env(launch: dict, threads: int, *, main: bool) -> dict[str, str]:
-    from engine.launcher import _env
+    from engine.runner.launcher import _env
     from engine.workspace import workspace_root
 
     env = _env(workspace_root())
@@ -254,7 +254,7 @@ def run_ranks(run_dir: Path, launch: dict, threads: int, resume_from: int | None
     except (OSError, ValueError):
         out = None
     if not isinstance(out, dict) or "status" not in out:
-        from engine.worker import _exit_reason
+        from engine.runner.worker import _exit_reason
 
         if stop_at is not None:  # cancelled before the ranks trained (e.g. while waiting for a node)
             return {"status": "cancelled", "steps_done": int(read_status(run_dir).get("step", 0)), "device": None,
@@ -274,9 +274,9 @@ def join(run_dir: Path, node_rank: int) -> int:
         RunActiveError: the run is not queued or running (there is nothing to join: resume it first).
     """
     from engine.errors import ConfigError, RunActiveError
-    from engine.resume import RESUME_FIELD
+    from engine.runner.resume import RESUME_FIELD
     from engine.store.runs import CONFIG_FILE, get_run, read_status
-    from engine.worker import resolve_threads
+    from engine.runner.worker import resolve_threads
     from engine.workspace import read_json
 
     run_dir = Path(run_dir)
@@ -307,7 +307,7 @@ def join(run_dir: Path, node_rank: int) -> int:
 
 
 def rank_main(argv: list[str]) -> None:
-    """``python -m engine.distributed RUN_DIR [--resume-from STEP]``: one rank, started by torchrun
+    """``python -m engine.runner.torchrun RUN_DIR [--resume-from STEP]``: one rank, started by torchrun
     (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` and the rendezvous in its environment). Never returns:
     leaves with ``os._exit`` (0, or 1 after an error, whose traceback goes to stderr)."""
     import traceback
@@ -336,8 +336,8 @@ def _rank(run_dir: Path, resume_from: int | None) -> int:
     from engine.config import RunConfig
     from engine.store.checkpoints import CKPT_DIR
     from engine.store.runs import CANCEL_FILE, CONFIG_FILE
-    from engine.train import fit
-    from engine.worker import configure_torch
+    from engine.training.loop import fit
+    from engine.runner.worker import configure_torch
     from engine.workspace import atomic_write_json, read_json
 
     # DDP's notice when a gradient's memory layout differs from its bucket's (e.g. a 1-channel
@@ -369,7 +369,7 @@ def _rank(run_dir: Path, resume_from: int | None) -> int:
         fit(cfg, run_dir, NullSink(), should_stop=should_stop, workspace=workspace, resume_from=ckpt, dist=ctx)
         code = 0
     else:
-        from engine.worker import train_here
+        from engine.runner.worker import train_here
 
         hosts = sorted({p[1] for p in places})
         devices = sorted({p[2] for p in places if p[2]})

@@ -158,7 +158,7 @@ def _older_waiting(workspace: Path, mine: Path) -> bool:
 def run_slot(workspace: Path, run_dir: Path, should_stop: Callable[[], bool], poll_s: float = 0.5,
              queued_at: float | None = None) -> Iterator[int | None]:
     """Wait for this run's turn and a free slot, hold the slot while the body runs; yields the slot's
-    number K (``slots/slot-K.lock``; it picks the run's GPUs, :func:`engine.devices.slot_devices`),
+    number K (``slots/slot-K.lock``; it picks the run's GPUs, :func:`engine.runner.devices.slot_devices`),
     or None if stopped while waiting. The caller holds the run lock (so its ticket counts as live).
     ``queued_at``: the ticket's date (default: the run status's ``queued_at``)."""
     workspace, run_dir = Path(workspace), Path(run_dir)

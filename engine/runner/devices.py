@@ -1,7 +1,7 @@
 """A GPU set per run: the launcher's slots pick which GPUs a run's processes see.
 
 A machine with several GPUs runs up to ``$MASKLAB_MAX_RUNS`` runs at once, one per slot
-(:mod:`engine.runqueue`). The GPUs (:func:`gpu_pool`) are cut into that many equal groups, slot K
+(:mod:`engine.runner.queue`). The GPUs (:func:`gpu_pool`) are cut into that many equal groups, slot K
 owning group K; a CUDA run that holds slot K gets the first ``launch.nproc_per_node`` GPUs of its
 group as ``CUDA_VISIBLE_DEVICES`` (set by the worker before it imports torch, inherited by torchrun
 and its ranks), so concurrent runs never share a GPU. With fewer GPUs than slots, slots share

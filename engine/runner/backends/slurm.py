@@ -1,6 +1,6 @@
 """The ``slurm`` back-end: a run's worker as an sbatch job, through submitit.
 
-submitit writes the job (a pickled call of :func:`engine.backends._job.run_worker`) and its sbatch
+submitit writes the job (a pickled call of :func:`engine.runner.backends._job.run_worker`) and its sbatch
 script into ``<run_dir>/submitit/``, submits it with ``sbatch``, and reads its state with ``sacct``;
 cancel is ``scancel`` (``job.cancel()``). The sbatch options come from the run's ``launch`` section
 (:func:`sbatch_parameters`). The dashboard must run where ``sbatch`` works (a login node), and the
@@ -28,7 +28,7 @@ import submitit
 from submitit.core import utils as submitit_utils
 from submitit.slurm.slurm import _make_sbatch_string
 
-from engine.backends import JobState, _job, job_env, job_reason
+from engine.runner.backends import JobState, _job, job_env, job_reason
 from engine.errors import BackendError
 
 CLUSTER_ENV = "MASKLAB_SUBMITIT_CLUSTER"
@@ -118,7 +118,7 @@ def _result(j: submitit.Job) -> tuple[str, object] | None:
 
 
 class SlurmBackend:
-    """Slurm through submitit (:class:`engine.backends.Backend`)."""
+    """Slurm through submitit (:class:`engine.runner.backends.Backend`)."""
 
     name = "slurm"
 
@@ -135,7 +135,7 @@ class SlurmBackend:
         Raises:
             BackendError: sbatch is not available here, or it refused the job.
         """
-        from engine.launcher import REPO_ROOT
+        from engine.runner.launcher import REPO_ROOT
 
         kind = cluster()
         folder = Path(run_dir) / SUBMITIT_DIR

@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from engine.errors import DamagedFileError, FormatVersionError, MasklabError, RunLockedError
-from engine.runqueue import QUEUE_DIR, waiting_runs
+from engine.runner.queue import QUEUE_DIR, waiting_runs
 from engine.store.checkpoints import CKPT_DIR, checkpoint_problem, list_checkpoints
 from engine.store.lock import RunLock, run_alive
 from engine.store.metrics import QUARANTINE_DIR, compact_metrics, read_table, snapshot

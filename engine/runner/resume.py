@@ -1,5 +1,5 @@
 """Resuming a run from its latest complete checkpoint: by hand (``python -m engine resume``, the
-Resume buttons) or by the restart policy (``train.max_restarts``, see :mod:`engine.worker`).
+Resume buttons) or by the restart policy (``train.max_restarts``, see :mod:`engine.runner.worker`).
 
 A resume has two halves, both done by the holder of the run lock:
 
@@ -13,7 +13,7 @@ A resume has two halves, both done by the holder of the run lock:
    worker.
 2. **Continue** (:func:`reset_after`, in the worker once it has a slot): drop the metrics rows and
    samples after the checkpoint's step (a killed worker may have logged beyond it), then
-   :func:`engine.train.fit` loads the checkpoint.
+   :func:`engine.training.loop.fit` loads the checkpoint.
 
 Which fields a resume may change: anything but :data:`RESUME_FROZEN` (the model, task and data,
 which the checkpoint's weights, optimiser state and data order belong to, and ``train.seed``, which
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import ConfigError, DatasetError, ResumeError
-from engine.runqueue import dequeue
+from engine.runner.queue import dequeue
 from engine.store.checkpoints import checkpoint_step, latest_complete_checkpoint
 from engine.store.history import append_config_history, config_diff
 from engine.store.lock import RunLock
@@ -51,7 +51,7 @@ RESUME_FROZEN = {
     "model.": "the checkpoint's weights belong to the run's model",
     "train.seed": "the generators continue from the checkpoint and the validation masks come from the seed",
 }
-TASK_INFO = "task.json"  # Task.run_info() of a run (dataset hash, tokenizer id...), written by engine.train.fit
+TASK_INFO = "task.json"  # Task.run_info() of a run (dataset hash, tokenizer id...), written by engine.training.loop.fit
 PRIOR_FIELD = "prior_s"
 """Status field: seconds the run's earlier legs ran (before its latest resume), for its duration."""
 

@@ -1,11 +1,11 @@
 """Job launcher: starts each run as its own OS process, resumes and cancels it. The UI's only way to train.
 
-A submitted (or resumed) run is ``python -m engine.worker <run_dir>`` in a new session (``setsid``):
+A submitted (or resumed) run is ``python -m engine.runner.worker <run_dir>`` in a new session (``setsid``):
 signals sent to the Streamlit server's process group never reach it, so it keeps training through
 a server restart. Its stdout/stderr go to ``<run_dir>/worker.log``. A run whose ``launch.backend``
-is ``ray`` or ``slurm`` runs the same worker as a cluster job instead (:mod:`engine.backends`);
+is ``ray`` or ``slurm`` runs the same worker as a cluster job instead (:mod:`engine.runner.backends`);
 cancel and resume work the same, and :func:`job_state` reports the job. Nothing here imports torch at
-import time (the restart supervisor in :mod:`engine.worker` starts workers through
+import time (the restart supervisor in :mod:`engine.runner.worker` starts workers through
 :func:`start_worker`); validating a config does.
 """
 
@@ -20,19 +20,19 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from engine.access import Identity, authorized
-from engine.backends import JobState, describe, get_backend, node_workspace, read_job, write_job
+from engine.access.policy import Identity, authorized
+from engine.runner.backends import JobState, describe, get_backend, node_workspace, read_job, write_job
 from engine.config import RunConfig
 from engine.data.dataset import counted
 from engine.errors import BackendError, QueueFullError, ResumeError, RunLockedError
-from engine.resume import check_same_data, prepare_resume, resume_config
-from engine.runqueue import enqueue, max_queued, submit_lock, waiting_runs
+from engine.runner.resume import check_same_data, prepare_resume, resume_config
+from engine.runner.queue import enqueue, max_queued, submit_lock, waiting_runs
 from engine.store import ACTIVE, CANCEL_FILE, RunLock, create_run, get_run, read_status, run_dir, write_status
 from engine.store.lock import signal_holder
 from engine.store.runs import LOG_FILE, is_starting
 from engine.workspace import workspace_root
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def submit(cfg: RunConfig, workspace=None, *, actor: Identity | None = None) -> str:
@@ -42,13 +42,13 @@ def submit(cfg: RunConfig, workspace=None, *, actor: Identity | None = None) -> 
     (``$MASKLAB_MAX_RUNS``), then trains.
 
     Raises:
-        ConfigError, DatasetError: from :func:`engine.checks.check_run`; no run is created.
+        ConfigError, DatasetError: from :func:`engine.tasks.checks.check_run`; no run is created.
         QueueFullError: ``$MASKLAB_MAX_QUEUED`` runs are already waiting; no run is created.
         StorageError: the run folder cannot be written (disk full...).
-        PermissionDeniedError: ``actor`` (default: :func:`engine.access.current_identity`) is not an
+        PermissionDeniedError: ``actor`` (default: :func:`engine.access.policy.current_identity`) is not an
             editor, or demo mode; checked first, nothing is written.
     """
-    from engine.checks import check_run
+    from engine.tasks.checks import check_run
 
     ws = workspace_root(workspace)
     with authorized("run.submit", f"new run on {cfg.data.dataset}", actor=actor, workspace=ws) as entry:
@@ -69,7 +69,7 @@ def submit(cfg: RunConfig, workspace=None, *, actor: Identity | None = None) -> 
 
 def _start_job(d: Path, ws: Path) -> None:
     """Start the worker of the queued run folder ``d`` where its ``launch.backend`` says: a process
-    here (local), or a cluster job whose record goes into the run folder (:data:`engine.backends.JOB_FILE`).
+    here (local), or a cluster job whose record goes into the run folder (:data:`engine.runner.backends.JOB_FILE`).
 
     Raises:
         BackendError: the cluster cannot be reached or refused the job; the run is then recorded
@@ -99,8 +99,8 @@ def resume(run_id: str, overrides: Sequence[str] = (), workspace=None, *, actor:
 
     ``overrides`` (``key=value``, as ``--set``) change the config from that step on, e.g.
     ``train.lr=5e-4`` or ``train.steps=2000``; the run's ``config_history.json`` records it. The
-    model, task, data and seed cannot change (:data:`engine.resume.RESUME_FROZEN`). See
-    :mod:`engine.resume` for what is done, and :func:`engine.train.fit` for what is restored.
+    model, task, data and seed cannot change (:data:`engine.runner.resume.RESUME_FROZEN`). See
+    :mod:`engine.runner.resume` for what is done, and :func:`engine.training.loop.fit` for what is restored.
 
     Raises:
         RunNotFoundError: unknown run.
@@ -119,7 +119,7 @@ def resume(run_id: str, overrides: Sequence[str] = (), workspace=None, *, actor:
 
 
 def _resume(run_id: str, overrides: Sequence[str], ws: Path) -> int:
-    from engine.checks import check_run
+    from engine.tasks.checks import check_run
 
     d = run_dir(run_id, ws)
 
@@ -163,7 +163,7 @@ def evaluate(run_id: str, step: int | None = None, workspace=None, *, actor: Ide
             ``evaluation.auto``), or an evaluation of it is already queued or running.
         EvaluationError: no complete checkpoint (at ``step``).
         QueueFullError: ``$MASKLAB_MAX_QUEUED`` runs are already waiting. Nothing is started on any error.
-        PermissionDeniedError: ``actor`` (default :func:`engine.access.current_identity`) is not an
+        PermissionDeniedError: ``actor`` (default :func:`engine.access.policy.current_identity`) is not an
             editor, or demo mode (checked first).
     """
     with authorized("run.evaluate", run_id, actor=actor, workspace=workspace):
@@ -207,14 +207,14 @@ def _check_queue_cap(ws: Path) -> None:
 
 
 def start_worker(d: Path, workspace=None, *, supervised: bool = False) -> subprocess.Popen:
-    """Start ``python -m engine.worker <d>`` for a run folder whose status is ``queued``; return its process.
+    """Start ``python -m engine.runner.worker <d>`` for a run folder whose status is ``queued``; return its process.
 
     A launch (``supervised`` False) gets its own session and ``<d>/worker.log`` as stdout/stderr,
     and a thread reaps it so that no zombie lingers in a long-lived server. The restart supervisor
     (``supervised`` True) starts ``--once`` workers that share its session and log and waits for them itself.
     """
     ws = workspace_root(workspace)
-    cmd = [sys.executable, "-m", "engine.worker", *(["--once"] if supervised else []), str(d)]
+    cmd = [sys.executable, "-m", "engine.runner.worker", *(["--once"] if supervised else []), str(d)]
     if supervised:
         return subprocess.Popen(cmd, cwd=REPO_ROOT, env=_env(ws), stdin=subprocess.DEVNULL, close_fds=True)
     return _start(cmd, d, ws)
@@ -308,7 +308,7 @@ def _record_end(d: Path, status: str, error: str) -> bool:
 
 
 def job_state(run_id: str, workspace=None) -> JobState | None:
-    """The state of a cluster run's latest job (:mod:`engine.backends`), or None for a local run.
+    """The state of a cluster run's latest job (:mod:`engine.runner.backends`), or None for a local run.
 
     The run store stays the source of truth for the run; this is what its cluster says about the job.
     A job that has ended while the run still says queued or running (its worker never started, e.g.

@@ -1,0 +1,1 @@
+"""The process layer: worker, launcher, queue, torchrun, cluster back-ends, resume, sweeps, doctor."""
