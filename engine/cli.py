@@ -536,7 +536,7 @@ def resolve_run_id(text: str, workspace=None) -> str:
         RunNotFoundError: several runs' ids end with ``text`` (the message lists them).
     """
     from engine.errors import RunNotFoundError
-    from engine.store.runs import CONFIG_FILE, malformed_run_id, runs_root
+    from engine.store.paths import CONFIG_FILE, malformed_run_id, runs_root
 
     root = runs_root(workspace)
     if malformed_run_id(text) or (root / text / CONFIG_FILE).exists():

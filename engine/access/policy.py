@@ -13,7 +13,7 @@ Every engine function that changes the workspace on a user's behalf (``engine.ru
 imports and ``delete_dataset``, ``engine.access.users`` changes) opens :func:`authorized` with its action from :data:`ACTIONS`. The check
 therefore holds however the function is reached: a page, a fragment, a script in the dashboard
 process, the CLI. Refusals raise :class:`~engine.errors.PermissionDeniedError` before anything is
-written, and every attempt (done, failed or refused) is a line of the audit log (:mod:`engine.access.audit`).
+written, and every attempt (done, failed or refused) is a line of the audit log (:mod:`engine.access.journal`).
 
 The identity is passed explicitly (``actor=``) or taken from :func:`acting_as`, a context the
 dashboard sets for each session's script run. Without either, the process's default applies: the
@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.access import journal
 from engine.errors import ConfigError, PermissionDeniedError
 
 log = logging.getLogger(__name__)
@@ -201,13 +202,11 @@ def authorize(action: str, target: str, *, actor: Identity | None = None,
     Raises:
         PermissionDeniedError: as :func:`check`.
     """
-    from engine.access import audit
-
     who = actor if actor is not None else current_identity()
     why = refusal(action, who)
     if why is not None:
         if not is_demo():
-            audit.record(action, target, "refused", who, workspace, quiet=True, reason=why)
+            journal.record(action, target, "refused", who, workspace, quiet=True, reason=why)
         raise PermissionDeniedError(why)
     assert who is not None
     return who
@@ -227,17 +226,15 @@ def authorized(action: str, target: str, *, actor: Identity | None = None,
         PermissionDeniedError: as :func:`check`, before the block runs.
         Whatever the block raises.
     """
-    from engine.access import audit
-
     who = authorize(action, target, actor=actor, workspace=workspace)
     entry: dict[str, Any] = {"target": target}
     try:
         yield entry
     except BaseException as e:
-        audit.record(action, entry.pop("target"), "failed", who, workspace, quiet=True,
+        journal.record(action, entry.pop("target"), "failed", who, workspace, quiet=True,
                      reason=str(e) or type(e).__name__, **entry)
         raise
-    audit.record(action, entry.pop("target"), "ok", who, workspace, quiet=True, **entry)
+    journal.record(action, entry.pop("target"), "ok", who, workspace, quiet=True, **entry)
 
 
 def permission(action: str, target: Callable[[dict[str, Any]], str],

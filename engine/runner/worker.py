@@ -50,7 +50,7 @@ from engine.runner.queue import dequeue, max_runs, run_slot
 from engine.store import CANCEL_FILE, HOLD_FILE, MetricsWriter, read_status, write_status
 from engine.store.checkpoints import CKPT_DIR, checkpoint_problem
 from engine.store.lock import RunLock
-from engine.store.runs import CONFIG_FILE
+from engine.store.paths import CONFIG_FILE
 from engine.workspace import atomic_write_json, read_json, remove_temps, unlink_quietly, write_new_file
 
 STATUS_EVERY_S = 1.0

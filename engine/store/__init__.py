@@ -35,14 +35,12 @@ from engine.store.runs import (
     RunRecord,
     create_run,
     get_run,
-    list_runs,
     read_log,
     read_status,
-    run_dir,
-    run_dirs,
-    runs_root,
     write_status,
 )
+from engine.store.index import list_runs
+from engine.store.paths import run_dir, run_dirs, runs_root
 from engine.store.samples import Sample, load_samples, sample_steps, save_samples
 from engine.store.usage import DiskUsage, dataset_bytes, disk_usage, format_bytes, run_bytes
 

@@ -24,6 +24,7 @@ from typing import Any
 from engine.access.policy import permission
 from engine.errors import ConfigError
 from engine.messages import describe_error
+from engine.store.paths import note_write, run_dir
 from engine.workspace import FORMAT, atomic_write_json, read_json
 
 ANNOTATIONS_FILE = "annotations.json"
@@ -154,8 +155,6 @@ def annotate(run_id: str, *, tags: Iterable[str] | None = None, add_tags: Iterab
         PermissionDeniedError: a viewer, nobody signed in, or demo mode (checked first; audited).
         StorageError: the file cannot be written (the old one is kept).
     """
-    from engine.store.runs import note_write, run_dir
-
     d = run_dir(run_id, workspace)
     old, _ = read_annotations(d)
     new_tags = validate_tags(old.tags if tags is None else tags)

@@ -232,7 +232,7 @@ def latest_complete_checkpoint(run_dir: Path) -> Path | None:
 def latest_checkpoint_step(run_id: str, workspace=None) -> int | None:
     """Step of the run's newest complete checkpoint (what a resume starts from), or None.
     Raises RunNotFoundError for an unknown run."""
-    from engine.store.runs import run_dir
+    from engine.store.paths import run_dir
 
     p = latest_complete_checkpoint(run_dir(run_id, workspace))
     return checkpoint_step(p) if p is not None else None
@@ -305,7 +305,7 @@ def checkpoint_weights(run_id: str, workspace=None) -> CheckpointWeights | None:
     """:class:`CheckpointWeights` of the run's newest complete checkpoint, or None when it keeps
     none. The parameter count is read from the safetensors header (no tensor is loaded, no torch).
     Raises RunNotFoundError for an unknown run."""
-    from engine.store.runs import run_dir
+    from engine.store.paths import run_dir
 
     p = latest_complete_checkpoint(run_dir(run_id, workspace))
     if p is None:

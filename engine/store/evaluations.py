@@ -30,7 +30,8 @@ import numpy as np
 
 from engine.messages import describe_error
 from engine.store.lock import run_alive
-from engine.store.runs import LAUNCH_GRACE_S, run_dir
+from engine.store.paths import run_dir
+from engine.store.runs import LAUNCH_GRACE_S
 from engine.workspace import atomic_write_bytes, atomic_write_json, read_json
 
 EVAL_DIR = "evaluation"

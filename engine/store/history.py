@@ -14,7 +14,7 @@ from typing import Any
 
 from engine.errors import DamagedFileError
 from engine.messages import describe_error
-from engine.store.runs import CONFIG_FILE, note_write
+from engine.store.paths import CONFIG_FILE, note_write
 from engine.workspace import atomic_write_json, read_json
 
 HISTORY_FILE = "config_history.json"

@@ -13,18 +13,18 @@ import logging
 import os
 import secrets
 import socket
-import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from engine.errors import DamagedFileError, FormatVersionError, RunNotFoundError
+from engine.errors import DamagedFileError, FormatVersionError
 from engine.messages import describe_error
 from engine.store.annotations import read_annotations
 from engine.store.lock import run_alive
-from engine.workspace import FORMAT, atomic_write_json, read_json, workspace_root
+from engine.store.paths import CONFIG_FILE, note_write, run_dir, runs_root
+from engine.workspace import FORMAT, atomic_write_json, read_json
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,6 @@ log = logging.getLogger(__name__)
 STATUSES = ("queued", "running", "completed", "failed", "cancelled", "interrupted", "diverged")
 ACTIVE = ("queued", "running")
 RESUMABLE = ("failed", "cancelled", "diverged", "interrupted")
-CONFIG_FILE = "config.json"
 STATUS_FILE = "status.json"
 CANCEL_FILE = "cancel"
 #: While this marker exists, a local single-process worker waits before its next step (cancel still
@@ -48,38 +47,6 @@ LAUNCH_GRACE_S = 30.0
 #: job (``{"backend": "ray"}``); the worker's first status write drops it.
 CLUSTER_JOB_FIELD = "cluster_job"
 INTERRUPTED_ERROR = "its worker process is gone (killed, crashed, or its machine stopped) while {status}"
-
-
-def runs_root(workspace=None) -> Path:
-    """``<workspace>/runs`` (created if missing)."""
-    d = workspace_root(workspace) / "runs"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
-
-
-def run_dir(run_id: str, workspace=None) -> Path:
-    """Folder of ``run_id``. Raises :class:`RunNotFoundError` if it does not exist or the id is malformed."""
-    return run_dirs([run_id], workspace)[0]
-
-
-def malformed_run_id(run_id: str) -> bool:
-    """True for an id that cannot name a run folder: empty, a path, or hidden (``.x``)."""
-    return not run_id or "/" in run_id or run_id.startswith(".")
-
-
-def run_dirs(run_ids: list[str], workspace=None) -> list[Path]:
-    """Folders of ``run_ids`` (the workspace resolved once). Raises :class:`RunNotFoundError` for the
-    first that does not exist or is malformed."""
-    root = runs_root(workspace)
-    out = []
-    for run_id in run_ids:
-        if malformed_run_id(run_id):
-            raise RunNotFoundError(f"no run {run_id!r}")
-        d = root / run_id
-        if not (d / CONFIG_FILE).exists():
-            raise RunNotFoundError(f"no run {run_id!r} in {root}")
-        out.append(d)
-    return out
 
 
 @dataclass(frozen=True)
@@ -171,14 +138,6 @@ def cluster_mark(config: dict[str, Any]) -> dict[str, Any]:
     (``{"cluster_job": {"backend": "ray"}}``), or ``{}`` for a local run (:data:`CLUSTER_JOB_FIELD`)."""
     backend = (config.get("launch") or {}).get("backend", "local")
     return {} if backend == "local" else {CLUSTER_JOB_FIELD: {"backend": backend}}
-
-
-def note_write(d: Path) -> None:
-    """Tell this process's run index (:mod:`engine.store.index`; if any is kept) that it has just
-    replaced a file of run folder ``d``, so its next list shows the change at once."""
-    index = sys.modules.get("engine.store.index")
-    if index is not None:
-        index.note_write(d)
 
 
 def write_status(d: Path, status: dict[str, Any]) -> None:
@@ -347,27 +306,6 @@ def get_run(run_id: str, workspace=None) -> RunRecord:
         FormatVersionError: the run folder was written by a newer masklab.
     """
     return _record(run_dir(run_id, workspace))
-
-
-def list_runs(workspace=None, *, max_age_s: float = 0.0) -> list[RunRecord]:
-    """All runs, newest first. Reads only small JSON files (no metrics), and only those of runs
-    that changed since this process last looked (:mod:`engine.store.index`).
-
-    Args:
-        workspace: the workspace (default ``$MASKLAB_WORKSPACE``).
-        max_age_s: 0 (default): exact, the folders are checked now (about 2 us per run plus the
-            files of changed runs). Above 0: a table no older than this many seconds may be
-            returned, kept current by a background thread (the dashboard passes 1.0: a list of
-            2,000 runs then costs a copy of the table). A write through the store by this process
-            shows at once either way.
-
-    A run folder that cannot be read (damaged ``config.json``, newer format, half-created) is left
-    out with a logged warning (once); ``python -m engine doctor`` reports it. The records are shared
-    with other callers: do not mutate their dicts.
-    """
-    from engine.store.index import index_for
-
-    return index_for(runs_root(workspace)).records(max_age_s)
 
 
 def read_log(run_id: str, max_bytes: int = 64_000, workspace=None) -> str | None:

@@ -21,7 +21,7 @@ import numpy as np
 
 from engine.errors import DamagedFileError
 from engine.messages import describe_error
-from engine.store.runs import run_dir
+from engine.store.paths import run_dir
 from engine.workspace import atomic_write_bytes
 
 SAMPLES_DIR = "samples"

@@ -93,7 +93,7 @@ def run_bytes(run_id: str, workspace=None) -> int:
     Raises:
         RunNotFoundError: no such run.
     """
-    from engine.store.runs import run_dir
+    from engine.store.paths import run_dir
 
     return folder_bytes(run_dir(run_id, workspace))
 
