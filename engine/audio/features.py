@@ -39,9 +39,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torchaudio
+import torchaudio.functional as AF
 
 from engine.errors import ConfigError
-from engine.workspace import derived_folder
+from engine.masking.units import voiced_frames
+from engine.workspace import atomic_write_json, derived_folder, workspace_root
 
 LOG_EPS = 1e-6
 """Added to the mel power before the log: the floor of the log-mel (digital silence)."""
@@ -80,7 +83,6 @@ class FeatureSpec:
         if f_max > sr / 2:
             raise ConfigError(f"data.audio.f_max: {f_max:g} Hz is above half the sample rate ({sr / 2:g} Hz)")
         spec = cls(sr, int(cfg.n_mels), win, hop, float(cfg.f_min), f_max)
-        import torchaudio.functional as AF
 
         fb = AF.melscale_fbanks(win // 2 + 1, spec.f_min, spec.f_max, spec.n_mels, sr)
         if bool((fb.sum(0) == 0).any()):
@@ -104,8 +106,6 @@ class LogMel:
     """Log-mel spectrogram and its Griffin-Lim inversion for one :class:`FeatureSpec` (module docstring)."""
 
     def __init__(self, spec: FeatureSpec):
-        import torchaudio
-
         self.spec = spec
         self.mel = torchaudio.transforms.MelSpectrogram(
             spec.sample_rate, n_fft=spec.win, win_length=spec.win, hop_length=spec.hop, f_min=spec.f_min,
@@ -134,8 +134,6 @@ class LogMel:
         Returns:
             ``[..., length]`` float32, peak-limited to [-1, 1].
         """
-        import torchaudio
-
         s = self.spec
         if self._inverse is None:
             self._inverse = (
@@ -224,8 +222,6 @@ class ClipFeatures:
     def _compute(self, clips, folder: Path | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every clip's raw frames and voicing, one clip at a time, into ``folder``'s files (memory
         maps) or into memory: ``(frames [total, F], voiced [total], n_frames [N])``."""
-        from engine.masking.units import voiced_frames
-
         spec = self.spec
         n_frames = np.array([spec.frames(len(clips[i])) for i in range(len(clips))], dtype=np.int64)
         total, F = int(n_frames.sum()), spec.n_mels
@@ -251,8 +247,6 @@ class ClipFeatures:
 
     def _fill(self, clips, tmp: Path) -> None:
         """Write a store folder's files into ``tmp``: the frames, then ``meta.json`` (the marker)."""
-        from engine.workspace import atomic_write_json
-
         self._compute(clips, tmp)
         atomic_write_json(tmp / self.META, _store_meta(self.spec, len(clips)))
 
@@ -370,7 +364,6 @@ def feature_store(dataset_hash: str, spec: FeatureSpec, n_clips: int, workspace:
     costs the next run's start computing it again."""
     if not dataset_hash:
         return None
-    from engine.workspace import workspace_root
 
     key = json.dumps({"dataset": dataset_hash, **_store_meta(spec, n_clips)}, sort_keys=True)
     return workspace_root(workspace) / "features" / hashlib.sha256(key.encode()).hexdigest()[:24]

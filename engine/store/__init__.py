@@ -19,13 +19,21 @@ import pandas as pd
 
 from engine.store.annotations import Annotations, annotate, archive_run, set_note, set_tags, tag_run
 from engine.store.checkpoints import (
-    CheckpointWeights, checkpoint_weights, latest_checkpoint_step, latest_complete_checkpoint, list_checkpoints, load_checkpoint_state, load_weights,
+    CheckpointWeights,
+    checkpoint_weights,
+    latest_checkpoint_step,
+    latest_complete_checkpoint,
+    list_checkpoints,
+    load_checkpoint_state,
+    load_weights,
     save_checkpoint,
 )
 from engine.store.history import append_config_history, read_config_history
+from engine.store.index import index_for, list_runs
 from engine.store.lock import RunLock, lock_holder, run_alive, signal_holder
 from engine.store.metrics import MetricsWriter, compact_metrics, read_metrics_files, truncate_metrics
 from engine.store.metrics_cache import read_metrics_cached
+from engine.store.paths import run_dir, run_dirs, runs_root
 from engine.store.runs import (
     ACTIVE,
     CANCEL_FILE,
@@ -39,8 +47,6 @@ from engine.store.runs import (
     read_status,
     write_status,
 )
-from engine.store.index import list_runs
-from engine.store.paths import run_dir, run_dirs, runs_root
 from engine.store.samples import Sample, load_samples, sample_steps, save_samples
 from engine.store.usage import DiskUsage, dataset_bytes, disk_usage, format_bytes, run_bytes
 
@@ -74,8 +80,6 @@ def latest_points(run_ids: list[str], *, max_age_s: float = 0.0, workspace=None)
     file, so a run list with each run's latest figures costs a lookup per run. ``max_age_s`` as in
     :func:`list_runs` (0: checked now). Unknown run ids are left out (no error).
     """
-    from engine.store.index import index_for
-
     return index_for(runs_root(workspace)).latest(list(run_ids), max_age_s)
 
 

@@ -45,7 +45,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from engine.errors import DamagedFileError, FormatVersionError
+from engine.store.paths import run_dir
 from engine.workspace import fsync_dir, storage_error, write_new_file
 
 CKPT_DIR = "checkpoints"
@@ -65,7 +68,6 @@ def plain_state(obj: Any, where: str = "rng") -> Any:
     Raises:
         TypeError: anything else, naming where it is (e.g. ``rng.sampler``).
     """
-    import numpy as np
     import torch
 
     if obj is None or isinstance(obj, (bool, int, float, str, torch.Tensor)):
@@ -232,8 +234,6 @@ def latest_complete_checkpoint(run_dir: Path) -> Path | None:
 def latest_checkpoint_step(run_id: str, workspace=None) -> int | None:
     """Step of the run's newest complete checkpoint (what a resume starts from), or None.
     Raises RunNotFoundError for an unknown run."""
-    from engine.store.paths import run_dir
-
     p = latest_complete_checkpoint(run_dir(run_id, workspace))
     return checkpoint_step(p) if p is not None else None
 
@@ -305,8 +305,6 @@ def checkpoint_weights(run_id: str, workspace=None) -> CheckpointWeights | None:
     """:class:`CheckpointWeights` of the run's newest complete checkpoint, or None when it keeps
     none. The parameter count is read from the safetensors header (no tensor is loaded, no torch).
     Raises RunNotFoundError for an unknown run."""
-    from engine.store.paths import run_dir
-
     p = latest_complete_checkpoint(run_dir(run_id, workspace))
     if p is None:
         return None

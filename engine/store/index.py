@@ -45,6 +45,7 @@ from pathlib import Path
 
 from engine.errors import DamagedFileError, FormatVersionError
 from engine.store.metrics import SEGMENT_DIR
+from engine.store.metrics_cache import latest_of
 from engine.store.paths import runs_root
 from engine.store.runs import CONFIG_FILE, RunFiles, RunRecord, derive_record, read_run_files
 
@@ -113,8 +114,6 @@ class RunIndex:
     def latest(self, run_ids: list[str], max_age_s: float = 0.0) -> dict[tuple[str, str], tuple[int, float]]:
         """``(run_id, key) -> (step, value)`` of the last logged point of every metric of each run in
         ``run_ids`` (unknown ids are left out), as current as :meth:`records`."""
-        from engine.store.metrics_cache import latest_of
-
         self._fresh(max_age_s)
         ids, version = tuple(run_ids), self._version
         memo = self._latest_memo
@@ -181,8 +180,6 @@ class RunIndex:
                 if name in wanted and e.record is not None:
                     mkey, mmtime = _key(os.path.join(path, SEGMENT_DIR))
                     if mkey != e.metrics_key or e.metrics_racy or e.latest is None:
-                        from engine.store.metrics_cache import latest_of
-
                         e.latest = latest_of(Path(path))
                         touched = True
                         e.metrics_key, e.metrics_racy = mkey, wall - mmtime < RACY_S

@@ -42,7 +42,15 @@ import pyarrow.compute as pc
 
 from engine.errors import DamagedFileError
 from engine.store.metrics import (
-    COLUMNS, QUARANTINE_DIR, READ_RETRIES, SCHEMA, MetricFile, query_table, read_table, snapshot,
+    COLUMNS,
+    QUARANTINE_DIR,
+    READ_RETRIES,
+    SCHEMA,
+    MetricFile,
+    query_table,
+    read_metrics_files,
+    read_table,
+    snapshot,
 )
 
 #: Bytes of decoded metrics files kept per process (``$MASKLAB_METRICS_CACHE_MB``, default 256).
@@ -227,8 +235,6 @@ def read_metrics_cached(run_dirs: Iterable[Path], keys: list[str] | None = None,
     ids = [(f["run_id"].iat[0], f["run_id"].iat[-1]) for f in frames if len(f)]
     independent = all(a == b for a, b in ids) and all(p[0] < q[0] for p, q in zip(ids, ids[1:]))
     if not independent:
-        from engine.store.metrics import read_metrics_files
-
         return read_metrics_files(dirs, keys, max_points=max_points)
     out = pd.concat(frames, ignore_index=True) if frames else query_table(SCHEMA.empty_table(), max_points)
     out.attrs["warnings"] = warnings

@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.store.paths import run_dir
 from engine.workspace import workspace_root
 
 
@@ -93,8 +94,6 @@ def run_bytes(run_id: str, workspace=None) -> int:
     Raises:
         RunNotFoundError: no such run.
     """
-    from engine.store.paths import run_dir
-
     return folder_bytes(run_dir(run_id, workspace))
 
 

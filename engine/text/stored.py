@@ -28,6 +28,8 @@ from typing import Callable
 import numpy as np
 import torch
 
+from engine.workspace import atomic_write_json, derived_folder, workspace_root
+
 #: Stored arrays and their dtypes (ids fit int32: a vocabulary has at most 2,000,000 tokens).
 FIELDS: dict[str, type] = {"input_ids": np.int32, "attention_mask": np.bool_, "special_mask": np.bool_,
                            "word_ids": np.int32, "sentence_ids": np.int32}
@@ -82,8 +84,6 @@ class StoredEncoded:
 def store_folder(tokenizer_id: str, rows: np.ndarray, max_len: int, workspace: str | os.PathLike | None = None) -> Path:
     """``<workspace>/encoded/<id>``: ``id`` hashes the tokenizer id, the dataset rows encoded (in
     order) and ``max_len``."""
-    from engine.workspace import workspace_root
-
     h = hashlib.sha256(json.dumps({"tokenizer": tokenizer_id, "max_len": int(max_len), "format": FORMAT}).encode())
     h.update(np.ascontiguousarray(rows, dtype=np.int64))  # the buffer itself: no copy of N x 8 bytes
     return workspace_root(workspace) / "encoded" / h.hexdigest()[:24]
@@ -104,8 +104,6 @@ def _open(folder: Path, n: int, max_len: int) -> StoredEncoded | None:
 
 
 def _write(tmp: Path, tok, texts_at: Callable[[np.ndarray], list[str]], rows: np.ndarray, max_len: int) -> None:
-    from engine.workspace import atomic_write_json
-
     n = len(rows)
     maps = {k: np.lib.format.open_memmap(tmp / f"{k}.npy", mode="w+", dtype=dt, shape=(n, max_len))
             for k, dt in FIELDS.items()}  # fmt: skip
@@ -135,8 +133,6 @@ def encode_split(tok, tokenizer_id: str | None, texts_at: Callable[[np.ndarray],
         rows: int ``[N]`` dataset rows, in the order the split is indexed.
         max_len: tokens per row at most, specials included.
     """
-    from engine.workspace import derived_folder
-
     rows = np.asarray(rows, dtype=np.int64)
     if tokenizer_id:
         got = derived_folder(store_folder(tokenizer_id, rows, max_len, workspace), META,

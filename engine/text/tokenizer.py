@@ -42,14 +42,17 @@ import os
 import threading
 import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from functools import lru_cache
 from itertools import chain
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Literal, Sequence
 
 import numpy as np
+import tokenizers
 import torch
 from pydantic import BaseModel, ConfigDict, Field
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from engine.messages import describe_error
 from engine.workspace import atomic_write_bytes, atomic_write_json, publish_folder, read_json, workspace_root
@@ -215,8 +218,6 @@ class TextTokenizer:
         return {"json": self.to_str(), "settings": self.settings.model_dump()}
 
     def __setstate__(self, state: dict) -> None:
-        from tokenizers import Tokenizer
-
         self.__init__(Tokenizer.from_str(state["json"]), TokenizerSettings.model_validate(state["settings"]))
 
     @property
@@ -319,8 +320,6 @@ class TextTokenizer:
         Raises:
             ValueError: a missing or unreadable file, or wrong special tokens (naming the folder).
         """
-        from tokenizers import Tokenizer
-
         folder = Path(folder)
         try:
             meta = read_json(folder / META_FILE)
@@ -332,8 +331,6 @@ class TextTokenizer:
 
 def _build(settings: TokenizerSettings):
     """An untrained ``tokenizers.Tokenizer`` pipeline and its trainer for ``settings``."""
-    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
-
     specials = list(SPECIAL_TOKENS)
     if settings.kind == "wordpiece":
         tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
@@ -470,10 +467,6 @@ def get_tokenizer(
     Raises:
         ValueError: as :func:`train_tokenizer`.
     """
-    from datetime import datetime, timezone
-
-    import tokenizers
-
     settings = settings or TokenizerSettings()
     kept: list[list[str]] = []
 

@@ -21,12 +21,14 @@ CLI process can cancel it, resume it or ask for its state later. Ray and submiti
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import os
 import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from engine.errors import BackendError, ConfigError
 from engine.workspace import atomic_write_json, read_json
@@ -83,8 +85,6 @@ class Backend(Protocol):
 
 
 def _module(name: str):
-    import importlib
-
     if name not in ("ray", "slurm"):
         raise ConfigError(f"launch.backend: {name!r} is not a cluster back-end (ray, slurm)")
     try:
@@ -109,7 +109,6 @@ def unavailable(name: str) -> str:
     (``local`` always can). Imports nothing heavy: checks that the library is installed."""
     if name == "local":
         return ""
-    import importlib.util
 
     lib = {"ray": "ray", "slurm": "submitit"}.get(name)
     if lib is None:

@@ -22,8 +22,9 @@ from pathlib import Path
 
 from ray.job_submission import JobStatus, JobSubmissionClient
 
-from engine.runner.backends import JobState, job_command, job_env, job_reason
 from engine.errors import BackendError
+from engine.runner.backends import JobState, job_command, job_env, job_reason
+from engine.runner.launcher import REPO_ROOT
 
 ADDRESS_ENV = "RAY_ADDRESS"
 
@@ -66,8 +67,6 @@ class RayBackend:
         Raises:
             BackendError: no address, the cluster cannot be reached, or it refused the job.
         """
-        from engine.runner.launcher import REPO_ROOT
-
         addr = address(launch)
         client = _client(addr)
         node_run = node_ws / "runs" / Path(run_dir).name

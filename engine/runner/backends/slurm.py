@@ -28,8 +28,9 @@ import submitit
 from submitit.core import utils as submitit_utils
 from submitit.slurm.slurm import _make_sbatch_string
 
-from engine.runner.backends import JobState, _job, job_env, job_reason
 from engine.errors import BackendError
+from engine.runner.backends import JobState, _job, job_env, job_reason
+from engine.runner.launcher import REPO_ROOT
 
 CLUSTER_ENV = "MASKLAB_SUBMITIT_CLUSTER"
 SUBMITIT_DIR = "submitit"
@@ -135,8 +136,6 @@ class SlurmBackend:
         Raises:
             BackendError: sbatch is not available here, or it refused the job.
         """
-        from engine.runner.launcher import REPO_ROOT
-
         kind = cluster()
         folder = Path(run_dir) / SUBMITIT_DIR
         ex = _executor(folder, kind, launch, train, job_name)
