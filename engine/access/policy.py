@@ -8,20 +8,12 @@ Roles (each includes the ones before it):
 ``admin``   + delete runs and datasets, manage users, read the audit log
 =========  ==============================================================================
 
-Every engine function that changes the workspace on a user's behalf (``engine.runner.launcher.submit`` /
-``resume`` / ``cancel`` / ``delete_run``, ``engine.store.annotations.annotate``, ``engine.data``
-imports and ``delete_dataset``, ``engine.access.users`` changes) opens :func:`authorized` with its action from :data:`ACTIONS`. The check
-therefore holds however the function is reached: a page, a fragment, a script in the dashboard
-process, the CLI. Refusals raise :class:`~engine.errors.PermissionDeniedError` before anything is
-written, and every attempt (done, failed or refused) is a line of the audit log (:mod:`engine.access.journal`).
-
-The identity is passed explicitly (``actor=``) or taken from :func:`acting_as`, a context the
-dashboard sets for each session's script run. Without either, the process's default applies: the
-local admin (``local:<OS user>``; the CLI and a dashboard without sign-in on 127.0.0.1), or, once the
-dashboard has called :func:`require_sign_in` (sign-in configured), nobody: the call is refused.
-
-Demo mode (``MASKLAB_MODE=demo``) refuses every action whoever asks, so a shared demo cannot change
-anything even through a direct call.
+Every engine function that changes the workspace on a user's behalf opens :func:`authorized` with
+its action from :data:`ACTIONS`; a refusal raises :class:`~engine.errors.PermissionDeniedError`
+before anything is written, and every attempt is an audit line (:mod:`engine.access.journal`). The
+identity: ``actor=``, else :func:`acting_as`'s context, else the local admin, or nobody after
+:func:`require_sign_in`. Demo mode (``MASKLAB_MODE=demo``) refuses every action. Design:
+docs/architecture.md, "Access".
 
     >>> with acting_as(Identity("bob", "viewer", "password")):
     ...     submit(cfg)      # PermissionDeniedError: bob (viewer) may not launch runs: ...

@@ -1,36 +1,23 @@
 """Frame-level masked prediction on log-mel spectrograms: a Transformer encoder over frame tokens
-that predicts what is hidden, either the masked frames themselves or the features of an EMA teacher.
+that predicts the masked frames or an EMA teacher's features (design: docs/architecture.md,
+"Models and objectives").
 
 Shapes: B batch, F mel bins, T frames, k frames per token (``patch_size``), L = T / k tokens, D width.
 
-- **Input**: a normalised log-mel spectrogram ``[B, 1, F, T]`` (the same tensor the AudioMAE model
-  takes); token ``l`` is frames ``l*k .. l*k + k - 1`` flattened as (frame, mel bin), ``[B, L, k*F]``,
-  projected to ``D`` by a linear layer, plus fixed 1-D sin-cos positions.
-- **Masking** as wav2vec 2.0 / HuBERT / data2vec: the encoder sees every token, a masked token's
-  embedding replaced by one learned mask embedding (so any mask, ragged or not, works; the mask
-  comes from :mod:`engine.masking` over the ``[B, L]`` token grid).
-- **Targets** (``target``):
+- **Input** ``[B, 1, F, T]`` (normalised log-mel); token ``l`` is frames ``l*k .. l*k + k - 1``
+  flattened as (frame, mel bin), ``[B, L, k*F]``, projected to ``D`` plus 1-D sin-cos positions.
+  A masked token's embedding is replaced by one learned mask embedding (mask over ``[B, L]``).
+- ``target="mel"``: ``pred`` / ``target`` ``[B, L, k*F]``, scored by the run's objective on the
+  masked tokens.
+- ``target="ema"``: ``target`` ``[B, L, D]`` is the mean of the teacher's top ``top_k`` block
+  outputs, each instance-normalised over time; ``pred`` ``[B, L, D]``; ``mel_pred`` ``[B, L, k*F]``
+  from a readout head on the detached student. The teacher (:meth:`FrameTransformer.ema_update`)
+  has frozen parameters: saved with the weights, not in the optimizer.
 
-  - ``"mel"``: the masked frames (segment reconstruction): a linear head ``D -> k*F`` on the
-    encoder output; ``pred``/``target`` ``[B, L, k*F]`` (normalised log-mel), scored by the run's
-    objective (MSE or L1) on the masked tokens.
-  - ``"ema"`` (data2vec, Baevski et al. 2022): a teacher, the exponential moving average of the
-    encoder's weights (:meth:`FrameTransformer.ema_update`), encodes the *unmasked* input; the
-    target of each token is the average of the teacher's top ``top_k`` block outputs, each
-    instance-normalised over time (per channel, as data2vec does for speech), ``[B, L, D]``; a
-    linear head ``D -> D`` on the student predicts it at the masked tokens. A **readout** head
-    ``D -> k*F`` is trained on the *detached* student output (``mel_pred``; the task adds its loss),
-    so the run still shows reconstructed spectrograms and a spectral error without the mel
-    objective reaching the representation.
-
-The teacher is a registered sub-module with frozen parameters (``requires_grad=False``): it is
-checkpointed with the weights (``model.safetensors``) and left out of the optimizer, so a resumed
-run continues from the same teacher.
-
-References: Baevski et al. 2020, "wav2vec 2.0" (masked frames replaced by a learned embedding, the
-encoder sees them all); Baevski et al. 2022, "data2vec: A General Framework for Self-supervised
-Learning in Speech, Vision and Language" (EMA teacher, average of the top-K instance-normalised
-block outputs as targets, tau annealed from tau_0 to tau_e); Hsu et al. 2021 (HuBERT).
+References: Baevski et al. 2020, "wav2vec 2.0" (masked frames replaced by a learned embedding);
+Baevski et al. 2022, "data2vec: A General Framework for Self-supervised Learning in Speech, Vision
+and Language" (EMA teacher, top-K instance-normalised targets, tau annealed from tau_0 to tau_e);
+Hsu et al. 2021 (HuBERT).
 """
 
 from __future__ import annotations

@@ -1,35 +1,23 @@
 """FLAVA-style paired model: separate image and text encoders, then a fusion encoder over both.
 
-The same masked multimodal modeling as :mod:`engine.models.m3ae` (visible tokens only, a light
-decoder with each modality's mask token, a pixel head and a token head, contrastive projections),
-with FLAVA's encoder layout in place of M3AE's single joint encoder:
+Masked multimodal modeling as :mod:`engine.models.m3ae` (same decoder, heads and :meth:`encode`),
+with FLAVA's encoders in place of M3AE's joint one (why: docs/architecture.md, "Models and
+objectives"):
 
-1. an **image encoder**: a ViT over the *visible* patches only (patch embedding, 2-D sin-cos
-   positions, its own ``[CLS_I]`` token and blocks);
-2. a **text encoder**: a Transformer over the *visible* caption tokens only (token embedding,
-   learned positions, its own ``[CLS_T]`` token and blocks);
-3. a **fusion encoder**: each unimodal state projected by a linear layer, plus its modality
-   embedding, after a learned ``[CLS_M]`` token, concatenated and encoded by the joint blocks.
-   The fusion output has the layout of M3AE's encoder output (``[CLS]``, visible patches, visible
-   tokens), so M3AE's decoder, heads and :meth:`encode` serve unchanged.
+1. **image encoder**: a ViT over the *visible* patches only, with its own ``[CLS_I]`` token;
+2. **text encoder**: a Transformer over the *visible* caption tokens only, with ``[CLS_T]``;
+3. **fusion encoder**: both states projected, plus modality embeddings, after ``[CLS_M]``: the
+   layout of M3AE's encoder output (``[CLS]``, visible patches, visible tokens).
 
-Contrastive embeddings come from the **unimodal** passes (FLAVA's design: unimodal encoders for
-the contrastive objective, the fusion encoder for masked multimodal modeling): the image
-encoder's states averaged over every patch, the text encoder's averaged over the real tokens, each
-projected to ``E`` dimensions. An image's embedding therefore cannot depend on its caption, nor a
-caption's on its image, by construction. FLAVA projects the ``[CLS]`` states; masklab averages the
-tokens, as M3AE's embeddings do here, so that the two archs differ in their encoders only.
+Contrastive embeddings ``[B, E]``: the image encoder's states averaged over every patch, the text
+encoder's over the real tokens, each projected; so neither depends on the other modality.
 
 Shapes: B batch, C channels, H/W pixels, P patch, L_i = h*w patches, L_t caption positions, D width
-of all three encoders, D_d decoder width, V vocabulary, E contrastive width (as in
-:mod:`engine.models.m3ae`).
+of all three encoders, D_d decoder width, V vocabulary, E contrastive width.
 
-References: Singh et al. 2022, "FLAVA: A Foundational Language And Vision Alignment Model" (image
-encoder, text encoder, multimodal fusion encoder over their projected states with a ``[CLS_M]``
-token; contrastive loss on the unimodal encoders; masked multimodal modeling through the fusion
-encoder; ViT-B/16 image and text encoders of 12 blocks, fusion of 6, all 768 wide); Geng et al.
-2022 (M3AE: the decoder, heads and masking recipe reused here); He et al. 2022 (MAE: visible
-tokens only).
+References: Singh et al. 2022, "FLAVA: A Foundational Language And Vision Alignment Model" (ViT-B/16
+image and text encoders of 12 blocks, fusion of 6, all 768 wide; FLAVA projects ``[CLS]`` where
+masklab averages, as M3AE's embeddings do here); Geng et al. 2022 (M3AE); He et al. 2022 (MAE).
 """
 
 from __future__ import annotations

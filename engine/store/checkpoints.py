@@ -1,33 +1,23 @@
 """Checkpoints: ``checkpoints/step-NNNNNNN/`` = ``model.safetensors`` + ``state.pt`` + ``manifest.json``.
 
-``model.safetensors`` holds the weights only (no pickle). ``state.pt`` holds what resuming needs,
-as plain tensors, dicts, lists, tuples, numbers and strings only, so it loads with
-``torch.load(weights_only=True)`` (no code runs on load):
+``model.safetensors`` holds the weights only (no pickle). ``state.pt`` loads with
+``torch.load(weights_only=True)`` (plain tensors, dicts, lists, numbers and strings):
 
 ========== ==============================================================================
 step       optimizer steps done
 optimizer  ``optimizer.state_dict()`` (AdamW moments and step counts, param-group settings)
 config     the resolved config the run trained with up to this step
-rng        the loop's generators: ``g_mask`` (training masks), ``g_data`` (batch order),
-           ``cuda`` (every CUDA device's RNG, on a CUDA run)
-torch_rng  the global torch CPU RNG (dropout on CPU, anything else drawn from it)
-loop       the loop's position: ``perm`` (this epoch's batch order, int32/int64 ``[n_train]``),
-           ``pos`` (rows of it used), ``val_first`` / ``val_last`` (val loss at step 0 / latest)
-task       :meth:`engine.tasks.Task.state_dict` (e.g. an EMA teacher); ``{}`` for most tasks
+rng        ``g_mask`` (training masks), ``g_data`` (batch order), ``cuda`` (on a CUDA run)
+torch_rng  the global torch CPU RNG
+loop       ``perm`` (this epoch's order, int32/int64 ``[n_train]``), ``pos`` (rows used),
+           ``val_first`` / ``val_last`` (val loss at step 0 / latest)
+task       :meth:`engine.tasks.Task.state_dict`; ``{}`` for most tasks
 ========== ==============================================================================
 
-``loop`` and ``task`` were added within format 2: a checkpoint without them still resumes (a
-new epoch order is drawn from the restored ``g_data``; the run says so in its log). ``manifest.json`` (written last) lists the files and their sizes: a checkpoint is complete
-when its manifest matches its files.
-
-A checkpoint is built in a temporary folder (``.tmp-step-NNNNNNN-<pid>``: every file fsynced,
-then the folder) and renamed into place, so a crash never leaves a half checkpoint under a
-``step-*`` name; a failed write (disk full) removes the temporary folder and raises
-:class:`~engine.errors.StorageError` ("no space left on device while writing checkpoint step 500
-(.../state.pt)"). Format 1 checkpoints (no manifest) count as complete when both files are whole.
-
-Serialised in memory first (one ``os.write`` path for every stored byte, see
-:mod:`engine.workspace`): a checkpoint briefly needs its size in RAM once more.
+A checkpoint without ``loop`` or ``task`` still resumes (a new epoch order is drawn from the
+restored ``g_data``). Complete when ``manifest.json`` (written last) matches its files; format 1
+checkpoints (no manifest) when both files are whole. Built in ``.tmp-step-NNNNNNN-<pid>`` and
+renamed into place; a failed write removes it and raises :class:`~engine.errors.StorageError`.
 """
 
 from __future__ import annotations

@@ -1,34 +1,16 @@
-"""The run index: a per-process kept table of the runs of a workspace, so the run list (and each
-run's latest metrics) costs about the same at 2,000 runs as at 20.
+"""The run index: a per-process kept table of a workspace's runs, so the run list (and each run's
+latest metrics) costs about the same at 2,000 runs as at 20 (docs/architecture.md, "A reader's
+kept tables", gives the design).
 
-Nobody writes it but the process that keeps it: it is memory, not a file, so it can never corrupt
-a run (the lock holder stays the only writer of a run's files) and needs no cooperation from the
-workers. It is rebuilt from what the folders say:
+Memory, never a file: the lock holder stays the only writer of a run's files. A **validation**
+lists ``runs/`` and re-reads only the run folders (and ``metrics/`` folders) whose ``(inode,
+mtime_ns)`` changed, or that changed less than :data:`RACY_S` before it started; queued and running
+records are derived again at every validation (:func:`engine.store.runs.derive_record`).
 
-* **Which runs changed.** Every file a run's record comes from (``config.json``, ``status.json``,
-  ``annotations.json``) is replaced atomically (a rename into the run folder), and every metrics
-  file is renamed into, or deleted from, ``metrics/``. Either changes the folder's mtime, so one
-  ``stat`` of the run folder and one of its ``metrics/`` folder say whether anything needs
-  reading again (the folder's inode is part of the key: a folder removed and made again is new).
-* **Coarse timestamps.** A folder's mtime has the file system's clock granularity: two renames in
-  the same tick leave it as it was after the first. A folder whose mtime is less than
-  :data:`RACY_S` before the validation started is therefore read again at every validation until
-  it is older (git's "racily clean" rule).
-* **What no file says.** A queued or running run is alive while its worker holds the run lock and
-  the kernel drops the lock when the worker dies, writing nothing. Its record (interrupted or
-  not, a launch's grace period) is therefore derived again at every validation from the kept
-  files, the lock probe and the clock (:func:`engine.store.runs.derive_record`).
-
-A **validation** lists ``runs/`` once and does the above (about 2 ``stat`` calls per run: some
-4 to 8 ms at 2,000 runs here). ``list_runs()`` validates on every call, so it is exact.
-``list_runs(max_age_s=1.0)`` (the dashboard) returns the table of a validation that *started* at
-most ``max_age_s`` seconds ago, so a status is never older than that; a background thread
-validates every ``max_age_s / 2`` seconds while such calls keep coming (it stops after
-:data:`IDLE_STOP_S` idle seconds), so a call rarely waits. A write made by this process through the
-store (``write_status``, ``annotate``, a config history entry) and any change of the ``runs/``
-folder itself (a run created or deleted, seen with one ``stat``) make the next call validate at
-once: the dashboard sees its own changes immediately and other processes' changes within
-``max_age_s``.
+``list_runs()`` validates on every call (exact). ``list_runs(max_age_s=1.0)`` returns the table of
+a validation that started at most ``max_age_s`` ago, kept current by a background thread while such
+calls come (it stops after :data:`IDLE_STOP_S` idle seconds). This process's own writes through
+the store and a change of ``runs/`` itself make the next call validate at once.
 
 Records are shared between callers: never mutate a record's ``config``, ``latest`` or ``extra``.
 """

@@ -3,29 +3,14 @@
 Files of a run (``run_dir/metrics/``), all immutable once renamed into place:
 
 * ``seg-NNNNNN.parquet``: one flush of :class:`MetricsWriter` (segment number N, from 0, no gaps);
-* ``part-AAAAAA-BBBBBB.parquet``: segments A..B merged (A and B inclusive).
+* ``part-AAAAAA-BBBBBB.parquet``: segments A..B merged (A and B inclusive), written before its
+  inputs are removed; every ``compact_every`` (16) files of equal width make one part.
 
-**Compaction while training.** Every ``compact_every`` (16) files of equal width the writer merges
-them into one part, like a base-16 counter: 16 segments -> a part of 16, 16 of those -> a part of
-256, and so on. A run keeps at most 15 files per level (about 75 after a million flushes), so a
-read costs about the same at step 100 and at step 10 million. A merge writes its part first
-(atomically) and only then removes its inputs. At the end the writer merges everything into one
-part; ``doctor --repair`` does the same for a run that died before.
-
-**Readers, no lock.** A reader lists ``metrics/``, keeps the widest files (a file whose range lies
-inside another listed file is a merge input whose part is already complete: it is dropped, so no
-row is counted twice), and checks that the kept ranges run from segment 0 without a gap. A listing
-taken while a merge renames and deletes can miss a file: a gap makes the reader list again. It then
-reads each kept file with pyarrow (an open file stays readable after a merge deletes it); a file
-deleted before it could be opened makes it take a new listing. Rows are unique per
-``(run_id, key, step)``: a step logged twice keeps its last value (DuckDB over the Arrow table).
-
-**Damaged files.** A file that cannot be read (0 bytes, garbage, wrong schema) is skipped with a
-warning in ``df.attrs["warnings"]`` (the charts show it); ``doctor --repair`` moves it to
-``run_dir/quarantine/metrics/`` (a gap that the reader then reports without retrying).
-
-Format 1 (before workspace versions) compacted only at the end, into ``run_dir/metrics.parquet``;
-that file is read as it is, together with any segments (the dedup covers a crash mid-compaction).
+Rows: ``run_id, key, step, value, wall_time``, unique per ``(run_id, key, step)`` on read (a step
+logged twice keeps its last value). Readers take no lock: they keep the widest files, require a
+gap-free cover from segment 0 (else list again) and skip an unreadable file with a warning in
+``df.attrs["warnings"]``. Format 1's ``run_dir/metrics.parquet`` is read with any segments.
+Why and how: docs/architecture.md, "Store and metrics".
 """
 
 from __future__ import annotations

@@ -1,29 +1,19 @@
 """Metrics reads that stay fast in a long-lived reader (the dashboard): cached, and exact.
 
-The metrics files of a run are immutable once renamed into place (:mod:`engine.store.metrics`), so
-a decoded file never goes stale: it is cached under its **identity**, ``(path, inode, size,
-mtime_ns)``. A file re-created under the same name (a resume's truncation rewrites
-``part-000000-N``) is a new inode, hence a new entry. What a run holds *now* is its
-:func:`~engine.store.metrics.snapshot` (the files that cover it, with the same retry-on-gap rule
-as the uncached reader); the snapshot's identities are the **signature** of the run's metrics.
+A metrics file is immutable once renamed into place (:mod:`engine.store.metrics`), so its decoded
+rows are cached under its **identity** ``(path, inode, size, mtime_ns)``; a run's current
+:func:`~engine.store.metrics.snapshot` identities are the **signature** of its metrics. Kept
+tables, per process and bounded (least recently used dropped):
 
-Three kept tables, all per process and bounded:
-
-* decoded files: (identity, keys asked for) -> Arrow table (least recently used dropped beyond
-  :data:`FILE_CACHE_BYTES`);
-* results: ``(run folder, signature, keys, max_points)`` -> the run's deduplicated, downsampled
-  DataFrame (beyond :data:`RESULT_CACHE_BYTES`, least recently used dropped);
+* decoded files: (identity, keys) -> Arrow table, within :data:`FILE_CACHE_BYTES`;
+* results: ``(run folder, signature, keys, max_points)`` -> deduplicated, downsampled DataFrame,
+  within :data:`RESULT_CACHE_BYTES`;
 * latest points: identity -> the last ``(step, wall_time, value)`` of each key in that file.
 
-A live run appends a segment (a new identity) and now and then merges segments into a part (new
-identities, old ones gone): its signature changes, so its result is recomputed from the cached
-files plus the new one. A reader therefore never returns rows of a snapshot older than the one it
-has just listed: the cache changes the cost of a read, never its answer. ``read_metrics_files``
-(:mod:`engine.store.metrics`) stays the uncached reference; the tests compare the two.
-
-One in-memory DuckDB database serves every query, through one cursor per thread (Streamlit runs
-each session in its own thread; a cursor costs microseconds where ``duckdb.connect()`` costs
-about 14 ms here).
+The cache changes a read's cost, never its answer: ``read_metrics_files``
+(:mod:`engine.store.metrics`) is the uncached reference the tests compare with. Queries go through
+one in-memory DuckDB database, one cursor per thread. See docs/architecture.md, "A reader's kept
+tables".
 """
 
 from __future__ import annotations

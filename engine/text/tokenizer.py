@@ -2,35 +2,22 @@
 
 Both kinds are Hugging Face ``tokenizers`` pipelines saved as one ``tokenizer.json``:
 
-- ``wordpiece``: BERT's recipe: ``BertNormalizer`` (control characters removed, CJK characters
-  spaced, accents stripped and lower-cased when ``lowercase``), ``BertPreTokenizer`` (split on
-  whitespace and punctuation), a ``WordPiece`` model trained by ``WordPieceTrainer``
-  (``##`` continuation pieces) and the ``WordPiece`` decoder. References: Devlin et al. 2019,
-  "BERT" (NAACL); Wu et al. 2016, "Google's Neural Machine Translation System" (WordPiece).
-- ``char``: NFC, every whitespace run -> one space, stripped, lower-cased when ``lowercase``; every
-  character is a token (spaces included, so a decoded text keeps its words apart), from a
-  ``WordLevel`` vocabulary of the characters seen at least ``min_frequency`` times in the train
-  texts; the others become ``[UNK]``.
+- ``wordpiece``: BERT's ``BertNormalizer`` (accents stripped and lower-cased when ``lowercase``),
+  ``BertPreTokenizer``, a ``WordPiece`` model (``##`` continuation pieces) and decoder.
+- ``char``: NFC, whitespace runs -> one space, lower-cased when ``lowercase``; every character
+  seen at least ``min_frequency`` times is a token (spaces included), the others ``[UNK]``.
 
-Special tokens, always ids 0..4: ``[PAD] [CLS] [SEP] [MASK] [UNK]``. A sequence is
-``[CLS] tokens [SEP]`` then ``[PAD]`` up to the batch's length.
+Special tokens, always ids 0..4: ``[PAD] [CLS] [SEP] [MASK] [UNK]``; a sequence is ``[CLS] tokens
+[SEP]`` then ``[PAD]`` up to the batch's length. Word ids (:meth:`TextTokenizer.encode_batch`): a
+token belongs to the whitespace-separated word its first character lies in (``world`` ``##s``
+``,`` share one; ``char`` spaces belong to none). A sentence starts at a text's first word and
+after a word ending in ``.``, ``!`` or ``?``, optionally followed by one closing quote or bracket.
 
-**Words and sentences** (:meth:`TextTokenizer.encode_batch`): a token's word is the
-whitespace-separated word of the input text its first character lies in (so the pieces of a word
-and punctuation attached to it, ``world`` ``##s`` ``,`` in ``worlds,``, share one word id; in
-``char`` mode the space tokens belong to no word). A new sentence starts at the first word of a
-text and after every word ending in ``.``, ``!`` or ``?``, optionally followed by one closing
-quote or bracket (``"`` ``'`` ``)`` ``]`` ``”`` ``’``); so ``e.g. this`` starts a sentence at
-``this`` too (a simple rule, documented rather than clever).
+Cached (:func:`get_tokenizer`) in ``<workspace>/tokenizers/<id>/`` with ``id`` =
+:func:`tokenizer_id`; the cache is what makes runs share exactly one WordPiece tokenizer (its
+training is not deterministic across processes: docs/architecture.md, "Data").
 
-**Cache** (:func:`get_tokenizer`): ``<workspace>/tokenizers/<id>/tokenizer.json`` + ``meta.json``,
-``id`` = :func:`tokenizer_id` (sha256 of the dataset's content hash and the settings), written
-atomically, so runs and sweeps with the same data and settings share one tokenizer. The cache is
-also what makes them share *exactly* one: ``tokenizers`` 0.23's WordPiece training is not
-deterministic across processes (the ``##`` pieces get ids in hash-map order, which breaks ties
-between equally frequent merges differently; huggingface/tokenizers#1794, fix proposed in #2066),
-so a tokenizer retrained in a fresh workspace may differ in a few rare pieces. The char vocabulary
-is deterministic.
+References: Devlin et al. 2019 (BERT); Wu et al. 2016 (WordPiece).
 """
 
 from __future__ import annotations
