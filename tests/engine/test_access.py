@@ -15,6 +15,7 @@ from engine.access import policy as access
 from engine.access.policy import Identity, acting_as, can, require_sign_in
 from engine.access.audit import audit_path, read_audit
 from engine.config import RunConfig
+from engine.tasks import resolve
 from engine.data import delete_dataset, import_source, list_datasets
 from engine.errors import DatasetError, MasklabError, PermissionDeniedError, ResumeError, RunLockedError, RunNotFoundError
 from engine.runner.launcher import cancel, delete_run, evaluate, resume, submit
@@ -31,7 +32,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _ended_run(status: str = "failed") -> str:
     """A run folder as a finished worker leaves it (no worker process: nothing to wait for)."""
-    run_id, d = create_run(RunConfig.from_dict(CFG).to_dict())
+    run_id, d = create_run(resolve(RunConfig.from_dict(CFG)).to_dict())
     write_status(d, {"status": status, "step": 2, "total_steps": 3, "error": "test"})
     return run_id
 

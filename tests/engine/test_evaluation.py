@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from engine.config import RunConfig
+from engine.tasks import resolve
 from engine.data import import_source
 from engine.errors import EvaluationError, RunActiveError
 from engine.runner.launcher import evaluate
@@ -23,7 +24,7 @@ IMAGE = {"name": "img", "data": {"dataset": "digits"}, "model": {"preset": "tiny
 
 
 def _run(cfg: dict) -> tuple[str, object]:
-    run_id, d = create_run(RunConfig.from_dict(cfg).to_dict())
+    run_id, d = create_run(resolve(RunConfig.from_dict(cfg)).to_dict())
     assert execute_run(d) == "completed"
     return run_id, d
 
@@ -76,7 +77,7 @@ def test_completed_image_run_is_evaluated_at_its_end_and_on_demand(workspace, on
 def test_refusals_and_a_changed_dataset(workspace, one_thread, tmp_path):
     run_id, d = _run({**IMAGE, "train": {**IMAGE["train"], "steps": 10, "checkpoint_interval": 100}})
     assert read_evaluations(run_id) == ([], []) and read_job(run_id) is None  # MASKLAB_AUTO_EVAL=0
-    queued_id, _ = create_run(RunConfig.from_dict(IMAGE).to_dict())  # status queued, just created
+    queued_id, _ = create_run(resolve(RunConfig.from_dict(IMAGE)).to_dict())  # status queued, just created
     with pytest.raises(RunActiveError, match=rf"run {queued_id} is queued; its final checkpoint is evaluated"):
         evaluate(queued_id)
     # the dataset the run trained on is replaced by other content: the checkpoint is not evaluated on it
@@ -156,7 +157,7 @@ def test_a_cancel_before_the_final_evaluation_starts_is_recorded_too(workspace):
     nothing)."""
     from engine.runner.worker import _evaluate_final
 
-    run_id, d = create_run(RunConfig.from_dict(IMAGE).to_dict())
+    run_id, d = create_run(resolve(RunConfig.from_dict(IMAGE)).to_dict())
     _evaluate_final(d, "cpu", workspace, 30, should_stop=lambda: True)
     job = read_job(run_id)
     assert job["status"] == "failed" and job["step"] == 30

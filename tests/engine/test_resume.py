@@ -25,6 +25,7 @@ import pytest
 import torch
 
 from engine.config import RunConfig
+from engine.tasks import resolve
 from engine.data import import_source, load_dataset
 from engine.errors import ConfigError, DatasetError, ResumeError, RunLockedError
 from engine.runner.launcher import resume, submit
@@ -61,7 +62,7 @@ def with_train(cfg: dict, **train) -> dict:
 
 
 def new_run(cfg: dict) -> tuple[str, Path]:
-    return create_run(RunConfig.from_dict(cfg).to_dict())
+    return create_run(resolve(RunConfig.from_dict(cfg)).to_dict())
 
 
 def crash_at(step: int):

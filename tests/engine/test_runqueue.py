@@ -11,6 +11,7 @@ from contextlib import contextmanager
 import pytest
 
 from engine.config import RunConfig
+from engine.tasks import resolve
 from engine.data import load_dataset
 from engine.errors import ConfigError, QueueFullError
 from engine.runner.launcher import REPO_ROOT, cancel, submit
@@ -81,7 +82,7 @@ def test_first_come_first_served_and_no_torch_while_queued(workspace, monkeypatc
 def test_an_older_run_whose_worker_is_still_starting_keeps_its_turn(workspace, monkeypatch):
     monkeypatch.setenv("MASKLAB_MAX_RUNS", "1")
     load_dataset("digits")
-    older, d = create_run(RunConfig.from_dict({**SHORT, "name": "older"}).to_dict())
+    older, d = create_run(resolve(RunConfig.from_dict({**SHORT, "name": "older"})).to_dict())
     enqueue(workspace, d)  # what submit does before it starts the worker
     newer = submit(RunConfig.from_dict({**SHORT, "name": "newer"}))
     _wait(lambda: lock_holder(get_run(newer).path), 60, "the newer worker to start")

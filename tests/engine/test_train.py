@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from engine.config import RunConfig
+from engine.tasks import resolve
 from engine.masking import preview_masks
 from engine.store import create_run, get_run, load_samples, read_metrics
 from engine.store.checkpoints import list_checkpoints, load_weights
@@ -16,7 +17,7 @@ SHORT = {"name": "t", "data": {"dataset": "digits"}, "model": {"preset": "tiny",
 
 
 def _run(cfg: dict) -> str:
-    run_id, d = create_run(RunConfig.from_dict(cfg).to_dict())
+    run_id, d = create_run(resolve(RunConfig.from_dict(cfg)).to_dict())
     assert execute_run(d) == "completed", get_run(run_id).error
     return run_id
 
@@ -58,7 +59,7 @@ def test_metrics_samples_and_checkpoints(workspace):
 
 
 def test_failed_run_records_the_error(workspace):
-    run_id, d = create_run(RunConfig.from_dict({**SHORT, "data": {"dataset": "no-such-set"}}).to_dict())
+    run_id, d = create_run(resolve(RunConfig.from_dict({**SHORT, "data": {"dataset": "no-such-set"}})).to_dict())
     assert execute_run(d) == "failed"
     rec = get_run(run_id)
     assert rec.status == "failed" and "no-such-set" in rec.error
@@ -158,7 +159,7 @@ def test_a_checkpoint_is_written_only_after_the_rows_up_to_its_step_are_stored(w
     from engine.training.loop import fit
 
     spec = {**SHORT, "train": {**SHORT["train"], "eval_interval": 12, "checkpoint_interval": 4}}  # an eval flushes too
-    run_id, d = create_run(RunConfig.from_dict(spec).to_dict())
+    run_id, d = create_run(resolve(RunConfig.from_dict(spec)).to_dict())
     cfg = RunConfig.from_dict(spec)
     writer = MetricsWriter(d, run_id, flush_interval=1e9)
     seen = []
