@@ -151,7 +151,7 @@ def test_demo_mode_has_no_write_controls_and_its_write_paths_refuse(workspace, r
 
     # The engine functions the pages call, called directly in a demo process.
     monkeypatch.setenv("MASKLAB_MODE", "demo")
-    for call in (lambda: cancel(live), lambda: delete_run(ended), lambda: submit(RunConfig.from_dict(CFG))):
+    for call in (lambda: cancel(live), lambda: delete_run(ended), lambda: submit(resolve(RunConfig.from_dict(CFG)))):
         with pytest.raises(PermissionDeniedError, match=r"^masklab is in demo mode"):
             call()
     assert get_run(live).status == "running" and get_run(ended).status == "cancelled"

@@ -113,8 +113,8 @@ def test_full_disk_reason_in_the_error_box(workspace, monkeypatch):
         real(fd, data)
 
     monkeypatch.setattr(ws_mod, "_write_all", no_room_for_checkpoints)
-    cfg = RunConfig.from_dict({"name": "full", "data": {"dataset": "digits"}, "train": {
-        "steps": 6, "batch_size": 16, "eval_interval": 3, "checkpoint_interval": 3, "device": "cpu"}})
+    cfg = resolve(RunConfig.from_dict({"name": "full", "data": {"dataset": "digits"}, "train": {
+        "steps": 6, "batch_size": 16, "eval_interval": 3, "checkpoint_interval": 3, "device": "cpu"}}))
     run_id, d = create_run(cfg.to_dict())
     assert execute_run(d) == "failed"
     at = page("run_detail", run_id)

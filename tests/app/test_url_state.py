@@ -83,7 +83,7 @@ def test_new_run_yaml_and_command_train_the_same_config(workspace):
     code = next(c.value for c in at.code if c.value.startswith("python -m engine run"))
     args = shlex.split(code.replace("\\\n", ""))
     sets = [args[i + 1] for i, a in enumerate(args) if a == "--set"]
-    assert RunConfig.from_dict(apply_overrides({}, sets)).to_dict() == resolved
+    assert resolve(RunConfig.from_dict(apply_overrides({}, sets))).to_dict() == resolved
     (button,) = [b for b in at.get("download_button") if "YAML" in b.proto.label]
     assert button.proto.label == "Download YAML"
     assert yaml.safe_load(yaml.safe_dump(resolved)) == resolved
@@ -227,7 +227,7 @@ def test_new_run_link_with_bad_numbers_opens_and_says_what_it_did_not_take(works
     dataset, task, fields = NUMERIC_FIELDS[modality]
     at = open_with("../pages/new_run.py", {"dataset": dataset, "task": task, **{f: bad for f in fields}})
     resolved = json.loads(at.json[0].value)
-    RunConfig.from_dict(resolved)  # the form holds a valid config
+    resolve(RunConfig.from_dict(resolved))  # the form holds a valid config
     warned = " ".join(w.value for w in at.warning)
     assert "This link's" in warned
     for f in fields:

@@ -101,7 +101,7 @@ def small_disk(request, workspace, monkeypatch):
 def _train(disk: SmallDisk, cfg: dict, on_step=None) -> str:
     """A background worker on the tmpfs (the real thing), or the same code in-process on the simulated disk."""
     if disk.mode == "tmpfs":
-        run_id = submit(RunConfig.from_dict(cfg))
+        run_id = submit(resolve(RunConfig.from_dict(cfg)))
         d = get_run(run_id).path
         deadline = time.time() + 180
         while time.time() < deadline:

@@ -58,9 +58,9 @@ def _free_port() -> int:
 
 
 def test_a_default_launch_leaves_the_saved_config_as_it_was():
-    d = RunConfig.from_dict(TINY).to_dict()
-    assert "launch" not in d and RunConfig.from_dict(d).launch.world_size == 1
-    two = RunConfig.from_dict(with_launch(TINY, nproc_per_node=2)).to_dict()
+    d = resolve(RunConfig.from_dict(TINY)).to_dict()
+    assert "launch" not in d and resolve(RunConfig.from_dict(d)).launch.world_size == 1
+    two = resolve(RunConfig.from_dict(with_launch(TINY, nproc_per_node=2))).to_dict()
     assert two["launch"] == {"nproc_per_node": 2, "nnodes": 1, "node_rank": 0, "rdzv_endpoint": "", "backend": "local"}
     assert {k: v for k, v in two.items() if k != "launch"} == d
 
@@ -78,7 +78,7 @@ def test_a_default_launch_leaves_the_saved_config_as_it_was():
 ])
 def test_bad_launch_sections_are_refused_naming_the_field(launch, train, problem):
     with pytest.raises(ConfigError, match="^invalid run config: ") as e:
-        RunConfig.from_dict(with_launch(TINY, train, **launch))
+        resolve(RunConfig.from_dict(with_launch(TINY, train, **launch)))
     assert problem in str(e.value)
 
 
@@ -173,7 +173,7 @@ def test_a_two_process_run_is_cancelled_killed_and_resumed_through_its_lock(work
     load_dataset("digits")
     cfg = with_launch(TINY, {"steps": 400, "eval_interval": 50, "checkpoint_interval": 20, "num_threads": 1},
                       nproc_per_node=2)
-    run_id = submit(RunConfig.from_dict(cfg))
+    run_id = submit(resolve(RunConfig.from_dict(cfg)))
     d = get_run(run_id).path
     _wait(lambda: get_run(run_id).step >= 5, 180, "the ranks to train")
     assert len(_ranks(d)) == 2 and signal_holder(d, 0) not in _ranks(d)  # the holder is the worker
@@ -207,7 +207,7 @@ def test_two_nodes_train_one_run_and_resume_it_after_a_cancel(workspace):
     endpoint = f"127.0.0.1:{_free_port()}"
     cfg = with_launch(TINY, {"steps": 200, "eval_interval": 50, "checkpoint_interval": 10, "num_threads": 1},
                       nnodes=2, rdzv_endpoint=endpoint)
-    run_id = submit(RunConfig.from_dict(cfg))
+    run_id = submit(resolve(RunConfig.from_dict(cfg)))
     d = get_run(run_id).path
 
     def join() -> subprocess.Popen:

@@ -131,7 +131,7 @@ def test_cancel_during_the_final_evaluation_stops_it_and_the_run_stays_completed
 
     monkeypatch.setenv("MASKLAB_AUTO_EVAL", "1")  # the worker process inherits it
     cfg = {**IMAGE, "evaluation": {**EVAL, "max_rows": 2000, "finetune_epochs": 100}}  # a longer evaluation
-    run_id = submit(RunConfig.from_dict(cfg))
+    run_id = submit(resolve(RunConfig.from_dict(cfg)))
     d = get_run(run_id).path
     deadline = time.time() + 300
     while read_status(d).get("phase") != "evaluating":

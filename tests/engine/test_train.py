@@ -48,7 +48,7 @@ def test_metrics_samples_and_checkpoints(workspace):
     assert s.step == 12 and s.kind == "image" and s["images"].shape == (8, 1, 8, 8) and s["mask"].shape == (8, 4, 4)
     assert s["pred_img"].shape == s["pasted"].shape == s["images"].shape
     # The reconstruction grid uses exactly the masks that the New run preview draws.
-    cfg = RunConfig.from_dict(rec.config)
+    cfg = resolve(RunConfig.from_dict(rec.config))
     assert torch.equal(torch.from_numpy(s["mask"]), preview_masks(cfg, (1, 8, 8), 8))
     # pasted keeps the original pixels at visible patches
     vis = ~s["mask"].repeat(2, axis=1).repeat(2, axis=2)[:, None]
@@ -160,7 +160,7 @@ def test_a_checkpoint_is_written_only_after_the_rows_up_to_its_step_are_stored(w
 
     spec = {**SHORT, "train": {**SHORT["train"], "eval_interval": 12, "checkpoint_interval": 4}}  # an eval flushes too
     run_id, d = create_run(resolve(RunConfig.from_dict(spec)).to_dict())
-    cfg = RunConfig.from_dict(spec)
+    cfg = resolve(RunConfig.from_dict(spec))
     writer = MetricsWriter(d, run_id, flush_interval=1e9)
     seen = []
 
