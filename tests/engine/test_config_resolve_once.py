@@ -111,3 +111,20 @@ def test_a_runs_config_is_resolved_once_per_version(workspace, tmp_path, monkeyp
     assert rec.status == "completed", rec.error
     assert rec.config["train"]["steps"] == step + 6 and rec.config["model"]["arch"] == "mae_vit"
     assert len(resolves()) == 2, resolves()
+
+
+def test_a_sweep_resolves_each_of_its_configs_once(workspace, tmp_path, monkeypatch):
+    """:func:`sweep_configs` resolves each run's config once; ``submit_sweep`` stores them as they
+    are (``submit(..., resolved=True)``), so the plan is what the runs get."""
+    from engine.runner.sweep import sweep_configs
+
+    log = tmp_path / "resolves.log"
+    monkeypatch.setenv("MASKLAB_PLUGINS", PLUGIN)
+    monkeypatch.setenv("MASKLAB_RESOLVE_LOG", str(log))
+    cfgs = sweep_configs({"task": "counted_mim", "masking": {"strategy": "block"}}, "masking.ratio", [0.5, 0.6],
+                         seeds=[0, 1])
+    assert len(log.read_text().splitlines()) == 4
+    assert {(c.model.arch, c.model.patch_size) for c in cfgs} == {("mae_vit", 2)}
+    from engine.masking import MASKING_REGISTRY
+
+    assert all(set(c.masking.params) == set(MASKING_REGISTRY["block"].params.model_fields) for c in cfgs)
