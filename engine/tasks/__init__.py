@@ -122,4 +122,5 @@ from engine.tasks import text as _text  # noqa: E402,F401  text_mlm, text_span
 from engine.tasks import audio as _audio  # noqa: E402,F401  audio_mae, audio_frames
 from engine.tasks import paired as _paired  # noqa: E402,F401  paired
 
-__all__ = ["TASK_REGISTRY", "Task", "build_task", "get_task", "register_task", "resolve", "resolve_masking", "tasks_for"]
+__all__ = ["TASK_REGISTRY", "Task", "build_task", "get_task", "register_task", "resolve", "resolve_masking",
+           "tasks_for"]

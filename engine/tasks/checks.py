@@ -6,7 +6,8 @@ task's own checks (:meth:`engine.tasks.Task.check`: for images a patch size that
 images, a strategy that does not apply to patch grids, and masks that hide no unit in a probe batch
 or every unit of more than a quarter of the samples). ``submit`` and ``python -m engine run`` call
 :func:`check_run` on the resolved config, so such a run is refused at once instead of failing a few
-seconds later in its worker (which trains the stored config without checking it again). The pages call :func:`masking_problem` on their own masks to warn early.
+seconds later in its worker (which trains the stored config without checking it again). The pages
+call :func:`masking_problem` on their own masks to warn early.
 """
 
 from __future__ import annotations
