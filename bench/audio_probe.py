@@ -146,9 +146,9 @@ def run_fold(dataset: str, target: str, workspace: Path, steps: int | None = Non
     from engine.config import RunConfig
     from engine.eval import linear_probe
     from engine.eval.inference import load_model
-    from engine.tasks import build_task
+    from engine.tasks import build_task, resolve
 
-    cfg = RunConfig.from_dict(config_for(dataset, target, steps, overrides))
+    cfg = resolve(RunConfig.from_dict(config_for(dataset, target, steps, overrides)))
     torch.manual_seed(cfg.train.seed)  # the loop's init: this task's model is the run's step-0 model
     task = build_task(cfg, "cpu", workspace)
     sets = probe_sets(task)

@@ -42,6 +42,7 @@ def build(ws: Path, n_runs: int, steps: int) -> list[str]:
     from engine.data import load_dataset
     from engine.store import MetricsWriter, Sample, create_run, save_samples, write_status
     from engine.store.evaluations import Evaluation, save_evaluation
+    from engine.tasks import resolve
 
     rng = np.random.default_rng(0)
     ds = load_dataset("digits", ws)
@@ -50,8 +51,8 @@ def build(ws: Path, n_runs: int, steps: int) -> list[str]:
     ids = []
     for i in range(n_runs):
         ratio = round(0.25 + 0.65 * i / max(1, n_runs - 1), 3)
-        cfg = RunConfig.from_dict({"name": f"bench-{i:02d}", "masking": {"ratio": ratio},
-                                   "model": {"patch_size": 2}, "train": {"steps": steps, "seed": i % 2}})
+        cfg = resolve(RunConfig.from_dict({"name": f"bench-{i:02d}", "masking": {"ratio": ratio},
+                                           "model": {"patch_size": 2}, "train": {"steps": steps, "seed": i % 2}}))
         run_id, d = create_run(cfg.to_dict(), ws)
         t0 = time.time() - steps * 0.05
         clock = {"t": t0}

@@ -206,7 +206,9 @@ def train_peak(workspace: Path, name: str, steps: int = 5, batch: int = 64, moda
     from engine.config import RunConfig
     from engine.store import create_run, get_run
 
-    cfg = RunConfig.from_dict(run_config(name, steps, batch, modality))
+    from engine.tasks import resolve
+
+    cfg = resolve(RunConfig.from_dict(run_config(name, steps, batch, modality)))
     run_id, run_dir = create_run(cfg.to_dict(), workspace)
     env = {**os.environ, "MASKLAB_WORKSPACE": str(workspace), "MASKLAB_AUTO_EVAL": "0",
            "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}

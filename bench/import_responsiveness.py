@@ -72,6 +72,7 @@ def run(images: int, side: int, loads: int, workdir: Path) -> dict:
 
     from engine.access.policy import Identity
     from engine.config import RunConfig
+    from engine.tasks import resolve
     from engine.data.jobs import import_status, start_import
     from engine.store import create_run, write_status
     from tests.app.test_browser import CHROMIUM
@@ -80,7 +81,7 @@ def run(images: int, side: int, loads: int, workdir: Path) -> dict:
     ws = workdir / "workspace"
     ws.mkdir()
     os.environ["MASKLAB_WORKSPACE"] = str(ws)
-    _, d = create_run(RunConfig.from_dict({"name": "shown"}).to_dict())
+    _, d = create_run(resolve(RunConfig.from_dict({"name": "shown"})).to_dict())
     write_status(d, {"status": "completed", "step": 100, "total_steps": 100})
     src = make_zip(workdir / "big.zip", images, side)
     proc, url = serve(ws)

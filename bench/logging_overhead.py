@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine.config import RunConfig  # noqa: E402
 from engine.store import MetricsWriter, create_run, read_metrics  # noqa: E402
+from engine.tasks import resolve  # noqa: E402
 from engine.training.loop import fit  # noqa: E402
 
 
@@ -48,10 +49,10 @@ def main() -> None:
     ap.add_argument("--patch-size", type=int, default=2)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as ws:
-        cfg = RunConfig.from_dict({
+        cfg = resolve(RunConfig.from_dict({
             "data": {"dataset": args.dataset}, "model": {"preset": args.preset, "patch_size": args.patch_size},
             "train": {"steps": args.steps, "batch_size": 128, "eval_interval": 10**9, "checkpoint_interval": 10**9,
-                      "device": "cpu"}})
+                      "device": "cpu"}}))
         run_id, d = create_run(cfg.to_dict(), ws)
         sink = TimedSink(MetricsWriter(d, run_id))
         fit(cfg, d, sink, workspace=ws)

@@ -107,8 +107,9 @@ def add_run(ws: Path, base: dict, i: int, steps: int, status: str, rng, *, t_end
 def build(ws: Path, n: int, first: int, steps: int, rng, statuses: list[str]) -> list[str]:
     """Add ``n`` runs of ``steps`` steps numbered from ``first``; statuses cycle through ``statuses``."""
     from engine.config import RunConfig
+    from engine.tasks import resolve
 
-    base = RunConfig.from_dict({"model": {"patch_size": 2}}).to_dict()
+    base = resolve(RunConfig.from_dict({"model": {"patch_size": 2}})).to_dict()
     now = time.time()
     return [add_run(ws, base, first + k, steps, statuses[k % len(statuses)], rng,
                     t_end=now - 3600 * (n - k) / n - 60) for k in range(n)]

@@ -27,8 +27,9 @@ def timed_run(config, workspace: Path) -> tuple[object, dict]:
     """
     from engine.store import create_run, get_run
     from engine.runner.worker import execute_run
+    from engine.tasks import resolve
 
-    run_id, d = create_run(config.to_dict(), workspace)
+    run_id, d = create_run(resolve(config).to_dict(), workspace)
     load_before = os.getloadavg()
     t0, c0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
     status = execute_run(d)

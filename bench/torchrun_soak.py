@@ -38,6 +38,7 @@ def soak(workspace: Path, runs: int) -> list[dict]:
     final status), ``torchrun_exit`` (torchrun's exit code, None when it never ran) and ``seconds``."""
     os.environ["MASKLAB_WORKSPACE"] = str(workspace)
     from engine.config import RunConfig
+    from engine.tasks import resolve
     from engine.data import load_dataset
     from engine.store import create_run, get_run
     from engine.runner.worker import execute_run
@@ -46,7 +47,7 @@ def soak(workspace: Path, runs: int) -> list[dict]:
     out = []
     for _ in range(runs):
         t0 = time.time()
-        run_id, d = create_run(RunConfig.from_dict(CONFIG).to_dict())
+        run_id, d = create_run(resolve(RunConfig.from_dict(CONFIG)).to_dict())
         status = execute_run(d)
         out.append({"run_id": run_id, "status": status, "torchrun_exit": get_run(run_id).extra.get("torchrun_exit"),
                     "seconds": time.time() - t0})

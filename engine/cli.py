@@ -161,10 +161,12 @@ def cmd_run(args) -> int:
 
     from tqdm import tqdm
 
+    from engine.tasks import resolve
     from engine.tasks.checks import check_run
     from engine.store import create_run, get_run
     from engine.runner.worker import AUTO_EVAL_ENV, execute_run
 
+    cfg = resolve(cfg)  # once: the run trains the stored config as it is
     check_run(cfg)
     run_id, d = create_run(cfg.to_dict())
     print(f"run {run_id}  ({d})", flush=True)

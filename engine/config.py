@@ -1,7 +1,9 @@
 """Run configuration: one validated model per concern, collected in :class:`RunConfig`.
 
-The resolved config (every default filled in) is saved with each run as ``config.json``, so a
-config diff between two runs is a plain dict diff of :meth:`RunConfig.to_dict`.
+Validating a config checks its fields only and imports neither the tasks nor torch;
+:func:`engine.tasks.resolve` returns the complete config (every default filled in), which is saved
+with each run as ``config.json``, so a config diff between two runs is a plain dict diff of
+:meth:`RunConfig.to_dict`.
 
 Configs are pydantic models with ``extra="forbid"``: an unknown key or a bad value raises
 :class:`~engine.errors.ConfigError` whose message names the field, e.g.
@@ -72,32 +74,25 @@ class MaskingConfig(_Strict):
 
     ``ratio`` is the fraction of (eligible) positions hidden from the encoder at the start of
     training; with ``schedule`` ``linear`` or ``cosine`` it ramps to ``final_ratio`` over the run
-    (:func:`engine.masking.ratio_at`). ``params`` holds the strategy's own parameters; after
-    validation it is resolved to every parameter of the strategy with its default filled in, so the
+    (:func:`engine.masking.ratio_at`). ``params`` holds the strategy's own parameters; once
+    resolved (:func:`engine.tasks.resolve`) it holds every parameter of the strategy with its default filled in, so the
     saved config is complete. Strategies with their own budget (``uses_ratio`` False, e.g.
     ``specaugment``) ignore ``ratio``.
+
+    Validation checks the fields alone; the strategy's name and parameters are checked and filled
+    in by :func:`engine.tasks.resolve` (it needs the masking registry, which imports torch).
     """
 
     strategy: str = Field("random", min_length=1, description="masking strategy, see engine.masking.MASKING_REGISTRY")
     ratio: float = Field(0.75, ge=0.0, le=1.0, description="mask ratio in [0, 1]; MAE uses 0.75, BERT 0.15")
-    params: dict[str, Any] = Field(default_factory=dict, description="the strategy's own parameters")
+    params: dict[str, Any] = Field(default_factory=dict, description="the strategy's own parameters (resolved)")
     schedule: Literal["constant", "linear", "cosine"] = Field("constant", description="mask ratio over training")
     final_ratio: float | None = Field(None, ge=0.0, le=1.0, description="ratio at the last step of a ramp")
 
     @model_validator(mode="after")
     def _check(self) -> "MaskingConfig":
-        from engine.masking.registry import get_masking  # engine.masking imports this module
-
-        try:
-            strategy = get_masking(self.strategy)
-            resolved = strategy.parse_params(self.params).model_dump(mode="json")
-        except ConfigError as e:  # re-raised as a ValueError so pydantic reports it (prefix stripped below)
-            raise ValueError(f"@{e}") from None
-        if self.schedule != "constant" and not strategy.uses_ratio:
-            raise ValueError(f"@masking.schedule: strategy {self.strategy!r} sets its own budget (masking.params), "
-                             f"so a ratio schedule has no effect; use schedule 'constant'")
-        if resolved != self.params:
-            object.__setattr__(self, "params", resolved)  # bypass validate_assignment (no recursion)
+        # The strategy's own checks (its name, its params, whether it uses the ratio) need the masking
+        # registry, which imports torch: :func:`engine.tasks.resolve` does them.
         if self.schedule == "constant":
             if self.final_ratio is not None and self.final_ratio != self.ratio:
                 raise ValueError(f"@masking.final_ratio: {self.final_ratio} is set but masking.schedule is "
@@ -271,16 +266,18 @@ class RunConfig(_Strict):
     """Everything a run needs; saved resolved with the run.
 
     ``task`` names the modality's recipe (``engine.tasks.TASK_REGISTRY``: ``image_mim``,
-    ``text_mlm``, ``text_span``, ...). After validation the task has filled its defaults
-    (``model.arch``, ``objective.loss``, ``model.patch_size`` or ``data.tokenizer``) and checked
-    the fields that need no data, so the saved config is complete.
+    ``text_mlm``, ``text_span``, ...). Validation checks the fields only (types, ranges, the batch
+    split over the processes) and imports neither the tasks nor torch; :func:`engine.tasks.resolve`
+    returns the complete config (the task's defaults filled in: ``model.arch``, ``objective.loss``,
+    ``model.patch_size`` or ``data.tokenizer``, ``task_params``, ``masking.params``), once per
+    config version of a run (submit, a resume that changes fields), and that is what is saved.
     """
 
     name: str = Field("", max_length=200)
     task: str = Field("image_mim", min_length=1, description="the modality's recipe, see engine.tasks")
     task_params: dict[str, Any] = Field(default_factory=dict, description="the task's own parameters (resolved)")
     data: DataConfig = DataConfig()
-    masking: MaskingConfig = Field(default_factory=MaskingConfig)  # built lazily: it imports engine.masking
+    masking: MaskingConfig = MaskingConfig()
     model: ModelConfig = ModelConfig()
     objective: ObjectiveConfig = ObjectiveConfig()
     train: TrainConfig = TrainConfig()
@@ -288,22 +285,15 @@ class RunConfig(_Strict):
     launch: LaunchConfig = LaunchConfig()
 
     @model_validator(mode="after")
-    def _resolve(self) -> "RunConfig":
-        from engine.tasks import get_task  # engine.tasks imports this module
-
+    def _check(self) -> "RunConfig":
         world = self.launch.world_size
         if self.train.batch_size % world:
             raise ValueError(f"@train.batch_size: {self.train.batch_size} is the global batch and must split evenly "
                              f"over the {world} training processes (launch.nproc_per_node x launch.nnodes)")
-
-        try:
-            get_task(self.task).resolve(self)
-        except ConfigError as e:  # re-raised as a ValueError so pydantic reports it (prefix stripped below)
-            raise ValueError(f"@{e}") from None
         return self
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain nested dict (JSON-safe) with every default resolved.
+        """Plain nested dict (JSON-safe) with every field (resolved ones once :func:`engine.tasks.resolve` ran).
 
         A single-process launch (the default ``launch`` section) is left out, so the config of a
         run that trains in one process reads exactly as before ``launch`` existed; a local launch

@@ -23,6 +23,7 @@ from app.components.urlstate import PageState, dig, flatten, index_of, number, s
 from app.modalities import ui_for
 from engine.config import RunConfig
 from engine.masking import ratio_at
+from engine.tasks import resolve
 
 DEFAULTS = RunConfig()
 
@@ -69,7 +70,7 @@ if (controls.get("masking") or {}).get("schedule", "constant") != "constant":
 url.put_config(lab)  # before the slow results: a reload meanwhile keeps the settings
 if controls.get("masking") is None:
     st.stop()
-cfg = guarded(RunConfig.from_dict, lab)
+cfg = guarded(lambda d: resolve(RunConfig.from_dict(d)), lab)  # the task's defaults (patch size...) filled in
 with out:
     if cfg is not None:
         ui.lab_results(cfg, info, int(n))

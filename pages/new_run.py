@@ -29,14 +29,20 @@ from engine.tasks.checks import check_run, no_validation_note
 from engine.config import RunConfig
 from engine.runner.launcher import submit
 from engine.masking import get_masking
-from engine.tasks import get_task, tasks_for
+from engine.tasks import get_task, resolve, tasks_for
 
 
 @st.cache_data(max_entries=32, ttl=60, show_spinner=False)
 def preflight(cfg_json: str) -> str:
-    """``engine.tasks.checks.check_run`` of a config (JSON), cached for a minute: with superpixels or a
+    """``engine.tasks.checks.check_run`` of a resolved config (JSON), cached for a minute: with superpixels or a
     new tokenizer it takes a second or more. Errors are not cached."""
     return check_run(RunConfig.from_dict(json.loads(cfg_json))).name
+
+
+def complete(d: dict) -> RunConfig:
+    """The form's config with its task's defaults filled in (:func:`engine.tasks.resolve`), for the
+    preview, the pre-flight and the Resolved config panel; Launch's ``submit`` resolves it itself."""
+    return resolve(RunConfig.from_dict(d))
 
 
 st.title("New run")
@@ -77,9 +83,9 @@ with form:
 cfg_dict = {"name": run_name.strip(), **fields, "data": {"dataset": dataset, **fields.get("data", {})}, "train": train,
             **({"launch": launch} if launch else {})}
 if fields.get("masking") is not None:  # the carried fields the form has no widget for (weight decay, evaluation...)
-    cfg_dict = with_carried(cfg_dict, carried, RunConfig.from_dict)
+    cfg_dict = with_carried(cfg_dict, carried, complete)
 url.put_config(cfg_dict)
-cfg = guarded(RunConfig.from_dict, cfg_dict) if fields.get("masking") is not None else None
+cfg = guarded(complete, cfg_dict) if fields.get("masking") is not None else None
 
 with preview:
     st.subheader("Mask preview")

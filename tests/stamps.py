@@ -40,6 +40,7 @@ def completed_run(cfg: dict, ws: Path, *, evaluate: bool | None = None) -> str:
     import os
 
     from engine.config import RunConfig
+    from engine.tasks import resolve
     from engine.store import create_run, get_run
     from engine.runner.worker import execute_run
 
@@ -47,7 +48,7 @@ def completed_run(cfg: dict, ws: Path, *, evaluate: bool | None = None) -> str:
     before = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        run_id, folder = create_run(RunConfig.from_dict(cfg).to_dict(), ws)
+        run_id, folder = create_run(resolve(RunConfig.from_dict(cfg)).to_dict(), ws)
         assert execute_run(folder) == "completed", get_run(run_id, ws).error
     finally:
         for k, v in before.items():

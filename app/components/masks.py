@@ -85,6 +85,7 @@ def _refused_sizes(workspace: str, dataset: str, version: str, masking_json: str
     """``patch size -> the pre-flight's reason`` for the sizes ``engine.tasks.checks.check_run`` refuses with
     this masking (``{}`` when the masking itself is invalid: its own error is shown elsewhere).
     ``workspace`` and ``version`` are cache keys."""
+    from engine.tasks import resolve
     from engine.tasks.checks import check_run
     from engine.config import RunConfig
 
@@ -92,7 +93,8 @@ def _refused_sizes(workspace: str, dataset: str, version: str, masking_json: str
     refused = {}
     for p in sizes:
         try:
-            cfg = RunConfig.from_dict({"data": {"dataset": dataset}, "masking": masking, "model": {"patch_size": p}})
+            cfg = resolve(RunConfig.from_dict({"data": {"dataset": dataset}, "masking": masking,
+                                               "model": {"patch_size": p}}))
         except ConfigError:
             return {}
         try:

@@ -6,7 +6,7 @@ a server restart. Its stdout/stderr go to ``<run_dir>/worker.log``. A run whose 
 is ``ray`` or ``slurm`` runs the same worker as a cluster job instead (:mod:`engine.runner.backends`);
 cancel and resume work the same, and :func:`job_state` reports the job. Nothing here imports torch at
 import time (the restart supervisor in :mod:`engine.runner.worker` starts workers through
-:func:`start_worker`); validating a config does.
+:func:`start_worker`); resolving a config (:func:`engine.tasks.resolve`) does.
 """
 
 from __future__ import annotations
@@ -35,23 +35,30 @@ from engine.workspace import workspace_root
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def submit(cfg: RunConfig, workspace=None, *, actor: Identity | None = None) -> str:
-    """Create the run (resolved config, status ``queued``, queue ticket) and start its worker; return the run id.
+def submit(cfg: RunConfig, workspace=None, *, actor: Identity | None = None, resolved: bool = False) -> str:
+    """Create the run (status ``queued``, queue ticket) and start its worker; return the run id.
 
-    Returns at once; the worker waits for its turn (first come, first served) and a free slot
-    (``$MASKLAB_MAX_RUNS``), then trains.
+    The run's config is ``resolve(cfg)`` (:func:`engine.tasks.resolve`, called here once), checked
+    against its dataset (:func:`engine.tasks.checks.check_run`) and stored; the worker trains it as
+    stored. ``resolved``: ``cfg`` already is :func:`engine.tasks.resolve`'s result (a sweep's
+    configs) and is stored as it is. Returns at once; the worker waits for its turn (first come,
+    first served) and a free slot (``$MASKLAB_MAX_RUNS``), then trains.
 
     Raises:
-        ConfigError, DatasetError: from :func:`engine.tasks.checks.check_run`; no run is created.
+        ConfigError, DatasetError: from :func:`engine.tasks.resolve` or
+            :func:`engine.tasks.checks.check_run`; no run is created.
         QueueFullError: ``$MASKLAB_MAX_QUEUED`` runs are already waiting; no run is created.
         StorageError: the run folder cannot be written (disk full...).
         PermissionDeniedError: ``actor`` (default: :func:`engine.access.policy.current_identity`) is not an
             editor, or demo mode; checked first, nothing is written.
     """
+    from engine.tasks import resolve
     from engine.tasks.checks import check_run
 
     ws = workspace_root(workspace)
     with authorized("run.submit", f"new run on {cfg.data.dataset}", actor=actor, workspace=ws) as entry:
+        if not resolved:
+            cfg = resolve(cfg)
         check_run(cfg, ws)
         local = cfg.launch.backend == "local"
         if not local:  # BackendError (extra not installed, cluster unreachable) before anything is written

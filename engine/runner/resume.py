@@ -18,7 +18,8 @@ A resume has two halves, both done by the holder of the run lock:
 Which fields a resume may change: anything but :data:`RESUME_FROZEN` (the model, task and data,
 which the checkpoint's weights, optimiser state and data order belong to, and ``train.seed``, which
 fixes the validation masks). ``train.steps`` must stay after the checkpoint's step. Nothing here
-imports torch (the restart supervisor stays small); :func:`resume_config` imports it to validate.
+imports torch (the restart supervisor stays small); :func:`resume_config` imports it to resolve a
+changed config.
 """
 
 from __future__ import annotations
@@ -63,8 +64,10 @@ def frozen_changes(old: dict[str, Any], new: dict[str, Any]) -> dict[str, list[A
 
 
 def resume_config(old: dict[str, Any], overrides: Sequence[str], step: int):
-    """The validated config a resume from ``step`` trains with: ``old`` (the run's resolved config)
-    with ``overrides`` (``key=value``, as ``--set``) applied. Returns a ``RunConfig``.
+    """The config a resume from ``step`` trains with: ``old`` (the run's resolved config) with
+    ``overrides`` (``key=value``, as ``--set``) applied. Returns a ``RunConfig``: ``old`` as it is
+    when the overrides change no field, else a new config version, resolved once
+    (:func:`engine.tasks.resolve`).
 
     Raises:
         ConfigError: an invalid value; a change to a field of :data:`RESUME_FROZEN` (the message
@@ -74,6 +77,10 @@ def resume_config(old: dict[str, Any], overrides: Sequence[str], step: int):
 
     base = RunConfig.from_dict(copy.deepcopy(old))
     new = RunConfig.from_dict(apply_overrides(copy.deepcopy(old), list(overrides)))
+    if new != base:  # a new config version (a strategy's params, say, may need its defaults)
+        from engine.tasks import resolve
+
+        new = resolve(new)
     frozen = frozen_changes(base.to_dict(), new.to_dict())
     if frozen:
         raise ConfigError("; ".join(

@@ -1,6 +1,6 @@
 """Sweeps: one base config, one field varied over values, each value run with several seeds.
 
-``sweep_configs(base, field, values, seeds)`` gives the run configs (validated, named
+``sweep_configs(base, field, values, seeds)`` gives the run configs (resolved once each, named
 ``<name> sweep <id> <field>=<value> seed=<seed>``; :func:`sweep_of` reads ``{id, field, value,
 seed}`` back from the name); :func:`plan_sweep` adds the launcher's pre-flight check of every value;
 :func:`submit_sweep` queues them through :func:`engine.runner.launcher.submit` (first come, first served:
@@ -100,7 +100,8 @@ def sweep_configs(base: dict[str, Any], field: str, values: Sequence[Any], seeds
                   sweep_id: str | None = None) -> list[RunConfig]:
     """The run configs of a sweep of ``field`` (dotted, e.g. ``masking.ratio``, ``masking.strategy``
     or ``train.lr``) over ``values``, each with every ``train.seed`` in ``seeds``; every other field
-    as in ``base`` (a partial or resolved run config). Runs are named ``<base name> sweep <id>
+    as in ``base`` (a partial or resolved run config). Each is resolved (:func:`engine.tasks.resolve`)
+    here, once: that is the config its run stores. Runs are named ``<base name> sweep <id>
     <field>=<value> seed=<seed>``, value by value, seed by seed.
 
     A strategy sweep runs each strategy other than the base's with its own default parameters: the
@@ -109,7 +110,7 @@ def sweep_configs(base: dict[str, Any], field: str, values: Sequence[Any], seeds
     Raises:
         ConfigError: no values or seeds; a field that is not a dotted path or cannot be swept
             (:data:`NOT_SWEPT`); a seed or value listed twice; a value that is empty or has a space
-            (the run name records it); values whose config does not validate. Every bad value is
+            (the run name records it); values whose config does not validate or resolve. Every bad value is
             named, one line each (``sweep value masking.ratio=1.5: ... must be at most 1.0``).
     """
     field = field.strip()
@@ -149,7 +150,9 @@ def _config(base: dict[str, Any], field: str, value: Any, seed: int, name: str) 
         (d.get("masking") or {}).pop("params", None)  # the base strategy's parameters
     d = apply_overrides(d, [f"{field}={_text(value)}", f"train.seed={seed}"])
     d["name"] = name
-    return RunConfig.from_dict(d)
+    from engine.tasks import resolve  # imports torch
+
+    return resolve(RunConfig.from_dict(d))
 
 
 def _text(v: Any) -> str:
@@ -214,7 +217,7 @@ def submit_sweep(base: dict[str, Any], field: str, values: Sequence[Any], seeds:
             f"this sweep is {len(cfgs)} runs but the queue has room for {room} ({cap - room} waiting, "
             f"MASKLAB_MAX_QUEUED={cap}); nothing was queued: sweep fewer values or seeds, wait for queued runs "
             f"to start, or raise MASKLAB_MAX_QUEUED where the dashboard and the CLI are started")
-    return [submit(c, ws, actor=actor) for c in cfgs]
+    return [submit(c, ws, actor=actor, resolved=True) for c in cfgs]
 
 
 def sweep_of(name: str) -> dict[str, Any] | None:

@@ -193,7 +193,7 @@ def _execute(run_dir: Path, should_stop: Callable[[], bool], on_step: Callable[[
 
             from engine.config import RunConfig
 
-            cfg = RunConfig.from_dict(raw)
+            cfg = RunConfig.from_dict(raw)  # resolved when stored (submit, resume): only validated here
             if not cfg.train.num_threads:  # record the resolved count, so the config says what ran
                 cfg.train.num_threads = resolve_threads(raw.get("train", {}), raw.get("launch") or {})
                 atomic_write_json(run_dir / CONFIG_FILE, cfg.to_dict(), what=f"the config of run {run_id}")

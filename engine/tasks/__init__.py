@@ -3,6 +3,8 @@
 Public API:
     TASK_REGISTRY, register_task, get_task, tasks_for(modality) — the registry
     Task — the base class a modality implements
+    resolve(cfg) — the complete config of a run (the task's defaults filled in), once per config version
+    resolve_masking(masking_cfg) — a ``masking`` section with its strategy's parameters filled in
     build_task(cfg, device, workspace) — the run-time instance the training loop drives
 
 Built-in tasks register on import. Tasks defined elsewhere (a lab's own modality, or a test's toy
@@ -17,6 +19,7 @@ import importlib
 import os
 import torch
 
+from engine.config import MaskingConfig, RunConfig
 from engine.errors import ConfigError
 from engine.registry import registrar
 from engine.tasks.base import Task
@@ -64,6 +67,46 @@ def tasks_for(modality: str) -> list[str]:
     return [n for n, t in TASK_REGISTRY.items() if t.trains_on(modality)]
 
 
+def resolve(cfg: RunConfig) -> RunConfig:
+    """A new, complete copy of ``cfg``: the strategy's ``masking.params`` and the task's own
+    defaults filled in (``task_params``, ``model.arch``, ``objective.loss``, ``model.patch_size``,
+    ``data.tokenizer`` / ``data.audio``, as :meth:`Task.resolve` does) and checked. ``cfg`` is left
+    as it was; resolving a resolved config gives the same config.
+
+    Called once per config version of a run (``submit``, ``python -m engine run``, each config of
+    a sweep, a resume that changes fields); the stored result is trained as it is.
+
+    Raises:
+        ConfigError: ``invalid run config: <field>: <problem>`` (an unknown task or strategy, a bad
+            parameter, an arch the task does not train...).
+    """
+    out = cfg.model_copy(deep=True)
+    try:
+        out.masking = resolve_masking(out.masking)
+        get_task(out.task).resolve(out)
+    except ConfigError as e:
+        raise ConfigError(f"invalid run config: {e}") from None
+    return RunConfig.from_dict(out.to_dict())  # every field validated again, as saved
+
+
+def resolve_masking(m: MaskingConfig) -> MaskingConfig:
+    """A copy of the ``masking`` section with every parameter of its strategy filled in
+    (:meth:`~engine.masking.MaskingStrategy.parse_params`), checked against the strategy.
+
+    Raises:
+        ConfigError: an unknown strategy, a bad parameter (``masking.params.<field>``), or a ratio
+            schedule for a strategy with its own budget (``masking.schedule``).
+    """
+    from engine.masking.registry import get_masking
+
+    strategy = get_masking(m.strategy)
+    params = strategy.parse_params(m.params).model_dump(mode="json")
+    if m.schedule != "constant" and not strategy.uses_ratio:
+        raise ConfigError(f"masking.schedule: strategy {m.strategy!r} sets its own budget (masking.params), "
+                          f"so a ratio schedule has no effect; use schedule 'constant'")
+    return m.model_copy(update={"params": params})
+
+
 def build_task(cfg, device: torch.device | str = "cpu", workspace=None) -> Task:
     """Instantiate the run-time task of ``cfg`` (loads data, builds the model on ``device``).
 
@@ -79,4 +122,5 @@ from engine.tasks import text as _text  # noqa: E402,F401  text_mlm, text_span
 from engine.tasks import audio as _audio  # noqa: E402,F401  audio_mae, audio_frames
 from engine.tasks import paired as _paired  # noqa: E402,F401  paired
 
-__all__ = ["TASK_REGISTRY", "Task", "build_task", "get_task", "register_task", "tasks_for"]
+__all__ = ["TASK_REGISTRY", "Task", "build_task", "get_task", "register_task", "resolve", "resolve_masking",
+           "tasks_for"]

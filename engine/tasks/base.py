@@ -10,7 +10,8 @@ files plus one :func:`engine.tasks.register_task` (fairseq's tasks and Hugging F
 Two halves:
 
 - **Config time** (class methods, no data loaded, cheap): :meth:`Task.resolve` fills the task's
-  defaults into a :class:`~engine.config.RunConfig` and checks the fields that need no data;
+  defaults into a copy of a :class:`~engine.config.RunConfig` and checks the fields that need no
+  data (callers use :func:`engine.tasks.resolve`, which returns the new config);
   :meth:`Task.check` is the pre-flight check against the dataset (``submit`` and
   ``python -m engine run`` call it before a run folder exists).
 - **Run time** (an instance per run, built in the worker): the model, the training loss of a batch
@@ -90,7 +91,8 @@ class Task(ABC):
 
     @classmethod
     def resolve(cls, cfg: "RunConfig") -> None:
-        """Fill the task's defaults into ``cfg`` in place and check what needs no data.
+        """Fill the task's defaults into ``cfg`` in place and check what needs no data. ``cfg`` is
+        :func:`engine.tasks.resolve`'s own copy: call that function, not this method.
 
         The base version resolves ``task_params`` against :attr:`params`, refuses a ``data``
         sub-config the task does not read (:attr:`data_sections`), sets ``model.arch`` and

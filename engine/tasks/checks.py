@@ -1,12 +1,13 @@
 """Pre-flight checks of a run config against the data it names, before any process starts.
 
-Type and range errors are caught by the config models (and the task's ``resolve``); this catches
+Type and range errors are caught by the config models (and :func:`engine.tasks.resolve`); this catches
 what needs the dataset: an unknown dataset, a dataset of another modality than the task's, and the
 task's own checks (:meth:`engine.tasks.Task.check`: for images a patch size that does not tile the
 images, a strategy that does not apply to patch grids, and masks that hide no unit in a probe batch
 or every unit of more than a quarter of the samples). ``submit`` and ``python -m engine run`` call
-:func:`check_run`, so such a run is refused at once instead of failing a few seconds later in its
-worker; ``fit`` calls it too. The pages call :func:`masking_problem` on their own masks to warn early.
+:func:`check_run` on the resolved config, so such a run is refused at once instead of failing a few
+seconds later in its worker (which trains the stored config without checking it again). The pages
+call :func:`masking_problem` on their own masks to warn early.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from engine.tasks import get_task
 
 
 def check_run(cfg: RunConfig, workspace=None):
-    """Check ``cfg`` against its dataset; return the dataset's :class:`~engine.data.DatasetInfo`.
+    """Check ``cfg`` (resolved: :func:`engine.tasks.resolve`) against its dataset; return the
+    dataset's :class:`~engine.data.DatasetInfo`.
 
     Raises:
         DatasetError: ``data.dataset`` is neither registered nor an available bundled set, or its

@@ -21,7 +21,6 @@ from typing import Callable, Protocol
 
 import torch
 
-from engine.tasks.checks import check_run
 from engine.config import RunConfig
 from engine.runner.torchrun import SINGLE, DistContext, mask_seed
 from engine.errors import ConfigError, DamagedFileError, NonFiniteLossError
@@ -186,7 +185,6 @@ def fit(
     """
     t = cfg.train
     out_dir = Path(out_dir)
-    check_run(cfg, workspace)
     device = dist.device if dist.device is not None else resolve_device(t.device)
     if t.num_threads:
         torch.set_num_threads(t.num_threads)

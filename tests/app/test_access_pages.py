@@ -16,6 +16,7 @@ from streamlit.testing.v1 import AppTest
 from app.serve import exposure_problem, is_loopback, upload_cap_mb
 from engine.access.policy import require_sign_in
 from engine.config import RunConfig
+from engine.tasks import resolve
 from engine.errors import ConfigError, PermissionDeniedError
 from engine.runner.launcher import cancel
 from engine.store import create_run, write_status
@@ -36,8 +37,8 @@ def _clean(monkeypatch):
 
 def _runs() -> tuple[str, str]:
     """A starting run (queued moments ago: it has a Cancel button) and a cancelled one."""
-    starting, _ = create_run(RunConfig.from_dict({**CFG, "name": "starting"}).to_dict())
-    ended, d = create_run(RunConfig.from_dict({**CFG, "name": "ended"}).to_dict())
+    starting, _ = create_run(resolve(RunConfig.from_dict({**CFG, "name": "starting"})).to_dict())
+    ended, d = create_run(resolve(RunConfig.from_dict({**CFG, "name": "ended"})).to_dict())
     write_status(d, {"status": "cancelled", "step": 10, "total_steps": 50})
     return starting, ended
 

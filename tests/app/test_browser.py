@@ -30,6 +30,7 @@ import playwright.sync_api as playwright_sync  # requirements-dev.txt: a missing
 import pytest
 
 from engine.config import RunConfig
+from engine.tasks import resolve
 from engine.runner.launcher import cancel, submit
 from engine.masking import MASKING_REGISTRY, strategies_for
 from engine.store import HOLD_FILE, get_run, list_runs, read_metrics, run_dir
@@ -282,7 +283,7 @@ def test_b_launch_watch_curves_and_reconstructions(server, page, workspace_dir):
 
 
 def test_c_run_survives_server_restart(page, workspace_dir):
-    cfg = RunConfig.from_dict({"name": "survivor", "train": {"steps": 20000, "batch_size": 32, "eval_interval": 500}})
+    cfg = resolve(RunConfig.from_dict({"name": "survivor", "train": {"steps": 20000, "batch_size": 32, "eval_interval": 500}}))
     proc, url = start_server(workspace_dir)
     try:
         run_id = submit(cfg, workspace_dir)
@@ -523,8 +524,8 @@ def test_g_interactive_masking(server, page, workspace_dir):
 
     from app.components.images import MASK_GREY
 
-    cfg = RunConfig.from_dict({"name": "masking-box", "train": {"steps": 20, "batch_size": 32, "eval_interval": 10,
-                                                                "checkpoint_interval": 20}})
+    cfg = resolve(RunConfig.from_dict({"name": "masking-box", "train": {"steps": 20, "batch_size": 32, "eval_interval": 10,
+                                                                "checkpoint_interval": 20}}))
     run_id = submit(cfg, workspace_dir)
     wait_until(lambda: get_run(run_id, workspace_dir).status == "completed", 120, "the run to complete")
     page.goto(f"{server}/run_detail?run={run_id}")

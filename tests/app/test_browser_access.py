@@ -15,6 +15,7 @@ import playwright.sync_api as playwright_sync
 import pytest
 
 from engine.config import RunConfig
+from engine.tasks import resolve
 from engine.errors import PermissionDeniedError
 from engine.runner.launcher import cancel, delete_run, submit
 from engine.store import create_run, get_run, write_status
@@ -56,13 +57,13 @@ def browser():
 @pytest.fixture
 def running_run(workspace):
     """A run whose worker is alive (a process holds its lock, status running) and an ended one."""
-    live, d = create_run(RunConfig.from_dict({**CFG, "name": "live"}).to_dict())
+    live, d = create_run(resolve(RunConfig.from_dict({**CFG, "name": "live"})).to_dict())
     holder = subprocess.Popen([sys.executable, "-c", (
         "import sys, time; from engine.store import RunLock; l = RunLock(sys.argv[1]).acquire(); "
         "print('held', flush=True); time.sleep(600)"), str(d)], cwd=REPO, stdout=subprocess.PIPE, text=True)  # fmt: skip
     assert holder.stdout.readline().strip() == "held"
     write_status(d, {"status": "running", "step": 10, "total_steps": 50, "pid": holder.pid})
-    ended, d2 = create_run(RunConfig.from_dict({**CFG, "name": "ended"}).to_dict())
+    ended, d2 = create_run(resolve(RunConfig.from_dict({**CFG, "name": "ended"})).to_dict())
     write_status(d2, {"status": "cancelled", "step": 20, "total_steps": 50})
     yield live, ended
     holder.kill()
@@ -150,7 +151,7 @@ def test_demo_mode_has_no_write_controls_and_its_write_paths_refuse(workspace, r
 
     # The engine functions the pages call, called directly in a demo process.
     monkeypatch.setenv("MASKLAB_MODE", "demo")
-    for call in (lambda: cancel(live), lambda: delete_run(ended), lambda: submit(RunConfig.from_dict(CFG))):
+    for call in (lambda: cancel(live), lambda: delete_run(ended), lambda: submit(resolve(RunConfig.from_dict(CFG)))):
         with pytest.raises(PermissionDeniedError, match=r"^masklab is in demo mode"):
             call()
     assert get_run(live).status == "running" and get_run(ended).status == "cancelled"

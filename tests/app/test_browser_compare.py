@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from engine.config import RunConfig
+from engine.tasks import resolve
 from engine.store import create_run
 from engine.runner.worker import execute_run
 from tests.app.test_browser import CHART, browser, expect, page, settle, shot, start_server, stop_server  # noqa: F401
@@ -22,7 +23,7 @@ def test_compare_four_saved_runs(workspace, monkeypatch, page):  # noqa: F811
     monkeypatch.setenv("MASKLAB_AUTO_EVAL", "1")
     ids = []
     for ratio in (0.25, 0.5, 0.75, 0.9):
-        run_id, d = create_run(RunConfig.from_dict({**BASE, "name": f"r{ratio}", "masking": {"ratio": ratio}}).to_dict())
+        run_id, d = create_run(resolve(RunConfig.from_dict({**BASE, "name": f"r{ratio}", "masking": {"ratio": ratio}})).to_dict())
         assert execute_run(d) == "completed"
         ids.append(run_id)
     proc, url = start_server(workspace)

@@ -9,6 +9,7 @@ from streamlit.testing.v1 import AppTest
 
 from app.components.compare import config_diff, downstream_frame, efficiency_frame, mark_best, report_html, time_to_loss
 from engine.config import RunConfig
+from engine.tasks import resolve
 from engine.store import create_run, get_run, read_metrics
 from engine.store.evaluations import latest_evaluation
 from engine.runner.worker import execute_run
@@ -50,7 +51,7 @@ def four_runs(workspace, monkeypatch):
     ids = []
     for i, ratio in enumerate((0.25, 0.5, 0.75, 0.9)):
         cfg = {**BASE, "name": f"r{ratio}", "masking": {"ratio": ratio}}
-        run_id, d = create_run(RunConfig.from_dict(cfg).to_dict())
+        run_id, d = create_run(resolve(RunConfig.from_dict(cfg)).to_dict())
         assert execute_run(d) == "completed"
         ids.append(run_id)
     return ids

@@ -15,6 +15,7 @@ from streamlit.testing.v1 import AppTest
 from engine.access.policy import require_sign_in
 from engine.access.audit import read_audit
 from engine.config import RunConfig
+from engine.tasks import resolve
 from engine.store import archive_run, create_run, disk_usage, format_bytes, get_run, set_note, set_tags, write_status
 from engine.data import load_dataset
 from engine.access.users import remove_user, set_user
@@ -32,7 +33,7 @@ def _clean(monkeypatch):
 
 
 def ended_run(name: str, **cfg) -> str:
-    run_id, d = create_run(RunConfig.from_dict({**CFG, **cfg, "name": name}).to_dict())
+    run_id, d = create_run(resolve(RunConfig.from_dict({**CFG, **cfg, "name": name})).to_dict())
     write_status(d, {"status": "completed", "step": 50, "total_steps": 50, "started_at": 1.0, "ended_at": 2.0})
     return run_id
 

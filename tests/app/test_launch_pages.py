@@ -9,6 +9,7 @@ import pytest
 
 from engine.runner.backends import write_job
 from engine.config import RunConfig
+from engine.tasks import resolve
 from engine.store import create_run, write_status
 from tests.app.test_pages_apptest import open_page
 
@@ -34,8 +35,8 @@ def test_new_run_offers_processes_nodes_and_back_end(workspace):
 
 
 def test_run_detail_says_where_the_run_trains(workspace):
-    cfg = RunConfig.from_dict({"data": {"dataset": "digits"}, "train": {"batch_size": 32},
-                               "launch": {"nproc_per_node": 2}}).to_dict()
+    cfg = resolve(RunConfig.from_dict({"data": {"dataset": "digits"}, "train": {"batch_size": 32},
+                               "launch": {"nproc_per_node": 2}})).to_dict()
     run_id, d = create_run(cfg, workspace)
     write_status(d, {"status": "completed", "step": 10, "total_steps": 10, "placement": {
         "backend": "local", "hosts": ["node-a"], "processes": 2, "devices": ["0,1"]}})
@@ -78,8 +79,8 @@ def test_a_back_end_without_its_extra_is_marked_and_blocks_launch(workspace, mon
 
 
 def test_run_detail_names_the_cluster_job(workspace):
-    cfg = RunConfig.from_dict({"data": {"dataset": "digits"}, "train": {"batch_size": 32},
-                               "launch": {"backend": "slurm", "gpus": 1}}).to_dict()
+    cfg = resolve(RunConfig.from_dict({"data": {"dataset": "digits"}, "train": {"batch_size": 32},
+                               "launch": {"backend": "slurm", "gpus": 1}})).to_dict()
     run_id, d = create_run(cfg, workspace)
     write_job(d, {"backend": "slurm", "job_id": "4242", "cluster": "slurm", "folder": str(d / "submitit")})
     write_status(d, {"status": "completed", "step": 10, "total_steps": 10, "placement": {

@@ -14,6 +14,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from engine.config import RunConfig
+from engine.tasks import resolve
 from engine.data import list_datasets
 from engine.store import create_run, get_run
 ENTRY = Path(__file__).resolve().parents[2] / "app" / "streamlit_app.py"
@@ -214,7 +215,7 @@ def test_upload_csv_detects_columns_then_imports_text(workspace, shared_data):
 
 
 def test_run_detail_unknown_run_id_is_an_error(workspace):
-    run_id, _ = create_run(RunConfig.from_dict({"name": "queued-only"}).to_dict())
+    run_id, _ = create_run(resolve(RunConfig.from_dict({"name": "queued-only"})).to_dict())
     at = AppTest.from_file(str(ENTRY), default_timeout=60)
     at.query_params["run"] = "no-such-run"
     at.run().switch_page("../pages/run_detail.py")
@@ -338,7 +339,7 @@ def test_a_run_stays_viewable_after_its_dataset_is_deleted(workspace, tmp_path):
                      "num_threads": 1}}
     ids = []
     for seed in (0, 1):
-        run_id, d = create_run(RunConfig.from_dict({**cfg, "train": {**cfg["train"], "seed": seed}}).to_dict())
+        run_id, d = create_run(resolve(RunConfig.from_dict({**cfg, "train": {**cfg["train"], "seed": seed}})).to_dict())
         assert execute_run(d) == "completed"
         ids.append(run_id)
     delete_dataset("small")

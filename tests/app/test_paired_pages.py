@@ -15,6 +15,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from engine.config import RunConfig
+from engine.tasks import resolve
 from engine.store import get_run, load_samples
 from tests.app.pages import captions, figure_columns, n_images, open_with, page_html
 from tests.stamps import completed_run
@@ -82,7 +83,7 @@ def test_preview_shows_the_masks_the_run_used_for_its_samples(env):
 
     ws, run_id = env
     s = load_samples(run_id, workspace=ws)
-    cfg = RunConfig.from_dict(get_run(run_id, ws).config)
+    cfg = resolve(RunConfig.from_dict(get_run(run_id, ws).config))
     pv = _preview.__wrapped__(cfg.model_dump_json(), "", NUM_VIS)
     assert np.array_equal(pv.image_mask, s["mask"]) and np.array_equal(pv.text_mask, s["text_mask"])
     assert pv.captions == s.meta["captions"]
@@ -172,8 +173,8 @@ def test_new_run_sets_the_objective_weights_and_keeps_them_in_the_url(env):
     url = {k: (v[0] if isinstance(v, list) else v) for k, v in dict(at.query_params).items()}
     reopened = open_with("../pages/new_run.py", url)  # a reload: the weights come back from the URL
     assert [n.value for n in reopened.number_input if n.key.startswith("nr_m_w_")] == [2.0, 0.5, 0.0]
-    terms = RunConfig.from_dict({"task": "paired", "data": {"dataset": "pairs"},
-                                 "objective": {"terms": json.loads(url["objective.terms"])}}).objective.terms
+    terms = resolve(RunConfig.from_dict({"task": "paired", "data": {"dataset": "pairs"},
+                                 "objective": {"terms": json.loads(url["objective.terms"])}})).objective.terms
     assert [(t.loss, t.weight) for t in terms] == [("mse", 2.0), ("cross_entropy", 0.5)]  # 0 leaves InfoNCE out
     for name in ("mse", "cross_entropy"):
         reopened.number_input(key=f"nr_m_w_{name}").set_value(0.0).run()

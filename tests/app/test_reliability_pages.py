@@ -12,6 +12,7 @@ from streamlit.testing.v1 import AppTest
 
 import engine.workspace as ws_mod
 from engine.config import RunConfig
+from engine.tasks import resolve
 from engine.store import MetricsWriter, create_run, write_status
 from engine.runner.worker import execute_run
 
@@ -38,7 +39,7 @@ def charts(at: AppTest) -> int:
 
 def finished_run(name: str, status: str = "completed", error: str | None = None) -> tuple[str, Path]:
     """A run with 30 logged steps, compacted, and a final status."""
-    run_id, d = create_run(RunConfig.from_dict({"name": name, "train": {"steps": 30}}).to_dict())
+    run_id, d = create_run(resolve(RunConfig.from_dict({"name": name, "train": {"steps": 30}})).to_dict())
     w = MetricsWriter(d, run_id, flush_interval=0, compact_every=1000)
     for s in range(1, 31):
         w.log(s, {"loss": 1.0 / s, "throughput": 100.0})
@@ -72,7 +73,7 @@ def test_charts_render_with_a_warning_when_a_segment_is_empty_or_garbage(workspa
 
 
 def test_interrupted_and_diverged_runs_say_so(workspace):
-    interrupted, d = create_run(RunConfig.from_dict({"name": "gone", "train": {"steps": 30}}).to_dict())
+    interrupted, d = create_run(resolve(RunConfig.from_dict({"name": "gone", "train": {"steps": 30}})).to_dict())
     write_status(d, {"status": "running", "pid": os.getpid(), "step": 12, "total_steps": 30})  # no lock: gone
     diverged, _ = finished_run("nan", status="diverged", error="loss became nan at step 13; lower train.lr")
 
@@ -112,8 +113,8 @@ def test_full_disk_reason_in_the_error_box(workspace, monkeypatch):
         real(fd, data)
 
     monkeypatch.setattr(ws_mod, "_write_all", no_room_for_checkpoints)
-    cfg = RunConfig.from_dict({"name": "full", "data": {"dataset": "digits"}, "train": {
-        "steps": 6, "batch_size": 16, "eval_interval": 3, "checkpoint_interval": 3, "device": "cpu"}})
+    cfg = resolve(RunConfig.from_dict({"name": "full", "data": {"dataset": "digits"}, "train": {
+        "steps": 6, "batch_size": 16, "eval_interval": 3, "checkpoint_interval": 3, "device": "cpu"}}))
     run_id, d = create_run(cfg.to_dict())
     assert execute_run(d) == "failed"
     at = page("run_detail", run_id)

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from engine.config import RunConfig
+from engine.tasks import resolve
 from engine.store import create_run, get_run, read_config_history
 from engine.runner.worker import execute_run
 from tests.app.test_reliability_pages import page  # AppTest of a page, with ?run=<id>
@@ -23,7 +24,7 @@ CFG = {"data": {"dataset": "digits"}, "model": {"preset": "tiny", "patch_size": 
 
 def stopped_run(name: str, stop_after: int | None = 6) -> str:
     """A run trained in-process, ended ``failed`` after step ``stop_after`` (None: completed)."""
-    run_id, d = create_run(RunConfig.from_dict({**CFG, "name": name}).to_dict())
+    run_id, d = create_run(resolve(RunConfig.from_dict({**CFG, "name": name})).to_dict())
 
     def crash(step: int) -> None:
         if step == stop_after:

@@ -10,6 +10,7 @@ from pathlib import Path
 from streamlit.testing.v1 import AppTest
 
 from engine.config import RunConfig
+from engine.tasks import resolve
 from engine.store import create_run, write_status
 
 REPO = Path(__file__).resolve().parents[2]
@@ -17,7 +18,7 @@ ENTRY = REPO / "app" / "streamlit_app.py"
 
 
 def test_a_run_evaluating_its_final_checkpoint_says_so(workspace):
-    run_id, d = create_run(RunConfig.from_dict({"name": "ev", "train": {"steps": 50}}).to_dict())
+    run_id, d = create_run(resolve(RunConfig.from_dict({"name": "ev", "train": {"steps": 50}})).to_dict())
     holder = subprocess.Popen([sys.executable, "-c", (  # a live worker: it holds the run's lock
         "import sys, time; from engine.store import RunLock; l = RunLock(sys.argv[1]).acquire(); "
         "print('held', flush=True); time.sleep(600)"), str(d)], cwd=REPO, stdout=subprocess.PIPE, text=True)  # fmt: skip

@@ -15,6 +15,7 @@ from streamlit.testing.v1 import AppTest
 from app.components.run_form import command_line
 from app.components.urlstate import decode, encode, flatten, set_flags, unflatten
 from engine.config import RunConfig, apply_overrides
+from engine.tasks import resolve
 from engine.store import MetricsWriter, create_run, write_status
 
 ENTRY = Path(__file__).resolve().parents[2] / "app" / "streamlit_app.py"
@@ -82,7 +83,7 @@ def test_new_run_yaml_and_command_train_the_same_config(workspace):
     code = next(c.value for c in at.code if c.value.startswith("python -m engine run"))
     args = shlex.split(code.replace("\\\n", ""))
     sets = [args[i + 1] for i, a in enumerate(args) if a == "--set"]
-    assert RunConfig.from_dict(apply_overrides({}, sets)).to_dict() == resolved
+    assert resolve(RunConfig.from_dict(apply_overrides({}, sets))).to_dict() == resolved
     (button,) = [b for b in at.get("download_button") if "YAML" in b.proto.label]
     assert button.proto.label == "Download YAML"
     assert yaml.safe_load(yaml.safe_dump(resolved)) == resolved
@@ -114,7 +115,7 @@ def test_data_page_dataset_and_sidebar_memory(workspace):
 
 def _finished(name: str, workspace=None) -> str:
     """A completed 20-step run with loss, lr, mask ratio, throughput and one val loss."""
-    run_id, d = create_run(RunConfig.from_dict({"name": name, "train": {"steps": 20}}).to_dict(), workspace)
+    run_id, d = create_run(resolve(RunConfig.from_dict({"name": name, "train": {"steps": 20}})).to_dict(), workspace)
     w = MetricsWriter(d, run_id, flush_interval=0)
     for s in range(1, 21):
         w.log(s, {"loss": 1.0 / s, "lr": 1e-3, "mask_ratio": 0.75, "throughput": 50.0})
@@ -160,7 +161,7 @@ def test_plain_number_parameters_out_of_range_or_not_numbers_open_the_page(works
 def test_cancel_asks_before_it_cancels(workspace):
     from engine.store import CANCEL_FILE
 
-    run_id, d = create_run(RunConfig.from_dict({"name": "waiting"}).to_dict())  # queued: active, no worker yet
+    run_id, d = create_run(resolve(RunConfig.from_dict({"name": "waiting"})).to_dict())  # queued: active, no worker yet
     at = open_with("../pages/runs.py", {})
     at.button(key=f"runs_cancel_{run_id}").click().run()
     assert any(m.value.startswith("Cancel **waiting") for m in at.markdown)
@@ -176,7 +177,7 @@ def test_cancel_asks_before_it_cancels(workspace):
 def test_cancelling_a_run_that_ended_meanwhile_says_nothing_was_cancelled(workspace):
     from engine.store import CANCEL_FILE
 
-    run_id, d = create_run(RunConfig.from_dict({"name": "finishing"}).to_dict())
+    run_id, d = create_run(resolve(RunConfig.from_dict({"name": "finishing"})).to_dict())
     at = open_with("../pages/runs.py", {})
     at.button(key=f"runs_cancel_{run_id}").click().run()
     write_status(d, {"status": "completed", "step": 20, "total_steps": 20, "started_at": 1.0, "ended_at": 3.0})
@@ -226,7 +227,7 @@ def test_new_run_link_with_bad_numbers_opens_and_says_what_it_did_not_take(works
     dataset, task, fields = NUMERIC_FIELDS[modality]
     at = open_with("../pages/new_run.py", {"dataset": dataset, "task": task, **{f: bad for f in fields}})
     resolved = json.loads(at.json[0].value)
-    RunConfig.from_dict(resolved)  # the form holds a valid config
+    resolve(RunConfig.from_dict(resolved))  # the form holds a valid config
     warned = " ".join(w.value for w in at.warning)
     assert "This link's" in warned
     for f in fields:

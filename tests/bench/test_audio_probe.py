@@ -16,8 +16,8 @@ def test_speaker_folds_pretrain_on_three_speakers_and_probe_the_fourth(workspace
     from engine.data import load_dataset
     from engine.eval import linear_probe, logmel_stats
     from engine.store import get_run
-    from engine.tasks import build_task
     from engine.config import RunConfig
+    from engine.tasks import build_task, resolve
 
     bench = load_bench("audio_probe")
     src = subset_zip(shared_data, workspace.parent / "fsdd-small.zip", "0123", bench.SPEAKERS, 5)
@@ -34,7 +34,7 @@ def test_speaker_folds_pretrain_on_three_speakers_and_probe_the_fourth(workspace
     for k in ("model", "baseline", "untrained"):
         assert 0.0 <= out[k] <= 1.0
     # the baseline figure is the probe on log-mel mean/std of the same clips
-    task = build_task(RunConfig.from_dict(cfg), "cpu", workspace)
+    task = build_task(resolve(RunConfig.from_dict(cfg)), "cpu", workspace)
     ds = task._ds
     tr, va = ds.indices("train"), ds.indices("val")
     want = linear_probe(logmel_stats(task.feats, tr), ds.labels[tr], logmel_stats(task.feats, va), ds.labels[va],

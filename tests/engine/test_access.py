@@ -15,6 +15,7 @@ from engine.access import policy as access
 from engine.access.policy import Identity, acting_as, can, require_sign_in
 from engine.access.audit import audit_path, read_audit
 from engine.config import RunConfig
+from engine.tasks import resolve
 from engine.data import delete_dataset, import_source, list_datasets
 from engine.errors import DatasetError, MasklabError, PermissionDeniedError, ResumeError, RunLockedError, RunNotFoundError
 from engine.runner.launcher import cancel, delete_run, evaluate, resume, submit
@@ -31,7 +32,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _ended_run(status: str = "failed") -> str:
     """A run folder as a finished worker leaves it (no worker process: nothing to wait for)."""
-    run_id, d = create_run(RunConfig.from_dict(CFG).to_dict())
+    run_id, d = create_run(resolve(RunConfig.from_dict(CFG)).to_dict())
     write_status(d, {"status": status, "step": 2, "total_steps": 3, "error": "test"})
     return run_id
 
@@ -63,7 +64,7 @@ def test_a_viewer_is_refused_on_every_write_path_and_nothing_changes(workspace, 
     import_source(src, "kept", actor=EDITOR)
     before = sorted(p.relative_to(workspace) for p in workspace.rglob("*") if "audit" not in p.parts)
     calls = {
-        "run.submit": lambda: submit(RunConfig.from_dict(CFG), actor=VIEWER),
+        "run.submit": lambda: submit(resolve(RunConfig.from_dict(CFG)), actor=VIEWER),
         "run.resume": lambda: resume(run_id, actor=VIEWER),
         "run.cancel": lambda: cancel(run_id, actor=VIEWER),
         "run.evaluate": lambda: evaluate(run_id, actor=VIEWER),
@@ -90,7 +91,7 @@ def test_an_editor_launches_resumes_cancels_and_imports_but_cannot_delete(worksp
     run_id = _ended_run()
     # authorised: each call reaches the engine's own checks (a missing dataset, no checkpoint, ended run)
     with pytest.raises(MasklabError, match="data.dataset: no dataset .missing."):
-        submit(RunConfig.from_dict({**CFG, "data": {"dataset": "missing"}}), actor=EDITOR)
+        submit(resolve(RunConfig.from_dict({**CFG, "data": {"dataset": "missing"}})), actor=EDITOR)
     with pytest.raises(ResumeError):
         resume(run_id, actor=EDITOR)
     assert cancel(run_id, actor=EDITOR) is False  # already ended
@@ -148,7 +149,7 @@ def test_a_live_run_is_not_deleted(workspace):
 
 @pytest.mark.slow
 def test_an_editor_launches_a_real_run(workspace):
-    run_id = submit(RunConfig.from_dict(CFG), actor=EDITOR)
+    run_id = submit(resolve(RunConfig.from_dict(CFG)), actor=EDITOR)
     end = time.time() + 120
     while get_run(run_id).status not in ("completed", "failed") and time.time() < end:
         time.sleep(0.3)
@@ -166,7 +167,7 @@ def test_demo_mode_refuses_every_write_even_for_an_admin_and_writes_nothing(work
     run_id = _ended_run()
     monkeypatch.setenv("MASKLAB_MODE", "demo")
     before = sorted(workspace.rglob("*"))
-    for call in (lambda: submit(RunConfig.from_dict(CFG), actor=ADMIN), lambda: cancel(run_id, actor=ADMIN),
+    for call in (lambda: submit(resolve(RunConfig.from_dict(CFG)), actor=ADMIN), lambda: cancel(run_id, actor=ADMIN),
                  lambda: resume(run_id, actor=ADMIN), lambda: evaluate(run_id, actor=ADMIN), lambda: delete_run(run_id), lambda: import_source(_texts(tmp_path), "d"),
                  lambda: delete_dataset("x", actor=ADMIN), lambda: set_user("x", "admin", "pw"),
                  lambda: annotate(run_id, tags=["x"], actor=ADMIN)):  # fmt: skip

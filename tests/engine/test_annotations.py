@@ -12,6 +12,7 @@ import pytest
 from engine.access.policy import Identity, require_sign_in
 from engine.access.audit import audit_path, read_audit
 from engine.config import RunConfig
+from engine.tasks import resolve
 from engine.errors import ConfigError, PermissionDeniedError, RunNotFoundError
 from engine.store import (
     MetricsWriter, annotate, archive_run, create_run, dataset_bytes, disk_usage, format_bytes, get_run, list_runs,
@@ -24,7 +25,7 @@ EDITOR = Identity("ed", "editor", "password")
 
 
 def new_run(name: str = "r") -> tuple[str, Path]:
-    return create_run(RunConfig.from_dict({"name": name, "train": {"steps": 20}}).to_dict())
+    return create_run(resolve(RunConfig.from_dict({"name": name, "train": {"steps": 20}})).to_dict())
 
 
 def test_tags_note_and_archive_are_stored_with_the_run_and_config_is_untouched(workspace):

@@ -18,6 +18,7 @@ import soundfile as sf
 import torch
 
 from engine.config import RunConfig
+from engine.tasks import resolve
 from engine.data import ImportOptions, import_source
 from engine.data.audio import MIN_CLIP_SECONDS
 from engine.masking import MASKING_REGISTRY, strategies_for
@@ -56,9 +57,9 @@ def cases():
 
 
 def masks(ws, task, strategy, ratio, params=None, audio=None, patch=None):
-    cfg = RunConfig.from_dict({"task": task, "data": {"dataset": "lengths", "audio": audio or {}},
+    cfg = resolve(RunConfig.from_dict({"task": task, "data": {"dataset": "lengths", "audio": audio or {}},
                                "masking": {"strategy": strategy, "ratio": ratio, "params": params or {}},
-                               "model": {"patch_size": patch} if patch else {}})  # fmt: skip
+                               "model": {"patch_size": patch} if patch else {}}))  # fmt: skip
     mask, eligible = train_masks(cfg, len(LENGTHS), ws)
     return mask.reshape(len(mask), -1), eligible.reshape(len(mask), -1)
 

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from engine.config import RunConfig
+from engine.tasks import resolve
 from engine.models import MODEL_REGISTRY, FrameTransformer, MaskedAutoencoderViT, build_model, count_parameters
 from engine.models.mae import pool, pool_stats
 from engine.objectives import masked_mse
@@ -119,7 +120,7 @@ def test_audio_archs_build_from_a_config_with_every_preset(arch):
     for preset in MODEL_REGISTRY[arch].presets:
         if preset == "base":
             continue  # 86M parameters: too slow to build in a unit test
-        cfg = RunConfig.from_dict({"task": task, "data": {"dataset": "x"}, "model": {"preset": preset}})
+        cfg = resolve(RunConfig.from_dict({"task": task, "data": {"dataset": "x"}, "model": {"preset": preset}}))
         m = build_model(cfg, n_mels=64, frames=104 if arch == "audio_mae_vit" else 100, patch=(8, 8) if arch == "audio_mae_vit" else (64, 2))
         assert count_parameters(m) > 0
 
@@ -127,6 +128,6 @@ def test_audio_archs_build_from_a_config_with_every_preset(arch):
 def test_frame_builder_refuses_top_k_above_the_depth():
     from engine.errors import ConfigError
 
-    cfg = RunConfig.from_dict({"task": "audio_frames", "data": {"dataset": "x"}, "task_params": {"target": "ema", "top_k": 9}})
+    cfg = resolve(RunConfig.from_dict({"task": "audio_frames", "data": {"dataset": "x"}, "task_params": {"target": "ema", "top_k": 9}}))
     with pytest.raises(ConfigError, match=r"task_params\.top_k: 9 is more than the 4 blocks of preset 'tiny'"):
         build_model(cfg, n_mels=64, frames=100, patch=(64, 2))

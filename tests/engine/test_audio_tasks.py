@@ -11,6 +11,7 @@ import torch
 
 from engine.tasks.checks import check_run
 from engine.config import RunConfig
+from engine.tasks import resolve
 from engine.data import ImportOptions, import_source, load_dataset
 from engine.errors import ConfigError
 from engine.store import create_run, get_run, load_samples
@@ -40,30 +41,30 @@ def cfg_of(task="audio_mae", **over):
                                                 "num_vis": 2, "warmup_steps": 1}}
     for k, v in over.items():
         d[k] = {**d.get(k, {}), **v} if isinstance(v, dict) else v
-    return RunConfig.from_dict(d)
+    return resolve(RunConfig.from_dict(d))
 
 
 def test_audio_tasks_fill_their_defaults():
-    cfg = RunConfig.from_dict({"task": "audio_mae", "data": {"dataset": "x"}})
+    cfg = resolve(RunConfig.from_dict({"task": "audio_mae", "data": {"dataset": "x"}}))
     assert (cfg.model.arch, cfg.model.patch_size, cfg.objective.loss) == ("audio_mae_vit", 8, "mse")
     assert cfg.data.audio.model_dump() == {"n_mels": 64, "window_ms": 25.0, "hop_ms": 10.0, "f_min": 0.0, "f_max": None,
                                            "clip_seconds": 1.0}
     assert cfg.task_params == {"patch_frames": None}
-    f = RunConfig.from_dict({"task": "audio_frames", "data": {"dataset": "x"}})
+    f = resolve(RunConfig.from_dict({"task": "audio_frames", "data": {"dataset": "x"}}))
     assert (f.model.arch, f.model.patch_size, f.task_params["target"]) == ("frame_transformer", 2, "mel")
-    assert RunConfig.from_dict(f.to_dict()).to_dict() == f.to_dict()  # resolved config is a fixed point
+    assert resolve(RunConfig.from_dict(f.to_dict())).to_dict() == f.to_dict()  # resolved config is a fixed point
     assert get_task("audio_mae").headline == ("val_spec_mse", "min")
 
 
 def test_config_errors_name_the_field():
     with pytest.raises(ConfigError, match=r"data\.audio: task 'image_mim' does not use it; remove it"):
-        RunConfig.from_dict({"data": {"audio": {}}})
+        resolve(RunConfig.from_dict({"data": {"audio": {}}}))
     with pytest.raises(ConfigError, match=r"data\.tokenizer: task 'audio_mae' does not use it"):
-        RunConfig.from_dict({"task": "audio_mae", "data": {"dataset": "x", "tokenizer": {}}})
+        resolve(RunConfig.from_dict({"task": "audio_mae", "data": {"dataset": "x", "tokenizer": {}}}))
     with pytest.raises(ConfigError, match=r"data\.audio: hop_ms \(30\) must not exceed window_ms \(25\)"):
-        RunConfig.from_dict({"task": "audio_mae", "data": {"dataset": "x", "audio": {"hop_ms": 30}}})
+        resolve(RunConfig.from_dict({"task": "audio_mae", "data": {"dataset": "x", "audio": {"hop_ms": 30}}}))
     with pytest.raises(ConfigError, match=r"task_params\.target"):
-        RunConfig.from_dict({"task": "audio_frames", "data": {"dataset": "x"}, "task_params": {"target": "hubert"}})
+        resolve(RunConfig.from_dict({"task": "audio_frames", "data": {"dataset": "x"}, "task_params": {"target": "hubert"}}))
 
 
 def test_preflight_names_what_does_not_fit(ws):

@@ -14,6 +14,7 @@ import pytest
 
 from engine.runner.backends import JOB_FILE, REASON_PREFIX, WORKSPACE_EXIT, check_workspace, read_job, unavailable
 from engine.config import RunConfig
+from engine.tasks import resolve
 from engine.data import load_dataset
 from engine.errors import BackendError, ConfigError
 from engine.runner.launcher import cancel, job_state, resume, submit
@@ -27,7 +28,7 @@ CFG = {"data": {"dataset": "digits"}, "model": {"preset": "tiny", "patch_size": 
 
 
 def _cfg(backend: str, **launch) -> RunConfig:
-    return RunConfig.from_dict({**CFG, "launch": {"backend": backend, **launch}})
+    return resolve(RunConfig.from_dict({**CFG, "launch": {"backend": backend, **launch}}))
 
 
 # --- config and sbatch script (no cluster) --------------------------------------------------------------
@@ -36,11 +37,11 @@ def _cfg(backend: str, **launch) -> RunConfig:
 def test_old_launch_sections_stay_valid_and_cluster_fields_round_trip():
     """A launch section saved before the back-ends (no cluster fields) still validates; a ray config
     keeps its fields through to_dict; a one-process local config still saves without a launch section."""
-    old = RunConfig.from_dict({**CFG, "launch": {"nproc_per_node": 2, "backend": "local"}})
+    old = resolve(RunConfig.from_dict({**CFG, "launch": {"nproc_per_node": 2, "backend": "local"}}))
     assert old.launch.backend == "local" and old.launch.gpus == 0
     ray = _cfg("ray", gpus=1, cpus=4, ray_address="http://head:8265")
-    assert RunConfig.from_dict(ray.to_dict()).launch == ray.launch
-    assert "launch" not in RunConfig.from_dict(CFG).to_dict()
+    assert resolve(RunConfig.from_dict(ray.to_dict())).launch == ray.launch
+    assert "launch" not in resolve(RunConfig.from_dict(CFG)).to_dict()
 
 
 @pytest.mark.parametrize("launch, field", [
@@ -50,7 +51,7 @@ def test_old_launch_sections_stay_valid_and_cluster_fields_round_trip():
 ])
 def test_bad_launch_fields_name_the_field(launch, field):
     with pytest.raises(ConfigError, match=field):
-        RunConfig.from_dict({**CFG, "launch": launch})
+        resolve(RunConfig.from_dict({**CFG, "launch": launch}))
 
 
 def test_sbatch_script_carries_the_run_parameters(tmp_path):

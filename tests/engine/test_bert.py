@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.config import RunConfig
+from engine.tasks import resolve
 from engine.masking import random_mask
 from engine.masking.mlm import apply_mlm
 from engine.models import TEXT_PRESETS, BertMLM, count_parameters
@@ -90,7 +91,7 @@ def test_decoder_is_tied_to_the_input_embedding_and_stored_once(tmp_path):
     assert model.tok_embed.tok.weight.grad[unused].abs().sum() > 0
     # The real checkpoint writer (safetensors refuses tensors stored under two names) round-trips it.
     opt = torch.optim.AdamW(model.parameters())
-    ckpt = save_checkpoint(tmp_path, 1, model, opt, RunConfig.from_dict({}), rng={})
+    ckpt = save_checkpoint(tmp_path, 1, model, opt, resolve(RunConfig.from_dict({})), rng={})
     other = BertMLM(V, MAX_LEN, **MICRO)
     other.load_state_dict(load_weights(ckpt), strict=True)
     assert torch.equal(other(ids, att, mask), model(ids, att, mask))

@@ -12,6 +12,7 @@ import torch
 
 import engine.workspace as ws_mod
 from engine.config import RunConfig
+from engine.tasks import resolve
 from engine.errors import DamagedFileError, StorageError
 from engine.store import (
     append_config_history, create_run, latest_complete_checkpoint, list_checkpoints, load_checkpoint_state,
@@ -42,7 +43,7 @@ def rng_states() -> dict:
 
 def test_state_loads_with_weights_only_and_restores_every_generator(trained):
     d, model, opt = trained
-    cfg = RunConfig.from_dict({"train": {"steps": 10}})
+    cfg = resolve(RunConfig.from_dict({"train": {"steps": 10}}))
     path = save_checkpoint(d, 5, model, opt, cfg, rng_states())
     state = load_checkpoint_state(path)  # torch.load(weights_only=True): no code runs on load
     assert state["step"] == 5 and state["format"] == 2 and state["config"] == cfg.to_dict()
@@ -127,7 +128,7 @@ def test_full_disk_during_a_checkpoint_leaves_no_trace_and_says_what(trained, mo
 
 
 def test_config_history_records_what_a_resume_changed(workspace):
-    cfg = RunConfig.from_dict({"train": {"steps": 100, "lr": 0.002}}).to_dict()
+    cfg = resolve(RunConfig.from_dict({"train": {"steps": 100, "lr": 0.002}})).to_dict()
     run_id, d = create_run(cfg)
     assert read_config_history(d) == [{"step": 0, "config": cfg, "changed": {}}]
     new = {**cfg, "train": {**cfg["train"], "lr": 0.0005, "steps": 200}}
@@ -148,7 +149,7 @@ def test_checkpoint_weights_counts_parameters_from_the_header(trained):
 
     d, model, opt = trained
     assert checkpoint_weights(d.name) is None  # no checkpoint yet
-    cfg = RunConfig.from_dict({"train": {"steps": 10}})
+    cfg = resolve(RunConfig.from_dict({"train": {"steps": 10}}))
     save_checkpoint(d, 3, model, opt, cfg, rng_states())
     path = save_checkpoint(d, 7, model, opt, cfg, rng_states())
     w = checkpoint_weights(d.name)

@@ -174,11 +174,12 @@ def test_a_run_is_found_by_the_short_id_the_dashboard_shows(workspace):
     run's id ends with it; an end shared by several runs is refused, listing them; delete wants it all."""
     from engine.cli import resolve_run_id
     from engine.config import RunConfig
+    from engine.tasks import resolve
     from engine.errors import RunNotFoundError
     from engine.store import create_run
     from engine.store.annotations import read_annotations
 
-    cfg = RunConfig.from_dict({"name": "short", "train": {"steps": 5}}).to_dict()
+    cfg = resolve(RunConfig.from_dict({"name": "short", "train": {"steps": 5}})).to_dict()
     ids: dict[str, list[str]] = {}
     while not any(len(v) > 1 for v in ids.values()):  # two ids with the same last character (at most 17 runs)
         run_id, _ = create_run(cfg)

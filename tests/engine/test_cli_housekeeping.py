@@ -8,13 +8,14 @@ import getpass
 import json
 
 from engine.config import RunConfig
+from engine.tasks import resolve
 from engine.store import create_run, disk_usage, format_bytes, get_run
 from tests.cli import engine_main as engine_cli
 
 
 def test_tag_note_archive_and_the_run_list(workspace):
-    kept, _ = create_run(RunConfig.from_dict({"name": "kept", "train": {"steps": 10}}).to_dict())
-    old, _ = create_run(RunConfig.from_dict({"name": "old", "train": {"steps": 10}}).to_dict())
+    kept, _ = create_run(resolve(RunConfig.from_dict({"name": "kept", "train": {"steps": 10}})).to_dict())
+    old, _ = create_run(resolve(RunConfig.from_dict({"name": "old", "train": {"steps": 10}})).to_dict())
 
     out = engine_cli("tag", kept, "baseline", "ratio 0.75", "digits")
     assert out.returncode == 0, out.stderr
@@ -54,7 +55,7 @@ def test_tag_note_archive_and_the_run_list(workspace):
 
 
 def test_refusals_are_clear_errors_with_exit_code_2(workspace):
-    run_id, d = create_run(RunConfig.from_dict({"train": {"steps": 10}}).to_dict())
+    run_id, d = create_run(resolve(RunConfig.from_dict({"train": {"steps": 10}})).to_dict())
     out = engine_cli("tag", run_id, "fine", "a,b")
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "error: tag 'a,b': a tag cannot hold a comma" in out.stderr and get_run(run_id).tags == ()

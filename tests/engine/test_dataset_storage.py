@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from engine.config import RunConfig
+from engine.tasks import resolve
 from engine.data import AudioDataset, ImageDataset, PairedDataset, TextDataset, load_dataset
 from engine.data.dataset import to_pcm
 from engine.data.storage import LEGACY_DATA, MAPPED, META, array_path, content_hash, datasets_dir, save_dataset
@@ -94,7 +95,7 @@ def cfg_of(modality: str, dataset: str) -> RunConfig:
     d = {k: (dict(v) if isinstance(v, dict) else v) for k, v in CONFIGS[modality].items()}
     d["data"] = {**d.get("data", {}), "dataset": dataset}
     d["train"] = TRAIN
-    return RunConfig.from_dict(d)
+    return resolve(RunConfig.from_dict(d))
 
 
 @pytest.mark.parametrize("modality", list(CONFIGS))

@@ -11,6 +11,7 @@ import os
 import pytest
 
 from engine.config import RunConfig
+from engine.tasks import resolve
 from engine.data import load_dataset
 from engine.runner.devices import gpu_pool, run_gpus, slot_devices
 from engine.errors import ConfigError
@@ -66,7 +67,7 @@ def test_the_worker_sets_its_slots_gpus_and_records_them(workspace, monkeypatch,
     slots.mkdir()
     with open(slots / "slot-0.lock", "a+") as taken:  # another run holds slot 0
         fcntl.flock(taken, fcntl.LOCK_EX)
-        run_id, d = create_run(RunConfig.from_dict(cfg).to_dict())
+        run_id, d = create_run(resolve(RunConfig.from_dict(cfg)).to_dict())
         assert execute_run(d) == "completed"
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "5"
     assert get_run(run_id).extra["placement"] == {"backend": "local", "hosts": [os.uname().nodename],

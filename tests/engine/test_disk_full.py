@@ -22,6 +22,7 @@ import pytest
 
 import engine.workspace as ws_mod
 from engine.config import RunConfig
+from engine.tasks import resolve
 from engine.data import load_dataset
 from engine.runner.launcher import submit
 from engine.store import create_run, get_run, read_log, read_status, run_alive
@@ -100,7 +101,7 @@ def small_disk(request, workspace, monkeypatch):
 def _train(disk: SmallDisk, cfg: dict, on_step=None) -> str:
     """A background worker on the tmpfs (the real thing), or the same code in-process on the simulated disk."""
     if disk.mode == "tmpfs":
-        run_id = submit(RunConfig.from_dict(cfg))
+        run_id = submit(resolve(RunConfig.from_dict(cfg)))
         d = get_run(run_id).path
         deadline = time.time() + 180
         while time.time() < deadline:
@@ -112,7 +113,7 @@ def _train(disk: SmallDisk, cfg: dict, on_step=None) -> str:
         while run_alive(d) and time.time() < deadline:
             time.sleep(0.2)
         return run_id
-    run_id, d = create_run(RunConfig.from_dict(cfg).to_dict())
+    run_id, d = create_run(resolve(RunConfig.from_dict(cfg)).to_dict())
     fired = {"done": on_step is None}
 
     def step_hook(step: int) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from engine.config import RunConfig
+from engine.tasks import resolve
 from engine.data import load_dataset
 from engine.runner.torchrun import mask_seed, torchrun_command
 from engine.errors import ConfigError, RunActiveError
@@ -57,9 +58,9 @@ def _free_port() -> int:
 
 
 def test_a_default_launch_leaves_the_saved_config_as_it_was():
-    d = RunConfig.from_dict(TINY).to_dict()
-    assert "launch" not in d and RunConfig.from_dict(d).launch.world_size == 1
-    two = RunConfig.from_dict(with_launch(TINY, nproc_per_node=2)).to_dict()
+    d = resolve(RunConfig.from_dict(TINY)).to_dict()
+    assert "launch" not in d and resolve(RunConfig.from_dict(d)).launch.world_size == 1
+    two = resolve(RunConfig.from_dict(with_launch(TINY, nproc_per_node=2))).to_dict()
     assert two["launch"] == {"nproc_per_node": 2, "nnodes": 1, "node_rank": 0, "rdzv_endpoint": "", "backend": "local"}
     assert {k: v for k, v in two.items() if k != "launch"} == d
 
@@ -77,7 +78,7 @@ def test_a_default_launch_leaves_the_saved_config_as_it_was():
 ])
 def test_bad_launch_sections_are_refused_naming_the_field(launch, train, problem):
     with pytest.raises(ConfigError, match="^invalid run config: ") as e:
-        RunConfig.from_dict(with_launch(TINY, train, **launch))
+        resolve(RunConfig.from_dict(with_launch(TINY, train, **launch)))
     assert problem in str(e.value)
 
 
@@ -103,10 +104,10 @@ def test_mask_seeds_rank_0_keeps_the_run_seed_and_other_ranks_differ_reproducibl
 def test_join_refuses_a_single_node_run_and_the_holders_rank(workspace):
     from engine.runner.torchrun import join
 
-    _, d = create_run(RunConfig.from_dict(with_launch(TINY, nproc_per_node=2)).to_dict(), workspace)
+    _, d = create_run(resolve(RunConfig.from_dict(with_launch(TINY, nproc_per_node=2))).to_dict(), workspace)
     with pytest.raises(ConfigError, match="trains on one node"):
         join(d, 1)
-    _, d = create_run(RunConfig.from_dict(with_launch(TINY, nnodes=2, rdzv_endpoint="127.0.0.1:29400")).to_dict(),
+    _, d = create_run(resolve(RunConfig.from_dict(with_launch(TINY, nnodes=2, rdzv_endpoint="127.0.0.1:29400"))).to_dict(),
                       workspace)
     for rank in (0, 2, -1):
         with pytest.raises(ConfigError, match=f"--node-rank {rank}: run .* has nodes 0..1"):
@@ -120,7 +121,7 @@ def test_join_refuses_a_single_node_run_and_the_holders_rank(workspace):
 
 
 def _foreground(cfg: dict) -> str:
-    run_id, d = create_run(RunConfig.from_dict(cfg).to_dict())
+    run_id, d = create_run(resolve(RunConfig.from_dict(cfg)).to_dict())
     assert execute_run(d) == "completed", get_run(run_id).error
     return run_id
 
@@ -172,7 +173,7 @@ def test_a_two_process_run_is_cancelled_killed_and_resumed_through_its_lock(work
     load_dataset("digits")
     cfg = with_launch(TINY, {"steps": 400, "eval_interval": 50, "checkpoint_interval": 20, "num_threads": 1},
                       nproc_per_node=2)
-    run_id = submit(RunConfig.from_dict(cfg))
+    run_id = submit(resolve(RunConfig.from_dict(cfg)))
     d = get_run(run_id).path
     _wait(lambda: get_run(run_id).step >= 5, 180, "the ranks to train")
     assert len(_ranks(d)) == 2 and signal_holder(d, 0) not in _ranks(d)  # the holder is the worker
@@ -206,7 +207,7 @@ def test_two_nodes_train_one_run_and_resume_it_after_a_cancel(workspace):
     endpoint = f"127.0.0.1:{_free_port()}"
     cfg = with_launch(TINY, {"steps": 200, "eval_interval": 50, "checkpoint_interval": 10, "num_threads": 1},
                       nnodes=2, rdzv_endpoint=endpoint)
-    run_id = submit(RunConfig.from_dict(cfg))
+    run_id = submit(resolve(RunConfig.from_dict(cfg)))
     d = get_run(run_id).path
 
     def join() -> subprocess.Popen:
@@ -244,7 +245,7 @@ def test_a_single_process_run_resumes_on_two_processes(workspace):
     load_dataset("digits")
     cfg = {**TINY, "train": {**TINY["train"], "steps": 30, "eval_interval": 10, "checkpoint_interval": 5,
                              "num_threads": 1}}
-    run_id, d = create_run(RunConfig.from_dict(cfg).to_dict())
+    run_id, d = create_run(resolve(RunConfig.from_dict(cfg)).to_dict())
 
     def cancel_at_8(step: int) -> None:
         if step == 8:
@@ -270,7 +271,7 @@ def test_a_cancel_while_waiting_for_a_node_that_never_comes_ends_cancelled(works
     monkeypatch.setattr(engine.runner.torchrun, "STOP_GRACE_S", 3.0)
     load_dataset("digits")
     cfg = with_launch(TINY, nnodes=2, rdzv_endpoint=f"127.0.0.1:{_free_port()}")
-    run_id, d = create_run(RunConfig.from_dict(cfg).to_dict())
+    run_id, d = create_run(resolve(RunConfig.from_dict(cfg)).to_dict())
     threading.Timer(8.0, (d / CANCEL_FILE).touch).start()
     assert execute_run(d) == "cancelled"
     rec = get_run(run_id)

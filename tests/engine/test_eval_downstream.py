@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from engine.config import RunConfig
+from engine.tasks import resolve
 from engine.data import ImportOptions, import_source
 from engine.errors import EvaluationError
 from engine.eval.finetune import FinetuneInputs, finetune, finetune_inputs, pooled_features
@@ -23,7 +24,7 @@ DIGITS = {"data": {"dataset": "digits"}, "model": {"preset": "tiny", "patch_size
 
 
 def _image_task(workspace, **over):
-    cfg = RunConfig.from_dict({**DIGITS, **over})
+    cfg = resolve(RunConfig.from_dict({**DIGITS, **over}))
     torch.manual_seed(cfg.train.seed)
     return build_task(cfg, torch.device("cpu"), workspace)
 
@@ -119,8 +120,8 @@ def audio_ws(tmp_path_factory, shared_data):
 
 @pytest.mark.parametrize("task_name", ["audio_mae", "audio_frames"])
 def test_audio_spectral_error_agrees_with_the_tasks_own_figures(audio_ws, one_thread, task_name):
-    cfg = RunConfig.from_dict({"task": task_name, "data": {"dataset": "d4", "audio": {"n_mels": 32, "clip_seconds": 0.5}},
-                               "model": {"preset": "tiny"}, "train": {"steps": 3, "batch_size": 8, "num_vis": 2}})
+    cfg = resolve(RunConfig.from_dict({"task": task_name, "data": {"dataset": "d4", "audio": {"n_mels": 32, "clip_seconds": 0.5}},
+                               "model": {"preset": "tiny"}, "train": {"steps": 3, "batch_size": 8, "num_vis": 2}}))
     torch.manual_seed(0)
     task = build_task(cfg, torch.device("cpu"), audio_ws)
     q = reconstruction_quality(task)

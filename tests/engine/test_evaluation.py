@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from engine.config import RunConfig
+from engine.tasks import resolve
 from engine.data import import_source
 from engine.errors import EvaluationError, RunActiveError
 from engine.runner.launcher import evaluate
@@ -23,7 +24,7 @@ IMAGE = {"name": "img", "data": {"dataset": "digits"}, "model": {"preset": "tiny
 
 
 def _run(cfg: dict) -> tuple[str, object]:
-    run_id, d = create_run(RunConfig.from_dict(cfg).to_dict())
+    run_id, d = create_run(resolve(RunConfig.from_dict(cfg)).to_dict())
     assert execute_run(d) == "completed"
     return run_id, d
 
@@ -76,7 +77,7 @@ def test_completed_image_run_is_evaluated_at_its_end_and_on_demand(workspace, on
 def test_refusals_and_a_changed_dataset(workspace, one_thread, tmp_path):
     run_id, d = _run({**IMAGE, "train": {**IMAGE["train"], "steps": 10, "checkpoint_interval": 100}})
     assert read_evaluations(run_id) == ([], []) and read_job(run_id) is None  # MASKLAB_AUTO_EVAL=0
-    queued_id, _ = create_run(RunConfig.from_dict(IMAGE).to_dict())  # status queued, just created
+    queued_id, _ = create_run(resolve(RunConfig.from_dict(IMAGE)).to_dict())  # status queued, just created
     with pytest.raises(RunActiveError, match=rf"run {queued_id} is queued; its final checkpoint is evaluated"):
         evaluate(queued_id)
     # the dataset the run trained on is replaced by other content: the checkpoint is not evaluated on it
@@ -130,7 +131,7 @@ def test_cancel_during_the_final_evaluation_stops_it_and_the_run_stays_completed
 
     monkeypatch.setenv("MASKLAB_AUTO_EVAL", "1")  # the worker process inherits it
     cfg = {**IMAGE, "evaluation": {**EVAL, "max_rows": 2000, "finetune_epochs": 100}}  # a longer evaluation
-    run_id = submit(RunConfig.from_dict(cfg))
+    run_id = submit(resolve(RunConfig.from_dict(cfg)))
     d = get_run(run_id).path
     deadline = time.time() + 300
     while read_status(d).get("phase") != "evaluating":
@@ -156,7 +157,7 @@ def test_a_cancel_before_the_final_evaluation_starts_is_recorded_too(workspace):
     nothing)."""
     from engine.runner.worker import _evaluate_final
 
-    run_id, d = create_run(RunConfig.from_dict(IMAGE).to_dict())
+    run_id, d = create_run(resolve(RunConfig.from_dict(IMAGE)).to_dict())
     _evaluate_final(d, "cpu", workspace, 30, should_stop=lambda: True)
     job = read_job(run_id)
     assert job["status"] == "failed" and job["step"] == 30

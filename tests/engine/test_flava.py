@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from engine.config import RunConfig
+from engine.tasks import resolve
 from engine.errors import ConfigError
 from engine.models import FLAVA, FLAVA_PRESETS, M3AE, M3AE_PRESETS, build_model, count_parameters
 from engine.objectives import info_nce, masked_cross_entropy, masked_mse
@@ -132,7 +133,7 @@ def test_hidden_tokens_and_patches_never_enter_the_encoders():
 
 
 def test_presets_build_through_the_registry_and_tiny_stays_near_m3ae_tiny():
-    cfg = RunConfig.from_dict({"task": "paired", "model": {"arch": "flava", "preset": "tiny", "patch_size": 8}})
+    cfg = resolve(RunConfig.from_dict({"task": "paired", "model": {"arch": "flava", "preset": "tiny", "patch_size": 8}}))
     dims = dict(image_shape=(3, 32, 32), vocab_size=2000, max_len=48)
     torch.manual_seed(0)
     m = build_model(cfg, **dims)
@@ -143,15 +144,15 @@ def test_presets_build_through_the_registry_and_tiny_stays_near_m3ae_tiny():
     assert 1.0 < count_parameters(m) / count_parameters(ref) < 1.25
     assert set(FLAVA_PRESETS) == set(M3AE_PRESETS)
     with pytest.raises(ConfigError, match="model.patch_size"):
-        build_model(RunConfig.from_dict({"task": "paired", "model": {"arch": "flava", "patch_size": 5}}), **dims)
+        build_model(resolve(RunConfig.from_dict({"task": "paired", "model": {"arch": "flava", "patch_size": 5}})), **dims)
 
 
 def test_flava_is_a_paired_arch_only():
-    cfg = RunConfig.from_dict({"task": "paired", "model": {"arch": "flava"}})
+    cfg = resolve(RunConfig.from_dict({"task": "paired", "model": {"arch": "flava"}}))
     assert (cfg.model.arch, cfg.model.preset) == ("flava", "tiny")
     with pytest.raises(ConfigError, match="model.preset: unknown preset 'huge' for flava"):
-        RunConfig.from_dict({"task": "paired", "model": {"arch": "flava", "preset": "huge"}})
+        resolve(RunConfig.from_dict({"task": "paired", "model": {"arch": "flava", "preset": "huge"}}))
     for task in ("image_mim", "text_mlm", "text_span", "audio_mae", "audio_frames"):
         for arch in ("m3ae", "flava"):
             with pytest.raises(ConfigError, match=rf"model\.arch: task '{task}' trains .*, not '{arch}'"):
-                RunConfig.from_dict({"task": task, "model": {"arch": arch}})
+                resolve(RunConfig.from_dict({"task": task, "model": {"arch": arch}}))

@@ -142,9 +142,9 @@ def test_image_task_logs_every_baseline_in_objective_and_pixel_units(workspace):
     """On digits: each baseline under the run's objective and as pixel MSE / PSNR; with an MSE
     objective and exact-count masks the two agree; the run's own val_mse and val_psnr."""
     from engine.config import RunConfig
-    from engine.tasks import build_task
+    from engine.tasks import build_task, resolve
 
-    cfg = RunConfig.from_dict({"train": {"device": "cpu"}})
+    cfg = resolve(RunConfig.from_dict({"train": {"device": "cpu"}}))
     torch.manual_seed(0)
     task = build_task(cfg, "cpu", workspace)
     base = task.baselines()
@@ -161,9 +161,9 @@ def test_image_task_logs_every_baseline_in_objective_and_pixel_units(workspace):
 
 def test_norm_pix_runs_report_no_pixel_figure_but_keep_the_baselines(workspace):
     from engine.config import RunConfig
-    from engine.tasks import build_task
+    from engine.tasks import build_task, resolve
 
-    cfg = RunConfig.from_dict({"objective": {"norm_pix_loss": True}, "train": {"device": "cpu"}})
+    cfg = resolve(RunConfig.from_dict({"objective": {"norm_pix_loss": True}, "train": {"device": "cpu"}}))
     task = build_task(cfg, "cpu", workspace)
     ev = task.evaluate()
     assert "val_mse" not in ev and "val_psnr" not in ev and "val_loss" in ev

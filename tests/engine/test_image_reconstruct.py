@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from engine.config import RunConfig
+from engine.tasks import resolve
 from engine.eval.inference import load_model
 from engine.store import create_run, get_run, load_samples
 from engine.tasks.image import reconstruct
@@ -15,8 +16,8 @@ from engine.runner.worker import execute_run
 
 @pytest.fixture
 def loaded(workspace):
-    cfg = RunConfig.from_dict({"train": {"steps": 3, "batch_size": 16, "eval_interval": 3, "checkpoint_interval": 3,
-                                         "device": "cpu"}})
+    cfg = resolve(RunConfig.from_dict({"train": {"steps": 3, "batch_size": 16, "eval_interval": 3, "checkpoint_interval": 3,
+                                         "device": "cpu"}}))
     run_id, d = create_run(cfg.to_dict())
     assert execute_run(d) == "completed", get_run(run_id).error
     return load_model(run_id), load_samples(run_id)

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from engine.config import RunConfig
+from engine.tasks import resolve
 from engine.data import load_dataset
 from engine.errors import MasklabError
 from engine.runner.launcher import cancel, submit
@@ -57,7 +58,7 @@ def _wait(pred, timeout: float, what: str) -> None:
 def test_two_writers_and_a_reader_process(workspace):
     """Two training processes write while a third reads every 0.5 s: no lock error, nothing lost."""
     load_dataset("digits")  # register once, so both workers only read it
-    ids = [submit(RunConfig.from_dict({**CFG, "name": f"w{i}"})) for i in range(2)]
+    ids = [submit(resolve(RunConfig.from_dict({**CFG, "name": f"w{i}"}))) for i in range(2)]
     reader = subprocess.run([sys.executable, "-c", READER, *ids, "300"], capture_output=True, text=True,
                             timeout=330)
     assert reader.returncode == 0, reader.stderr
@@ -77,7 +78,7 @@ def test_two_writers_and_a_reader_process(workspace):
 
 @pytest.mark.slow
 def test_cancel_a_running_background_run(workspace):
-    run_id = submit(RunConfig.from_dict({**CFG, "train": {**CFG["train"], "steps": 100_000}}))
+    run_id = submit(resolve(RunConfig.from_dict({**CFG, "train": {**CFG["train"], "steps": 100_000}})))
     _wait(lambda: get_run(run_id).step > 0, 120, "the run to start training")
     d = get_run(run_id).path
     assert run_alive(d) and lock_holder(d) == get_run(run_id).pid
@@ -104,7 +105,7 @@ def test_cancel_a_running_background_run(workspace):
 ])
 def test_submit_refuses_a_run_that_cannot_train(workspace, override, field):
     with pytest.raises(MasklabError, match=field):
-        submit(RunConfig.from_dict({**CFG, **override}))
+        submit(resolve(RunConfig.from_dict({**CFG, **override})))
     assert list_runs() == []  # nothing was created, no process started
 
 
@@ -117,7 +118,7 @@ def test_cli_and_background_runs_train_identically(workspace, tmp_path):
     import yaml
 
     load_dataset("digits")
-    cfg = RunConfig.from_dict({**CFG, "train": {**CFG["train"], "steps": 30, "eval_interval": 10}})
+    cfg = resolve(RunConfig.from_dict({**CFG, "train": {**CFG["train"], "steps": 30, "eval_interval": 10}}))
     assert cfg.train.num_threads == 0  # "auto": resolved when the run starts
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(cfg.to_dict()))

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from engine.config import RunConfig
+from engine.tasks import resolve
 from engine.errors import ConfigError
 from engine.masking import draw_mask, random_mask
 from engine.models import MODEL_REGISTRY, PRESETS, MaskedAutoencoderViT, build_model, count_parameters
@@ -189,7 +190,7 @@ def test_reconstruct_pastes_originals_at_visible_patches(norm_pix_loss):
 
 
 def test_tiny_preset_forward_backward_is_finite():
-    cfg = RunConfig.from_dict({"model": {"preset": "tiny", "patch_size": 2}})
+    cfg = resolve(RunConfig.from_dict({"model": {"preset": "tiny", "patch_size": 2}}))
     torch.manual_seed(0)
     model = build_model(cfg, image_shape=(1, 8, 8))
     imgs = torch.rand(16, 1, 8, 8, generator=gen())
@@ -224,7 +225,7 @@ def test_every_preset_builds(preset):
     assert sizes["embed_dim"] % sizes["num_heads"] == 0 and sizes["embed_dim"] % 4 == 0
     assert sizes["decoder_embed_dim"] % sizes["decoder_num_heads"] == 0 and sizes["decoder_embed_dim"] % 4 == 0
     if preset == "tiny":
-        model = build_model(RunConfig.from_dict({"model": {"preset": preset}}), image_shape=(1, 8, 8))
+        model = build_model(resolve(RunConfig.from_dict({"model": {"preset": preset}})), image_shape=(1, 8, 8))
         assert 0 < count_parameters(model) < 2_000_000
 
 
@@ -235,16 +236,16 @@ def test_presets_grow():
 
 def test_build_model_errors_name_the_field():
     with pytest.raises(ConfigError, match=r"model\.preset: unknown preset 'huge' for mae_vit; known presets: tiny, small, base"):
-        RunConfig.from_dict({"model": {"preset": "huge"}})
+        resolve(RunConfig.from_dict({"model": {"preset": "huge"}}))
     with pytest.raises(ConfigError, match=r"model\.patch_size: 3 does not divide the image size 8x8"):
-        build_model(RunConfig.from_dict({"model": {"patch_size": 3}}), image_shape=(1, 8, 8))
+        build_model(resolve(RunConfig.from_dict({"model": {"patch_size": 3}})), image_shape=(1, 8, 8))
     with pytest.raises(ConfigError, match=r"objective\.norm_pix_loss"):
-        build_model(RunConfig.from_dict({"model": {"patch_size": 1}, "objective": {"norm_pix_loss": True}}), image_shape=(1, 8, 8))
+        build_model(resolve(RunConfig.from_dict({"model": {"patch_size": 1}, "objective": {"norm_pix_loss": True}})), image_shape=(1, 8, 8))
 
 
 def test_model_registry_has_mae_vit():
     assert "mae_vit" in MODEL_REGISTRY
-    cfg = RunConfig.from_dict({"model": {"arch": "mae_vit", "patch_size": 4}, "objective": {"norm_pix_loss": True}})
+    cfg = resolve(RunConfig.from_dict({"model": {"arch": "mae_vit", "patch_size": 4}, "objective": {"norm_pix_loss": True}}))
     model = build_model(cfg, image_shape=(3, 12, 8))
     assert isinstance(model, MaskedAutoencoderViT)
     assert model.grid_size == (3, 2) and model.norm_pix_loss

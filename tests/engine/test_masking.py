@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from engine.config import MaskingConfig, RunConfig
+from engine.tasks import resolve, resolve_masking
 from engine.errors import ConfigError
 from engine.masking import (
     MASKING_REGISTRY,
@@ -211,7 +212,7 @@ def test_masked_fraction_is_close_to_the_ratio_on_average(name, dims):
 @pytest.mark.parametrize("name,dims", CASES)
 def test_draw_mask_from_config_with_default_params(name, dims):
     shape = GRIDS[dims]
-    cfg = MaskingConfig(strategy=name, ratio=0.5)
+    cfg = resolve_masking(MaskingConfig(strategy=name, ratio=0.5))
     assert set(cfg.params) == set(MASKING_REGISTRY[name].params.model_fields)  # resolved with defaults
     mask = draw_mask(cfg, shape, gen(2), **side_inputs(name, shape))
     assert torch.equal(mask, draw(name, shape, 0.5, seed=2))
@@ -291,7 +292,7 @@ def test_grid_shape():
 
 
 def test_preview_masks_is_the_runs_fixed_draw():
-    cfg = RunConfig.from_dict({"masking": {"ratio": 0.5}, "model": {"patch_size": 2}, "train": {"seed": 4}})
+    cfg = resolve(RunConfig.from_dict({"masking": {"ratio": 0.5}, "model": {"patch_size": 2}, "train": {"seed": 4}}))
     a = preview_masks(cfg, (1, 8, 8), 6)
     assert a.shape == (6, 4, 4) and a.dtype == torch.bool
     assert (a.flatten(1).sum(1) == 8).all()
@@ -304,14 +305,14 @@ def test_preview_masks_is_the_runs_fixed_draw():
 def test_preview_masks_are_the_first_rows_of_a_batch_from_the_same_seed():
     # torch's CPU generator fills a contiguous uniform tensor in order, so a batch of B masks drawn
     # from a fresh generator seeded s starts with the n preview masks of seed s.
-    cfg = RunConfig.from_dict({"train": {"seed": 17}})
+    cfg = resolve(RunConfig.from_dict({"train": {"seed": 17}}))
     preview = preview_masks(cfg, (1, 8, 8), 8)
     batch = draw_mask(cfg.masking, (128, 4, 4), torch.Generator().manual_seed(17))
     assert torch.equal(batch[:8], preview)
 
 
 def test_preview_masks_bad_patch_size():
-    cfg = RunConfig.from_dict({"model": {"patch_size": 3}})
+    cfg = resolve(RunConfig.from_dict({"model": {"patch_size": 3}}))
     with pytest.raises(ConfigError, match=r"model\.patch_size"):
         preview_masks(cfg, (1, 8, 8), 4)
 
@@ -362,14 +363,14 @@ def test_gather_visible_rejects_bad_shapes():
 
 
 def test_config_resolves_params_and_names_bad_ones():
-    cfg = RunConfig.from_dict({"masking": {"strategy": "random"}})
+    cfg = resolve(RunConfig.from_dict({"masking": {"strategy": "random"}}))
     assert cfg.masking.params == {} and cfg.to_dict()["masking"]["schedule"] == "constant"
     with pytest.raises(ConfigError, match=r"masking\.params\.nope: unknown parameter of strategy 'random'"):
-        RunConfig.from_dict({"masking": {"strategy": "random", "params": {"nope": 1}}})
+        resolve(RunConfig.from_dict({"masking": {"strategy": "random", "params": {"nope": 1}}}))
     with pytest.raises(ConfigError, match=r"masking\.strategy: unknown strategy 'spam'; known strategies: .*random"):
-        RunConfig.from_dict({"masking": {"strategy": "spam"}})
+        resolve(RunConfig.from_dict({"masking": {"strategy": "spam"}}))
     with pytest.raises(ConfigError, match=r"masking\.ratio: .*1\.5"):
-        RunConfig.from_dict({"masking": {"ratio": 1.5}})
+        resolve(RunConfig.from_dict({"masking": {"ratio": 1.5}}))
 
 
 @pytest.mark.parametrize("name", [n for n in STRATEGIES if MASKING_REGISTRY[n].params.model_fields])
@@ -377,20 +378,20 @@ def test_every_param_error_names_its_field_and_value(name):
     s = MASKING_REGISTRY[name]
     field, info = next(iter(s.params.model_fields.items()))
     with pytest.raises(ConfigError, match=rf"masking\.params\.{field}") as e:
-        RunConfig.from_dict({"masking": {"strategy": name, "params": {field: "not-a-value"}}})
+        resolve(RunConfig.from_dict({"masking": {"strategy": name, "params": {field: "not-a-value"}}}))
     assert "not-a-value" in str(e.value)
 
 
 def test_schedule_needs_a_strategy_that_uses_the_ratio():
     with pytest.raises(ConfigError, match=r"masking\.schedule: strategy 'region' sets its own budget"):
-        RunConfig.from_dict({"masking": {"strategy": "region", "schedule": "cosine", "final_ratio": 0.9}})
+        resolve(RunConfig.from_dict({"masking": {"strategy": "region", "schedule": "cosine", "final_ratio": 0.9}}))
 
 
 def test_schedule_needs_final_ratio_and_constant_refuses_one():
     with pytest.raises(ConfigError, match=r"masking\.final_ratio: schedule 'cosine' needs final_ratio"):
-        RunConfig.from_dict({"masking": {"schedule": "cosine"}})
+        resolve(RunConfig.from_dict({"masking": {"schedule": "cosine"}}))
     with pytest.raises(ConfigError, match=r"masking\.final_ratio"):
-        RunConfig.from_dict({"masking": {"final_ratio": 0.5}})
+        resolve(RunConfig.from_dict({"masking": {"final_ratio": 0.5}}))
 
 
 @pytest.mark.parametrize("kind", ["constant", "linear", "cosine"])

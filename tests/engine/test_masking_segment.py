@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from engine.config import MaskingConfig, RunConfig
+from engine.tasks import resolve, resolve_masking
 from engine.errors import ConfigError
 from engine.masking import draw_mask, get_masking
 from engine.masking.segment import segment_bounds, segment_length_range, sentence_span_mask
@@ -129,15 +130,15 @@ def test_rows_do_not_depend_on_the_rest_of_the_batch():
     assert torch.equal(full[:2], first_two)
 
 
-def test_params_are_validated_by_the_config():
-    cfg = MaskingConfig(strategy="sentence_span")
+def test_params_are_validated_by_resolve():
+    cfg = resolve_masking(MaskingConfig(strategy="sentence_span"))
     assert cfg.params == {"min_frac": 0.2, "max_frac": 0.5}
     with pytest.raises(ConfigError, match=r"masking\.params: min_frac \(0\.6\) must be <= max_frac \(0\.5\)"):
-        RunConfig.from_dict({"masking": {"strategy": "sentence_span", "params": {"min_frac": 0.6}}})
+        resolve(RunConfig.from_dict({"masking": {"strategy": "sentence_span", "params": {"min_frac": 0.6}}}))
     with pytest.raises(ConfigError, match=r"masking\.params\.max_frac"):
-        RunConfig.from_dict({"masking": {"strategy": "sentence_span", "params": {"max_frac": 1.5}}})
+        resolve(RunConfig.from_dict({"masking": {"strategy": "sentence_span", "params": {"max_frac": 1.5}}}))
     with pytest.raises(ConfigError, match=r"masking\.schedule"):
-        RunConfig.from_dict({"masking": {"strategy": "sentence_span", "schedule": "linear", "final_ratio": 0.9}})
+        resolve(RunConfig.from_dict({"masking": {"strategy": "sentence_span", "schedule": "linear", "final_ratio": 0.9}}))
     s = get_masking("sentence_span")
     assert not s.uses_ratio and s.needs == ("sentence_ids",) and "text" in s.modalities
 

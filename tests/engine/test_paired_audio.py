@@ -14,6 +14,7 @@ import torch
 
 from engine.tasks.checks import check_run
 from engine.config import RunConfig, load_config
+from engine.tasks import resolve
 from engine.data import ImportOptions, import_source, load_dataset
 from engine.errors import ConfigError
 from engine.store import create_run, get_run, load_samples
@@ -56,7 +57,7 @@ def cfg_of(**over) -> RunConfig:
                    "warmup_steps": 1}}
     for k, v in over.items():
         d[k] = {**d.get(k, {}), **v} if isinstance(v, dict) else v
-    return RunConfig.from_dict(d)
+    return resolve(RunConfig.from_dict(d))
 
 
 def test_a_clip_without_a_transcript_is_named_in_the_import_report_and_kept(imported):

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from engine.config import RunConfig
+from engine.tasks import resolve
 from engine.data import ImportOptions, import_source
 from engine.errors import MasklabError
 from engine.store import get_run, load_samples
@@ -40,14 +41,14 @@ def test_the_preview_draws_the_masks_the_run_drew_for_its_samples(run):
 
     ws, run_id = run
     s = load_samples(run_id, workspace=ws)
-    pv = preview(RunConfig.from_dict(get_run(run_id, ws).config), 3, ws)
+    pv = preview(resolve(RunConfig.from_dict(get_run(run_id, ws).config)), 3, ws)
     assert pv.captions == s.meta["captions"] and np.array_equal(pv.labels, s["labels"])
     assert np.allclose(pv.images, s["images"])
     assert np.array_equal(pv.image_mask, s["mask"]) and np.array_equal(pv.text_mask, s["text_mask"])
     assert np.array_equal(pv.tokens, s["tokens"])
     assert pv.image_mask.shape == (3, 4, 4) and (pv.text_mask <= pv.eligible).all()
     assert pv.text_mask.any(axis=1).all()  # every caption hides one token at least
-    other = preview(RunConfig.from_dict({**get_run(run_id, ws).config, "train": {**CFG["train"], "seed": 6}}), 3, ws)
+    other = preview(resolve(RunConfig.from_dict({**get_run(run_id, ws).config, "train": {**CFG["train"], "seed": 6}})), 3, ws)
     assert not np.array_equal(other.image_mask, pv.image_mask)  # the seed fixes the masks
 
 

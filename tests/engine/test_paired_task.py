@@ -14,6 +14,7 @@ import torch
 
 from engine.tasks.checks import check_run
 from engine.config import RunConfig
+from engine.tasks import resolve
 from engine.data import ImportOptions, import_source
 from engine.errors import ConfigError
 from engine.store import create_run, get_run, load_samples
@@ -51,18 +52,18 @@ def cfg_of(**over) -> RunConfig:
                    "warmup_steps": 1}}
     for k, v in over.items():
         d[k] = {**d.get(k, {}), **v} if isinstance(v, dict) else v
-    return RunConfig.from_dict(d)
+    return resolve(RunConfig.from_dict(d))
 
 
 def test_paired_task_fills_its_defaults():
-    cfg = RunConfig.from_dict({"task": "paired", "data": {"dataset": "tuxpaint-stamps"}})
+    cfg = resolve(RunConfig.from_dict({"task": "paired", "data": {"dataset": "tuxpaint-stamps"}}))
     assert (cfg.model.arch, cfg.model.patch_size, cfg.masking.strategy, cfg.masking.ratio) == ("flava", 4, "random", 0.75)
     assert [(t.loss, t.weight) for t in cfg.objective.terms] == [("mse", 1.0), ("cross_entropy", 0.5),
                                                                  ("contrastive", 0.5)]
     assert cfg.task_params == {"text_strategy": "random", "text_ratio": 0.15, "text_params": {},
                                "caption_completion": 0.25, "image_completion": 0.0, "text_source": "text"}
     assert cfg.data.tokenizer.max_len == 48
-    span = RunConfig.from_dict({"task": "paired", "task_params": {"text_strategy": "span"}})
+    span = resolve(RunConfig.from_dict({"task": "paired", "task_params": {"text_strategy": "span"}}))
     assert span.task_params["text_params"]  # the strategy's own parameters, resolved
 
 

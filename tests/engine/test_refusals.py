@@ -12,6 +12,7 @@ import pytest
 from PIL import Image
 
 from engine.config import RunConfig
+from engine.tasks import resolve
 from engine.data import import_archive, import_source, inspect_source
 from engine.data.limits import ImportLimits
 from engine.errors import ConfigError, DatasetError
@@ -164,7 +165,7 @@ def test_a_damaged_zip_and_an_unknown_file_type_are_refused_in_our_words(workspa
 ])  # fmt: skip
 def test_config_errors_are_our_sentences_not_pydantics(config, message):
     with pytest.raises(ConfigError) as e:
-        RunConfig.from_dict(config)
+        resolve(RunConfig.from_dict(config))
     assert str(e.value) == f"invalid run config: {message}"
 
 

@@ -25,6 +25,7 @@ import pytest
 import torch
 
 from engine.config import RunConfig
+from engine.tasks import resolve
 from engine.data import import_source, load_dataset
 from engine.errors import ConfigError, DatasetError, ResumeError, RunLockedError
 from engine.runner.launcher import resume, submit
@@ -61,7 +62,7 @@ def with_train(cfg: dict, **train) -> dict:
 
 
 def new_run(cfg: dict) -> tuple[str, Path]:
-    return create_run(RunConfig.from_dict(cfg).to_dict())
+    return create_run(resolve(RunConfig.from_dict(cfg)).to_dict())
 
 
 def crash_at(step: int):
@@ -373,7 +374,7 @@ def test_kill_9_after_the_second_checkpoint_then_resume(workspace, one_thread, r
         request.getfixturevalue("trec_slice")
     cfg = LONG_IMAGE if modality == "image" else LONG_TEXT
     load_dataset(cfg["data"]["dataset"])
-    run_id = submit(RunConfig.from_dict(cfg))
+    run_id = submit(resolve(RunConfig.from_dict(cfg)))
     killed_at = _kill_after(run_id, 20)
     rec = get_run(run_id)
     assert rec.status == "interrupted" and rec.is_resumable and killed_at < cfg["train"]["steps"]
@@ -408,7 +409,7 @@ def test_restart_policy_resumes_a_killed_worker_until_its_budget_is_spent(worksp
     supervisor gone, with the reason in the log. A restarted run trains on to the same result."""
     cfg = with_train(LONG_IMAGE, steps=200, max_restarts=1)
     load_dataset("digits")
-    run_id = submit(RunConfig.from_dict(cfg))
+    run_id = submit(resolve(RunConfig.from_dict(cfg)))
     d = get_run(run_id).path
     _wait(lambda: _supervisors(d) != [], 30, "the supervisor")
     first = _kill_after(run_id, 20)
@@ -436,7 +437,7 @@ def test_restart_policy_resumes_a_killed_worker_until_its_budget_is_spent(worksp
 def test_a_cancelled_supervised_run_is_not_restarted(workspace):
     cfg = with_train(IMAGE, steps=100_000, eval_interval=1000, checkpoint_interval=1000, max_restarts=3)
     load_dataset("digits")
-    run_id = submit(RunConfig.from_dict(cfg))
+    run_id = submit(resolve(RunConfig.from_dict(cfg)))
     d = get_run(run_id).path
     _wait(lambda: get_run(run_id).step > 0, 120, "the run to train")
     from engine.runner.launcher import cancel

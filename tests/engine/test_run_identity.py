@@ -12,6 +12,7 @@ import time
 import pytest
 
 from engine.config import RunConfig
+from engine.tasks import resolve
 from engine.data import load_dataset
 from engine.errors import RunLockedError
 from engine.runner.launcher import cancel, submit
@@ -131,8 +132,8 @@ def test_a_live_runs_pid_in_a_dead_runs_record(workspace):
     """Acceptance: a dead run whose record (status pid and lock file) names a live run's worker is
     shown interrupted, and cancelling it leaves the live run training."""
     load_dataset("digits")
-    live = submit(RunConfig.from_dict({**CFG, "name": "live"}))
-    dead = submit(RunConfig.from_dict({**CFG, "name": "dead"}))
+    live = submit(resolve(RunConfig.from_dict({**CFG, "name": "live"})))
+    dead = submit(resolve(RunConfig.from_dict({**CFG, "name": "dead"})))
     live_dir, dead_dir = get_run(live).path, get_run(dead).path
     _wait(lambda: get_run(live).step > 0 and get_run(dead).step > 0, 120, "both runs to train")
     live_pid = lock_holder(live_dir)
@@ -172,7 +173,7 @@ def test_every_signal_ends_in_a_truthful_status(workspace, sig, expected, nohup)
     ignored = sig if nohup else signal.SIGHUP
     before = signal.signal(ignored, signal.SIG_IGN if nohup else signal.getsignal(ignored))
     try:
-        run_id = submit(RunConfig.from_dict(CFG))
+        run_id = submit(resolve(RunConfig.from_dict(CFG)))
     finally:
         signal.signal(ignored, before)
     d = get_run(run_id).path

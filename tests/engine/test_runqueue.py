@@ -11,6 +11,7 @@ from contextlib import contextmanager
 import pytest
 
 from engine.config import RunConfig
+from engine.tasks import resolve
 from engine.data import load_dataset
 from engine.errors import ConfigError, QueueFullError
 from engine.runner.launcher import REPO_ROOT, cancel, submit
@@ -64,7 +65,7 @@ def test_first_come_first_served_and_no_torch_while_queued(workspace, monkeypatc
     monkeypatch.setenv("MASKLAB_MAX_RUNS", "1")
     load_dataset("digits")
     with busy_slot(workspace):
-        ids = [submit(RunConfig.from_dict({**SHORT, "name": f"q{i}"})) for i in range(4)]
+        ids = [submit(resolve(RunConfig.from_dict({**SHORT, "name": f"q{i}"}))) for i in range(4)]
         _wait(lambda: all(lock_holder(get_run(r).path) for r in ids), 60, "every worker to take its run lock")
         time.sleep(1.5)  # several polls of every waiting worker
         assert [get_run(r).status for r in ids] == ["queued"] * 4
@@ -81,9 +82,9 @@ def test_first_come_first_served_and_no_torch_while_queued(workspace, monkeypatc
 def test_an_older_run_whose_worker_is_still_starting_keeps_its_turn(workspace, monkeypatch):
     monkeypatch.setenv("MASKLAB_MAX_RUNS", "1")
     load_dataset("digits")
-    older, d = create_run(RunConfig.from_dict({**SHORT, "name": "older"}).to_dict())
+    older, d = create_run(resolve(RunConfig.from_dict({**SHORT, "name": "older"})).to_dict())
     enqueue(workspace, d)  # what submit does before it starts the worker
-    newer = submit(RunConfig.from_dict({**SHORT, "name": "newer"}))
+    newer = submit(resolve(RunConfig.from_dict({**SHORT, "name": "newer"})))
     _wait(lambda: lock_holder(get_run(newer).path), 60, "the newer worker to start")
     time.sleep(2)
     assert get_run(newer).status == "queued"  # the slot is free, but the older run comes first
@@ -99,15 +100,15 @@ def test_submit_refuses_past_the_queue_cap(workspace, monkeypatch):
     monkeypatch.setenv("MASKLAB_MAX_QUEUED", "2")
     load_dataset("digits")
     with busy_slot(workspace):
-        a, b = (submit(RunConfig.from_dict({**SHORT, "name": n})) for n in "ab")
+        a, b = (submit(resolve(RunConfig.from_dict({**SHORT, "name": n}))) for n in "ab")
         with pytest.raises(QueueFullError) as info:
-            submit(RunConfig.from_dict({**SHORT, "name": "c"}))
+            submit(resolve(RunConfig.from_dict({**SHORT, "name": "c"})))
         msg = str(info.value)
         assert "2 runs are waiting" in msg and "MASKLAB_MAX_QUEUED=2" in msg and "raise MASKLAB_MAX_QUEUED" in msg
         assert sorted(r.name for r in list_runs()) == ["a", "b"]  # nothing was created
         assert cancel(a)
         _wait(lambda: get_run(a).status == "cancelled", 30, "the queued run to be cancelled")
-        c = submit(RunConfig.from_dict({**SHORT, "name": "c"}))  # room again
+        c = submit(resolve(RunConfig.from_dict({**SHORT, "name": "c"})))  # room again
         for r in (b, c):
             cancel(r)
         _wait(lambda: all(get_run(r).status == "cancelled" for r in (b, c)), 30, "the queue to empty")

@@ -13,6 +13,7 @@ import torch
 from PIL import Image
 
 from engine.config import RunConfig
+from engine.tasks import resolve
 from engine.data import import_source, load_dataset, representative
 from engine.data.sampling import import_order
 
@@ -83,8 +84,8 @@ def test_fixed_validation_samples_of_a_class_ordered_import_cover_several_classe
     val_labels = ds.labels[ds.indices("val")]
     assert len(set(val_labels[:8].tolist())) > 1
 
-    cfg = RunConfig.from_dict({"data": {"dataset": "mnist"}, "model": {"preset": "tiny", "patch_size": 4},
-                               "train": {"num_vis": 8, "device": "cpu"}})
+    cfg = resolve(RunConfig.from_dict({"data": {"dataset": "mnist"}, "model": {"preset": "tiny", "patch_size": 4},
+                               "train": {"num_vis": 8, "device": "cpu"}}))
     task = ImageMIMTask(cfg, torch.device("cpu"))
     s = task.sample(0)
     names = [ds.info.class_names[k] for k in s["labels"]]
@@ -104,8 +105,8 @@ def test_text_samples_of_a_class_ordered_table_cover_every_class_and_match_the_p
     path = tmp_path / "questions.tsv"
     path.write_text("\n".join([header, *rows]) + "\n", encoding="utf-8")
     import_source(path, "questions")
-    cfg = RunConfig.from_dict({"task": "text_mlm", "data": {"dataset": "questions", "tokenizer": {"vocab_size": 500}},
-                               "model": {"preset": "mini"}, "train": {"num_vis": 8, "device": "cpu"}})
+    cfg = resolve(RunConfig.from_dict({"task": "text_mlm", "data": {"dataset": "questions", "tokenizer": {"vocab_size": 500}},
+                               "model": {"preset": "mini"}, "train": {"num_vis": 8, "device": "cpu"}}))
     task = TextMLMTask(cfg, torch.device("cpu"))
     s = task.sample(0)
     ds = load_dataset("questions")

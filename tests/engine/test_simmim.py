@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from engine.config import RunConfig
+from engine.tasks import resolve
 from engine.masking import random_mask
 from engine.models import SimMIMViT, build_model
 from engine.objectives import masked_l1
@@ -48,17 +49,17 @@ def test_l1_scores_masked_patches_and_reconstruct_pastes_visible_ones():
 
 
 def test_build_from_config():
-    cfg = RunConfig.from_dict({"model": {"arch": "simmim_vit"}, "objective": {"loss": "l1"}})
+    cfg = resolve(RunConfig.from_dict({"model": {"arch": "simmim_vit"}, "objective": {"loss": "l1"}}))
     assert isinstance(build_model(cfg, image_shape=(1, 8, 8)), SimMIMViT)
 
 
 @pytest.mark.slow
 def test_simmim_trains_on_digits_below_the_mean_image_baseline(workspace):
-    cfg = RunConfig.from_dict({
+    cfg = resolve(RunConfig.from_dict({
         "name": "simmim", "model": {"arch": "simmim_vit", "preset": "tiny", "patch_size": 4},
         "objective": {"loss": "l1"}, "masking": {"strategy": "random", "ratio": 0.5},
         "train": {"steps": 600, "batch_size": 64, "lr": 3e-3, "warmup_steps": 30, "eval_interval": 200,
-                  "checkpoint_interval": 600, "device": "cpu"}})
+                  "checkpoint_interval": 600, "device": "cpu"}}))
     run_id, d = create_run(cfg.to_dict())
     assert execute_run(d) == "completed", get_run(run_id).error
     df = read_metrics([run_id], ["val_loss", "baseline/mean_image"], max_points=None)

@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.config import RunConfig
+from engine.tasks import resolve
 from engine.masking.segment import sentence_span_mask
 from engine.models import SPAN_PRESETS, SpanInfiller, span_corrupt
 from engine.models.layers import CrossAttention, DecoderBlock
@@ -184,7 +185,7 @@ def test_errors_name_the_problem():
 def test_checkpoint_round_trip(tmp_path):
     model = micro()
     ex = example_batch()
-    ckpt = save_checkpoint(tmp_path, 1, model, torch.optim.AdamW(model.parameters()), RunConfig.from_dict({}), rng={})
+    ckpt = save_checkpoint(tmp_path, 1, model, torch.optim.AdamW(model.parameters()), resolve(RunConfig.from_dict({})), rng={})
     other = SpanInfiller(V, MAX_LEN, **MICRO)
     other.load_state_dict(load_weights(ckpt), strict=True)
     tgt_in = shift_right(ex.tgt_ids, CLS)

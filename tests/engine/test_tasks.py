@@ -9,32 +9,36 @@ import pytest
 
 from engine.config import RunConfig
 from engine.errors import ConfigError, DatasetError
-from engine.tasks import TASK_REGISTRY, get_task
+from engine.tasks import TASK_REGISTRY, get_task, resolve
 
 PLUGIN = "tests.plugins.toy_task"
 
 
 def test_image_task_fills_its_defaults():
-    cfg = RunConfig.from_dict({})
+    cfg = resolve(RunConfig.from_dict({}))
     assert cfg.task == "image_mim"
     assert (cfg.model.arch, cfg.model.patch_size, cfg.objective.loss, cfg.data.tokenizer) == ("mae_vit", 2, "mse", None)
-    again = RunConfig.from_dict(cfg.to_dict())  # the resolved config is a fixed point
+    again = resolve(RunConfig.from_dict(cfg.to_dict()))  # the resolved config is a fixed point
     assert again.to_dict() == cfg.to_dict()
+
+
+def resolve_dict(d: dict) -> RunConfig:
+    return resolve(RunConfig.from_dict(d))
 
 
 def test_config_errors_name_the_field():
     with pytest.raises(ConfigError, match=r"task: unknown task 'nope'; known tasks: .*image_mim"):
-        RunConfig.from_dict({"task": "nope"})
+        resolve_dict({"task": "nope"})
     with pytest.raises(ConfigError, match=r"model\.arch: task 'image_mim' trains mae_vit, simmim_vit, not 'x'"):
-        RunConfig.from_dict({"model": {"arch": "x"}})
+        resolve_dict({"model": {"arch": "x"}})
     with pytest.raises(ConfigError, match=r"objective\.loss: unknown objective 'hinge'"):
-        RunConfig.from_dict({"objective": {"loss": "hinge"}})
+        resolve_dict({"objective": {"loss": "hinge"}})
     with pytest.raises(ConfigError, match=r"objective\.loss: 'cross_entropy' needs model outputs logits, labels"):
-        RunConfig.from_dict({"objective": {"loss": "cross_entropy"}})
+        resolve_dict({"objective": {"loss": "cross_entropy"}})
     with pytest.raises(ConfigError, match=r"objective\.terms\.1\.loss: 'contrastive' needs"):
-        RunConfig.from_dict({"objective": {"terms": [{"loss": "mse"}, {"loss": "contrastive", "weight": 0.5}]}})
+        resolve_dict({"objective": {"terms": [{"loss": "mse"}, {"loss": "contrastive", "weight": 0.5}]}})
     with pytest.raises(ConfigError, match=r"objective\.terms: at least one weight must be > 0"):
-        RunConfig.from_dict({"objective": {"terms": [{"loss": "mse", "weight": 0}]}})
+        resolve_dict({"objective": {"terms": [{"loss": "mse", "weight": 0}]}})
 
 
 def test_unknown_plugin_module_is_a_config_error(monkeypatch):
@@ -50,7 +54,7 @@ def test_check_refuses_a_dataset_of_another_modality(workspace, monkeypatch):
     cls = get_task("toy_pixels")
     monkeypatch.setattr(cls, "modality", "toy-modality")
     with pytest.raises(DatasetError, match=r"'digits' is a image dataset, but task 'toy_pixels' trains on toy-modality"):
-        check_run(RunConfig.from_dict({"task": "toy_pixels"}))
+        check_run(resolve_dict({"task": "toy_pixels"}))
 
 
 @pytest.mark.slow
@@ -61,9 +65,9 @@ def test_toy_task_from_tests_trains_through_the_real_worker_and_store(workspace,
     from engine.store import get_run, load_samples, read_metrics
 
     monkeypatch.setenv("MASKLAB_PLUGINS", PLUGIN)  # the worker inherits it
-    cfg = RunConfig.from_dict({"task": "toy_pixels", "masking": {"strategy": "span", "ratio": 0.3},
-                               "train": {"steps": 60, "batch_size": 64, "eval_interval": 30, "lr": 3e-3,
-                                         "warmup_steps": 5, "device": "cpu"}})
+    cfg = resolve_dict({"task": "toy_pixels", "masking": {"strategy": "span", "ratio": 0.3},
+                        "train": {"steps": 60, "batch_size": 64, "eval_interval": 30, "lr": 3e-3,
+                                  "warmup_steps": 5, "device": "cpu"}})
     assert cfg.model.arch == "toy_mlp" and cfg.model.patch_size is None
     run_id = submit(cfg)
     deadline = time.time() + 120

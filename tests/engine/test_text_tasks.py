@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from engine.config import RunConfig, load_config
+from engine.tasks import resolve
 from engine.data import ImportOptions, import_source
 from engine.errors import ConfigError
 from engine.text.stored import StoredEncoded
@@ -36,23 +37,23 @@ def _cfg(task: str, dataset: str, **extra) -> RunConfig:
     d["masking"] = {"strategy": "sentence_span"} if task == "text_span" else {"strategy": "random", "ratio": 0.15}
     for k, v in extra.items():
         d[k] = {**d.get(k, {}), **v} if isinstance(v, dict) else v
-    return RunConfig.from_dict(d)
+    return resolve(RunConfig.from_dict(d))
 
 
 def test_text_tasks_fill_their_defaults():
-    mlm = RunConfig.from_dict({"task": "text_mlm", "masking": {"ratio": 0.15}})
+    mlm = resolve(RunConfig.from_dict({"task": "text_mlm", "masking": {"ratio": 0.15}}))
     assert (mlm.model.arch, mlm.objective.loss, mlm.model.patch_size) == ("bert", "cross_entropy", None)
     assert mlm.data.tokenizer.kind == "wordpiece" and mlm.task_params == {"mask_share": 0.8, "random_share": 0.1}
-    assert RunConfig.from_dict(mlm.to_dict()).to_dict() == mlm.to_dict()
-    assert RunConfig.from_dict({"task": "text_span"}).model.arch == "t5_span"
+    assert resolve(RunConfig.from_dict(mlm.to_dict())).to_dict() == mlm.to_dict()
+    assert resolve(RunConfig.from_dict({"task": "text_span"})).model.arch == "t5_span"
     with pytest.raises(ConfigError, match=r"model\.patch_size: text tasks have no patches"):
-        RunConfig.from_dict({"task": "text_mlm", "model": {"patch_size": 4}})
+        resolve(RunConfig.from_dict({"task": "text_mlm", "model": {"patch_size": 4}}))
     with pytest.raises(ConfigError, match=r"data\.tokenizer: image tasks have no tokenizer"):
-        RunConfig.from_dict({"data": {"tokenizer": {}}})
+        resolve(RunConfig.from_dict({"data": {"tokenizer": {}}}))
     with pytest.raises(ConfigError, match=r"task_params\.mask_share: .*\(got 1\.5\)"):
-        RunConfig.from_dict({"task": "text_mlm", "task_params": {"mask_share": 1.5}})
+        resolve(RunConfig.from_dict({"task": "text_mlm", "task_params": {"mask_share": 1.5}}))
     with pytest.raises(ConfigError, match=r"task_params\.bogus: unknown parameter of task 'text_mlm'"):
-        RunConfig.from_dict({"task": "text_mlm", "task_params": {"bogus": 1}})
+        resolve(RunConfig.from_dict({"task": "text_mlm", "task_params": {"bogus": 1}}))
 
 
 def test_padding_and_special_tokens_are_never_masked_or_labelled(trec):
@@ -148,10 +149,10 @@ def test_span_run_logs_span_metrics_and_completes_a_passage(trec):
 
 def test_span_decoder_input_masking_hides_a_drawn_share_and_logs_per_position_accuracy(trec):
     with pytest.raises(ConfigError, match="decoder_input_mask"):
-        RunConfig.from_dict({**_cfg("text_span", trec).to_dict(), "task_params": {"decoder_input_mask": 1.5}})
+        resolve(RunConfig.from_dict({**_cfg("text_span", trec).to_dict(), "task_params": {"decoder_input_mask": 1.5}}))
     cfg = _cfg("text_span", trec).to_dict()
     cfg["task_params"] = {"decoder_input_mask": 1.0}
-    task = build_task(RunConfig.from_dict(cfg), "cpu")
+    task = build_task(resolve(RunConfig.from_dict(cfg)), "cpu")
     b = task.rows(task.train, torch.arange(64))
     ex = task._example(b, task._mask(b, torch.Generator().manual_seed(0), 0.5))
     shown = task._masked_input(ex, torch.Generator().manual_seed(1))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from engine.config import RunConfig
+from engine.tasks import resolve
 from engine.masking import preview_masks
 from engine.store import create_run, get_run, load_samples, read_metrics
 from engine.store.checkpoints import list_checkpoints, load_weights
@@ -16,7 +17,7 @@ SHORT = {"name": "t", "data": {"dataset": "digits"}, "model": {"preset": "tiny",
 
 
 def _run(cfg: dict) -> str:
-    run_id, d = create_run(RunConfig.from_dict(cfg).to_dict())
+    run_id, d = create_run(resolve(RunConfig.from_dict(cfg)).to_dict())
     assert execute_run(d) == "completed", get_run(run_id).error
     return run_id
 
@@ -47,7 +48,7 @@ def test_metrics_samples_and_checkpoints(workspace):
     assert s.step == 12 and s.kind == "image" and s["images"].shape == (8, 1, 8, 8) and s["mask"].shape == (8, 4, 4)
     assert s["pred_img"].shape == s["pasted"].shape == s["images"].shape
     # The reconstruction grid uses exactly the masks that the New run preview draws.
-    cfg = RunConfig.from_dict(rec.config)
+    cfg = resolve(RunConfig.from_dict(rec.config))
     assert torch.equal(torch.from_numpy(s["mask"]), preview_masks(cfg, (1, 8, 8), 8))
     # pasted keeps the original pixels at visible patches
     vis = ~s["mask"].repeat(2, axis=1).repeat(2, axis=2)[:, None]
@@ -58,7 +59,7 @@ def test_metrics_samples_and_checkpoints(workspace):
 
 
 def test_failed_run_records_the_error(workspace):
-    run_id, d = create_run(RunConfig.from_dict({**SHORT, "data": {"dataset": "no-such-set"}}).to_dict())
+    run_id, d = create_run(resolve(RunConfig.from_dict({**SHORT, "data": {"dataset": "no-such-set"}})).to_dict())
     assert execute_run(d) == "failed"
     rec = get_run(run_id)
     assert rec.status == "failed" and "no-such-set" in rec.error
@@ -158,8 +159,8 @@ def test_a_checkpoint_is_written_only_after_the_rows_up_to_its_step_are_stored(w
     from engine.training.loop import fit
 
     spec = {**SHORT, "train": {**SHORT["train"], "eval_interval": 12, "checkpoint_interval": 4}}  # an eval flushes too
-    run_id, d = create_run(RunConfig.from_dict(spec).to_dict())
-    cfg = RunConfig.from_dict(spec)
+    run_id, d = create_run(resolve(RunConfig.from_dict(spec)).to_dict())
+    cfg = resolve(RunConfig.from_dict(spec))
     writer = MetricsWriter(d, run_id, flush_interval=1e9)
     seen = []
 
