@@ -13,7 +13,12 @@ import torch
 import tests.plugins.toy_task  # noqa: F401 (registers toy_pixels)
 from engine.config import RunConfig
 from engine.store import create_run
-from engine.store.checkpoints import STATE, list_checkpoints, load_checkpoint_state, load_weights
+from engine.store.checkpoints import (
+    STATE,
+    list_checkpoints,
+    load_checkpoint_state,
+    load_weights,
+)
 from engine.training.loop import fit, load_checkpoint, setup
 from engine.training.writers import CheckpointFiles, memory_writers
 
@@ -58,7 +63,7 @@ def test_fit_writes_only_through_its_writers(workspace, one_thread):
     the run info, the baselines and step 0's eval, every step's figures, the evals, the samples and
     the checkpoints (the newest two kept)."""
     cfg = _cfg()
-    run_id, d = create_run(cfg.to_dict())
+    _, d = create_run(cfg.to_dict())
     before = _files(d.parent)
     w = memory_writers(keep_checkpoints=2)
     state = setup(cfg, w, workspace=workspace)
