@@ -67,8 +67,6 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-
-
 def setup(cfg: RunConfig, writers: Writers, *, workspace=None, resume_from: Path | None = None,
           dist: DistContext = SINGLE) -> TrainState:
     """Build the :class:`TrainState` of ``cfg`` in this process, and write the task's run info.
