@@ -20,7 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from engine.config import RunConfig  # noqa: E402
 from engine.store import MetricsWriter, create_run, read_metrics  # noqa: E402
 from engine.tasks import resolve  # noqa: E402
-from engine.training.loop import fit  # noqa: E402
+from engine.training.loop import train  # noqa: E402
+from engine.training.writers import run_writers  # noqa: E402
 
 
 class TimedSink:
@@ -55,7 +56,7 @@ def main() -> None:
                       "device": "cpu"}}))
         run_id, d = create_run(cfg.to_dict(), ws)
         sink = TimedSink(MetricsWriter(d, run_id))
-        fit(cfg, d, sink, workspace=ws)
+        train(cfg, run_writers(d, sink), workspace=ws)
         sink.inner.close(compact=False)
         df = read_metrics([run_id], ["step_time"], max_points=None, workspace=ws)
         step_s = float(df.value.sum())

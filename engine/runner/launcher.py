@@ -107,7 +107,7 @@ def resume(run_id: str, overrides: Sequence[str] = (), workspace=None, *, actor:
     ``overrides`` (``key=value``, as ``--set``) change the config from that step on, e.g.
     ``train.lr=5e-4`` or ``train.steps=2000``; the run's ``config_history.json`` records it. The
     model, task, data and seed cannot change (:data:`engine.runner.resume.RESUME_FROZEN`). See
-    :mod:`engine.runner.resume` for what is done, and :func:`engine.training.loop.fit` for what is restored.
+    :mod:`engine.runner.resume` for what is done, and :meth:`engine.training.state.TrainState.load_state_dict` for what is restored.
 
     Raises:
         RunNotFoundError: unknown run.

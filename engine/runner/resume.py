@@ -13,7 +13,7 @@ A resume has two halves, both done by the holder of the run lock:
    worker.
 2. **Continue** (:func:`reset_after`, in the worker once it has a slot): drop the metrics rows and
    samples after the checkpoint's step (a killed worker may have logged beyond it), then
-   :func:`engine.training.loop.fit` loads the checkpoint.
+   :func:`engine.training.loop.setup` loads the checkpoint (:meth:`~engine.training.state.TrainState.load_state_dict`).
 
 Which fields a resume may change: anything but :data:`RESUME_FROZEN` (the model, task and data,
 which the checkpoint's weights, optimiser state and data order belong to, and ``train.seed``, which
@@ -52,7 +52,7 @@ RESUME_FROZEN = {
     "model.": "the checkpoint's weights belong to the run's model",
     "train.seed": "the generators continue from the checkpoint and the validation masks come from the seed",
 }
-TASK_INFO = "task.json"  # Task.run_info() of a run (dataset hash, tokenizer id...), written by engine.training.loop.fit
+TASK_INFO = "task.json"  # Task.run_info() of a run (dataset hash, tokenizer id...), written through the run-info writer (engine.training.writers)
 PRIOR_FIELD = "prior_s"
 """Status field: seconds the run's earlier legs ran (before its latest resume), for its duration."""
 

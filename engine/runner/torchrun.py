@@ -10,7 +10,7 @@ starts PyTorch's elastic launcher as its child (:func:`run_ranks`)::
         -m engine.runner.torchrun RUN_DIR [--resume-from STEP]
 
 Each rank (:func:`rank_main`) joins the process group (NCCL on CUDA, gloo on CPU) and calls
-:func:`engine.training.loop.fit` with its :class:`DistContext`. Another node joins the same run with
+:func:`engine.training.loop.train` with its :class:`DistContext`. Another node joins the same run with
 ``python -m engine join RUN_ID --node-rank K`` (:func:`join`): the same torchrun command with its own
 node rank; it holds no lock and writes nothing.
 
@@ -336,7 +336,8 @@ def _rank(run_dir: Path, resume_from: int | None) -> int:
     from engine.config import RunConfig
     from engine.store.checkpoints import CKPT_DIR
     from engine.store.runs import CANCEL_FILE, CONFIG_FILE
-    from engine.training.loop import fit
+    from engine.training.loop import train
+    from engine.training.writers import run_writers
     from engine.runner.worker import configure_torch
     from engine.workspace import atomic_write_json, read_json
 
@@ -366,7 +367,8 @@ def _rank(run_dir: Path, resume_from: int | None) -> int:
     ckpt = run_dir / CKPT_DIR / f"step-{resume_from:07d}" if resume_from else None
     workspace = run_dir.parent.parent
     if not ctx.writer:  # an error here is this rank's (rank_main prints it); the writer records the run's
-        fit(cfg, run_dir, NullSink(), should_stop=should_stop, workspace=workspace, resume_from=ckpt, dist=ctx)
+        train(cfg, run_writers(run_dir, NullSink()), should_stop=should_stop, workspace=workspace, resume_from=ckpt,
+              dist=ctx)
         code = 0
     else:
         from engine.runner.worker import train_here

@@ -276,7 +276,8 @@ def train_here(run_dir: Path, cfg, should_stop: Callable[[], bool], *, on_step: 
     import torch
 
     from engine.runner.torchrun import SINGLE
-    from engine.training.loop import fit
+    from engine.training.loop import train
+    from engine.training.writers import run_writers
 
     run_dir = Path(run_dir)
     status = read_status(run_dir)
@@ -299,8 +300,9 @@ def train_here(run_dir: Path, cfg, should_stop: Callable[[], bool], *, on_step: 
 
     write_status(run_dir, {**status, "status": "running"})
     try:
-        result = fit(cfg, run_dir, writer, should_stop=should_stop, on_step=progress, workspace=run_dir.parent.parent,
-                     resume_from=resume_from, dist=dist or SINGLE)
+        result = train(cfg, run_writers(run_dir, writer, keep_checkpoints=cfg.train.keep_checkpoints),
+                       should_stop=should_stop, on_step=progress, workspace=run_dir.parent.parent,
+                       resume_from=resume_from, dist=dist or SINGLE)
         writer.close()
     except BaseException as e:
         try:

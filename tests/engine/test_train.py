@@ -156,7 +156,8 @@ def test_a_checkpoint_is_written_only_after_the_rows_up_to_its_step_are_stored(w
     checkpoint's step + 1). The real metrics writer, with a flush interval that never elapses, is
     read back at every step: wherever a checkpoint of step N exists, rows 1..N are on disk."""
     from engine.store.metrics import MetricsWriter
-    from engine.training.loop import fit
+    from engine.training.loop import train
+    from engine.training.writers import run_writers
 
     spec = {**SHORT, "train": {**SHORT["train"], "eval_interval": 12, "checkpoint_interval": 4}}  # an eval flushes too
     run_id, d = create_run(resolve(RunConfig.from_dict(spec)).to_dict())
@@ -171,5 +172,5 @@ def test_a_checkpoint_is_written_only_after_the_rows_up_to_its_step_are_stored(w
             assert stored[: max(ckpts)] == list(range(1, max(ckpts) + 1)), (step, ckpts, stored)
             seen.append(max(ckpts))
 
-    fit(cfg, d, writer, on_step=check, workspace=workspace)
+    train(cfg, run_writers(d, writer, keep_checkpoints=cfg.train.keep_checkpoints), on_step=check, workspace=workspace)
     assert seen and seen[-1] == 12 and {4, 8} <= set(seen)
