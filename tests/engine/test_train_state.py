@@ -13,6 +13,7 @@ import torch
 import tests.plugins.toy_task  # noqa: F401 (registers toy_pixels)
 from engine.config import RunConfig
 from engine.store import create_run
+from engine.tasks import resolve
 from engine.store.checkpoints import (
     STATE,
     list_checkpoints,
@@ -28,7 +29,7 @@ TOY = {"task": "toy_pixels", "masking": {"strategy": "random", "ratio": 0.5},
 
 
 def _cfg(**train) -> RunConfig:
-    return RunConfig.from_dict({**TOY, "train": {**TOY["train"], **train}})
+    return resolve(RunConfig.from_dict({**TOY, "train": {**TOY["train"], **train}}))
 
 
 def _files(root):
