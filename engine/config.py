@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from engine.errors import ConfigError
+from engine.modalities.image import DEFAULT_TASK
 
 
 class _Strict(BaseModel):
@@ -277,7 +278,7 @@ class RunConfig(_Strict):
     """
 
     name: str = Field("", max_length=200)
-    task: str = Field("image_mim", min_length=1, description="the modality's recipe, see engine.tasks")
+    task: str = Field(DEFAULT_TASK, min_length=1, description="the modality's recipe, see engine.tasks")
     task_params: dict[str, Any] = Field(default_factory=dict, description="the task's own parameters (resolved)")
     data: DataConfig = DataConfig()
     masking: MaskingConfig = Field(default_factory=MaskingConfig)  # built lazily: it imports engine.masking
