@@ -25,7 +25,7 @@ reached through functions that import their modules when called.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -114,15 +114,9 @@ def register_modality(modality: Modality) -> Modality:
     clash = [i.name for i in modality.importers if i.name in taken]
     if clash:
         raise ValueError(f"modality {modality.name!r}: importer name(s) {clash} already registered")
-    imps = tuple(i if i.modality == modality.name else _with_modality(i, modality.name) for i in modality.importers)
+    imps = tuple(replace(i, modality=modality.name) for i in modality.importers)
     obj = Modality(modality.name, modality.dataset_type, imps, tuple(modality.grids), modality.summary, modality.extras)
     return registrar(MODALITY_REGISTRY, "modality", modality.name)(obj)
-
-
-def _with_modality(imp: Importer, name: str) -> Importer:
-    from dataclasses import replace
-
-    return replace(imp, modality=name)
 
 
 def get_modality(name: str) -> Modality:
