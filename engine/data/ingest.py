@@ -37,7 +37,7 @@ class SourcePlan:
 
     Attributes:
         source: how the source is named.
-        modality: ``"image"``, ``"text"`` or ``"audio"``.
+        modality: the dataset modality its importer writes (:class:`engine.modalities.Importer`).
         kind: how it is read: ``"image zip"`` / ``"image folder"``; ``"lines"``, ``"paragraphs"``,
             ``"csv"``, ``"tsv"``, ``"jsonl"``, ``"txt files"``; ``"audio file"`` / ``"audio zip"`` /
             ``"audio folder"``.
