@@ -421,9 +421,11 @@ def _audio_rate(plan, chosen: int | None) -> tuple[int, str]:
 
 def _print_plan(plan, sample_rate: int | None = None) -> None:
     """``data inspect``'s report of ``plan``; ``sample_rate``: the ``--sample-rate`` given, if any."""
+    from engine.modalities import reads_option
+
     print(f"{plan.source}: {plan.modality} ({plan.kind}), {plan.n_items} rows kept, "
           f"{len(plan.rejected)} rejected, {len(plan.skipped)} skipped")
-    if plan.modality == "audio":
+    if reads_option(plan.modality, "sample_rate"):
         print(_audio_rate(plan, sample_rate)[1])
     for note in plan.notes:
         print(f"  {note}")
@@ -495,6 +497,7 @@ def cmd_users(args) -> int:
 
 def cmd_data(args) -> int:
     from engine.data import delete_dataset, import_source, inspect_source, list_datasets
+    from engine.modalities import reads_option
 
     if args.data_cmd == "delete":
         delete_dataset(args.name)
@@ -518,7 +521,7 @@ def cmd_data(args) -> int:
     options = _import_options(args)
     if args.sample_rate is None:  # audio: the clips' own rate, as the Data page proposes
         plan = inspect_source(args.path, options)
-        if plan.modality == "audio":
+        if reads_option(plan.modality, "sample_rate"):
             rate, line = _audio_rate(plan, None)
             options = options.model_copy(update={"sample_rate": rate})
             print(line)

@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from engine.errors import ConfigError
+from engine.modalities.image import DEFAULT_TASK
 
 
 class _Strict(BaseModel):
@@ -274,7 +275,7 @@ class RunConfig(_Strict):
     """
 
     name: str = Field("", max_length=200)
-    task: str = Field("image_mim", min_length=1, description="the modality's recipe, see engine.tasks")
+    task: str = Field(DEFAULT_TASK, min_length=1, description="the modality's recipe, see engine.tasks")
     task_params: dict[str, Any] = Field(default_factory=dict, description="the task's own parameters (resolved)")
     data: DataConfig = DataConfig()
     masking: MaskingConfig = MaskingConfig()

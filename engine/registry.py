@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import importlib
+import os
 from typing import Any, Callable, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from engine.errors import ConfigError
 
+PLUGINS_ENV = "MASKLAB_PLUGINS"
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
 
@@ -76,3 +79,18 @@ def validate_params(model: type[M], params: dict[str, Any] | None, prefix: str, 
                 text = f"unknown parameter of {owner} (its parameters: {', '.join(model.model_fields) or 'none'})"
             parts.append(f"{loc}: {text}" if loc else text)
         raise ConfigError("; ".join(parts)) from None
+
+
+def load_plugins() -> None:
+    """Import the modules listed in ``$MASKLAB_PLUGINS`` (comma-separated module names, importable
+    from the repo root or ``PYTHONPATH``): a lab's own tasks and modalities register on import.
+    Cheap after the first call (imported modules are cached).
+
+    Raises:
+        ConfigError: a module cannot be imported (names it and the variable).
+    """
+    for mod in filter(None, (m.strip() for m in os.environ.get(PLUGINS_ENV, "").split(","))):
+        try:
+            importlib.import_module(mod)
+        except ImportError as e:
+            raise ConfigError(f"${PLUGINS_ENV}: cannot import plug-in module {mod!r}: {e}") from e

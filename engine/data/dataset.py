@@ -3,8 +3,9 @@
 
 Each dataset class says which arrays it stores (one ``<name>.npy`` each, :mod:`engine.data.storage`; :meth:`LabelledRows.arrays`,
 :meth:`LabelledRows.from_arrays`) and how they must match the metadata
-(:meth:`LabelledRows.problems`); :data:`DATASET_TYPES` maps ``DatasetInfo.modality`` to the class,
-so :mod:`engine.data.storage` reads and writes every modality through one path.
+(:meth:`LabelledRows.problems`); each modality names its class
+(:attr:`engine.modalities.Modality.dataset_type`), so :mod:`engine.data.storage` reads and writes
+every modality through one path.
 
 Heavy libraries (torch, pandas, scikit-learn) are imported inside the functions that need them, so that
 listing datasets from the dashboard stays cheap.
@@ -30,9 +31,6 @@ NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 
 SPLITS = ("train", "val")
 """Split names; a dataset's ``split`` array stores their index (0 = train, 1 = val)."""
-
-MODALITIES = ("image", "text", "audio", "paired")
-"""Values of :attr:`DatasetInfo.modality` (``paired``: an image and its caption per row)."""
 
 
 def counted(n: int, one: str, many: str | None = None) -> str:
@@ -62,7 +60,8 @@ class DatasetInfo:
 
     Attributes:
         name: dataset name, matches :data:`NAME_RE`.
-        modality: one of :data:`MODALITIES`: ``"image"``, ``"text"``, ``"audio"`` or ``"paired"``.
+        modality: a registered modality (:func:`engine.modalities.modality_names`): ``"image"``,
+            ``"text"``, ``"audio"``, ``"paired"`` (an image and its caption per row) or a plug-in's.
         source: where the data came from, e.g. ``"bundled:digits"``, ``"upload:stamps.zip"``.
         image_shape: images and paired: ``(C, H, W)`` in pixels, ``C`` in {1, 3}; None for other modalities.
         class_names: label ``k`` is ``class_names[k]``.
@@ -231,7 +230,7 @@ class ImageDataset(LabelledRows):
     """A labelled image dataset held in memory.
 
     Attributes:
-        info: its :class:`DatasetInfo` (``modality == "image"``).
+        info: its :class:`DatasetInfo` (modality ``image``).
         images: uint8 ``[N, H, W, C]``, pixel values 0..255 (``C`` = ``info.image_shape[0]``).
         labels: int64 ``[N]``, class index into ``info.class_names``.
         split: uint8 ``[N]``, 0 = train, 1 = val.
@@ -284,7 +283,7 @@ class TextDataset(LabelledRows):
     Document ``i`` is ``text_bytes[text_offsets[i]:text_offsets[i + 1]].decode("utf-8")``.
 
     Attributes:
-        info: its :class:`DatasetInfo` (``modality == "text"``, ``image_shape`` None).
+        info: its :class:`DatasetInfo` (modality ``text``, ``image_shape`` None).
         text_bytes: uint8 ``[total]``, every document's UTF-8 bytes one after the other.
         text_offsets: int64 ``[N + 1]``, byte offsets: starts at 0, non-decreasing, ends at ``total``.
         labels: int64 ``[N]``, class index into ``info.class_names``.
@@ -395,7 +394,7 @@ class AudioDataset(LabelledRows):
     float samples in [-1, 1] at ``sample_rate[0]`` Hz (the pipeline rate the import resampled to).
 
     Attributes:
-        info: its :class:`DatasetInfo` (``modality == "audio"``; ``stats`` holds ``sample_rate``
+        info: its :class:`DatasetInfo` (modality ``audio``; ``stats`` holds ``sample_rate``
             and duration statistics, see :func:`engine.data.audio.audio_stats`).
         audio_pcm: int16 ``[total]`` samples of every clip.
         audio_offsets: int64 ``[N + 1]`` sample offsets: from 0, non-decreasing, ends at ``total``.
@@ -496,7 +495,7 @@ class PairedDataset(LabelledRows):
     members of a pair in the same split by construction.
 
     Attributes:
-        info: its :class:`DatasetInfo` (``modality == "paired"``, ``image_shape`` ``(C, H, W)``).
+        info: its :class:`DatasetInfo` (modality ``paired``, ``image_shape`` ``(C, H, W)``).
         images: uint8 ``[N, H, W, C]``, pixel values 0..255.
         text_bytes: uint8 ``[total]``, every caption's UTF-8 bytes one after the other.
         text_offsets: int64 ``[N + 1]``, byte offsets of the captions (from 0, non-decreasing).
@@ -538,12 +537,6 @@ class PairedDataset(LabelledRows):
 
 Dataset = ImageDataset | TextDataset | AudioDataset | PairedDataset
 """Any in-memory dataset."""
-
-DATASET_TYPES: dict[str, type[LabelledRows]] = {
-    "image": ImageDataset, "text": TextDataset, "audio": AudioDataset, "paired": PairedDataset,
-}
-"""Dataset class of each modality (``DatasetInfo.modality``)."""
-
 
 def n_val_for(n: int, val_fraction: float) -> int:
     """Rows of a stratum of ``n`` that :func:`seeded_split` puts in val: ``val_fraction * n`` rounded

@@ -4,8 +4,9 @@
     >>> report = import_source("trec.tsv", "trec", ImportOptions(min_chars=10))
     >>> print(report.summary())
 
-:func:`detect_modality` decides from the file itself (its extension, or what a zip or folder holds);
-:data:`IMPORTERS` maps each modality to how it is inspected and imported. Images go to
+:func:`detect_modality` decides from the file itself (its extension, or what a zip or folder holds),
+asking the importers of the registered modalities (:func:`engine.modalities.importers`: the files
+each claims, in their order) which one reads it. Images go to
 :func:`engine.data.importer.import_archive` unchanged; IDX files (the MNIST format) to
 :func:`engine.data.idx.import_idx`; text to :func:`engine.data.text.import_text`; audio to
 :func:`engine.data.audio.import_audio`. image-caption pairs to
@@ -23,8 +24,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from engine.access.policy import Identity
-from engine.data import audio, idx, importer, paired, storage, text
-from engine.data.images import EXTENSIONS as IMAGE_EXTENSIONS
+from engine.data import audio, importer, text
 from engine.data.tabular import TABLE_EXTENSIONS, ColumnRoles, ImportOptions
 from engine.errors import DatasetError
 
@@ -37,7 +37,7 @@ class SourcePlan:
 
     Attributes:
         source: how the source is named.
-        modality: ``"image"``, ``"text"`` or ``"audio"``.
+        modality: the dataset modality its importer writes (:class:`engine.modalities.Importer`).
         kind: how it is read: ``"image zip"`` / ``"image folder"``; ``"lines"``, ``"paragraphs"``,
             ``"csv"``, ``"tsv"``, ``"jsonl"``, ``"txt files"``; ``"audio file"`` / ``"audio zip"`` /
             ``"audio folder"``.
@@ -94,22 +94,9 @@ def _tree_names(path: Path, label: str) -> list[str]:
             and not any(p.startswith(".") for p in parts)]
 
 
-FILE_MODALITIES: list[tuple[str, Any]] = [
-    ("text", (*text.TEXT_EXTENSIONS, *TABLE_EXTENSIONS)),
-    ("audio", (*audio.EXTENSIONS, *audio.UNSUPPORTED)),
-]
-"""A single file's modality by its extension (first match)."""
-TREE_MODALITIES: list[tuple[str, Any]] = [
-    ("image", tuple(IMAGE_EXTENSIONS)),
-    ("audio", tuple(audio.EXTENSIONS)),
-    ("text", text.TEXT_EXTENSIONS),
-]
-"""A zip's or folder's modality: the first whose extensions it holds (images before audio before text,
-so a README.txt beside the clips does not make a text corpus)."""
-
-
 def detect_source(path: PathLike, source_label: str | None = None) -> str:
-    """How a source is imported: a key of :data:`IMPORTERS`, from the file itself.
+    """How a source is imported: the name of the registered importer that claims it
+    (:class:`engine.modalities.Importer`), from the file itself.
 
     Rules: a ``.txt``, ``.csv``, ``.tsv`` or ``.jsonl`` file is ``"text"``; a ``.wav``, ``.flac``,
     ``.ogg`` (or MP3, M4A... refused on import) file is ``"audio"``; a zip or a folder is ``"idx"``
@@ -121,26 +108,29 @@ def detect_source(path: PathLike, source_label: str | None = None) -> str:
     Raises:
         DatasetError: missing path, an unknown file type, or a zip/folder with none (naming what it holds).
     """
+    from engine.modalities import importers
+
     src = Path(path).expanduser()
     label = source_label or str(path)
     if not src.exists():
         raise DatasetError(f"{label}: no such file or folder")
     ext = src.suffix.lower()
+    imps = importers()
     if src.is_file():
-        for modality, exts in FILE_MODALITIES:
-            if ext in exts:
-                return modality
-    if src.is_file() and ext in IMAGE_EXTENSIONS:
-        raise DatasetError(f"{label}: a single image; put the images in a .zip (sub-folders = labels)")
+        for imp in imps:
+            if ext in imp.files and (imp.claims_file is None or imp.claims_file(src)):
+                return imp.name
+        for imp in imps:
+            if imp.lone_file and ext in imp.tree:
+                raise DatasetError(f"{label}: {imp.lone_file}")
     names = _tree_names(src, label)
-    if idx.holds_idx(names):
-        return "idx"
-    if paired.holds_pairs(names):
-        return "paired"
+    for imp in imps:
+        if imp.claims_tree is not None and imp.claims_tree(names):
+            return imp.name
     counts = Counter(PurePosixPath(n).suffix.lower() for n in names)
-    for modality, exts in TREE_MODALITIES:
-        if any(counts.get(e) for e in exts):
-            return modality
+    for imp in imps:
+        if any(counts.get(e) for e in imp.tree):
+            return imp.name
     found = ", ".join(f"{n} x {e or 'no extension'}" for e, n in sorted(counts.items())) or "no files"
     raise DatasetError(f"{label}: no images (PNG, JPEG, WebP, BMP, TIFF, GIF, IDX), no audio (WAV, FLAC, Ogg) "
                        f"and no .txt documents inside ({found})")
@@ -153,104 +143,36 @@ def detect_modality(path: PathLike, source_label: str | None = None) -> str:
     Raises:
         DatasetError: as :func:`detect_source`.
     """
-    return IMPORTER_MODALITY[detect_source(path, source_label)]
+    from engine.modalities import get_importer
+
+    return get_importer(detect_source(path, source_label)).modality
 
 
-#: Options that only one modality reads; the others refuse them (naming the option).
-OPTION_MODALITY = {"min_chars": "text", "max_chars": "text", "sample_rate": "audio"}
+def check_options(options: ImportOptions, label: str, kind: str, what: str) -> None:
+    """Refuse the options that importer ``kind`` does not read: column options when it reads no
+    table (:attr:`~engine.modalities.Importer.columns`), and the options only other importers read
+    (:attr:`~engine.modalities.Importer.options`, e.g. ``min_chars`` for text).
 
+    Raises:
+        DatasetError: ``"<label>: <options> do not apply to <what>"``.
+    """
+    from engine.modalities import get_importer, importers
 
-def _check_options(options: ImportOptions, label: str, modality: str, what: str) -> None:
-    unused = [f"{r}_column" for r in options.given_columns()] if modality == "image" else []
-    unused += [k for k, m in OPTION_MODALITY.items() if m != modality and getattr(options, k) is not None]
+    imp = get_importer(kind)
+    unused = [] if imp.columns else [f"{r}_column" for r in options.given_columns()]
+    others = dict.fromkeys(o for i in importers() for o in i.options if o not in imp.options)
+    unused += [k for k in others if getattr(options, k, None) is not None]
     if unused:
         raise DatasetError(f"{label}: {', '.join(unused)} do not apply to {what}")
 
 
-def _check_image_options(options: ImportOptions, label: str) -> None:
-    _check_options(options, label, "image", "a zip or folder of images")
+def importer_of(kind: str) -> tuple[Callable[..., SourcePlan], Callable[..., Any]]:
+    """``(inspect, import)`` of source kind ``kind`` (:func:`detect_source`), from the modality registry
+    (:attr:`engine.modalities.Importer.inspect`, :attr:`~engine.modalities.Importer.run`)."""
+    from engine.modalities import get_importer
 
-
-def _inspect_image(path: Path, options: ImportOptions, label: str) -> SourcePlan:
-    _check_image_options(options, label)
-    scan = importer.scan_archive(path, name_encoding=options.name_encoding, source_label=label)
-    plan = SourcePlan(label, "image", "image folder" if path.is_dir() else "image zip")
-    plan.skipped = list(scan.skipped)
-    plan.rejected = list(scan.rejected)
-    plan.class_names = scan.class_names
-    plan.label_counts = dict(scan.class_counts)
-    plan.n_items = len(scan.images)
-    labels, _ = importer._labels(scan.images)
-    plan.preview = [{"file": p, "label": c} for p, c in zip(scan.images[: text.PREVIEW_ROWS], labels)]
-    plan.notes.append(scan.names.describe())
-    plan.notes.append("images are decoded on import; unreadable ones are rejected then")
-    return plan
-
-
-def _import_image(path: Path, name: str | None, options: ImportOptions, **kw: Any) -> importer.ImportReport:
-    _check_image_options(options, kw.get("source_label") or str(path))
-    report = importer.import_archive(path, name, val_fraction=options.val_fraction, seed=options.seed,
-                                     name_encoding=options.name_encoding, **kw)
-    if report.dataset is not None:  # the stored info, with its source_hash
-        report.dataset = storage.read_info(storage.datasets_dir(kw.get("workspace")) / report.dataset.name)
-    return report
-
-
-def _inspect_text(path: Path, options: ImportOptions, label: str) -> SourcePlan:
-    _check_options(options, label, "text", "text")
-    prep = text.prepare_text(path, options, label)
-    src = prep.source
-    return SourcePlan(
-        label, "text", src.kind, columns=src.columns, roles=src.roles, preview=src.preview,
-        class_names=prep.class_names, label_counts=prep.label_counts(), n_items=len(prep.texts),
-        cleaning=prep.cleaning.as_dict(), rejected=src.rejected, skipped=src.skipped, notes=src.notes,
-    )  # fmt: skip
-
-
-def _import_text(path: Path, name: str | None, options: ImportOptions, **kw: Any) -> text.TextImportReport:
-    _check_options(options, kw.get("source_label") or str(path), "text", "text")
-    for k in IMAGE_ONLY:
-        kw.pop(k, None)
-    return text.import_text(path, name, options, **kw)
-
-
-IMAGE_ONLY = ("image_size", "fill", "geometry", "pad_fill", "progress")
-"""Keyword options of :func:`import_source` that only images use (ignored for text and audio)."""
-
-
-def _inspect_audio(path: Path, options: ImportOptions, label: str) -> SourcePlan:
-    _check_options(options, label, "audio", "audio")
-    return SourcePlan(label, "audio", **audio.inspect_audio(path, options, label))
-
-
-def _import_audio(path: Path, name: str | None, options: ImportOptions, **kw: Any) -> audio.AudioImportReport:
-    _check_options(options, kw.get("source_label") or str(path), "audio", "audio")
-    for k in IMAGE_ONLY:
-        kw.pop(k, None)
-    return audio.import_audio(path, name, options, **kw)
-
-
-def _inspect_paired(path: Path, options: ImportOptions, label: str) -> SourcePlan:
-    _check_options(options, label, "paired", "image-caption pairs")
-    return SourcePlan(label, "paired", **paired.inspect_paired(path, options, label))
-
-
-def _import_paired(path: Path, name: str | None, options: ImportOptions, **kw: Any) -> paired.PairedImportReport:
-    _check_options(options, kw.get("source_label") or str(path), "paired", "image-caption pairs")
-    return paired.import_paired(path, name, options, **kw)
-
-
-IMPORTERS: dict[str, tuple[Callable[..., SourcePlan], Callable[..., Any]]] = {
-    "image": (_inspect_image, _import_image),
-    "idx": (idx.inspect_idx, idx.import_idx),
-    "text": (_inspect_text, _import_text),
-    "audio": (_inspect_audio, _import_audio),
-    "paired": (_inspect_paired, _import_paired),
-}
-"""source kind (:func:`detect_source`) -> ``(inspect(path, options, label) -> SourcePlan,
-import(path, name, options, **kw) -> report)``."""
-IMPORTER_MODALITY = {"image": "image", "idx": "image", "text": "text", "audio": "audio", "paired": "paired"}
-"""The dataset modality each importer produces."""
+    imp = get_importer(kind)
+    return imp.inspect, imp.run
 
 
 def inspect_source(
@@ -272,7 +194,7 @@ def inspect_source(
             line, an unknown column listing the columns, ...).
     """
     label = source_label or str(path)
-    inspect, _ = IMPORTERS[detect_source(path, label)]
+    inspect, _ = importer_of(detect_source(path, label))
     return inspect(Path(path).expanduser(), options or ImportOptions(), label)
 
 
@@ -306,7 +228,7 @@ def import_source(
             editor, or demo mode; nothing is written (the importer checks before it reads a file).
     """
     label = source_label or str(path)
-    _, do_import = IMPORTERS[detect_source(path, label)]
+    _, do_import = importer_of(detect_source(path, label))
     return do_import(Path(path).expanduser(), name, options or ImportOptions(), workspace=workspace,
                      overwrite=overwrite, source_label=label, image_size=image_size, fill=fill,
                      geometry=geometry, pad_fill=pad_fill, actor=actor, progress=progress)  # fmt: skip

@@ -17,7 +17,7 @@ Each import is ``python -m engine.data.jobs <job_dir>``, one OS process in its o
 ``job.log``         the process's stdout/stderr
 ==================  ==========================================================================
 
-The process first loads the modules its kind of import needs (:data:`PRELOAD`: torch alone maps about
+The process first loads the modules its kind of import needs (:attr:`engine.modalities.Importer.preload`: torch alone maps about
 3 GB of address space), then caps its address space (``RLIMIT_AS``) at what it has mapped plus
 ``$MASKLAB_IMPORT_MEMORY_MB`` (default 2048 MB); an import that needs more ends ``failed`` with a
 message naming the variable (Python's MemoryError), never the machine's OOM killer. Any other
@@ -72,7 +72,7 @@ class ImportOutcome:
     """What a finished import did, in plain values (what the Data page shows).
 
     Attributes:
-        modality: ``"image"``, ``"text"`` or ``"audio"``.
+        modality: the dataset's modality (its importer's, :class:`engine.modalities.Importer`).
         dataset: the registered dataset's name (None when nothing was imported).
         accepted: images or documents in the dataset.
         rejected / skipped: ``(file, reason)``.
@@ -258,16 +258,14 @@ def cancel_import(job_id: str, *, workspace: str | os.PathLike[str] | None = Non
         return True
 
 
-def _outcome(report: Any) -> dict[str, Any]:
-    from engine.data.audio import AudioImportReport
-    from engine.data.paired import PairedImportReport
-
-    modality = ("text" if hasattr(report, "cleaning") else "audio" if isinstance(report, AudioImportReport)
-                else "paired" if isinstance(report, PairedImportReport) else "image")
+def _outcome(report: Any, modality: str) -> dict[str, Any]:
+    """The :class:`ImportOutcome` of ``report`` as a dict; ``modality``: that of the source's importer.
+    The geometry line is any report's that has one (images: ``ImportReport.geometry_line``)."""
+    geometry = getattr(report, "geometry_line", None)
     return asdict(ImportOutcome(
         modality, report.dataset.name if report.dataset is not None else None, report.accepted,
         list(report.rejected), list(report.skipped),
-        report.geometry_line() if modality == "image" and report.dataset is not None else "", report.summary(),
+        geometry() if callable(geometry) and report.dataset is not None else "", report.summary(),
         _converted(getattr(report, "converted", ())),
     ))  # fmt: skip
 
@@ -285,32 +283,25 @@ def _converted(pairs) -> list[tuple[str, int, list[str]]]:
             for note, n in Counter(note for _, note in pairs).most_common()]
 
 
-#: Modules an import of each kind (:func:`engine.data.ingest.detect_source`) loads lazily, loaded
-#: before the memory cap: under it, mapping a large shared library fails ("failed to map segment").
-PRELOAD: dict[str, tuple[str, ...]] = {
-    "audio": ("soundfile", "torch", "torchaudio"),  # decode; resampling to the pipeline rate
-    "image": ("PIL.Image",),
-    "idx": ("PIL.Image",),
-    "paired": ("PIL.Image",),
-    "text": (),
-}
-
-
-def _preload(path: str, label: str) -> None:
-    """Import :data:`PRELOAD`'s modules for the source's kind (nothing when the kind is unknown:
-    the import itself then refuses the source in masklab's words)."""
+def _preload(path: str, label: str) -> str:
+    """Import the modules the source's importer loads lazily (:attr:`engine.modalities.Importer.preload`:
+    under the memory cap, mapping a large shared library fails, "failed to map segment"), and return
+    its modality (``""`` when no importer claims the source: the import itself then refuses it in
+    masklab's words)."""
     import importlib
 
     from engine.data.ingest import detect_source
+    from engine.modalities import get_importer
 
     try:
-        kind = detect_source(path, label)
+        imp = get_importer(detect_source(path, label))
     except MasklabError:
-        return
-    for name in PRELOAD.get(kind, ()):
+        return ""
+    for name in imp.preload:
         importlib.import_module(name)
     if "PIL.Image" in sys.modules:
         sys.modules["PIL.Image"].init()  # every format plugin, not only the first few
+    return imp.modality
 
 
 def mapped_bytes() -> int:
@@ -347,7 +338,7 @@ def run_job(d: Path) -> int:
     try:
         if (d / CANCEL_FILE).exists():
             raise ImportCancelled()
-        _preload(job["path"], job["source_label"])
+        modality = _preload(job["path"], job["source_label"])
         limit = mapped_bytes() + cap
         if hard != resource.RLIM_INFINITY:
             limit = min(limit, hard)
@@ -355,7 +346,7 @@ def run_job(d: Path) -> int:
         report = import_source(job["path"], job["name"], ImportOptions(**job["options"]),
                                overwrite=job["overwrite"], source_label=job["source_label"],
                                actor=Identity(**job["actor"]), progress=progress, **job["image_options"])  # fmt: skip
-        result, code = {"state": "completed", "outcome": _outcome(report)}, 0
+        result, code = {"state": "completed", "outcome": _outcome(report, modality)}, 0
     except ImportCancelled:
         result, code = {"state": "cancelled", "error": "cancelled; nothing was registered"}, 130
     except MemoryError:

@@ -31,12 +31,12 @@ def list_datasets(workspace: PathLike = None, modality: str | None = None) -> li
     """
     registered = storage.registered_infos(workspace)
     if modality is not None:
-        registered = {n: i for n, i in registered.items() if i.modality == modality}
+        registered = {n: i for n, i in registered.items() if modality in (None, i.modality)}
     out = []
     for name in bundled.BUNDLED:
         if name in registered:
             out.append(registered.pop(name))
-        elif (modality is None or bundled.MODALITY[name] == modality) and bundled.is_available(name):
+        elif modality in (None, bundled.MODALITY[name]) and bundled.is_available(name):
             try:
                 out.append(bundled.bundled_info(name))
             except DatasetError as e:

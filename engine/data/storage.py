@@ -1,6 +1,6 @@
 """Registered datasets on disk: ``<workspace>/datasets/<name>/meta.json`` + one ``<array>.npy`` per array.
 
-Each array of the dataset's class (:data:`engine.data.dataset.DATASET_TYPES` by ``meta.json``'s
+Each array of the dataset's class (:attr:`engine.modalities.Modality.dataset_type` by ``meta.json``'s
 ``modality``) is one uncompressed NumPy file (no pickles) in the dataset's folder: images:
 ``images.npy`` uint8 ``[N, H, W, C]``; text: ``text_bytes.npy`` uint8 ``[total]``,
 ``text_offsets.npy`` int64 ``[N + 1]`` and optionally ``groups.npy`` int64 ``[N]``; audio:
@@ -38,7 +38,6 @@ from pathlib import Path
 import numpy as np
 
 from engine.data.dataset import (
-    DATASET_TYPES,
     NAME_RE,
     Dataset,
     DatasetInfo,
@@ -106,11 +105,13 @@ def read_info(folder: Path) -> DatasetInfo:
 
 def dataset_type(info: DatasetInfo, where: Path | str) -> type[LabelledRows]:
     """The dataset class of ``info.modality``. Raises DatasetError naming ``where`` for an unknown one."""
+    from engine.modalities import MODALITY_REGISTRY, get_modality
+
     try:
-        return DATASET_TYPES[info.modality]
-    except KeyError:
+        return get_modality(info.modality).dataset_type()
+    except DatasetError:
         raise DatasetError(
-            f"{where}: unknown modality {info.modality!r} (known: {', '.join(DATASET_TYPES)})"
+            f"{where}: unknown modality {info.modality!r} (known: {', '.join(MODALITY_REGISTRY)})"
         ) from None
 
 
@@ -118,7 +119,7 @@ def read_dataset(name: str, workspace: str | os.PathLike[str] | None = None) -> 
     """Load a registered dataset (read-only: nothing is written).
 
     Returns:
-        The dataset class of ``meta.json``'s ``modality`` (:data:`~engine.data.dataset.DATASET_TYPES`);
+        The dataset class of ``meta.json``'s ``modality`` (:attr:`engine.modalities.Modality.dataset_type`);
         its :data:`MAPPED` arrays are read-only memory maps (old ``data.npz`` datasets: in memory).
     Raises:
         DatasetError: naming the file when ``meta.json`` or an array file is missing, unreadable, of

@@ -22,11 +22,11 @@ that it runs on a CPU inside the evaluation job).
 - the head's normalisation statistics re-estimated on the train rows with the final encoder, then
   val top-1 accuracy of the final model (no early stopping, nothing chosen on val).
 
-What a modality gives (:func:`register_finetune`, keyed by task name): :class:`FinetuneInputs`, the
-train and val labels and how to encode a batch of rows with a given model. Registered here:
-``image_mim`` (the images), ``text_mlm`` / ``text_span`` (the tokenised texts), ``audio_mae`` /
-``audio_frames`` (each clip's first window, the padding left out of the pooling). A task with no
-entry gets no fine-tune figure (the evaluation says so).
+What a task gives (its :meth:`engine.tasks.Task.finetune_inputs` hook): :class:`FinetuneInputs`, the
+train and val labels and how to encode a batch of rows with a given model. The built-in tasks give
+the images (image MIM), the tokenised texts (text MLM and span), each clip's first window with the
+padding left out of the pooling (audio); a task that gives None gets no fine-tune figure (the
+evaluation says so).
 
 References: He et al. 2022, "Masked Autoencoders Are Scalable Vision Learners" (end-to-end
 fine-tuning as the downstream figure beside linear probing); Loshchilov & Hutter 2019 (AdamW, cosine).
@@ -45,7 +45,6 @@ import torch
 from torch import nn
 
 from engine.errors import EvaluationError
-from engine.registry import registrar_for
 
 EPOCHS = 5
 MAX_STEPS = 300
@@ -88,13 +87,6 @@ class FinetuneResult:
         return {"finetune_acc": self.accuracy, "finetune_train_acc": self.train_accuracy,
                 "finetune_steps": float(self.steps), "finetune_epochs": float(self.epochs),
                 "finetune_seconds": self.seconds}
-
-
-FINETUNE_INPUTS: dict[str, Callable[..., FinetuneInputs]] = {}
-
-
-#: ``register_finetune(*task_names)``: decorator, ``fn(task, max_rows) -> FinetuneInputs`` gives those tasks' rows.
-register_finetune = registrar_for(FINETUNE_INPUTS, "fine-tune entry")
 
 
 def pooled_features(model: nn.Module) -> Callable[..., torch.Tensor]:
@@ -196,54 +188,7 @@ def finetune(model: nn.Module, inputs: FinetuneInputs, *, seed: int = 0, epochs:
                           {"train": len(tr), "val": len(va)}, round(time.time() - t0, 3))
 
 
-# --- what each modality fine-tunes on ---------------------------------------------------------------
-
-
-@register_finetune("image_mim")
-def image_inputs(task, max_rows: int | None = None) -> FinetuneInputs:
-    """The images of the first ``max_rows`` rows of each split (the rows the probes use)."""
-    xs = {s: task._ds.tensors(s, limit=max_rows) for s in ("train", "val")}
-
-    def encode(model, split, pos):
-        return pooled_features(model)(xs[split][0][pos].to(next(model.parameters()).device))
-
-    return FinetuneInputs(xs["train"][1].numpy().astype(np.int64), xs["val"][1].numpy().astype(np.int64), encode)
-
-
-@register_finetune("text_mlm", "text_span")
-def text_inputs(task, max_rows: int | None = None) -> FinetuneInputs:
-    """The first ``max_rows`` texts of each split, tokenised as the run's features are."""
-    ds, max_len = task._ds, task.cfg.data.tokenizer.max_len
-    enc = {s: task.tok.encode_batch(ds.texts(s, limit=max_rows), max_len=max_len) for s in ("train", "val")}
-    y = {s: ds.labels[ds.indices(s)][:max_rows].astype(np.int64) for s in ("train", "val")}
-
-    def encode(model, split, pos):
-        b = task.rows(enc[split], pos)
-        dev = next(model.parameters()).device
-        return pooled_features(model)(b["ids"].to(dev), b["attention"].to(dev))
-
-    return FinetuneInputs(y["train"], y["val"], encode)
-
-
-@register_finetune("audio_mae", "audio_frames")
-def audio_inputs(task, max_rows: int | None = None) -> FinetuneInputs:
-    """The first window of each of the first ``max_rows`` clips per split; the encoder's tokens
-    pooled as the probes pool them (mean and standard deviation, padding left out)."""
-    ds = task._ds
-    rows = {s: torch.as_tensor(ds.indices(s)[:max_rows]) for s in ("train", "val")}
-
-    def encode(model, split, pos):
-        r = rows[split][pos]
-        w = task.feats.window(r, torch.zeros(len(r), dtype=torch.int64), task.grid.frames)
-        dev = next(model.parameters()).device
-        return pooled_features(model)(w.spec[:, None].to(dev), task._keep(w).to(dev), stats=True)
-
-    return FinetuneInputs(ds.labels[rows["train"].numpy()].astype(np.int64),
-                          ds.labels[rows["val"].numpy()].astype(np.int64), encode)
-
-
 def finetune_inputs(task, max_rows: int | None = None) -> FinetuneInputs | None:
-    """The task's :class:`FinetuneInputs` (first ``max_rows`` rows of each split), or None when no
-    modality entry covers ``task.name``."""
-    fn = FINETUNE_INPUTS.get(task.name)
-    return None if fn is None else fn(task, max_rows)
+    """The task's :class:`FinetuneInputs` (first ``max_rows`` rows of each split,
+    :meth:`engine.tasks.Task.finetune_inputs`), or None when the task gives none."""
+    return task.finetune_inputs(max_rows)

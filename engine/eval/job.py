@@ -99,7 +99,7 @@ def evaluate_checkpoint(run_dir: Path, step: int | None = None, *, device: str =
     ft_inputs = finetune_inputs(task, n) if ev_cfg.finetune_epochs else None
     downstream, notes = {}, []
     if ev_cfg.finetune_epochs and ft_inputs is None:
-        notes.append(f"no fine-tune: task {task.name!r} has no fine-tune entry (engine.eval.finetune)")
+        notes.append(f"no fine-tune: task {task.name!r} gives no fine-tune inputs (Task.finetune_inputs)")
     if ft_inputs is not None:
         downstream["random_init"] = finetune(task.model, ft_inputs, seed=seed, epochs=ev_cfg.finetune_epochs).figures()
     task.model.eval()

@@ -1,7 +1,7 @@
 """Reconstruction figures of the evaluation job beyond the task's own ``evaluate()``, each next to the
 task's trivial baselines on the same validation inputs and masks.
 
-- **Images** (``image_mim``): SSIM (Wang et al. 2004; scikit-image's ``structural_similarity``,
+- **Images** (image MIM): SSIM (Wang et al. 2004; scikit-image's ``structural_similarity``,
   ``data_range`` 1) of the *pasted* reconstruction (visible pixels kept, masked patches predicted,
   what a viewer sees) against the original, on the first :data:`SSIM_MAX_ROWS` fixed validation
   images with the run's fixed validation masks:
@@ -16,7 +16,7 @@ task's trivial baselines on the same validation inputs and masks.
   of :mod:`engine.eval.image_baselines` (``mean_image``, ``visible_mean``, ``biharmonic``, ``knn``),
   pasted the same way. A ``norm_pix_loss`` run gets no figure (its pixels need the hidden patch's
   own statistics, see :meth:`engine.tasks.image.ImageMIMTask.evaluate`).
-- **Audio** (``audio_mae``, ``audio_frames``): spectral error over the masked cells (mel bin x
+- **Audio** (audio MAE and frames): spectral error over the masked cells (mel bin x
   frame) of the clips, never the padding, on the task's fixed validation windows and masks:
 
   - ``spec_l1``, ``spec_mse``: mean absolute and squared error of the normalised log-mel (units of
@@ -29,8 +29,10 @@ task's trivial baselines on the same validation inputs and masks.
   Predictors: ``trained``, ``mean_spec`` (each bin's train mean) and ``interp_spec`` (linear
   interpolation in time between the nearest visible cells), the task's own baselines.
 
-Results: ``{predictor: {figure: value}}``; :func:`reconstruction_quality` returns ``{}`` for a task
-with no entry here (text: masked-token top-1 is already the task's figure).
+Results: ``{predictor: {figure: value}}``, from the task's
+:meth:`~engine.tasks.Task.reconstruction_quality` hook (images: :func:`image_quality`; audio: its
+task's, with :class:`SpectralSums`); ``{}`` for a task without figures of this kind (text:
+masked-token top-1 is already the task's figure).
 
 References: Wang et al. 2004, "Image quality assessment: from error visibility to structural
 similarity"; Arik, Jun & Diamos 2019, "Fast spectrogram inversion using multi-head convolutional
@@ -40,29 +42,18 @@ neural networks" (spectral convergence); Gray & Markel 1976 (log-spectral distan
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-
 import numpy as np
 import torch
-
-from engine.registry import registrar_for
 
 #: Images scored by the SSIM figures (the first fixed validation images; biharmonic costs tens of ms each).
 SSIM_MAX_ROWS = 256
 SSIM_WIN = 7
 
-QUALITY: dict[str, Callable[..., dict[str, dict[str, float]]]] = {}
-
-
-#: ``register_quality(*task_names)``: decorator, ``fn(task) -> {predictor: {figure: value}}`` for those
-#: tasks (the model at the checkpoint).
-register_quality = registrar_for(QUALITY, "reconstruction-quality entry")
-
-
 def reconstruction_quality(task) -> dict[str, dict[str, float]]:
-    """The figures of the module docstring for ``task`` at its current weights, ``{}`` when none apply."""
-    fn = QUALITY.get(task.name)
-    return {} if fn is None else fn(task)
+    """The task's reconstruction figures beside its baselines at its current weights
+    (:meth:`engine.tasks.Task.reconstruction_quality`; the module docstring's for the built-in
+    image and audio tasks), ``{}`` when none apply."""
+    return task.reconstruction_quality()
 
 
 # --- images -----------------------------------------------------------------------------------------
@@ -110,11 +101,11 @@ def masked_ssim(pred: np.ndarray, target: np.ndarray, pixel_mask: np.ndarray) ->
     return masked, full
 
 
-@register_quality("image_mim")
 @torch.no_grad()
 def image_quality(task, max_rows: int = SSIM_MAX_ROWS) -> dict[str, dict[str, float]]:
     """SSIM of the checkpoint and of every image baseline (module docstring) on the task's fixed
-    validation images and masks (``task.x_eval``, ``task.eval_masks``, ``task.baseline_reference()``)."""
+    validation images and masks (``task.x_eval``, ``task.eval_masks``, ``task.baseline_reference()``):
+    :meth:`engine.tasks.image.ImageMIMTask.reconstruction_quality`."""
     from engine.eval.image_baselines import all_baselines, patchify, pixel_mask, unpatchify
 
     if task.cfg.objective.norm_pix_loss:
@@ -181,24 +172,3 @@ class SpectralSums:
         c = max(self.cells, 1.0)
         return {"spec_l1": self.abs / c, "spec_mse": self.sq / c, "lsd_db": math.sqrt(self.db_sq / c),
                 "spectral_convergence": math.sqrt(self.diff_mag / max(self.mag, 1e-30)), "cells": self.cells}
-
-
-@register_quality("audio_mae", "audio_frames")
-@torch.no_grad()
-def audio_quality(task) -> dict[str, dict[str, float]]:
-    """Spectral error of the checkpoint, ``mean_spec`` and ``interp_spec`` over the masked real cells of
-    the task's fixed validation windows (``task.eval_batches``) (module docstring)."""
-    from engine.tasks.audio import interp_time
-
-    sums = {k: SpectralSums() for k in ("trained", "mean_spec", "interp_spec")}
-    mean, std = task.feats.mean.float(), task.feats.std.float()
-    for w, mask in task.eval_batches:
-        _, pred = task._predict(w, mask)
-        hidden = task.grid.cells(mask)
-        scored = hidden & w.real[:, None, :]
-        visible = ~hidden & w.real[:, None, :]
-        preds = {"trained": pred.float().cpu(), "mean_spec": torch.zeros_like(w.spec),
-                 "interp_spec": interp_time(w.spec, visible)}
-        for name, p in preds.items():
-            sums[name].add(p, w.spec, scored, mean, std)
-    return {k: s.figures() for k, s in sums.items()}

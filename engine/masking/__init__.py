@@ -10,6 +10,8 @@ preview shows exactly the masks the run uses.
 
 Public API:
     MASKING_REGISTRY, MaskingStrategy, register_masking, get_masking, strategies_for — the registry
+    GRID_KINDS, register_grid_kind, strategies_on — grid kinds: what a strategy works on, what a
+        modality's units form (:mod:`engine.modalities.grids`)
     draw_mask(masking_cfg, shape, generator, eligible=None, ratio=None, **side_inputs) — dispatch
     ratio_at(masking_cfg, step, total_steps) — the ratio schedule
     grid_shape(image_hw, patch_size) — (h, w) patch grid, with the divisibility check
@@ -24,9 +26,9 @@ from typing import TYPE_CHECKING
 import torch
 
 from engine.errors import ConfigError
+from engine.modalities.grids import GRID_KINDS, register_grid_kind
 from engine.masking.registry import (
     MASKING_REGISTRY,
-    MODALITIES,
     SIDE_INPUTS,
     MaskingStrategy,
     NoParams,
@@ -35,6 +37,7 @@ from engine.masking.registry import (
     get_masking,
     register_masking,
     strategies_for,
+    strategies_on,
 )
 
 # Strategies register themselves on import; import them after the registry exists.
@@ -55,8 +58,8 @@ if TYPE_CHECKING:
     from engine.config import MaskingConfig, RunConfig
 
 __all__ = [
+    "GRID_KINDS",
     "MASKING_REGISTRY",
-    "MODALITIES",
     "SIDE_INPUTS",
     "MaskingStrategy",
     "NoParams",
@@ -72,9 +75,11 @@ __all__ = [
     "preview_masks",
     "random_mask",
     "ratio_at",
+    "register_grid_kind",
     "register_masking",
     "restore_order",
     "strategies_for",
+    "strategies_on",
 ]
 
 

@@ -293,7 +293,7 @@ def _col_table(W: int) -> np.ndarray:
     return table
 
 
-@register_masking("block", params=BlockParams, grid_dims=(2,), modalities=("image", "audio"), exact=True,
+@register_masking("block", params=BlockParams, grid_dims=(2,), grids=("patch-2d", "spec-2d"), exact=True,
                   summary="BEiT block-wise masking: random rectangles, topped up to an exact count (Bao et al. 2022)")
 def block_mask(
     shape: tuple[int, ...],

@@ -232,7 +232,7 @@ def random_mask(
     return mask_lowest(noise, n_mask).reshape(shape)
 
 
-@register_masking("bernoulli", grid_dims=(1, 2, 3), modalities=("text", "image", "audio"),
+@register_masking("bernoulli", grid_dims=(1, 2, 3), grids=("seq-1d", "patch-2d", "spec-2d"),
                   summary="each position independently with probability = ratio, at least one (BERT)")
 def bernoulli_mask(
     shape: tuple[int, ...],

@@ -31,10 +31,9 @@ import torch
 from pydantic import BaseModel, ConfigDict
 
 from engine.errors import ConfigError
+from engine.modalities.grids import GRID_KINDS, lineage
 from engine.registry import validate_params
 
-#: Modalities a strategy can be offered for in the dashboard.
-MODALITIES = ("image", "text", "audio", "video")
 #: Side inputs a semantic strategy may need, with their shapes.
 SIDE_INPUTS = {
     "word_ids": "int64 [B, L]: word index of each token, -1 for tokens outside any word (tokenizer word_ids)",
@@ -64,7 +63,9 @@ class MaskingStrategy:
         params: pydantic model of the strategy's own parameters (``masking.params``).
         grid_dims: numbers of grid dims the strategy accepts, e.g. ``(1,)`` for ``[B, L]`` only,
             ``(2,)`` for ``[B, h, w]`` / ``[B, F, T]``, ``(3,)`` for ``[B, T, h, w]``.
-        modalities: modalities the dashboard offers it for (subset of :data:`MODALITIES`).
+        grids: the grid kinds it works on (keys of :data:`engine.modalities.grids.GRID_KINDS`; a kind
+            that *is a* listed one counts too), or None: any grid of its :attr:`grid_dims`. It is
+            offered for a modality whose :attr:`~engine.modalities.Modality.grids` it works on.
         uses_ratio: whether ``masking.ratio`` sets the budget (False: the params do).
         exact: every row with ``n`` eligible positions gets exactly ``round(ratio * n)`` masked.
         needs: side inputs it requires (keys of :data:`SIDE_INPUTS`).
@@ -76,12 +77,30 @@ class MaskingStrategy:
     fn: Callable[..., torch.Tensor]
     params: type[StrategyParams] = NoParams
     grid_dims: tuple[int, ...] = (1, 2, 3)
-    modalities: tuple[str, ...] = MODALITIES
+    grids: tuple[str, ...] | None = None
     uses_ratio: bool = True
     exact: bool = False
     needs: tuple[str, ...] = ()
     stochastic: bool = True
     summary: str = ""
+
+    def works_on(self, kind: str) -> bool:
+        """Whether the strategy masks grids of ``kind`` (or of a kind ``kind`` is, :func:`~engine.modalities.grids.lineage`).
+
+        Raises:
+            ValueError: unknown kind.
+        """
+        kinds = lineage(kind)
+        if GRID_KINDS[kind].dims not in self.grid_dims:
+            return False
+        return self.grids is None or bool(kinds & set(self.grids))
+
+    @property
+    def modalities(self) -> tuple[str, ...]:
+        """The registered modalities it is offered for (derived from the grid kinds), in registration order."""
+        from engine.modalities import get_modality, modality_names
+
+        return tuple(m for m in modality_names() if any(self.works_on(k) for k in get_modality(m).grids))
 
     def __call__(self, shape, ratio=0.0, *, generator: torch.Generator, eligible=None, **kwargs) -> torch.Tensor:
         """Call :attr:`fn` (parameters not given take their defaults from :attr:`params`)."""
@@ -117,7 +136,7 @@ def register_masking(
     *,
     params: type[StrategyParams] = NoParams,
     grid_dims: tuple[int, ...] = (1, 2, 3),
-    modalities: tuple[str, ...] = MODALITIES,
+    grids: tuple[str, ...] | None = None,
     uses_ratio: bool = True,
     exact: bool = False,
     needs: tuple[str, ...] = (),
@@ -129,17 +148,17 @@ def register_masking(
     The function itself is returned unchanged; the registry holds a :class:`MaskingStrategy`.
 
     Raises:
-        ValueError: ``name`` is already registered, or ``modalities`` / ``needs`` name something unknown.
+        ValueError: ``name`` is already registered, or ``grids`` / ``needs`` name something unknown.
     """
-    bad = [m for m in modalities if m not in MODALITIES] + [n for n in needs if n not in SIDE_INPUTS]
+    bad = [g for g in grids or () if g not in GRID_KINDS] + [n for n in needs if n not in SIDE_INPUTS]
     if bad:
-        raise ValueError(f"register_masking({name!r}): unknown modality or side input {bad}")
+        raise ValueError(f"register_masking({name!r}): unknown grid kind or side input {bad}")
 
     def deco(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
         if name in MASKING_REGISTRY:
             raise ValueError(f"masking strategy {name!r} is already registered ({MASKING_REGISTRY[name].fn!r})")
         MASKING_REGISTRY[name] = MaskingStrategy(
-            name=name, fn=fn, params=params, grid_dims=tuple(grid_dims), modalities=tuple(modalities),
+            name=name, fn=fn, params=params, grid_dims=tuple(grid_dims), grids=None if grids is None else tuple(grids),
             uses_ratio=uses_ratio, exact=exact, needs=tuple(needs), stochastic=stochastic,
             summary=summary or (fn.__doc__ or "").strip().splitlines()[0],
         )
@@ -161,12 +180,31 @@ def get_masking(name: str) -> MaskingStrategy:
         raise ConfigError(f"masking.strategy: unknown strategy {name!r}; known strategies: {known}") from None
 
 
+def strategies_on(kind: str, grid_dims: int | None = None) -> list[str]:
+    """Names of the strategies that work on grid kind ``kind`` (:meth:`MaskingStrategy.works_on`), sorted;
+    ``grid_dims``: only if the kind has that many dims.
+
+    Raises:
+        ValueError: unknown kind.
+    """
+    lineage(kind)  # unknown kind: ValueError
+    if grid_dims is not None and GRID_KINDS[kind].dims != grid_dims:
+        return []
+    return sorted(n for n, s in MASKING_REGISTRY.items() if s.works_on(kind))
+
+
 def strategies_for(modality: str, grid_dims: int | None = None) -> list[str]:
-    """Names of the strategies offered for ``modality`` (and a grid with ``grid_dims`` dims), sorted."""
-    return sorted(
-        n for n, s in MASKING_REGISTRY.items()
-        if modality in s.modalities and (grid_dims is None or grid_dims in s.grid_dims)
-    )
+    """Names of the strategies offered for ``modality``: those working on one of its grid kinds
+    (:attr:`engine.modalities.Modality.grids`) with ``grid_dims`` dims (None: any), sorted. An
+    unknown modality, or one without grids of its own (``paired``), gets none."""
+    from engine.errors import DatasetError
+    from engine.modalities import get_modality
+
+    try:
+        kinds = get_modality(modality).grids
+    except DatasetError:
+        return []
+    return sorted({n for k in kinds for n in strategies_on(k, grid_dims)})
 
 
 def check_ratio(ratio: float, field_name: str = "masking.ratio") -> float:

@@ -68,7 +68,7 @@ def segment_length_range(n: torch.Tensor, min_frac: float, max_frac: float) -> t
 
 
 @register_masking(
-    "sentence_span", params=SentenceSpanParams, grid_dims=(1,), modalities=("text",), uses_ratio=False,
+    "sentence_span", params=SentenceSpanParams, grid_dims=(1,), grids=("tokens-1d",), uses_ratio=False,
     exact=False, needs=("sentence_ids",),
     summary="one contiguous segment of 20-50% per row: a whole sentence where one fits "
             "(span completion, T5-style infilling, Raffel et al. 2020)",

@@ -90,7 +90,7 @@ def _span_bound(b_max: int, p: float, max_len: int) -> int:
     return min(b_max, math.ceil(s * s) + 4)
 
 
-@register_masking("span", params=SpanParams, grid_dims=(1,), modalities=("text", "audio"), exact=True,
+@register_masking("span", params=SpanParams, grid_dims=(1,), grids=("seq-1d",), exact=True,
                   summary="contiguous spans, geometric or fixed length, exact budget "
                           "(SpanBERT, Joshi et al. 2020; wav2vec 2.0)")
 def span_mask(
@@ -262,7 +262,7 @@ class SpanStartsParams(StrategyParams):
                                                 "(Hugging Face's mask_time_min_masks: 2), so every row has a target")
 
 
-@register_masking("span_starts", params=SpanStartsParams, grid_dims=(1,), modalities=("audio", "text"),
+@register_masking("span_starts", params=SpanStartsParams, grid_dims=(1,), grids=("seq-1d",),
                   uses_ratio=False, exact=False,
                   summary="each position starts a span of M with probability p; spans may overlap "
                           "(wav2vec 2.0, Baevski et al. 2020)")

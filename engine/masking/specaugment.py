@@ -133,7 +133,7 @@ def _spec(name, shape, ratio, generator, eligible, params, *, F, mF, T, mT, p):
     return mask if ok is None else mask & ok
 
 
-@register_masking("time_mask", params=TimeMaskParams, grid_dims=(1, 2), modalities=("audio",),
+@register_masking("time_mask", params=TimeMaskParams, grid_dims=(1, 2), grids=("frames-1d", "spec-2d"),
                   uses_ratio=False, exact=False,
                   summary="SpecAugment time masking: mT bands of up to T frames (Park et al. 2019)")
 def time_mask(
@@ -182,7 +182,7 @@ def time_mask(
                  F=0, mF=0, T=T, mT=mT, p=p)
 
 
-@register_masking("freq_mask", params=FreqMaskParams, grid_dims=(2,), modalities=("audio",),
+@register_masking("freq_mask", params=FreqMaskParams, grid_dims=(2,), grids=("spec-2d",),
                   uses_ratio=False, exact=False,
                   summary="SpecAugment frequency masking: mF bands of up to F bins (Park et al. 2019)")
 def freq_mask(
@@ -225,7 +225,7 @@ def freq_mask(
                  F=F, mF=mF, T=0, mT=0, p=1.0)
 
 
-@register_masking("specaugment", params=SpecAugmentParams, grid_dims=(2,), modalities=("audio",),
+@register_masking("specaugment", params=SpecAugmentParams, grid_dims=(2,), grids=("spec-2d",),
                   uses_ratio=False, exact=False,
                   summary="SpecAugment: mF frequency bands and mT time bands, SS policy (Park et al. 2019)")
 def specaugment_mask(

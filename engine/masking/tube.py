@@ -12,7 +12,7 @@ from engine.masking.random import mask_lowest
 from engine.masking.registry import check_eligible, check_ratio, get_masking, register_masking
 
 
-@register_masking("tube", grid_dims=(3,), modalities=("video",), exact=False,
+@register_masking("tube", grid_dims=(3,), grids=("tube-3d",), exact=False,
                   summary="VideoMAE tube masking: one random spatial mask repeated over all frames (Tong et al. 2022)")
 def tube_mask(
     shape: tuple[int, ...],

@@ -280,7 +280,7 @@ def word_ids_tensor(encodings: Sequence[Any], length: int | None = None) -> torc
 
 
 @register_masking(
-    "whole_word", params=NoParams, grid_dims=(1,), modalities=("text",), uses_ratio=True, exact=False,
+    "whole_word", params=NoParams, grid_dims=(1,), grids=("tokens-1d",), uses_ratio=True, exact=False,
     needs=("word_ids",),
     summary="whole words in random order: all tokens of a word or none (BERT whole word masking, 2019)",
 )
@@ -412,7 +412,7 @@ def superpixel_segments(
 
 
 @register_masking(
-    "superpixel", params=SuperpixelParams, grid_dims=(2,), modalities=("image",), uses_ratio=True,
+    "superpixel", params=SuperpixelParams, grid_dims=(2,), grids=("patch-2d",), uses_ratio=True,
     exact=False, needs=("segments",),
     summary="whole SLIC superpixels of the image in random order (semantic-part masking; Achanta et al. 2012)",
 )
@@ -575,7 +575,7 @@ def voiced_units(voiced: torch.Tensor, max_len: int = 10) -> torch.Tensor:
 
 
 @register_masking(
-    "voiced", params=VoicedParams, grid_dims=(1, 2), modalities=("audio",), uses_ratio=True, exact=False,
+    "voiced", params=VoicedParams, grid_dims=(1, 2), grids=("frames-1d", "spec-2d"), uses_ratio=True, exact=False,
     needs=("voiced",),
     summary="whole voiced segments (energy VAD) in random order, whole time columns (masklab semantic units)",
 )

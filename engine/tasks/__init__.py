@@ -15,17 +15,14 @@ worker (the launcher passes the environment on), so a plug-in trains through the
 
 from __future__ import annotations
 
-import importlib
-import os
 import torch
 
 from engine.config import MaskingConfig, RunConfig
 from engine.errors import ConfigError
-from engine.registry import registrar
+from engine.registry import PLUGINS_ENV, load_plugins, registrar  # noqa: F401  PLUGINS_ENV: kept public here
 from engine.tasks.base import Task
 
 TASK_REGISTRY: dict[str, type[Task]] = {}
-PLUGINS_ENV = "MASKLAB_PLUGINS"
 
 
 def register_task(cls: type[Task]) -> type[Task]:
@@ -38,11 +35,7 @@ def register_task(cls: type[Task]) -> type[Task]:
 
 
 def _load_plugins() -> None:
-    for mod in filter(None, (m.strip() for m in os.environ.get(PLUGINS_ENV, "").split(","))):
-        try:
-            importlib.import_module(mod)
-        except ImportError as e:
-            raise ConfigError(f"${PLUGINS_ENV}: cannot import plug-in module {mod!r}: {e}") from e
+    load_plugins()  # one loader for tasks and modalities (engine.registry)
 
 
 def get_task(name: str) -> type[Task]:

@@ -48,7 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from engine.audio.features import ClipFeatures, DatasetClips, FeatureSpec, Window, feature_store, window_frames
 from engine.config import AudioConfig, RunConfig
 from engine.errors import ConfigError, DatasetError
-from engine.masking import draw_mask, get_masking, strategies_for
+from engine.masking import draw_mask, get_masking, strategies_on
 from engine.store.samples import Sample
 from engine.tasks import register_task
 from engine.tasks.base import Task
@@ -336,9 +336,10 @@ def spec_sse(pred: torch.Tensor, spec: torch.Tensor, cells: torch.Tensor, real: 
 def check_strategy(cfg: RunConfig, grid: Grid, task: str) -> None:
     """Refuse a ``masking.strategy`` that does not apply to ``grid`` (audio patches or frame tokens) of ``task``."""
     s = get_masking(cfg.masking.strategy)
-    if grid.dims not in s.grid_dims or "audio" not in s.modalities:
+    kind = "spec-2d" if grid.dims == 2 else "frames-1d"
+    if not s.works_on(kind):
         raise ConfigError(f"masking.strategy: {s.name!r} does not apply to the {'patch grid' if grid.dims == 2 else 'frame tokens'} "
-                          f"of {task}; strategies for it: {', '.join(strategies_for('audio', grid.dims))}")
+                          f"of {task}; strategies for it: {', '.join(strategies_on(kind))}")
 
 
 def check_masks(cfg: RunConfig, grid: Grid, w: Window, units: str) -> None:
@@ -588,6 +589,42 @@ class _AudioTask(Task):
         num = torch.zeros(len(rows), f.shape[1]).index_add_(0, idx, f * wt[:, None])
         den = torch.zeros(len(rows)).index_add_(0, idx, wt).clamp_min(1e-9)
         return (num / den[:, None]).numpy().astype(np.float32), self._ds.labels[rows].astype(np.int64)
+
+    def finetune_inputs(self, max_rows: int | None = None):
+        """The first window of each of the first ``max_rows`` clips per split; the encoder's tokens
+        pooled as the probes pool them (mean and standard deviation, padding left out)."""
+        from engine.eval.finetune import FinetuneInputs, pooled_features
+
+        ds = self._ds
+        rows = {s: torch.as_tensor(ds.indices(s)[:max_rows]) for s in ("train", "val")}
+
+        def encode(model, split, pos):
+            r = rows[split][pos]
+            w = self.feats.window(r, torch.zeros(len(r), dtype=torch.int64), self.grid.frames)
+            dev = next(model.parameters()).device
+            return pooled_features(model)(w.spec[:, None].to(dev), self._keep(w).to(dev), stats=True)
+
+        return FinetuneInputs(ds.labels[rows["train"].numpy()].astype(np.int64),
+                              ds.labels[rows["val"].numpy()].astype(np.int64), encode)
+
+    @torch.no_grad()
+    def reconstruction_quality(self) -> dict[str, dict[str, float]]:
+        """Spectral error (:class:`engine.eval.reconstruction.SpectralSums`) of the checkpoint,
+        ``mean_spec`` and ``interp_spec`` over the masked real cells of the fixed validation windows."""
+        from engine.eval.reconstruction import SpectralSums
+
+        sums = {k: SpectralSums() for k in ("trained", "mean_spec", "interp_spec")}
+        mean, std = self.feats.mean.float(), self.feats.std.float()
+        for w, mask in self.eval_batches:
+            _, pred = self._predict(w, mask)
+            hidden = self.grid.cells(mask)
+            scored = hidden & w.real[:, None, :]
+            visible = ~hidden & w.real[:, None, :]
+            preds = {"trained": pred.float().cpu(), "mean_spec": torch.zeros_like(w.spec),
+                     "interp_spec": interp_time(w.spec, visible)}
+            for name, p in preds.items():
+                sums[name].add(p, w.spec, scored, mean, std)
+        return {k: v.figures() for k, v in sums.items()}
 
     def raw_features(self, max_rows: int | None = None):
         """The raw-input baseline of the evaluation: each clip's mean and standard deviation of every

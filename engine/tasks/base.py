@@ -47,6 +47,7 @@ class NoTaskParams(BaseModel):
 if TYPE_CHECKING:
     from engine.config import RunConfig
     from engine.data.dataset import DatasetInfo
+    from engine.eval.finetune import FinetuneInputs
     from engine.store.samples import Sample
 
 
@@ -55,7 +56,7 @@ class Task(ABC):
     abstract methods; register them with :func:`engine.tasks.register_task`.
 
     Class attributes:
-        name: the ``task`` config value, e.g. ``"image_mim"``.
+        name: the ``task`` config value, e.g. ``image_mim``.
         modality: the dataset modality it trains on (``DatasetInfo.modality``): image, text, audio...
         archs: ``model.arch`` values it can train; the first is the default.
         default_loss: the ``objective.loss`` used when the config leaves it empty.
@@ -130,7 +131,7 @@ class Task(ABC):
     def trains_on(cls, modality: str) -> bool:
         """Whether the task trains on datasets of ``modality`` (default: its :attr:`modality` only;
         ``paired`` also reads audio datasets whose clips have a text)."""
-        return modality == cls.modality
+        return modality in (cls.modality,)
 
     @classmethod
     def outputs(cls, cfg: "RunConfig") -> set[str]:
@@ -218,6 +219,20 @@ class Task(ABC):
         Returns:
             ``(X float32 [N, D], y int64 [N])`` (labels; -1 where a row has none).
         """
+
+    def finetune_inputs(self, max_rows: int | None = None) -> "FinetuneInputs | None":
+        """The rows the evaluation job fine-tunes on (:mod:`engine.eval.finetune`): the labels of the
+        first ``max_rows`` rows of each split (the rows :meth:`features` uses) and how to encode a
+        batch of them through a given model with gradient (usually
+        :func:`engine.eval.finetune.pooled_features`). Default: None (no fine-tune figure)."""
+        return None
+
+    def reconstruction_quality(self) -> dict[str, dict[str, float]]:
+        """Reconstruction figures beyond :meth:`evaluate`, of the model at its current weights and of
+        the task's trivial baselines on the same validation inputs and masks:
+        ``{predictor: {figure: value}}`` with ``trained`` the model (:mod:`engine.eval.reconstruction`:
+        SSIM for images, spectral error for audio). Default: ``{}``."""
+        return {}
 
     def raw_features(self, max_rows: int | None = None) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
         """The raw-input baseline of the representation figures: ``((X_train, y_train), (X_val, y_val))``,

@@ -21,7 +21,7 @@ import torch
 from engine.config import RunConfig
 from engine.data.sampling import representative
 from engine.errors import ConfigError
-from engine.masking import draw_mask, get_masking, grid_shape, image_side_inputs, preview_masks, strategies_for
+from engine.masking import draw_mask, get_masking, grid_shape, image_side_inputs, preview_masks, strategies_on
 from engine.training.perf import to_device
 from engine.store.samples import Sample
 from engine.tasks import register_task
@@ -122,9 +122,9 @@ class ImageMIMTask(Task):
         _, H, W = info.image_shape
         h, w = grid_shape((H, W), cfg.model.patch_size)
         strategy = get_masking(cfg.masking.strategy)
-        if 2 not in strategy.grid_dims or "image" not in strategy.modalities:
+        if not strategy.works_on("patch-2d"):
             raise ConfigError(f"masking.strategy: {strategy.name!r} does not apply to image patch grids; "
-                              f"strategies for images: {', '.join(strategies_for('image', 2))}")
+                              f"strategies for images: {', '.join(strategies_on('patch-2d'))}")
         n, images = PROBE_ROWS, None
         if strategy.needs:  # e.g. superpixels: probe with real images of the dataset (SLIC ~1 ms each)
             images = load_dataset(cfg.data.dataset, workspace).tensors("train", limit=PROBE_IMAGES)[0]
@@ -298,6 +298,24 @@ class ImageMIMTask(Task):
                for i in range(0, len(rows), EVAL_CHUNK)]
         feats = torch.cat(out).numpy() if out else np.zeros((0, 1), np.float32)
         return feats.astype(np.float32), self._ds.labels[rows].astype(np.int64)
+
+    def finetune_inputs(self, max_rows: int | None = None):
+        """The images of the first ``max_rows`` rows of each split (the rows the probes use)."""
+        from engine.eval.finetune import FinetuneInputs, pooled_features
+
+        xs = {s: self._ds.tensors(s, limit=max_rows) for s in ("train", "val")}
+
+        def encode(model, split, pos):
+            return pooled_features(model)(xs[split][0][pos].to(next(model.parameters()).device))
+
+        return FinetuneInputs(xs["train"][1].numpy().astype(np.int64), xs["val"][1].numpy().astype(np.int64), encode)
+
+    def reconstruction_quality(self) -> dict[str, dict[str, float]]:
+        """SSIM of the pasted reconstruction and of every image baseline
+        (:func:`engine.eval.reconstruction.image_quality`); ``{}`` for a ``norm_pix_loss`` run."""
+        from engine.eval.reconstruction import image_quality
+
+        return image_quality(self)
 
     def raw_features(self, max_rows: int | None = None):
         """The pixels in [0, 1], flattened: ``X float32 [N, C*H*W]`` per split (see :meth:`Task.raw_features`)."""

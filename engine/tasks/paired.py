@@ -56,7 +56,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from engine.config import MaskingConfig, ObjectiveTerm, RunConfig, TokenizerConfig
 from engine.errors import ConfigError
-from engine.masking import draw_mask, get_masking, grid_shape, image_side_inputs, preview_masks, strategies_for
+from engine.masking import draw_mask, get_masking, grid_shape, image_side_inputs, preview_masks, strategies_on
 from engine.store.samples import Sample
 from engine.tasks import register_task
 from engine.tasks.audio import Grid
@@ -97,12 +97,12 @@ class PairedParams(BaseModel):
     @field_validator("text_strategy")
     @classmethod
     def _strategy(cls, name: str) -> str:
-        text = ", ".join(strategies_for("text", 1))
+        text = ", ".join(strategies_on("tokens-1d"))
         try:
             s = get_masking(name)
         except ConfigError:
             raise ValueError(f"unknown strategy {name!r}; strategies for text: {text}") from None
-        if 1 not in s.grid_dims or "text" not in s.modalities:
+        if not s.works_on("tokens-1d"):
             raise ValueError(f"{name!r} does not apply to token sequences; strategies for text: {text}")
         return name
 

@@ -40,7 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from engine.config import RunConfig, TokenizerConfig
 from engine.errors import ConfigError
-from engine.masking import draw_mask, get_masking, strategies_for
+from engine.masking import draw_mask, get_masking, strategies_on
 from engine.messages import describe_error
 from engine.training.perf import pin, to_device
 from engine.store.samples import Sample
@@ -258,9 +258,9 @@ class _TextTask(Task):
     @classmethod
     def _check_strategy(cls, cfg: RunConfig) -> None:
         s = get_masking(cfg.masking.strategy)
-        if 1 not in s.grid_dims or "text" not in s.modalities:
+        if not s.works_on("tokens-1d"):
             raise ConfigError(f"masking.strategy: {s.name!r} does not apply to token sequences; "
-                              f"strategies for text: {', '.join(strategies_for('text', 1))}")
+                              f"strategies for text: {', '.join(strategies_on('tokens-1d'))}")
 
     def _load(self, cfg: RunConfig, device: torch.device, workspace=None) -> None:
         from engine.data import load_dataset
@@ -327,6 +327,21 @@ class _TextTask(Task):
                 out.append(self._features(b).float().cpu())
         feats = torch.cat(out).numpy() if out else np.zeros((0, 1), np.float32)
         return feats.astype(np.float32), labels
+
+    def finetune_inputs(self, max_rows: int | None = None):
+        """The first ``max_rows`` texts of each split, tokenised as the run's features are."""
+        from engine.eval.finetune import FinetuneInputs, pooled_features
+
+        ds, max_len = self._ds, self.cfg.data.tokenizer.max_len
+        enc = {s: self.tok.encode_batch(ds.texts(s, limit=max_rows), max_len=max_len) for s in ("train", "val")}
+        y = {s: ds.labels[ds.indices(s)][:max_rows].astype(np.int64) for s in ("train", "val")}
+
+        def encode(model, split, pos):
+            b = self.rows(enc[split], pos)
+            dev = next(model.parameters()).device
+            return pooled_features(model)(b["ids"].to(dev), b["attention"].to(dev))
+
+        return FinetuneInputs(y["train"], y["val"], encode)
 
     def raw_features(self, max_rows: int | None = None):
         """TF-IDF of words and word pairs (scikit-learn ``TfidfVectorizer``, sublinear tf, at most

@@ -82,7 +82,7 @@ def probe():
         m = ~m if invert else m
         return m if ok is None else m & ok
 
-    register_masking("ui_probe", params=ProbeParams, grid_dims=(2,), modalities=("image",), uses_ratio=False,
+    register_masking("ui_probe", params=ProbeParams, grid_dims=(2,), grids=("patch-2d",), uses_ratio=False,
                      summary="test probe: fixed columns")(probe_mask)  # fmt: skip
     yield "ui_probe"
     MASKING_REGISTRY.pop("ui_probe", None)

@@ -11,6 +11,7 @@ from engine.config import MaskingConfig, RunConfig
 from engine.tasks import resolve, resolve_masking
 from engine.errors import ConfigError
 from engine.masking import (
+    GRID_KINDS,
     MASKING_REGISTRY,
     draw_mask,
     gather_visible,
@@ -92,7 +93,9 @@ def test_registry_has_the_strategies_of_the_field():
 @pytest.mark.parametrize("name", STRATEGIES)
 def test_strategy_record_is_complete(name):
     s = MASKING_REGISTRY[name]
-    assert s.summary and s.modalities and s.grid_dims
+    assert s.summary and s.grid_dims
+    # The grid kinds it works on are known, of dims it accepts (None: any grid of its dims).
+    assert s.grids is None or (s.grids and all(GRID_KINDS[k].dims in s.grid_dims for k in s.grids)), s.grids
     assert "References" in (s.fn.__doc__ or ""), f"{name}: docstring must cite its source"
     # The function's keyword defaults are the params model's defaults, so a direct call and a config agree.
     sig = inspect.signature(s.fn)

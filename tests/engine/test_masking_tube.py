@@ -67,7 +67,8 @@ def test_seed_determinism():
 def test_registry_record_and_bad_shapes():
     s = get_masking("tube")
     # exact per frame, not over T*H*W when eligibility varies over time
-    assert not s.exact and s.uses_ratio and s.grid_dims == (3,) and s.modalities == ("video",)
+    assert not s.exact and s.uses_ratio and s.grid_dims == (3,) and s.grids == ("tube-3d",)
+    assert s.modalities == ()  # no registered modality forms video tubes (yet)
     with pytest.raises(ValueError, match="tube"):
         tube_mask((2, 4, 4), 0.5, generator=gen())
     with pytest.raises(ValueError, match="tube"):
