@@ -19,7 +19,6 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from engine.errors import ConfigError
-from engine.modalities.image import DEFAULT_TASK
 
 
 class _Strict(BaseModel):
@@ -275,7 +274,8 @@ class RunConfig(_Strict):
     """
 
     name: str = Field("", max_length=200)
-    task: str = Field(DEFAULT_TASK, min_length=1, description="the modality's recipe, see engine.tasks")
+    task: str = Field("", description="the modality's recipe, see engine.tasks; empty: the default task "
+                      "(engine.tasks.DEFAULT_TASK), filled in by resolve")
     task_params: dict[str, Any] = Field(default_factory=dict, description="the task's own parameters (resolved)")
     data: DataConfig = DataConfig()
     masking: MaskingConfig = MaskingConfig()

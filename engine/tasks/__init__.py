@@ -21,6 +21,7 @@ from engine.config import MaskingConfig, RunConfig
 from engine.errors import ConfigError
 from engine.registry import PLUGINS_ENV, load_plugins, registrar  # noqa: F401  PLUGINS_ENV: kept public here
 from engine.tasks.base import Task
+from engine.modalities.image import DEFAULT_TASK  # the task a config without one trains
 
 TASK_REGISTRY: dict[str, type[Task]] = {}
 
@@ -74,6 +75,7 @@ def resolve(cfg: RunConfig) -> RunConfig:
             parameter, an arch the task does not train...).
     """
     out = cfg.model_copy(deep=True)
+    out.task = out.task or DEFAULT_TASK
     try:
         out.masking = resolve_masking(out.masking)
         get_task(out.task).resolve(out)
