@@ -289,8 +289,11 @@ def _why_not(key: str, value: Any, used: Mapping[str, Any]) -> str:
         s = MASKING_REGISTRY.get(str(value))
         if s is None:
             return "no masking strategy has this name"
+        from engine.modalities.grids import GRID_KINDS
+
         dims = " or ".join(f"{d}-D" for d in s.grid_dims)
-        return f"it masks {'/'.join(s.modalities)} on {dims} grids; the {task} task does not offer it"
+        what = " or ".join(GRID_KINDS[k].summary.split(" [")[0] for k in s.grids or ()) or "any units"
+        return f"it masks {what} on {dims} grids; the {task} task does not offer it"
     if key not in used:
         if ".params." in key:
             return f"not a parameter of {used.get(key.split('.params.')[0] + '.strategy', 'the strategy shown')}"

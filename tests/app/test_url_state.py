@@ -280,7 +280,7 @@ def test_a_link_to_something_missing_or_out_of_range_says_so(workspace):
     lab = open_with("../pages/mask_lab.py", {"dataset": "digits", "masking.strategy": "tube", "masking.params.T": "4",
                                              "model.patch_size": "abc", "model.arch": "nope"})
     assert [w.value for w in lab.warning if "not valid here" in w.value] == [
-        "This link's masking.strategy=tube (it masks video on 3-D grids; the image_mim task does not offer it); "
+        "This link's masking.strategy=tube (it masks video tubes on 3-D grids; the image_mim task does not offer it); "
         "masking.params.T=4 (not a parameter of bernoulli); model.patch_size=abc (not a number; the form uses 2); "
         "model.arch=nope (not an option here; the form uses mae_vit) were not valid here: the form shows its own "
         "values instead."]
