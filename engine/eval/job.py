@@ -181,7 +181,7 @@ def run_job(run_dir: Path, step: int | None = None) -> int:
         with run_slot(workspace, run_dir, lambda: False, queued_at=queued_at):
             import torch
 
-            from engine.runner.worker import resolve_threads
+            from engine.runner.resources import resolve_threads
             from engine.workspace import read_json
 
             torch.set_num_threads(resolve_threads(read_json(run_dir / "config.json").get("train", {})))

@@ -1,4 +1,7 @@
-"""Memory figures, as masklab defines them everywhere: the **peak private memory** of the process.
+"""What a process uses and how it ends: its CPU threads, its **peak private memory** (as masklab
+defines memory figures everywhere), its exit reason, and stderr writes that survive a full disk.
+
+Memory:
 
 On Linux that is the high-water mark of ``RssAnon`` (anonymous resident pages: heap, tensors,
 not the shared libraries or mapped files that ``VmHWM`` also counts), sampled by
@@ -7,6 +10,13 @@ it is ``torch.cuda.max_memory_allocated``. Bytes.
 """
 
 from __future__ import annotations
+
+import os
+import signal
+import sys
+import traceback
+
+from engine.runner.queue import max_runs
 
 
 def private_memory_bytes() -> int | None:
@@ -40,3 +50,39 @@ class PeakMemory:
         if now is not None:
             self.peak = now if self.peak is None else max(self.peak, now)
         return self.peak
+
+
+def resolve_threads(train_cfg: dict, launch_cfg: dict | None = None) -> int:
+    """Torch CPU threads of a run: ``train.num_threads`` if set; else, for a cluster job
+    (``launch.backend`` ray or slurm), the ``launch.cpus`` it asked for; else ``cpu_count //
+    MASKLAB_MAX_RUNS`` (the runs that may train at once share the cores instead of oversubscribing them)."""
+    launch_cfg = launch_cfg or {}
+    if not train_cfg.get("num_threads") and launch_cfg.get("backend", "local") != "local" and launch_cfg.get("cpus"):
+        return int(launch_cfg["cpus"])
+    return int(train_cfg.get("num_threads") or max(1, (os.cpu_count() or 1) // max_runs()))
+
+
+def exit_reason(rc: int) -> str:
+    """``-9`` -> ``"signal SIGKILL"``, ``1`` -> ``"exit code 1"`` (a ``Popen.returncode``)."""
+    if rc >= 0:
+        return f"exit code {rc}"
+    try:
+        return f"signal {signal.Signals(-rc).name}"
+    except ValueError:
+        return f"signal {-rc}"
+
+
+def say(text: str) -> None:
+    """Write to stderr (worker.log), ignoring a full disk."""
+    try:
+        print(text, file=sys.stderr, flush=True)
+    except OSError:
+        pass
+
+
+def print_exc() -> None:
+    try:
+        traceback.print_exc()
+        sys.stderr.flush()
+    except OSError:
+        pass

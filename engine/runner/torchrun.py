@@ -7,9 +7,9 @@ starts PyTorch's elastic launcher as its child (:func:`run_ranks`)::
 
     python -m torch.distributed.run --nproc_per_node N --max_restarts 0 \\
         (--standalone | --nnodes M --node_rank K --rdzv_backend c10d --rdzv_endpoint HOST:PORT --rdzv_id RUN_ID) \\
-        -m engine.runner.torchrun RUN_DIR [--resume-from STEP]
+        -m engine.runner.rank RUN_DIR [--resume-from STEP]
 
-Each rank (:func:`rank_main`) joins the process group (NCCL on CUDA, gloo on CPU) and calls
+Each rank (:func:`engine.runner.rank.rank_main`) joins the process group (NCCL on CUDA, gloo on CPU) and calls
 :func:`engine.training.loop.train` with its :class:`DistContext`. Another node joins the same run with
 ``python -m engine join RUN_ID --node-rank K`` (:func:`join`): the same torchrun command with its own
 node rank; it holds no lock and writes nothing.
@@ -34,17 +34,14 @@ Run identity stays the worker's run lock:
 
 from __future__ import annotations
 
-import hashlib
-import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-import warnings
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
+
+from engine.runner.resources import exit_reason, resolve_threads
 
 MAIN_NODE_ENV = "MASKLAB_MAIN_NODE"
 #: The writer rank's record of how training ended: ``status`` (completed, cancelled, failed,
@@ -52,106 +49,6 @@ MAIN_NODE_ENV = "MASKLAB_MAIN_NODE"
 RESULT_FILE = "dist-result.json"
 #: Seconds a cancelled run's torchrun may take to stop by itself before it is terminated.
 STOP_GRACE_S = 60.0
-
-
-def mask_seed(seed: int, rank: int, step: int = 0) -> int:
-    """Seed of the training-mask generator of ``rank`` (from step ``step`` on).
-
-    Rank 0 at step 0 gets ``seed`` itself, so a single-process run draws exactly the masks it
-    always drew; every other (rank, step) gets a seed in ``[0, 2**63)`` from SHA-256 of
-    ``(seed, rank, step)``: different streams per rank, the same on every re-run. ``step`` > 0 is
-    used only when a resume changes the number of ranks (the checkpoint has no state for the new ones).
-    """
-    if rank == 0 and step == 0:
-        return int(seed)
-    digest = hashlib.sha256(f"masklab-mask:{int(seed)}:{int(rank)}:{int(step)}".encode()).digest()
-    return int.from_bytes(digest[:8], "little") >> 1
-
-
-@dataclass(frozen=True)
-class DistContext:
-    """This process's place in a run: ``rank`` of ``world_size`` processes, ``local_rank`` on its
-    node, whether it is the ``writer`` (see the module docstring), and its ``device`` (None: from
-    ``train.device``). The default is the single process: every method is then a no-op."""
-
-    rank: int = 0
-    world_size: int = 1
-    local_rank: int = 0
-    writer: bool = True
-    device: Any = None
-
-    def any(self, flag: bool) -> bool:
-        """True if ``flag`` is True on any rank (an all-reduce MAX; every rank must call it)."""
-        if self.world_size == 1:
-            return bool(flag)
-        import torch
-        import torch.distributed as tdist
-
-        t = torch.tensor([1.0 if flag else 0.0], device=self._comm_device())
-        tdist.all_reduce(t, op=tdist.ReduceOp.MAX)
-        return bool(t.item() > 0)
-
-    def mean(self, values: list[float]) -> list[float]:
-        """Each value averaged over the ranks (one all-reduce; every rank must call it)."""
-        if self.world_size == 1:
-            return list(values)
-        import torch
-        import torch.distributed as tdist
-
-        t = torch.tensor(values, dtype=torch.float64 if self._comm_device().type == "cpu" else torch.float32,
-                         device=self._comm_device())
-        tdist.all_reduce(t)
-        return (t / self.world_size).tolist()
-
-    def gather_state(self, state) -> list:
-        """Every rank's ``state`` (a CPU tensor, e.g. a generator state), in rank order; every rank must call it."""
-        if self.world_size == 1:
-            return [state]
-        import torch.distributed as tdist
-
-        out: list = [None] * self.world_size
-        tdist.all_gather_object(out, state)
-        return out
-
-    def wrap(self, task) -> Callable:
-        """``task.train_loss``, under DistributedDataParallel when there are several ranks: the
-        task's model is held by a module whose forward is the task's loss, so DDP averages the
-        gradients of every task without the task knowing (``find_unused_parameters``: a task may
-        leave some parameters out of a step)."""
-        if self.world_size == 1:
-            return task.train_loss
-        import torch
-        from torch.nn.parallel import DistributedDataParallel
-
-        class TaskStep(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.model = task.model  # registered: DDP syncs and averages its parameters
-
-            def forward(self, idx, generator, ratio):
-                return task.train_loss(idx, generator, ratio)
-
-        on_cuda = self._comm_device().type == "cuda"
-        return DistributedDataParallel(TaskStep(), device_ids=[self._comm_device()] if on_cuda else None,
-                                       find_unused_parameters=True)
-
-    def _comm_device(self):
-        import torch
-
-        return self.device if self.device is not None else torch.device("cpu")
-
-
-SINGLE = DistContext()
-
-
-class NullSink:
-    """The metrics sink of the ranks that do not write (:class:`engine.training.loop.MetricsSink`)."""
-
-    def log(self, step: int, metrics: dict[str, float]) -> None:
-        pass
-
-    def flush(self) -> None:
-        pass
 
 
 # --- launching ----------------------------------------------------------------------------------------------
@@ -174,13 +71,13 @@ def torchrun_command(launch: dict, run_dir: Path, *, node_rank: int | None = Non
         rank = int(launch.get("node_rank", 0) if node_rank is None else node_rank)
         cmd += ["--nnodes", str(nnodes), "--node_rank", str(rank), "--rdzv_backend", "c10d",
                 "--rdzv_endpoint", str(launch["rdzv_endpoint"]), "--rdzv_id", Path(run_dir).name]
-    cmd += ["-m", "engine.runner.torchrun", str(run_dir)]
+    cmd += ["-m", "engine.runner.rank", str(run_dir)]
     if resume_from:
         cmd += ["--resume-from", str(int(resume_from))]
     return cmd
 
 
-def _die_with_parent(sig: int = signal.SIGKILL) -> None:
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
     """Ask the kernel to send ``sig`` to this process when its parent dies (Linux ``PR_SET_PDEATHSIG``);
     a no-op elsewhere."""
     try:
@@ -195,7 +92,7 @@ def _start_torchrun(cmd: list[str], env: dict[str, str]) -> subprocess.Popen:
     from engine.runner.launcher import REPO_ROOT
 
     return subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, close_fds=True,
-                            preexec_fn=_die_with_parent)
+                            preexec_fn=die_with_parent)
 
 
 def _rank_env(launch: dict, threads: int, *, main: bool) -> dict[str, str]:
@@ -254,13 +151,11 @@ def run_ranks(run_dir: Path, launch: dict, threads: int, resume_from: int | None
     except (OSError, ValueError):
         out = None
     if not isinstance(out, dict) or "status" not in out:
-        from engine.runner.worker import _exit_reason
-
         if stop_at is not None:  # cancelled before the ranks trained (e.g. while waiting for a node)
             return {"status": "cancelled", "steps_done": int(read_status(run_dir).get("step", 0)), "device": None,
                     "n_params": None, "torchrun_exit": proc.returncode}
         return {"status": "failed", "error": f"the training processes ended without a result (torchrun: "
-                f"{_exit_reason(proc.returncode)}); see the worker log", "torchrun_exit": proc.returncode}
+                f"{exit_reason(proc.returncode)}); see the worker log", "torchrun_exit": proc.returncode}
     return {**out, "torchrun_exit": proc.returncode}
 
 
@@ -276,7 +171,6 @@ def join(run_dir: Path, node_rank: int) -> int:
     from engine.errors import ConfigError, RunActiveError
     from engine.runner.resume import RESUME_FIELD
     from engine.store.runs import CONFIG_FILE, get_run, read_status
-    from engine.runner.worker import resolve_threads
     from engine.workspace import read_json
 
     run_dir = Path(run_dir)
@@ -301,88 +195,3 @@ def join(run_dir: Path, node_rank: int) -> int:
     except KeyboardInterrupt:
         proc.terminate()
         return proc.wait()
-
-
-# --- one rank -----------------------------------------------------------------------------------------------
-
-
-def rank_main(argv: list[str]) -> None:
-    """``python -m engine.runner.torchrun RUN_DIR [--resume-from STEP]``: one rank, started by torchrun
-    (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` and the rendezvous in its environment). Never returns:
-    leaves with ``os._exit`` (0, or 1 after an error, whose traceback goes to stderr)."""
-    import traceback
-
-    _die_with_parent()
-    run_dir = Path(argv[0]).resolve()
-    resume_from = int(argv[argv.index("--resume-from") + 1]) if "--resume-from" in argv else None
-    code = 1
-    try:
-        code = _rank(run_dir, resume_from)
-    except BaseException:  # noqa: BLE001 - reported, then the process leaves at once
-        traceback.print_exc()
-    finally:
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-        except OSError:
-            pass
-        os._exit(code)
-
-
-def _rank(run_dir: Path, resume_from: int | None) -> int:
-    import torch
-    import torch.distributed as tdist
-
-    from engine.config import RunConfig
-    from engine.store.checkpoints import CKPT_DIR
-    from engine.store.runs import CANCEL_FILE, CONFIG_FILE
-    from engine.training.loop import train
-    from engine.training.writers import run_writers
-    from engine.runner.worker import configure_torch
-    from engine.workspace import atomic_write_json, read_json
-
-    # DDP's notice when a gradient's memory layout differs from its bucket's (e.g. a 1-channel
-    # patch-embedding conv): a copy per step, not an error; it would fill the log of every run.
-    warnings.filterwarnings("ignore", message="Grad strides do not match bucket view strides")
-    cfg = RunConfig.from_dict(read_json(run_dir / CONFIG_FILE))
-    rank, world, local = (int(os.environ[k]) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
-    configure_torch(max(1, cfg.train.num_threads // cfg.launch.nproc_per_node), cfg.train.deterministic)
-    cuda = cfg.train.device == "cuda" or (cfg.train.device == "auto" and torch.cuda.is_available())
-    device = torch.device("cuda", local) if cuda else torch.device("cpu")
-    if cuda:
-        torch.cuda.set_device(device)
-    tdist.init_process_group("nccl" if cuda else "gloo")
-    main = os.environ.get(MAIN_NODE_ENV) == "1" and local == 0
-    places: list = [None] * world
-    tdist.all_gather_object(places, (main, socket.gethostname(), os.environ.get("CUDA_VISIBLE_DEVICES", "")))
-    writer_rank = next((r for r, p in enumerate(places) if p[0]), 0)
-    ctx = DistContext(rank, world, local, rank == writer_rank, device)
-    stop = {"signal": False}
-    signal.signal(signal.SIGTERM, lambda *_: stop.update(signal=True))
-    marker = run_dir / CANCEL_FILE
-
-    def should_stop() -> bool:
-        return stop["signal"] or marker.exists()
-
-    ckpt = run_dir / CKPT_DIR / f"step-{resume_from:07d}" if resume_from else None
-    workspace = run_dir.parent.parent
-    if not ctx.writer:  # an error here is this rank's (rank_main prints it); the writer records the run's
-        train(cfg, run_writers(run_dir, NullSink()), should_stop=should_stop, workspace=workspace, resume_from=ckpt,
-              dist=ctx)
-        code = 0
-    else:
-        from engine.runner.worker import train_here
-
-        hosts = sorted({p[1] for p in places})
-        devices = sorted({p[2] for p in places if p[2]})
-        placement = {"hosts": hosts, "processes": world, **({"devices": devices} if devices else {})}
-        outcome = train_here(run_dir, cfg, should_stop, resume_from=ckpt, dist=ctx, placement=placement)
-        atomic_write_json(run_dir / RESULT_FILE, outcome, what=f"the outcome of run {run_dir.name}")
-        code = 0 if outcome["status"] in ("completed", "cancelled") else 1
-    if code == 0:
-        tdist.destroy_process_group()
-    return code
-
-
-if __name__ == "__main__":
-    rank_main(sys.argv[1:])

@@ -32,69 +32,29 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import sys
 import threading
 import time
-import traceback
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Callable
 
+from engine.config import RunConfig
+from engine.errors import EvaluationCancelled, MasklabError, NonFiniteLossError, ResumeError, RunLockedError, StorageError
 from engine.runner.devices import run_gpus
-from engine.errors import (EvaluationCancelled, MasklabError, NonFiniteLossError, ResumeError, RunLockedError,
-                           StorageError)
-from engine.runner.resume import PRIOR_FIELD, RESUME_FIELD, reset_after
-from engine.runner.resources import PeakMemory
 from engine.runner.queue import dequeue, max_runs, run_slot
-from engine.store import CANCEL_FILE, HOLD_FILE, MetricsWriter, read_status, write_status
+from engine.runner.resources import exit_reason, print_exc, resolve_threads, say
+from engine.runner.resume import PRIOR_FIELD, RESUME_FIELD, reset_after
+from engine.runner.torchrun import run_ranks
+from engine.store import CANCEL_FILE, HOLD_FILE, read_status, write_status
 from engine.store.checkpoints import CKPT_DIR, checkpoint_problem
 from engine.store.lock import RunLock
 from engine.store.paths import CONFIG_FILE
 from engine.workspace import atomic_write_json, read_json, remove_temps, unlink_quietly, write_new_file
 
-STATUS_EVERY_S = 1.0
 #: The slot number of a cluster job (it holds none of the workspace's slots).
 CLUSTER_SLOT = -1
 RESERVE_FILE, RESERVE_BYTES = ".reserve.tmp", 64 * 1024
-
-
-def _say(text: str) -> None:
-    """Write to stderr (worker.log), ignoring a full disk."""
-    try:
-        print(text, file=sys.stderr, flush=True)
-    except OSError:
-        pass
-
-
-def _print_exc() -> None:
-    try:
-        traceback.print_exc()
-        sys.stderr.flush()
-    except OSError:
-        pass
-
-
-def resolve_threads(train_cfg: dict, launch_cfg: dict | None = None) -> int:
-    """Torch CPU threads of a run: ``train.num_threads`` if set; else, for a cluster job
-    (``launch.backend`` ray or slurm), the ``launch.cpus`` it asked for; else ``cpu_count //
-    MASKLAB_MAX_RUNS`` (the runs that may train at once share the cores instead of oversubscribing them)."""
-    launch_cfg = launch_cfg or {}
-    if not train_cfg.get("num_threads") and launch_cfg.get("backend", "local") != "local" and launch_cfg.get("cpus"):
-        return int(launch_cfg["cpus"])
-    return int(train_cfg.get("num_threads") or max(1, (os.cpu_count() or 1) // max_runs()))
-
-
-def configure_torch(threads: int, deterministic: bool) -> None:
-    """Torch's CPU threads and ``train.deterministic`` (``torch.use_deterministic_algorithms`` and
-    cuBLAS's fixed workspace, set before CUDA starts) for this process: the worker, or a rank."""
-    import torch
-
-    torch.set_num_threads(threads)
-    if deterministic:
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.backends.cudnn.benchmark = False
-    torch.use_deterministic_algorithms(deterministic)
 
 
 #: How often a held worker looks for the ``hold`` marker to go (seconds).
@@ -149,12 +109,12 @@ def _final(run_dir: Path, status: dict) -> None:
         write_status(run_dir, status)
         return
     except StorageError as e:
-        _say(f"masklab: writing the final status failed ({e}); freeing temporary files and the reserve")
+        say(f"masklab: writing the final status failed ({e}); freeing temporary files and the reserve")
     remove_temps(run_dir)
     try:
         write_status(run_dir, status)
     except StorageError as e:
-        _say(f"masklab: could not record status {status['status']!r} of run {run_dir.name}: {e}; "
+        say(f"masklab: could not record status {status['status']!r} of run {run_dir.name}: {e}; "
              f"readers will report it interrupted")
 
 
@@ -188,18 +148,16 @@ def _execute(run_dir: Path, should_stop: Callable[[], bool], on_step: Callable[[
             gpus = [] if on_cluster else run_gpus(slot, max_runs(), raw.get("train", {}), raw.get("launch") or {})
             if gpus:  # this slot's GPUs, before CUDA starts (torchrun and its ranks inherit it)
                 os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
-            # Only now (with a slot) import torch: a queued worker holds no torch memory.
-            import torch
-
-            from engine.config import RunConfig
+            # Only now (with a slot) import torch and the training code: a queued worker holds no torch memory.
+            from engine.runner import execution  # noqa: PLC0415  (torch only once the run has a slot)
 
             cfg = RunConfig.from_dict(raw)  # resolved when stored (submit, resume): only validated here
             if not cfg.train.num_threads:  # record the resolved count, so the config says what ran
                 cfg.train.num_threads = resolve_threads(raw.get("train", {}), raw.get("launch") or {})
                 atomic_write_json(run_dir / CONFIG_FILE, cfg.to_dict(), what=f"the config of run {run_id}")
-            configure_torch(cfg.train.num_threads, cfg.train.deterministic)
-            status.update(started_at=time.time(), num_threads=torch.get_num_threads(),
-                          deterministic=cfg.train.deterministic, placement=placement(cfg.launch))
+            threads = execution.configure_torch(cfg.train.num_threads, cfg.train.deterministic)
+            status.update(started_at=time.time(), num_threads=threads,
+                          deterministic=cfg.train.deterministic, placement=execution.placement(cfg.launch))
             write_status(run_dir, {**status, "status": "running"})
             ckpt = None
             if resume_from is not None:  # drop what a killed worker logged after the checkpoint
@@ -211,12 +169,10 @@ def _execute(run_dir: Path, should_stop: Callable[[], bool], on_step: Callable[[
                         raise ResumeError(f"checkpoint step {resume_from} of run {run_id} cannot be resumed from: "
                                           f"{problem}")
             if cfg.launch.distributed:  # torchrun's ranks train; the writer rank reports the outcome
-                from engine.runner.torchrun import run_ranks
-
                 out = run_ranks(run_dir, cfg.launch.model_dump(), cfg.train.num_threads, resume_from, should_stop,
                                 on_step)
             else:
-                out = train_here(run_dir, cfg, should_stop, on_step=on_step, resume_from=ckpt)
+                out = execution.train_here(run_dir, cfg, should_stop, on_step=on_step, resume_from=ckpt)
             status.update({k: out[k] for k in ("step", "peak_mem_bytes", "placement") if k in out})
             if "torchrun_exit" in out:  # 0: every rank of this node exited cleanly
                 status["torchrun_exit"] = out["torchrun_exit"]
@@ -242,87 +198,11 @@ def _execute(run_dir: Path, should_stop: Callable[[], bool], on_step: Callable[[
             raise
         final = "diverged" if isinstance(e, NonFiniteLossError) else "failed"
         msg = str(e) if isinstance(e, MasklabError) else f"{type(e).__name__}: {e}"
-        _print_exc()
+        print_exc()
         _final(run_dir, {**status, "status": final, "error": msg, "ended_at": time.time(), "latest": latest})
         return final
     finally:
         dequeue(workspace, run_id)
-
-
-def placement(launch) -> dict:
-    """Where a run trains, for its status (Runs, Run detail): ``backend``, ``hosts``, ``processes``,
-    and ``devices`` (``$CUDA_VISIBLE_DEVICES``, when set). ``launch``: the run's ``LaunchConfig``.
-    A distributed run's writer rank replaces ``hosts`` and ``devices`` with every rank's once they
-    have met (:func:`engine.runner.torchrun.run_ranks`)."""
-    devices = os.environ.get("CUDA_VISIBLE_DEVICES", "")
-    return {"backend": launch.backend, "hosts": [socket.gethostname()], "processes": launch.world_size,
-            **({"devices": [devices]} if devices else {})}
-
-
-def train_here(run_dir: Path, cfg, should_stop: Callable[[], bool], *, on_step: Callable[[int], None] | None = None,
-               resume_from: Path | None = None, dist=None, placement: dict | None = None) -> dict:
-    """Train ``cfg`` in this process (the single process, or a distributed run's writer rank) with
-    the run's metrics writer, writing the progress into ``status.json`` (its ``running`` status is
-    the base) about every second and at each eval.
-
-    Returns the outcome: ``status`` (``completed`` or ``cancelled``; ``failed`` or ``diverged``
-    with ``error`` after an exception, whose traceback goes to stderr), ``steps_done``, ``device``,
-    ``n_params`` (not after an exception), ``latest`` (the last value of each metric), ``step`` and
-    ``peak_mem_bytes`` (the last progress) and ``placement`` (``placement`` merged into the status's).
-
-    Raises:
-        KeyboardInterrupt: after closing the writer (what was logged stays readable).
-    """
-    import torch
-
-    from engine.runner.torchrun import SINGLE
-    from engine.training.loop import train
-    from engine.training.writers import run_writers
-
-    run_dir = Path(run_dir)
-    status = read_status(run_dir)
-    status["placement"] = {**status.get("placement", {}), **(placement or {})}
-    writer = MetricsWriter(run_dir, run_dir.name)
-    last = {"t": 0.0}
-    memory = PeakMemory(cfg.train.device if cfg.train.device != "auto" else
-                        ("cuda" if torch.cuda.is_available() else "cpu"))
-
-    def progress(step: int) -> None:
-        status["step"] = step
-        status["peak_mem_bytes"] = memory.sample()  # /proc read: microseconds a step
-        now = time.monotonic()
-        if (now - last["t"] >= STATUS_EVERY_S or step == cfg.train.steps
-                or step % cfg.train.eval_interval == 0):  # a new val_loss: show it with its samples
-            last["t"] = now
-            write_status(run_dir, {**status, "status": "running", "latest": writer.latest})
-        if on_step is not None:
-            on_step(step)
-
-    write_status(run_dir, {**status, "status": "running"})
-    try:
-        result = train(cfg, run_writers(run_dir, writer, keep_checkpoints=cfg.train.keep_checkpoints),
-                       should_stop=should_stop, on_step=progress, workspace=run_dir.parent.parent,
-                       resume_from=resume_from, dist=dist or SINGLE)
-        writer.close()
-    except BaseException as e:
-        try:
-            writer.close(compact=False)  # keep what was logged; no compaction on a failing disk
-        except Exception:
-            _print_exc()
-        progress_now = {k: status[k] for k in ("step", "peak_mem_bytes", "placement") if k in status}
-        if not isinstance(e, Exception):
-            try:  # the exact step for the caller's final status (KeyboardInterrupt: cancelled)
-                write_status(run_dir, {**status, "status": "running", "latest": writer.latest})
-            except StorageError:
-                pass
-            raise
-        _print_exc()
-        msg = str(e) if isinstance(e, MasklabError) else f"{type(e).__name__}: {e}"
-        return {"status": "diverged" if isinstance(e, NonFiniteLossError) else "failed", "error": msg,
-                "latest": writer.latest, **progress_now}
-    return {"status": "cancelled" if result.stopped else "completed", "steps_done": result.steps_done,
-            "device": result.device, "n_params": result.n_params, "latest": writer.latest,
-            **{k: status[k] for k in ("step", "peak_mem_bytes", "placement") if k in status}}
 
 
 AUTO_EVAL_ENV = "MASKLAB_AUTO_EVAL"
@@ -356,7 +236,7 @@ def _evaluate_final(run_dir: Path, device: str, workspace: Path, step: int | Non
         try:
             write_job(run_dir, status="failed", step=step, error=why, started_at=now, ended_at=now)
         except (MasklabError, OSError):  # a full disk: the training result stands all the same
-            _print_exc()
+            print_exc()
         print(f"final evaluation of {run_dir.name} cancelled", file=sys.stderr, flush=True)
         return
     in_main = threading.current_thread() is threading.main_thread()
@@ -384,21 +264,11 @@ def _evaluate_final(run_dir: Path, device: str, workspace: Path, step: int | Non
     except EvaluationCancelled:
         print(f"final evaluation of {run_dir.name} cancelled", file=sys.stderr, flush=True)
     except Exception:  # noqa: BLE001 - recorded in job.json; the training result stands
-        _print_exc()
+        print_exc()
     finally:
         done.set()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-
-
-def _exit_reason(rc: int) -> str:
-    """``-9`` -> ``"signal SIGKILL"``, ``1`` -> ``"exit code 1"`` (a ``Popen.returncode``)."""
-    if rc >= 0:
-        return f"exit code {rc}"
-    try:
-        return f"signal {signal.Signals(-rc).name}"
-    except ValueError:
-        return f"signal {-rc}"
 
 
 def supervise(run_dir: Path, max_restarts: int) -> int:
@@ -418,8 +288,8 @@ def supervise(run_dir: Path, max_restarts: int) -> int:
     while it holds the run lock (inside ``prepare_resume``).
     """
     from engine.runner.launcher import start_worker
-    from engine.runner.resume import prepare_resume
     from engine.runner.queue import enqueue
+    from engine.runner.resume import prepare_resume
     from engine.store.runs import get_run
 
     run_dir = Path(run_dir).resolve()
@@ -440,12 +310,12 @@ def supervise(run_dir: Path, max_restarts: int) -> int:
             rc = child.wait()
             if state["stop"] or rc == 2 or get_run(run_dir.name, workspace).status != "interrupted":
                 return rc
-            why = _exit_reason(rc)
+            why = exit_reason(rc)
             if (run_dir / CANCEL_FILE).exists():
-                _say(f"masklab: the worker of run {run_dir.name} died ({why}) after a cancel request; not restarting")
+                say(f"masklab: the worker of run {run_dir.name} died ({why}) after a cancel request; not restarting")
                 return 1
             if restarts >= max_restarts:
-                _say(f"masklab: the worker of run {run_dir.name} died ({why}); no restart left (train.max_restarts="
+                say(f"masklab: the worker of run {run_dir.name} died ({why}); no restart left (train.max_restarts="
                      f"{max_restarts}); the run stays interrupted: resume it by hand")
                 return 1
             restarts += 1
@@ -453,9 +323,9 @@ def supervise(run_dir: Path, max_restarts: int) -> int:
                 step = prepare_resume(run_dir, restart=restarts, lock_timeout=10.0)
                 enqueue(workspace, run_dir)
             except (MasklabError, OSError) as e:  # resumed by hand meanwhile, a full disk...
-                _say(f"masklab: not restarting run {run_dir.name}: {e}")
+                say(f"masklab: not restarting run {run_dir.name}: {e}")
                 return 1
-            _say(f"masklab: the worker of run {run_dir.name} died ({why}); restart {restarts}/{max_restarts} "
+            say(f"masklab: the worker of run {run_dir.name} died ({why}); restart {restarts}/{max_restarts} "
                  f"from step {step}")
             if state["stop"]:
                 return 1
@@ -491,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
 
         problem = check_workspace(run_dir)
         if problem:
-            _say(REASON_PREFIX + problem)
+            say(REASON_PREFIX + problem)
             return WORKSPACE_EXIT
     if not once:
         try:
@@ -503,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         final = execute_run(run_dir)
     except RunLockedError as e:
-        _say(f"masklab: {e}")
+        say(f"masklab: {e}")
         return 2
     try:
         sys.stdout.flush()

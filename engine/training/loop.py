@@ -25,7 +25,7 @@ from typing import Callable
 import torch
 
 from engine.config import RunConfig
-from engine.runner.torchrun import SINGLE, DistContext, mask_seed
+from engine.training.dist import SINGLE, DistContext, mask_seed
 from engine.errors import ConfigError, DamagedFileError, NonFiniteLossError
 from engine.models import count_parameters
 from engine.training.perf import adamw, count_step_flops, mfu, peak_flops
@@ -73,7 +73,7 @@ def setup(cfg: RunConfig, writers: Writers, *, workspace=None, resume_from: Path
     The task built from ``train.seed`` (its model
     from the seeded global RNG), ``writers.info`` given the task's :meth:`~engine.tasks.Task.run_info`
     (writer rank only), the optimiser (fused AdamW where the parameters allow it,
-    :func:`engine.training.perf.adamw`), ``g_mask`` (this rank's, :func:`engine.runner.torchrun.mask_seed`)
+    :func:`engine.training.perf.adamw`), ``g_mask`` (this rank's, :func:`engine.training.dist.mask_seed`)
     and ``g_data`` (``seed + 1``, the same on every rank), then either the first epoch's order or,
     with ``resume_from`` (a complete checkpoint folder of this run), everything
     :meth:`TrainState.load_state_dict` restores. With the same config, the run then continues

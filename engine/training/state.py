@@ -25,7 +25,7 @@ import torch
 
 from engine.config import RunConfig
 from engine.masking import ratio_at
-from engine.runner.torchrun import SINGLE, DistContext, mask_seed
+from engine.training.dist import SINGLE, DistContext, mask_seed
 from engine.training.schedule import lr_at
 
 #: Rows per length group, in batches (Hugging Face's ``LengthGroupedSampler`` uses 50 as well).

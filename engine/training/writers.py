@@ -195,3 +195,13 @@ class MemoryRunInfo:
 def memory_writers(keep_checkpoints: int = 2) -> Writers:
     """Writers that keep everything in memory (:class:`MemoryMetrics`, :class:`MemoryCheckpoints`...)."""
     return Writers(MemoryMetrics(), MemoryCheckpoints(keep_checkpoints), MemorySamples(), MemoryRunInfo())
+
+
+class NullSink:
+    """The metrics sink of the ranks that do not write (a metrics writer that drops everything)."""
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass

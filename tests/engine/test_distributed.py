@@ -19,7 +19,8 @@ import pytest
 from engine.config import RunConfig
 from engine.tasks import resolve
 from engine.data import load_dataset
-from engine.runner.torchrun import mask_seed, torchrun_command
+from engine.runner.torchrun import torchrun_command
+from engine.training.dist import mask_seed
 from engine.errors import ConfigError, RunActiveError
 from engine.runner.launcher import cancel, resume, submit
 from engine.store import create_run, get_run, latest_checkpoint_step, run_alive, signal_holder, write_status
@@ -44,8 +45,8 @@ def rows(run_id: str, key: str) -> list[tuple[int, float]]:
 
 
 def _ranks(run_dir: Path) -> list[int]:
-    """PIDs of the rank processes of ``run_dir`` (``-m engine.runner.torchrun RUN_DIR``, not torchrun)."""
-    return pids_with_args(b"engine.runner.torchrun", str(run_dir).encode(), without=b"torch.distributed.run")
+    """PIDs of the rank processes of ``run_dir`` (``-m engine.runner.rank RUN_DIR``, not torchrun)."""
+    return pids_with_args(b"engine.runner.rank", str(run_dir).encode(), without=b"torch.distributed.run")
 
 
 def _free_port() -> int:
@@ -85,12 +86,12 @@ def test_bad_launch_sections_are_refused_naming_the_field(launch, train, problem
 def test_torchrun_commands_for_one_node_and_for_several(tmp_path):
     one = torchrun_command({"nproc_per_node": 2, "nnodes": 1}, tmp_path / "r1")
     assert one[1:] == ["-m", "torch.distributed.run", "--nproc_per_node", "2", "--max_restarts", "0", "--standalone",
-                       "-m", "engine.runner.torchrun", str(tmp_path / "r1")]
+                       "-m", "engine.runner.rank", str(tmp_path / "r1")]
     launch = {"nproc_per_node": 1, "nnodes": 2, "node_rank": 0, "rdzv_endpoint": "node0:29400"}
     two = torchrun_command(launch, tmp_path / "r2", node_rank=1, resume_from=40)
     assert two[two.index("--nnodes"):] == [
         "--nnodes", "2", "--node_rank", "1", "--rdzv_backend", "c10d", "--rdzv_endpoint", "node0:29400",
-        "--rdzv_id", "r2", "-m", "engine.runner.torchrun", str(tmp_path / "r2"), "--resume-from", "40"]
+        "--rdzv_id", "r2", "-m", "engine.runner.rank", str(tmp_path / "r2"), "--resume-from", "40"]
     assert "--resume-from" not in torchrun_command(launch, tmp_path / "r2", resume_from=0)  # a restart from scratch
 
 
