@@ -33,9 +33,12 @@ import stat
 import struct
 import zipfile
 import zlib
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+
+from charset_normalizer import from_bytes
 
 from engine.data.limits import ImportLimits, human_bytes
 from engine.errors import DatasetError
@@ -146,8 +149,6 @@ def skip_reason(rel: str, extensions, what: str) -> str | None:
 
 def refusal_lines(rejected: list[tuple[str, str]], skipped: list[tuple[str, str]], skipped_title: str) -> list[str]:
     """The end of an import report: every rejected file with its reason, skipped files counted by reason."""
-    from collections import Counter
-
     lines = []
     if rejected:
         lines.append("Rejected:")
@@ -181,8 +182,6 @@ def _unicode_path(extra: bytes, raw_name: bytes) -> str | None:
 
 def _detect(names: Sequence[bytes]) -> NameDecoding:
     """Detect one encoding for ``names`` (non-ASCII, not UTF-8) with charset-normalizer."""
-    from charset_normalizer import from_bytes
-
     parts = sorted({p for n in names for p in n.split(b"/") if not p.isascii()})  # not at 0x5C: see docstring
     matches = [m for m in from_bytes(b"\n".join(parts), cp_isolation=list(NAME_ENCODINGS))
                if m.encoding in NAME_ENCODINGS]  # fmt: skip

@@ -65,16 +65,32 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 import numpy as np
+import soundfile as sf
 
 from engine.access.policy import permission
-from engine.data.archive import Member, Members, NameDecoding, classify, decode_names, read_problem
-from engine.data.archive import listed_member, refusal_lines, size_problem, skip_reason
+from engine.data import importer, storage
+from engine.data.archive import (
+    Member,
+    Members,
+    NameDecoding,
+    classify,
+    decode_names,
+    import_outcome,
+    import_target,
+    listed_member,
+    read_problem,
+    refusal_lines,
+    size_problem,
+    skip_reason,
+)
+from engine.data.catalog import check_new_name
 from engine.data.dataset import AudioDataset, DatasetInfo, classes_text, counted, seeded_split, to_pcm
 from engine.data.images import Refused
-from engine.data.archive import import_outcome, import_target
+from engine.data.importer import _labels
 from engine.data.limits import ImportLimits, budget_reason
 from engine.data.sampling import import_order
 from engine.data.tabular import TABLE_EXTENSIONS, ColumnRoles, ImportOptions, detect_roles, parse_table
+from engine.data.text import sorted_names
 from engine.errors import DatasetError, NothingImportedError
 from engine.messages import describe_error
 
@@ -218,8 +234,6 @@ class ClipDecoder:
         Raises:
             Refused: by the module's rules (the reason says what to do; ``detail`` has libsndfile's text).
         """
-        import soundfile as sf
-
         if not data:
             raise Refused("empty file")
         fmt = check_format(name, data)
@@ -349,7 +363,6 @@ def open_source(path: Path, label: str, options: ImportOptions, limits: ImportLi
                 given = ", ".join(f"{r}_column" for r in options.given_columns())
                 raise DatasetError(f"{label}: {given} apply to a manifest table (.csv, .tsv, .jsonl) and this "
                                    "source has none; labels come from the sub-folders")  # fmt: skip
-            from engine.data.importer import _labels
 
             src.clips = clips
             src.labels = _labels([m.name for m in clips])[0]  # first sub-folder, as for images
@@ -489,8 +502,6 @@ def decode_source(src: AudioSource, rate: int, limits: ImportLimits) -> DecodedS
 
 
 def _index(names: list[str]) -> tuple[tuple[str, ...], np.ndarray]:
-    from engine.data.text import sorted_names
-
     vocab = sorted_names(names)
     pos = {n: k for k, n in enumerate(vocab)}
     return vocab, np.array([pos[n] for n in names], dtype=np.int64)
@@ -593,14 +604,12 @@ def import_audio(
         PermissionDeniedError: ``actor=`` (default :func:`engine.access.policy.current_identity`) is not an
             editor, or demo mode; checked before anything is read.
     """
-    from engine.data import importer, registry, storage
-
     src_path = Path(path).expanduser()
     label = source_label or str(path)
     options = options or ImportOptions()
     if not src_path.exists():
         raise DatasetError(f"{label}: no such file or folder")
-    name = registry.check_new_name(name if name is not None else importer._default_name(src_path), workspace, overwrite)
+    name = check_new_name(name if name is not None else importer._default_name(src_path), workspace, overwrite)
     limits = limits or ImportLimits.from_env()
     rate = options.sample_rate or DEFAULT_SAMPLE_RATE
     with open_source(src_path, label, options, limits) as src:
@@ -631,8 +640,6 @@ def recorded_rates(clips: list[Member]) -> dict[int, int]:
     """Recording rates (Hz) -> clip count, from the headers of at most :data:`RATE_PROBE_CLIPS` clips
     evenly spread over ``clips`` (members larger than :data:`RATE_PROBE_BYTES` and unreadable ones are
     left out, so the counts may sum to fewer). Nothing is decoded; read inside ``open_source``'s block."""
-    import soundfile as sf
-
     step = max(1, len(clips) / RATE_PROBE_CLIPS)
     rates: Counter[int] = Counter()
     for m in (clips[int(i * step)] for i in range(min(len(clips), RATE_PROBE_CLIPS))):
@@ -652,7 +659,6 @@ def inspect_audio(path: Path, options: ImportOptions, label: str) -> dict:
     with open_source(path, label, options, ImportLimits.from_env()) as src:
         rates = recorded_rates(src.clips)
     classes = Counter(src.labels)
-    from engine.data.text import sorted_names
 
     names = sorted_names(list(classes))
     return {"kind": src.kind, "columns": src.columns, "roles": src.roles, "preview": src.preview(),
@@ -718,8 +724,6 @@ def asterisk_info(created_at: str = "") -> DatasetInfo:
 
 @functools.lru_cache(maxsize=2)
 def _asterisk_info(folder: str, mtime_ns: int) -> DatasetInfo:
-    import soundfile as sf
-
     files, labels = _asterisk_layout()
     class_names, y = _index(labels)
     split = seeded_split(y, ASTERISK_VAL_FRACTION, ASTERISK_SEED)

@@ -33,7 +33,11 @@ from pathlib import Path
 import numpy as np
 
 from engine.data import audio, paired
+from engine.data.catalog import BUNDLED
 from engine.data.dataset import Dataset, DatasetInfo, ImageDataset, TextDataset, n_val_for, seeded_split
+from engine.data.idx import read_idx_file
+from engine.data.tabular import decode_utf8
+from engine.data.text import clean_texts, text_stats
 from engine.errors import DatasetError
 from engine.messages import describe_error
 
@@ -77,11 +81,7 @@ DESCRIPTIONS = {
 }
 DESCRIPTIONS["asterisk-prompts"] = audio.ASTERISK_DESCRIPTION
 DESCRIPTIONS["tuxpaint-stamps"] = paired.TUXPAINT_DESCRIPTION
-BUNDLED = tuple(DESCRIPTIONS)
-"""Names of the bundled datasets, in listing order. These names are reserved for imports."""
-MODALITY = {"digits": "image", "fashion-mnist": "image", "fortunes": "text", "asterisk-prompts": "audio",
-            "tuxpaint-stamps": "paired"}
-"""Modality of each bundled dataset (known without reading it)."""
+assert tuple(DESCRIPTIONS) == BUNDLED, "engine.data.catalog.BUNDLED lists the bundled sets in listing order"
 
 
 @dataclass(frozen=True)
@@ -163,9 +163,6 @@ def parse_fortunes(text: str) -> list[str]:
 @functools.lru_cache(maxsize=2)
 def _fortunes(files: tuple[tuple[str, int, int], ...]) -> TextDataset:
     """Build the fortunes dataset from ``(path, size, mtime_ns)`` of its files (cached per file state)."""
-    from engine.data.tabular import decode_utf8
-    from engine.data.text import clean_texts, text_stats
-
     texts: list[str] = []
     topics: list[int] = []
     for k, (path, _, _) in enumerate(files):
@@ -207,8 +204,6 @@ def _build_fortunes() -> TextDataset:
 def _read_idx(path: Path, magic: int, header_only: bool = False) -> np.ndarray | tuple[int, ...]:
     """Read a gzip IDX file (:mod:`engine.data.idx`): uint8 ``[N, H, W]`` (magic 2051) or ``[N]``
     (magic 2049); or just its dims. Raises DatasetError naming the file and how to get it."""
-    from engine.data.idx import read_idx_file
-
     try:
         header = read_idx_file(path, header_only=True)
         if header.magic != magic:

@@ -42,7 +42,12 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 
 from engine.access.policy import permission
-from engine.data.archive import import_outcome, import_target
+from engine.data import storage
+from engine.data.archive import Members, classify, decode_names, import_outcome, import_target, read_problem
+from engine.data.catalog import check_new_name
+from engine.data.dataset import DatasetInfo, classes_text, seeded_split
+from engine.data.importer import ImportReport, _default_name
+from engine.data.ingest import SourcePlan
 from engine.data.limits import ImportLimits, human_bytes
 from engine.errors import DatasetError
 from engine.messages import describe_error
@@ -224,8 +229,6 @@ def load_pairs(members, pairs: list[IdxPair], where: str, limits: ImportLimits) 
     Raises:
         DatasetError: a file over a limit, unreadable, of the wrong type or shape, or a count mismatch.
     """
-    from engine.data.archive import read_problem
-
     left = limits.max_decoded_bytes
     out = []
     for p in pairs:
@@ -276,8 +279,6 @@ def _skip_reason(rel: str) -> str | None:
 def _members(path: Path, label: str, name_encoding: str | None, limits: ImportLimits):
     """``(IDX members by cleaned name, skipped [(name, reason)])`` of a zip or folder, kept open.
     An IDX file refused from the directory (unsafe path, over a size limit) refuses the import."""
-    from engine.data.archive import Members, classify, decode_names
-
     with Members(path, label, limits) as ms:
         decode_names(ms.members, name_encoding)
         candidates, rejected, skipped = classify(ms.members, limits, _skip_reason)
@@ -295,8 +296,6 @@ def holds_idx(names: list[str]) -> bool:
 def inspect_idx(path: Path, options, label: str):
     """What :func:`import_idx` would import (reads the files: their headers and labels decide the
     classes). Returns a :class:`engine.data.ingest.SourcePlan`."""
-    from engine.data.ingest import SourcePlan
-
     limits = ImportLimits.from_env()
     with _members(path, label, options.name_encoding, limits) as (members, skipped):
         pairs = find_pairs(list(members), label)
@@ -349,11 +348,6 @@ def import_idx(path: Path, name: str | None, options, *, workspace=None, overwri
         PermissionDeniedError: ``actor=`` (default :func:`engine.access.policy.current_identity`) is not an
             editor, or demo mode; checked before anything is read.
     """
-    from engine.data import storage
-    from engine.data.dataset import DatasetInfo, classes_text, seeded_split
-    from engine.data.importer import ImportReport, _default_name
-    from engine.data.registry import check_new_name
-
     label = source_label or str(path)
     limits = limits or ImportLimits.from_env()
     name = check_new_name(name if name is not None else _default_name(path), workspace, overwrite)

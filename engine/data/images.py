@@ -63,7 +63,7 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
-from PIL import Image, ImageCms, ImageMode, ImageOps, UnidentifiedImageError
+from PIL import Image, ImageCms, ImageMode, UnidentifiedImageError
 
 from engine.data.dataset import counted
 from engine.data.limits import PILLOW_HARD_LIMIT, ImportLimits, budget_reason

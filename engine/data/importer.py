@@ -42,13 +42,33 @@ import numpy as np
 from PIL import Image, ImageColor
 
 from engine.access.policy import permission
-from engine.data import bundled, storage
-from engine.data.archive import Member, Members, NameDecoding, decode_names, import_outcome, import_target, read_problem
-from engine.data.archive import classify, refusal_lines, skip_reason
-from engine.data.dataset import DatasetInfo, classes_text, counted, seeded_split, validate_name
+from engine.data import storage
+from engine.data.archive import (
+    Member,
+    Members,
+    NameDecoding,
+    classify,
+    decode_names,
+    import_outcome,
+    import_target,
+    read_problem,
+    refusal_lines,
+    skip_reason,
+)
+from engine.data.catalog import check_new_name
+from engine.data.dataset import DatasetInfo, classes_text, counted, seeded_split
 from engine.data.images import (
-    EXTENSIONS, GEOMETRIES, PAD_FILLS, PadFill, Refused, check_format, decode, fit_square, lost_on_fill_text,
-    open_header, sniff,
+    EXTENSIONS,
+    GEOMETRIES,
+    PAD_FILLS,
+    PadFill,
+    Refused,
+    check_format,
+    decode,
+    fit_square,
+    lost_on_fill_text,
+    open_header,
+    sniff,
 )
 from engine.data.limits import ImportLimits, budget_reason
 from engine.data.sampling import import_order
@@ -374,12 +394,7 @@ def import_archive(
             limits, or no usable image (the message names the path and the first reasons).
     """
     src, label = _source(path, source_label)
-    name = validate_name(name if name is not None else _default_name(src))
-    if name in bundled.BUNDLED:
-        raise DatasetError(f"dataset name {name!r} is reserved for a bundled dataset; choose another name")
-    if storage.is_registered(name, workspace) and not overwrite:
-        raise DatasetError(f"dataset {name!r} already exists; choose another name or replace it"
-                           f" (`data add --overwrite`, or tick 'Replace' on the Data page)")  # fmt: skip
+    name = check_new_name(name if name is not None else _default_name(src), workspace, overwrite)
     if image_size is not None and not (isinstance(image_size, int) and MIN_SIDE <= image_size <= MAX_SIDE):
         raise DatasetError(f"image size must be a whole number of pixels from {MIN_SIDE} to {MAX_SIDE}, "
                            f"not {image_size!r}")

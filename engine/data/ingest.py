@@ -25,8 +25,11 @@ from typing import Any
 
 from engine.access.policy import Identity
 from engine.data import audio, importer, text
+from engine.data.archive import Members, clean_path, decode_names
+from engine.data.limits import ImportLimits
 from engine.data.tabular import TABLE_EXTENSIONS, ColumnRoles, ImportOptions
 from engine.errors import DatasetError
+from engine.modalities import get_importer, importers
 
 PathLike = str | os.PathLike[str]
 
@@ -75,9 +78,6 @@ class SourcePlan:
 def _tree_names(path: Path, label: str) -> list[str]:
     """Visible file names in a zip or folder (``__MACOSX`` and hidden files left out), read from the
     directory alone with the archive safeguards (entry count limit)."""
-    from engine.data.archive import Members, clean_path, decode_names
-    from engine.data.limits import ImportLimits
-
     if not path.is_dir() and not zipfile.is_zipfile(path):
         if path.stat().st_size == 0:
             raise DatasetError(f"{label}: the file is empty (0 bytes)")
@@ -108,8 +108,6 @@ def detect_source(path: PathLike, source_label: str | None = None) -> str:
     Raises:
         DatasetError: missing path, an unknown file type, or a zip/folder with none (naming what it holds).
     """
-    from engine.modalities import importers
-
     src = Path(path).expanduser()
     label = source_label or str(path)
     if not src.exists():
@@ -143,8 +141,6 @@ def detect_modality(path: PathLike, source_label: str | None = None) -> str:
     Raises:
         DatasetError: as :func:`detect_source`.
     """
-    from engine.modalities import get_importer
-
     return get_importer(detect_source(path, source_label)).modality
 
 
@@ -156,8 +152,6 @@ def check_options(options: ImportOptions, label: str, kind: str, what: str) -> N
     Raises:
         DatasetError: ``"<label>: <options> do not apply to <what>"``.
     """
-    from engine.modalities import get_importer, importers
-
     imp = get_importer(kind)
     unused = [] if imp.columns else [f"{r}_column" for r in options.given_columns()]
     others = dict.fromkeys(o for i in importers() for o in i.options if o not in imp.options)
@@ -169,8 +163,6 @@ def check_options(options: ImportOptions, label: str, kind: str, what: str) -> N
 def importer_of(kind: str) -> tuple[Callable[..., SourcePlan], Callable[..., Any]]:
     """``(inspect, import)`` of source kind ``kind`` (:func:`detect_source`), from the modality registry
     (:attr:`engine.modalities.Importer.inspect`, :attr:`~engine.modalities.Importer.run`)."""
-    from engine.modalities import get_importer
-
     imp = get_importer(kind)
     return imp.inspect, imp.run
 

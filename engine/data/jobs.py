@@ -34,7 +34,7 @@ the importer in the process, as the same identity (its audit line says who).
 
 from __future__ import annotations
 
-import json
+import importlib
 import os
 import resource
 import secrets
@@ -49,9 +49,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.access.policy import Identity, authorize
+from engine.access.policy import Identity, authorize, authorized
+from engine.data.ingest import detect_source, import_source
 from engine.data.tabular import ImportOptions
 from engine.errors import DatasetError, MasklabError, NothingImportedError
+from engine.modalities import get_importer
+from engine.store.lock import RunLock, lock_claimed, run_alive, signal_holder
 from engine.workspace import atomic_write_json, read_json, workspace_root
 
 MEMORY_ENV = "MASKLAB_IMPORT_MEMORY_MB"
@@ -172,7 +175,7 @@ def start_import(path: str | os.PathLike[str], name: str | None = None, options:
         if not Path(path).exists():
             raise DatasetError(f"{label}: no such file or folder")
         if name is not None:  # a bad, reserved or taken name is refused now, not after the whole import
-            from engine.data.registry import check_new_name
+            from engine.data.catalog import check_new_name
 
             check_new_name(name, ws, overwrite)
     except DatasetError as e:
@@ -204,8 +207,6 @@ def import_status(job_id: str, workspace: str | os.PathLike[str] | None = None) 
     Raises:
         DatasetError: no such job.
     """
-    from engine.store.lock import lock_claimed, run_alive
-
     d = _job_dir(job_id, workspace)
     job = read_json(d / JOB_FILE)
     out = ImportJob(job_id, "running", source=job.get("source_label", ""))
@@ -245,9 +246,6 @@ def cancel_import(job_id: str, *, workspace: str | os.PathLike[str] | None = Non
         DatasetError: no such job.
         PermissionDeniedError: ``actor`` is not an editor, or demo mode.
     """
-    from engine.access.policy import authorized
-    from engine.store.lock import signal_holder
-
     with authorized("data.import", f"import job {job_id}", actor=actor, workspace=workspace) as entry:
         entry["cancel"] = True
         d = _job_dir(job_id, workspace)
@@ -288,11 +286,6 @@ def _preload(path: str, label: str) -> str:
     under the memory cap, mapping a large shared library fails, "failed to map segment"), and return
     its modality (``""`` when no importer claims the source: the import itself then refuses it in
     masklab's words)."""
-    import importlib
-
-    from engine.data.ingest import detect_source
-    from engine.modalities import get_importer
-
     try:
         imp = get_importer(detect_source(path, label))
     except MasklabError:
@@ -316,9 +309,6 @@ def mapped_bytes() -> int:
 def run_job(d: Path) -> int:
     """The import process: take the job's lock, cap memory, import, write ``result.json``. Returns
     the exit code (0 completed, 1 failed, 130 cancelled)."""
-    from engine.data.ingest import import_source
-    from engine.store.lock import RunLock
-
     job = read_json(d / JOB_FILE)
     lock = RunLock(d).acquire(timeout=5.0)
 

@@ -53,16 +53,33 @@ import numpy as np
 from engine.access.policy import permission
 from engine.data import storage
 from engine.data.archive import (
-    Member, Members, NameDecoding, classify, decode_names, import_outcome, import_target, listed_member, read_problem,
-    refusal_lines, skip_reason,
+    Member,
+    Members,
+    NameDecoding,
+    classify,
+    decode_names,
+    import_outcome,
+    import_target,
+    listed_member,
+    read_problem,
+    refusal_lines,
+    skip_reason,
 )
+from engine.data.catalog import check_new_name
 from engine.data.dataset import DatasetInfo, PairedDataset, classes_text, counted, seeded_split
 from engine.data.images import EXTENSIONS as IMAGE_EXTENSIONS
 from engine.data.images import GEOMETRIES, Refused, fit_square, lost_on_fill_text
+from engine.data.importer import MAX_SIDE, MIN_SIDE, _default_name, _fill_rgb, _labels, _pad_fill, read_image
 from engine.data.limits import ImportLimits
 from engine.data.sampling import import_order
 from engine.data.tabular import (
-    TABLE_EXTENSIONS, ColumnRoles, ImportOptions, caption_column, detect_roles, parse_table_rows, utf8_problem,
+    TABLE_EXTENSIONS,
+    ColumnRoles,
+    ImportOptions,
+    caption_column,
+    detect_roles,
+    parse_table_rows,
+    utf8_problem,
 )
 from engine.errors import DatasetError, NothingImportedError
 
@@ -212,8 +229,6 @@ def open_pairs(path: Path, label: str, options: ImportOptions, limits: ImportLim
             column options without a table, a table without a file or text column (naming its
             columns), no pair at all.
     """
-    from engine.data.importer import _labels
-
     with Members(path, label, limits) as ms:
         src = PairSource(label, "pairs folder" if path.is_dir() else "pairs zip")
         src.names = decode_names(ms.members, options.name_encoding)
@@ -334,8 +349,6 @@ def decode_pairs(src: PairSource, report: PairedImportReport, limits: ImportLimi
                  progress: Callable[[int, int], None] | None = None) -> DecodedPairs:
     """Decode each pair's image (:func:`engine.data.importer.read_image`), make it ``image_size``
     square by ``geometry`` and RGB; a refused image rejects its pair in ``report``."""
-    from engine.data.importer import read_image
-
     left, stored = limits.max_decoded_bytes, image_size * image_size * 3
     pixels, captions, labels = [], [], []
     for i, (m, caption, y) in enumerate(zip(src.images, src.captions, src.labels)):
@@ -406,9 +419,6 @@ def import_paired(
             first reasons). Nothing is written then.
         PermissionDeniedError: the actor may not import (checked first).
     """
-    from engine.data.importer import MAX_SIDE, MIN_SIDE, _default_name, _fill_rgb, _pad_fill
-    from engine.data.registry import check_new_name
-
     label = source_label or str(path)
     if not path.exists():
         raise DatasetError(f"{label}: no such file or folder")

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 
 from engine.access.policy import permission
 from engine.data import bundled, storage
+from engine.data.catalog import BUNDLED, check_new_name  # noqa: F401  (check_new_name: public here too)
+from engine.data.catalog import MODALITY as BUNDLED_MODALITY
 from engine.data.dataset import Dataset, DatasetInfo, validate_name
 from engine.errors import DatasetError
+from engine.workspace import storage_error
 
 log = logging.getLogger(__name__)
 PathLike = str | os.PathLike[str] | None
@@ -33,10 +37,10 @@ def list_datasets(workspace: PathLike = None, modality: str | None = None) -> li
     if modality is not None:
         registered = {n: i for n, i in registered.items() if modality in (None, i.modality)}
     out = []
-    for name in bundled.BUNDLED:
+    for name in BUNDLED:
         if name in registered:
             out.append(registered.pop(name))
-        elif modality in (None, bundled.MODALITY[name]) and bundled.is_available(name):
+        elif modality in (None, BUNDLED_MODALITY[name]) and bundled.is_available(name):
             try:
                 out.append(bundled.bundled_info(name))
             except DatasetError as e:
@@ -67,7 +71,7 @@ def load_dataset(name: str, workspace: PathLike = None) -> Dataset:
     validate_name(name)
     if storage.is_registered(name, workspace):
         return storage.read_dataset(name, workspace)
-    if name in bundled.BUNDLED:
+    if name in BUNDLED:
         if not bundled.is_available(name):
             how = next(st.how_to_get for st in bundled.bundled_status() if st.name == name)
             raise DatasetError(f"bundled dataset {name!r} is not available on this machine: {how}")
@@ -80,21 +84,6 @@ def load_dataset(name: str, workspace: PathLike = None) -> Dataset:
         return storage.read_dataset(name, workspace)
     known = ", ".join(info.name for info in list_datasets(workspace)) or "none"
     raise DatasetError(f"unknown dataset {name!r}; known datasets: {known}")
-
-
-def check_new_name(name: str, workspace: PathLike = None, overwrite: bool = False) -> str:
-    """Return ``name`` if a new import may register it, else raise :class:`DatasetError`.
-
-    Refused: an invalid name (:func:`~engine.data.dataset.validate_name`), a bundled dataset's name,
-    and an existing dataset's name unless ``overwrite`` (the import then replaces it atomically).
-    """
-    validate_name(name)
-    if name in bundled.BUNDLED:
-        raise DatasetError(f"dataset name {name!r} is reserved for a bundled dataset; choose another name")
-    if storage.is_registered(name, workspace) and not overwrite:
-        raise DatasetError(f"dataset {name!r} already exists; choose another name or replace it"
-                           f" (`data add --overwrite`, or tick 'Replace' on the Data page)")  # fmt: skip
-    return name
 
 
 @permission("data.delete", lambda a: str(a["name"]))
@@ -110,12 +99,8 @@ def delete_dataset(name: str, workspace: PathLike = None) -> None:
         PermissionDeniedError: ``actor`` is not an admin, or demo mode (checked first).
         StorageError: the folder cannot be renamed (read-only workspace...).
     """
-    import shutil
-
-    from engine.workspace import storage_error
-
     validate_name(name)
-    if name in bundled.BUNDLED:
+    if name in BUNDLED:
         raise DatasetError(f"{name!r} is a bundled dataset: it cannot be deleted (it is rebuilt on its next use)")
     if not storage.is_registered(name, workspace):
         raise DatasetError(f"no dataset {name!r} to delete")

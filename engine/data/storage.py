@@ -47,6 +47,7 @@ from engine.data.dataset import (
 )
 from engine.errors import DatasetError
 from engine.messages import describe_error
+from engine.modalities import MODALITY_REGISTRY, get_modality
 from engine.workspace import atomic_write_json, publish_folder, read_json, workspace_root
 
 log = logging.getLogger(__name__)
@@ -105,8 +106,6 @@ def read_info(folder: Path) -> DatasetInfo:
 
 def dataset_type(info: DatasetInfo, where: Path | str) -> type[LabelledRows]:
     """The dataset class of ``info.modality``. Raises DatasetError naming ``where`` for an unknown one."""
-    from engine.modalities import MODALITY_REGISTRY, get_modality
-
     try:
         return get_modality(info.modality).dataset_type()
     except DatasetError:

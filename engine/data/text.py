@@ -40,9 +40,11 @@ from pathlib import Path
 import numpy as np
 
 from engine.access.policy import permission
-from engine.data import importer, registry, storage
-from engine.data.archive import import_outcome, import_target, refusal_lines, skip_reason
+from engine.data import importer, storage
+from engine.data.archive import Members, classify, decode_names, import_outcome, import_target, read_problem, refusal_lines, skip_reason
+from engine.data.catalog import check_new_name
 from engine.data.dataset import DatasetInfo, TextDataset, classes_text, counted, seeded_split
+from engine.data.limits import ImportLimits
 from engine.data.sampling import import_order
 from engine.data.tabular import (
     TABLE_EXTENSIONS,
@@ -251,9 +253,6 @@ def _read_txt_tree(path: Path, label: str, name_encoding: str | None = None) -> 
     Members are read with the image importer's safeguards (:mod:`engine.data.archive`): member names
     decoded by flag / UTF-8 / detection (or ``name_encoding``), unsafe paths and members over the
     size and compression-ratio limits refused, nothing extracted to disk."""
-    from engine.data.archive import Members, classify, decode_names, read_problem
-    from engine.data.limits import ImportLimits
-
     src = TextSource(label, "txt files", [])
     paths: list[str] = []
     limits = ImportLimits.from_env().model_copy(update={"max_member_bytes": MAX_TEXT_FILE_BYTES})
@@ -469,7 +468,7 @@ def import_text(
     label = source_label or str(path)
     if not src_path.exists():
         raise DatasetError(f"{label}: no such file or folder")
-    name = registry.check_new_name(name if name is not None else importer._default_name(src_path), workspace, overwrite)
+    name = check_new_name(name if name is not None else importer._default_name(src_path), workspace, overwrite)
     prep = prepare_text(src_path, options, label)
     split = seeded_split(prep.labels, options.val_fraction, options.seed, prep.groups)
     src = prep.source

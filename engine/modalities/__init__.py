@@ -24,12 +24,14 @@ reached through functions that import their modules when called.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from engine.errors import DatasetError
+from engine.modalities.grids import GRID_KINDS
 from engine.registry import load_plugins, registrar
 
 
@@ -98,6 +100,18 @@ class Modality:
 
 
 MODALITY_REGISTRY: dict[str, Modality] = {}
+#: The built-in modalities, registered by their modules: imported by name on the first lookup
+#: (:func:`load_modalities`), as plug-ins are, so the registry imports none of them (they import it).
+BUILTIN_MODULES = ("engine.modalities.image", "engine.modalities.text", "engine.modalities.audio",
+                   "engine.modalities.paired")
+
+
+def load_modalities() -> None:
+    """Register the built-in modalities, then the plug-ins of ``$MASKLAB_PLUGINS``. Cheap after the
+    first call. Raises :class:`~engine.errors.ConfigError` for a plug-in that cannot be imported."""
+    for mod in BUILTIN_MODULES:
+        importlib.import_module(mod)
+    load_plugins()
 
 
 def register_modality(modality: Modality) -> Modality:
@@ -106,8 +120,6 @@ def register_modality(modality: Modality) -> Modality:
     Raises:
         ValueError: the name, or the name of one of its importers, is taken; a grid kind is unknown.
     """
-    from engine.modalities.grids import GRID_KINDS
-
     bad = [g for g in modality.grids if g not in GRID_KINDS]
     if bad:
         raise ValueError(f"modality {modality.name!r}: unknown grid kind(s) {bad}; known: {', '.join(GRID_KINDS)} "
@@ -128,7 +140,7 @@ def get_modality(name: str) -> Modality:
         DatasetError: unknown modality (lists the known ones).
     """
     if name not in MODALITY_REGISTRY:
-        load_plugins()
+        load_modalities()
     try:
         return MODALITY_REGISTRY[name]
     except KeyError:
@@ -137,13 +149,13 @@ def get_modality(name: str) -> Modality:
 
 def modality_names() -> tuple[str, ...]:
     """Names of the registered modalities (plug-ins included), in registration order."""
-    load_plugins()
+    load_modalities()
     return tuple(MODALITY_REGISTRY)
 
 
 def importers() -> list[Importer]:
     """Every registered importer (plug-ins included), in the order detection tries them (:attr:`Importer.order`)."""
-    load_plugins()
+    load_modalities()
     imps = [i for m in MODALITY_REGISTRY.values() for i in m.importers]
     return sorted(imps, key=lambda i: i.order)
 
@@ -166,11 +178,6 @@ def reads_option(modality: str, option: str) -> bool:
     return any(option in i.options for i in get_modality(modality).importers)
 
 
-# Built-in modalities register themselves on import (after the registry exists).
-from engine.modalities import image as _image  # noqa: E402,F401
-from engine.modalities import text as _text  # noqa: E402,F401
-from engine.modalities import audio as _audio  # noqa: E402,F401
-from engine.modalities import paired as _paired  # noqa: E402,F401
 
 __all__ = ["MODALITY_REGISTRY", "Importer", "Modality", "get_importer", "get_modality", "importers",
            "modality_names", "reads_option", "register_modality"]

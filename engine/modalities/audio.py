@@ -7,31 +7,27 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from engine.data.audio import EXTENSIONS as AUDIO_EXTENSIONS, UNSUPPORTED
+from engine.data import audio
+from engine.data.audio import EXTENSIONS as AUDIO_EXTENSIONS
+from engine.data.audio import UNSUPPORTED
+from engine.data.dataset import AudioDataset
+from engine.data.ingest import SourcePlan, check_options
 from engine.modalities import Importer, Modality, register_modality
 from engine.modalities.text import IMAGE_ONLY
 
 
 def _dataset_type() -> type:
-    from engine.data.dataset import AudioDataset
-
     return AudioDataset
 
 
 def inspect_audio(path: Path, options, label: str):
     """:func:`engine.data.audio.inspect_audio` as a :class:`~engine.data.ingest.SourcePlan`."""
-    from engine.data import audio
-    from engine.data.ingest import SourcePlan, check_options
-
     check_options(options, label, "audio", "audio")
     return SourcePlan(label, "audio", **audio.inspect_audio(path, options, label))
 
 
 def import_audio(path: Path, name: str | None, options, **kw: Any):
     """:func:`engine.data.audio.import_audio` (the image-only keywords dropped)."""
-    from engine.data import audio
-    from engine.data.ingest import check_options
-
     check_options(options, kw.get("source_label") or str(path), "audio", "audio")
     for k in IMAGE_ONLY:
         kw.pop(k, None)

@@ -6,7 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from engine.data import idx, importer, storage, text
+from engine.data.dataset import ImageDataset
 from engine.data.images import EXTENSIONS as IMAGE_EXTENSIONS
+from engine.data.ingest import SourcePlan, check_options
 from engine.modalities import Importer, Modality, register_modality
 
 DEFAULT_TASK = "image_mim"
@@ -14,16 +17,11 @@ DEFAULT_TASK = "image_mim"
 
 
 def _dataset_type() -> type:
-    from engine.data.dataset import ImageDataset
-
     return ImageDataset
 
 
 def inspect_image(path: Path, options, label: str):
     """:func:`engine.data.importer.scan_archive` as a :class:`~engine.data.ingest.SourcePlan` (nothing decoded)."""
-    from engine.data import importer, text
-    from engine.data.ingest import SourcePlan, check_options
-
     check_options(options, label, "image", "a zip or folder of images")
     scan = importer.scan_archive(path, name_encoding=options.name_encoding, source_label=label)
     plan = SourcePlan(label, "image", "image folder" if path.is_dir() else "image zip")
@@ -41,9 +39,6 @@ def inspect_image(path: Path, options, label: str):
 
 def import_image(path: Path, name: str | None, options, **kw: Any):
     """:func:`engine.data.importer.import_archive` with the options of :func:`engine.data.import_source`."""
-    from engine.data import importer, storage
-    from engine.data.ingest import check_options
-
     check_options(options, kw.get("source_label") or str(path), "image", "a zip or folder of images")
     report = importer.import_archive(path, name, val_fraction=options.val_fraction, seed=options.seed,
                                      name_encoding=options.name_encoding, **kw)
@@ -53,20 +48,14 @@ def import_image(path: Path, name: str | None, options, **kw: Any):
 
 
 def _holds_idx(names: list[str]) -> bool:
-    from engine.data import idx
-
     return idx.holds_idx(names)
 
 
 def _inspect_idx(*a, **kw):
-    from engine.data import idx
-
     return idx.inspect_idx(*a, **kw)
 
 
 def _import_idx(*a, **kw):
-    from engine.data import idx
-
     return idx.import_idx(*a, **kw)
 
 

@@ -7,36 +7,29 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from engine.data import paired
+from engine.data.dataset import PairedDataset
+from engine.data.ingest import SourcePlan, check_options
 from engine.modalities import Importer, Modality, register_modality
 
 
 def _dataset_type() -> type:
-    from engine.data.dataset import PairedDataset
-
     return PairedDataset
 
 
 def inspect_paired(path: Path, options, label: str):
     """:func:`engine.data.paired.inspect_paired` as a :class:`~engine.data.ingest.SourcePlan`."""
-    from engine.data import paired
-    from engine.data.ingest import SourcePlan, check_options
-
     check_options(options, label, "paired", "image-caption pairs")
     return SourcePlan(label, "paired", **paired.inspect_paired(path, options, label))
 
 
 def import_paired(path: Path, name: str | None, options, **kw: Any):
     """:func:`engine.data.paired.import_paired`."""
-    from engine.data import paired
-    from engine.data.ingest import check_options
-
     check_options(options, kw.get("source_label") or str(path), "paired", "image-caption pairs")
     return paired.import_paired(path, name, options, **kw)
 
 
 def _holds_pairs(names: list[str]) -> bool:
-    from engine.data import paired
-
     return paired.holds_pairs(names)
 
 

@@ -7,6 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from engine.data import text
+from engine.data.dataset import TextDataset
+from engine.data.ingest import SourcePlan, check_options
 from engine.data.tabular import TABLE_EXTENSIONS
 from engine.data.text import TEXT_EXTENSIONS
 from engine.modalities import Importer, Modality, register_modality
@@ -16,17 +19,12 @@ IMAGE_ONLY = ("image_size", "fill", "geometry", "pad_fill", "progress")
 
 
 def _dataset_type() -> type:
-    from engine.data.dataset import TextDataset
-
     return TextDataset
 
 
 def inspect_text(path: Path, options, label: str):
     """:func:`engine.data.text.prepare_text` as a :class:`~engine.data.ingest.SourcePlan` (read and
     cleaned exactly as the import would)."""
-    from engine.data import text
-    from engine.data.ingest import SourcePlan, check_options
-
     check_options(options, label, "text", "text")
     prep = text.prepare_text(path, options, label)
     src = prep.source
@@ -39,9 +37,6 @@ def inspect_text(path: Path, options, label: str):
 
 def import_text(path: Path, name: str | None, options, **kw: Any):
     """:func:`engine.data.text.import_text` (the image-only keywords dropped)."""
-    from engine.data import text
-    from engine.data.ingest import check_options
-
     check_options(options, kw.get("source_label") or str(path), "text", "text")
     for k in IMAGE_ONLY:
         kw.pop(k, None)
