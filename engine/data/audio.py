@@ -349,10 +349,10 @@ def open_source(path: Path, label: str, options: ImportOptions, limits: ImportLi
                 given = ", ".join(f"{r}_column" for r in options.given_columns())
                 raise DatasetError(f"{label}: {given} apply to a manifest table (.csv, .tsv, .jsonl) and this "
                                    "source has none; labels come from the sub-folders")  # fmt: skip
-            from engine.data.importer import _labels
+            from engine.data.importer import class_labels
 
             src.clips = clips
-            src.labels = _labels([m.name for m in clips])[0]  # first sub-folder, as for images
+            src.labels = class_labels([m.name for m in clips])[0]  # first sub-folder, as for images
             src.notes.append("label = first sub-folder name (no manifest table)")
         if src.names.how not in ("ascii", "utf-8"):
             src.notes.append(src.names.describe())
@@ -600,7 +600,7 @@ def import_audio(
     options = options or ImportOptions()
     if not src_path.exists():
         raise DatasetError(f"{label}: no such file or folder")
-    name = registry.check_new_name(name if name is not None else importer._default_name(src_path), workspace, overwrite)
+    name = registry.check_new_name(name if name is not None else importer.default_name(src_path), workspace, overwrite)
     limits = limits or ImportLimits.from_env()
     rate = options.sample_rate or DEFAULT_SAMPLE_RATE
     with open_source(src_path, label, options, limits) as src:

@@ -180,7 +180,7 @@ def _inspect_image(path: Path, options: ImportOptions, label: str) -> SourcePlan
     plan.class_names = scan.class_names
     plan.label_counts = dict(scan.class_counts)
     plan.n_items = len(scan.images)
-    labels, _ = importer._labels(scan.images)
+    labels, _ = importer.class_labels(scan.images)
     plan.preview = [{"file": p, "label": c} for p, c in zip(scan.images[: text.PREVIEW_ROWS], labels)]
     plan.notes.append(scan.names.describe())
     plan.notes.append("images are decoded on import; unreadable ones are rejected then")

@@ -199,10 +199,10 @@ def _start_torchrun(cmd: list[str], env: dict[str, str]) -> subprocess.Popen:
 
 
 def _rank_env(launch: dict, threads: int, *, main: bool) -> dict[str, str]:
-    from engine.runner.launcher import _env
+    from engine.runner.launcher import worker_env
     from engine.workspace import workspace_root
 
-    env = _env(workspace_root())
+    env = worker_env(workspace_root())
     env[MAIN_NODE_ENV] = "1" if main else "0"
     env["OMP_NUM_THREADS"] = str(max(1, threads // int(launch["nproc_per_node"])))
     return env
@@ -254,13 +254,13 @@ def run_ranks(run_dir: Path, launch: dict, threads: int, resume_from: int | None
     except (OSError, ValueError):
         out = None
     if not isinstance(out, dict) or "status" not in out:
-        from engine.runner.worker import _exit_reason
+        from engine.runner.worker import exit_reason
 
         if stop_at is not None:  # cancelled before the ranks trained (e.g. while waiting for a node)
             return {"status": "cancelled", "steps_done": int(read_status(run_dir).get("step", 0)), "device": None,
                     "n_params": None, "torchrun_exit": proc.returncode}
         return {"status": "failed", "error": f"the training processes ended without a result (torchrun: "
-                f"{_exit_reason(proc.returncode)}); see the worker log", "torchrun_exit": proc.returncode}
+                f"{exit_reason(proc.returncode)}); see the worker log", "torchrun_exit": proc.returncode}
     return {**out, "torchrun_exit": proc.returncode}
 
 

@@ -389,7 +389,7 @@ def _evaluate_final(run_dir: Path, device: str, workspace: Path, step: int | Non
             signal.signal(sig, handler)
 
 
-def _exit_reason(rc: int) -> str:
+def exit_reason(rc: int) -> str:
     """``-9`` -> ``"signal SIGKILL"``, ``1`` -> ``"exit code 1"`` (a ``Popen.returncode``)."""
     if rc >= 0:
         return f"exit code {rc}"
@@ -438,7 +438,7 @@ def supervise(run_dir: Path, max_restarts: int) -> int:
             rc = child.wait()
             if state["stop"] or rc == 2 or get_run(run_dir.name, workspace).status != "interrupted":
                 return rc
-            why = _exit_reason(rc)
+            why = exit_reason(rc)
             if (run_dir / CANCEL_FILE).exists():
                 _say(f"masklab: the worker of run {run_dir.name} died ({why}) after a cancel request; not restarting")
                 return 1
