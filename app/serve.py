@@ -74,7 +74,7 @@ def exposure_problem(address: str | None, signin: bool, environ: Mapping[str, st
         signin: whether sign-in is configured (users file or identity provider).
         environ: the environment (default ``os.environ``): ``MASKLAB_MODE``, the two opt-ins.
     """
-    from engine.access.policy import MODE_ENV, is_demo
+    from engine.api import MODE_ENV, is_demo
 
     env = os.environ if environ is None else environ
     if signin or is_loopback(address):
@@ -101,7 +101,7 @@ def signin_configured() -> bool:
     Raises:
         ConfigError: a broken users file (it must not silently leave the dashboard open).
     """
-    from engine.access.users import load_users
+    from engine.api import load_users
 
     return bool(load_users().users) or oidc_configured()
 
@@ -112,8 +112,7 @@ def upload_cap_mb(environ: Mapping[str, str] | None = None) -> int:
     Raises:
         ConfigError: the variable is not a whole number >= 1.
     """
-    from engine.access.policy import is_demo
-    from engine.errors import ConfigError
+    from engine.api import ConfigError, is_demo
 
     env = os.environ if environ is None else environ
     if is_demo(env):
@@ -128,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     """Check the address, then replace this process by ``streamlit run``; returns 2 on a refusal."""
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
-    from engine.errors import MasklabError
+    from engine.api import MasklabError
 
     p = argparse.ArgumentParser(prog="python -m app.serve", description=__doc__.split("\n\n")[0])
     p.add_argument("--address", default=os.environ.get("MASKLAB_ADDRESS", "127.0.0.1"))

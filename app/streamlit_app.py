@@ -27,8 +27,7 @@ from streamlit import config as st_config  # noqa: E402
 from app.components.access import identity_bar, read_only, sign_in_gate  # noqa: E402
 from app.components.images import PIXELATED_CSS  # noqa: E402
 from app.serve import exposure_problem, signin_configured  # noqa: E402
-from engine.access.policy import acting_as, can, is_demo  # noqa: E402
-from engine.errors import MasklabError  # noqa: E402
+from engine.api import MasklabError, acting_as, can, is_demo  # noqa: E402
 
 st.set_page_config(page_title="masklab", layout="wide", initial_sidebar_state="auto")  # Presentation: "collapsed"
 st.html(PIXELATED_CSS)  # upscaled 8x8 digits stay crisp squares; a thin frame shows padding

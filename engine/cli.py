@@ -252,19 +252,18 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
-    from engine.runner.launcher import evaluate
+    from engine.api import evaluate
 
     if not args.foreground:
         step = evaluate(args.run_id, args.step)
         print(f"evaluating step {step} of {args.run_id} in the background (python -m engine log {args.run_id})")
         return 0
+    from engine.api import evaluation_job, get_run, read_evaluations
     from engine.eval.job import run_job
-    from engine.store import get_run
-    from engine.store.evaluations import read_evaluations, read_job
 
     rec = get_run(args.run_id)
     rc = run_job(rec.path, args.step)
-    job = read_job(args.run_id) or {}
+    job = evaluation_job(args.run_id) or {}
     if rc != 0:
         print(f"error: {job.get('error') or 'the run is locked by another process'}", file=sys.stderr)
         return 2
@@ -285,7 +284,7 @@ def cmd_evaluate(args) -> int:
 
 
 def cmd_runs(args) -> int:
-    from engine.store import disk_usage, format_bytes, list_runs
+    from engine.api import disk_usage, format_bytes, list_runs
 
     every = list_runs()
     runs = [r for r in every if args.all or not r.archived]
@@ -321,7 +320,7 @@ def cmd_runs(args) -> int:
 
 
 def cmd_tag(args) -> int:
-    from engine.store import tag_run
+    from engine.api import tag_run
 
     done = tag_run(args.run_id, remove=args.tags) if args.remove else tag_run(args.run_id, add=args.tags)
     print(f"{args.run_id}: tags {', '.join(done.tags) or '(none)'}")
@@ -329,7 +328,7 @@ def cmd_tag(args) -> int:
 
 
 def cmd_note(args) -> int:
-    from engine.store import set_note
+    from engine.api import set_note
 
     text = sys.stdin.read() if args.text == "-" else args.text
     done = set_note(args.run_id, text)
@@ -338,7 +337,7 @@ def cmd_note(args) -> int:
 
 
 def cmd_archive(args) -> int:
-    from engine.store import archive_run
+    from engine.api import archive_run
 
     archive_run(args.run_id, not args.unarchive)
     print(f"{'unarchived' if args.unarchive else 'archived'} run {args.run_id}")
@@ -346,20 +345,18 @@ def cmd_archive(args) -> int:
 
 
 def cmd_cancel(args) -> int:
-    from engine.runner.launcher import cancel
+    from engine.api import cancel, get_run
 
     if cancel(args.run_id):
         print(f"cancel requested for {args.run_id}")
         return 0
-    from engine.store import get_run
-
     # like kill(1) on a process that is gone: nothing was cancelled, which a script must be able to see
     print(f"{args.run_id} has already ended ({get_run(args.run_id).status}); nothing to cancel", file=sys.stderr)
     return 1
 
 
 def cmd_log(args) -> int:
-    from engine.store import read_log
+    from engine.api import read_log
 
     text = read_log(args.run_id, max_bytes=args.bytes)
     if text is None:
@@ -370,8 +367,7 @@ def cmd_log(args) -> int:
 
 
 def cmd_job(args) -> int:
-    from engine.runner.launcher import job_state
-    from engine.store import get_run
+    from engine.api import get_run, job_state
 
     state = job_state(args.run_id)
     if state is None:
@@ -410,7 +406,7 @@ def _audio_rate(plan, chosen: int | None) -> tuple[int, str]:
     """The pipeline rate (Hz) an audio import of ``plan`` uses, and the line that says why:
     ``chosen`` (``--sample-rate``), else the Data page's proposal from the clips' headers
     (:func:`engine.data.audio.proposed_rate`)."""
-    from engine.data.audio import proposed_rate, rates_text
+    from engine.api import proposed_rate, rates_text
 
     heard = f"clips {rates_text(plan.sample_rates)}" if plan.sample_rates else "no clip header could be read"
     if chosen is not None:
@@ -442,7 +438,7 @@ def _print_plan(plan, sample_rate: int | None = None) -> None:
 
 
 def cmd_delete(args) -> int:
-    from engine.runner.launcher import delete_run
+    from engine.api import delete_run
 
     delete_run(args.run_id)
     print(f"deleted run {args.run_id}")
@@ -450,7 +446,7 @@ def cmd_delete(args) -> int:
 
 
 def cmd_audit(args) -> int:
-    from engine.access.audit import read_audit
+    from engine.api import read_audit
 
     for e in reversed(read_audit(limit=args.limit or None)):
         if args.json:
@@ -496,8 +492,7 @@ def cmd_users(args) -> int:
 
 
 def cmd_data(args) -> int:
-    from engine.data import delete_dataset, import_source, inspect_source, list_datasets
-    from engine.modalities import reads_option
+    from engine.api import delete_dataset, import_source, inspect_source, list_datasets, reads_option
 
     if args.data_cmd == "delete":
         delete_dataset(args.name)

@@ -8,7 +8,7 @@ import streamlit as st
 
 from app.components import guarded
 from app.components.access import actor
-from engine.access.audit import read_audit
+from engine.api import read_audit
 
 st.title("Audit")
 limit = st.select_slider("Lines", options=[100, 1000, 10_000], value=1000, key="audit_limit")

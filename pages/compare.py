@@ -26,11 +26,7 @@ from app.components.quality import loss_title
 from app.components.runs import same_task_first
 from app.components.urlstate import PageState
 from app.components.access import allowed
-from engine.data.dataset import counted
-from engine.runner.launcher import evaluate
-from engine.store import read_metrics
-from engine.store.evaluations import latest_evaluation, read_job
-from engine.tasks import get_task
+from engine.api import counted, evaluate, evaluation_job, get_task, latest_evaluation, read_metrics
 
 #: Pixels the downstream bar chart's run columns share (each at least 90, at most 240 wide).
 FACETS_WIDTH = 760
@@ -164,7 +160,7 @@ if not frame.empty:
     st.altair_chart(chart)
 run_eval = allowed("run.evaluate", evaluate)  # None for a viewer or in demo mode: no button
 for r in missing:
-    job = guarded(read_job, r.run_id) or {}
+    job = guarded(evaluation_job, r.run_id) or {}
     state = job.get("status")
     at = f"step {job['step']}" if job.get("step") is not None else "the latest checkpoint"
     note = f"evaluation {state} ({at})" if state in ("queued", "running") else "no evaluation yet"

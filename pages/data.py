@@ -12,10 +12,7 @@ from app.components.datasets import dataset_infos
 from app.components.importing import import_panel
 from app.components.urlstate import PageState, index_of
 from app.modalities import ui_for
-from engine.access.policy import can
-from engine.data import bundled_status, delete_dataset
-from engine.data.dataset import counted
-from engine.store import dataset_bytes, format_bytes
+from engine.api import bundled_status, can, counted, dataset_bytes, delete_dataset, format_bytes
 
 st.title("Data")
 url = PageState("data", ("dataset",))

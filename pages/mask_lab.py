@@ -21,9 +21,7 @@ from app.components.datasets import dataset_infos
 from app.components.masks import schedule_chart
 from app.components.urlstate import PageState, dig, flatten, index_of, number, show_link_note, unflatten
 from app.modalities import ui_for
-from engine.config import RunConfig
-from engine.masking import ratio_at
-from engine.tasks import resolve
+from engine.api import RunConfig, ratio_at, resolve
 
 DEFAULTS = RunConfig()
 

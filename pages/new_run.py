@@ -24,12 +24,8 @@ from app.components.run_form import export_panel, launch_fields, train_fields
 from app.components.sweep_form import URL_NAMES, sweep_launch, sweep_section
 from app.components.urlstate import PageState, dig, index_of, show_link_note, with_carried
 from app.modalities import train_defaults, ui_for
-from engine.runner.backends import unavailable
-from engine.tasks.checks import check_run, no_validation_note
-from engine.config import RunConfig
-from engine.runner.launcher import submit
-from engine.masking import get_masking
-from engine.tasks import get_task, resolve, tasks_for
+from engine.api import RunConfig, check_run, get_masking, get_task, no_validation_note, resolve, submit, tasks_for
+from engine.api import backend_unavailable as unavailable
 
 
 @st.cache_data(max_entries=32, ttl=60, show_spinner=False)

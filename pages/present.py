@@ -21,10 +21,7 @@ from app.components.run_summary import show_samples
 from app.components.runs import format_duration, latest_points, masking_label
 from app.components.urlstate import PageState
 from app.modalities import SAMPLE_TITLES, TASK_KIND
-from engine.data.dataset import counted
-from engine.errors import RunNotFoundError
-from engine.store import get_run, list_runs
-from engine.store.evaluations import latest_evaluation
+from engine.api import RunNotFoundError, counted, get_run, latest_evaluation, list_runs
 
 st.set_page_config(initial_sidebar_state="collapsed")  # the entry says "auto"; a direct link opens without it
 url = PageState("present", ("run", "runs"))

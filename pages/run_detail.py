@@ -25,9 +25,7 @@ from app.components.runs import latest_points, progress_with_cancel
 from app.components.urlstate import PageState
 from app.components.resume import resume_panel
 from app.modalities import INTERACTIVE, SAMPLE_TITLES, TASK_KIND
-from engine.runner.backends import read_job
-from engine.runner.launcher import cancel, delete_run, job_state
-from engine.store import get_run, latest_checkpoint_step, load_samples, read_log
+from engine.api import cancel, cluster_job, delete_run, get_run, job_state, latest_checkpoint_step, load_samples, read_log
 
 st.title("Run detail")
 url = PageState("run_detail", ("run", "x", "y"))
@@ -58,7 +56,7 @@ def status_panel(run_id: str) -> None:
         return
     points = latest_points([rec])
     summary(rec, points)
-    if rec.is_active and read_job(rec.path):  # what its cluster says (and a job that ended without its worker)
+    if rec.is_active and cluster_job(rec.path):  # what its cluster says (and a job that ended without its worker)
         state = guarded(cluster_job_state, run_id)
         if state is not None:
             st.caption(f"Cluster job {state.job_id}: {state.state}" + (f" ({state.reason})" if state.reason else ""))

@@ -22,9 +22,7 @@ from app.components.access import allowed
 from app.components.resume import resume_buttons
 from app.components.runs import LIST_MAX_AGE_S, activity, progress_with_cancel, same_task_first
 from app.components.urlstate import PageState
-from engine.runner.launcher import cancel
-from engine.store import disk_usage, format_bytes, list_runs, read_metrics
-from engine.workspace import workspace_root
+from engine.api import cancel, disk_usage, format_bytes, list_runs, read_metrics, workspace_root
 
 LOSS_KEYS = ["loss", "val_loss"]
 N_DEFAULT = 3  # runs plotted by default: the most recent ones of the newest run's task

@@ -16,8 +16,7 @@ import streamlit as st
 
 from app.components import guarded, runs_or_stop
 from app.components.urlstate import PageState
-from engine.data.dataset import counted
-from engine.runner.sweep import sweep_of, sweep_table
+from engine.api import counted, sweep_of, sweep_table
 
 FIGURES = {"probe_acc": "linear-probe accuracy", "knn_acc": "kNN accuracy (k=20)"}
 ENCODERS = {"": "trained", "/random_init": "random init", "/raw_input": "raw input"}

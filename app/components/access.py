@@ -18,8 +18,7 @@ from __future__ import annotations
 import streamlit as st
 
 from app.serve import oidc_configured
-from engine.access.policy import Identity, can, is_demo, local_admin, require_sign_in
-from engine.access.users import load_users, oidc_identity, verify_password
+from engine.api import Identity, can, is_demo, load_users, local_admin, oidc_identity, require_sign_in, verify_password
 
 SESSION_KEY = "masklab_identity"
 

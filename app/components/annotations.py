@@ -11,8 +11,7 @@ import streamlit as st
 from app.components.access import actor, allowed
 from app.components.errors import user_errors
 from app.components.urlstate import encode, flatten
-from engine.access.policy import can
-from engine.store import annotate
+from engine.api import annotate, can
 
 
 def new_run_params(config: dict[str, Any]) -> dict[str, str]:

@@ -63,8 +63,7 @@ def config_diff(configs: Mapping[str, dict], labels: Mapping[str, str] | None = 
 
 
 def _unused_ratio(flat: dict[str, Any]) -> dict[str, Any]:
-    from engine.errors import ConfigError
-    from engine.masking import get_masking
+    from engine.api import ConfigError, get_masking
 
     try:
         if not get_masking(str(flat.get("masking.strategy", "random"))).uses_ratio:
@@ -338,7 +337,7 @@ def show_reconstructions(records: Sequence[Any], labels: Mapping[str, str]) -> l
     from app.components.errors import guarded
     from app.components.runs import masking_label
     from app.modalities import COMPARE_VIEWS
-    from engine.store import load_samples
+    from engine.api import load_samples
 
     by_kind: dict[str, dict] = {}
     for r in records:

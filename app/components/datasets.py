@@ -15,8 +15,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from engine.data import list_datasets, load_dataset, representative
-from engine.workspace import workspace_root
+from engine.api import list_datasets, load_dataset, representative, workspace_root
 
 N_SAMPLES = 24  # images in the Data page's sample grid (half train, half val when both exist)
 N_PREVIEW = 8  # the run's fixed reconstruction images (train.num_vis defaults to 8)

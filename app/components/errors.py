@@ -13,7 +13,7 @@ from typing import ParamSpec, TypeVar
 
 import streamlit as st
 
-from engine.errors import MasklabError
+from engine.api import MasklabError
 
 P = ParamSpec("P")
 T = TypeVar("T")

@@ -99,12 +99,11 @@ def evaluation_panel(rec: Any) -> None:
     import streamlit as st
 
     from app.components.errors import guarded
-    from engine.store import load_samples
-    from engine.store.evaluations import latest_evaluation, load_maps, read_job
+    from engine.api import evaluation_job, latest_evaluation, load_maps, load_samples
 
     ev = guarded(latest_evaluation, rec.run_id)
     if ev is None:
-        job = guarded(read_job, rec.run_id) or {}
+        job = guarded(evaluation_job, rec.run_id) or {}
         state = job.get("status")
         at = f"step {job['step']}" if job.get("step") is not None else "the latest checkpoint"
         st.caption(f"Evaluation {state} ({at})." if state in ("queued", "running") else

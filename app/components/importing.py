@@ -18,12 +18,11 @@ import streamlit as st
 
 from app.components.access import actor
 from app.components.errors import guarded
-from engine.data import ImportOptions, inspect_source
-from engine.data.audio import EXTENSIONS as AUDIO_EXTENSIONS, SAMPLE_RATES, UPSAMPLED, proposed_rate, rates_text
-from engine.data.dataset import classes_text, counted
-from engine.data.images import NOTE_LOST_ON_FILL
-from engine.data.jobs import ImportOutcome, cancel_import, import_status, start_import
-from engine.data.tabular import ROLES, TABLE_EXTENSIONS
+from engine.api import (
+    AUDIO_EXTENSIONS, AUDIO_SAMPLE_RATES, AUDIO_UPSAMPLED, COLUMN_ROLES, NOTE_LOST_ON_FILL, TABLE_EXTENSIONS, ImportOptions,
+    ImportOutcome, cancel_import, classes_text, counted, import_status, inspect_source, proposed_rate, rates_text,
+    start_import,
+)
 
 #: The upload's label: every type the importer takes (``engine.data.ingest``), from the same lists it checks.
 UPLOAD_LABEL = ("Dataset file: a .zip of images (PNG, JPEG, WebP, BMP, TIFF, GIF), of audio clips (WAV, FLAC, Ogg) or of "
@@ -61,8 +60,8 @@ def _plan(path: str, file_id: str, options_json: str, label: str):
 def _column_options(plan, key: str) -> dict:
     """One select per role for a table: detect, a column, or none."""
     out = {}
-    cols = st.columns(len(ROLES))
-    for c, role in zip(cols, ROLES):
+    cols = st.columns(len(COLUMN_ROLES))
+    for c, role in zip(cols, COLUMN_ROLES):
         detected = getattr(plan.roles, role) if plan.roles else None
         choices = [_AUTO, *plan.columns, _NONE]
         pick = c.selectbox(f"{role} column", choices, key=f"{key}_{role}",
@@ -134,7 +133,7 @@ def show_report(outcome, name: str) -> None:
         # a conversion that lost what the data shows (an image on its fill, an upsampled clip's high
         # bins) is a warning; the others are worth knowing
         named = f" ({', '.join(files)}{', …' if n > len(files) else ''})" if files else ""
-        warn = NOTE_LOST_ON_FILL in note or UPSAMPLED in note
+        warn = NOTE_LOST_ON_FILL in note or AUDIO_UPSAMPLED in note
         (st.warning if warn else st.caption)(f"{counted(n, unit)}{named}: {note}.")
     _refusals(outcome.rejected, outcome.skipped)
 
@@ -235,8 +234,8 @@ def import_panel() -> str | None:
     else:
         if plan.modality == "audio":
             heard = rates_text(plan.sample_rates)
-            proposed = SAMPLE_RATES.index(proposed_rate(plan.sample_rates))
-            rate = st.selectbox("Sample rate (Hz)", list(SAMPLE_RATES), index=proposed, key=f"{key}_rate",
+            proposed = AUDIO_SAMPLE_RATES.index(proposed_rate(plan.sample_rates))
+            rate = st.selectbox("Sample rate (Hz)", list(AUDIO_SAMPLE_RATES), index=proposed, key=f"{key}_rate",
                                 format_func=lambda r: f"{r:,} Hz",
                                 help="every clip is made mono and resampled to this rate (the report says which "
                                      "clips were); the default is the clips' own rate, at most 16 kHz "

@@ -36,13 +36,10 @@ import streamlit as st
 import yaml
 
 from app.components.urlstate import field_bounds, number
-from engine.config import MaskingConfig
-from engine.data import load_dataset, representative
-from engine.errors import ConfigError, MasklabError
-from engine.masking import get_masking, grid_shape, strategies_for
-from engine.masking.registry import MaskingStrategy
-from engine.masking.stats import MaskStats
-from engine.workspace import workspace_root
+from engine.api import (
+    ConfigError, MaskingConfig, MaskingStrategy, MasklabError, MaskStats, get_masking, grid_shape, load_dataset,
+    representative, strategies_for, workspace_root,
+)
 
 #: Range of the mask-ratio sliders: 0 (nothing to predict) and 1 (nothing visible) make no run.
 RATIO_RANGE = (0.05, 0.95)
@@ -67,7 +64,7 @@ def patch_sizes(h: int, w: int) -> list[int]:
 def default_patch(sizes: list[int], h: int) -> int:
     """The config default when it fits with at most 8 patches a side (8x8 digits: P=2), else the
     size whose grid side is closest to 8 (28x28: P=4, 7x7 patches), which keeps CPU runs short."""
-    from engine.tasks.image import DEFAULT_PATCH as p0
+    from engine.api import DEFAULT_IMAGE_PATCH as p0
 
     if p0 in sizes and h // p0 <= 8:
         return p0
@@ -85,9 +82,7 @@ def _refused_sizes(workspace: str, dataset: str, version: str, masking_json: str
     """``patch size -> the pre-flight's reason`` for the sizes ``engine.tasks.checks.check_run`` refuses with
     this masking (``{}`` when the masking itself is invalid: its own error is shown elsewhere).
     ``workspace`` and ``version`` are cache keys."""
-    from engine.tasks import resolve
-    from engine.tasks.checks import check_run
-    from engine.config import RunConfig
+    from engine.api import RunConfig, check_run, resolve
 
     masking = json.loads(masking_json)
     refused = {}
@@ -563,7 +558,7 @@ def widen_advice(strategy: str | None) -> str:
     SpecAugment's time bands (``T``, ``p``) are at most p x the clip's own frames (Park et al. 2019),
     so on short clips only p or shorter patches help; frequency bands (``F``) need one patch row of
     mel bins at least; other strategies a larger ratio, or wider parameters when the ratio is unused."""
-    from engine.masking import MASKING_REGISTRY
+    from engine.api import MASKING_REGISTRY
 
     s = MASKING_REGISTRY.get(strategy or "")
     if s is None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from engine.objectives import OBJECTIVE_REGISTRY
+from engine.api import OBJECTIVE_REGISTRY
 
 #: Axis titles of the loss curves by objective.
 LOSS_TITLES = {"mse": "MSE (masked units)", "l1": "L1 (masked units)", "cross_entropy": "cross-entropy (nats/token)",
@@ -31,8 +31,7 @@ def loss_title(config: dict) -> str:
 
 def headline_of(config: dict) -> tuple[str, str]:
     """``(metric, "min" | "max")`` of the run's task (``val_loss``/min when the task is unknown)."""
-    from engine.errors import ConfigError
-    from engine.tasks import get_task
+    from engine.api import ConfigError, get_task
 
     try:
         return get_task((config or {}).get("task", "image_mim")).headline
@@ -68,8 +67,7 @@ def figure_title(metric: str, config: dict | None, default: str | None = None) -
 def figures_of(config: dict) -> list[tuple[str, str]]:
     """The figures a run's table shows, ``[(metric, "min" | "max")]``: the task's headline, then the
     extra figures it declares as ``figures`` (e.g. the image task's pixel MSE and PSNR)."""
-    from engine.errors import ConfigError
-    from engine.tasks import get_task
+    from engine.api import ConfigError, get_task
 
     try:
         extra = list(getattr(get_task((config or {}).get("task", "image_mim")), "figures", ()))
@@ -174,8 +172,7 @@ def quality_table(rec, step: int | None = None, value: float | None = None) -> N
 def _baseline_notes(config: dict) -> list[str]:
     """What the task says about how its figures and baselines were measured
     (``Task.quality_notes(config)``, when the task has it)."""
-    from engine.errors import ConfigError
-    from engine.tasks import get_task
+    from engine.api import ConfigError, get_task
 
     try:
         notes = getattr(get_task((config or {}).get("task", "image_mim")), "quality_notes", None)

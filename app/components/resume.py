@@ -17,8 +17,7 @@ import streamlit as st
 from app.components.access import allowed
 from app.components.errors import guarded
 from app.components.runs import run_label, status_label
-from engine.runner.launcher import resume
-from engine.store import latest_checkpoint_step, read_config_history
+from engine.api import latest_checkpoint_step, read_config_history, resume
 
 
 def _checkpoint(rec: Any) -> int | None:

@@ -25,7 +25,7 @@ def train_fields(task: str, key: str, carried: dict, proposal: dict | None = Non
     ``TRAIN_DEFAULTS``, over ``TrainConfig``. Returns the ``train`` section (warm-up and checkpoint
     interval: a carried config's own at its own number of steps; else the carried or proposed one,
     at most a tenth of the run and at most the run's steps)."""
-    from engine.config import RunConfig
+    from engine.api import RunConfig
 
     t = {**RunConfig().train.model_dump(), **(TRAIN_DEFAULTS.get(task, {}) if proposal is None else proposal)}
     c = {**t, **(dig(carried, "train") or {})}
@@ -58,12 +58,11 @@ def launch_fields(key: str, carried: dict) -> dict[str, Any]:
     ``carried["launch"]`` (the URL). A back-end whose extra is not installed stays in the list,
     marked, and says why when picked (New run then keeps Launch disabled). Returns the ``launch``
     section, or ``{}`` for one local process (the default: the config stays without one)."""
-    from engine.runner.backends import unavailable
-    from engine.config import LAUNCH_BACKENDS, LaunchConfig
+    from engine.api import LAUNCH_BACKENDS, LaunchConfig, backend_unavailable
 
     default = LaunchConfig().model_dump()
     c = {**default, **(dig(carried, "launch") or {})}
-    why = {b: unavailable(b) for b in LAUNCH_BACKENDS}
+    why = {b: backend_unavailable(b) for b in LAUNCH_BACKENDS}
     with st.expander("Devices, nodes and back-end", expanded=c != default):
         backend = st.selectbox("Back-end", LAUNCH_BACKENDS, index=index_of(list(LAUNCH_BACKENDS), c["backend"]),
                                format_func=lambda n: BACKEND_LABELS[n] + (" (not installed)" if why[n] else ""),

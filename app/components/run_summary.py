@@ -11,21 +11,17 @@ from app.components.charts import render_metrics_chart, show_read_warnings
 from app.components.errors import guarded
 from app.components.quality import headline_of, loss_title
 from app.components.runs import format_duration, metric_name, placement_label, run_label, status_badge
-from engine.runner.backends import read_job
-from engine.store import checkpoint_weights, get_run, load_samples, read_metrics
+from engine.api import checkpoint_weights, cluster_job, get_run, load_samples, read_metrics, read_task_info
 
 
 def device_text(rec: Any) -> str:
     """Where the run trains: the device the worker recorded at the end, else the one training
     resolved at its start (``task.json``), else the configured one (``auto``: CUDA when present,
     else CPU; a run that has not started)."""
-    from engine.runner.resume import TASK_INFO
-    from engine.workspace import read_json
-
     recorded = (rec.extra or {}).get("device")
     if not recorded and getattr(rec, "path", None) is not None:
         try:
-            recorded = read_json(rec.path / TASK_INFO).get("device")
+            recorded = read_task_info(rec.path).get("device")
         except (OSError, ValueError):  # not written yet, or being replaced: the configured device below
             recorded = None
     return str(recorded) if recorded else str(((rec.config or {}).get("train") or {}).get("device", "auto"))
@@ -58,7 +54,7 @@ def summary(rec: Any, points: dict) -> None:
     m[4].metric("Device", device_text(rec), help="train.device; auto takes CUDA when present, else the CPU. The "
                 "device used is recorded when the run ends.")
     m[5].metric("Parameters", param_text(rec, weights))
-    st.caption(f"Runs on: {placement_label(rec, full=True, job=read_job(rec.path))}")
+    st.caption(f"Runs on: {placement_label(rec, full=True, job=cluster_job(rec.path))}")
 
 
 def curves(run_id: str, config: dict, legend: dict, x: str, log_y: bool) -> None:

@@ -16,7 +16,8 @@ import pandas as pd
 import streamlit as st
 
 from app.components.errors import guarded
-from engine.store import format_bytes, latest_points as store_latest_points, list_runs
+from engine.api import format_bytes, list_runs
+from engine.api import latest_points as store_latest_points
 
 #: Status -> the colour of its badge (Streamlit's named colours: text on a tinted pill, no icon font).
 STATUS_COLOURS = {
@@ -131,7 +132,7 @@ def format_duration(seconds: float | None) -> str:
 def masking_label(config: dict | None) -> str:
     """A run's masking in a few words: ``random 0.75``, ``block 0.5→0.9 cosine``, ``region`` (a
     strategy with its own budget shows no ratio)."""
-    from engine.masking import MASKING_REGISTRY
+    from engine.api import MASKING_REGISTRY
 
     m = (config or {}).get("masking") or {}
     name = m.get("strategy", "random")

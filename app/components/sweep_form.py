@@ -21,14 +21,10 @@ import streamlit as st
 
 from app.components.errors import guarded
 from app.components.urlstate import PageState, set_flags
-from engine.access.policy import Identity
-from engine.config import RunConfig
-from engine.data.dataset import counted
-from engine.errors import MasklabError
-from engine.masking import strategies_for
-from engine.runner.queue import max_runs, queue_room
-from engine.runner.sweep import new_sweep_id, parse_seeds, parse_values, plan_sweep, submit_sweep
-from engine.workspace import workspace_root
+from engine.api import (
+    Identity, MasklabError, RunConfig, counted, max_runs, new_sweep_id, parse_seeds, parse_values, plan_sweep, queue_room,
+    strategies_for, submit_sweep, workspace_root,
+)
 
 #: The URL parameters of the section (plain names: no dot, so they are not config fields).
 URL_NAMES = ("sweep_on", "sweep_field", "sweep_values", "sweep_seeds_as", "sweep_replicates", "sweep_seeds")

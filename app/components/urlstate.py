@@ -284,13 +284,11 @@ def _why_not(key: str, value: Any, used: Mapping[str, Any]) -> str:
     """Why the form did not take ``key=value`` from a link, given the config it uses (flat ``used``)."""
     task = used.get("task", "this")
     if key == "masking.strategy":
-        from engine.masking import MASKING_REGISTRY
+        from engine.api import GRID_KINDS, MASKING_REGISTRY
 
         s = MASKING_REGISTRY.get(str(value))
         if s is None:
             return "no masking strategy has this name"
-        from engine.modalities.grids import GRID_KINDS
-
         dims = " or ".join(f"{d}-D" for d in s.grid_dims)
         what = " or ".join(GRID_KINDS[k].summary.split(" [")[0] for k in s.grids or ()) or "any units"
         return f"it masks {what} on {dims} grids; the {task} task does not offer it"
@@ -329,12 +327,12 @@ def _allowed_range(key: str, used: Mapping[str, Any]) -> tuple[Callable[[float],
     strategy in ``used``): a test of a value and its words, e.g. "in [0, 1]"; None when it sets none."""
     from pydantic import BaseModel
 
-    from engine.config import RunConfig
+    from engine.api import RunConfig
 
     *path, name = key.split(".")
     model: Any = RunConfig
     if path[-1:] == ["params"]:
-        from engine.masking import MASKING_REGISTRY
+        from engine.api import MASKING_REGISTRY
 
         strategy = MASKING_REGISTRY.get(str(used.get(".".join(path[:-1] + ["strategy"]))))
         model, path = (strategy.params if strategy else None), []

@@ -21,8 +21,7 @@ import streamlit as st
 from app.components.charts import counts_chart
 from app.components.errors import guarded
 from app.components.urlstate import dig, index_of, number
-from engine.data.dataset import counted
-from engine.workspace import workspace_root
+from engine.api import counted, workspace_root
 
 N_SAMPLES = 6  # clips with spectrogram and player on the Data page
 N_PREVIEW = 8  # representative val clips: a run's fixed sample rows (train.num_vis defaults to 8)
@@ -96,9 +95,8 @@ def audio_view(workspace: str, name: str, version: str) -> dict:
     val; waveform, log-mel with the default features, label, split, transcript), class counts.
     ``workspace`` and ``version`` are cache keys only."""
     from app.components.datasets import sample_rows
+    from engine.api import AudioConfig, load_dataset
     from engine.audio.features import ClipFeatures, FeatureSpec
-    from engine.config import AudioConfig
-    from engine.data import load_dataset
 
     ds = load_dataset(name)
     rate = ds.rate
@@ -175,7 +173,7 @@ MEL_BINS = [32, 40, 48, 64, 80, 96, 128]
 def feature_fields(key: str, carried: dict) -> dict:
     """``data.audio``: mel bins, window, hop and the model's window length (defaults from the
     partial run config ``carried``, else :class:`engine.config.AudioConfig`'s)."""
-    from engine.config import AudioConfig
+    from engine.api import AudioConfig
 
     d = {**AudioConfig().model_dump(), **(dig(carried, "data.audio") or {})}
     a, b = st.columns(2)
@@ -225,8 +223,7 @@ def run_fields(info, task: str, key: str, carried: dict) -> dict:
     each clip's spectrogram with its transcript or class word) takes the paired view's fields
     (:func:`app.modalities.paired.run_fields`)."""
     from app.components.masks import masking_controls
-    from engine.models import get_model_spec
-    from engine.tasks import get_task
+    from engine.api import get_model_spec, get_task
 
     if task == "paired":
         from app.modalities import paired
@@ -258,7 +255,7 @@ def run_fields(info, task: str, key: str, carried: dict) -> dict:
 
 @st.cache_data(max_entries=16, ttl=600, show_spinner="Drawing masks on real clips…")
 def _preview(cfg_json: str, version: str, n: int):
-    from engine.config import RunConfig
+    from engine.api import RunConfig
     from engine.tasks.audio import preview
 
     return preview(RunConfig.from_dict(json.loads(cfg_json)), n)
@@ -358,7 +355,7 @@ def wav(wave: np.ndarray, rate: int) -> bytes:
 
 
 @st.cache_data(max_entries=8, ttl=900, show_spinner=False)
-def _sample_media(run_id: str, step: int, _sample) -> list[dict]:
+def sample_media(run_id: str, step: int, _sample) -> list[dict]:
     """PNG and WAV bytes of every clip of a run's sample at ``step`` (``_sample``, not hashed: the
     sample of a run and step never changes), so the Run detail fragment that redraws every 2 s
     encodes nothing again."""
@@ -392,7 +389,7 @@ def samples_view(sample, run) -> None:
                "reconstruction = the prediction at masked cells, the original elsewhere · audio by Griffin-Lim "
                "(32 iterations): compare the reconstruction's sound with Griffin-Lim of the original, not with the "
                "recording")
-    media = _sample_media(run.run_id if run is not None else "", int(sample.step), sample)
+    media = sample_media(run.run_id if run is not None else "", int(sample.step), sample)
     for i, m in enumerate(media):
         y = int(sample["labels"][i])
         label = names[y] if 0 <= y < len(names) else str(y)
@@ -453,7 +450,7 @@ def lab_controls(info, carried: dict, key: str) -> dict:
     partial run config of defaults, from the URL); for the ``paired`` task the paired view's
     (:func:`app.modalities.paired.lab_controls`: text source, spectrogram and text masks)."""
     from app.components.masks import masking_controls
-    from engine.tasks import tasks_for
+    from engine.api import tasks_for
 
     tasks = tasks_for("audio")
     task = st.selectbox("Task", tasks, key=f"{key}_task", index=index_of(tasks, carried.get("task")))
@@ -472,9 +469,11 @@ def lab_controls(info, carried: dict, key: str) -> dict:
 
 
 @st.cache_data(max_entries=16, ttl=900, show_spinner="Drawing masks…")
-def _lab_stats(cfg_json: str, version: str, n: int):
+def lab_stats(cfg_json: str, version: str, n: int):
+    """Mask lab's statistics of ``n`` train masks of a config (JSON): ``(MaskStats, masks per second,
+    masking_problem)``. ``version``: the dataset's, a cache key only."""
     from engine.tasks.checks import masking_problem
-    from engine.config import RunConfig
+    from engine.api import RunConfig
     from engine.masking.stats import mask_stats, masks_per_second
     from engine.tasks.audio import train_masks
 
@@ -498,7 +497,7 @@ def lab_results(cfg, info, n: int) -> None:
     st.subheader("Masks on real spectrograms")
     mask_preview(cfg, info, warn=False)
     st.subheader("Statistics")
-    res = guarded(_lab_stats, json.dumps(cfg.to_dict(), sort_keys=True), info.created_at, int(n))
+    res = guarded(lab_stats, json.dumps(cfg.to_dict(), sort_keys=True), info.created_at, int(n))
     lab_statistics(res, lambda stats: f"{stats.batch_size} masks over the first windows of real train clips of "
                    f"**{info.name}** (chosen class by class; the ratio is over the positions that hold frames; "
                    "masks/s includes computing the log-mel and voiced frames).", spectrogram=True,

@@ -21,9 +21,8 @@ from app.components.images import (
 )
 from app.components.masks import guarded_mask, lab_statistics, masking_controls, patch_select, train_batch
 from app.components.urlstate import dig, index_of
-from engine.config import MaskingConfig
-from engine.masking import draw_mask, get_masking, grid_shape, image_side_inputs, preview_masks
-from engine.models import get_model_spec
+from engine.api import MaskingConfig, get_masking, get_model_spec, grid_shape
+from engine.masking import draw_mask, image_side_inputs, preview_masks
 
 
 def data_section(info) -> None:
@@ -132,7 +131,7 @@ def step_picker(run_id: str, steps: list[int], key: str) -> int:
 def pick_sample(sample, run, key: str):
     """The run's sample at the evaluation step chosen with :func:`step_picker` (shown only when the
     run saved more than one); ``sample`` (its newest) when there is no choice or no run."""
-    from engine.store import load_samples, sample_steps
+    from engine.api import load_samples, sample_steps
 
     if run is None:
         return sample
@@ -146,7 +145,7 @@ def pick_sample(sample, run, key: str):
 
 def _pixel_figures(run_id: str, step: int) -> dict[str, float]:
     """The run's ``val_mse`` / ``val_psnr`` logged at ``step`` (empty when not logged)."""
-    from engine.store import read_metrics
+    from engine.api import read_metrics
 
     df = guarded(read_metrics, [run_id], ["val_mse", "val_psnr"], max_points=None)
     if df is None or df.empty:
@@ -288,7 +287,7 @@ def masking_box(run, sample) -> None:
     images, hide or show patches (a toggle per patch, laid out as the patch grid, or a box), and
     see a kept checkpoint's reconstruction at once (:func:`engine.tasks.image.reconstruct`, in the
     dashboard process, the model cached as the text fill-in box caches it)."""
-    from app.modalities.text import _checkpoint_picker  # one model cache for every interactive box
+    from app.modalities.text import checkpoint_picker  # one model cache for every interactive box
     from engine.tasks.image import reconstruct
 
     st.subheader("Mask it yourself")
@@ -296,7 +295,7 @@ def masking_box(run, sample) -> None:
         st.info("The box needs the run's validation images: they are saved with its first evaluation (step 0).")
         return
     with st.container(key=f"mim_box_{run.run_id}"):
-        loaded = _checkpoint_picker(run, f"mim_ckpt_{run.run_id}")
+        loaded = checkpoint_picker(run, f"mim_ckpt_{run.run_id}")
         if loaded is None:
             return
         images, masks = sample["images"], sample["mask"]

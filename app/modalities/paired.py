@@ -29,8 +29,7 @@ from app.components.images import chw_to_hwc_uint8, image_grid, mask_overlay, up
 from app.components.urlstate import dig, index_of, number
 from app.modalities import image as image_ui
 from app.modalities.text import CORRECT, WRONG, detok, length_panel, sampled_lengths, sentence_html, tokenizer_fields
-from engine.data.dataset import counted
-from engine.workspace import workspace_root
+from engine.api import counted, workspace_root
 
 N_SAMPLES = 12  # pairs in the Data page's sample grid (half train, half val when both exist)
 SAMPLE_COLUMNS = 6
@@ -48,7 +47,7 @@ def pairs_view(workspace: str, name: str, version: str) -> dict:
     captions, label and split; caption lengths (:func:`app.modalities.text.sampled_lengths`); class counts. ``workspace`` and
     ``version`` are cache keys only."""
     from app.components.datasets import sample_rows
-    from engine.data import load_dataset
+    from engine.api import load_dataset
 
     ds = load_dataset(name)
     picks = sample_rows(ds, N_SAMPLES)
@@ -167,7 +166,7 @@ def _image_half(info, key: str, carried: dict) -> tuple[dict | None, int, dict, 
 @st.cache_data(max_entries=16, ttl=600, show_spinner=False)
 def _text_sources(name: str, version: str) -> dict[str, int]:
     """:func:`engine.tasks.paired_audio.text_sources` of audio dataset ``name`` (``version``: cache key)."""
-    from engine.data import load_dataset
+    from engine.api import load_dataset
     from engine.tasks.paired_audio import text_sources
 
     return text_sources(load_dataset(name))
@@ -263,8 +262,7 @@ def run_fields(info, task: str, key: str, carried: dict) -> dict:
     """New run's paired fields: both masks, patch size, tokenizer, completion shares, the model
     (:data:`ARCHS`) and its preset, and the weights of the objective's terms (pixel MSE + token
     cross-entropy + InfoNCE)."""
-    from engine.models import get_model_spec
-    from engine.tasks import get_task
+    from engine.api import get_model_spec, get_task
 
     out = masking_fields(info, key, carried) or {"task": task, "masking": None, "model": {}}
     st.page_link("../pages/mask_lab.py", label="Try both masks in Mask lab")
@@ -319,7 +317,7 @@ def objective_fields(key: str, carried: dict, audio: bool = False) -> dict:
 
 @st.cache_data(max_entries=16, ttl=600, show_spinner="Drawing masks on pairs…")
 def _preview(cfg_json: str, version: str, n: int):
-    from engine.config import RunConfig
+    from engine.api import RunConfig
     from engine.tasks.paired import preview
 
     return preview(RunConfig.from_dict(json.loads(cfg_json)), n)
@@ -330,7 +328,7 @@ def mask_preview(cfg, info, n: int = N_PREVIEW, warn: bool = True) -> None:
     (:func:`engine.tasks.paired.preview`, which calls what the run calls). ``warn``: say when too
     many clips have nothing masked (Mask lab says it of its larger batch instead)."""
     from app.modalities.audio import spec_widths
-    from engine.masking import get_masking
+    from engine.api import get_masking
 
     pv = guarded(_preview, json.dumps(cfg.to_dict(), sort_keys=True), info.created_at, n)
     if pv is None:
@@ -395,17 +393,17 @@ def spectrogram_stats_section(cfg, info, n: int) -> None:
     """Statistics of the spectrogram masks of audio-text pairs over ``n`` real train clips of
     ``info``: the paired task draws them as ``audio_mae`` draws its own on a grid of square patches
     (:func:`engine.tasks.audio.draw_masks` over each clip's first window, from ``train.seed``), so
-    the audio lab's statistics (:func:`app.modalities.audio._lab_stats`) run on that ``audio_mae``
+    the audio lab's statistics (:func:`app.modalities.audio.lab_stats`) run on that ``audio_mae``
     config with ``patch_frames`` = ``model.patch_size``."""
     from app.components.masks import lab_statistics
-    from app.modalities.audio import _lab_stats
+    from app.modalities.audio import lab_stats
 
     p = cfg.model.patch_size
     audio = {"audio": cfg.data.audio.model_dump()} if cfg.data.audio is not None else {}
     spec_cfg = {"task": "audio_mae", "data": {"dataset": cfg.data.dataset, **audio},
                 "masking": cfg.masking.model_dump(mode="json"), "model": {"patch_size": p},
                 "task_params": {"patch_frames": p}, "train": {"seed": cfg.train.seed}}
-    res = guarded(_lab_stats, json.dumps(spec_cfg, sort_keys=True), info.created_at, int(n))
+    res = guarded(lab_stats, json.dumps(spec_cfg, sort_keys=True), info.created_at, int(n))
     lab_statistics(res, lambda stats: f"{stats.batch_size} spectrogram masks over the first windows of real train "
                    f"clips of **{info.name}** (chosen class by class; the ratio is over the patches that hold frames; "
                    "masks/s includes computing the log-mel and voiced frames).", spectrogram=True,
@@ -417,11 +415,11 @@ def caption_stats_section(cfg, info, n: int) -> None:
     drawn as Mask lab draws a text run's: the paired task draws its caption masks exactly as
     ``text_mlm`` draws its token masks (``task_params.text_*`` in place of ``masking``, from
     ``train.seed``, one hidden token at least: :func:`engine.tasks.paired.caption_train_masks`), so
-    the text lab's statistics (:func:`app.modalities.text._lab_stats`) run on the paired config."""
+    the text lab's statistics (:func:`app.modalities.text.lab_stats`) run on the paired config."""
     from app.components.masks import lab_statistics
-    from app.modalities.text import _lab_stats
+    from app.modalities.text import lab_stats
 
-    res = guarded(_lab_stats, json.dumps(cfg.to_dict(), sort_keys=True), info.created_at, int(n))
+    res = guarded(lab_stats, json.dumps(cfg.to_dict(), sort_keys=True), info.created_at, int(n))
     if res is not None and res[2]:  # the caption's fields, as New run names them
         res = (*res[:2], res[2].replace("masking.ratio", "task_params.text_ratio").replace("masking.params", "task_params.text_params"))
     what = "clip texts" if info.modality == "audio" else "captions"
@@ -479,10 +477,10 @@ def samples_view(sample, run) -> None:
 
 def audio_samples_view(sample, run) -> None:
     """An audio-text run's samples: each fixed validation clip's spectrogram (original, with its
-    hidden patches, reconstruction) and players (:func:`app.modalities.audio._sample_media`, as
+    hidden patches, reconstruction) and players (:func:`app.modalities.audio.sample_media`, as
     audio runs show them), above its caption lines (masked caption, the model's tokens, the caption
     predicted from the audio alone)."""
-    from app.modalities.audio import _sample_media
+    from app.modalities.audio import sample_media
 
     lines, summary = _caption_lines(sample, "audio")
     p = sample.meta.get("patch_size")
@@ -490,7 +488,7 @@ def audio_samples_view(sample, run) -> None:
                f"{'x'.join(map(str, sample.meta.get('grid', [])))} spectrogram patches of {p}x{p} mel bins x frames "
                f"(silence padding dark, never hidden) · {summary} Audio by Griffin-Lim (32 iterations) of the "
                "reconstruction next to the recording.")
-    media = _sample_media(run.run_id if run is not None else "", int(sample.step), sample)
+    media = sample_media(run.run_id if run is not None else "", int(sample.step), sample)
     for start in range(0, len(media), SAMPLE_PAIR_COLUMNS):
         picks = range(start, min(start + SAMPLE_PAIR_COLUMNS, len(media)))
         for col, i in zip(st.columns(SAMPLE_PAIR_COLUMNS, gap="medium"), picks):
@@ -514,10 +512,10 @@ def _index(run_id: str, step: int, mtime: float):
     """The checkpoint's embeddings of the run's validation pairs (:func:`engine.tasks.paired.retrieval_index`),
     one per checkpoint (``mtime`` invalidates a rewritten one), at most 4 kept; the model comes from
     the interactive boxes' one model cache."""
-    from app.modalities.text import _loaded
+    from app.modalities.text import cached_model
     from engine.tasks.paired import retrieval_index
 
-    return retrieval_index(_loaded(run_id, step, mtime))
+    return retrieval_index(cached_model(run_id, step, mtime))
 
 
 def _shown(index, rows: list[int]) -> np.ndarray:
@@ -534,13 +532,13 @@ def retrieval_box(run, sample) -> None:
     """Run detail's retrieval box: type a text and see the nearest validation images, or pick a
     validation image and see the nearest captions, by a kept checkpoint's contrastive embeddings
     (in the dashboard process: :mod:`engine.eval.inference`, the model and the index cached)."""
-    from app.modalities.text import _checkpoint_picker
+    from app.modalities.text import checkpoint_picker
     from engine.eval.inference import checkpoint_path
     from engine.tasks.paired import embed_caption, nearest
 
     st.subheader("Retrieval")
     with st.container(key=f"retrieval_box_{run.run_id}"):
-        loaded = _checkpoint_picker(run, f"ret_ckpt_{run.run_id}")
+        loaded = checkpoint_picker(run, f"ret_ckpt_{run.run_id}")
         if loaded is None:
             return
         mtime = (checkpoint_path(run.run_id, loaded.step) / "model.safetensors").stat().st_mtime

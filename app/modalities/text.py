@@ -19,7 +19,7 @@ import streamlit as st
 from app.components.charts import counts_chart
 from app.components.errors import guarded
 from app.components.urlstate import dig, index_of, number
-from engine.workspace import workspace_root
+from engine.api import workspace_root
 
 N_SAMPLES = 12  # texts in the Data page's sample table
 N_PREVIEW = 8  # the run's fixed visualisation rows (train.num_vis defaults to 8)
@@ -42,7 +42,7 @@ def text_view(workspace: str, name: str, version: str) -> dict:
     (:func:`app.components.datasets.sample_rows`, class by class), character and word lengths of
     every text, class counts. ``workspace`` and ``version`` are cache keys only."""
     from app.components.datasets import sample_rows
-    from engine.data import load_dataset
+    from engine.api import load_dataset
 
     ds = load_dataset(name)
     picks = sample_rows(ds, N_SAMPLES)
@@ -154,7 +154,7 @@ def _words(tokens) -> list[str]:
 
 @st.cache_data(max_entries=16, ttl=600, show_spinner="Tokenising…")
 def _preview(cfg_json: str, version: str, n: int):
-    from engine.config import RunConfig
+    from engine.api import RunConfig
     from engine.tasks.text import preview
 
     return preview(RunConfig.from_dict(json.loads(cfg_json)), n)
@@ -243,7 +243,7 @@ def detok(tokens) -> str:
 
 
 @st.cache_resource(max_entries=4, show_spinner="Loading the checkpoint…")
-def _loaded(run_id: str, step: int, mtime: float):
+def cached_model(run_id: str, step: int, mtime: float):
     """One cached model per checkpoint (``mtime`` invalidates a rewritten one); at most 4 kept
     (see engine.eval.inference for the memory bound)."""
     from engine.eval.inference import load_model
@@ -251,7 +251,9 @@ def _loaded(run_id: str, step: int, mtime: float):
     return load_model(run_id, step)
 
 
-def _checkpoint_picker(run, key: str):
+def checkpoint_picker(run, key: str):
+    """A checkpoint select for ``run`` (widget ``key``) and the chosen step's model, cached
+    (:func:`cached_model`); None (with a note) while the run has kept no checkpoint."""
     from engine.eval.inference import checkpoint_path, checkpoint_steps
 
     steps = guarded(checkpoint_steps, run.run_id) or []
@@ -261,7 +263,7 @@ def _checkpoint_picker(run, key: str):
         return None
     step = st.selectbox("Checkpoint", steps, index=len(steps) - 1, key=key, format_func=lambda s: f"step {s}")
     path = checkpoint_path(run.run_id, step)
-    return guarded(_loaded, run.run_id, int(step), (path / "model.safetensors").stat().st_mtime)
+    return guarded(cached_model, run.run_id, int(step), (path / "model.safetensors").stat().st_mtime)
 
 
 def fill_in_box(run, sample) -> None:
@@ -270,7 +272,7 @@ def fill_in_box(run, sample) -> None:
     from engine.tasks.text import fill_in
 
     st.subheader("Fill in the blanks")
-    loaded = _checkpoint_picker(run, f"fill_ckpt_{run.run_id}")
+    loaded = checkpoint_picker(run, f"fill_ckpt_{run.run_id}")
     if loaded is None:
         return
     default = _masked_text(sample["tokens"][0], sample["mask"][0]) if sample is not None else ""
@@ -298,7 +300,7 @@ def completion_box(run, sample) -> None:
     from engine.tasks.text import complete_span
 
     st.subheader("Complete a passage")
-    loaded = _checkpoint_picker(run, f"span_ckpt_{run.run_id}")
+    loaded = checkpoint_picker(run, f"span_ckpt_{run.run_id}")
     if loaded is None:
         return
     default = ""
@@ -326,7 +328,7 @@ TASK_MASKING = {"text_mlm": {"strategy": "random", "ratio": 0.15}, "text_span": 
 
 def tokenizer_fields(key: str, carried: dict) -> dict:
     """Tokenizer settings (``data.tokenizer``; defaults from the partial config ``carried``)."""
-    from engine.config import TokenizerConfig
+    from engine.api import TokenizerConfig
 
     d = {**TokenizerConfig().model_dump(), **(dig(carried, "data.tokenizer") or {})}
     a, b = st.columns(2)
@@ -350,8 +352,7 @@ def masking_fields(task: str, key: str, carried: dict) -> dict | None:
 
 def run_fields(info, task: str, key: str, carried: dict) -> dict:
     """New run's text fields: tokenizer, masking, model preset (and BERT's replacement shares)."""
-    from engine.models import get_model_spec
-    from engine.tasks import get_task
+    from engine.api import get_model_spec, get_task
 
     arch = get_task(task).archs[0]
     tokenizer = tokenizer_fields(key, carried)
@@ -388,7 +389,7 @@ def run_fields(info, task: str, key: str, carried: dict) -> dict:
 def lab_controls(info, carried: dict, key: str) -> dict:
     """Mask lab's text controls: the task (which strategies apply), tokenizer and masking
     (``carried``: a partial run config of defaults)."""
-    from engine.tasks import tasks_for
+    from engine.api import tasks_for
 
     tasks = tasks_for("text")
     task = st.selectbox("Task", tasks, key=f"{key}_task", index=index_of(tasks, carried.get("task")))
@@ -397,9 +398,11 @@ def lab_controls(info, carried: dict, key: str) -> dict:
 
 
 @st.cache_data(max_entries=16, ttl=900, show_spinner="Drawing masks…")
-def _lab_stats(cfg_json: str, version: str, n: int):
+def lab_stats(cfg_json: str, version: str, n: int):
+    """Mask lab's statistics of ``n`` train masks of a config (JSON): ``(MaskStats, masks per second,
+    masking_problem)``. ``version``: the dataset's, a cache key only."""
     from engine.tasks.checks import masking_problem
-    from engine.config import RunConfig
+    from engine.api import RunConfig
     from engine.masking.stats import mask_stats, masks_per_second
     from engine.tasks.text import train_masks
 
@@ -421,7 +424,7 @@ def lab_results(cfg, info, n: int) -> None:
     st.subheader("Masks on real sentences")
     mask_preview(cfg, info)
     st.subheader("Statistics")
-    res = guarded(_lab_stats, json.dumps(cfg.to_dict(), sort_keys=True), info.created_at, int(n))
+    res = guarded(lab_stats, json.dumps(cfg.to_dict(), sort_keys=True), info.created_at, int(n))
     lab_statistics(res, lambda stats: f"{stats.batch_size} masks over real train texts of **{info.name}** (ratio "
                    "over the maskable tokens; masks/s includes tokenising the batch).")
 

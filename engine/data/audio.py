@@ -86,7 +86,7 @@ from engine.data.archive import (
 from engine.data.catalog import check_new_name
 from engine.data.dataset import AudioDataset, DatasetInfo, classes_text, counted, seeded_split, to_pcm
 from engine.data.images import Refused
-from engine.data.importer import _labels
+from engine.data.importer import class_labels
 from engine.data.limits import ImportLimits, budget_reason
 from engine.data.sampling import import_order
 from engine.data.tabular import TABLE_EXTENSIONS, ColumnRoles, ImportOptions, detect_roles, parse_table
@@ -365,7 +365,7 @@ def open_source(path: Path, label: str, options: ImportOptions, limits: ImportLi
                                    "source has none; labels come from the sub-folders")  # fmt: skip
 
             src.clips = clips
-            src.labels = _labels([m.name for m in clips])[0]  # first sub-folder, as for images
+            src.labels = class_labels([m.name for m in clips])[0]  # first sub-folder, as for images
             src.notes.append("label = first sub-folder name (no manifest table)")
         if src.names.how not in ("ascii", "utf-8"):
             src.notes.append(src.names.describe())
@@ -609,7 +609,7 @@ def import_audio(
     options = options or ImportOptions()
     if not src_path.exists():
         raise DatasetError(f"{label}: no such file or folder")
-    name = check_new_name(name if name is not None else importer._default_name(src_path), workspace, overwrite)
+    name = check_new_name(name if name is not None else importer.default_name(src_path), workspace, overwrite)
     limits = limits or ImportLimits.from_env()
     rate = options.sample_rate or DEFAULT_SAMPLE_RATE
     with open_source(src_path, label, options, limits) as src:

@@ -46,7 +46,7 @@ from engine.data import storage
 from engine.data.archive import Members, classify, decode_names, import_outcome, import_target, read_problem
 from engine.data.catalog import check_new_name
 from engine.data.dataset import DatasetInfo, classes_text, seeded_split
-from engine.data.importer import ImportReport, _default_name
+from engine.data.importer import ImportReport, default_name
 from engine.data.ingest import SourcePlan
 from engine.data.limits import ImportLimits, human_bytes
 from engine.errors import DatasetError
@@ -350,7 +350,7 @@ def import_idx(path: Path, name: str | None, options, *, workspace=None, overwri
     """
     label = source_label or str(path)
     limits = limits or ImportLimits.from_env()
-    name = check_new_name(name if name is not None else _default_name(path), workspace, overwrite)
+    name = check_new_name(name if name is not None else default_name(path), workspace, overwrite)
     with _members(path, label, options.name_encoding, limits) as (members, skipped):
         pairs = find_pairs(list(members), label)
         loaded = load_pairs(members, pairs, label, limits)

@@ -217,11 +217,11 @@ def scan_archive(
         names = decode_names(ms.members, name_encoding)
         candidates, rejected, skipped = _classify(ms.members, ms.limits)
     paths = [m.name for m in candidates]
-    labels, class_names = _labels(paths)
+    labels, class_names = class_labels(paths)
     return ArchiveScan(label, names, paths, class_names, dict(Counter(labels)), sorted(rejected), sorted(skipped))
 
 
-def _fill_rgb(fill: Fill) -> tuple[int, int, int]:
+def fill_rgb(fill: Fill) -> tuple[int, int, int]:
     """RGB of a fill colour given as a Pillow colour string (``"white"``, ``"#808080"``) or a tuple."""
     try:
         rgb = ImageColor.getrgb(fill) if isinstance(fill, str) else tuple(fill)
@@ -234,7 +234,7 @@ def _fill_rgb(fill: Fill) -> tuple[int, int, int]:
     return rgb  # type: ignore[return-value]
 
 
-def _labels(paths: list[str]) -> tuple[list[str], tuple[str, ...]]:
+def class_labels(paths: list[str]) -> tuple[list[str], tuple[str, ...]]:
     """Class name per path (first sub-folder after stripping one common top folder) and sorted class names."""
     parts = [PurePosixPath(p).parts for p in paths]
     if all(len(p) > 1 for p in parts) and len({p[0] for p in parts}) == 1:
@@ -243,7 +243,12 @@ def _labels(paths: list[str]) -> tuple[list[str], tuple[str, ...]]:
     return names, tuple(sorted(set(names)))
 
 
-def _default_name(path: Path) -> str:
+def default_name(path: Path) -> str:
+    """A dataset name from a source's file or folder name (``My Set.zip`` -> ``my-set``).
+
+    Raises:
+        DatasetError: nothing usable is left of the name.
+    """
     stem = path.name if path.is_dir() else path.stem
     name = re.sub(r"[^a-z0-9_-]", "-", stem.lower()).lstrip("-_")[:64]
     if not name:
@@ -251,12 +256,12 @@ def _default_name(path: Path) -> str:
     return name
 
 
-def _pad_fill(pad_fill: PadFill | str) -> PadFill:
+def parse_pad_fill(pad_fill: PadFill | str) -> PadFill:
     """``"edge"``, ``"mean"``, or the RGB of a colour (a name, ``#rrggbb`` or a tuple)."""
     if isinstance(pad_fill, str) and pad_fill.strip().lower() in PAD_FILLS:
         return pad_fill.strip().lower()
     try:
-        return _fill_rgb(pad_fill)
+        return fill_rgb(pad_fill)
     except DatasetError:
         raise DatasetError(f"pad fill {pad_fill!r} is not 'edge', 'mean' or a colour (a name such as "
                            "'black', or #rrggbb)") from None
@@ -394,7 +399,7 @@ def import_archive(
             limits, or no usable image (the message names the path and the first reasons).
     """
     src, label = _source(path, source_label)
-    name = check_new_name(name if name is not None else _default_name(src), workspace, overwrite)
+    name = check_new_name(name if name is not None else default_name(src), workspace, overwrite)
     if image_size is not None and not (isinstance(image_size, int) and MIN_SIDE <= image_size <= MAX_SIDE):
         raise DatasetError(f"image size must be a whole number of pixels from {MIN_SIDE} to {MAX_SIDE}, "
                            f"not {image_size!r}")
@@ -403,8 +408,8 @@ def import_archive(
                            "(centre crop, stretch, or pad)")
     if not 0.0 <= val_fraction < 1.0:
         raise DatasetError(f"val_fraction must be in [0, 1), not {val_fraction}")
-    rgb = _fill_rgb(fill)
-    pad = _pad_fill(pad_fill)
+    rgb = fill_rgb(fill)
+    pad = parse_pad_fill(pad_fill)
     limits = limits or ImportLimits.from_env()
 
     report = ImportReport(source=label, fill=rgb, geometry=geometry, pad_fill=pad)
@@ -450,7 +455,7 @@ def import_archive(
     mode = "L" if channels == 1 else "RGB"
     pixels = np.stack([np.asarray(im.convert(mode)) for im in images]).reshape(
         len(images), image_size, image_size, channels)  # fmt: skip
-    names, class_names = _labels(paths)
+    names, class_names = class_labels(paths)
     labels = np.array([class_names.index(n) for n in names], dtype=np.int64)
     split = seeded_split(labels, val_fraction, seed)
     order = import_order(len(labels), seed)  # stored shuffled: a class-ordered zip gives no class-ordered slice

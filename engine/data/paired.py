@@ -69,7 +69,7 @@ from engine.data.catalog import check_new_name
 from engine.data.dataset import DatasetInfo, PairedDataset, classes_text, counted, seeded_split
 from engine.data.images import EXTENSIONS as IMAGE_EXTENSIONS
 from engine.data.images import GEOMETRIES, Refused, fit_square, lost_on_fill_text
-from engine.data.importer import MAX_SIDE, MIN_SIDE, _default_name, _fill_rgb, _labels, _pad_fill, read_image
+from engine.data.importer import MAX_SIDE, MIN_SIDE, class_labels, default_name, fill_rgb, parse_pad_fill, read_image
 from engine.data.limits import ImportLimits
 from engine.data.sampling import import_order
 from engine.data.tabular import (
@@ -251,7 +251,7 @@ def open_pairs(path: Path, label: str, options: ImportOptions, limits: ImportLim
             _captions_from_txt(src, images, texts)
             given_labels = [None] * len(src.images)
         # folders judged over every image of the source, not only the kept ones
-        folder = dict(zip((m.name for m in images), _labels([m.name for m in images])[0])) if images else {}
+        folder = dict(zip((m.name for m in images), class_labels([m.name for m in images])[0])) if images else {}
         src.labels = [g or folder[m.name] for g, m in zip(given_labels, src.images)]
         if src.names.how not in ("ascii", "utf-8"):
             src.notes.append(src.names.describe())
@@ -422,7 +422,7 @@ def import_paired(
     label = source_label or str(path)
     if not path.exists():
         raise DatasetError(f"{label}: no such file or folder")
-    name = check_new_name(name if name is not None else _default_name(path), workspace, overwrite)
+    name = check_new_name(name if name is not None else default_name(path), workspace, overwrite)
     size = DEFAULT_IMAGE_SIZE if image_size is None else image_size
     if not (isinstance(size, int) and MIN_SIDE <= size <= MAX_SIDE):
         raise DatasetError(f"image size must be a whole number of pixels from {MIN_SIDE} to {MAX_SIDE}, not {size!r}")
@@ -433,7 +433,7 @@ def import_paired(
     with open_pairs(path, label, options, limits) as src:
         report.names, report.roles, report.notes = src.names, src.roles, list(src.notes)
         report.rejected, report.skipped = list(src.rejected), list(src.skipped)
-        dec = decode_pairs(src, report, limits, size, geometry, _pad_fill(pad_fill), _fill_rgb(fill), progress)
+        dec = decode_pairs(src, report, limits, size, geometry, parse_pad_fill(pad_fill), fill_rgb(fill), progress)
     report.rejected.sort()
     report.skipped.sort()
     if not dec.captions:

@@ -277,7 +277,7 @@ def _read_txt_tree(path: Path, label: str, name_encoding: str | None = None) -> 
         raise NothingImportedError(f"{label}: no usable .txt files ({len(src.rejected)} rejected"
                                    f"{': ' + refused if refused else ''}, {len(src.skipped)} other files skipped)",
                                    src.rejected, src.skipped)  # fmt: skip
-    src.labels, _ = importer._labels(paths)
+    src.labels, _ = importer.class_labels(paths)
     src.preview = [{"file": p, "label": c, "text": _cut(t)}
                    for p, c, t in zip(paths[:PREVIEW_ROWS], src.labels, src.texts)]  # fmt: skip
     src.notes.append("one document per .txt file; label = first sub-folder name")
@@ -468,7 +468,7 @@ def import_text(
     label = source_label or str(path)
     if not src_path.exists():
         raise DatasetError(f"{label}: no such file or folder")
-    name = check_new_name(name if name is not None else importer._default_name(src_path), workspace, overwrite)
+    name = check_new_name(name if name is not None else importer.default_name(src_path), workspace, overwrite)
     prep = prepare_text(src_path, options, label)
     split = seeded_split(prep.labels, options.val_fraction, options.seed, prep.groups)
     src = prep.source

@@ -24,7 +24,7 @@ from engine.masking.registry import (
     get_masking,
     register_masking,
 )
-from engine.masking.units import _unit_table
+from engine.masking.units import unit_table
 
 __all__ = ["SentenceSpanParams", "segment_bounds", "segment_length_range", "sentence_span_mask"]
 
@@ -153,7 +153,7 @@ def sentence_span_mask(
     lo, hi = segment_length_range(n, prm.min_frac, prm.max_frac)
 
     # Sentences: slot of each position, size and presence of each slot (slot 0 = outside).
-    slot, sizes, rank = _unit_table(units, ok)  # (B, L), (B, W), (B, W)
+    slot, sizes, rank = unit_table(units, ok)  # (B, L), (B, W), (B, W)
     present = rank >= 0
     fits = present & (sizes >= lo[:, None]) & (sizes <= hi[:, None]) & (present.sum(1, keepdim=True) >= 2)
     k = fits.sum(dim=1)  # (B,) fitting sentences

@@ -70,7 +70,7 @@ _TABLE_FACTOR = 4
 _NO_PRIORITY = torch.iinfo(torch.int64).max  # sort key of an absent unit: after every real one
 
 
-def _unit_table(units: torch.Tensor, ok: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def unit_table(units: torch.Tensor, ok: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-row unit table: each position's slot, each slot's size and dense rank.
 
     Slot 0 collects the positions in no unit (negative id, or ineligible); the other slots are the
@@ -106,7 +106,7 @@ def _unit_table(units: torch.Tensor, ok: torch.Tensor | None) -> tuple[torch.Ten
 
 def _dense_labels(units: torch.Tensor) -> torch.Tensor:
     """``units [B, L]`` relabelled ``0..U_b-1`` per row in increasing id order (negative: ``-1``)."""
-    slot, _, rank = _unit_table(units, None)
+    slot, _, rank = unit_table(units, None)
     return rank.gather(1, slot)
 
 
@@ -187,7 +187,7 @@ def unit_mask(
     ok = check_eligible(eligible, (B, L), device, "unit_mask")
     if ratio == 0.0 or L == 0 or B == 0:
         return torch.zeros(B, L, dtype=torch.bool, device=device)
-    slot, counts, rank = _unit_table(units, ok)
+    slot, counts, rank = unit_table(units, ok)
     present = rank >= 0
     n_units = present.sum(1)  # (B,)
     U = int(n_units.max())

@@ -30,7 +30,7 @@ def inspect_image(path: Path, options, label: str):
     plan.class_names = scan.class_names
     plan.label_counts = dict(scan.class_counts)
     plan.n_items = len(scan.images)
-    labels, _ = importer._labels(scan.images)
+    labels, _ = importer.class_labels(scan.images)
     plan.preview = [{"file": p, "label": c} for p, c in zip(scan.images[: text.PREVIEW_ROWS], labels)]
     plan.notes.append(scan.names.describe())
     plan.notes.append("images are decoded on import; unreadable ones are rejected then")

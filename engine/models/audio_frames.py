@@ -188,6 +188,6 @@ class FrameTransformer(nn.Module):
 
 def _init(m: nn.Module) -> None:
     """MAE's init (Linear xavier-uniform with zero bias, LayerNorm (1, 0)); the mask embedding N(0, 0.02)."""
-    MaskedAutoencoderViT._init_module(m)
+    MaskedAutoencoderViT.init_module(m)
     if isinstance(m, FrameEncoder):
         nn.init.normal_(m.mask_emb, std=0.02)

@@ -44,7 +44,7 @@ class UnimodalEncoder(nn.Module):
         self.blocks = nn.ModuleList([Block(dim, num_heads, mlp_ratio) for _ in range(depth)])
         self.norm = nn.LayerNorm(dim, eps=1e-6)
         nn.init.normal_(self.cls_token, std=0.02)
-        self.apply(MaskedAutoencoderViT._init_module)
+        self.apply(MaskedAutoencoderViT.init_module)
 
     def forward(self, x: torch.Tensor, keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Encode the kept tokens of ``x`` (the others never enter the blocks).
@@ -103,7 +103,7 @@ class FLAVA(M3AE):
         self.image_to_fusion = nn.Linear(embed_dim, embed_dim)  # FLAVA's image-to-multimodal projection
         self.text_to_fusion = nn.Linear(embed_dim, embed_dim)
         for proj in (self.image_to_fusion, self.text_to_fusion):
-            MaskedAutoencoderViT._init_module(proj)
+            MaskedAutoencoderViT.init_module(proj)
 
     def encoder_inputs(self, imgs: torch.Tensor, ids: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
         """The fusion encoder's inputs ``[B, 1 + L_i + L_t, D]``: each modality encoded alone over

@@ -115,7 +115,7 @@ class M3AE(nn.Module):
         for p in (self.cls_token, self.txt_pos, self.img_mask_token, self.txt_mask_token, self.decoder_txt_pos,
                   self.tok_embed.weight, self.type_embed.weight, self.decoder_type_embed.weight):
             nn.init.normal_(p, std=0.02)
-        self.apply(MaskedAutoencoderViT._init_module)
+        self.apply(MaskedAutoencoderViT.init_module)
 
     patchify = MaskedAutoencoderViT.patchify
     unpatchify = MaskedAutoencoderViT.unpatchify

@@ -105,10 +105,11 @@ class MaskedAutoencoderViT(nn.Module):
         nn.init.xavier_uniform_(w.view(w.shape[0], -1))
         nn.init.normal_(self.cls_token, std=0.02)
         nn.init.normal_(self.mask_token, std=0.02)
-        self.apply(self._init_module)
+        self.apply(self.init_module)
 
     @staticmethod
-    def _init_module(m: nn.Module) -> None:
+    def init_module(m: nn.Module) -> None:
+        """MAE's init of one module (``self.apply(init_module)``): Xavier-uniform linears, unit LayerNorms."""
         if isinstance(m, nn.Linear):
             nn.init.xavier_uniform_(m.weight)
             if m.bias is not None:
@@ -138,7 +139,7 @@ class MaskedAutoencoderViT(nn.Module):
         return x.reshape(B, C, h * ph, w * pw)
 
     @staticmethod
-    def _flat_mask(mask: torch.Tensor, device: torch.device) -> torch.Tensor:
+    def flat_mask(mask: torch.Tensor, device: torch.device) -> torch.Tensor:
         """``[B, L]`` or ``[B, h, w]`` mask -> ``[B, L]`` bool on ``device``."""
         return mask.reshape(mask.shape[0], -1).to(device=device, dtype=torch.bool)
 
@@ -162,7 +163,7 @@ class MaskedAutoencoderViT(nn.Module):
         Raises:
             ValueError: the size of ``mask`` is not ``L``.
         """
-        return self._encode_patches(self.patchify(imgs), self._flat_mask(mask, imgs.device))
+        return self._encode_patches(self.patchify(imgs), self.flat_mask(mask, imgs.device))
 
     def _encode_patches(
         self, patches: torch.Tensor, mask: torch.Tensor
@@ -265,7 +266,7 @@ class MaskedAutoencoderViT(nn.Module):
             (:meth:`forward_target`) and ``mask [B, L]`` bool. MAE's loss is
             ``engine.objectives.masked_mse`` of them.
         """
-        mask = self._flat_mask(mask, imgs.device)
+        mask = self.flat_mask(mask, imgs.device)
         patches = self.patchify(imgs)  # (B, L, P*P*C): the encoder's input and the target
         latent, ids_restore, pad = self._encode_patches(patches, mask)
         if every_patch is None:
@@ -309,7 +310,7 @@ class MaskedAutoencoderViT(nn.Module):
             prediction of every patch, and the original pixels at visible patches with the
             prediction at masked ones.
         """
-        mask = self._flat_mask(mask, imgs.device)
+        mask = self.flat_mask(mask, imgs.device)
         latent, ids_restore, pad = self.forward_encoder(imgs, mask)
         return display_images(self, imgs, self.forward_decoder(latent, ids_restore, pad).float(), mask)
 

@@ -58,13 +58,13 @@ class SimMIMViT(nn.Module):
         w = self.patch_embed.weight.data
         nn.init.xavier_uniform_(w.view(w.shape[0], -1))
         nn.init.normal_(self.mask_token, std=0.02)
-        self.apply(MaskedAutoencoderViT._init_module)
+        self.apply(MaskedAutoencoderViT.init_module)
 
     # patchify / unpatchify are MAE's (same patch layout), bound to this model's sizes.
     patchify = MaskedAutoencoderViT.patchify
     unpatchify = MaskedAutoencoderViT.unpatchify
     forward_target = MaskedAutoencoderViT.forward_target
-    _flat_mask = staticmethod(MaskedAutoencoderViT._flat_mask)
+    flat_mask = staticmethod(MaskedAutoencoderViT.flat_mask)
 
     def forward_encoder(self, imgs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """``imgs [B, C, H, W]``, ``mask [B, L]`` bool (True = replaced by the mask token) -> ``[B, L, D]``."""
@@ -78,7 +78,7 @@ class SimMIMViT(nn.Module):
     def forward(self, imgs: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
         """``imgs [B, C, H, W]``, ``mask [B, L]`` or ``[B, h, w]`` bool -> ``{"pred", "target", "mask"}``
         (``pred``/``target`` ``[B, L, P*P*C]``, ``mask [B, L]``), the outputs an objective reads."""
-        mask = self._flat_mask(mask, imgs.device)
+        mask = self.flat_mask(mask, imgs.device)
         pred = self.head(self.forward_encoder(imgs, mask))
         return {"pred": pred, "target": self.forward_target(imgs), "mask": mask}
 
@@ -92,6 +92,6 @@ class SimMIMViT(nn.Module):
     def reconstruct(self, imgs: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
         """Display reconstructions, as :meth:`MaskedAutoencoderViT.reconstruct`:
         ``{"pred_img", "pasted"}``, both ``[B, C, H, W]`` clamped to [0, 1]."""
-        mask = self._flat_mask(mask, imgs.device)
+        mask = self.flat_mask(mask, imgs.device)
         pred = self.head(self.forward_encoder(imgs, mask)).float()
         return display_images(self, imgs, pred, mask)

@@ -223,11 +223,13 @@ def start_worker(d: Path, workspace=None, *, supervised: bool = False) -> subpro
     ws = workspace_root(workspace)
     cmd = [sys.executable, "-m", "engine.runner.worker", *(["--once"] if supervised else []), str(d)]
     if supervised:
-        return subprocess.Popen(cmd, cwd=REPO_ROOT, env=_env(ws), stdin=subprocess.DEVNULL, close_fds=True)
+        return subprocess.Popen(cmd, cwd=REPO_ROOT, env=worker_env(ws), stdin=subprocess.DEVNULL, close_fds=True)
     return _start(cmd, d, ws)
 
 
-def _env(ws: Path) -> dict[str, str]:
+def worker_env(ws: Path) -> dict[str, str]:
+    """The environment of a process the launcher starts: ours, with ``MASKLAB_WORKSPACE`` = ``ws`` and
+    the checkout first on ``PYTHONPATH``."""
     env = {**os.environ, "MASKLAB_WORKSPACE": str(ws)}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     return env
@@ -235,7 +237,7 @@ def _env(ws: Path) -> dict[str, str]:
 
 def _start(cmd: list[str], d: Path, ws: Path) -> subprocess.Popen:
     """Start ``cmd`` in its own session with ``<d>/worker.log`` as stdout/stderr; a thread reaps it."""
-    env = _env(ws)
+    env = worker_env(ws)
     with open(Path(d) / LOG_FILE, "ab") as log:
         proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)

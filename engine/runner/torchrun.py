@@ -96,10 +96,10 @@ def _start_torchrun(cmd: list[str], env: dict[str, str]) -> subprocess.Popen:
 
 
 def _rank_env(launch: dict, threads: int, *, main: bool) -> dict[str, str]:
-    from engine.runner.launcher import _env
+    from engine.runner.launcher import worker_env
     from engine.workspace import workspace_root
 
-    env = _env(workspace_root())
+    env = worker_env(workspace_root())
     env[MAIN_NODE_ENV] = "1" if main else "0"
     env["OMP_NUM_THREADS"] = str(max(1, threads // int(launch["nproc_per_node"])))
     return env

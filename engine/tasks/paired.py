@@ -63,7 +63,7 @@ from engine.tasks.audio import Grid
 from engine.tasks.base import Task
 from engine.tasks.image import ImageMIMTask
 from engine.tasks.paired_audio import AudioTextPairs, pairs_of
-from engine.tasks.text import _TextTask, baseline_rows, ensure_one_masked, token_strings
+from engine.tasks.text import TextTask, baseline_rows, ensure_one_masked, token_strings
 from engine.text.stored import encode_split
 
 EVAL_MAX_ROWS = 2048
@@ -128,7 +128,7 @@ class PairedParams(BaseModel):
 
 
 def _text_rows(enc, idx: torch.Tensor) -> dict[str, torch.Tensor]:
-    return _TextTask.rows(enc, idx)
+    return TextTask.rows(enc, idx)
 
 
 @register_task
@@ -189,7 +189,7 @@ class PairedTask(Task):
             ImageMIMTask.check(cfg, info, workspace)
         if ds.info.n_train == 0:
             raise ConfigError(f"data.dataset: {ds.info.name!r} has no train pairs")
-        tok, _ = _TextTask.tokenizer_for(cfg, ds, workspace)
+        tok, _ = TextTask.tokenizer_for(cfg, ds, workspace)
         enc = tok.encode_batch(ds.texts("train", limit=PROBE_ROWS), max_len=cfg.data.tokenizer.max_len)
         b = _text_rows(enc, torch.arange(len(enc)))
         text_cfg = PairedParams(**cfg.task_params).text_masking()
@@ -217,7 +217,7 @@ class PairedTask(Task):
         ds = self._ds = pairs_of(cfg, load_dataset(cfg.data.dataset, workspace), workspace)
         self.audio = isinstance(ds, AudioTextPairs)  # the "image" is a clip's log-mel spectrogram
         self.class_names = tuple(ds.info.class_names)
-        self.tok, self.tokenizer_id = _TextTask.tokenizer_for(cfg, ds, workspace)
+        self.tok, self.tokenizer_id = TextTask.tokenizer_for(cfg, ds, workspace)
         max_len = cfg.data.tokenizer.max_len
         # Row indices only: a batch reads its own images (train_batch), as image_mim does.
         self.train_rows = ds.indices("train")
@@ -497,7 +497,7 @@ def vis_masks(cfg: RunConfig, images: torch.Tensor, rows: dict[str, torch.Tensor
     Mask lab previews call this with the same pairs, so the preview shows the run's own masks.
 
     Args:
-        images: ``[N, C, H, W]`` float in [0, 1] on the CPU; rows: the captions' ``_TextTask.rows``;
+        images: ``[N, C, H, W]`` float in [0, 1] on the CPU; rows: the captions' ``TextTask.rows``;
         pairs, pair_rows: for audio-text pairs, the :class:`AudioTextPairs` and the ``N`` pairs' positions.
     """
     if isinstance(pairs, AudioTextPairs):
@@ -555,7 +555,7 @@ def preview(cfg: RunConfig, n: int, workspace=None) -> PairedPreview:
     y = ds.labels[pool]
     pick = representative(y, n)
     captions = ds.texts_at(pool[pick])
-    tok, _ = _TextTask.tokenizer_for(cfg, ds, workspace)
+    tok, _ = TextTask.tokenizer_for(cfg, ds, workspace)
     rows = _text_rows(tok.encode_batch(captions, max_len=cfg.data.tokenizer.max_len), torch.arange(len(pick)))
     images = ds.rows_tensors(pool[pick])[0]
     img, txt = vis_masks(cfg, images, rows, ds, pool[pick])
@@ -627,7 +627,7 @@ def retrieval_index(loaded, workspace=None) -> RetrievalIndex:
     """
     from engine.data import load_dataset
     from engine.eval.inference import InferenceError
-    from engine.tasks.text import _tokenizer_of
+    from engine.tasks.text import tokenizer_of
 
     ds = pairs_of(loaded.cfg, load_dataset(loaded.cfg.data.dataset, workspace), workspace)
     if loaded.info.get("dataset_hash") not in (None, ds.info.source_hash):
@@ -637,7 +637,7 @@ def retrieval_index(loaded, workspace=None) -> RetrievalIndex:
     x, y = ds.tensors(split, limit=EVAL_MAX_ROWS)
     y = y.numpy().astype(np.int64)
     captions = ds.texts(split, limit=EVAL_MAX_ROWS)
-    tok = _tokenizer_of(loaded, workspace)
+    tok = tokenizer_of(loaded, workspace)
     enc = tok.encode_batch(captions, max_len=loaded.cfg.data.tokenizer.max_len)
     img, txt = [], []
     for i in range(0, len(x), EVAL_CHUNK):
@@ -659,9 +659,9 @@ def embed_caption(loaded, text: str, workspace=None) -> np.ndarray:
         InferenceError: the text has no token the run's tokenizer keeps, or the tokenizer is gone.
     """
     from engine.eval.inference import InferenceError
-    from engine.tasks.text import _tokenizer_of
+    from engine.tasks.text import tokenizer_of
 
-    tok = _tokenizer_of(loaded, workspace)
+    tok = tokenizer_of(loaded, workspace)
     b = _text_rows(tok.encode_batch([text], max_len=loaded.cfg.data.tokenizer.max_len), torch.arange(1))
     if not bool(b["eligible"].any()):
         raise InferenceError("type a caption: the text has no word to embed")

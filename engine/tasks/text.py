@@ -164,9 +164,9 @@ def preview(cfg: RunConfig, n: int, workspace=None) -> TextPreview:
     pool = ds.indices(split)[:EVAL_MAX_ROWS]  # the task's val rows; only the picked ones are decoded
     pick = vis_rows(ds.labels[pool], n)
     texts = ds.texts_at(pool[pick])
-    tok, _ = _TextTask.tokenizer_for(cfg, ds, workspace)
+    tok, _ = TextTask.tokenizer_for(cfg, ds, workspace)
     enc = tok.encode_batch(texts, max_len=cfg.data.tokenizer.max_len)
-    rows = _TextTask.rows(enc, torch.arange(len(enc)))
+    rows = TextTask.rows(enc, torch.arange(len(enc)))
     mask = vis_masks(cfg, rows)
     return TextPreview(texts, token_strings(tok, rows["ids"]), mask.numpy(), rows["eligible"].numpy(),
                        ds.labels[pool[pick]].astype(np.int64))
@@ -193,10 +193,10 @@ def train_masks(cfg: RunConfig, n: int, workspace=None, ds=None) -> tuple[torch.
     from engine.data import load_dataset, representative
 
     ds = load_dataset(cfg.data.dataset, workspace) if ds is None else ds
-    tok, _ = _TextTask.tokenizer_for(cfg, ds, workspace)
+    tok, _ = TextTask.tokenizer_for(cfg, ds, workspace)
     train = ds.indices("train")
     enc = tok.encode_batch(ds.texts_at(train[representative(ds.labels[train], n)]), max_len=cfg.data.tokenizer.max_len)
-    rows = _TextTask.rows(enc, torch.arange(len(enc)))
+    rows = TextTask.rows(enc, torch.arange(len(enc)))
     return vis_masks(cfg, rows), rows["eligible"]
 
 
@@ -212,7 +212,7 @@ def baseline_rows(enc) -> tuple:
     return enc.input_ids[:BASELINE_MAX_ROWS], enc.attention_mask[:BASELINE_MAX_ROWS]
 
 
-class _TextTask(Task):
+class TextTask(Task):
     """What both text tasks share: the tokenizer, the encoded splits, batches, masks."""
 
     modality = "text"
@@ -358,12 +358,12 @@ class _TextTask(Task):
         return (tr, splits[0][1]), (va, splits[1][1])
 
 
-#: Terms of the TF-IDF raw-input baseline (:meth:`_TextTask.raw_features`).
+#: Terms of the TF-IDF raw-input baseline (:meth:`TextTask.raw_features`).
 TFIDF_MAX_FEATURES = 5_000
 
 
 @register_task
-class TextMLMTask(_TextTask):
+class TextMLMTask(TextTask):
     """Masked language modeling with a BERT encoder. See the module docstring."""
 
     name = "text_mlm"
@@ -482,7 +482,7 @@ class TextMLMTask(_TextTask):
 
 
 @register_task
-class TextSpanTask(_TextTask):
+class TextSpanTask(TextTask):
     """Span completion with a T5-style encoder-decoder. See the module docstring."""
 
     name = "text_span"
@@ -679,7 +679,12 @@ class FillIn:
     candidates: list[tuple[str, float]]
 
 
-def _tokenizer_of(loaded, workspace=None):
+def tokenizer_of(loaded, workspace=None):
+    """The tokenizer a loaded text run trained with (named in its ``task.json``).
+
+    Raises:
+        InferenceError: none named, or it cannot be loaded.
+    """
     from engine.eval.inference import InferenceError
     from engine.text.tokenizer import load_tokenizer
 
@@ -705,7 +710,7 @@ def fill_in(loaded, text: str, k: int = TOP_K, workspace=None) -> list[FillIn]:
     """
     from engine.eval.inference import InferenceError
 
-    tok = _tokenizer_of(loaded, workspace)
+    tok = tokenizer_of(loaded, workspace)
     enc = tok.encode_batch([text], max_len=loaded.cfg.data.tokenizer.max_len)
     where = enc.input_ids == tok.mask_id
     if not bool(where.any()):
@@ -727,7 +732,7 @@ def complete_span(loaded, text: str, max_new_tokens: int = 64, workspace=None) -
     """
     from engine.eval.inference import InferenceError
 
-    tok = _tokenizer_of(loaded, workspace)
+    tok = tokenizer_of(loaded, workspace)
     enc = tok.encode_batch([text], max_len=loaded.cfg.data.tokenizer.max_len)
     n = int((enc.input_ids == tok.mask_id).sum())
     if n != 1:

@@ -69,7 +69,7 @@ class StoredEncoded:
     def rows(self, idx: torch.Tensor) -> dict[str, torch.Tensor]:
         """Rows ``idx`` (int ``[B]``) cut to their longest row ``L_b``: ``ids`` int64, ``attention``
         bool, ``eligible`` bool (real, non-special tokens), ``word_ids`` and ``sentence_ids`` int64,
-        each ``[B, L_b]``: what ``_TextTask.rows`` gives for an in-memory encoding."""
+        each ``[B, L_b]``: what ``TextTask.rows`` gives for an in-memory encoding."""
         i = np.asarray(idx, dtype=np.int64)
         L = max(1, int(self._lengths[torch.as_tensor(i)].max())) if len(i) else 1
 

@@ -1,6 +1,6 @@
 """The ``slurm`` back-end: a run's worker as an sbatch job, through submitit.
 
-submitit writes the job (a pickled call of :func:`engine.runner.backends._job.run_worker`) and its sbatch
+submitit writes the job (a pickled call of :func:`engine.runner.backends.node_job.run_worker`) and its sbatch
 script into ``<run_dir>/submitit/``, submits it with ``sbatch``, and reads its state with ``sacct``;
 cancel is ``scancel`` (``job.cancel()``). The sbatch options come from the run's ``launch`` section
 (:func:`sbatch_parameters`). The dashboard must run where ``sbatch`` works (a login node), and the
@@ -28,8 +28,8 @@ import submitit
 from submitit.core import utils as submitit_utils
 from submitit.slurm.slurm import _make_sbatch_string
 
+from engine.runner.backends import JobState, job_env, job_reason, node_job
 from engine.errors import BackendError
-from engine.runner.backends import JobState, _job, job_env, job_reason
 from engine.runner.launcher import REPO_ROOT
 
 CLUSTER_ENV = "MASKLAB_SUBMITIT_CLUSTER"
@@ -139,10 +139,10 @@ class SlurmBackend:
         kind = cluster()
         folder = Path(run_dir) / SUBMITIT_DIR
         ex = _executor(folder, kind, launch, train, job_name)
-        cloudpickle.register_pickle_by_value(_job)  # the node unpickles it without masklab on sys.path
+        cloudpickle.register_pickle_by_value(node_job)  # the node unpickles it without masklab on sys.path
         node_run = node_ws / "runs" / Path(run_dir).name
         try:
-            j = ex.submit(_job.run_worker, str(REPO_ROOT), str(node_run), job_env(REPO_ROOT, node_ws))
+            j = ex.submit(node_job.run_worker, str(REPO_ROOT), str(node_run), job_env(REPO_ROOT, node_ws))
         except Exception as e:  # submitit.core.utils.FailedJobError: sbatch's answer
             raise BackendError(f"sbatch refused the job of run {Path(run_dir).name}: {e}") from None
         if kind == "local":
