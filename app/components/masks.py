@@ -67,7 +67,7 @@ def patch_sizes(h: int, w: int) -> list[int]:
 def default_patch(sizes: list[int], h: int) -> int:
     """The config default when it fits with at most 8 patches a side (8x8 digits: P=2), else the
     size whose grid side is closest to 8 (28x28: P=4, 7x7 patches), which keeps CPU runs short."""
-    from engine.tasks.image import DEFAULT_PATCH as p0
+    from engine.tasks.image.recipe import DEFAULT_PATCH as p0
 
     if p0 in sizes and h // p0 <= 8:
         return p0

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from engine.config import load_config
-from engine.tasks.image import RECIPES, recipe_for
+from engine.tasks.image.recipe import RECIPES, recipe_for
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = {(8, 8): "configs/mae-digits.yaml", (28, 28): "configs/mae-fashion-mnist.yaml"}

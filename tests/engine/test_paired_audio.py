@@ -19,7 +19,7 @@ from engine.data import ImportOptions, import_source, load_dataset
 from engine.errors import ConfigError
 from engine.store import create_run, get_run, load_samples
 from engine.tasks import build_task
-from engine.tasks.paired_audio import AudioTextPairs, label_text
+from engine.tasks.paired_audio.pairs import AudioTextPairs, label_text
 from bench.fsdd import WORDS, subset_zip
 
 REPO = Path(__file__).resolve().parents[2]
@@ -50,7 +50,7 @@ def ws(imported):
 
 
 def cfg_of(**over) -> RunConfig:
-    d = {"task": "paired", "data": {"dataset": "spoken", "audio": {"n_mels": 32, "clip_seconds": 0.5},
+    d = {"task": "paired_audio", "data": {"dataset": "spoken", "audio": {"n_mels": 32, "clip_seconds": 0.5},
                                     "tokenizer": {"vocab_size": 100, "max_len": 8}},
          "model": {"preset": "tiny", "patch_size": 4},
          "train": {"steps": 3, "batch_size": 8, "eval_interval": 3, "checkpoint_interval": 3, "num_vis": 2,
@@ -76,7 +76,7 @@ def test_label_words():
 
 
 def test_the_check_refuses_an_audio_dataset_without_texts_naming_it(ws):
-    with pytest.raises(ConfigError, match=r"data.dataset: 'plain' is an audio dataset without transcripts; the paired "
+    with pytest.raises(ConfigError, match=r"data.dataset: 'plain' is an audio dataset without transcripts; the paired_audio "
                                           r"task needs a text for each clip: import it again with a transcript column"):
         check_run(cfg_of(data={"dataset": "plain"}), ws)
     check_run(cfg_of(data={"dataset": "plain"}, task_params={"text_source": "digit_word"}), ws)  # its labels are words
@@ -114,7 +114,7 @@ def test_whole_spectrogram_hiding_leaves_the_padding_visible(ws):
 
 def test_a_short_run_logs_retrieval_caption_and_spectrogram_figures(ws, monkeypatch):
     from engine.eval.inference import load_model
-    from engine.tasks.paired import retrieval_index
+    from engine.tasks.paired.inference import retrieval_index
     from engine.runner.worker import execute_run
 
     monkeypatch.setenv("MASKLAB_WORKSPACE", str(ws))
@@ -146,7 +146,7 @@ def test_example_config_passes_the_preflight_on_an_imported_fsdd_subset(ws):
 
 
 def test_text_sources_name_what_gives_each_train_clip_a_text(ws):
-    from engine.tasks.paired_audio import text_sources
+    from engine.tasks.paired_audio.pairs import text_sources
 
     spoken, plain = load_dataset("spoken", ws), load_dataset("plain", ws)
     n_train = int((plain.split == 0).sum())
