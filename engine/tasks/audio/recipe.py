@@ -46,7 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from engine.audio.features import ClipFeatures, DatasetClips, FeatureSpec, Window, feature_store
 from engine.config import AudioConfig, RunConfig
 from engine.errors import ConfigError, DatasetError
-from engine.models.audio_frames import FrameParams  # noqa: F401  audio_frames' task_params, kept with its model
+from engine.models.audio_frames import FrameParams  # audio_frames' task_params, kept with the model they build
 from engine.store.samples import Sample
 from engine.tasks.audio.common import (
     EVAL_CHUNK,
