@@ -170,7 +170,7 @@ def run_config(name: str, steps: int, batch: int, modality: str = "image") -> di
     evaluated (baselines, val loss, samples) at step 0 and at the end, one checkpoint, 1 thread.
     ``modality="audio"``: ``audio_mae`` with its defaults (64 mel bins, 1 s windows, tiny, 8x8
     patches, random masking at 0.8), the same steps, batch and evaluation."""
-    from engine.tasks.image import recipe_for
+    from engine.tasks.image.recipe import recipe_for
 
     if modality == "text":
         return {"name": f"mem-{name}", "task": "text_mlm", "data": {"dataset": name},

@@ -43,7 +43,7 @@ def config_for(dataset: str, workspace: Path, steps: int | None = None, override
     """The run config New run proposes for ``dataset`` (random masking at 0.75), as a nested dict,
     with ``overrides`` merged one level deep per section and ``steps`` scaled down if given."""
     from engine.data import load_dataset
-    from engine.tasks.image import recipe_for
+    from engine.tasks.image.recipe import recipe_for
 
     info = load_dataset(dataset, workspace).info
     r = recipe_for(info.image_shape)

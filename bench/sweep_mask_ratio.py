@@ -45,7 +45,7 @@ WITHIN_RAW = 0.02
 def base_config(steps: int | None, rows: int) -> dict:
     """The 28x28 recipe (``recipe_for``) with random masking, ``steps`` (scaled warmup/eval/checkpoint
     intervals) and the evaluation on ``rows`` rows per split (no t-SNE: not needed here)."""
-    from engine.tasks.image import recipe_for
+    from engine.tasks.image.recipe import recipe_for
 
     r = recipe_for((1, 28, 28))
     cfg = {"name": "mnist", "task": "image_mim", "data": {"dataset": "mnist"},

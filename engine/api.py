@@ -110,7 +110,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "get_task": ("engine.tasks", "get_task"),
     "tasks_for": ("engine.tasks", "tasks_for"),
     "resolve": ("engine.tasks", "resolve"),  # the complete config (New run's preview and pre-flight)
-    "DEFAULT_IMAGE_PATCH": ("engine.tasks.image", "DEFAULT_PATCH"),
+    "DEFAULT_IMAGE_PATCH": ("engine.tasks.image.recipe", "DEFAULT_PATCH"),
     "OBJECTIVE_REGISTRY": ("engine.objectives", "OBJECTIVE_REGISTRY"),
     "check_run": ("engine.tasks.checks", "check_run"),
     "no_validation_note": ("engine.tasks.checks", "no_validation_note"),
@@ -124,7 +124,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
     from engine.objectives import OBJECTIVE_REGISTRY  # noqa: F401
     from engine.tasks import get_task, resolve, tasks_for  # noqa: F401
     from engine.tasks.checks import check_run, no_validation_note  # noqa: F401
-    from engine.tasks.image import DEFAULT_PATCH as DEFAULT_IMAGE_PATCH  # noqa: F401
+    from engine.tasks.image.recipe import DEFAULT_PATCH as DEFAULT_IMAGE_PATCH  # noqa: F401
 
 
 def __getattr__(name: str) -> Any:

@@ -42,9 +42,11 @@ VERSION_FILE = "VERSION"
 #: The workspace format this masklab writes. 1: masklab before workspace versions (no VERSION file,
 #: no run lock, metrics compacted only at the end into ``metrics.parquet``). 2: run lock, statuses
 #: ``interrupted``/``diverged``, metric parts compacted while training, checkpoint manifests,
-#: config history, queue tickets. Format 1 is read as it is (nothing is rewritten).
-FORMAT = 2
-READABLE_FORMATS = (1, 2)
+#: config history, queue tickets. Format 1 is read as it is (nothing is rewritten). 3: audio-text
+#: pairs are a task of their own (``paired_audio``): the runs stored as ``task: paired`` on an audio
+#: dataset are renamed once (:func:`migrate_to_3`).
+FORMAT = 3
+READABLE_FORMATS = (1, 2, 3)
 TMP_SUFFIX = ".tmp"
 
 _checked: dict[Path, int] = {}  # workspace -> VERSION mtime_ns already checked (skip re-reading)
@@ -92,8 +94,10 @@ def check_workspace_version(root: Path) -> int:
     """Refuse a newer workspace; record :data:`FORMAT` in a new or format-1 one. Returns the format
     found (``FORMAT`` for a new workspace).
 
-    Format 1 needs no rewrite: this code reads its run folders as they are, so migrating is writing
-    ``VERSION``. A read-only workspace is read as it is (the write is skipped).
+    Formats 1 and 2 are migrated in place: run folders are read as they are but for the renamed
+    audio-text runs (:func:`migrate_to_3`), then ``VERSION`` is written, last, so an interrupted
+    migration runs again on the next open (each step is idempotent). A read-only workspace is read
+    as it is (the writes are skipped).
 
     Raises:
         FormatVersionError: the workspace's format is newer than this masklab (it names both and says
@@ -114,12 +118,96 @@ def check_workspace_version(root: Path) -> int:
             f"or point MASKLAB_WORKSPACE at another folder.")
     if found != FORMAT:
         try:
+            if found is not None and found < 3:
+                migrate_to_3(root)
             atomic_write_bytes(vfile, f"{FORMAT}\n".encode(), what="the workspace format version")
         except StorageError:
             return found or FORMAT  # read-only or full: read as it is; the next open tries again
         mtime = vfile.stat().st_mtime_ns
     _checked[root] = mtime
     return found or FORMAT
+
+
+#: Format 3's rename: the task of audio-text pairs, ``paired`` before.
+PAIRED_AUDIO_RENAME = ("paired", "paired_audio")
+
+
+def _audio_pair_run(root: Path, run_dir: Path, config: dict) -> bool:
+    """Whether a stored run config is ``task: paired`` on an audio dataset: ``data.audio`` set, the
+    dataset's ``meta.json`` says audio, or the run's ``task.json`` recorded an audio stream."""
+    if config.get("task") != PAIRED_AUDIO_RENAME[0]:
+        return False
+    data = config.get("data") if isinstance(config.get("data"), dict) else {}
+    if data.get("audio") is not None:
+        return True
+    name = str(data.get("dataset") or "")
+    checks = [(run_dir / "task.json", "stream")]
+    if name and "/" not in name and not name.startswith("."):
+        checks.append((root / "datasets" / name / "meta.json", "modality"))
+    for path, key in checks:
+        try:
+            found = read_json(path)
+        except (OSError, ValueError):
+            continue
+        if isinstance(found, dict) and found.get(key) == "audio":
+            return True
+    return False
+
+
+def _config_3(config: dict, audio: bool) -> dict:
+    """A stored ``paired`` config in format 3: renamed ``paired_audio`` on audio data; on image-text
+    data without ``task_params.text_source`` (an audio-text parameter, always ``"text"`` there)."""
+    if config.get("task") != PAIRED_AUDIO_RENAME[0]:
+        return config
+    if audio:
+        return {**config, "task": PAIRED_AUDIO_RENAME[1]}
+    params = config.get("task_params")
+    if isinstance(params, dict) and "text_source" in params:
+        return {**config, "task_params": {k: v for k, v in params.items() if k != "text_source"}}
+    return config
+
+
+def migrate_to_3(root: Path) -> list[str]:
+    """Format 2 (or 1) -> 3: every run stored as ``task: paired`` on an audio dataset (audio-text
+    pairs, :func:`_audio_pair_run`) becomes ``task: paired_audio``, and a ``paired`` run on image-text
+    pairs loses ``task_params.text_source`` (now the audio-text task's own), in its ``config.json``
+    and every entry of its ``config_history.json``. Each file is rewritten atomically, the history
+    first, so a crash in between leaves ``config.json`` to say the run still needs it. Idempotent. A
+    run folder whose config cannot be read is left as it is (``python -m engine doctor`` reports it).
+
+    Returns:
+        The ids of the runs rewritten.
+
+    Raises:
+        StorageError: a rewrite failed (read-only or full workspace); no file is half-written.
+    """
+    runs = root / "runs"
+    done = []
+    for d in sorted(runs.iterdir()) if runs.is_dir() else ():
+        try:
+            config = read_json(d / "config.json")
+        except (OSError, ValueError):
+            continue
+        if not isinstance(config, dict) or config.get("task") != PAIRED_AUDIO_RENAME[0]:
+            continue
+        audio = _audio_pair_run(root, d, config)
+        new = _config_3(config, audio)
+        if new == config:
+            continue
+        try:
+            history = read_json(d / "config_history.json")
+        except (OSError, ValueError):
+            history = None
+        if isinstance(history, list):
+            history = [{**e, "config": _config_3(e["config"], audio)} if isinstance(e, dict) and isinstance(e.get("config"), dict)
+                       else e for e in history]
+            atomic_write_json(d / "config_history.json", history, what=f"run {d.name}'s config history (format 3)")
+        atomic_write_json(d / "config.json", new, what=f"run {d.name}'s config (format 3)")
+        done.append(d.name)
+    if done:
+        log.info("workspace %s: %d paired run(s) moved to format 3 (audio-text ones renamed %r): %s", root, len(done),
+                 PAIRED_AUDIO_RENAME[1], ", ".join(done))
+    return done
 
 
 # ---------------------------------------------------------------- durable writes

@@ -65,7 +65,7 @@ SPECS: dict[str, tuple[str, dict]] = {
         "train": {**SHORT, "steps": 2, "batch_size": 8, "eval_interval": 2, "checkpoint_interval": 2,
                   "num_vis": PAIRED_IMAGE_VIS, "warmup_steps": 0}}),
     "paired_audio_text": ("spoken3w", {
-        "name": "spoken-pairs", "task": "paired", "evaluation": EVALUATION, "model": {"preset": "tiny", "patch_size": 4},
+        "name": "spoken-pairs", "task": "paired_audio", "evaluation": EVALUATION, "model": {"preset": "tiny", "patch_size": 4},
         "data": {"dataset": "spoken", "audio": AUDIO, "tokenizer": {"vocab_size": 100, "max_len": 8}},
         "train": {**SHORT, "steps": 2, "batch_size": 8, "eval_interval": 2, "checkpoint_interval": 2,
                   "num_vis": PAIRED_AUDIO_VIS, "warmup_steps": 0}}),

@@ -59,7 +59,7 @@ def figure_title(metric: str, config: dict | None, default: str | None = None) -
     audio-text ``paired`` run (``data.audio`` set) :data:`AUDIO_PAIR_TITLES`; else ``default``
     (the metric's key when None)."""
     config = config or {}
-    audio_pair = config.get("task") == "paired" and (config.get("data") or {}).get("audio")
+    audio_pair = config.get("task") == "paired_audio"
     titles = {**FIGURE_TITLES, **AUDIO_PAIR_TITLES} if audio_pair else FIGURE_TITLES
     return titles.get(metric, metric if default is None else default)
 

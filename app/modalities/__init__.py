@@ -27,7 +27,8 @@ UIS: dict[str, ModuleType] = {"image": image, "text": text, "audio": audio, "pai
 SAMPLE_VIEWS = {"image": image.samples_view, "text_mlm": text.mlm_samples_view, "text_span": text.span_samples_view,
                 "audio_spec": audio.samples_view, "paired": paired.samples_view}
 TASK_KIND = {"image_mim": "image", "text_mlm": "text_mlm", "text_span": "text_span",
-             "audio_mae": "audio_spec", "audio_frames": "audio_spec", "paired": "paired"}  # task -> its sample kind
+             "audio_mae": "audio_spec", "audio_frames": "audio_spec", "paired": "paired",
+             "paired_audio": "paired"}  # task -> its sample kind
 SAMPLE_TITLES = {"image": "Reconstructions", "text_mlm": "Predictions on validation texts",
                  "text_span": "Completions of validation texts", "audio_spec": "Spectrograms and audio",
                  "paired": "Joint reconstructions of validation pairs"}
@@ -35,7 +36,7 @@ SAMPLE_TITLES = {"image": "Reconstructions", "text_mlm": "Predictions on validat
 COMPARE_VIEWS = {"image": image.compare_view, "text_mlm": text.compare_view, "text_span": text.compare_view,
                  "audio_spec": audio.compare_view, "paired": paired.compare_view}
 INTERACTIVE = {"text_mlm": text.fill_in_box, "text_span": text.completion_box, "image_mim": image.masking_box,
-               "paired": paired.retrieval_box}
+               "paired": paired.retrieval_box, "paired_audio": paired.retrieval_box}
 #: What New run proposes for a task's training, over ``TrainConfig``'s defaults (measured recipes:
 #: see bench/README.md).
 TRAIN_DEFAULTS: dict[str, dict] = {

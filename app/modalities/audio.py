@@ -213,7 +213,7 @@ def train_defaults(info, task: str) -> dict:
     bench/paired_quality.py --audio measures); nothing more for the others."""
     from app.modalities import config_train
 
-    return config_train("paired-audio-fsdd") if task == "paired" else {}
+    return config_train("paired-audio-fsdd") if task == "paired_audio" else {}
 
 
 def run_fields(info, task: str, key: str, carried: dict) -> dict:
@@ -225,7 +225,7 @@ def run_fields(info, task: str, key: str, carried: dict) -> dict:
     from app.components.masks import masking_controls
     from engine.api import get_model_spec, get_task
 
-    if task == "paired":
+    if task == "paired_audio":
         from app.modalities import paired
 
         return paired.run_fields(info, task, key, carried)
@@ -256,7 +256,7 @@ def run_fields(info, task: str, key: str, carried: dict) -> dict:
 @st.cache_data(max_entries=16, ttl=600, show_spinner="Drawing masks on real clips…")
 def _preview(cfg_json: str, version: str, n: int):
     from engine.api import RunConfig
-    from engine.tasks.audio import preview
+    from engine.tasks.audio.preview import preview
 
     return preview(RunConfig.from_dict(json.loads(cfg_json)), n)
 
@@ -288,7 +288,7 @@ def _range(spec: np.ndarray, real: np.ndarray) -> tuple[float, float]:
 def spec_widths(cfg, grid, form: str = ": {}") -> str:
     """``form`` around what SpecAugment's F and T come to on ``grid`` (``": F=27 mel bins = 3 rows
     of 8 mel bins; ..."``, :func:`engine.tasks.audio.width_text`); ``""`` for other strategies."""
-    from engine.tasks.audio import width_text
+    from engine.tasks.audio.common import width_text
 
     text = width_text(cfg, grid)
     return form.format(text) if text else ""
@@ -301,7 +301,7 @@ def mask_preview(cfg, info, warn: bool = True) -> None:
     Mask lab says it of its larger batch instead)."""
     from app.components.masks import unmasked_note
 
-    if cfg.task == "paired":
+    if cfg.task == "paired_audio":
         from app.modalities import paired
 
         paired.mask_preview(cfg, info, warn=warn)
@@ -456,7 +456,7 @@ def lab_controls(info, carried: dict, key: str) -> dict:
     task = st.selectbox("Task", tasks, key=f"{key}_task", index=index_of(tasks, carried.get("task")))
     if carried.get("task", task) != task:
         carried = {}  # another task than the URL's: its proposals
-    if task == "paired":
+    if task == "paired_audio":
         from app.modalities import paired
 
         return paired.lab_controls(info, carried, key)
@@ -475,7 +475,7 @@ def lab_stats(cfg_json: str, version: str, n: int):
     from engine.tasks.checks import masking_problem
     from engine.api import RunConfig
     from engine.masking.stats import mask_stats, masks_per_second
-    from engine.tasks.audio import train_masks
+    from engine.tasks.audio.preview import train_masks
 
     cfg = RunConfig.from_dict(json.loads(cfg_json))
     mask, eligible = train_masks(cfg, n)
@@ -489,7 +489,7 @@ def lab_results(cfg, info, n: int) -> None:
     ``paired`` task both masks on clips with their texts (:func:`app.modalities.paired.lab_results`)."""
     from app.components.masks import lab_statistics
 
-    if cfg.task == "paired":
+    if cfg.task == "paired_audio":
         from app.modalities import paired
 
         paired.lab_results(cfg, info, n)

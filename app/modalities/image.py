@@ -50,7 +50,7 @@ def train_defaults(info, task: str = "image_mim") -> dict:
     """The training fields New run proposes for an image dataset (steps, batch size, learning rate,
     warmup, eval and checkpoint intervals): the measured recipe of its image size
     (:func:`engine.tasks.image.recipe_for`); ``task`` is always ``image_mim`` here."""
-    from engine.tasks.image import recipe_for
+    from engine.tasks.image.recipe import recipe_for
 
     return recipe_for(info.image_shape)["train"]
 
@@ -60,7 +60,7 @@ def run_fields(info, task: str, key: str, carried: dict) -> dict:
     masking can train with), architecture, loss, normalised-pixel target, preset. The widgets'
     defaults are ``carried`` (a partial run config, from the URL), else the measured recipe of the
     image size (:func:`engine.tasks.image.recipe_for`). Returns the partial config dict."""
-    from engine.tasks.image import recipe_for
+    from engine.tasks.image.recipe import recipe_for
 
     c, h, w = info.image_shape
     recipe = recipe_for(info.image_shape)
@@ -288,7 +288,7 @@ def masking_box(run, sample) -> None:
     see a kept checkpoint's reconstruction at once (:func:`engine.tasks.image.reconstruct`, in the
     dashboard process, the model cached as the text fill-in box caches it)."""
     from app.modalities.text import checkpoint_picker  # one model cache for every interactive box
-    from engine.tasks.image import reconstruct
+    from engine.tasks.image.inference import reconstruct
 
     st.subheader("Mask it yourself")
     if sample is None or sample.kind != "image":

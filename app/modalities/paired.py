@@ -149,7 +149,7 @@ TEXT_SOURCES = {"text": "the clip's transcript", "digit_word": "the class as a w
 def _image_half(info, key: str, carried: dict) -> tuple[dict | None, int, dict, dict]:
     """The image patches' box: ``(masking, patch size, data fields, task params)``."""
     from app.components.masks import masking_controls, patch_label, patch_sizes
-    from engine.tasks.paired import DEFAULT_PATCH
+    from engine.tasks.paired.common import DEFAULT_PATCH
 
     c, h, w = info.image_shape
     with st.container(border=True):
@@ -167,7 +167,7 @@ def _image_half(info, key: str, carried: dict) -> tuple[dict | None, int, dict, 
 def _text_sources(name: str, version: str) -> dict[str, int]:
     """:func:`engine.tasks.paired_audio.text_sources` of audio dataset ``name`` (``version``: cache key)."""
     from engine.api import load_dataset
-    from engine.tasks.paired_audio import text_sources
+    from engine.tasks.paired_audio.pairs import text_sources
 
     return text_sources(load_dataset(name))
 
@@ -212,7 +212,7 @@ def masking_fields(info, key: str, carried: dict) -> dict | None:
     dataset's (audio-text pairs: :func:`_audio_half`, with ``data.audio`` and
     ``task_params.text_source``). ``carried``: a partial run config of defaults."""
     from app.components.masks import masking_controls
-    from engine.tasks.paired import DEFAULT_TOKENIZER, PairedParams
+    from engine.tasks.paired.common import DEFAULT_TOKENIZER, PairedParams
 
     audio = info.modality == "audio"
     masking, patch, data, first_params = (_audio_half if audio else _image_half)(info, key, carried)
@@ -239,7 +239,7 @@ def masking_fields(info, key: str, carried: dict) -> dict | None:
         return None
     task_params = {**first_params, "text_strategy": text["strategy"], "text_ratio": text["ratio"],
                    "text_params": text["params"], "caption_completion": cap, "image_completion": img}
-    return {"task": "paired", "masking": masking, "model": {"patch_size": patch},
+    return {"task": "paired_audio" if audio else "paired", "masking": masking, "model": {"patch_size": patch},
             "data": {"tokenizer": tokenizer, **data}, "task_params": task_params}
 
 
@@ -293,7 +293,7 @@ def objective_fields(key: str, carried: dict, audio: bool = False) -> dict:
     the ``objective`` config section, ``{"terms": [{"loss", "weight"}, ...]}``; with every weight at
     0 it keeps them all at 0, which the config refuses in words (Launch stays disabled). ``audio``:
     audio-text pairs (the first term is then the spectrogram's MSE)."""
-    from engine.tasks.paired import DEFAULT_TERMS
+    from engine.tasks.paired.common import DEFAULT_TERMS
 
     given = dig(carried, "objective.terms")
     given = {t.get("loss"): t.get("weight", 1.0) for t in given if isinstance(t, dict)} if isinstance(given, list) else {}
@@ -318,7 +318,7 @@ def objective_fields(key: str, carried: dict, audio: bool = False) -> dict:
 @st.cache_data(max_entries=16, ttl=600, show_spinner="Drawing masks on pairs…")
 def _preview(cfg_json: str, version: str, n: int):
     from engine.api import RunConfig
-    from engine.tasks.paired import preview
+    from engine.tasks.paired.preview import preview
 
     return preview(RunConfig.from_dict(json.loads(cfg_json)), n)
 
@@ -369,7 +369,8 @@ def mask_preview(cfg, info, n: int = N_PREVIEW, warn: bool = True) -> None:
 def lab_controls(info, carried: dict, key: str) -> dict:
     """Mask lab's paired controls: both masks, the patch size, the tokenizer (``carried``: a partial
     run config of defaults); returns the partial config."""
-    return masking_fields(info, key, carried) or {"task": "paired", "masking": None}
+    return masking_fields(info, key, carried) or {"task": "paired_audio" if info.modality == "audio" else "paired",
+                                                  "masking": None}
 
 
 def lab_results(cfg, info, n: int) -> None:
@@ -513,7 +514,7 @@ def _index(run_id: str, step: int, mtime: float):
     one per checkpoint (``mtime`` invalidates a rewritten one), at most 4 kept; the model comes from
     the interactive boxes' one model cache."""
     from app.modalities.text import cached_model
-    from engine.tasks.paired import retrieval_index
+    from engine.tasks.paired.inference import retrieval_index
 
     return retrieval_index(cached_model(run_id, step, mtime))
 
@@ -534,7 +535,7 @@ def retrieval_box(run, sample) -> None:
     (in the dashboard process: :mod:`engine.eval.inference`, the model and the index cached)."""
     from app.modalities.text import checkpoint_picker
     from engine.eval.inference import checkpoint_path
-    from engine.tasks.paired import embed_caption, nearest
+    from engine.tasks.paired.inference import embed_caption, nearest
 
     st.subheader("Retrieval")
     with st.container(key=f"retrieval_box_{run.run_id}"):

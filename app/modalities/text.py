@@ -155,7 +155,7 @@ def _words(tokens) -> list[str]:
 @st.cache_data(max_entries=16, ttl=600, show_spinner="Tokenising…")
 def _preview(cfg_json: str, version: str, n: int):
     from engine.api import RunConfig
-    from engine.tasks.text import preview
+    from engine.tasks.text.preview import preview
 
     return preview(RunConfig.from_dict(json.loads(cfg_json)), n)
 
@@ -269,7 +269,7 @@ def checkpoint_picker(run, key: str):
 def fill_in_box(run, sample) -> None:
     """Type a sentence with ``[MASK]`` (or pick words to hide) and see any kept checkpoint's
     top-3 predictions at each mask."""
-    from engine.tasks.text import fill_in
+    from engine.tasks.text.inference import fill_in
 
     st.subheader("Fill in the blanks")
     loaded = checkpoint_picker(run, f"fill_ckpt_{run.run_id}")
@@ -297,7 +297,7 @@ def fill_in_box(run, sample) -> None:
 
 def completion_box(run, sample) -> None:
     """Write a text with one ``[MASK]`` where a passage is missing and see the span the model writes."""
-    from engine.tasks.text import complete_span
+    from engine.tasks.text.inference import complete_span
 
     st.subheader("Complete a passage")
     loaded = checkpoint_picker(run, f"span_ckpt_{run.run_id}")
@@ -404,14 +404,15 @@ def lab_stats(cfg_json: str, version: str, n: int):
     from engine.tasks.checks import masking_problem
     from engine.api import RunConfig
     from engine.masking.stats import mask_stats, masks_per_second
-    from engine.tasks.text import train_masks
+    from engine.tasks.text.preview import train_masks
 
     cfg = RunConfig.from_dict(json.loads(cfg_json))
     masking, draw = cfg.masking, lambda: train_masks(cfg, n)
-    if cfg.task == "paired":  # its caption masks (task_params.text_*), over its captions or clip texts
-        from engine.tasks.paired import PairedParams, caption_train_masks
+    if cfg.task in ("paired", "paired_audio"):  # its caption masks (task_params.text_*), over its captions or clip texts
+        from engine.tasks.paired.common import caption_masking
+        from engine.tasks.paired.preview import caption_train_masks
 
-        masking, draw = PairedParams(**cfg.task_params).text_masking(), lambda: caption_train_masks(cfg, n)
+        masking, draw = caption_masking(cfg), lambda: caption_train_masks(cfg, n)
     mask, eligible = draw()
     rate = masks_per_second(lambda: draw()[0], min_time=0.2, warmup=False)
     return mask_stats(mask, eligible), rate, masking_problem(masking, mask, unit="tokens", eligible=eligible)

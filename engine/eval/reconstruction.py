@@ -15,7 +15,7 @@ task's trivial baselines on the same validation inputs and masks.
   apart and averaged. Predictors: ``trained`` (the checkpoint's reconstruction) and every baseline
   of :mod:`engine.eval.image_baselines` (``mean_image``, ``visible_mean``, ``biharmonic``, ``knn``),
   pasted the same way. A ``norm_pix_loss`` run gets no figure (its pixels need the hidden patch's
-  own statistics, see :meth:`engine.tasks.image.ImageMIMTask.evaluate`).
+  own statistics, see :meth:`engine.tasks.image.recipe.ImageMIMTask.evaluate`).
 - **Audio** (audio MAE and frames): spectral error over the masked cells (mel bin x
   frame) of the clips, never the padding, on the task's fixed validation windows and masks:
 
@@ -105,7 +105,7 @@ def masked_ssim(pred: np.ndarray, target: np.ndarray, pixel_mask: np.ndarray) ->
 def image_quality(task, max_rows: int = SSIM_MAX_ROWS) -> dict[str, dict[str, float]]:
     """SSIM of the checkpoint and of every image baseline (module docstring) on the task's fixed
     validation images and masks (``task.x_eval``, ``task.eval_masks``, ``task.baseline_reference()``):
-    :meth:`engine.tasks.image.ImageMIMTask.reconstruction_quality`."""
+    :meth:`engine.tasks.image.recipe.ImageMIMTask.reconstruction_quality`."""
     from engine.eval.image_baselines import all_baselines, patchify, pixel_mask, unpatchify
 
     if task.cfg.objective.norm_pix_loss:

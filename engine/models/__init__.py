@@ -34,7 +34,7 @@ from torch import nn
 
 from engine.errors import ConfigError
 from engine.masking import grid_shape
-from engine.models.audio_frames import FrameTransformer
+from engine.models.audio_frames import FrameParams, FrameTransformer
 from engine.models.bert import TEXT_PRESETS, BertMLM
 from engine.models.flava import FLAVA
 from engine.models.m3ae import M3AE
@@ -177,8 +177,6 @@ def _build_audio_mae(cfg, *, n_mels: int, frames: int, patch: tuple[int, int]) -
                 "frame Transformer: masked frames replaced by a mask embedding; predicts the frames or an EMA "
                 "teacher's features (wav2vec 2.0 / data2vec)")
 def _build_frame_transformer(cfg, *, n_mels: int, frames: int, patch: tuple[int, int]) -> FrameTransformer:
-    from engine.tasks.audio import FrameParams  # noqa: PLC0415  (moves with the audio task's split)
-
     prm = FrameParams(**cfg.task_params)
     if prm.top_k > _preset(cfg)["depth"]:
         raise ConfigError(f"task_params.top_k: {prm.top_k} is more than the {_preset(cfg)['depth']} blocks of preset "

@@ -23,14 +23,36 @@ Hsu et al. 2021 (HuBERT).
 from __future__ import annotations
 
 import copy
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import nn
 
 from engine.models.layers import Block
 from engine.models.mae import MaskedAutoencoderViT, pool, pool_stats
 from engine.models.pos_embed import sincos_1d
+
+
+class FrameParams(BaseModel):
+    """Parameters of ``audio_frames`` (its ``task_params``): the prediction target and data2vec's teacher.
+    Kept with the model they build (:func:`engine.models.build_model` reads them), the task re-exports them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    target: Literal["mel", "ema"] = Field("mel", description="mel: the masked frames; ema: an EMA teacher's features "
+                                                             "(data2vec)")
+    top_k: int = Field(2, ge=1, description="teacher blocks averaged into the target (data2vec: 8 of 12)")
+    ema_decay: float = Field(0.999, ge=0.0, le=1.0, description="teacher decay tau at the start (data2vec: 0.999)")
+    ema_decay_end: float = Field(0.9999, ge=0.0, le=1.0, description="tau after the anneal (data2vec: 0.9999)")
+    ema_anneal_steps: int = Field(1000, ge=0, description="steps of the linear anneal of tau (data2vec: 30,000)")
+
+    @model_validator(mode="after")
+    def _order(self) -> "FrameParams":
+        if self.ema_decay_end < self.ema_decay:
+            raise ValueError(f"ema_decay_end ({self.ema_decay_end}) must be >= ema_decay ({self.ema_decay})")
+        return self
 
 
 class FrameEncoder(nn.Module):

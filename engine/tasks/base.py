@@ -4,7 +4,7 @@ A run is a *task*: a modality's data (load, split, batch), its unit grid for mas
 objective, a way to extract frozen features for evaluation, and a way to turn a validation batch
 into reconstruction samples for the UI. The training loop (:mod:`engine.training.loop`), the worker, the
 store, the launcher and the pre-flight checks only talk to this interface, so a new modality is new
-files plus one :func:`engine.tasks.register_task` (fairseq's tasks and Hugging Face's processors +
+files plus one :func:`engine.tasks.registry.register_task` (fairseq's tasks and Hugging Face's processors +
 ``*ForPreTraining`` heads are the same idea).
 
 Two halves:
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 
 class Task(ABC):
     """A modality's masked-modeling recipe. Subclasses set the class attributes and implement the
-    abstract methods; register them with :func:`engine.tasks.register_task`.
+    abstract methods; register them with :func:`engine.tasks.registry.register_task`.
 
     Class attributes:
         name: the ``task`` config value, e.g. ``image_mim``.
@@ -129,8 +129,8 @@ class Task(ABC):
 
     @classmethod
     def trains_on(cls, modality: str) -> bool:
-        """Whether the task trains on datasets of ``modality`` (default: its :attr:`modality` only;
-        ``paired`` also reads audio datasets whose clips have a text)."""
+        """Whether the task trains on datasets of ``modality`` (default: its :attr:`modality` only; a
+        task that reads several modalities overrides it)."""
         return modality in (cls.modality,)
 
     @classmethod

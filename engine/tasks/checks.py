@@ -18,7 +18,7 @@ from engine.config import MaskingConfig, RunConfig
 from engine.data import list_datasets
 from engine.errors import DatasetError
 from engine.masking import get_masking
-from engine.tasks import get_task
+from engine.tasks.registry import get_task
 
 
 def check_run(cfg: RunConfig, workspace=None):

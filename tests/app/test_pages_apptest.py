@@ -304,7 +304,7 @@ def test_an_import_runs_in_the_background_with_progress_and_cancel(workspace):
 def test_new_run_proposes_the_datasets_measured_recipe(workspace):
     """The digits recipe (engine.tasks.image.RECIPES, the same as configs/mae-digits.yaml) is what
     the training fields hold and what the resolved config would train, not TrainConfig's defaults."""
-    from engine.tasks.image import RECIPES
+    from engine.tasks.image.recipe import RECIPES
 
     recipe = RECIPES[(8, 8)]["train"]
     at = open_page("../pages/new_run.py")

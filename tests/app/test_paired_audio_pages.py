@@ -23,7 +23,7 @@ from bench.fsdd import WORDS
 from tests.stamps import completed_run
 
 NUM_VIS = 4
-CFG = {"task": "paired", "data": {"dataset": "spoken", "audio": {"n_mels": 32, "clip_seconds": 0.5},
+CFG = {"task": "paired_audio", "data": {"dataset": "spoken", "audio": {"n_mels": 32, "clip_seconds": 0.5},
                                   "tokenizer": {"vocab_size": 100, "max_len": 8}},
        "model": {"preset": "tiny", "patch_size": 4},
        "train": {"steps": 2, "batch_size": 8, "eval_interval": 2, "checkpoint_interval": 2, "num_vis": NUM_VIS,
@@ -92,7 +92,7 @@ def test_new_run_mask_lab_and_data_show_the_clips_with_their_transcripts(env):
     assert any(f"“{w}”" in c for c in captions(at) for w in WORDS)
 
 
-PAIRED_URL = {"dataset": "spoken", "task": "paired", "data.audio.n_mels": "32", "data.audio.clip_seconds": "0.5",
+PAIRED_URL = {"dataset": "spoken", "task": "paired_audio", "data.audio.n_mels": "32", "data.audio.clip_seconds": "0.5",
               "model.patch_size": "4", "data.tokenizer.vocab_size": "100", "data.tokenizer.max_len": "8",
               "train.steps": "2", "train.batch_size": "8", "train.eval_interval": "2", "train.checkpoint_interval": "2",
               "train.warmup_steps": "0", "train.num_vis": "4"}
@@ -103,8 +103,8 @@ def _url(at) -> dict[str, str]:
 
 
 def test_new_run_offers_the_paired_task_on_an_audio_dataset_and_previews_both_masks(env):
-    at = open_with("../pages/new_run.py", {"dataset": "spoken", "task": "paired"})
-    assert "paired" in at.selectbox(key="nr_task_audio").options and at.selectbox(key="nr_task_audio").value == "paired"
+    at = open_with("../pages/new_run.py", {"dataset": "spoken", "task": "paired_audio"})
+    assert "paired_audio" in at.selectbox(key="nr_task_audio").options and at.selectbox(key="nr_task_audio").value == "paired_audio"
     source = at.selectbox(key="nr_m_source")
     assert source.options[0].startswith("the clip's transcript") and source.value == "text"  # transcripts first
     assert len(source.options) == 3  # and the class as a word (digits 0-3), or the name as it is
@@ -119,8 +119,8 @@ def test_new_run_offers_the_paired_task_on_an_audio_dataset_and_previews_both_ma
     assert sum(body.count(w) for w in WORDS) >= 8  # the transcripts' words
     assert not next(b for b in at.button if b.label == "Launch").disabled  # passes the launcher's pre-flight
     url = _url(at)
-    assert url["task"] == "paired" and url["task_params.text_source"] == "text" and url["data.audio.n_mels"] == "32"
-    assert url["model.arch"] == get_task("paired").archs[0] and url["model.patch_size"] == "4"  # the default arch
+    assert url["task"] == "paired_audio" and url["task_params.text_source"] == "text" and url["data.audio.n_mels"] == "32"
+    assert url["model.arch"] == get_task("paired_audio").archs[0] and url["model.patch_size"] == "4"  # the default arch
     assert not [w.value for w in at.warning if "nothing masked" in w.value]
     # SpecAugment's time bands on short clips: some spectrograms get none, as Mask lab and audio runs say
     at = open_with("../pages/new_run.py", {**PAIRED_URL, "masking.strategy": "time_mask"})
@@ -173,7 +173,7 @@ def test_new_run_launches_an_audio_text_run_that_trains(env):
         rec = get_run(run_id, ws)
         assert rec.status == "completed", rec.error
         c = rec.config
-        assert c["task"] == "paired" and c["task_params"]["text_source"] == "label" and c["masking"]["ratio"] == 0.5
+        assert c["task"] == "paired_audio" and c["task_params"]["text_source"] == "label" and c["masking"]["ratio"] == 0.5
         assert c["data"]["audio"]["n_mels"] == 32 and rec.step == 2
         assert np.isfinite(rec.latest["val_t2i_r5"]) and np.isfinite(rec.latest["val_mse"])
         assert load_samples(run_id, workspace=ws).meta["captions"][0] in "0123"
@@ -183,10 +183,10 @@ def test_new_run_launches_an_audio_text_run_that_trains(env):
 
 
 def test_mask_lab_previews_the_joint_masks_of_an_audio_text_dataset(env):
-    at = open_with("../pages/mask_lab.py", {"dataset": "spoken", "task": "paired", "data.audio.n_mels": "32",
+    at = open_with("../pages/mask_lab.py", {"dataset": "spoken", "task": "paired_audio", "data.audio.n_mels": "32",
                                             "data.audio.clip_seconds": "0.5", "model.patch_size": "4",
                                             "task_params.text_source": "digit_word", "n": "16"})
-    assert at.selectbox(key="ml_task").value == "paired" and at.selectbox(key="ml_source").value == "digit_word"
+    assert at.selectbox(key="ml_task").value == "paired_audio" and at.selectbox(key="ml_source").value == "digit_word"
     heads = [h.value for h in at.subheader]
     assert {"Masks on real clips and their texts", "Statistics of the spectrogram masks",
             "Statistics of the text masks"} <= set(heads), heads
@@ -210,7 +210,7 @@ def test_an_audio_dataset_without_any_text_is_refused_in_words(env, shared_data)
     at = AppTest.from_file(str(ENTRY), default_timeout=120)
     at.run().switch_page("../pages/new_run.py")
     at.query_params.clear()
-    at.query_params["dataset"], at.query_params["task"] = "bare", "paired"
+    at.query_params["dataset"], at.query_params["task"] = "bare", "paired_audio"
     at.run()
     assert not at.exception
     (err,) = [e.value for e in at.error]

@@ -25,7 +25,7 @@ def test_short_audio_text_recipe_on_fsdd_beats_the_audio_hidden_model_and_chance
     m = out["mean"]
     assert out["kind"] == "audio" and out["pairs"] == 4 * 10 * TAKES and r["steps"] == STEPS
     c = r["config"]
-    assert c["task"] == "paired" and c["task_params"]["text_source"] == "digit_word" and c["train"]["num_threads"] == 1
+    assert c["task"] == "paired_audio" and c["task_params"]["text_source"] == "digit_word" and c["train"]["num_threads"] == 1
     assert m["val_caption_acc"] > m["val_caption_blank_acc"], m  # the word from the audio, not a guess
     for k in (5, 10):
         assert m[f"val_t2i_r{k}"] > m[f"baseline/chance/t2i_r{k}"], (k, m)

@@ -22,7 +22,7 @@ from engine.tasks import resolve
 from engine.data import ImportOptions, import_source
 from engine.data.audio import MIN_CLIP_SECONDS
 from engine.masking import MASKING_REGISTRY, strategies_for
-from engine.tasks.audio import train_masks
+from engine.tasks.audio.preview import train_masks
 
 RATE = 8000
 #: clip lengths in seconds: the importer's minimum, a few frames, a span, about a patch, under and

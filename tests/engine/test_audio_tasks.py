@@ -16,7 +16,7 @@ from engine.data import ImportOptions, import_source, load_dataset
 from engine.errors import ConfigError
 from engine.store import create_run, get_run, load_samples
 from engine.tasks import build_task, get_task
-from engine.tasks.audio import Grid, interp_time
+from engine.tasks.audio.common import Grid, interp_time
 from bench.fsdd import subset_zip
 
 REPO = Path(__file__).resolve().parents[2]
@@ -88,7 +88,7 @@ def test_specaugment_widths_count_mel_bins_and_frames_on_any_grid(ws, task, stra
     the masks are exactly SpecAugment's drawn there with F // 8 rows and T // 8 (or // 2) columns,
     and their time bands stay within each clip's own frames."""
     from engine.masking import get_masking
-    from engine.tasks.audio import train_masks
+    from engine.tasks.audio.preview import train_masks
 
     over = {"task_params": {"patch_frames": 8}, "model": {"preset": "tiny", "patch_size": 8}} if task == "audio_mae" else {}
     cfg = cfg_of(task, masking={"strategy": strategy, "params": params}, **over)
@@ -116,7 +116,7 @@ def test_a_specaugment_width_under_one_patch_is_refused_in_its_units(ws):
     ("random", {}, (8, 8, 2), ""),
 ])
 def test_width_text_says_what_specaugment_widths_come_to_on_the_grid(strategy, params, grid, text):
-    from engine.tasks.audio import width_text
+    from engine.tasks.audio.common import width_text
 
     cfg = cfg_of(masking={"strategy": strategy, "params": params})
     assert width_text(cfg, Grid(n_mels=64, frames=104, pf=grid[0], pt=grid[1], dims=grid[2])) == text

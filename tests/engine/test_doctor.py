@@ -14,6 +14,7 @@ import pytest
 from engine.runner.doctor import check_workspace
 from engine.store import MetricsWriter, create_run, get_run, read_metrics, read_status, run_alive, write_status
 from engine.store.metrics import metric_files
+from engine.workspace import FORMAT
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "tests" / "fixtures" / "workspace-v1"
@@ -34,7 +35,7 @@ def test_format_1_workspace_with_a_killed_run(tmp_path):
     out = doctor(ws=ws)
     assert out.returncode == 1, out.stderr
     lines = out.stdout.splitlines()
-    assert any(line.startswith("[repairable] VERSION: format 1: record format 2") for line in lines)
+    assert any(line.startswith(f"[repairable] VERSION: format 1: record format {FORMAT}") for line in lines)
     assert any(line.startswith(f"[repairable] run {V1_KILLED}: its worker process is gone (status 'running'")
                for line in lines)
     assert any(f"run {V1_KILLED}: 2 uncompacted metrics file(s)" in line for line in lines)
@@ -53,7 +54,7 @@ def test_format_1_workspace_with_a_killed_run(tmp_path):
     assert len(log) == 2 and "interrupted" in log[0]["repair"]
     after = read_metrics([V1_DONE, V1_KILLED], max_points=None, workspace=ws)
     assert after.drop(columns="wall_time").equals(before.drop(columns="wall_time"))  # no row lost or added
-    assert (ws / "VERSION").read_text() == "2\n"
+    assert (ws / "VERSION").read_text() == f"{FORMAT}\n"
     again = doctor(ws=ws)
     assert again.returncode == 0 and again.stdout.strip().endswith("everything is fine")
 
@@ -155,7 +156,7 @@ def test_what_doctor_cannot_repair_is_reported(workspace):
 def test_a_newer_workspace_is_left_alone(workspace):
     run_id, d = create_run({"train": {"steps": 5}})
     (d / ".status.json.1-aaaaaa.tmp").write_text("x")
-    (workspace / "VERSION").write_text("3\n")
+    (workspace / "VERSION").write_text(f"{FORMAT + 1}\n")
     report = check_workspace(workspace, repair=True)
     assert [(f.state, f.where) for f in report.findings] == [("problem", "VERSION")]
     assert "newer" in report.findings[0].message

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from engine.config import load_config
-from engine.tasks.image import RECIPES, recipe_for
+from engine.tasks.image.recipe import RECIPES, recipe_for
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = {(8, 8): "configs/mae-digits.yaml", (28, 28): "configs/mae-fashion-mnist.yaml"}
@@ -45,11 +45,11 @@ def test_new_run_defaults_come_from_the_recipe(workspace):
     assert train_defaults("image_mim", info) == RECIPES[(8, 8)]["train"]
     text = type("Info", (), {"modality": "text"})()
     assert train_defaults("text_mlm", text) == TRAIN_DEFAULTS["text_mlm"]
-    # paired: Tux Paint's image-text recipe, and FSDD's audio-text recipe on an audio dataset; each is
-    # the train section of its example config
+    # paired: Tux Paint's image-text recipe, and paired_audio: FSDD's audio-text recipe on an audio
+    # dataset; each is the train section of its example config
     audio, paired = (type("Info", (), {"modality": m})() for m in ("audio", "paired"))
-    for info, path in ((paired, "paired-tuxpaint.yaml"), (audio, "paired-audio-fsdd.yaml")):
+    for task, info, path in (("paired", paired, "paired-tuxpaint.yaml"), ("paired_audio", audio, "paired-audio-fsdd.yaml")):
         saved = yaml.safe_load((REPO / "configs" / path).read_text())["train"]
-        proposed = train_defaults("paired", info)
+        proposed = train_defaults(task, info)
         assert proposed == {k: saved[k] for k in proposed}, path
     assert train_defaults("audio_mae", audio) == TRAIN_DEFAULTS["audio_mae"]

@@ -10,7 +10,7 @@ from engine.config import RunConfig
 from engine.tasks import resolve
 from engine.eval.inference import load_model
 from engine.store import create_run, get_run, load_samples
-from engine.tasks.image import reconstruct
+from engine.tasks.image.inference import reconstruct
 from engine.runner.worker import execute_run
 
 

@@ -19,7 +19,7 @@ from engine.data import ImportOptions, import_source, load_dataset
 from engine.errors import ConfigError
 from engine.store import create_run, get_run, load_samples
 from engine.tasks import build_task
-from engine.tasks.paired_audio import AudioTextPairs, label_text
+from engine.tasks.paired_audio.pairs import AudioTextPairs, label_text
 from bench.fsdd import WORDS, subset_zip
 
 REPO = Path(__file__).resolve().parents[2]
@@ -50,7 +50,7 @@ def ws(imported):
 
 
 def cfg_of(**over) -> RunConfig:
-    d = {"task": "paired", "data": {"dataset": "spoken", "audio": {"n_mels": 32, "clip_seconds": 0.5},
+    d = {"task": "paired_audio", "data": {"dataset": "spoken", "audio": {"n_mels": 32, "clip_seconds": 0.5},
                                     "tokenizer": {"vocab_size": 100, "max_len": 8}},
          "model": {"preset": "tiny", "patch_size": 4},
          "train": {"steps": 3, "batch_size": 8, "eval_interval": 3, "checkpoint_interval": 3, "num_vis": 2,
@@ -76,7 +76,7 @@ def test_label_words():
 
 
 def test_the_check_refuses_an_audio_dataset_without_texts_naming_it(ws):
-    with pytest.raises(ConfigError, match=r"data.dataset: 'plain' is an audio dataset without transcripts; the paired "
+    with pytest.raises(ConfigError, match=r"data.dataset: 'plain' is an audio dataset without transcripts; the paired_audio "
                                           r"task needs a text for each clip: import it again with a transcript column"):
         check_run(cfg_of(data={"dataset": "plain"}), ws)
     check_run(cfg_of(data={"dataset": "plain"}, task_params={"text_source": "digit_word"}), ws)  # its labels are words
@@ -114,7 +114,7 @@ def test_whole_spectrogram_hiding_leaves_the_padding_visible(ws):
 
 def test_a_short_run_logs_retrieval_caption_and_spectrogram_figures(ws, monkeypatch):
     from engine.eval.inference import load_model
-    from engine.tasks.paired import retrieval_index
+    from engine.tasks.paired.inference import retrieval_index
     from engine.runner.worker import execute_run
 
     monkeypatch.setenv("MASKLAB_WORKSPACE", str(ws))
@@ -146,7 +146,7 @@ def test_example_config_passes_the_preflight_on_an_imported_fsdd_subset(ws):
 
 
 def test_text_sources_name_what_gives_each_train_clip_a_text(ws):
-    from engine.tasks.paired_audio import text_sources
+    from engine.tasks.paired_audio.pairs import text_sources
 
     spoken, plain = load_dataset("spoken", ws), load_dataset("plain", ws)
     n_train = int((plain.split == 0).sum())
@@ -170,3 +170,45 @@ def test_a_run_paired_with_one_character_class_names_completes_with_its_cca_base
     latest = get_run(run_id, ws).latest
     assert np.isfinite(latest["baseline/cca/t2i_r5"]) and np.isfinite(latest["val_t2i_r5"])
     assert set(load_samples(run_id, workspace=ws).meta["captions"]) <= set("0123")
+
+
+def test_a_format_2_paired_run_on_audio_opens_resumes_and_evaluates_as_paired_audio(ws, monkeypatch):
+    """Before workspace format 3 audio-text pairs were ``task: paired``. Such a stored run (trained, crashed
+    after its step-2 checkpoint, its config, config history, status and ``VERSION`` written back as format 2
+    wrote them) is renamed once when the workspace opens, then resumes with a changed config (resolved again
+    under the new task) to completion and evaluates."""
+    from engine.eval.job import evaluate_checkpoint
+    from engine.runner.resume import prepare_resume, resume_config
+    from engine.runner.worker import execute_run
+    from engine.store import read_config_history
+    from engine.workspace import FORMAT, atomic_write_json, read_json, workspace_root
+
+    def crash_after_3(step: int) -> None:
+        if step == 3:
+            raise RuntimeError("simulated crash after step 3")
+
+    monkeypatch.setenv("MASKLAB_WORKSPACE", str(ws))
+    cfg = cfg_of(train={"steps": 4, "eval_interval": 2, "checkpoint_interval": 2},
+                 evaluation={"auto": False, "max_rows": 300, "tsne_max_rows": 0, "finetune_epochs": 1})
+    run_id, d = create_run(cfg.to_dict(), ws)
+    assert execute_run(d, on_step=crash_after_3) == "failed"
+    old = {**read_json(d / "config.json"), "task": "paired"}  # what format 2 stored
+    atomic_write_json(d / "config.json", old)
+    atomic_write_json(d / "config_history.json", [{"step": 0, "config": old, "changed": {}}])
+    atomic_write_json(d / "status.json", {**read_json(d / "status.json"), "format": 2})
+    (ws / "VERSION").write_text("2\n")
+
+    workspace_root(ws)  # opening the workspace migrates it, once
+    assert (ws / "VERSION").read_text() == f"{FORMAT}\n"
+    rec = get_run(run_id, ws)
+    assert rec.config["task"] == "paired_audio" and rec.status == "failed"
+    assert {k: v for k, v in rec.config.items() if k != "task"} == {k: v for k, v in old.items() if k != "task"}
+    assert [e["config"]["task"] for e in read_config_history(d)] == ["paired_audio"]
+
+    assert prepare_resume(d, lambda c, step: resume_config(c, ["train.steps=6"], step).to_dict()) == 2
+    assert execute_run(d) == "completed", get_run(run_id, ws).error
+    rec = get_run(run_id, ws)
+    assert rec.step == 6 and rec.config["task"] == "paired_audio" and np.isfinite(rec.latest["val_caption_acc"])
+    assert [e["config"]["task"] for e in read_config_history(d)] == ["paired_audio", "paired_audio"]
+    ev, _ = evaluate_checkpoint(d, workspace=ws)
+    assert ev.step == 6

@@ -61,8 +61,13 @@ def test_paired_task_fills_its_defaults():
     assert [(t.loss, t.weight) for t in cfg.objective.terms] == [("mse", 1.0), ("cross_entropy", 0.5),
                                                                  ("contrastive", 0.5)]
     assert cfg.task_params == {"text_strategy": "random", "text_ratio": 0.15, "text_params": {},
-                               "caption_completion": 0.25, "image_completion": 0.0, "text_source": "text"}
+                               "caption_completion": 0.25, "image_completion": 0.0}
     assert cfg.data.tokenizer.max_len == 48
+    audio = resolve(RunConfig.from_dict({"task": "paired_audio", "data": {"dataset": "spoken"}}))
+    assert audio.task_params == {**cfg.task_params, "text_source": "text"}  # the audio-text task's own field
+    for over in ({"task_params": {"text_source": "label"}}, {"data": {"dataset": "x", "audio": {"n_mels": 32}}}):
+        with pytest.raises(ConfigError):  # image-text pairs know nothing of audio
+            resolve(RunConfig.from_dict({"task": "paired", "data": {"dataset": "x"}, **over}))
     span = resolve(RunConfig.from_dict({"task": "paired", "task_params": {"text_strategy": "span"}}))
     assert span.task_params["text_params"]  # the strategy's own parameters, resolved
 
@@ -111,9 +116,9 @@ def test_hidden_tokens_and_the_partner_never_leak(ws, arch):
     m = task.model.eval()
     idx = torch.arange(6)
     xb = task.train_batch(idx)
-    from engine.tasks.paired import _text_rows
+    from engine.tasks.text.common import text_rows
 
-    b = _text_rows(task.train_enc, idx)
+    b = text_rows(task.train_enc, idx)
     ids, real = b["ids"], b["eligible"]
     img_mask = torch.zeros(6, m.num_patches, dtype=torch.bool)
     img_mask[:, ::3] = True

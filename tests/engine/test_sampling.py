@@ -68,7 +68,7 @@ def test_fixed_validation_samples_of_a_class_ordered_import_cover_several_classe
     stored rows are shuffled, and the run's fixed validation images (and the New run preview,
     which calls the same function) are one per class."""
     from engine.masking import preview_masks
-    from engine.tasks.image import ImageMIMTask
+    from engine.tasks.image.recipe import ImageMIMTask
 
     x, y = _mnist(shared_data, 400)
     path = tmp_path / "mnist.zip"
@@ -98,7 +98,8 @@ def test_fixed_validation_samples_of_a_class_ordered_import_cover_several_classe
 
 
 def test_text_samples_of_a_class_ordered_table_cover_every_class_and_match_the_preview(workspace, tmp_path, shared_data):
-    from engine.tasks.text import TextMLMTask, preview
+    from engine.tasks.text.recipe import TextMLMTask
+    from engine.tasks.text.preview import preview
 
     lines = (shared_data / "trec" / "train.tsv").read_text(encoding="utf-8").splitlines()
     header, rows = lines[0], sorted(lines[1:600], key=lambda r: r.split("\t")[0])  # class by class

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from engine.tasks.text import TextTask
+from engine.tasks.text.common import text_rows
 from engine.text import stored
 from engine.text.stored import StoredEncoded, encode_split, store_folder
 from engine.text.tokenizer import TokenizerSettings, train_tokenizer
@@ -48,7 +48,7 @@ def assert_same_batches(a, b, n):
     g = torch.Generator().manual_seed(0)
     idx_sets = [torch.randperm(n, generator=g)[:32] for _ in range(5)] + [torch.arange(n), torch.tensor([3])]
     for idx in idx_sets:
-        ra, rb = TextTask.rows(a, idx), TextTask.rows(b, idx)
+        ra, rb = text_rows(a, idx), text_rows(b, idx)
         assert ra.keys() == rb.keys()
         for k in ra:
             assert ra[k].dtype == rb[k].dtype and torch.equal(ra[k], rb[k]), k

@@ -15,7 +15,7 @@ from engine.text.stored import StoredEncoded
 from engine.store import create_run, get_run, load_samples, read_metrics
 from engine.tasks import build_task
 from engine.models.span_infill import shift_right
-from engine.tasks.text import ensure_one_masked, whole_words
+from engine.tasks.text.common import ensure_one_masked, whole_words
 from engine.runner.worker import execute_run
 
 SHORT = {"steps": 6, "batch_size": 8, "eval_interval": 3, "checkpoint_interval": 6, "warmup_steps": 1, "device": "cpu"}
@@ -112,7 +112,7 @@ def test_one_line_four_word_corpus_with_batch_1_trains_without_nan(workspace, tm
 
 def test_mlm_run_logs_accuracy_baselines_samples_and_answers_the_fill_in_box(trec):
     from engine.eval.inference import load_model
-    from engine.tasks.text import fill_in
+    from engine.tasks.text.inference import fill_in
 
     run_id, d = create_run(_cfg("text_mlm", trec).to_dict())
     assert execute_run(d) == "completed", get_run(run_id).error
@@ -133,7 +133,7 @@ def test_mlm_run_logs_accuracy_baselines_samples_and_answers_the_fill_in_box(tre
 
 def test_span_run_logs_span_metrics_and_completes_a_passage(trec):
     from engine.eval.inference import load_model
-    from engine.tasks.text import complete_span
+    from engine.tasks.text.inference import complete_span
 
     run_id, d = create_run(_cfg("text_span", trec).to_dict())
     assert execute_run(d) == "completed", get_run(run_id).error

@@ -4,6 +4,7 @@ by today's code (tests/fixtures/workspace-v1, written by masklab before workspac
 from __future__ import annotations
 
 import errno
+import json
 import os
 import re
 import shutil
@@ -69,7 +70,7 @@ def test_new_workspace_records_its_format(tmp_path):
     assert (root / "VERSION").read_text() == f"{FORMAT}\n"
 
 
-@pytest.mark.parametrize("content, needle", [("3\n", "format 3, written by a newer masklab"),
+@pytest.mark.parametrize("content, needle", [(f"{FORMAT + 1}\n", f"format {FORMAT + 1}, written by a newer masklab"),
                                              ("99", "format 99"),
                                              ("garbage", "expected the workspace format (an integer)")])
 def test_a_newer_or_unreadable_workspace_is_refused_not_half_read(tmp_path, content, needle):
@@ -141,3 +142,50 @@ def test_format_1_workspace_opens_and_reads_whole(v1):
     assert set(state["rng"]) == {"g_mask", "g_data"} and "state" in state["optimizer"]
     assert any(k.startswith("decoder") for k in load_weights(ckpt))
     assert latest_complete_checkpoint(v1 / "runs" / V1_KILLED) is None
+
+
+def test_format_3_renames_paired_runs_on_audio_and_drops_text_source_from_image_pairs(tmp_path):
+    """The format-3 migration, on hand-written format-2 run folders: a ``paired`` run on audio data
+    (told by ``data.audio``, by the dataset's ``meta.json`` or by the run's ``task.json``) becomes
+    ``paired_audio`` in its config and history; a ``paired`` run on image-text pairs keeps its task and
+    loses ``task_params.text_source``; other runs and damaged folders are left as they are; a second
+    pass changes nothing. (tests/engine/test_paired_audio.py resumes and evaluates such a run.)"""
+    from engine.workspace import migrate_to_3
+
+    root = tmp_path / "ws"
+
+    def put(path: Path, obj) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(path, obj)
+
+    for name, modality in (("clips", "audio"), ("pairs", "paired")):
+        put(root / "datasets" / name / "meta.json", {"name": name, "modality": modality})
+    params = {"text_ratio": 0.15, "text_source": "digit_word"}
+    runs = {
+        "a-audio-field": {"task": "paired", "data": {"dataset": "gone", "audio": {"n_mels": 32}}, "task_params": params},
+        "b-audio-meta": {"task": "paired", "data": {"dataset": "clips"}, "task_params": params},
+        "c-audio-task-json": {"task": "paired", "data": {"dataset": "gone"}, "task_params": params},
+        "d-image-pairs": {"task": "paired", "data": {"dataset": "pairs"}, "task_params": {**params, "text_source": "text"}},
+        "e-image-mim": {"task": "image_mim", "data": {"dataset": "clips"}, "task_params": {}},
+    }
+    for run_id, cfg in runs.items():
+        put(root / "runs" / run_id / "config.json", cfg)
+    put(root / "runs" / "c-audio-task-json" / "task.json", {"stream": "audio"})
+    put(root / "runs" / "b-audio-meta" / "config_history.json",
+                      [{"step": 0, "config": runs["b-audio-meta"], "changed": {}}, {"step": 4, "config": runs["b-audio-meta"],
+                                                                                   "changed": {"train.lr": [1, 2]}}])
+    (root / "runs" / "f-damaged").mkdir()
+    (root / "runs" / "f-damaged" / "config.json").write_text("{not json")
+    (root / "VERSION").write_text("2\n")
+
+    workspace_root(root)
+    assert (root / "VERSION").read_text() == f"{FORMAT}\n"
+    cfg = {r: json.loads((root / "runs" / r / "config.json").read_text()) for r in runs}
+    for r in ("a-audio-field", "b-audio-meta", "c-audio-task-json"):
+        assert cfg[r] == {**runs[r], "task": "paired_audio"}, r
+    history = json.loads((root / "runs" / "b-audio-meta" / "config_history.json").read_text())
+    assert [e["config"]["task"] for e in history] == ["paired_audio"] * 2 and history[1]["changed"] == {"train.lr": [1, 2]}
+    assert cfg["d-image-pairs"] == {**runs["d-image-pairs"], "task_params": {"text_ratio": 0.15}}
+    assert cfg["e-image-mim"] == runs["e-image-mim"]
+    assert (root / "runs" / "f-damaged" / "config.json").read_text() == "{not json"
+    assert migrate_to_3(root) == []  # idempotent

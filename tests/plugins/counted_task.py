@@ -11,7 +11,7 @@ import os
 import sys
 
 from engine.tasks import register_task
-from engine.tasks.image import ImageMIMTask
+from engine.tasks.image.recipe import ImageMIMTask
 
 LOG_ENV = "MASKLAB_RESOLVE_LOG"
 

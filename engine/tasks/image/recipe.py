@@ -22,10 +22,10 @@ from engine.config import RunConfig
 from engine.data.sampling import representative
 from engine.errors import ConfigError
 from engine.masking import draw_mask, get_masking, grid_shape, image_side_inputs, preview_masks, strategies_on
-from engine.training.perf import to_device
 from engine.store.samples import Sample
-from engine.tasks import register_task
 from engine.tasks.base import Task
+from engine.tasks.registry import register_task
+from engine.training.perf import to_device
 
 EVAL_MAX_ROWS = 2048  # val loss is averaged over at most this many fixed val images
 EVAL_CHUNK = 256
@@ -116,8 +116,8 @@ class ImageMIMTask(Task):
         """Patch size tiles the images, the strategy applies to image patch grids, and a probe batch
         of its masks can train (:func:`engine.tasks.checks.masking_problem`) at ``masking.ratio`` and, with
         a schedule, at ``masking.final_ratio``."""
-        from engine.tasks.checks import masking_problem
         from engine.data import load_dataset
+        from engine.tasks.checks import masking_problem
 
         _, H, W = info.image_shape
         h, w = grid_shape((H, W), cfg.model.patch_size)
@@ -324,44 +324,3 @@ class ImageMIMTask(Task):
             x, y = self._ds.tensors(split, limit=max_rows)
             out.append((x.flatten(1).numpy(), y.numpy().astype(np.int64)))
         return out[0], out[1]
-
-
-# --- interactive inference --------------------------------------------------------------------------
-
-
-@torch.no_grad()
-def reconstruct(loaded, image, mask) -> dict[str, np.ndarray]:
-    """A kept checkpoint's reconstruction of one image under a mask the caller chose (the
-    dashboard's interactive masking box; :func:`engine.eval.inference.load_model` gives ``loaded``).
-
-    Args:
-        loaded: an :class:`engine.eval.inference.LoadedModel` of an ``image_mim`` run (model in eval mode).
-        image: float ``[C, H, W]`` in [0, 1] (numpy or torch), the run's image shape.
-        mask: bool ``[h, w]`` (or ``[L]``, row-major), True = hidden from the encoder; the run's
-            patch grid. Every patch may be hidden (MAE's encoder then sees its class token only)
-            or none (nothing is scored, the prediction is shown anyway).
-
-    Returns:
-        ``{"pred_img", "pasted"}``, float32 numpy ``[C, H, W]`` in [0, 1], as
-        ``MaskedAutoencoderViT.reconstruct``: the prediction of every patch, and the original at
-        visible patches with the prediction at hidden ones. With ``norm_pix_loss`` the prediction is
-        de-normalised with each true patch's mean and std (MAE's display, which peeks at the hidden
-        patch's statistics).
-
-    Raises:
-        ValueError: the image is not the run's ``(C, H, W)`` or the mask not its ``(h, w)`` grid,
-            naming both shapes.
-    """
-    model = loaded.model
-    x = torch.as_tensor(np.asarray(image, dtype=np.float32))
-    expected = (model.in_chans, *model.img_size)
-    if tuple(x.shape) != expected:
-        raise ValueError(f"reconstruct: image of shape {tuple(x.shape)}, but run {loaded.run_id} trains on "
-                         f"{expected} (C, H, W)")
-    m = torch.as_tensor(np.asarray(mask, dtype=bool))
-    if tuple(m.shape) not in (tuple(model.grid_size), (model.num_patches,)):
-        raise ValueError(f"reconstruct: mask of shape {tuple(m.shape)}, but run {loaded.run_id} has a "
-                         f"{model.grid_size[0]}x{model.grid_size[1]} patch grid")
-    device = next(model.parameters()).device
-    rec = model.reconstruct(x[None].to(device), m.reshape(1, -1).to(device))
-    return {k: v[0].float().cpu().numpy() for k, v in rec.items()}

@@ -1,7 +1,7 @@
-"""Audio-text pairs for the ``paired`` task (issue 11): an audio dataset seen as spectrogram-text pairs.
+"""Audio-text pairs for the ``paired_audio`` task: an audio dataset seen as spectrogram-text pairs.
 
-The ``paired`` task trains M3AE on image-caption pairs; an audio dataset enters through the same
-seam: :class:`AudioTextPairs` reads like a :class:`~engine.data.dataset.PairedDataset` (rows,
+The ``paired`` task trains M3AE on image-caption pairs; ``paired_audio`` trains the same recipe on an
+audio dataset through :class:`AudioTextPairs`, which reads like a :class:`~engine.data.dataset.PairedDataset` (rows,
 splits, labels, ``rows_tensors``, ``texts``) whose "image" is the clip's log-mel spectrogram.
 
 - **Text** (``task_params.text_source``): ``text`` = the clip's transcript (an import with
@@ -13,11 +13,11 @@ splits, labels, ``rows_tensors``, ``texts``) whose "image" is the clip's log-mel
   rate of the import, mel bins, window, hop, ``clip_seconds``), per-bin normalisation from the
   train clips, the **first** window of each clip (the transcript belongs to the clip's start; set
   ``clip_seconds`` to cover the clips), ``[1, F, T]`` with ``T`` rounded up to whole patches, cut by
-  M3AE into ``P x P`` patches (``model.patch_size``) on the audio task's :class:`~engine.tasks.audio.Grid`.
+  M3AE into ``P x P`` patches (``model.patch_size``) on the audio task's :class:`~engine.tasks.audio.common.Grid`.
 - **Padding**: a clip shorter than the window is padded with silence; as in ``audio_mae``, the
-  masks never hide a patch whose first frame is padding (:func:`engine.tasks.audio.draw_masks` with
+  masks never hide a patch whose first frame is padding (:func:`engine.tasks.audio.common.draw_masks` with
   the grid's ``eligible``) and the spectrogram figures score only the clip's frames
-  (:func:`engine.tasks.audio.spec_sse`). The masking strategies are the 2-D audio ones (random,
+  (:func:`engine.tasks.audio.common.spec_sse`). The masking strategies are the 2-D audio ones (random,
   SpecAugment bands, voiced columns...).
 """
 
@@ -35,7 +35,7 @@ from engine.audio.features import ClipFeatures, DatasetClips, Window, feature_st
 from engine.config import AudioConfig, RunConfig
 from engine.data.audio import UNLABELED  # the class of clips imported without a label: not a word of the clip
 from engine.errors import ConfigError
-from engine.tasks.audio import Grid, draw_masks, first_windows, spec_and_grid
+from engine.tasks.audio.common import draw_masks, first_windows, spec_and_grid
 
 TextSource = Literal["text", "label", "digit_word"]
 DIGIT_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
@@ -79,7 +79,7 @@ def clip_texts(ds, source: TextSource) -> list[str]:
     if source == "text":
         if ds.text_bytes is None:
             raise ConfigError(
-                f"data.dataset: {ds.info.name!r} is an audio dataset without transcripts; the paired task needs a "
+                f"data.dataset: {ds.info.name!r} is an audio dataset without transcripts; the paired_audio task needs a "
                 "text for each clip: import it again with a transcript column (--text-column), or set "
                 "task_params.text_source to 'label' (or 'digit_word') when the class name is the spoken word")
         return [ds.transcript(i).strip() for i in range(len(ds))]
@@ -88,7 +88,7 @@ def clip_texts(ds, source: TextSource) -> list[str]:
 
 
 class AudioTextPairs:
-    """An audio dataset as the ``paired`` task reads a paired one (module docstring).
+    """An audio dataset as the ``paired_audio`` task reads it: like a paired dataset (module docstring).
 
     Args:
         ds: an :class:`~engine.data.dataset.AudioDataset`.
@@ -116,7 +116,7 @@ class AudioTextPairs:
         keep = np.flatnonzero(np.array([bool(t) for t in texts], bool))
         if not (ds.split[keep] == 0).any():
             what = "a transcript" if source == "text" else "a class name"
-            raise ConfigError(f"data.dataset: no train clip of {ds.info.name!r} has {what}; the paired task needs "
+            raise ConfigError(f"data.dataset: no train clip of {ds.info.name!r} has {what}; the paired_audio task needs "
                               "texts to pair with the clips")
         self.audio_ds = ds
         self.rows, self.labels, self.split = keep, ds.labels[keep].astype(np.int64), ds.split[keep]
@@ -181,20 +181,3 @@ class AudioTextPairs:
         """``[B, L_i]`` bool: the patches that hold frames of the clip (the ones a mask may hide)."""
         return self.grid.eligible(self.window(rows)).flatten(1)
 
-
-def pairs_of(cfg: RunConfig, ds, workspace=None):
-    """What the ``paired`` task reads of dataset ``ds``: the paired dataset itself, or an audio
-    dataset as :class:`AudioTextPairs`.
-
-    Raises:
-        ConfigError: ``data.audio`` or a ``text_source`` other than ``text`` with image-text pairs;
-            an audio dataset without texts (naming it), as :class:`AudioTextPairs`.
-    """
-    source = cfg.task_params.get("text_source", "text")
-    if ds.info.modality == "audio":
-        return AudioTextPairs(ds, cfg.data.audio, cfg.model.patch_size, source, workspace)
-    if cfg.data.audio is not None:
-        raise ConfigError(f"data.audio: {ds.info.name!r} is an image-text dataset; data.audio is for audio-text pairs, remove it")
-    if source != "text":
-        raise ConfigError(f"task_params.text_source: {source!r} is for audio datasets; image-text pairs use their captions ('text')")
-    return ds

@@ -29,10 +29,10 @@ same settings share it; the run records its id in ``task.json``). Every text is 
   ``task_params.decoder_input_mask`` > 0), ``val_exact`` (the whole span and its end).
 """
 
+
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -41,21 +41,26 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from engine.config import RunConfig, TokenizerConfig
 from engine.errors import ConfigError
 from engine.masking import draw_mask, get_masking, strategies_on
-from engine.messages import describe_error
-from engine.training.perf import pin, to_device
 from engine.store.samples import Sample
-from engine.tasks import register_task
 from engine.tasks.base import Task
-from engine.text.stored import StoredEncoded, encode_split
-
-EVAL_MAX_ROWS = 2048  # val metrics use at most this many fixed val texts
-#: The count baselines (engine.eval.text_baselines) are fitted on at most this many train texts (the
-#: first ones: imports store rows shuffled), so their memory does not grow with a large split.
-BASELINE_MAX_ROWS = 100_000
-GEN_MAX_ROWS = 512  # greedy generation (span task) on at most this many of them
-EVAL_CHUNK = 256
-PROBE_ROWS = 256
-TOP_K = 3  # predictions shown per masked token
+from engine.tasks.registry import register_task
+from engine.tasks.text.common import (
+    EVAL_CHUNK,
+    EVAL_MAX_ROWS,
+    GEN_MAX_ROWS,
+    PROBE_ROWS,
+    TOP_K,
+    baseline_rows,
+    ensure_one_masked,
+    text_rows,
+    token_strings,
+    tokenizer_for,
+    vis_masks,
+    vis_rows,
+    whole_words,
+)
+from engine.text.stored import encode_split
+from engine.training.perf import pin, to_device
 
 
 class MLMParams(BaseModel):
@@ -87,130 +92,6 @@ class SpanParams(BaseModel):
     )
 
 
-def ensure_one_masked(mask: torch.Tensor, eligible: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """Give every row that has an eligible position but no masked one a single masked position,
-    uniformly among its eligible ones, so that no sequence has nothing to predict.
-
-    Args:
-        mask, eligible: ``[B, L]`` bool on the generator's device.
-        generator: consumed only when some row needs a position (one uniform per cell of the batch).
-
-    Returns:
-        ``[B, L]`` bool (a new tensor when changed).
-    """
-    need = eligible.any(dim=1) & ~mask.any(dim=1)
-    if not bool(need.any()):
-        return mask
-    u = torch.rand(mask.shape, generator=generator, device=mask.device).masked_fill(~eligible, -1.0)
-    pick = torch.zeros_like(mask).scatter_(1, u.argmax(dim=1, keepdim=True), True)
-    return mask | (pick & need[:, None])
-
-
-def whole_words(mask: torch.Tensor, word_ids: torch.Tensor) -> torch.Tensor:
-    """Grow a mask to whole words: every token of a word with a masked token is masked.
-
-    A contiguous span stays contiguous (it can only grow at its two ends), so span completion
-    hides whole words and never asks for the rest of a half-hidden word.
-
-    Args:
-        mask: ``[B, L]`` bool; word_ids: ``[B, L]`` int64, ``-1`` outside words (never masked here).
-
-    Returns:
-        ``[B, L]`` bool.
-    """
-    w = word_ids.clamp_min(-1) + 1  # 0 = no word
-    hit = torch.zeros(mask.shape[0], int(w.max()) + 1 if w.numel() else 1, dtype=torch.bool, device=mask.device)
-    hit.scatter_reduce_(1, w, mask, reduce="amax")
-    hit[:, 0] = False
-    return mask | hit.gather(1, w)
-
-
-def vis_masks(cfg: RunConfig, rows: dict[str, torch.Tensor]) -> torch.Tensor:
-    """The masks of the run's fixed visualisation rows (``[N, L]`` bool): the masking strategy at
-    ``masking.ratio`` from ``torch.Generator().manual_seed(train.seed)``, every row with a maskable
-    token getting at least one. The run's samples and the New run / Mask lab previews call this
-    with the same rows, so the preview shows the run's own masks (as
-    :func:`engine.masking.preview_masks` does for images)."""
-    g = torch.Generator().manual_seed(cfg.train.seed)
-    mask = draw_mask(cfg.masking, tuple(rows["ids"].shape), g, eligible=rows["eligible"], ratio=cfg.masking.ratio,
-                     word_ids=rows["word_ids"], sentence_ids=rows["sentence_ids"])
-    if cfg.task == "text_span":
-        return whole_words(mask, rows["word_ids"])
-    return ensure_one_masked(mask, rows["eligible"], g)
-
-
-@dataclass(frozen=True)
-class TextPreview:
-    """What the dashboard shows of a text config before a run: the run's ``n`` visualisation texts (:func:`vis_rows`),
-    their tokens (``[N, L]`` strings, ``""`` at padding) and the run's masks of them (``[N, L]`` bool)."""
-
-    texts: list[str]
-    tokens: np.ndarray
-    mask: np.ndarray
-    eligible: np.ndarray
-    labels: np.ndarray
-
-
-def preview(cfg: RunConfig, n: int, workspace=None) -> TextPreview:
-    """The run's visualisation rows and masks for ``cfg`` (trains or loads the cached tokenizer).
-
-    Raises:
-        DatasetError, ConfigError: unknown dataset, a strategy that needs what text cannot give.
-    """
-    from engine.data import load_dataset
-
-    ds = load_dataset(cfg.data.dataset, workspace)
-    split = "val" if ds.info.n_val else "train"
-    pool = ds.indices(split)[:EVAL_MAX_ROWS]  # the task's val rows; only the picked ones are decoded
-    pick = vis_rows(ds.labels[pool], n)
-    texts = ds.texts_at(pool[pick])
-    tok, _ = TextTask.tokenizer_for(cfg, ds, workspace)
-    enc = tok.encode_batch(texts, max_len=cfg.data.tokenizer.max_len)
-    rows = TextTask.rows(enc, torch.arange(len(enc)))
-    mask = vis_masks(cfg, rows)
-    return TextPreview(texts, token_strings(tok, rows["ids"]), mask.numpy(), rows["eligible"].numpy(),
-                       ds.labels[pool[pick]].astype(np.int64))
-
-
-def vis_rows(val_labels: np.ndarray, n: int) -> np.ndarray:
-    """Positions (int64 ``[min(n, N)]``) of the run's visualisation rows among its first
-    :data:`EVAL_MAX_ROWS` validation texts (labels ``val_labels``): :func:`engine.data.representative`,
-    so the preview and the run's samples show the same class-stratified texts."""
-    from engine.data import representative
-
-    return representative(np.asarray(val_labels)[:EVAL_MAX_ROWS], n)
-
-
-def train_masks(cfg: RunConfig, n: int, workspace=None, ds=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Masks of ``cfg`` over ``n`` train texts (:func:`engine.data.representative`), drawn as a training batch is (from
-    ``torch.Generator().manual_seed(train.seed)``), for Mask lab's statistics. ``ds``: the texts to
-    read (anything with ``indices``, ``labels``, ``texts_at`` and ``info``, e.g. the paired task's
-    captions); default ``cfg.data.dataset``.
-
-    Returns:
-        ``(mask [n, L] bool, eligible [n, L] bool)``.
-    """
-    from engine.data import load_dataset, representative
-
-    ds = load_dataset(cfg.data.dataset, workspace) if ds is None else ds
-    tok, _ = TextTask.tokenizer_for(cfg, ds, workspace)
-    train = ds.indices("train")
-    enc = tok.encode_batch(ds.texts_at(train[representative(ds.labels[train], n)]), max_len=cfg.data.tokenizer.max_len)
-    rows = TextTask.rows(enc, torch.arange(len(enc)))
-    return vis_masks(cfg, rows), rows["eligible"]
-
-
-def token_strings(tok, ids: torch.Tensor) -> np.ndarray:
-    """Token strings of ``ids [N, L]`` (any integer shape) as a unicode array (``""`` at padding)."""
-    flat = [("" if t == tok.pad_id else (tok.id_to_token(t) or "")) for t in ids.reshape(-1).tolist()]
-    return np.array(flat, dtype=str).reshape(tuple(ids.shape)) if flat else np.zeros(tuple(ids.shape), dtype=str)
-
-
-def baseline_rows(enc) -> tuple:
-    """``(input_ids, attention_mask)`` of the first :data:`BASELINE_MAX_ROWS` rows of an encoded
-    split (in memory or stored), for ``TokenBaselines.fit``."""
-    return enc.input_ids[:BASELINE_MAX_ROWS], enc.attention_mask[:BASELINE_MAX_ROWS]
-
 
 class TextTask(Task):
     """What both text tasks share: the tokenizer, the encoded splits, batches, masks."""
@@ -235,14 +116,8 @@ class TextTask(Task):
 
     # --- data -------------------------------------------------------------------------------------
 
-    @staticmethod
-    def tokenizer_for(cfg: RunConfig, ds, workspace=None):
-        """``(tokenizer, tokenizer_id)`` of the run: trained on the train split once, then cached."""
-        from engine.text.tokenizer import TokenizerSettings, get_tokenizer, text_chunks
-
-        settings = TokenizerSettings(**cfg.data.tokenizer.model_dump())
-        return get_tokenizer(ds.info.name, ds.info.source_hash, lambda: ds.texts("train"), settings, workspace,
-                             train_chunks=lambda: text_chunks(ds, "train"))
+    #: ``(tokenizer, tokenizer_id)`` of the run (:func:`~engine.tasks.text.common.tokenizer_for`).
+    tokenizer_for = staticmethod(tokenizer_for)
 
     @classmethod
     def _probe(cls, cfg: RunConfig, workspace=None):
@@ -292,18 +167,8 @@ class TextTask(Task):
         return {"dataset_hash": self._ds.info.source_hash, "tokenizer_id": self.tokenizer_id,
                 "vocab_size": self.tok.vocab_size, "n_train": self.n_train}
 
-    @staticmethod
-    def rows(enc, idx: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The rows ``idx`` of an encoded split (an in-memory ``Encoded`` or a
-        :class:`~engine.text.stored.StoredEncoded`), cut to their longest row: ``ids``, ``attention``,
-        ``eligible`` (real, non-special tokens), ``word_ids``, ``sentence_ids``, each ``[B, L_b]``."""
-        if isinstance(enc, StoredEncoded):
-            return enc.rows(idx)
-        att = enc.attention_mask[idx]
-        L = max(1, int(att.sum(dim=1).max())) if len(idx) else 1
-        att = att[:, :L]
-        return {"ids": enc.input_ids[idx, :L], "attention": att, "eligible": att & ~enc.special_mask[idx, :L],
-                "word_ids": enc.word_ids[idx, :L], "sentence_ids": enc.sentence_ids[idx, :L]}
+    #: The rows of an encoded split cut to their longest (:func:`~engine.tasks.text.common.text_rows`).
+    rows = staticmethod(text_rows)
 
     def _mask(self, b: dict[str, torch.Tensor], generator: torch.Generator, ratio: float) -> torch.Tensor:
         return draw_mask(self.cfg.masking, tuple(b["ids"].shape), generator, eligible=b["eligible"], ratio=ratio,
@@ -665,84 +530,3 @@ class TextSpanTask(TextTask):
 
     def _features(self, b):
         return self.model.features(b["ids"].to(self.device), b["attention"].to(self.device))
-
-
-# --- interactive inference (the fill-in box and the completion view; see engine.eval.inference) ----------
-
-
-@dataclass(frozen=True)
-class FillIn:
-    """Predictions of a masked language model at one ``[MASK]``: the ``position`` among the masks
-    (0-based, left to right) and the top candidates as ``(token, probability)`` pairs."""
-
-    position: int
-    candidates: list[tuple[str, float]]
-
-
-def tokenizer_of(loaded, workspace=None):
-    """The tokenizer a loaded text run trained with (named in its ``task.json``).
-
-    Raises:
-        InferenceError: none named, or it cannot be loaded.
-    """
-    from engine.eval.inference import InferenceError
-    from engine.text.tokenizer import load_tokenizer
-
-    try:
-        return load_tokenizer(loaded.info["tokenizer_id"], workspace)
-    except KeyError:
-        raise InferenceError(f"run {loaded.run_id}: its task.json names no tokenizer; it cannot be loaded") from None
-    except (ValueError, OSError) as e:  # load_tokenizer's ValueError is already in our words
-        why = str(e) if isinstance(e, ValueError) else describe_error(e)
-        raise InferenceError(f"run {loaded.run_id}: its tokenizer cannot be loaded: {why}") from e
-
-
-def fill_in(loaded, text: str, k: int = TOP_K, workspace=None) -> list[FillIn]:
-    """The ``k`` most probable tokens at every ``[MASK]`` of ``text``, from a ``text_mlm`` checkpoint.
-
-    Args:
-        loaded: :func:`engine.eval.inference.load_model` of a ``text_mlm`` run.
-        text: a sentence with one or more literal ``[MASK]`` tokens.
-
-    Raises:
-        InferenceError: no ``[MASK]`` in the text (or all of them past ``data.tokenizer.max_len``),
-            or the run's tokenizer is gone.
-    """
-    from engine.eval.inference import InferenceError
-
-    tok = tokenizer_of(loaded, workspace)
-    enc = tok.encode_batch([text], max_len=loaded.cfg.data.tokenizer.max_len)
-    where = enc.input_ids == tok.mask_id
-    if not bool(where.any()):
-        raise InferenceError("no [MASK] in the text: type [MASK] where a word is hidden, or pick words to hide"
-                             + (" (a [MASK] past the first "
-                                f"{loaded.cfg.data.tokenizer.max_len} tokens is cut off)" if "[MASK]" in text else ""))
-    with torch.no_grad():
-        ids, probs = loaded.model.predict_topk(enc.input_ids, enc.attention_mask, where, k=k,
-                                               exclude_ids=tuple(tok.special_ids))
-    return [FillIn(i, [(tok.id_to_token(int(t)) or "?", float(p)) for t, p in zip(row_ids, row_p)])
-            for i, (row_ids, row_p) in enumerate(zip(ids.tolist(), probs.tolist()))]
-
-
-def complete_span(loaded, text: str, max_new_tokens: int = 64, workspace=None) -> str:
-    """The span a ``text_span`` checkpoint writes in place of the single ``[MASK]`` of ``text``.
-
-    Raises:
-        InferenceError: not exactly one ``[MASK]`` in the (truncated) text, or no tokenizer.
-    """
-    from engine.eval.inference import InferenceError
-
-    tok = tokenizer_of(loaded, workspace)
-    enc = tok.encode_batch([text], max_len=loaded.cfg.data.tokenizer.max_len)
-    n = int((enc.input_ids == tok.mask_id).sum())
-    if n != 1:
-        raise InferenceError(f"the completion view fills one gap: write [MASK] once where the text is missing (found {n})")
-    with torch.no_grad():
-        gen = loaded.model.generate(enc.input_ids, enc.attention_mask,
-                                    max_new_tokens=min(max_new_tokens, loaded.cfg.data.tokenizer.max_len))[0]
-    out = []
-    for t in gen.tolist():
-        if t in (tok.sep_id, tok.pad_id):
-            break
-        out.append(t)
-    return tok.decode(out)
