@@ -137,6 +137,9 @@ class PairedTask(Task):
 
     name = "paired"
     modality = "paired"
+    sample_kind = "paired"
+    interactive = "retrieval"
+    train_defaults = "paired-tuxpaint"  # image-text; audio-text: the audio UI's FSDD recipe
     archs = ("flava", "m3ae")  # the first is the default: the measured recipe (bench/paired_quality.py)
     default_loss = "mse"
     unit = "patch and token"
