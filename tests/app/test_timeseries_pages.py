@@ -31,11 +31,11 @@ def two_series_runs(workspace, monkeypatch, tmp_path):
 
 
 def series_charts(at) -> list[str]:
-    """The titles of the page's per-series charts (``series <i>``), in order."""
+    """The descriptions of the page's per-series charts (``series <i>``), in order."""
     import json
 
     specs = [json.loads(el.proto.spec) for el in at.get("vega_lite_chart")]
-    return [s["title"] for s in specs if str(s.get("title", "")).startswith("series ")]
+    return [s["description"] for s in specs if str(s.get("description", "")).startswith("series ")]
 
 
 def test_run_detail_and_compare_show_the_plugin_modality(two_series_runs):

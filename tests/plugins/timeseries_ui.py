@@ -26,20 +26,24 @@ def series_frame(sample, rows: int | None = None) -> pd.DataFrame:
     v, p, m = (np.asarray(sample[k])[:rows] for k in ("values", "pred", "mask"))
     n, t = v.shape
     return pd.DataFrame({"series": np.repeat(np.arange(n), t), "step": np.tile(np.arange(t), n),
-                         "value": v.ravel(), "prediction": p.ravel(), "masked": m.astype(bool).ravel()})
+                         "value": v.ravel().astype(float), "prediction": p.ravel().astype(float),
+                         "masked": m.astype(bool).ravel()})
 
 
-def series_chart(df: pd.DataFrame, lines: dict[str, str], height: int = 140) -> alt.LayerChart:
+def series_chart(df: pd.DataFrame, lines: dict[str, str], height: int = 180) -> alt.LayerChart:
     """One series: grey bands over its masked steps, the true values as a line, and each column of
-    ``lines`` (column -> legend name) as a dashed line over the masked steps only."""
-    masked = df[df.masked]
-    bands = alt.Chart(masked).mark_rect(color="#d0d0d0", opacity=0.6).encode(
-        x=alt.X("x0:Q", title="step"), x2="x1:Q").transform_calculate(x0="datum.step - 0.5", x1="datum.step + 0.5")
-    truth = alt.Chart(df).mark_line(color="#333333").encode(x="step:Q", y=alt.Y("value:Q", title="value (normalised)"))
-    long = masked.melt(id_vars=["step"], value_vars=list(lines), var_name="predictor", value_name="guess")
-    long["predictor"] = long["predictor"].map(lines)
-    guesses = alt.Chart(long).mark_line(point=True, strokeDash=[4, 2]).encode(
-        x="step:Q", y="guess:Q", color=alt.Color("predictor:N", title=None), detail="predictor:N")
+    ``lines`` (column -> legend name) as a dashed line with points over the masked steps only."""
+    df = df.rename(columns=lines).reset_index(drop=True).assign(x0=lambda d: d.step - 0.5, x1=lambda d: d.step + 0.5)
+    values = df[["value", *lines.values()]].to_numpy()
+    df["lo"], df["hi"] = float(values.min()), float(values.max())  # the bands' height: every line's range
+    base = alt.Chart(df)
+    scale = alt.Scale(domain=[-0.5, float(df.step.max()) + 0.5], nice=False)
+    x = alt.X("step:Q", title="step", scale=scale)
+    bands = base.transform_filter("datum.masked").mark_rect(color="#cccccc", opacity=0.5).encode(
+        x=alt.X("x0:Q", scale=scale), x2="x1:Q", y="lo:Q", y2="hi:Q")
+    truth = base.mark_line(color="#333333").encode(x=x, y=alt.Y("value:Q", title="value (normalised)"))
+    guesses = (base.transform_filter("datum.masked").transform_fold(list(lines.values()), as_=["predictor", "guess"])
+               .mark_line(point=True, strokeDash=[4, 2]).encode(x=x, y="guess:Q", color=alt.Color("predictor:N", title=None)))
     return alt.layer(bands, truth, guesses).properties(height=height)
 
 
@@ -50,7 +54,8 @@ def samples_view(sample, run) -> None:
     st.caption(f"Step {sample.step} · {df.series.nunique()} fixed validation series · {hidden} of {len(df)} steps "
                "hidden (grey) · black: the series, dashed: the model's prediction of the hidden steps")
     for i, part in df.groupby("series"):
-        st.altair_chart(series_chart(part, {"prediction": "prediction"}).properties(title=f"series {i}"),
+        st.caption(f"Series {i}")  # not a chart title: Streamlit then squeezes a layered chart's plot
+        st.altair_chart(series_chart(part, {"prediction": "prediction"}).properties(description=f"series {i}"),
                         width="stretch")
 
 
@@ -66,7 +71,8 @@ def compare_view(samples: dict, n: int = 2) -> list:
         for label, f in zip(samples, frames):
             base[label] = f[label].to_numpy()
             base["masked"] |= f["masked"].to_numpy()
-        st.altair_chart(series_chart(base, {lab: lab for lab in samples}).properties(title=f"series {i}"),
+        st.caption(f"Series {i}: each run's prediction of the hidden steps (grey: hidden in any run)")
+        st.altair_chart(series_chart(base, {lab: lab for lab in samples}).properties(description=f"series {i}"),
                         width="stretch")
     return []
 
