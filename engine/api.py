@@ -169,8 +169,9 @@ __all__ = [
     # datasets
     "AUDIO_EXTENSIONS", "AUDIO_SAMPLE_RATES", "AUDIO_UPSAMPLED", "BundledStatus", "COLUMN_ROLES", "DatasetInfo", "GRID_KINDS",
     "ImportJob", "ImportOptions", "ImportOutcome", "NOTE_LOST_ON_FILL", "SourcePlan", "TABLE_EXTENSIONS",
-    "VIEW_SEED", "bundled_status", "cancel_import", "classes_text", "counted", "delete_dataset", "get_modality", "import_source",
-    "import_status", "modality_names", "inspect_source", "list_datasets", "load_dataset", "proposed_rate", "rates_text",
+    "VIEW_SEED", "bundled_status", "cancel_import", "classes_text", "counted", "delete_dataset", "get_modality",
+    "import_source", "import_status", "inspect_source", "list_datasets", "load_dataset", "modality_names", "proposed_rate",
+    "rates_text",
     "reads_option", "representative", "start_import",
     # workspace
     "workspace_root",

@@ -22,9 +22,9 @@ def train_fields(task: str, key: str, carried: dict, proposal: dict | None = Non
     """Steps, batch size, learning rate, seed, eval interval: defaults from ``carried["train"]``
     (the URL) when the URL's task is this task, else ``proposal`` (New run passes
     :func:`app.modalities.train_defaults`: the dataset's measured recipe), else the task's
-    ``train_defaults`` (:func:`app.modalities.task_train_defaults`), over ``TrainConfig``. Returns the ``train`` section (warm-up and checkpoint
-    interval: a carried config's own at its own number of steps; else the carried or proposed one,
-    at most a tenth of the run and at most the run's steps)."""
+    ``train_defaults`` (:func:`app.modalities.task_train_defaults`), over ``TrainConfig``. Returns
+    the ``train`` section (warm-up and checkpoint interval: a carried config's own at its own number
+    of steps; else the carried or proposed one, at most a tenth of the run and at most the run's steps)."""
     from engine.api import RunConfig
 
     t = {**RunConfig().train.model_dump(), **(task_train_defaults(task) if proposal is None else proposal)}

@@ -38,7 +38,7 @@ def series_charts(at) -> list[str]:
     return [s["description"] for s in specs if str(s.get("description", "")).startswith("series ")]
 
 
-def test_run_detail_and_compare_show_the_plugin_modality(two_series_runs):
+def test_run_detail_presentation_and_compare_show_the_plugin_modality(two_series_runs):
     import sys
 
     from app.modalities import UI_REGISTRY, sample_title, sample_view
@@ -52,6 +52,9 @@ def test_run_detail_and_compare_show_the_plugin_modality(two_series_runs):
     assert series_charts(at) == [f"series {i}" for i in range(4)]  # one chart per saved validation series
     assert sample_title({"task": "series_mae"}) == "Validation series and predictions"
     assert sample_view("series").compare is not None
+
+    at = open_with("../pages/present.py", {"run": first})  # the presentation view draws them too
+    assert "Validation series and predictions" in [h.value for h in at.subheader] and len(series_charts(at)) == 4
 
     at = open_with("../pages/compare.py", {"runs": f"{first},{second}"})
     assert not [c.value for c in at.caption if "No compare view" in c.value]
