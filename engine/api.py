@@ -171,8 +171,7 @@ __all__ = [
     "ImportJob", "ImportOptions", "ImportOutcome", "NOTE_LOST_ON_FILL", "SourcePlan", "TABLE_EXTENSIONS",
     "VIEW_SEED", "bundled_status", "cancel_import", "classes_text", "counted", "delete_dataset", "get_modality",
     "import_source", "import_status", "inspect_source", "list_datasets", "load_dataset", "modality_names", "proposed_rate",
-    "rates_text",
-    "reads_option", "representative", "start_import",
+    "rates_text", "reads_option", "representative", "start_import",
     # workspace
     "workspace_root",
     # lazy (torch): masking, tasks, objectives, pre-flight
