@@ -77,6 +77,7 @@ from engine.data.images import NOTE_LOST_ON_FILL
 from engine.data.jobs import ImportJob, ImportOutcome, cancel_import, import_status, start_import
 from engine.data.tabular import ROLES as COLUMN_ROLES
 from engine.data.tabular import TABLE_EXTENSIONS
+from engine.modalities import get_modality, modality_names  # a Modality names its dashboard views (.ui)
 from engine.modalities import reads_option  # whether a modality's importers read an import option
 from engine.modalities.grids import GRID_KINDS  # the unit grids masking strategies work on
 
@@ -168,9 +169,9 @@ __all__ = [
     # datasets
     "AUDIO_EXTENSIONS", "AUDIO_SAMPLE_RATES", "AUDIO_UPSAMPLED", "BundledStatus", "COLUMN_ROLES", "DatasetInfo", "GRID_KINDS",
     "ImportJob", "ImportOptions", "ImportOutcome", "NOTE_LOST_ON_FILL", "SourcePlan", "TABLE_EXTENSIONS",
-    "VIEW_SEED", "bundled_status", "cancel_import", "classes_text", "counted", "delete_dataset", "import_source",
-    "import_status", "inspect_source", "list_datasets", "load_dataset", "proposed_rate", "rates_text",
-    "reads_option", "representative", "start_import",
+    "VIEW_SEED", "bundled_status", "cancel_import", "classes_text", "counted", "delete_dataset", "get_modality",
+    "import_source", "import_status", "inspect_source", "list_datasets", "load_dataset", "modality_names", "proposed_rate",
+    "rates_text", "reads_option", "representative", "start_import",
     # workspace
     "workspace_root",
     # lazy (torch): masking, tasks, objectives, pre-flight

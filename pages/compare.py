@@ -26,7 +26,7 @@ from app.components.quality import loss_title
 from app.components.runs import same_task_first
 from app.components.urlstate import PageState
 from app.components.access import allowed
-from engine.api import counted, evaluate, evaluation_job, get_task, latest_evaluation, read_metrics
+from engine.api import ConfigError, counted, evaluate, evaluation_job, get_task, latest_evaluation, read_metrics
 
 #: Pixels the downstream bar chart's run columns share (each at least 90, at most 240 wide).
 FACETS_WIDTH = 760
@@ -39,8 +39,8 @@ runs = runs_or_stop()
 
 def _modality(cfg: dict) -> str:
     try:
-        return get_task(cfg.get("task", "image_mim")).modality
-    except Exception:  # noqa: BLE001 - a task whose plug-in is not loaded here
+        return get_task(cfg["task"]).modality
+    except (KeyError, ConfigError):  # a task whose plug-in is not loaded here
         return "?"
 
 

@@ -41,14 +41,10 @@ def _describe(n: str) -> str:
     i = infos.get(n)
     if i is None:
         return n
-    if hasattr(ui_for(i.modality), "describe"):
-        return f"{n}  ({ui_for(i.modality).describe(i)})"
-    if i.image_shape:
-        return f"{n}  ({counted(i.n_train + i.n_val, 'image')}, {'x'.join(map(str, i.image_shape[1:]))} px)"
-    if i.modality == "audio":
-        return f"{n}  ({counted(i.n_train + i.n_val, 'clip')}, {i.stats.get('sample_rate', 0) / 1000:g} kHz)"
-    return f"{n}  ({counted(i.n_train + i.n_val, i.modality + ' item')})" if i.modality != "text" else \
-        f"{n}  ({counted(i.n_train + i.n_val, 'text')})"
+    ui = ui_for(i.modality)
+    if ui is not None and ui.describe is not None:
+        return f"{n}  ({ui.describe(i)})"
+    return f"{n}  ({counted(i.n_train + i.n_val, i.modality + ' item')})"
 
 
 names = list(infos)
@@ -65,7 +61,7 @@ st.caption(f"Source: {info.source}" + (f" · registered {info.created_at}" if in
            + (f" · content hash {info.source_hash[:12]}" if getattr(info, "source_hash", "") else "")
            + (f" · {format_bytes(dataset_bytes(name))} on disk" if info.created_at else " · not stored yet"))
 ui = ui_for(info.modality)
-if ui is None:
+if ui is None or ui.data_section is None:
     st.info(f"The dashboard cannot show {info.modality} datasets yet.")
 else:
     ui.data_section(info)

@@ -48,7 +48,7 @@ with form:
     )  # fmt: skip
 info = infos[dataset]
 ui = ui_for(info.modality)
-if ui is None:
+if ui is None or ui.lab_controls is None or ui.lab_results is None:
     form.info(f"Mask lab does not support {info.modality} datasets yet.")
     st.stop()
 if dig(carried, "data.dataset", dataset) != dataset:

@@ -61,7 +61,7 @@ with form:
     if (note := no_validation_note(info)) is not None:
         st.warning(note)
     tasks = tasks_for(info.modality)
-    if ui is None or not tasks:
+    if ui is None or ui.run_fields is None or not tasks:
         st.info(f"No task trains on {info.modality} datasets yet.")
         st.stop()
     if dig(carried, "data.dataset", dataset) != dataset:
@@ -85,7 +85,7 @@ cfg = guarded(complete, cfg_dict) if fields.get("masking") is not None else None
 
 with preview:
     st.subheader("Mask preview")
-    if cfg is not None:
+    if cfg is not None and ui.mask_preview is not None:
         ui.mask_preview(cfg, info)
     st.divider()
     # The launcher's own pre-flight check, run before the click, so a config it would refuse is

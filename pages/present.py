@@ -3,8 +3,8 @@
 ``?run=<id>`` shows one run: its key numbers (the task's main figure next to its best trivial
 baseline; the latest evaluation's linear-probe and kNN accuracy next to the same model at its
 initial weights), the table of every baseline, and its samples drawn by its modality's view
-(``app.modalities.SAMPLE_VIEWS``). ``?runs=<id>,<id>`` shows several: one row of key numbers per
-run and the same validation inputs reconstructed by each (``app.modalities.COMPARE_VIEWS``). Without
+(``app.modalities.sample_view``). ``?runs=<id>,<id>`` shows several: one row of key numbers per
+run and the same validation inputs reconstructed by each (``SampleView.compare``). Without
 either, the most recent run. Run detail and Compare link here. Nothing on this page writes: no
 Cancel, Resume, Launch, Evaluate or Delete, and no filters; the sidebar starts collapsed.
 """
@@ -20,7 +20,7 @@ from app.components.quality import headline_of, quality_table
 from app.components.run_summary import show_samples
 from app.components.runs import format_duration, latest_points, masking_label
 from app.components.urlstate import PageState
-from app.modalities import SAMPLE_TITLES, TASK_KIND
+from app.modalities import sample_title
 from engine.api import RunNotFoundError, counted, get_run, latest_evaluation, list_runs
 
 st.set_page_config(initial_sidebar_state="collapsed")  # the entry says "auto"; a direct link opens without it
@@ -71,7 +71,7 @@ if len(runs) == 1:
     st.subheader("Validation figure and baselines")
     step, value = points.get((rec.run_id, headline_of(rec.config)[0]), (None, None))
     quality_table(rec, step, value)
-    st.subheader(SAMPLE_TITLES.get(TASK_KIND.get(rec.config.get("task", "image_mim"), ""), "Samples"))
+    st.subheader(sample_title(rec.config))
     show_samples(rec.run_id)
 else:
     legend = {r.run_id: short_label(r) for r in runs}

@@ -24,7 +24,7 @@ from app.components.run_summary import checkpoint_download, curves, show_samples
 from app.components.runs import latest_points, progress_with_cancel
 from app.components.urlstate import PageState
 from app.components.resume import resume_panel
-from app.modalities import INTERACTIVE, SAMPLE_TITLES, TASK_KIND
+from app.modalities import interactive_box, sample_title
 from engine.api import cancel, cluster_job, delete_run, get_run, job_state, latest_checkpoint_step, load_samples, read_log
 
 st.title("Run detail")
@@ -79,9 +79,9 @@ status_panel(run_id)
 rec = next(r for r in runs if r.run_id == run_id)
 annotations_panel(rec, sorted({t for r in runs for t in r.tags}))
 resume_panel(rec)
-st.subheader(SAMPLE_TITLES.get(TASK_KIND.get(rec.config.get("task", "image_mim"), ""), "Samples"))
+st.subheader(sample_title(rec.config))
 samples_panel(run_id)
-box = INTERACTIVE.get(rec.config.get("task", "image_mim"))
+box = interactive_box(rec.config)
 if box is not None:
     box(rec, guarded(load_samples, run_id))
 st.subheader("Evaluation")

@@ -14,7 +14,7 @@ except in the ``show_*`` functions).
 - :func:`report_html`: the comparison as one self-contained HTML file (tables and the
   reconstruction grid as inline PNG; no script, no network).
 - :func:`show_reconstructions`: the same validation inputs reconstructed by each run, drawn by the
-  compare view of their sample kind (``app.modalities.COMPARE_VIEWS``); Compare and Presentation.
+  compare view of their sample kind (``app.modalities.SampleView.compare``); Compare and Presentation.
 """
 
 from __future__ import annotations
@@ -327,7 +327,7 @@ def report_html(title: str, tables: Sequence[tuple[str, pd.DataFrame]],
 
 def show_reconstructions(records: Sequence[Any], labels: Mapping[str, str]) -> list[tuple[str, np.ndarray]]:
     """Draw the runs' latest samples side by side, one compare view per sample kind
-    (``app.modalities.COMPARE_VIEWS``: image grids, spectrograms, text tables), each under a
+    (``app.modalities.SampleView.compare``: image grids, spectrograms, text tables), each under a
     caption naming the mask seed and each run's masking. A run without samples is left out; a
     kind without a view says so. ``records``: the runs (:class:`engine.store.RunRecord`),
     ``labels``: run id -> its label in captions. Returns the ``(caption, uint8 image)`` columns
@@ -336,7 +336,7 @@ def show_reconstructions(records: Sequence[Any], labels: Mapping[str, str]) -> l
 
     from app.components.errors import guarded
     from app.components.runs import masking_label
-    from app.modalities import COMPARE_VIEWS
+    from app.modalities import sample_view
     from engine.api import load_samples
 
     by_kind: dict[str, dict] = {}
@@ -349,13 +349,13 @@ def show_reconstructions(records: Sequence[Any], labels: Mapping[str, str]) -> l
     drawn: list[tuple[str, np.ndarray]] = []
     masking = {labels[r.run_id]: masking_label(r.config) for r in records}
     for kind, samples in by_kind.items():
-        view = COMPARE_VIEWS.get(kind)
-        if view is None:
+        view = sample_view(kind)
+        if view is None or view.compare is None:
             st.caption(f"No compare view for {kind!r} samples.")
             continue
         seeds = {(r.config.get("train") or {}).get("seed") for r in records}
         st.caption(f"Latest saved samples of each run · mask seed {'same for all' if len(seeds) == 1 else 'differs'} "
                    f"(train.seed {', '.join(map(str, sorted(s for s in seeds if s is not None)))}) · "
                    + " · ".join(f"{lab}: {masking[lab]}" for lab in samples))
-        drawn += view(samples)
+        drawn += view.compare(samples)
     return drawn

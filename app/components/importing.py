@@ -18,20 +18,26 @@ import streamlit as st
 
 from app.components.access import actor
 from app.components.errors import guarded
+from app.modalities import ui_for
 from engine.api import (
-    AUDIO_EXTENSIONS, AUDIO_SAMPLE_RATES, AUDIO_UPSAMPLED, COLUMN_ROLES, NOTE_LOST_ON_FILL, TABLE_EXTENSIONS, ImportOptions,
-    ImportOutcome, cancel_import, classes_text, counted, import_status, inspect_source, proposed_rate, rates_text,
-    start_import,
+    AUDIO_EXTENSIONS, AUDIO_UPSAMPLED, COLUMN_ROLES, NOTE_LOST_ON_FILL, TABLE_EXTENSIONS, ImportOptions, ImportOutcome,
+    cancel_import, classes_text, counted, import_status, inspect_source, start_import,
 )
 
 #: The upload's label: every type the importer takes (``engine.data.ingest``), from the same lists it checks.
 UPLOAD_LABEL = ("Dataset file: a .zip of images (PNG, JPEG, WebP, BMP, TIFF, GIF), of audio clips (WAV, FLAC, Ogg) or of "
                 ".txt files, or one " + " / ".join([".txt", *TABLE_EXTENSIONS, *AUDIO_EXTENSIONS]))
-#: What one item of each modality is called in the report (counted with ``engine.data.dataset.counted``).
-UNITS = {"image": "image", "text": "text", "audio": "clip", "paired": "pair"}
-#: ... and in the plan, before the import decodes them: images and clips are counted by their file
-#: names then (a refused file, e.g. text named .png, leaves the count at import).
-PLAN_UNITS = {"image": "image file", "text": "text", "audio": "audio file", "paired": "pair"}
+
+
+def item_name(modality: str, planned: bool = False) -> str:
+    """What one item of ``modality`` is called in the report (``ModalityUI.item``), or with
+    ``planned`` in the plan, before the import decodes them (``ModalityUI.plan_item``: images and
+    clips are counted by their file names then; a refused file, e.g. text named .png, leaves the
+    count at import). ``"item"`` for a modality without a UI."""
+    ui = ui_for(modality)
+    if ui is None:
+        return "item"
+    return (ui.plan_item or ui.item) if planned else ui.item
 
 
 _AUTO, _NONE = "(detect)", "(none)"
@@ -77,7 +83,7 @@ PREVIEW_HEIGHT, ROW_PX = 180, 35
 
 def _show_plan(plan) -> None:
     st.markdown(f"**{plan.source}**: {plan.modality} ({plan.kind}) · "
-                f"{counted(plan.n_items, PLAN_UNITS.get(plan.modality, 'item'))} to import · "
+                f"{counted(plan.n_items, item_name(plan.modality, planned=True))} to import · "
                 f"{classes_text(len(plan.class_names))}")
     if plan.label_counts:
         st.caption("Classes: " + ", ".join(f"{c} ({n})" for c, n in plan.label_counts.items()))
@@ -114,7 +120,7 @@ def _refusals(rejected, skipped) -> None:
 def show_report(outcome, name: str) -> None:
     """An import's outcome (``engine.data.jobs.ImportOutcome``) under a banner coloured by the
     outcome: all in, some refused, nothing in."""
-    what = UNITS.get(outcome.modality, "item")
+    what = item_name(outcome.modality)
     if outcome.dataset is None:
         n = len(outcome.rejected)
         refused = "the file was refused" if n == 1 else f"all {n} files were refused"
@@ -201,6 +207,13 @@ def geometry_options(key: str) -> dict:
     return out
 
 
+def name_encoding_field(key: str) -> dict:
+    """The member-name encoding of a zip (images, audio, pairs): ``{"name_encoding": str | None}``."""
+    enc = st.text_input("Member-name encoding", placeholder="detected", key=f"{key}_enc",
+                        help="for zips whose names are not UTF-8, e.g. cp437, cp1252, cp932")
+    return {"name_encoding": enc.strip() or None}
+
+
 def import_panel() -> str | None:
     """The whole panel: the running import (if any), the upload, its plan and options, Import.
     Returns None (a finished import selects its dataset through ``data_pending``)."""
@@ -226,28 +239,11 @@ def import_panel() -> str | None:
     extra: dict = {}
     if plan.columns:
         base.update(_column_options(plan, key))
-    if plan.modality == "text":
-        c, d = st.columns(2)
-        lo = c.number_input("Drop texts shorter than (characters)", 0, 1_000_000, 0, key=f"{key}_min")
-        hi = d.number_input("Drop texts longer than (characters, 0 = no limit)", 0, 10_000_000, 0, key=f"{key}_max")
-        base.update(min_chars=int(lo) or None, max_chars=int(hi) or None)
-    else:
-        if plan.modality == "audio":
-            heard = rates_text(plan.sample_rates)
-            proposed = AUDIO_SAMPLE_RATES.index(proposed_rate(plan.sample_rates))
-            rate = st.selectbox("Sample rate (Hz)", list(AUDIO_SAMPLE_RATES), index=proposed, key=f"{key}_rate",
-                                format_func=lambda r: f"{r:,} Hz",
-                                help="every clip is made mono and resampled to this rate (the report says which "
-                                     "clips were); the default is the clips' own rate, at most 16 kHz "
-                                     "(AudioMAE's)")  # fmt: skip
-            if heard:
-                st.caption(f"The clips were {heard}.")
-            base["sample_rate"] = int(rate)
-        else:
-            extra.update(geometry_options(key))
-        enc = st.text_input("Member-name encoding", placeholder="detected", key=f"{key}_enc",
-                            help="for zips whose names are not UTF-8, e.g. cp437, cp1252, cp932")
-        base["name_encoding"] = enc.strip() or None
+    ui = ui_for(plan.modality)  # the modality's own options (text lengths, sample rate, image geometry)
+    if ui is not None and ui.import_fields is not None:
+        fields, keywords = ui.import_fields(plan, key)
+        base.update(fields)
+        extra.update(keywords)
     options = ImportOptions(**base)
     if options != ImportOptions(val_fraction=base["val_fraction"]):  # roles or filters changed: inspect again
         plan = guarded(_plan, str(path), upload.file_id, options.model_dump_json(), upload.name) or plan

@@ -34,7 +34,7 @@ def headline_of(config: dict) -> tuple[str, str]:
     from engine.api import ConfigError, get_task
 
     try:
-        return get_task((config or {}).get("task", "image_mim")).headline
+        return get_task((config or {}).get("task")).headline
     except ConfigError:
         return ("val_loss", "min")
 
@@ -70,7 +70,7 @@ def figures_of(config: dict) -> list[tuple[str, str]]:
     from engine.api import ConfigError, get_task
 
     try:
-        extra = list(getattr(get_task((config or {}).get("task", "image_mim")), "figures", ()))
+        extra = list(getattr(get_task((config or {}).get("task")), "figures", ()))
     except ConfigError:
         extra = []
     return [headline_of(config)] + [f for f in extra if f[0] != headline_of(config)[0]]
@@ -175,7 +175,7 @@ def _baseline_notes(config: dict) -> list[str]:
     from engine.api import ConfigError, get_task
 
     try:
-        notes = getattr(get_task((config or {}).get("task", "image_mim")), "quality_notes", None)
+        notes = getattr(get_task((config or {}).get("task")), "quality_notes", None)
     except ConfigError:
         return []
     return list(notes(config or {})) if notes is not None else []

@@ -15,19 +15,19 @@ import streamlit as st
 import yaml
 
 from app.components.urlstate import dig, index_of, number, set_flags
-from app.modalities import TRAIN_DEFAULTS
+from app.modalities import task_train_defaults
 
 
 def train_fields(task: str, key: str, carried: dict, proposal: dict | None = None) -> dict[str, Any]:
     """Steps, batch size, learning rate, seed, eval interval: defaults from ``carried["train"]``
     (the URL) when the URL's task is this task, else ``proposal`` (New run passes
     :func:`app.modalities.train_defaults`: the dataset's measured recipe), else the task's
-    ``TRAIN_DEFAULTS``, over ``TrainConfig``. Returns the ``train`` section (warm-up and checkpoint
-    interval: a carried config's own at its own number of steps; else the carried or proposed one,
-    at most a tenth of the run and at most the run's steps)."""
+    ``train_defaults`` (:func:`app.modalities.task_train_defaults`), over ``TrainConfig``. Returns
+    the ``train`` section (warm-up and checkpoint interval: a carried config's own at its own number
+    of steps; else the carried or proposed one, at most a tenth of the run and at most the run's steps)."""
     from engine.api import RunConfig
 
-    t = {**RunConfig().train.model_dump(), **(TRAIN_DEFAULTS.get(task, {}) if proposal is None else proposal)}
+    t = {**RunConfig().train.model_dump(), **(task_train_defaults(task) if proposal is None else proposal)}
     c = {**t, **(dig(carried, "train") or {})}
     a, b = st.columns(2)
     steps = a.number_input("Steps", min_value=1, max_value=1_000_000, value=number(c["steps"], int(t["steps"]), 1, 1_000_000, int), step=100, key=f"{key}_steps_{task}")

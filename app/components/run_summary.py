@@ -81,10 +81,10 @@ def curves(run_id: str, config: dict, legend: dict, x: str, log_y: bool) -> None
 
 
 def show_samples(run_id: str) -> None:
-    """The run's latest samples, drawn by the view of their kind (``app.modalities.SAMPLE_VIEWS``:
+    """The run's latest samples, drawn by the view of their kind (``app.modalities.sample_view``:
     reconstructions, predictions, spectrograms), or a plain note when it has none yet or the
     dashboard has no view for them. Run detail and Presentation."""
-    from app.modalities import SAMPLE_VIEWS
+    from app.modalities import sample_view
 
     sample = guarded(load_samples, run_id)
     run = guarded(get_run, run_id)
@@ -95,11 +95,11 @@ def show_samples(run_id: str) -> None:
             every = run.config.get("train", {}).get("eval_interval", "?") if run else "?"
             st.info(f"No reconstructions yet: they are saved when training starts (step 0), then every {every} steps.")
         return
-    view = SAMPLE_VIEWS.get(sample.kind)
+    view = sample_view(sample.kind)
     if view is None:
         st.info(f"The dashboard has no view for {sample.kind!r} samples.")
         return
-    view(sample, run)
+    view.view(sample, run)
 
 
 def checkpoint_download(rec: Any) -> None:

@@ -233,7 +233,7 @@ def runs_frame(records: Sequence[Any], points: dict | None = None, sizes: dict[s
                 "status": status_label(r.status),
                 "step": f"{r.step} / {r.total_steps}",
                 "dataset": (cfg.get("data") or {}).get("dataset", ""),
-                "task": cfg.get("task", "image_mim"),
+                "task": cfg.get("task", "?"),
                 "units": grid_label(cfg),
                 "preset": (cfg.get("model") or {}).get("preset", ""),
                 "masking": masking_label(cfg),

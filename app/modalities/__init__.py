@@ -1,50 +1,168 @@
-"""Per-modality UI, chosen by the dataset's modality or the sample's kind, never by if-chains in pages.
+"""Per-modality UI, found through the modality registry, never by if-chains in pages.
 
-Each modality module provides the same functions:
+A modality's dashboard views live in the module its :class:`engine.modalities.Modality` names as
+``ui`` (``"app.modalities.image"``; a plug-in's may live anywhere, e.g. ``tests/plugins/timeseries_ui.py``).
+That module registers one :class:`ModalityUI` (:func:`register_ui`) when imported; the dashboard
+imports it on demand (:func:`ui_for`), so a modality is one registration on each side:
 
-- ``data_section(info)``: the Data page body (samples, sizes, class counts);
-- ``run_fields(info, task, key, carried) -> dict``: New run's modality fields as a partial run
-  config (task, masking, model, data, objective, task_params);
-- ``mask_preview(cfg, info)``: the run's own masks on real samples (New run);
-- ``lab_controls(info, handoff, key) -> dict`` and ``lab_results(cfg, info, n)``: Mask lab;
-- optionally ``describe(info) -> str``: the dataset in a few words for the Data page's selector;
-- optionally ``train_defaults(info, task) -> dict``: New run's training defaults for that dataset
-  and task (:func:`train_defaults` merges them over the task's :data:`TRAIN_DEFAULTS`).
+- its page functions (each optional: a page without one says so): the Data page body, New run's
+  fields and mask preview, Mask lab's controls and results, the import options, a short description;
+- its sample views (:class:`SampleView`): per sample kind, Run detail's view, heading and Compare's view;
+- its interactive boxes by name (what a task's ``interactive`` names).
 
-:data:`SAMPLE_VIEWS` maps a sample kind (:class:`engine.store.Sample`) to its view
-``(sample, run) -> None`` and :data:`INTERACTIVE` a task to its interactive box ``(run, sample)``.
-A new modality is one module here and its entries below.
+What a page used to look up by task name is a class attribute of the task
+(:class:`engine.tasks.Task`: ``sample_kind``, ``interactive``, ``train_defaults``,
+``task_params_defaults``); :func:`sample_title`, :func:`interactive_box`, :func:`train_defaults`
+and :func:`task_params_defaults` read them.
 """
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
+from typing import Any
 
-from app.modalities import audio, image, paired, text
+from engine.api import DatasetError, MasklabError, get_modality, modality_names
 
-UIS: dict[str, ModuleType] = {"image": image, "text": text, "audio": audio, "paired": paired}
-SAMPLE_VIEWS = {"image": image.samples_view, "text_mlm": text.mlm_samples_view, "text_span": text.span_samples_view,
-                "audio_spec": audio.samples_view, "paired": paired.samples_view}
-TASK_KIND = {"image_mim": "image", "text_mlm": "text_mlm", "text_span": "text_span",
-             "audio_mae": "audio_spec", "audio_frames": "audio_spec", "paired": "paired",
-             "paired_audio": "paired"}  # task -> its sample kind
-SAMPLE_TITLES = {"image": "Reconstructions", "text_mlm": "Predictions on validation texts",
-                 "text_span": "Completions of validation texts", "audio_spec": "Spectrograms and audio",
-                 "paired": "Joint reconstructions of validation pairs"}
-#: sample kind -> the Compare page's view of several runs' samples ``(samples: {label: Sample}) -> [(caption, image)]``.
-COMPARE_VIEWS = {"image": image.compare_view, "text_mlm": text.compare_view, "text_span": text.compare_view,
-                 "audio_spec": audio.compare_view, "paired": paired.compare_view}
-INTERACTIVE = {"text_mlm": text.fill_in_box, "text_span": text.completion_box, "image_mim": image.masking_box,
-               "paired": paired.retrieval_box, "paired_audio": paired.retrieval_box}
-#: What New run proposes for a task's training, over ``TrainConfig``'s defaults (measured recipes:
-#: see bench/README.md).
-TRAIN_DEFAULTS: dict[str, dict] = {
-    "text_mlm": {"steps": 2000, "batch_size": 64, "lr": 1e-3, "warmup_steps": 100, "eval_interval": 200},
-    "text_span": {"steps": 2000, "batch_size": 64, "lr": 1e-3, "warmup_steps": 100, "eval_interval": 200},
-    "audio_mae": {"steps": 1000, "batch_size": 32, "lr": 1.5e-3, "warmup_steps": 50, "eval_interval": 100},
-    "audio_frames": {"steps": 1000, "batch_size": 32, "lr": 1.5e-3, "warmup_steps": 50, "eval_interval": 100},
-}
+
+@dataclass(frozen=True)
+class SampleView:
+    """How the dashboard draws one kind of :class:`engine.store.Sample` (a task's ``sample_kind``).
+
+    Attributes:
+        kind: the sample kind, e.g. ``"image"``.
+        title: Run detail's and Presentation's heading over the samples ("Reconstructions").
+        view: ``(sample, run) -> None``: Run detail's view of a run's latest samples.
+        compare: ``(samples: {label: Sample}) -> [(caption, uint8 image)]``: Compare's view of several
+            runs' samples side by side (the images are those it drew, for the HTML report); None: none.
+    """
+
+    kind: str
+    title: str
+    view: Callable[[Any, Any], None]
+    compare: Callable[[dict], list] | None = None
+
+
+@dataclass(frozen=True)
+class ModalityUI:
+    """A modality's dashboard views (every function optional).
+
+    Attributes:
+        modality: the :class:`engine.modalities.Modality` name.
+        data_section: ``(info) -> None``: the Data page body (samples, sizes, class counts).
+        run_fields: ``(info, task, key, carried) -> dict``: New run's modality fields as a partial run
+            config (task, masking, model, data, objective, task_params).
+        mask_preview: ``(cfg, info) -> None``: the run's own masks on real samples (New run).
+        lab_controls: ``(info, handoff, key) -> dict`` and lab_results ``(cfg, info, n) -> None``: Mask lab.
+        describe: ``(info) -> str``: the dataset in a few words for the Data page's selector.
+        train_defaults: ``(info, task) -> dict``: New run's training proposal for that dataset, over
+            the task's ``train_defaults`` (:func:`train_defaults`).
+        import_fields: ``(plan, key) -> (options, keywords)``: the Data page's import widgets for a
+            source of this modality: :class:`~engine.data.tabular.ImportOptions` fields and
+            ``import_source`` keywords.
+        item: what one item is called in import reports ("clip"); plan_item: in the plan, before the
+            import decodes them ("audio file"; ``""``: as ``item``).
+        samples: its sample views, one per sample kind.
+        boxes: interactive boxes ``(run, sample) -> None`` by name (a task's ``interactive``).
+    """
+
+    modality: str
+    data_section: Callable | None = None
+    run_fields: Callable | None = None
+    mask_preview: Callable | None = None
+    lab_controls: Callable | None = None
+    lab_results: Callable | None = None
+    describe: Callable | None = None
+    train_defaults: Callable | None = None
+    import_fields: Callable | None = None
+    item: str = "item"
+    plan_item: str = ""
+    samples: tuple[SampleView, ...] = ()
+    boxes: Mapping[str, Callable] = field(default_factory=dict)
+
+
+UI_REGISTRY: dict[str, ModalityUI] = {}
+
+
+def register_ui(ui: ModalityUI) -> ModalityUI:
+    """Register ``ui`` under its modality (a module imported again replaces its own registration).
+
+    Raises:
+        ValueError: one of its sample kinds is another modality's, or declared twice.
+    """
+    kinds = [s.kind for s in ui.samples]
+    taken = {s.kind: m for m, u in UI_REGISTRY.items() if m != ui.modality for s in u.samples}
+    clash = [f"{k!r} (modality {taken[k]!r})" for k in kinds if k in taken]
+    if clash or len(set(kinds)) != len(kinds):
+        raise ValueError(f"UI of modality {ui.modality!r}: sample kind(s) declared twice: {clash or kinds}")
+    UI_REGISTRY[ui.modality] = ui
+    return ui
+
+
+def ui_for(modality: str) -> ModalityUI | None:
+    """The UI of ``modality``: its Modality's ``ui`` module, imported on first use; None when the
+    modality is unknown here or declares no UI (the page says so).
+
+    Raises:
+        ImportError: the ``ui`` module cannot be imported, or registered no UI for ``modality``.
+    """
+    if modality not in UI_REGISTRY:
+        try:
+            name = get_modality(modality).ui
+        except DatasetError:
+            return None
+        if not name:
+            return None
+        try:
+            importlib.import_module(name)
+        except ImportError as e:
+            raise ImportError(f"modality {modality!r}: its ui module {name!r} cannot be imported: {e}") from e
+        if modality not in UI_REGISTRY:
+            raise ImportError(f"modality {modality!r}: its ui module {name!r} registered no ModalityUI "
+                              f"for it (app.modalities.register_ui)")
+    return UI_REGISTRY[modality]
+
+
+def all_uis() -> list[ModalityUI]:
+    """The UI of every registered modality that has one (plug-ins included)."""
+    return [ui for ui in map(ui_for, modality_names()) if ui is not None]
+
+
+def sample_view(kind: str) -> SampleView | None:
+    """The view of samples of ``kind`` (whichever modality's UI declares it), or None."""
+    return next((s for ui in all_uis() for s in ui.samples if s.kind == kind), None)
+
+
+def task_of(config: dict) -> Any:
+    """The task class of a stored run config, or None when its task is not registered here (a
+    plug-in this dashboard does not load)."""
+    from engine.api import get_task
+
+    try:
+        return get_task((config or {}).get("task"))
+    except MasklabError:
+        return None
+
+
+def sample_title(config: dict) -> str:
+    """The heading over a run's samples: its task's sample view's title, else "Samples"."""
+    task = task_of(config)
+    view = sample_view(task.sample_kind) if task is not None and task.sample_kind else None
+    return view.title if view is not None else "Samples"
+
+
+def interactive_box(config: dict) -> Callable | None:
+    """The interactive box ``(run, sample)`` of a run's task (its ``interactive``), declared by its
+    modality's UI or, as sample views are, by any UI (the audio-text task's retrieval box is the
+    paired UI's), or None."""
+    task = task_of(config)
+    if task is None or not task.interactive:
+        return None
+    own = ui_for(task.modality)
+    uis = ([own] if own is not None else []) + all_uis()
+    return next((ui.boxes[task.interactive] for ui in uis if task.interactive in ui.boxes), None)
 
 
 def example_config(name: str) -> dict:
@@ -63,22 +181,36 @@ def config_train(name: str) -> dict:
     return {k: train[k] for k in keys if k in train}
 
 
-TRAIN_DEFAULTS["paired"] = config_train("paired-tuxpaint")  # image-text; audio-text: audio.train_defaults
-#: What New run proposes for a task's own parameters where the modality's fields do not fix them,
-#: read once from the example config its bench measures (span: bench/README.md, "Text quality").
-TASK_PARAMS_DEFAULTS: dict[str, dict] = {"text_span": example_config("mlm-span-fortunes")["task_params"]}
+def task_train_defaults(task: str) -> dict:
+    """What New run proposes for ``task``'s training whatever the dataset: its ``train_defaults`` (a
+    dict, or an example config's train section, :func:`config_train`).
+
+    Raises:
+        ConfigError: unknown task.
+    """
+    from engine.api import get_task
+
+    own = get_task(task).train_defaults
+    return config_train(own) if isinstance(own, str) else dict(own)
+
+
+def task_params_defaults(task: str) -> dict:
+    """What New run proposes for ``task``'s ``task_params`` where its fields leave them open: its
+    ``task_params_defaults`` (a dict, or an example config's ``task_params``).
+
+    Raises:
+        ConfigError: unknown task.
+    """
+    from engine.api import get_task
+
+    own = get_task(task).task_params_defaults
+    return dict(example_config(own)["task_params"]) if isinstance(own, str) else dict(own)
 
 
 def train_defaults(task: str, info) -> dict:
     """What New run proposes for a run's training fields on dataset ``info``, over ``TrainConfig``'s
-    defaults: the task's :data:`TRAIN_DEFAULTS`, then the modality's per-dataset recipe (the
-    modality module's ``train_defaults(info, task)``, when it has one: images by image size,
-    audio-text pairs by the FSDD recipe)."""
-    ui = UIS.get(info.modality)
-    per_dataset = ui.train_defaults(info, task) if ui is not None and hasattr(ui, "train_defaults") else {}
-    return {**TRAIN_DEFAULTS.get(task, {}), **per_dataset}
-
-
-def ui_for(modality: str) -> ModuleType | None:
-    """The UI module of ``modality``, or None when the dashboard has none (the page says so)."""
-    return UIS.get(modality)
+    defaults: the task's (:func:`task_train_defaults`), then the modality UI's per-dataset recipe
+    (``ModalityUI.train_defaults``: images by image size, audio-text pairs by the FSDD recipe)."""
+    ui = ui_for(info.modality)
+    per_dataset = ui.train_defaults(info, task) if ui is not None and ui.train_defaults is not None else {}
+    return {**task_train_defaults(task), **per_dataset}

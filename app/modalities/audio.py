@@ -21,7 +21,8 @@ import streamlit as st
 from app.components.charts import counts_chart
 from app.components.errors import guarded
 from app.components.urlstate import dig, index_of, number
-from engine.api import counted, workspace_root
+from app.modalities import ModalityUI, SampleView, register_ui
+from engine.api import AUDIO_SAMPLE_RATES, counted, proposed_rate, rates_text, workspace_root
 
 N_SAMPLES = 6  # clips with spectrogram and player on the Data page
 N_PREVIEW = 8  # representative val clips: a run's fixed sample rows (train.num_vis defaults to 8)
@@ -209,7 +210,7 @@ def grid_fields(task: str, n_mels: int, key: str, carried: dict) -> tuple[int, d
 
 def train_defaults(info, task: str) -> dict:
     """The training fields New run proposes for ``task`` on an audio dataset, over the task's
-    ``TRAIN_DEFAULTS``: for audio-text pairs, configs/paired-audio-fsdd.yaml's (the recipe
+    ``train_defaults``: for audio-text pairs, configs/paired-audio-fsdd.yaml's (the recipe
     bench/paired_quality.py --audio measures); nothing more for the others."""
     from app.modalities import config_train
 
@@ -502,3 +503,33 @@ def lab_results(cfg, info, n: int) -> None:
                    f"**{info.name}** (chosen class by class; the ratio is over the positions that hold frames; "
                    "masks/s includes computing the log-mel and voiced frames).", spectrogram=True,
                    strategy=cfg.masking.strategy)
+
+
+def import_fields(plan, key: str) -> tuple[dict, dict]:
+    """The Data page's options for audio: the sample rate every clip is resampled to (proposed: the
+    clips' own, at most 16 kHz) and the member-name encoding."""
+    from app.components.importing import name_encoding_field
+
+    heard = rates_text(plan.sample_rates)
+    proposed = AUDIO_SAMPLE_RATES.index(proposed_rate(plan.sample_rates))
+    rate = st.selectbox("Sample rate (Hz)", list(AUDIO_SAMPLE_RATES), index=proposed, key=f"{key}_rate",
+                        format_func=lambda r: f"{r:,} Hz",
+                        help="every clip is made mono and resampled to this rate (the report says which "
+                             "clips were); the default is the clips' own rate, at most 16 kHz "
+                             "(AudioMAE's)")  # fmt: skip
+    if heard:
+        st.caption(f"The clips were {heard}.")
+    return {"sample_rate": int(rate), **name_encoding_field(key)}, {}
+
+
+def describe(info) -> str:
+    """The dataset in a few words for the Data page's selector: clips and their sample rate."""
+    return f"{counted(info.n_train + info.n_val, 'clip')}, {info.stats.get('sample_rate', 0) / 1000:g} kHz"
+
+
+register_ui(ModalityUI(
+    "audio", data_section=data_section, run_fields=run_fields, mask_preview=mask_preview, lab_controls=lab_controls,
+    lab_results=lab_results, describe=describe, train_defaults=train_defaults, import_fields=import_fields,
+    item="clip", plan_item="audio file",
+    samples=(SampleView("audio_spec", "Spectrograms and audio", samples_view, compare_view),),
+))  # fmt: skip

@@ -21,7 +21,8 @@ from app.components.images import (
 )
 from app.components.masks import guarded_mask, lab_statistics, masking_controls, patch_select, train_batch
 from app.components.urlstate import dig, index_of
-from engine.api import MaskingConfig, get_masking, get_model_spec, grid_shape
+from app.modalities import ModalityUI, SampleView, register_ui
+from engine.api import MaskingConfig, counted, get_masking, get_model_spec, grid_shape
 from engine.masking import draw_mask, image_side_inputs, preview_masks
 
 
@@ -46,10 +47,10 @@ def data_section(info) -> None:
     right.altair_chart(counts_chart(view.counts), width="stretch")
 
 
-def train_defaults(info, task: str = "image_mim") -> dict:
+def train_defaults(info, task: str) -> dict:
     """The training fields New run proposes for an image dataset (steps, batch size, learning rate,
     warmup, eval and checkpoint intervals): the measured recipe of its image size
-    (:func:`engine.tasks.image.recipe_for`); ``task`` is always ``image_mim`` here."""
+    (:func:`engine.tasks.image.recipe.recipe_for`), whichever image task ``task`` is."""
     from engine.tasks.image.recipe import recipe_for
 
     return recipe_for(info.image_shape)["train"]
@@ -364,3 +365,25 @@ def compare_view(samples: dict, n: int = 6) -> list[tuple[str, np.ndarray]]:
     drawn = [(c, stack_column(np.stack([upscale(np.asarray(im), 96) for im in imgs]))) for c, imgs in columns]
     draw_columns(drawn, per_row=9, fewest=5)
     return drawn
+
+
+def describe(info) -> str:
+    """The dataset in a few words for the Data page's selector: images and their size."""
+    return f"{counted(info.n_train + info.n_val, 'image')}, {'x'.join(map(str, info.image_shape[1:]))} px"
+
+
+def import_fields(plan, key: str) -> tuple[dict, dict]:
+    """The Data page's options for a zip or folder of images: the member-name encoding, and how the
+    images become square (:func:`app.components.importing.geometry_options`)."""
+    from app.components.importing import geometry_options, name_encoding_field
+
+    keywords = geometry_options(key)
+    return name_encoding_field(key), keywords
+
+
+register_ui(ModalityUI(
+    "image", data_section=data_section, run_fields=run_fields, mask_preview=mask_preview, lab_controls=lab_controls,
+    lab_results=lab_results, describe=describe, train_defaults=train_defaults, import_fields=import_fields, item="image",
+    plan_item="image file", samples=(SampleView("image", "Reconstructions", samples_view, compare_view),),
+    boxes={"masking": masking_box},
+))  # fmt: skip

@@ -29,6 +29,7 @@ from app.components.images import chw_to_hwc_uint8, image_grid, mask_overlay, up
 from app.components.urlstate import dig, index_of, number
 from app.modalities import image as image_ui
 from app.modalities.text import CORRECT, WRONG, detok, length_panel, sampled_lengths, sentence_html, tokenizer_fields
+from app.modalities import ModalityUI, SampleView, register_ui
 from engine.api import counted, workspace_root
 
 N_SAMPLES = 12  # pairs in the Data page's sample grid (half train, half val when both exist)
@@ -618,3 +619,11 @@ def caption_rows(samples: dict, n: int = 6) -> pd.DataFrame:
             row[f"{label} from the {source} (step {s.step})"] = detok(s["caption_from_image"][i])
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+register_ui(ModalityUI(
+    "paired", data_section=data_section, run_fields=run_fields, mask_preview=mask_preview, lab_controls=lab_controls,
+    lab_results=lab_results, describe=describe, import_fields=image_ui.import_fields, item="pair",
+    samples=(SampleView("paired", "Joint reconstructions of validation pairs", samples_view, compare_view),),
+    boxes={"retrieval": retrieval_box},
+))  # fmt: skip

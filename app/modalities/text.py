@@ -19,7 +19,8 @@ import streamlit as st
 from app.components.charts import counts_chart
 from app.components.errors import guarded
 from app.components.urlstate import dig, index_of, number
-from engine.api import workspace_root
+from app.modalities import ModalityUI, SampleView, register_ui
+from engine.api import counted, workspace_root
 
 N_SAMPLES = 12  # texts in the Data page's sample table
 N_PREVIEW = 8  # the run's fixed visualisation rows (train.num_vis defaults to 8)
@@ -372,9 +373,9 @@ def run_fields(info, task: str, key: str, carried: dict) -> dict:
                           help="BERT's 80/10/10: the rest is split evenly between a random token and the original")
         out["task_params"] = {"mask_share": share, "random_share": round((1 - share) / 2, 6)}
     elif task == "text_span":
-        from app.modalities import TASK_PARAMS_DEFAULTS
+        from app.modalities import task_params_defaults
 
-        proposed = TASK_PARAMS_DEFAULTS["text_span"]["decoder_input_mask"]
+        proposed = task_params_defaults("text_span")["decoder_input_mask"]
         hide = st.slider("Decoder input hidden, up to", 0.0, 1.0,
                          number(dig(carried, "task_params.decoder_input_mask"), proposed, 0.0, 1.0), 0.05,
                          key=f"{key}_decoder_input_mask",
@@ -472,3 +473,25 @@ def compare_view(samples: dict, n: int = 8) -> list:
     st.caption("Each run's masks come from its own masking config and seed: runs with the same seed and masking "
                "hide the same tokens.")
     return []
+
+
+def import_fields(plan, key: str) -> tuple[dict, dict]:
+    """The Data page's options for a text source: drop texts shorter or longer than a length."""
+    c, d = st.columns(2)
+    lo = c.number_input("Drop texts shorter than (characters)", 0, 1_000_000, 0, key=f"{key}_min")
+    hi = d.number_input("Drop texts longer than (characters, 0 = no limit)", 0, 10_000_000, 0, key=f"{key}_max")
+    return {"min_chars": int(lo) or None, "max_chars": int(hi) or None}, {}
+
+
+def describe(info) -> str:
+    """The dataset in a few words for the Data page's selector: how many texts."""
+    return counted(info.n_train + info.n_val, "text")
+
+
+register_ui(ModalityUI(
+    "text", data_section=data_section, run_fields=run_fields, mask_preview=mask_preview, lab_controls=lab_controls,
+    lab_results=lab_results, describe=describe, import_fields=import_fields, item="text",
+    samples=(SampleView("text_mlm", "Predictions on validation texts", mlm_samples_view, compare_view),
+             SampleView("text_span", "Completions of validation texts", span_samples_view, compare_view)),
+    boxes={"fill_in": fill_in_box, "completion": completion_box},
+))  # fmt: skip

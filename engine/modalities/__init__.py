@@ -88,6 +88,9 @@ class Modality:
         grids: masking grid kinds its units form (keys of :data:`engine.modalities.grids.GRID_KINDS`, e.g.
             ``("patch-2d",)``); ``()``: no grid of its own (strategies are chosen per part by its tasks).
         summary: one line for the dashboard.
+        ui: the dotted name of the module holding its dashboard views (``"app.modalities.image"``):
+            the dashboard imports it on demand and it registers an ``app.modalities.ModalityUI``;
+            ``""``: the dashboard has no views for it. A string, so the engine imports no UI code.
         extras: declarations for other layers, by key (e.g. the dashboard's views); not read by the engine.
     """
 
@@ -96,6 +99,7 @@ class Modality:
     importers: tuple[Importer, ...] = ()
     grids: tuple[str, ...] = ()
     summary: str = ""
+    ui: str = ""
     extras: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
@@ -129,7 +133,7 @@ def register_modality(modality: Modality) -> Modality:
     if clash:
         raise ValueError(f"modality {modality.name!r}: importer name(s) {clash} already registered")
     imps = tuple(replace(i, modality=modality.name) for i in modality.importers)
-    obj = Modality(modality.name, modality.dataset_type, imps, tuple(modality.grids), modality.summary, modality.extras)
+    obj = replace(modality, importers=imps, grids=tuple(modality.grids))
     return registrar(MODALITY_REGISTRY, "modality", modality.name)(obj)
 
 

@@ -35,7 +35,7 @@ def import_audio(path: Path, name: str | None, options, **kw: Any):
 
 
 AUDIO = register_modality(Modality(
-    "audio", _dataset_type, grids=("frames-1d", "spec-2d"),
+    "audio", _dataset_type, ui="app.modalities.audio", grids=("frames-1d", "spec-2d"),
     summary="audio: clips as log-mel spectrograms, masked in time-frequency patches or frames",
     importers=(Importer("audio", inspect_audio, import_audio, files=(*AUDIO_EXTENSIONS, *UNSUPPORTED),
                         tree=tuple(AUDIO_EXTENSIONS), options=("sample_rate",),

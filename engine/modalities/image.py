@@ -60,7 +60,7 @@ def _import_idx(*a, **kw):
 
 
 IMAGE = register_modality(Modality(
-    "image", _dataset_type, grids=("patch-2d",), summary="images: pixels [C, H, W], masked in patches",
+    "image", _dataset_type, ui="app.modalities.image", grids=("patch-2d",), summary="images: pixels [C, H, W], masked in patches",
     importers=(
         Importer("idx", _inspect_idx, _import_idx, claims_tree=_holds_idx, preload=("PIL.Image",), order=10),
         Importer("image", inspect_image, import_image, tree=tuple(IMAGE_EXTENSIONS), columns=False, preload=("PIL.Image",), order=30,

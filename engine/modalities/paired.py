@@ -34,7 +34,7 @@ def _holds_pairs(names: list[str]) -> bool:
 
 
 PAIRED = register_modality(Modality(
-    "paired", _dataset_type, summary="image-caption pairs: an image and its caption per row",
+    "paired", _dataset_type, ui="app.modalities.paired", summary="image-caption pairs: an image and its caption per row",
     importers=(Importer("paired", inspect_paired, import_paired, claims_tree=_holds_pairs,
                         preload=("PIL.Image",), order=20),),
 ))  # fmt: skip

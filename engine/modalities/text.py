@@ -44,7 +44,7 @@ def import_text(path: Path, name: str | None, options, **kw: Any):
 
 
 TEXT = register_modality(Modality(
-    "text", _dataset_type, grids=("tokens-1d",), summary="text: documents, tokenised, masked per token",
+    "text", _dataset_type, ui="app.modalities.text", grids=("tokens-1d",), summary="text: documents, tokenised, masked per token",
     importers=(Importer("text", inspect_text, import_text, files=(*TEXT_EXTENSIONS, *TABLE_EXTENSIONS),
                         tree=TEXT_EXTENSIONS, options=("min_chars", "max_chars"), order=50),),
 ))  # fmt: skip

@@ -67,6 +67,15 @@ class Task(ABC):
         summary: one line for the dashboard, naming the paper the recipe follows.
         data_sections: the optional ``data`` sub-configs the task reads (``"tokenizer"`` for text,
             ``"audio"`` for audio); a config that sets another one is refused by :meth:`resolve`.
+        sample_kind: the ``kind`` of the :class:`~engine.store.Sample` that :meth:`sample` saves (the
+            dashboard draws it with the view its modality's UI declares for that kind).
+        interactive: the name of the dashboard's interactive box for its runs (declared by its
+            modality's UI, e.g. ``"fill_in"``); ``""``: none.
+        train_defaults: what New run proposes for the ``train`` section, over ``TrainConfig``'s
+            defaults: a dict, or the name of an example config (``configs/<name>.yaml``) whose
+            ``train`` section it is (measured recipes: bench/README.md).
+        task_params_defaults: what New run proposes for ``task_params`` where its fields leave them
+            open: a dict, or the name of an example config whose ``task_params`` it is.
 
     Instance attributes (set by ``__init__``):
         model: the ``nn.Module`` being trained (on ``device``).
@@ -83,6 +92,10 @@ class Task(ABC):
     headline: ClassVar[tuple[str, str]] = ("val_loss", "min")
     summary: ClassVar[str] = ""
     data_sections: ClassVar[tuple[str, ...]] = ()
+    sample_kind: ClassVar[str] = ""
+    interactive: ClassVar[str] = ""
+    train_defaults: ClassVar[dict | str] = {}
+    task_params_defaults: ClassVar[dict | str] = {}
 
     model: torch.nn.Module
     n_train: int

@@ -116,7 +116,7 @@ def _record(**kw) -> RunRecord:
     base = dict(
         run_id="20260101-000000-abcdef", name="mae", status="running", created_at=0.0, started_at=100.0,
         ended_at=175.0, step=50, total_steps=200, error=None, latest={"loss": 0.1},
-        config={"data": {"dataset": "digits"}}, pid=None, path=None,
+        config={"task": "image_mim", "data": {"dataset": "digits"}}, pid=None, path=None,
     )  # fmt: skip
     return RunRecord(**{**base, **kw})
 

@@ -38,18 +38,18 @@ def test_recipe_for_known_and_other_sizes():
 
 
 def test_new_run_defaults_come_from_the_recipe(workspace):
-    from app.modalities import TRAIN_DEFAULTS, train_defaults
+    from app.modalities import task_train_defaults, train_defaults
     from engine.data import load_dataset
 
     info = load_dataset("digits").info
     assert train_defaults("image_mim", info) == RECIPES[(8, 8)]["train"]
     text = type("Info", (), {"modality": "text"})()
-    assert train_defaults("text_mlm", text) == TRAIN_DEFAULTS["text_mlm"]
-    # paired: Tux Paint's image-text recipe, and paired_audio: FSDD's audio-text recipe on an audio
-    # dataset; each is the train section of its example config
+    assert train_defaults("text_mlm", text) == task_train_defaults("text_mlm")
+    # paired: Tux Paint's image-text recipe, and paired_audio: FSDD's audio-text recipe on an audio dataset; each is
+    # the train section of its example config
     audio, paired = (type("Info", (), {"modality": m})() for m in ("audio", "paired"))
     for task, info, path in (("paired", paired, "paired-tuxpaint.yaml"), ("paired_audio", audio, "paired-audio-fsdd.yaml")):
         saved = yaml.safe_load((REPO / "configs" / path).read_text())["train"]
         proposed = train_defaults(task, info)
         assert proposed == {k: saved[k] for k in proposed}, path
-    assert train_defaults("audio_mae", audio) == TRAIN_DEFAULTS["audio_mae"]
+    assert train_defaults("audio_mae", audio) == task_train_defaults("audio_mae")

@@ -256,6 +256,7 @@ class SeriesMAETask(Task):
     archs = ("series_transformer",)
     default_loss = "mse"
     unit = "step"
+    sample_kind = "series"
     summary = "masked-value modelling of time series with a small Transformer (Zerveas et al. 2021)"
 
     @classmethod
@@ -362,7 +363,7 @@ class SeriesMAETask(Task):
 
 register_grid_kind(GRID, 1, ("seq-1d",), "time steps of a series [B, T]")
 register_modality(Modality(
-    MODALITY, lambda: SeriesDataset, grids=(GRID,), summary="1-D time series, one per CSV row",
+    MODALITY, lambda: SeriesDataset, grids=(GRID,), summary="1-D time series, one per CSV row", ui="tests.plugins.timeseries_ui",
     importers=(Importer("series_csv", inspect_series, _run_import, files=(".csv",), claims_file=claims_csv,
                         columns=False, order=45),),
 ))

@@ -84,6 +84,8 @@ class AudioTask(Task):
 
     modality = "audio"
     default_loss = "mse"
+    sample_kind = "audio_spec"
+    train_defaults = {"steps": 1000, "batch_size": 32, "lr": 1.5e-3, "warmup_steps": 50, "eval_interval": 100}
     data_sections = ("audio",)
     headline = ("val_spec_mse", "min")
     grid_dims: int = 2

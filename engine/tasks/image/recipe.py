@@ -84,6 +84,8 @@ class ImageMIMTask(Task):
 
     name = "image_mim"
     modality = "image"
+    sample_kind = "image"
+    interactive = "masking"  # train_defaults: per image size (the image UI's recipe)
     archs = ("mae_vit", "simmim_vit")
     default_loss = "mse"
     unit = "patch"

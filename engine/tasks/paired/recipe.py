@@ -78,6 +78,8 @@ class PairedBase(Task):
     archs = ("flava", "m3ae")  # the first is the default: the measured recipe (bench/paired_quality.py)
     default_loss = "mse"
     unit = "patch and token"
+    sample_kind = "paired"
+    interactive = "retrieval"
     params = PairedParams
     headline = ("val_caption_acc", "max")
     #: Whether a text may be one character ("7"): the TF-IDF and CCA baselines then count such words.
@@ -431,6 +433,7 @@ class PairedTask(PairedBase):
     name = "paired"
     modality = "paired"
     data_sections = ("tokenizer",)
+    train_defaults = "paired-tuxpaint"  # the audio-text recipe is the audio UI's (FSDD), per dataset
     summary = ("joint image-text masked modeling with cross-modal completion and InfoNCE (M3AE, Geng et al. 2022; "
                "or FLAVA-style unimodal + fusion encoders, Singh et al. 2022)")
     image_baselines = ("mean_image", "visible_mean")

@@ -232,6 +232,9 @@ class TextMLMTask(TextTask):
     """Masked language modeling with a BERT encoder. See the module docstring."""
 
     name = "text_mlm"
+    sample_kind = "text_mlm"
+    interactive = "fill_in"
+    train_defaults = {"steps": 2000, "batch_size": 64, "lr": 1e-3, "warmup_steps": 100, "eval_interval": 200}
     archs = ("bert",)
     params = MLMParams
     headline = ("val_top1", "max")
@@ -351,6 +354,10 @@ class TextSpanTask(TextTask):
     """Span completion with a T5-style encoder-decoder. See the module docstring."""
 
     name = "text_span"
+    sample_kind = "text_span"
+    interactive = "completion"
+    train_defaults = {"steps": 2000, "batch_size": 64, "lr": 1e-3, "warmup_steps": 100, "eval_interval": 200}
+    task_params_defaults = "mlm-span-fortunes"  # bench/README.md, "Text quality"
     archs = ("t5_span",)
     params = SpanParams
     headline = ("val_span_acc", "max")
