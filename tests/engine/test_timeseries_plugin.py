@@ -93,14 +93,15 @@ def test_timeseries_trains_through_the_real_worker_and_is_evaluated(series, monk
     from engine.runner.launcher import submit
     from engine.store import get_run, load_samples, read_metrics
     from engine.store.evaluations import latest_evaluation
+    from engine.tasks import resolve
 
     import_source(series, "waves")
     monkeypatch.setenv("MASKLAB_AUTO_EVAL", "1")
-    cfg = RunConfig.from_dict({
+    cfg = resolve(RunConfig.from_dict({
         "task": "series_mae", "data": {"dataset": "waves"}, "masking": {"strategy": "span", "ratio": 0.3},
         "train": {"steps": 300, "batch_size": 32, "eval_interval": 150, "lr": 3e-3, "warmup_steps": 10, "device": "cpu"},
         "evaluation": {"max_rows": 200, "finetune_epochs": 2, "tsne_max_rows": 0},
-    })  # fmt: skip
+    }))  # fmt: skip
     assert (cfg.model.arch, cfg.objective.loss) == ("series_transformer", "mse")
     run_id = submit(cfg)
     deadline = time.time() + 150
