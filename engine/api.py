@@ -22,13 +22,6 @@ import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-# --- errors the UI catches (all typed; each message says what is wrong and what to do) ---
-from engine.errors import (
-    BackendError, ConfigError, DamagedFileError, DatasetError, EvaluationError, FormatVersionError, MasklabError,
-    NothingImportedError, PermissionDeniedError, QueueFullError, ResumeError, RunActiveError, RunLockedError,
-    RunNotFoundError, StorageError,
-)
-
 # --- access: identity, roles, users, audit ---
 from engine.access.audit import AuditEntry, read_audit
 from engine.access.policy import MODE_ENV, Identity, acting_as, can, is_demo, local_admin, require_sign_in
@@ -36,37 +29,30 @@ from engine.access.users import load_users, oidc_identity, verify_password
 
 # --- config: load, validate (``RunConfig.from_dict`` raises ConfigError naming the field), diff ---
 from engine.config import (
-    LAUNCH_BACKENDS, AudioConfig, LaunchConfig, MaskingConfig, RunConfig, TokenizerConfig, apply_overrides, load_config,
+    LAUNCH_BACKENDS,
+    AudioConfig,
+    LaunchConfig,
+    MaskingConfig,
+    RunConfig,
+    TokenizerConfig,
+    apply_overrides,
+    load_config,
 )
-from engine.store.history import config_diff
-
-# --- runs: submit, cancel, resume, evaluate, delete (each checks the actor's role and is audited) ---
-from engine.runner.launcher import cancel, delete_run, evaluate, job_state, resume, submit
-from engine.runner.backends import JobState
-from engine.runner.backends import describe as describe_job
-from engine.runner.backends import read_job as cluster_job  # a cluster run's job record, or None
-from engine.runner.backends import unavailable as backend_unavailable  # why a back-end cannot run here, or ""
-from engine.runner.queue import max_runs, queue_room
-
-# --- sweeps: one field over values x seeds, each run a normal run ---
-from engine.runner.sweep import new_sweep_id, parse_seeds, parse_values, plan_sweep, submit_sweep, sweep_of, sweep_table
-
-# --- reading runs: records, statuses, metrics (DuckDB over Parquet), samples, logs, checkpoints ---
-from engine.store import (
-    ACTIVE, RESUMABLE, STATUSES, Annotations, CheckpointWeights, DiskUsage, RunRecord, Sample, annotate, archive_run,
-    checkpoint_weights, dataset_bytes, disk_usage, format_bytes, get_run, latest_checkpoint_step, latest_points,
-    list_runs, load_samples, read_config_history, read_log, read_metrics, run_bytes, sample_steps, set_note, set_tags,
-    tag_run,
-)
-
-# --- evaluations: the background evaluation job and what it saved ---
-from engine.store.evaluations import Evaluation, latest_evaluation, load_maps, read_evaluations
-from engine.store.evaluations import read_job as evaluation_job  # the run's evaluation job state, or None
 
 # --- datasets: list, load, bundled sets, import jobs (another process), samples to show ---
 from engine.data import (
-    VIEW_SEED, BundledStatus, DatasetInfo, ImportOptions, SourcePlan, bundled_status, delete_dataset, import_source,
-    inspect_source, list_datasets, load_dataset, representative,
+    VIEW_SEED,
+    BundledStatus,
+    DatasetInfo,
+    ImportOptions,
+    SourcePlan,
+    bundled_status,
+    delete_dataset,
+    import_source,
+    inspect_source,
+    list_datasets,
+    load_dataset,
+    representative,
 )
 from engine.data.audio import EXTENSIONS as AUDIO_EXTENSIONS
 from engine.data.audio import SAMPLE_RATES as AUDIO_SAMPLE_RATES
@@ -77,11 +63,77 @@ from engine.data.images import NOTE_LOST_ON_FILL
 from engine.data.jobs import ImportJob, ImportOutcome, cancel_import, import_status, start_import
 from engine.data.tabular import ROLES as COLUMN_ROLES
 from engine.data.tabular import TABLE_EXTENSIONS
+
+# --- errors the UI catches (all typed; each message says what is wrong and what to do) ---
+from engine.errors import (
+    BackendError,
+    ConfigError,
+    DamagedFileError,
+    DatasetError,
+    EvaluationError,
+    FormatVersionError,
+    MasklabError,
+    NothingImportedError,
+    PermissionDeniedError,
+    QueueFullError,
+    ResumeError,
+    RunActiveError,
+    RunLockedError,
+    RunNotFoundError,
+    StorageError,
+)
 from engine.modalities import reads_option  # whether a modality's importers read an import option
 from engine.modalities.grids import GRID_KINDS  # the unit grids masking strategies work on
+from engine.runner.backends import JobState
+from engine.runner.backends import describe as describe_job
+from engine.runner.backends import read_job as cluster_job  # a cluster run's job record, or None
+from engine.runner.backends import unavailable as backend_unavailable  # why a back-end cannot run here, or ""
+
+# --- runs: submit, cancel, resume, evaluate, delete (each checks the actor's role and is audited) ---
+from engine.runner.launcher import cancel, delete_run, evaluate, job_state, resume, submit
+from engine.runner.queue import max_runs, queue_room
 
 # --- workspace ---
 from engine.runner.resume import TASK_INFO
+
+# --- sweeps: one field over values x seeds, each run a normal run ---
+from engine.runner.sweep import new_sweep_id, parse_seeds, parse_values, plan_sweep, submit_sweep, sweep_of, sweep_table
+
+# --- reading runs: records, statuses, metrics (DuckDB over Parquet), samples, logs, checkpoints ---
+from engine.store import (
+    ACTIVE,
+    RESUMABLE,
+    STATUSES,
+    Annotations,
+    CheckpointWeights,
+    DiskUsage,
+    RunRecord,
+    Sample,
+    annotate,
+    archive_run,
+    checkpoint_weights,
+    dataset_bytes,
+    disk_usage,
+    format_bytes,
+    get_run,
+    latest_checkpoint_step,
+    latest_points,
+    list_runs,
+    load_samples,
+    read_config_history,
+    read_log,
+    read_metrics,
+    run_bytes,
+    sample_steps,
+    set_note,
+    set_tags,
+    tag_run,
+)
+
+# --- evaluations: the background evaluation job and what it saved ---
+from engine.store.evaluations import Evaluation, latest_evaluation, load_maps, read_evaluations
+from engine.store.evaluations import read_job as evaluation_job  # the run's evaluation job state, or None
+from engine.store.history import config_diff
 from engine.workspace import read_json, workspace_root
 
 
