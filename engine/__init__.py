@@ -5,8 +5,16 @@ the background training processes that the dashboard launches.
 """
 
 from engine.errors import (
-    ConfigError, DamagedFileError, DatasetError, FormatVersionError, MasklabError, NonFiniteLossError,
-    QueueFullError, RunLockedError, RunNotFoundError, StorageError,
+    ConfigError,
+    DamagedFileError,
+    DatasetError,
+    FormatVersionError,
+    MasklabError,
+    NonFiniteLossError,
+    QueueFullError,
+    RunLockedError,
+    RunNotFoundError,
+    StorageError,
 )
 
 __all__ = ["ConfigError", "DamagedFileError", "DatasetError", "FormatVersionError", "MasklabError",

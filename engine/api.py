@@ -16,6 +16,7 @@ get_task`` at the top of New run.
     >>> api.get_run(run_id).status, api.read_metrics([run_id], ["loss"], max_points=500)
 """
 
+# ruff: noqa: I001  (imports grouped by what the UI does with them, each group under its comment)
 from __future__ import annotations
 
 import importlib

@@ -34,11 +34,50 @@ encoding of its member names, or doctor left problems unresolved; 2 a usage or i
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import os
 import sys
 
-from engine.errors import ConfigError, MasklabError
+from tqdm import tqdm
+
+from engine.access.policy import check
+from engine.access.users import load_users, remove_user, set_email_role, set_user, users_path
+from engine.api import (
+    archive_run,
+    cancel,
+    delete_dataset,
+    delete_run,
+    disk_usage,
+    evaluate,
+    evaluation_job,
+    format_bytes,
+    get_run,
+    import_source,
+    inspect_source,
+    job_state,
+    list_datasets,
+    list_runs,
+    proposed_rate,
+    rates_text,
+    read_audit,
+    read_evaluations,
+    read_log,
+    reads_option,
+    set_note,
+    tag_run,
+)
+from engine.config import load_config
+from engine.data.dataset import counted
+from engine.data.tabular import import_options
+from engine.errors import ConfigError, MasklabError, RunNotFoundError
+from engine.runner.doctor import check_workspace
+from engine.runner.launcher import resume, submit
+from engine.runner.sweep import new_sweep_id, parse_values, submit_sweep
+from engine.runner.torchrun import join
+from engine.runner.worker import AUTO_EVAL_ENV, execute_run
+from engine.store import create_run, run_dir
+from engine.store.paths import CONFIG_FILE, malformed_run_id, runs_root
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -153,18 +192,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def cmd_run(args) -> int:
-    from engine.access.policy import check
-    from engine.config import load_config
-
     check("run.submit")  # demo mode refuses a foreground run too
     cfg = load_config(args.config, args.overrides)  # a bad config is refused before torch is imported
 
-    from tqdm import tqdm
-
-    from engine.tasks import resolve
-    from engine.tasks.checks import check_run
-    from engine.store import create_run, get_run
-    from engine.runner.worker import AUTO_EVAL_ENV, execute_run
+    from engine.tasks import resolve  # noqa: PLC0415 (the CLI's read-only commands start without torch)
+    from engine.tasks.checks import check_run  # noqa: PLC0415 (the CLI's read-only commands start without torch)
 
     cfg = resolve(cfg)  # once: the run trains the stored config as it is
     check_run(cfg)
@@ -205,18 +237,13 @@ def cmd_run(args) -> int:
 
 
 def cmd_submit(args) -> int:
-    from engine.config import load_config
-
     cfg = load_config(args.config, args.overrides)  # a bad config is refused before torch is imported
-    from engine.runner.launcher import submit
 
     print(submit(cfg))
     return 0
 
 
 def cmd_resume(args) -> int:
-    from engine.runner.launcher import resume
-
     step = resume(args.run_id, args.overrides)
     print(f"resuming {args.run_id} from step {step} in the background "
           f"(python -m engine runs; python -m engine log {args.run_id})")
@@ -224,19 +251,11 @@ def cmd_resume(args) -> int:
 
 
 def cmd_join(args) -> int:
-    from engine.access.policy import check
-    from engine.runner.torchrun import join
-    from engine.store import run_dir
-
     check("run.submit")  # it trains: as a foreground run, an editor's action
     return join(run_dir(args.run_id), args.node_rank)
 
 
 def cmd_sweep(args) -> int:
-    from engine.config import load_config
-    from engine.data.dataset import counted
-    from engine.runner.sweep import new_sweep_id, parse_values, submit_sweep
-
     if "=" not in args.over:
         raise ConfigError(f"--over {args.over!r}: expected FIELD=V1,V2,..., e.g. masking.ratio=0.25,0.5,0.75,0.9")
     field, raw = args.over.split("=", 1)
@@ -252,14 +271,11 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
-    from engine.api import evaluate
-
     if not args.foreground:
         step = evaluate(args.run_id, args.step)
         print(f"evaluating step {step} of {args.run_id} in the background (python -m engine log {args.run_id})")
         return 0
-    from engine.api import evaluation_job, get_run, read_evaluations
-    from engine.eval.job import run_job
+    from engine.eval.job import run_job  # noqa: PLC0415 (the CLI's read-only commands start without torch)
 
     rec = get_run(args.run_id)
     rc = run_job(rec.path, args.step)
@@ -284,8 +300,6 @@ def cmd_evaluate(args) -> int:
 
 
 def cmd_runs(args) -> int:
-    from engine.api import disk_usage, format_bytes, list_runs
-
     every = list_runs()
     runs = [r for r in every if args.all or not r.archived]
     usage = disk_usage()
@@ -320,16 +334,12 @@ def cmd_runs(args) -> int:
 
 
 def cmd_tag(args) -> int:
-    from engine.api import tag_run
-
     done = tag_run(args.run_id, remove=args.tags) if args.remove else tag_run(args.run_id, add=args.tags)
     print(f"{args.run_id}: tags {', '.join(done.tags) or '(none)'}")
     return 0
 
 
 def cmd_note(args) -> int:
-    from engine.api import set_note
-
     text = sys.stdin.read() if args.text == "-" else args.text
     done = set_note(args.run_id, text)
     print(f"{args.run_id}: note {'cleared' if not done.note else f'saved ({len(done.note):,} characters)'}")
@@ -337,16 +347,12 @@ def cmd_note(args) -> int:
 
 
 def cmd_archive(args) -> int:
-    from engine.api import archive_run
-
     archive_run(args.run_id, not args.unarchive)
     print(f"{'unarchived' if args.unarchive else 'archived'} run {args.run_id}")
     return 0
 
 
 def cmd_cancel(args) -> int:
-    from engine.api import cancel, get_run
-
     if cancel(args.run_id):
         print(f"cancel requested for {args.run_id}")
         return 0
@@ -356,8 +362,6 @@ def cmd_cancel(args) -> int:
 
 
 def cmd_log(args) -> int:
-    from engine.api import read_log
-
     text = read_log(args.run_id, max_bytes=args.bytes)
     if text is None:
         print(f"{args.run_id} has no worker log: it ran in the foreground (python -m engine run)", file=sys.stderr)
@@ -367,8 +371,6 @@ def cmd_log(args) -> int:
 
 
 def cmd_job(args) -> int:
-    from engine.api import get_run, job_state
-
     state = job_state(args.run_id)
     if state is None:
         print(f"{args.run_id} runs on this machine's processes (launch.backend=local): it has no cluster job")
@@ -379,8 +381,6 @@ def cmd_job(args) -> int:
 
 
 def cmd_doctor(args) -> int:
-    from engine.runner.doctor import check_workspace
-
     report = check_workspace(repair=args.repair)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
@@ -392,8 +392,6 @@ def cmd_doctor(args) -> int:
 
 
 def _import_options(args):
-    from engine.data.tabular import import_options
-
     return import_options(
         file_column=args.file_column, text_column=args.text_column, label_column=args.label_column,
         group_column=args.group_column, min_chars=args.min_chars, max_chars=args.max_chars,
@@ -406,8 +404,6 @@ def _audio_rate(plan, chosen: int | None) -> tuple[int, str]:
     """The pipeline rate (Hz) an audio import of ``plan`` uses, and the line that says why:
     ``chosen`` (``--sample-rate``), else the Data page's proposal from the clips' headers
     (:func:`engine.data.audio.proposed_rate`)."""
-    from engine.api import proposed_rate, rates_text
-
     heard = f"clips {rates_text(plan.sample_rates)}" if plan.sample_rates else "no clip header could be read"
     if chosen is not None:
         return chosen, f"sample rate: {chosen:,} Hz (--sample-rate; {heard})"
@@ -417,8 +413,6 @@ def _audio_rate(plan, chosen: int | None) -> tuple[int, str]:
 
 def _print_plan(plan, sample_rate: int | None = None) -> None:
     """``data inspect``'s report of ``plan``; ``sample_rate``: the ``--sample-rate`` given, if any."""
-    from engine.modalities import reads_option
-
     print(f"{plan.source}: {plan.modality} ({plan.kind}), {plan.n_items} rows kept, "
           f"{len(plan.rejected)} rejected, {len(plan.skipped)} skipped")
     if reads_option(plan.modality, "sample_rate"):
@@ -438,16 +432,12 @@ def _print_plan(plan, sample_rate: int | None = None) -> None:
 
 
 def cmd_delete(args) -> int:
-    from engine.api import delete_run
-
     delete_run(args.run_id)
     print(f"deleted run {args.run_id}")
     return 0
 
 
 def cmd_audit(args) -> int:
-    from engine.api import read_audit
-
     for e in reversed(read_audit(limit=args.limit or None)):
         if args.json:
             print(json.dumps({**e.details, **{k: v for k, v in vars(e).items() if k != "details"}}))
@@ -458,10 +448,6 @@ def cmd_audit(args) -> int:
 
 
 def cmd_users(args) -> int:
-    import getpass
-
-    from engine.access.users import load_users, remove_user, set_email_role, set_user, users_path
-
     if args.users_cmd == "list":
         users = load_users()
         print(f"{users_path()}: {len(users.users)} users, {len(users.emails)} e-mails"
@@ -492,8 +478,6 @@ def cmd_users(args) -> int:
 
 
 def cmd_data(args) -> int:
-    from engine.api import delete_dataset, import_source, inspect_source, list_datasets, reads_option
-
     if args.data_cmd == "delete":
         delete_dataset(args.name)
         print(f"deleted dataset {args.name}")
@@ -535,9 +519,6 @@ def resolve_run_id(text: str, workspace=None) -> str:
     Raises:
         RunNotFoundError: several runs' ids end with ``text`` (the message lists them).
     """
-    from engine.errors import RunNotFoundError
-    from engine.store.paths import CONFIG_FILE, malformed_run_id, runs_root
-
     root = runs_root(workspace)
     if malformed_run_id(text) or (root / text / CONFIG_FILE).exists():
         return text

@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from engine.errors import ConfigError
+from engine.messages import format_problems
 
 
 class _Strict(BaseModel):
@@ -318,8 +319,6 @@ class RunConfig(_Strict):
 
 def _format_validation_error(e: ValidationError) -> str:
     """``invalid run config: <field>: <what is wrong>; ...`` in masklab's words (:mod:`engine.messages`)."""
-    from engine.messages import format_problems
-
     return "invalid run config: " + format_problems(e)
 
 

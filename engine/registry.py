@@ -9,6 +9,7 @@ from typing import Any, Callable, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from engine.errors import ConfigError
+from engine.messages import field_problems
 
 PLUGINS_ENV = "MASKLAB_PLUGINS"
 T = TypeVar("T")
@@ -71,8 +72,6 @@ def validate_params(model: type[M], params: dict[str, Any] | None, prefix: str, 
     try:
         return model.model_validate(params or {})
     except ValidationError as e:
-        from engine.messages import field_problems
-
         parts = []
         for loc, text, _ in field_problems(e, prefix):
             if text == "unknown field":

@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from engine.access.policy import ROLES, Identity, permission
 from engine.errors import ConfigError
+from engine.messages import describe_error, format_problems
 from engine.workspace import atomic_write_bytes, workspace_root
 
 USERS_ENV = "MASKLAB_USERS_FILE"
@@ -94,14 +95,10 @@ def load_users(path: str | os.PathLike[str] | None = None, workspace: str | os.P
     except FileNotFoundError:
         return UsersFile()
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
-        from engine.messages import describe_error
-
         raise ConfigError(f"{p}: cannot read the users file ({describe_error(e)})") from None
     try:
         users = UsersFile.model_validate(raw)
     except ValidationError as e:
-        from engine.messages import format_problems
-
         raise ConfigError(f"{p}: {format_problems(e)}") from None
     problems = users.problems()
     if problems:

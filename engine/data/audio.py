@@ -220,8 +220,8 @@ class ClipDecoder:
     def _resample(self, x: np.ndarray, rate: int) -> np.ndarray:
         if rate == self.rate:
             return x
-        import torch
-        import torchaudio
+        import torch  # noqa: PLC0415 (the data package serves the dashboard and import jobs without torch)
+        import torchaudio  # noqa: PLC0415 (the data package serves the dashboard and import jobs without torch)
 
         if rate not in self._resamplers:  # the transform keeps its sinc kernel for the next clip
             self._resamplers[rate] = torchaudio.transforms.Resample(rate, self.rate)

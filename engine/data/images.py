@@ -355,8 +355,8 @@ def _key_alpha(values: np.ndarray, key: object) -> np.ndarray | None:
 
 def _png16(data: bytes, im: Image.Image, fill: tuple[int, int, int]) -> Decoded:
     """A 16-bit colour or gray+alpha PNG at full depth (libpng through torchvision)."""
-    import torch
-    from torchvision.io import ImageReadMode, decode_png
+    import torch  # noqa: PLC0415 (the data package serves the dashboard and import jobs without torch)
+    from torchvision.io import ImageReadMode, decode_png  # noqa: PLC0415 (the data package serves the dashboard and import jobs without torch)
 
     t = decode_png(torch.frombuffer(bytearray(data), dtype=torch.uint8), ImageReadMode.UNCHANGED)
     a = t.permute(1, 2, 0).numpy().astype(np.int64)  # [H, W, C] in 0..65535

@@ -49,7 +49,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.access import audit
 from engine.access.policy import Identity, authorize, authorized
+from engine.data.catalog import check_new_name
 from engine.data.ingest import detect_source, import_source
 from engine.data.tabular import ImportOptions
 from engine.errors import DatasetError, MasklabError, NothingImportedError
@@ -175,12 +177,9 @@ def start_import(path: str | os.PathLike[str], name: str | None = None, options:
         if not Path(path).exists():
             raise DatasetError(f"{label}: no such file or folder")
         if name is not None:  # a bad, reserved or taken name is refused now, not after the whole import
-            from engine.data.catalog import check_new_name
 
             check_new_name(name, ws, overwrite)
     except DatasetError as e:
-        from engine.access import audit
-
         audit.record("data.import", name or label, "failed", who, ws, quiet=True, reason=str(e), file=label)
         raise
     job_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"

@@ -43,6 +43,7 @@ from PIL import Image
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from engine.errors import DatasetError
+from engine.messages import field_problems
 
 PILLOW_HARD_LIMIT = 2 * (Image.MAX_IMAGE_PIXELS or 89_478_485)
 """Pixels above which Pillow itself refuses to open an image (``DecompressionBombError``)."""
@@ -90,8 +91,6 @@ class ImportLimits(BaseModel):
         try:
             return cls(**values)
         except ValidationError as e:
-            from engine.messages import field_problems
-
             loc, text, _ = field_problems(e)[0]
             var = ENV_VARS[loc]
             raise DatasetError(f"{var}={environ.get(var)!r}: {text.split(' (got ')[0]}") from None

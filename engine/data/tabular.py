@@ -29,7 +29,7 @@ from pathlib import Path, PurePosixPath
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from engine.errors import DatasetError
-from engine.messages import describe_error
+from engine.messages import describe_error, format_problems
 
 TABLE_EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl"}
 """File extension -> table kind."""
@@ -112,8 +112,6 @@ def import_options(**kwargs) -> ImportOptions:
     try:
         return ImportOptions(**kwargs)
     except ValidationError as e:
-        from engine.messages import format_problems
-
         raise DatasetError(f"import options: {format_problems(e, empty_loc='options')}") from None
 
 

@@ -18,6 +18,7 @@ token: 2 N forward, 4 N backward).
 from __future__ import annotations
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 
 def train_step_flops(task, seed: int = 0) -> dict[str, float]:
@@ -28,8 +29,6 @@ def train_step_flops(task, seed: int = 0) -> dict[str, float]:
         "mask_ratio"}``: FLOPs of forward + backward of one batch, the same per row of the batch,
         the forward pass alone, the batch size counted (``task.batch_size``) and the ratio used.
     """
-    from torch.utils.flop_counter import FlopCounterMode
-
     ratio = float(task.cfg.masking.ratio)
     idx = torch.arange(task.batch_size) % task.n_train
     was = task.model.training

@@ -30,6 +30,7 @@ import math
 
 import numpy as np
 import torch
+from skimage.restoration import inpaint_biharmonic
 
 #: Names of the baselines :func:`all_baselines` computes, in the order the dashboard lists them.
 BASELINES = ("mean_image", "visible_mean", "biharmonic", "knn")
@@ -127,8 +128,6 @@ def biharmonic_patches(imgs: torch.Tensor, mask: torch.Tensor, patch_size: int) 
 
     References: Damelin & Hoang 2018 (the method scikit-image implements).
     """
-    from skimage.restoration import inpaint_biharmonic
-
     N, C, H, W = imgs.shape
     pm = pixel_mask(mask, patch_size, (H // patch_size, W // patch_size)).cpu().numpy()  # (N, H, W)
     x = imgs.detach().float().cpu().numpy().transpose(0, 2, 3, 1).astype(np.float64)  # (N, H, W, C)

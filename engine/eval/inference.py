@@ -24,6 +24,7 @@ import torch
 from engine.config import RunConfig
 from engine.errors import MasklabError
 from engine.messages import describe_error
+from engine.models import build_model
 from engine.store import get_run
 from engine.store.checkpoints import checkpoint_complete, list_checkpoints, load_weights
 
@@ -83,8 +84,6 @@ def load_model(run_id: str, step: int | None = None, workspace=None) -> LoadedMo
             ``task.json`` is missing (a run from before it existed), or weights that do not fit.
         RunNotFoundError: unknown run.
     """
-    from engine.models import build_model
-
     rec = get_run(run_id, workspace)
     folder = checkpoint_path(run_id, step, workspace)
     weights = folder / "model.safetensors"

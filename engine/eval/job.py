@@ -30,14 +30,21 @@ the worker evaluates its final checkpoint itself, while it still holds its lock 
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from engine.errors import EvaluationError, MasklabError
-from engine.store.evaluations import Evaluation, save_evaluation, write_job
+from engine.config import RunConfig
+from engine.errors import EvaluationError, MasklabError, RunLockedError
+from engine.runner.queue import dequeue, run_slot
+from engine.runner.resources import resolve_threads
+from engine.store.checkpoints import checkpoint_complete, list_checkpoints, load_weights
+from engine.store.evaluations import Evaluation, read_job, save_evaluation, write_job
+from engine.store.lock import RunLock
+from engine.workspace import read_json
 
 
 def _chance(y: np.ndarray) -> float:
@@ -59,16 +66,13 @@ def evaluate_checkpoint(run_dir: Path, step: int | None = None, *, device: str =
         EvaluationError: no complete checkpoint (at ``step``), the dataset changed since the run
             (content hash differs from ``task.json``), no labels to probe, no raw-input features.
     """
-    import torch
+    import torch  # noqa: PLC0415 (an evaluation job waits for its slot without torch)
 
-    from engine.config import RunConfig
-    from engine.eval.finetune import finetune, finetune_inputs
-    from engine.eval.flops import train_step_flops
-    from engine.eval.reconstruction import reconstruction_quality
-    from engine.eval.representation import representation_figures
-    from engine.store.checkpoints import checkpoint_complete, list_checkpoints, load_weights
-    from engine.tasks import build_task
-    from engine.workspace import read_json
+    from engine.eval.finetune import finetune, finetune_inputs  # noqa: PLC0415 (an evaluation job waits for its slot without torch)
+    from engine.eval.flops import train_step_flops  # noqa: PLC0415 (an evaluation job waits for its slot without torch)
+    from engine.eval.reconstruction import reconstruction_quality  # noqa: PLC0415 (an evaluation job waits for its slot without torch)
+    from engine.eval.representation import representation_figures  # noqa: PLC0415 (an evaluation job waits for its slot without torch)
+    from engine.tasks import build_task  # noqa: PLC0415 (an evaluation job waits for its slot without torch)
 
     run_dir = Path(run_dir)
     t0 = time.time()
@@ -140,8 +144,6 @@ def evaluate_and_save(run_dir: Path, step: int | None = None, *, device: str = "
         EvaluationError, StorageError: as :func:`evaluate_checkpoint` / :func:`save_evaluation`
             (recorded in ``job.json`` first).
     """
-    import os
-
     started = time.time()
     write_job(run_dir, status="running", step=step, pid=os.getpid(), started_at=started)
     try:
@@ -163,11 +165,6 @@ def run_job(run_dir: Path, step: int | None = None) -> int:
     Returns an exit code: 0 done, 1 failed (the reason in ``job.json`` and on stderr), 2 the run
     lock is held by another process (its worker or another job; nothing written).
     """
-    from engine.errors import RunLockedError
-    from engine.runner.queue import dequeue, run_slot
-    from engine.store.lock import RunLock
-    from engine.store.evaluations import read_job
-
     run_dir = Path(run_dir).resolve()
     workspace = run_dir.parent.parent
     lock = RunLock(run_dir)
@@ -179,10 +176,7 @@ def run_job(run_dir: Path, step: int | None = None) -> int:
     try:
         queued_at = float((read_job(run_dir.name, workspace) or {}).get("queued_at") or time.time())
         with run_slot(workspace, run_dir, lambda: False, queued_at=queued_at):
-            import torch
-
-            from engine.runner.resources import resolve_threads
-            from engine.workspace import read_json
+            import torch  # noqa: PLC0415 (an evaluation job waits for its slot without torch)
 
             torch.set_num_threads(resolve_threads(read_json(run_dir / "config.json").get("train", {})))
             evaluate_and_save(run_dir, step, workspace=workspace)

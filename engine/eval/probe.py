@@ -35,9 +35,9 @@ class ProbeResult:
 
 
 def _fit(x: np.ndarray, y: np.ndarray, C: float, seed: int):
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
+    from sklearn.linear_model import LogisticRegression  # noqa: PLC0415 (scikit-learn loads only when an evaluation or baseline runs)
+    from sklearn.pipeline import make_pipeline  # noqa: PLC0415 (scikit-learn loads only when an evaluation or baseline runs)
+    from sklearn.preprocessing import StandardScaler  # noqa: PLC0415 (scikit-learn loads only when an evaluation or baseline runs)
 
     return make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=MAX_ITER, random_state=seed)).fit(x, y)
 
@@ -57,7 +57,7 @@ def linear_probe(x_train: np.ndarray, y_train: np.ndarray, x_val: np.ndarray, y_
     Raises:
         ValueError: fewer than two classes in ``y_train``, or empty or mismatched arrays.
     """
-    from sklearn.model_selection import LeaveOneGroupOut, StratifiedKFold
+    from sklearn.model_selection import LeaveOneGroupOut, StratifiedKFold  # noqa: PLC0415 (scikit-learn loads only when an evaluation or baseline runs)
 
     x_train, x_val = np.asarray(x_train, np.float64), np.asarray(x_val, np.float64)
     y_train, y_val = np.asarray(y_train), np.asarray(y_val)

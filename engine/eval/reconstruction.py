@@ -42,8 +42,12 @@ neural networks" (spectral convergence); Gray & Markel 1976 (log-spectral distan
 from __future__ import annotations
 
 import math
+
 import numpy as np
 import torch
+from skimage.metrics import structural_similarity
+
+from engine.eval.image_baselines import all_baselines, patchify, pixel_mask, unpatchify
 
 #: Images scored by the SSIM figures (the first fixed validation images; biharmonic costs tens of ms each).
 SSIM_MAX_ROWS = 256
@@ -82,8 +86,6 @@ def masked_ssim(pred: np.ndarray, target: np.ndarray, pixel_mask: np.ndarray) ->
     Raises:
         ValueError: shapes differ, or an image is smaller than 3x3 pixels.
     """
-    from skimage.metrics import structural_similarity
-
     if pred.shape != target.shape or pixel_mask.shape != (target.shape[0], *target.shape[2:]):
         raise ValueError(f"masked_ssim: prediction {pred.shape}, target {target.shape} and mask "
                          f"{pixel_mask.shape} must be [N, C, H, W], [N, C, H, W] and [N, H, W]")
@@ -106,8 +108,6 @@ def image_quality(task, max_rows: int = SSIM_MAX_ROWS) -> dict[str, dict[str, fl
     """SSIM of the checkpoint and of every image baseline (module docstring) on the task's fixed
     validation images and masks (``task.x_eval``, ``task.eval_masks``, ``task.baseline_reference()``):
     :meth:`engine.tasks.image.recipe.ImageMIMTask.reconstruction_quality`."""
-    from engine.eval.image_baselines import all_baselines, patchify, pixel_mask, unpatchify
-
     if task.cfg.objective.norm_pix_loss:
         return {}
     P, shape = task.cfg.model.patch_size, task.image_shape

@@ -27,6 +27,7 @@ the same features give the same figures.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -61,7 +62,7 @@ def _labelled(X, y, what: str) -> tuple[np.ndarray, np.ndarray]:
 def standardise(train: np.ndarray, val: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Both splits standardised with the train split's mean and standard deviation (constant
     features become 0). float32 in, float32 out."""
-    from sklearn.preprocessing import StandardScaler
+    from sklearn.preprocessing import StandardScaler  # noqa: PLC0415 (scikit-learn loads only when an evaluation or baseline runs)
 
     scaler = StandardScaler().fit(train)
     return scaler.transform(train).astype(np.float32), scaler.transform(val).astype(np.float32)
@@ -77,11 +78,9 @@ def linear_probe(Xtr: np.ndarray, ytr: np.ndarray, Xva: np.ndarray, yva: np.ndar
     Raises:
         ValueError: fewer than two classes in ``ytr``, or empty or mismatched arrays.
     """
-    import warnings
+    from sklearn.exceptions import ConvergenceWarning  # noqa: PLC0415 (scikit-learn loads only when an evaluation or baseline runs)
 
-    from sklearn.exceptions import ConvergenceWarning
-
-    from engine.eval.probe import linear_probe as tuned_probe
+    from engine.eval.probe import linear_probe as tuned_probe  # noqa: PLC0415 (scikit-learn loads only when an evaluation or baseline runs)
 
     with warnings.catch_warnings():  # the iteration cap (engine.eval.probe.MAX_ITER) is part of the recipe
         warnings.simplefilter("ignore", ConvergenceWarning)
@@ -90,7 +89,7 @@ def linear_probe(Xtr: np.ndarray, ytr: np.ndarray, Xva: np.ndarray, yva: np.ndar
 
 def knn_accuracy(Xtr: np.ndarray, ytr: np.ndarray, Xva: np.ndarray, yva: np.ndarray, k: int = KNN_K) -> float:
     """Val top-1 accuracy of a k-nearest-neighbour vote (cosine distance, k capped at the train size)."""
-    from sklearn.neighbors import KNeighborsClassifier
+    from sklearn.neighbors import KNeighborsClassifier  # noqa: PLC0415 (scikit-learn loads only when an evaluation or baseline runs)
 
     clf = KNeighborsClassifier(n_neighbors=min(k, len(Xtr)), metric="cosine", algorithm="brute").fit(Xtr, ytr)
     return float((clf.predict(Xva) == yva).mean())
@@ -98,8 +97,8 @@ def knn_accuracy(Xtr: np.ndarray, ytr: np.ndarray, Xva: np.ndarray, yva: np.ndar
 
 def kmeans_scores(X: np.ndarray, y: np.ndarray, seed: int = 0) -> tuple[float, float]:
     """``(NMI, ARI)`` of k-means clusters (k = number of classes in ``y``) against the labels ``y``."""
-    from sklearn.cluster import KMeans
-    from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
+    from sklearn.cluster import KMeans  # noqa: PLC0415 (scikit-learn loads only when an evaluation or baseline runs)
+    from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score  # noqa: PLC0415 (scikit-learn loads only when an evaluation or baseline runs)
 
     k = len(np.unique(y))
     if k < 2 or len(X) <= k:
@@ -110,7 +109,7 @@ def kmeans_scores(X: np.ndarray, y: np.ndarray, seed: int = 0) -> tuple[float, f
 
 def maps_2d(X: np.ndarray, seed: int = 0, tsne_max_rows: int = 1000) -> dict[str, np.ndarray]:
     """2-D maps of ``X [N, D]``: ``pca`` always (N >= 2), ``tsne`` when ``N <= tsne_max_rows`` and N > 4."""
-    from sklearn.decomposition import PCA
+    from sklearn.decomposition import PCA  # noqa: PLC0415 (scikit-learn loads only when an evaluation or baseline runs)
 
     out: dict[str, np.ndarray] = {}
     if len(X) < 2:
@@ -119,7 +118,7 @@ def maps_2d(X: np.ndarray, seed: int = 0, tsne_max_rows: int = 1000) -> dict[str
     pca = PCA(n_components=d, random_state=seed).fit_transform(X)
     out["pca"] = np.pad(pca, ((0, 0), (0, 2 - d))).astype(np.float32)
     if 4 < len(X) <= tsne_max_rows:
-        from sklearn.manifold import TSNE
+        from sklearn.manifold import TSNE  # noqa: PLC0415 (scikit-learn loads only when an evaluation or baseline runs)
 
         perplexity = min(TSNE_PERPLEXITY, (len(X) - 1) / 3)
         out["tsne"] = TSNE(n_components=2, perplexity=perplexity, init="pca", random_state=seed).fit_transform(X).astype(np.float32)

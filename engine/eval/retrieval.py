@@ -69,9 +69,9 @@ def cca_embeddings(train_pixels: np.ndarray, train_captions: list[str], val_pixe
     Returns:
         ``(image [N_val, K], text [N_val, K])``; rank by cosine similarity.
     """
-    from sklearn.cross_decomposition import CCA
-    from sklearn.decomposition import PCA
-    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.cross_decomposition import CCA  # noqa: PLC0415 (scikit-learn loads only when an evaluation or baseline runs)
+    from sklearn.decomposition import PCA  # noqa: PLC0415 (scikit-learn loads only when an evaluation or baseline runs)
+    from sklearn.feature_extraction.text import TfidfVectorizer  # noqa: PLC0415 (scikit-learn loads only when an evaluation or baseline runs)
 
     n_pca = min(CCA_PCA, len(train_pixels) - 1, train_pixels.shape[1])
     pca = PCA(n_components=n_pca, random_state=seed).fit(train_pixels)

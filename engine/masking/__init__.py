@@ -26,7 +26,19 @@ from typing import TYPE_CHECKING
 import torch
 
 from engine.errors import ConfigError
-from engine.modalities.grids import GRID_KINDS, register_grid_kind
+from engine.masking import block as _block  # noqa: E402,F401  block
+from engine.masking import hierarchical as _hierarchical  # noqa: E402,F401  hierarchical
+
+# Strategies register themselves on import; import them after the registry exists.
+from engine.masking import random as _random  # noqa: E402,F401  random, bernoulli
+from engine.masking import rules as _rules  # noqa: E402,F401  periodic, region
+from engine.masking import segment as _segment  # noqa: E402,F401  sentence_span
+from engine.masking import span as _span  # noqa: E402,F401  span
+from engine.masking import specaugment as _specaugment  # noqa: E402,F401  time_mask, freq_mask, specaugment
+from engine.masking import tube as _tube  # noqa: E402,F401  tube
+from engine.masking import units as _units  # noqa: E402,F401  whole_word, superpixel, voiced
+from engine.masking.apply import gather_visible, restore_order  # noqa: E402
+from engine.masking.random import bernoulli_mask, mask_lowest, pick_uniform, random_mask  # noqa: E402
 from engine.masking.registry import (
     MASKING_REGISTRY,
     SIDE_INPUTS,
@@ -39,20 +51,9 @@ from engine.masking.registry import (
     strategies_for,
     strategies_on,
 )
-
-# Strategies register themselves on import; import them after the registry exists.
-from engine.masking import random as _random  # noqa: E402,F401  random, bernoulli
-from engine.masking import rules as _rules  # noqa: E402,F401  periodic, region
-from engine.masking import span as _span  # noqa: E402,F401  span
-from engine.masking import block as _block  # noqa: E402,F401  block
-from engine.masking import tube as _tube  # noqa: E402,F401  tube
-from engine.masking import specaugment as _specaugment  # noqa: E402,F401  time_mask, freq_mask, specaugment
-from engine.masking import hierarchical as _hierarchical  # noqa: E402,F401  hierarchical
-from engine.masking import units as _units  # noqa: E402,F401  whole_word, superpixel, voiced
-from engine.masking import segment as _segment  # noqa: E402,F401  sentence_span
-from engine.masking.apply import gather_visible, restore_order  # noqa: E402
-from engine.masking.random import bernoulli_mask, mask_lowest, pick_uniform, random_mask  # noqa: E402
 from engine.masking.schedule import ratio_at  # noqa: E402
+from engine.masking.units import superpixel_segments
+from engine.modalities.grids import GRID_KINDS, register_grid_kind
 
 if TYPE_CHECKING:
     from engine.config import MaskingConfig, RunConfig
@@ -157,7 +158,6 @@ def image_side_inputs(cfg: "MaskingConfig", images: torch.Tensor | None, patch_s
         return {}
     if images is None:
         raise ValueError(f"masking strategy {cfg.strategy!r} needs the images (superpixels)")
-    from engine.masking.units import superpixel_segments
 
     params = strategy.parse_params(cfg.params)
     return {"segments": superpixel_segments(images, patch_size, n_segments=params.n_segments,

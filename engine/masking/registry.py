@@ -30,7 +30,8 @@ from typing import Any, Callable
 import torch
 from pydantic import BaseModel, ConfigDict
 
-from engine.errors import ConfigError
+from engine.errors import ConfigError, DatasetError
+from engine.modalities import get_modality, modality_names
 from engine.modalities.grids import GRID_KINDS, lineage
 from engine.registry import validate_params
 
@@ -98,8 +99,6 @@ class MaskingStrategy:
     @property
     def modalities(self) -> tuple[str, ...]:
         """The registered modalities it is offered for (derived from the grid kinds), in registration order."""
-        from engine.modalities import get_modality, modality_names
-
         return tuple(m for m in modality_names() if any(self.works_on(k) for k in get_modality(m).grids))
 
     def __call__(self, shape, ratio=0.0, *, generator: torch.Generator, eligible=None, **kwargs) -> torch.Tensor:
@@ -197,9 +196,6 @@ def strategies_for(modality: str, grid_dims: int | None = None) -> list[str]:
     """Names of the strategies offered for ``modality``: those working on one of its grid kinds
     (:attr:`engine.modalities.Modality.grids`) with ``grid_dims`` dims (None: any), sorted. An
     unknown modality, or one without grids of its own (``paired``), gets none."""
-    from engine.errors import DatasetError
-    from engine.modalities import get_modality
-
     try:
         kinds = get_modality(modality).grids
     except DatasetError:

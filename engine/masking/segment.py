@@ -12,8 +12,6 @@ span); Joshi et al. 2020, "SpanBERT", sec. 3.1 (contiguous spans rather than ran
 
 from __future__ import annotations
 
-import math
-
 import torch
 from pydantic import Field, model_validator
 

@@ -21,6 +21,7 @@ from typing import Literal
 import torch
 from pydantic import Field
 
+from engine.masking.random import mask_lowest
 from engine.masking.registry import (
     StrategyParams,
     check_eligible,
@@ -318,8 +319,6 @@ def span_starts_mask(
     Speech Representations", sec. 3.1 and 4.2 (p = 0.065, M = 10); Hugging Face ``transformers``
     ``_compute_mask_indices`` (``mask_time_min_masks``).
     """
-    from engine.masking.random import mask_lowest
-
     check_ratio(ratio)
     strategy = get_masking("span_starts")
     prm = strategy.parse_params({"p": p, "length": length, "min_spans": min_spans})

@@ -36,6 +36,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 from pydantic import Field
+from skimage.segmentation import slic
 
 from engine.masking.registry import (
     NoParams,
@@ -379,8 +380,6 @@ def superpixel_segments(
     References: Achanta et al. 2012, "SLIC Superpixels Compared to State-of-the-Art Superpixel
     Methods", IEEE TPAMI 34(11); scikit-image ``segmentation.slic``.
     """
-    from skimage.segmentation import slic
-
     if images.dim() != 4:
         raise ValueError(f"superpixel_segments: images must be [B, C, H, W] (got {tuple(images.shape)})")
     B, C, H, W = images.shape

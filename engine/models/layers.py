@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+
 def attention_mask(
     key_padding: torch.Tensor | None, q_len: int, k_len: int, causal: bool = False,
     device: torch.device | None = None,

@@ -41,11 +41,23 @@ from engine.store.checkpoints import CKPT_DIR, checkpoint_problem, list_checkpoi
 from engine.store.lock import RunLock, run_alive
 from engine.store.metrics import QUARANTINE_DIR, compact_metrics, read_table, snapshot
 from engine.store.runs import (
-    ACTIVE, CONFIG_FILE, INTERRUPTED_ERROR, STATUS_FILE, is_starting, read_status_checked, write_status,
+    ACTIVE,
+    CONFIG_FILE,
+    INTERRUPTED_ERROR,
+    STATUS_FILE,
+    is_starting,
+    read_status_checked,
+    write_status,
 )
 from engine.store.samples import SAMPLES_DIR, read_sample_file
 from engine.workspace import (
-    ENV_VAR, FORMAT, VERSION_FILE, atomic_write_bytes, check_workspace_version, is_temp_name, read_json,
+    ENV_VAR,
+    FORMAT,
+    VERSION_FILE,
+    atomic_write_bytes,
+    check_workspace_version,
+    is_temp_name,
+    read_json,
     workspace_format,
 )
 

@@ -12,6 +12,7 @@ import time (the restart supervisor in :mod:`engine.runner.worker` starts worker
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,16 +22,19 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from engine.access.policy import Identity, authorized
-from engine.runner.backends import JobState, describe, get_backend, node_workspace, read_job, write_job
 from engine.config import RunConfig
 from engine.data.dataset import counted
-from engine.errors import BackendError, QueueFullError, ResumeError, RunLockedError
-from engine.runner.resume import check_same_data, prepare_resume, resume_config
+from engine.errors import BackendError, EvaluationError, QueueFullError, ResumeError, RunActiveError, RunLockedError
+from engine.runner.backends import JobState, describe, get_backend, node_workspace, read_job, write_job
 from engine.runner.queue import enqueue, max_queued, submit_lock, waiting_runs
+from engine.runner.resume import check_same_data, prepare_resume, resume_config
 from engine.store import ACTIVE, CANCEL_FILE, RunLock, create_run, get_run, read_status, run_dir, write_status
+from engine.store.checkpoints import checkpoint_complete, list_checkpoints
+from engine.store.evaluations import job_active
+from engine.store.evaluations import write_job as write_eval_job
 from engine.store.lock import signal_holder
 from engine.store.runs import LOG_FILE, is_starting
-from engine.workspace import workspace_root
+from engine.workspace import read_json, storage_error, workspace_root
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -52,8 +56,8 @@ def submit(cfg: RunConfig, workspace=None, *, actor: Identity | None = None, res
         PermissionDeniedError: ``actor`` (default: :func:`engine.access.policy.current_identity`) is not an
             editor, or demo mode; checked first, nothing is written.
     """
-    from engine.tasks import resolve
-    from engine.tasks.checks import check_run
+    from engine.tasks import resolve  # noqa: PLC0415 (the tasks (torch) load when a config is resolved, not when the dashboard or CLI imports this)
+    from engine.tasks.checks import check_run  # noqa: PLC0415 (the tasks (torch) load when a config is resolved, not when the dashboard or CLI imports this)
 
     ws = workspace_root(workspace)
     with authorized("run.submit", f"new run on {cfg.data.dataset}", actor=actor, workspace=ws) as entry:
@@ -82,8 +86,6 @@ def _start_job(d: Path, ws: Path) -> None:
         BackendError: the cluster cannot be reached or refused the job; the run is then recorded
             ``failed`` with that reason (resumable once the cluster is back).
     """
-    from engine.workspace import read_json
-
     raw = read_json(d / "config.json")
     launch = raw.get("launch") or {}
     name = launch.get("backend", "local")
@@ -126,7 +128,7 @@ def resume(run_id: str, overrides: Sequence[str] = (), workspace=None, *, actor:
 
 
 def _resume(run_id: str, overrides: Sequence[str], ws: Path) -> int:
-    from engine.tasks.checks import check_run
+    from engine.tasks.checks import check_run  # noqa: PLC0415 (the tasks (torch) load when a config is resolved, not when the dashboard or CLI imports this)
 
     d = run_dir(run_id, ws)
 
@@ -151,8 +153,6 @@ def _resume(run_id: str, overrides: Sequence[str], ws: Path) -> int:
 
 def _launch_of(d: Path) -> dict:
     """The ``launch`` section of a run's saved config (``{}``: local; unreadable configs fail later, in context)."""
-    from engine.workspace import read_json
-
     try:
         return dict(read_json(d / "config.json").get("launch") or {})
     except (OSError, ValueError, AttributeError, TypeError):
@@ -178,10 +178,6 @@ def evaluate(run_id: str, step: int | None = None, workspace=None, *, actor: Ide
 
 
 def _evaluate(run_id: str, step: int | None, workspace) -> int:
-    from engine.errors import EvaluationError, RunActiveError
-    from engine.store.checkpoints import checkpoint_complete, list_checkpoints
-    from engine.store.evaluations import job_active, write_job
-
     ws = workspace_root(workspace)
     rec = get_run(run_id, ws)
     if rec.status in ACTIVE:
@@ -197,7 +193,7 @@ def _evaluate(run_id: str, step: int | None, workspace) -> int:
         if job_active(run_id, ws):
             raise RunActiveError(f"an evaluation of run {run_id} is already queued or running")
         _check_queue_cap(ws)
-        write_job(rec.path, status="queued", step=step, queued_at=time.time())
+        write_eval_job(rec.path, status="queued", step=step, queued_at=time.time())
     cmd = [sys.executable, "-m", "engine.eval.job", str(rec.path), "--step", str(step)]
     _start(cmd, rec.path, ws)
     return step
@@ -352,10 +348,6 @@ def delete_run(run_id: str, workspace=None, *, actor: Identity | None = None) ->
         PermissionDeniedError: ``actor`` is not an admin, or demo mode (checked first).
         StorageError: the folder cannot be renamed (read-only workspace...).
     """
-    import shutil
-
-    from engine.workspace import storage_error
-
     with authorized("run.delete", run_id, actor=actor, workspace=workspace):
         d = run_dir(run_id, workspace)  # RunNotFoundError; a run with a damaged config can be deleted
         try:

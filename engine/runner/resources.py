@@ -42,7 +42,7 @@ class PeakMemory:
     def sample(self) -> int | None:
         """Read the current figure, keep the maximum; returns the peak so far (bytes)."""
         if self.device.startswith("cuda"):
-            import torch
+            import torch  # noqa: PLC0415 (the restart supervisor and queued workers import this module without torch)
 
             now = int(torch.cuda.max_memory_allocated())
         else:

@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from engine.config import RunConfig, apply_overrides
 from engine.errors import ConfigError, DatasetError, ResumeError
 from engine.runner.queue import dequeue
 from engine.store.checkpoints import checkpoint_step, latest_complete_checkpoint
@@ -37,7 +38,14 @@ from engine.store.history import append_config_history, config_diff
 from engine.store.lock import RunLock
 from engine.store.metrics import truncate_metrics
 from engine.store.runs import (
-    ACTIVE, CANCEL_FILE, CONFIG_FILE, RESUMABLE, cluster_mark, is_starting, read_status_checked, write_status,
+    ACTIVE,
+    CANCEL_FILE,
+    CONFIG_FILE,
+    RESUMABLE,
+    cluster_mark,
+    is_starting,
+    read_status_checked,
+    write_status,
 )
 from engine.store.samples import delete_samples_after
 from engine.workspace import read_json, remove_temps, unlink_quietly
@@ -73,12 +81,10 @@ def resume_config(old: dict[str, Any], overrides: Sequence[str], step: int):
         ConfigError: an invalid value; a change to a field of :data:`RESUME_FROZEN` (the message
             names the field, both values and why); ``train.steps`` not after ``step``.
     """
-    from engine.config import RunConfig, apply_overrides
-
     base = RunConfig.from_dict(copy.deepcopy(old))
     new = RunConfig.from_dict(apply_overrides(copy.deepcopy(old), list(overrides)))
     if new != base:  # a new config version (a strategy's params, say, may need its defaults)
-        from engine.tasks import resolve
+        from engine.tasks import resolve  # noqa: PLC0415 (the tasks (torch) load when a config is resolved, not when the dashboard or CLI imports this)
 
         new = resolve(new)
     frozen = frozen_changes(base.to_dict(), new.to_dict())

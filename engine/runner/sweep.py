@@ -20,9 +20,17 @@ import secrets
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from engine.access.policy import Identity
+import pandas as pd
+import yaml
+
+from engine.access.policy import Identity, authorize
 from engine.config import RunConfig, apply_overrides
 from engine.errors import ConfigError, MasklabError, QueueFullError
+from engine.runner.launcher import submit
+from engine.runner.queue import queue_room
+from engine.store import list_runs
+from engine.store.evaluations import latest_evaluation
+from engine.workspace import workspace_root
 
 _NAME = re.compile(r"^(?P<base>.*) sweep (?P<id>[0-9a-f]{6}) (?P<field>[\w.]+)=(?P<value>\S+) seed=(?P<seed>\d+)$")
 _FIELD = re.compile(r"^\w+(\.\w+)*$")
@@ -60,8 +68,6 @@ def parse_values(text: str) -> list[Any]:
 def _scalar(raw: str) -> Any:
     """A value as written in a sweep's run name or value list: YAML, then a number YAML 1.1 misses
     (``1e-05``, the ``repr`` of small floats) as a float; None for what YAML cannot read."""
-    import yaml
-
     try:
         v = yaml.safe_load(raw)
     except yaml.YAMLError:
@@ -150,7 +156,7 @@ def _config(base: dict[str, Any], field: str, value: Any, seed: int, name: str) 
         (d.get("masking") or {}).pop("params", None)  # the base strategy's parameters
     d = apply_overrides(d, [f"{field}={_text(value)}", f"train.seed={seed}"])
     d["name"] = name
-    from engine.tasks import resolve  # imports torch
+    from engine.tasks import resolve  # noqa: PLC0415 (the tasks (torch) load when a config is resolved, not when the dashboard or CLI imports this)
 
     return resolve(RunConfig.from_dict(d))
 
@@ -172,7 +178,7 @@ def plan_sweep(base: dict[str, Any], field: str, values: Sequence[Any], seeds: S
             too), one line per bad value naming it.
     """
     if check is None:
-        from engine.tasks.checks import check_run
+        from engine.tasks.checks import check_run  # noqa: PLC0415 (the tasks (torch) load when a config is resolved, not when the dashboard or CLI imports this)
 
         def check(c: RunConfig) -> Any:
             return check_run(c, workspace)
@@ -203,11 +209,6 @@ def submit_sweep(base: dict[str, Any], field: str, values: Sequence[Any], seeds:
             minus the runs waiting), before any run is queued; or another submitter filled the queue
             part way (the runs queued so far stay queued).
     """
-    from engine.access.policy import authorize
-    from engine.runner.launcher import submit
-    from engine.runner.queue import queue_room
-    from engine.workspace import workspace_root
-
     ws = workspace_root(workspace)
     authorize("run.submit", f"sweep of {field} on {(base.get('data') or {}).get('dataset')}", actor=actor, workspace=ws)
     cfgs = plan_sweep(base, field, values, seeds, ws, sweep_id=sweep_id)
@@ -233,11 +234,6 @@ def sweep_table(sweep_id: str, workspace=None):
     """The runs of a sweep as a DataFrame: ``run_id, value, seed, status``, then the latest
     evaluation's ``probe_acc``, ``knn_acc`` (trained encoder), ``probe_acc/random_init``,
     ``knn_acc/random_init``, ``probe_acc/raw_input``, ``knn_acc/raw_input`` (NaN until evaluated)."""
-    import pandas as pd
-
-    from engine.store import list_runs
-    from engine.store.evaluations import latest_evaluation
-
     rows = []
     for r in list_runs(workspace):
         sw = sweep_of(r.name)

@@ -34,6 +34,7 @@ Run identity stays the worker's run lock:
 
 from __future__ import annotations
 
+import ctypes
 import signal
 import subprocess
 import sys
@@ -41,7 +42,12 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from engine.errors import ConfigError, RunActiveError
+from engine.runner.launcher import REPO_ROOT, worker_env
 from engine.runner.resources import exit_reason, resolve_threads
+from engine.runner.resume import RESUME_FIELD
+from engine.store.runs import CANCEL_FILE, CONFIG_FILE, get_run, read_status
+from engine.workspace import read_json, unlink_quietly, workspace_root
 
 MAIN_NODE_ENV = "MASKLAB_MAIN_NODE"
 #: The writer rank's record of how training ended: ``status`` (completed, cancelled, failed,
@@ -81,24 +87,17 @@ def die_with_parent(sig: int = signal.SIGKILL) -> None:
     """Ask the kernel to send ``sig`` to this process when its parent dies (Linux ``PR_SET_PDEATHSIG``);
     a no-op elsewhere."""
     try:
-        import ctypes
-
         ctypes.CDLL(None, use_errno=True).prctl(1, int(sig), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
 
 
 def _start_torchrun(cmd: list[str], env: dict[str, str]) -> subprocess.Popen:
-    from engine.runner.launcher import REPO_ROOT
-
     return subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, close_fds=True,
                             preexec_fn=die_with_parent)
 
 
 def _rank_env(launch: dict, threads: int, *, main: bool) -> dict[str, str]:
-    from engine.runner.launcher import worker_env
-    from engine.workspace import workspace_root
-
     env = worker_env(workspace_root())
     env[MAIN_NODE_ENV] = "1" if main else "0"
     env["OMP_NUM_THREADS"] = str(max(1, threads // int(launch["nproc_per_node"])))
@@ -119,9 +118,6 @@ def run_ranks(run_dir: Path, launch: dict, threads: int, resume_from: int | None
     failed); the reasons are in ``worker.log``. ``on_step`` is called with the step the
     writer rank last recorded in the status (the CLI's progress bar), at most every 0.2 s.
     """
-    from engine.store.runs import CANCEL_FILE, read_status
-    from engine.workspace import read_json, unlink_quietly
-
     run_dir = Path(run_dir)
     result = run_dir / RESULT_FILE
     unlink_quietly(result)
@@ -168,11 +164,6 @@ def join(run_dir: Path, node_rank: int) -> int:
         ConfigError: the run is not a multi-node run, or ``node_rank`` is not one of its other nodes.
         RunActiveError: the run is not queued or running (there is nothing to join: resume it first).
     """
-    from engine.errors import ConfigError, RunActiveError
-    from engine.runner.resume import RESUME_FIELD
-    from engine.store.runs import CONFIG_FILE, get_run, read_status
-    from engine.workspace import read_json
-
     run_dir = Path(run_dir)
     raw = read_json(run_dir / CONFIG_FILE)
     launch = raw.get("launch") or {}

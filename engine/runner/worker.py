@@ -30,6 +30,7 @@ had room.
 
 from __future__ import annotations
 
+import _thread
 import os
 import signal
 import sys
@@ -41,15 +42,19 @@ from typing import Callable
 
 from engine.config import RunConfig
 from engine.errors import EvaluationCancelled, MasklabError, NonFiniteLossError, ResumeError, RunLockedError, StorageError
+from engine.runner.backends import REASON_PREFIX, WORKSPACE_EXIT, check_workspace
 from engine.runner.devices import run_gpus
-from engine.runner.queue import dequeue, max_runs, run_slot
+from engine.runner.launcher import start_worker
+from engine.runner.queue import dequeue, enqueue, max_runs, run_slot
 from engine.runner.resources import exit_reason, print_exc, resolve_threads, say
-from engine.runner.resume import PRIOR_FIELD, RESUME_FIELD, reset_after
+from engine.runner.resume import PRIOR_FIELD, RESUME_FIELD, prepare_resume, reset_after
 from engine.runner.torchrun import run_ranks
 from engine.store import CANCEL_FILE, HOLD_FILE, read_status, write_status
 from engine.store.checkpoints import CKPT_DIR, checkpoint_problem
+from engine.store.evaluations import write_job
 from engine.store.lock import RunLock
 from engine.store.paths import CONFIG_FILE
+from engine.store.runs import get_run
 from engine.workspace import atomic_write_json, read_json, remove_temps, unlink_quietly, write_new_file
 
 #: The slot number of a cluster job (it holds none of the workspace's slots).
@@ -224,10 +229,7 @@ def _evaluate_final(run_dir: Path, device: str, workspace: Path, step: int | Non
     thread, whose handler raises :class:`EvaluationCancelled`; the job is recorded ``failed`` with
     that reason and the run stays ``completed`` (its training ended). Where the worker does not run
     in the main thread (no signal handlers there), the evaluation runs to its end."""
-    import _thread
-
-    from engine.eval.job import evaluate_and_save
-    from engine.store.evaluations import write_job
+    from engine.eval.job import evaluate_and_save  # noqa: PLC0415 (the evaluation (torch, scikit-learn) loads once training has ended)
 
     why = (f"cancelled during the final evaluation; start one again from Compare or with python -m engine "
            f"evaluate {run_dir.name}")
@@ -287,11 +289,6 @@ def supervise(run_dir: Path, max_restarts: int) -> int:
     nothing is restarted afterwards. The supervisor holds no lock, imports no torch and writes only
     while it holds the run lock (inside ``prepare_resume``).
     """
-    from engine.runner.launcher import start_worker
-    from engine.runner.queue import enqueue
-    from engine.runner.resume import prepare_resume
-    from engine.store.runs import get_run
-
     run_dir = Path(run_dir).resolve()
     workspace = run_dir.parent.parent
     state: dict = {"child": None, "stop": False}
@@ -357,7 +354,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     run_dir = Path(args[0])
     if on_cluster:  # fail fast where the workspace is not shared or not writable (engine.runner.backends)
-        from engine.runner.backends import REASON_PREFIX, WORKSPACE_EXIT, check_workspace
 
         problem = check_workspace(run_dir)
         if problem:

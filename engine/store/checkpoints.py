@@ -58,7 +58,7 @@ def plain_state(obj: Any, where: str = "rng") -> Any:
     Raises:
         TypeError: anything else, naming where it is (e.g. ``rng.sampler``).
     """
-    import torch
+    import torch  # noqa: PLC0415 (the store serves the dashboard without torch)
 
     if obj is None or isinstance(obj, (bool, int, float, str, torch.Tensor)):
         return obj
@@ -95,8 +95,8 @@ def save_checkpoint(run_dir: Path, step: int, model, optimizer, cfg, rng: dict, 
             the earlier checkpoints are untouched.
         TypeError: ``rng`` holds something :func:`plain_state` cannot store.
     """
-    import torch
-    from safetensors.torch import save as save_tensors
+    import torch  # noqa: PLC0415 (the store serves the dashboard without torch)
+    from safetensors.torch import save as save_tensors  # noqa: PLC0415 (the store serves the dashboard without torch)
 
     root = Path(run_dir) / CKPT_DIR
     final = root / f"step-{step:07d}"
@@ -238,7 +238,7 @@ def load_checkpoint_state(ckpt_dir: Path) -> dict[str, Any]:
         DamagedFileError: ``state.pt`` is missing, truncated or holds something weights_only refuses.
         FormatVersionError: written by a newer masklab.
     """
-    import torch
+    import torch  # noqa: PLC0415 (the store serves the dashboard without torch)
 
     path = Path(ckpt_dir) / STATE
     try:
@@ -259,8 +259,8 @@ def load_weights(ckpt_dir: Path) -> dict[str, Any]:
     Raises:
         DamagedFileError: the file is missing or not whole safetensors.
     """
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
+    from safetensors import SafetensorError  # noqa: PLC0415 (the store serves the dashboard without torch)
+    from safetensors.torch import load_file  # noqa: PLC0415 (the store serves the dashboard without torch)
 
     path = Path(ckpt_dir) / WEIGHTS
     try:

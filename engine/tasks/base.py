@@ -38,6 +38,11 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict
 
+from engine.errors import ConfigError, EvaluationError
+from engine.models import get_model_spec
+from engine.objectives import Objective
+from engine.registry import validate_params
+
 
 class NoTaskParams(BaseModel):
     """A task without parameters of its own."""
@@ -117,11 +122,6 @@ class Task(ABC):
         Raises:
             ConfigError: naming the field.
         """
-        from engine.errors import ConfigError
-        from engine.models import get_model_spec
-        from engine.objectives import Objective
-        from engine.registry import validate_params
-
         resolved = validate_params(cls.params, cfg.task_params, "task_params", f"task {cls.name!r}").model_dump(mode="json")
         if resolved != cfg.task_params:
             object.__setattr__(cfg, "task_params", resolved)  # bypass validate_assignment (no recursion)
@@ -256,6 +256,4 @@ class Task(ABC):
         Raises:
             EvaluationError: the task has no raw-input features (the default).
         """
-        from engine.errors import EvaluationError
-
         raise EvaluationError(f"task {self.name!r} defines no raw-input features (Task.raw_features)")

@@ -16,6 +16,7 @@ import torch
 
 from engine.config import MaskingConfig, RunConfig
 from engine.errors import ConfigError
+from engine.masking.registry import get_masking
 from engine.modalities.image import DEFAULT_TASK  # the task a config without one trains
 from engine.registry import load_plugins, registrar
 from engine.tasks.base import Task
@@ -85,8 +86,6 @@ def resolve_masking(m: MaskingConfig) -> MaskingConfig:
         ConfigError: an unknown strategy, a bad parameter (``masking.params.<field>``), or a ratio
             schedule for a strategy with its own budget (``masking.schedule``).
     """
-    from engine.masking.registry import get_masking
-
     strategy = get_masking(m.strategy)
     params = strategy.parse_params(m.params).model_dump(mode="json")
     if m.schedule != "constant" and not strategy.uses_ratio:

@@ -25,14 +25,14 @@ from typing import Callable
 import torch
 
 from engine.config import RunConfig
-from engine.training.dist import SINGLE, DistContext, mask_seed
 from engine.errors import ConfigError, DamagedFileError, NonFiniteLossError
 from engine.models import count_parameters
+from engine.store.checkpoints import load_checkpoint_state, load_weights
+from engine.tasks import build_task
+from engine.training.dist import SINGLE, DistContext, mask_seed
 from engine.training.perf import adamw, count_step_flops, mfu, peak_flops
 from engine.training.state import LENGTH_GROUP_BATCHES, TrainState, epoch_order  # noqa: F401 (documented here)
 from engine.training.writers import MetricsSink, Writers  # noqa: F401 (MetricsSink: documented here)
-from engine.store.checkpoints import load_checkpoint_state, load_weights
-from engine.tasks import build_task
 
 
 @dataclass

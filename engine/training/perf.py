@@ -23,6 +23,7 @@ from typing import Callable, Iterable
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
 
 __all__ = ["GPU_PEAK_FLOPS", "adamw", "count_step_flops", "mfu", "peak_flops", "pin", "to_device"]
 
@@ -82,8 +83,6 @@ def count_step_flops(step: Callable[[], torch.Tensor]) -> int:
     activations, softmax) is left out, as in MFU's definition. The step's gradients are left in
     the parameters' ``.grad``: zero them before the next real step.
     """
-    from torch.utils.flop_counter import FlopCounterMode
-
     counter = FlopCounterMode(display=False)
     with counter, sdpa_kernel(SDPBackend.MATH):
         step().backward()

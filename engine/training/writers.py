@@ -16,7 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import torch
+
 from engine.errors import DatasetError
+from engine.runner.resume import TASK_INFO, check_same_data
+from engine.store.checkpoints import save_checkpoint
+from engine.store.samples import save_samples
+from engine.workspace import atomic_write_json
 
 
 class MetricsSink(Protocol):
@@ -85,9 +91,6 @@ class CheckpointFiles:
 
     def save(self, step: int, state: dict[str, Any]) -> None:
         """Raises StorageError (disk full...): the earlier checkpoints are untouched."""
-        import torch
-
-        from engine.store.checkpoints import save_checkpoint
 
         live = torch.get_rng_state()
         torch.set_rng_state(state["torch_rng"])  # save_checkpoint stores the global RNG it finds
@@ -106,8 +109,6 @@ class SampleFiles:
     run_dir: Path
 
     def save(self, sample) -> None:
-        from engine.store.samples import save_samples
-
         save_samples(self.run_dir, sample)
 
 
@@ -119,14 +120,9 @@ class RunInfoFile:
 
     def check_resume(self, info: dict) -> None:
         """Raises DatasetError: ``info``'s ``dataset_hash`` differs from the one in ``task.json``."""
-        from engine.runner.resume import check_same_data
-
         check_same_data(self.run_dir, info.get("dataset_hash") or "")
 
     def write(self, info: dict) -> None:
-        from engine.runner.resume import TASK_INFO
-        from engine.workspace import atomic_write_json
-
         atomic_write_json(Path(self.run_dir) / TASK_INFO, info)
 
 

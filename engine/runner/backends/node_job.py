@@ -23,8 +23,8 @@ def run_worker(repo: str, run_dir: str, env: dict) -> int:
     if repo not in sys.path:
         sys.path.insert(0, repo)
     os.chdir(repo)
-    from engine.runner.backends import REASON_PREFIX, check_workspace
-    from engine.runner.worker import main
+    from engine.runner.backends import REASON_PREFIX, check_workspace  # noqa: PLC0415 (imported after this job has put the checkout on sys.path)
+    from engine.runner.worker import main  # noqa: PLC0415 (imported after this job has put the checkout on sys.path)
 
     problem = check_workspace(run_dir)
     if problem:

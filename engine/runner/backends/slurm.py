@@ -28,8 +28,8 @@ import submitit
 from submitit.core import utils as submitit_utils
 from submitit.slurm.slurm import _make_sbatch_string
 
-from engine.runner.backends import JobState, job_env, job_reason, node_job
 from engine.errors import BackendError
+from engine.runner.backends import JobState, job_env, job_reason, node_job
 from engine.runner.launcher import REPO_ROOT
 
 CLUSTER_ENV = "MASKLAB_SUBMITIT_CLUSTER"

@@ -12,8 +12,10 @@ import torch
 
 from engine.audio.features import ClipFeatures, FeatureSpec, Window, window_frames
 from engine.config import AudioConfig, RunConfig
+from engine.data import representative
 from engine.errors import ConfigError
 from engine.masking import draw_mask, get_masking, strategies_on
+from engine.tasks.checks import masking_problem
 
 EVAL_MAX_ROWS = 1024  # val metrics use at most this many val clips (first window each)
 EVAL_CHUNK = 128
@@ -136,8 +138,6 @@ def draw_masks(cfg: RunConfig, grid: Grid, w: Window, generator: torch.Generator
 def vis_rows(ds, n: int) -> np.ndarray:
     """The dataset rows a run shows in its samples and every preview shows: ``n`` validation clips
     (train clips when there is no validation split) chosen by :func:`engine.data.representative`."""
-    from engine.data import representative
-
     rows = ds.indices("val" if ds.info.n_val else "train")
     return rows[representative(ds.labels[rows], n)]
 
@@ -203,8 +203,6 @@ def check_masks(cfg: RunConfig, grid: Grid, w: Window, units: str) -> None:
     Raises:
         ConfigError: naming the field to change.
     """
-    from engine.tasks.checks import masking_problem
-
     ratios = [cfg.masking.ratio] + ([cfg.masking.final_ratio] if cfg.masking.schedule != "constant" else [])
     for r in ratios:
         probe = draw_masks(cfg, grid, w, torch.Generator().manual_seed(0), r)

@@ -11,6 +11,7 @@ import torch
 
 from engine.audio.features import FeatureSpec
 from engine.config import RunConfig
+from engine.data import load_dataset, representative
 from engine.errors import ConfigError
 from engine.tasks.audio.common import Grid, draw_masks, first_windows, vis_rows
 from engine.tasks.audio.recipe import AudioTask
@@ -66,8 +67,6 @@ def preview(cfg: RunConfig, n: int, workspace=None) -> AudioPreview:
     Raises:
         DatasetError, ConfigError: unknown dataset, a grid or strategy that does not fit.
     """
-    from engine.data import load_dataset
-
     ds = load_dataset(cfg.data.dataset, workspace)
     spec, grid = _spec_and_grid(cfg, ds.rate)
     rows = vis_rows(ds, n)
@@ -87,8 +86,6 @@ def train_masks(cfg: RunConfig, n: int, workspace=None) -> tuple[torch.Tensor, t
     Returns:
         ``(mask [n, *grid] bool, eligible [n, *grid] bool)``.
     """
-    from engine.data import load_dataset, representative
-
     ds = load_dataset(cfg.data.dataset, workspace)
     spec, grid = _spec_and_grid(cfg, ds.rate)
     rows = ds.indices("train")

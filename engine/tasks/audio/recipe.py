@@ -45,8 +45,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from engine.audio.features import ClipFeatures, DatasetClips, FeatureSpec, Window, feature_store
 from engine.config import AudioConfig, RunConfig
+from engine.data import load_dataset
 from engine.errors import ConfigError, DatasetError
+from engine.eval.audio_baselines import logmel_stats
+from engine.eval.finetune import FinetuneInputs, pooled_features
+from engine.eval.reconstruction import SpectralSums
+from engine.models import build_model
 from engine.models.audio_frames import FrameParams  # audio_frames' task_params, kept with the model they build
+from engine.objectives import Objective, masked_mse
 from engine.store.samples import Sample
 from engine.tasks.audio.common import (
     EVAL_CHUNK,
@@ -127,8 +133,6 @@ class AudioTask(Task):
         the task's grid, and a probe batch of real windows gets trainable masks
         (:func:`engine.tasks.checks.masking_problem` over the positions that hold frames) at
         ``masking.ratio`` and, with a schedule, ``masking.final_ratio``."""
-        from engine.data import load_dataset
-
         rate = int(info.stats.get("sample_rate", 0))
         if rate <= 0:
             raise DatasetError(f"data.dataset: {info.name!r} has no sample rate in its metadata; import it again")
@@ -143,10 +147,6 @@ class AudioTask(Task):
     # --- run time ---------------------------------------------------------------------------------
 
     def __init__(self, cfg: RunConfig, device: torch.device, workspace=None):
-        from engine.data import load_dataset
-        from engine.models import build_model
-        from engine.objectives import Objective
-
         self.cfg, self.device = cfg, device
         ds = load_dataset(cfg.data.dataset, workspace)
         self._ds = ds
@@ -273,8 +273,6 @@ class AudioTask(Task):
     def finetune_inputs(self, max_rows: int | None = None):
         """The first window of each of the first ``max_rows`` clips per split; the encoder's tokens
         pooled as the probes pool them (mean and standard deviation, padding left out)."""
-        from engine.eval.finetune import FinetuneInputs, pooled_features
-
         ds = self._ds
         rows = {s: torch.as_tensor(ds.indices(s)[:max_rows]) for s in ("train", "val")}
 
@@ -291,8 +289,6 @@ class AudioTask(Task):
     def reconstruction_quality(self) -> dict[str, dict[str, float]]:
         """Spectral error (:class:`engine.eval.reconstruction.SpectralSums`) of the checkpoint,
         ``mean_spec`` and ``interp_spec`` over the masked real cells of the fixed validation windows."""
-        from engine.eval.reconstruction import SpectralSums
-
         sums = {k: SpectralSums() for k in ("trained", "mean_spec", "interp_spec")}
         mean, std = self.feats.mean.float(), self.feats.std.float()
         for w, mask in self.eval_batches:
@@ -311,8 +307,6 @@ class AudioTask(Task):
         normalised log-mel bin over its frames (:func:`engine.eval.logmel_stats`, SUPERB's FBANK
         baseline), ``X float32 [N, 2F]`` for the first ``max_rows`` clips of each split (the rows
         :meth:`features` uses)."""
-        from engine.eval.audio_baselines import logmel_stats
-
         out = []
         for split in ("train", "val"):
             rows = self._ds.indices(split)[:max_rows]
@@ -376,7 +370,6 @@ class AudioFramesTask(AudioTask):
     def _extra_loss(self, out, loss, logs):
         if "mel_pred" not in out:
             return loss, logs
-        from engine.objectives import masked_mse
 
         readout = masked_mse(out["mel_pred"], out["mel_target"], out["mask"])
         return loss + readout, {**logs, "loss/readout": float(readout.detach())}

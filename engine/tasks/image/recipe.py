@@ -15,15 +15,24 @@ and Mask lab preview.
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import torch
 
 from engine.config import RunConfig
+from engine.data import load_dataset
 from engine.data.sampling import representative
 from engine.errors import ConfigError
+from engine.eval.finetune import FinetuneInputs, pooled_features
+from engine.eval.image_baselines import BASELINES, all_baselines, masked_pixel_sse, psnr
+from engine.eval.reconstruction import image_quality
 from engine.masking import draw_mask, get_masking, grid_shape, image_side_inputs, preview_masks, strategies_on
+from engine.models import build_model
+from engine.objectives import Objective, normalize_patches
 from engine.store.samples import Sample
 from engine.tasks.base import Task
+from engine.tasks.checks import masking_problem
 from engine.tasks.registry import register_task
 from engine.training.perf import to_device
 
@@ -67,8 +76,6 @@ def recipe_for(image_shape: tuple[int, int, int]) -> dict:
     model, objective and training with the patch size whose grid side is closest to
     :data:`GENERIC_GRID_SIDE` (the smaller patch on a tie); it is not measured.
     """
-    import copy
-
     _, H, W = image_shape
     if (H, W) in RECIPES:
         return copy.deepcopy(RECIPES[(H, W)])
@@ -118,9 +125,6 @@ class ImageMIMTask(Task):
         """Patch size tiles the images, the strategy applies to image patch grids, and a probe batch
         of its masks can train (:func:`engine.tasks.checks.masking_problem`) at ``masking.ratio`` and, with
         a schedule, at ``masking.final_ratio``."""
-        from engine.data import load_dataset
-        from engine.tasks.checks import masking_problem
-
         _, H, W = info.image_shape
         h, w = grid_shape((H, W), cfg.model.patch_size)
         strategy = get_masking(cfg.masking.strategy)
@@ -142,10 +146,6 @@ class ImageMIMTask(Task):
     # --- run time ---------------------------------------------------------------------------------
 
     def __init__(self, cfg: RunConfig, device: torch.device, workspace=None):
-        from engine.data import load_dataset
-        from engine.models import build_model
-        from engine.objectives import Objective
-
         self.cfg, self.device = cfg, device
         t = cfg.train
         ds = load_dataset(cfg.data.dataset, workspace)
@@ -214,8 +214,6 @@ class ImageMIMTask(Task):
             and PSNR in dB (:func:`engine.eval.image_baselines.psnr` of the pooled MSE), comparable
             across objectives and with the run's ``val_mse`` / ``val_psnr``.
         """
-        from engine.eval.image_baselines import BASELINES, all_baselines, masked_pixel_sse, psnr
-
         P = self.cfg.model.patch_size
         x_ref = self.baseline_reference()
         totals = {b: [0.0, 0, 0.0, 0] for b in BASELINES}  # objective sum, images, pixel sse, values
@@ -249,8 +247,6 @@ class ImageMIMTask(Task):
         """The objective's inputs for a pixel-space prediction ``[N, L, P*P*C]``: prediction and
         target normalised per patch when ``norm_pix_loss`` (the run's target), as they are otherwise."""
         if self.cfg.objective.norm_pix_loss:
-            from engine.objectives import normalize_patches
-
             pred, target = normalize_patches(pred.float()), normalize_patches(target)
         return {"pred": pred, "target": target, "mask": mask}
 
@@ -266,8 +262,6 @@ class ImageMIMTask(Task):
         target has (MAE's figures use them, and so does the display in :meth:`sample`). Such a
         figure would peek at the answer, so no pixel figure is reported for these runs.
         """
-        from engine.eval.image_baselines import masked_pixel_sse, psnr
-
         total, n, sse, count = 0.0, 0, 0.0, 0
         pixels = not self.cfg.objective.norm_pix_loss
         for i, mask in zip(range(0, len(self.x_eval), EVAL_CHUNK), self.eval_masks):
@@ -303,8 +297,6 @@ class ImageMIMTask(Task):
 
     def finetune_inputs(self, max_rows: int | None = None):
         """The images of the first ``max_rows`` rows of each split (the rows the probes use)."""
-        from engine.eval.finetune import FinetuneInputs, pooled_features
-
         xs = {s: self._ds.tensors(s, limit=max_rows) for s in ("train", "val")}
 
         def encode(model, split, pos):
@@ -315,8 +307,6 @@ class ImageMIMTask(Task):
     def reconstruction_quality(self) -> dict[str, dict[str, float]]:
         """SSIM of the pasted reconstruction and of every image baseline
         (:func:`engine.eval.reconstruction.image_quality`); ``{}`` for a ``norm_pix_loss`` run."""
-        from engine.eval.reconstruction import image_quality
-
         return image_quality(self)
 
     def raw_features(self, max_rows: int | None = None):

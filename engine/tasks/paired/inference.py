@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from engine.eval.inference import InferenceError
 from engine.tasks.paired.common import EVAL_CHUNK, EVAL_MAX_ROWS
 from engine.tasks.paired.preview import task_class
 from engine.tasks.text.common import text_rows
@@ -52,8 +53,6 @@ def retrieval_index(loaded, workspace=None) -> RetrievalIndex:
             pairs than it ranked).
         DatasetError: the dataset is gone.
     """
-    from engine.eval.inference import InferenceError
-
     task = task_class(loaded.cfg.task)
     ds = task.pairs(loaded.cfg, workspace)
     if loaded.info.get("dataset_hash") not in (None, ds.info.source_hash):
@@ -81,8 +80,6 @@ def embed_caption(loaded, text: str, workspace=None) -> np.ndarray:
     Raises:
         InferenceError: the text has no token the run's tokenizer keeps, or the tokenizer is gone.
     """
-    from engine.eval.inference import InferenceError
-
     tok = tokenizer_of(loaded, workspace)
     b = text_rows(tok.encode_batch([text], max_len=loaded.cfg.data.tokenizer.max_len), torch.arange(1))
     if not bool(b["eligible"].any()):

@@ -11,11 +11,13 @@ import numpy as np
 import torch
 
 from engine.config import RunConfig
+from engine.data import representative
 from engine.errors import ConfigError
 from engine.tasks.paired.common import EVAL_MAX_ROWS, caption_masking, caption_vis_masks
 from engine.tasks.paired.recipe import PairedBase
 from engine.tasks.registry import get_task
 from engine.tasks.text.common import text_rows, token_strings, tokenizer_for
+from engine.tasks.text.preview import train_masks
 
 
 def task_class(name: str) -> type[PairedBase]:
@@ -81,8 +83,6 @@ def preview(cfg: RunConfig, n: int, workspace=None) -> PairedPreview:
         DatasetError, ConfigError: unknown dataset, a patch size that does not tile the images, a
             strategy that needs what the data cannot give.
     """
-    from engine.data import representative
-
     task = task_class(cfg.task)
     ds = task.pairs(cfg, workspace)
     split = "val" if ds.info.n_val else "train"
@@ -110,8 +110,6 @@ def caption_train_masks(cfg: RunConfig, n: int, workspace=None) -> tuple[torch.T
     Raises:
         DatasetError, ConfigError: as :func:`preview`.
     """
-    from engine.tasks.text.preview import train_masks
-
     text_cfg = cfg.model_copy(update={"masking": caption_masking(cfg)})
     return train_masks(text_cfg, n, workspace, ds=task_class(cfg.task).pairs(cfg, workspace))
 

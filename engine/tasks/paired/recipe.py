@@ -49,10 +49,17 @@ import numpy as np
 import torch
 
 from engine.config import ObjectiveTerm, RunConfig, TokenizerConfig
+from engine.data import load_dataset, representative
 from engine.errors import ConfigError
+from engine.eval.image_baselines import masked_pixel_sse, mean_image_patches, visible_mean_patches
+from engine.eval.retrieval import KS, ONE_CHAR_WORDS, cca_embeddings, chance_recall, retrieval_figures
+from engine.eval.text_baselines import TokenBaselines
 from engine.masking import draw_mask, get_masking, grid_shape, image_side_inputs, preview_masks
+from engine.models import build_model
+from engine.objectives import Objective
 from engine.store.samples import Sample
 from engine.tasks.base import Task
+from engine.tasks.checks import masking_problem
 from engine.tasks.image.recipe import ImageMIMTask
 from engine.tasks.paired.common import (
     DEFAULT_PATCH,
@@ -176,8 +183,6 @@ class PairedBase(Task):
     def check(cls, cfg: RunConfig, info, workspace=None) -> None:
         """The image half (:meth:`check_images`), then a probe batch of real captions gets
         trainable caption masks."""
-        from engine.tasks.checks import masking_problem
-
         ds = cls.pairs(cfg, workspace)
         cls.check_images(cfg, info, ds, workspace)
         if ds.info.n_train == 0:
@@ -200,10 +205,6 @@ class PairedBase(Task):
     # --- run time ---------------------------------------------------------------------------------
 
     def __init__(self, cfg: RunConfig, device: torch.device, workspace=None):
-        from engine.data import representative
-        from engine.models import build_model
-        from engine.objectives import Objective
-
         self.cfg, self.device = cfg, device
         self.prm = PairedParams.of(cfg.task_params)
         self.text_cfg = self.prm.text_masking()
@@ -328,16 +329,11 @@ class PairedBase(Task):
 
     def retrieval(self) -> dict[str, float]:
         """``t2i_r{k}`` and ``i2t_r{k}`` among the val pairs (:func:`engine.eval.retrieval.retrieval_figures`)."""
-        from engine.eval.retrieval import retrieval_figures
-
         return retrieval_figures(*self.embeddings(self.x_val, self.val_enc), self.val_captions)
 
     @torch.no_grad()
     def baselines(self) -> dict[str, float]:
         """Trivial and classical predictors on the same val pairs and masks (module docstring)."""
-        from engine.eval.retrieval import KS, ONE_CHAR_WORDS, cca_embeddings, chance_recall, retrieval_figures
-        from engine.eval.text_baselines import TokenBaselines
-
         base = TokenBaselines.fit(*baseline_rows(self.train_enc), tuple(self.tok.special_ids),
                                   self.tok.vocab_size)
         hits = {"position": 0.0, "unigram": 0.0}
@@ -411,9 +407,7 @@ class PairedBase(Task):
 
     def raw_features(self, max_rows: int | None = None):
         """The pixels in [0, 1] next to the caption's TF-IDF (fitted on train), ``X float32 [N, C*H*W + V]``."""
-        from sklearn.feature_extraction.text import TfidfVectorizer
-
-        from engine.eval.retrieval import ONE_CHAR_WORDS
+        from sklearn.feature_extraction.text import TfidfVectorizer  # noqa: PLC0415 (scikit-learn loads only when an evaluation or baseline runs)
 
         texts = {s: self._ds.texts(s, limit=max_rows) for s in ("train", "val")}
         words = {"token_pattern": ONE_CHAR_WORDS} if self.one_char_words else {}  # a clip's text may be "7"
@@ -445,8 +439,6 @@ class PairedTask(PairedBase):
         Raises:
             ConfigError: ``data.dataset`` is not an image-text dataset (naming it and its modality).
         """
-        from engine.data import load_dataset
-
         ds = load_dataset(cfg.data.dataset, workspace)
         if ds.info.modality != "paired":
             raise ConfigError(f"data.dataset: {ds.info.name!r} is a {ds.info.modality} dataset; task 'paired' trains on "
@@ -470,13 +462,9 @@ class PairedTask(PairedBase):
 
     def _pixel_sse(self, pred, target, img_mask, rows):
         """Pixels clipped to [0, 1] (:func:`~engine.eval.image_baselines.masked_pixel_sse`)."""
-        from engine.eval.image_baselines import masked_pixel_sse
-
         return masked_pixel_sse(pred.float(), target, img_mask.to(self.device))
 
     def _image_baseline_sse(self, idx, img_mask, x_ref):
-        from engine.eval.image_baselines import masked_pixel_sse, mean_image_patches, visible_mean_patches
-
         P = self.cfg.model.patch_size
         xb = self.x_val[idx.to(self.device)].float()
         target = self.model.patchify(xb)

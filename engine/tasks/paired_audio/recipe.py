@@ -23,9 +23,11 @@ import torch
 from pydantic import Field
 
 from engine.config import RunConfig
+from engine.data import load_dataset
+from engine.errors import ConfigError
 from engine.store.samples import Sample
 from engine.tasks.audio.common import SPEC_BASELINES, check_masks, check_strategy, spec_baseline_sse, spec_sse, spectrogram_arrays
-from engine.tasks.paired.common import PROBE_ROWS, PairedParams
+from engine.tasks.paired.common import EVAL_MAX_ROWS, PROBE_ROWS, PairedParams
 from engine.tasks.paired.recipe import PairedBase
 from engine.tasks.paired_audio.pairs import AudioTextPairs
 from engine.tasks.registry import register_task
@@ -59,9 +61,6 @@ class AudioTextTask(PairedBase):
         Raises:
             ConfigError: not an audio dataset; no texts (naming the dataset), as :class:`AudioTextPairs`.
         """
-        from engine.data import load_dataset
-        from engine.errors import ConfigError
-
         ds = load_dataset(cfg.data.dataset, workspace)
         if ds.info.modality != "audio":
             raise ConfigError(f"data.dataset: {ds.info.name!r} is a {ds.info.modality} dataset; task 'paired_audio' "
@@ -89,8 +88,6 @@ class AudioTextTask(PairedBase):
     @classmethod
     def retrieval_images(cls, ds: AudioTextPairs, split: str, x: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
         """Spectrograms, log-mel before the normalisation ``[N, 1, F, T]``, and the clips' frames ``[N, T]``."""
-        from engine.tasks.paired.common import EVAL_MAX_ROWS
-
         w = ds.window(ds.indices(split)[:EVAL_MAX_ROWS])
         return ds.feats.denormalize(w.spec)[:, None].numpy(), w.real.numpy()
 

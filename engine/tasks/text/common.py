@@ -7,8 +7,10 @@ import numpy as np
 import torch
 
 from engine.config import RunConfig
+from engine.data import representative
 from engine.masking import draw_mask
 from engine.text.stored import StoredEncoded
+from engine.text.tokenizer import TokenizerSettings, get_tokenizer, text_chunks
 
 EVAL_MAX_ROWS = 2048  # val metrics use at most this many fixed val texts
 #: The count baselines (engine.eval.text_baselines) are fitted on at most this many train texts (the
@@ -77,8 +79,6 @@ def vis_rows(val_labels: np.ndarray, n: int) -> np.ndarray:
     """Positions (int64 ``[min(n, N)]``) of the run's visualisation rows among its first
     :data:`EVAL_MAX_ROWS` validation texts (labels ``val_labels``): :func:`engine.data.representative`,
     so the preview and the run's samples show the same class-stratified texts."""
-    from engine.data import representative
-
     return representative(np.asarray(val_labels)[:EVAL_MAX_ROWS], n)
 
 
@@ -96,8 +96,6 @@ def baseline_rows(enc) -> tuple:
 
 def tokenizer_for(cfg: RunConfig, ds, workspace=None):
     """``(tokenizer, tokenizer_id)`` of the run: trained on the train split of ``ds`` once, then cached."""
-    from engine.text.tokenizer import TokenizerSettings, get_tokenizer, text_chunks
-
     settings = TokenizerSettings(**cfg.data.tokenizer.model_dump())
     return get_tokenizer(ds.info.name, ds.info.source_hash, lambda: ds.texts("train"), settings, workspace,
                          train_chunks=lambda: text_chunks(ds, "train"))

@@ -7,8 +7,10 @@ from dataclasses import dataclass
 
 import torch
 
+from engine.eval.inference import InferenceError
 from engine.messages import describe_error
 from engine.tasks.text.common import TOP_K
+from engine.text.tokenizer import load_tokenizer
 
 
 @dataclass(frozen=True)
@@ -26,9 +28,6 @@ def tokenizer_of(loaded, workspace=None):
     Raises:
         InferenceError: the run names no tokenizer, or it cannot be loaded.
     """
-    from engine.eval.inference import InferenceError
-    from engine.text.tokenizer import load_tokenizer
-
     try:
         return load_tokenizer(loaded.info["tokenizer_id"], workspace)
     except KeyError:
@@ -49,8 +48,6 @@ def fill_in(loaded, text: str, k: int = TOP_K, workspace=None) -> list[FillIn]:
         InferenceError: no ``[MASK]`` in the text (or all of them past ``data.tokenizer.max_len``),
             or the run's tokenizer is gone.
     """
-    from engine.eval.inference import InferenceError
-
     tok = tokenizer_of(loaded, workspace)
     enc = tok.encode_batch([text], max_len=loaded.cfg.data.tokenizer.max_len)
     where = enc.input_ids == tok.mask_id
@@ -71,8 +68,6 @@ def complete_span(loaded, text: str, max_new_tokens: int = 64, workspace=None) -
     Raises:
         InferenceError: not exactly one ``[MASK]`` in the (truncated) text, or no tokenizer.
     """
-    from engine.eval.inference import InferenceError
-
     tok = tokenizer_of(loaded, workspace)
     enc = tok.encode_batch([text], max_len=loaded.cfg.data.tokenizer.max_len)
     n = int((enc.input_ids == tok.mask_id).sum())

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from engine.config import RunConfig
+from engine.data import load_dataset, representative
 from engine.tasks.text.common import EVAL_MAX_ROWS, text_rows, token_strings, tokenizer_for, vis_masks, vis_rows
 
 
@@ -31,8 +32,6 @@ def preview(cfg: RunConfig, n: int, workspace=None) -> TextPreview:
     Raises:
         DatasetError, ConfigError: unknown dataset, a strategy that needs what text cannot give.
     """
-    from engine.data import load_dataset
-
     ds = load_dataset(cfg.data.dataset, workspace)
     split = "val" if ds.info.n_val else "train"
     pool = ds.indices(split)[:EVAL_MAX_ROWS]  # the task's val rows; only the picked ones are decoded
@@ -55,8 +54,6 @@ def train_masks(cfg: RunConfig, n: int, workspace=None, ds=None) -> tuple[torch.
     Returns:
         ``(mask [n, L] bool, eligible [n, L] bool)``.
     """
-    from engine.data import load_dataset, representative
-
     ds = load_dataset(cfg.data.dataset, workspace) if ds is None else ds
     tok, _ = tokenizer_for(cfg, ds, workspace)
     train = ds.indices("train")

@@ -36,13 +36,23 @@ import math
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from engine.config import RunConfig, TokenizerConfig
+from engine.data import load_dataset
 from engine.errors import ConfigError
+from engine.eval.finetune import FinetuneInputs, pooled_features
+from engine.eval.text_baselines import BASELINE_KINDS, TokenBaselines
 from engine.masking import draw_mask, get_masking, strategies_on
+from engine.masking.mlm import apply_mlm
+from engine.masking.segment import segment_bounds
+from engine.models import build_model
+from engine.models.span_infill import shift_right, span_corrupt, span_exact_match, span_scored_mask
+from engine.objectives import Objective
 from engine.store.samples import Sample
 from engine.tasks.base import Task
+from engine.tasks.checks import masking_problem
 from engine.tasks.registry import register_task
 from engine.tasks.text.common import (
     EVAL_CHUNK,
@@ -122,8 +132,6 @@ class TextTask(Task):
     @classmethod
     def _probe(cls, cfg: RunConfig, workspace=None):
         """Real encoded train texts (at most :data:`PROBE_ROWS`) for pre-flight probes."""
-        from engine.data import load_dataset
-
         ds = load_dataset(cfg.data.dataset, workspace)
         if ds.info.n_train == 0:
             raise ConfigError(f"data.dataset: {ds.info.name!r} has no train texts")
@@ -138,8 +146,6 @@ class TextTask(Task):
                               f"strategies for text: {', '.join(strategies_on('tokens-1d'))}")
 
     def _load(self, cfg: RunConfig, device: torch.device, workspace=None) -> None:
-        from engine.data import load_dataset
-
         self.cfg, self.device = cfg, device
         ds = load_dataset(cfg.data.dataset, workspace)
         self._ds = ds
@@ -195,8 +201,6 @@ class TextTask(Task):
 
     def finetune_inputs(self, max_rows: int | None = None):
         """The first ``max_rows`` texts of each split, tokenised as the run's features are."""
-        from engine.eval.finetune import FinetuneInputs, pooled_features
-
         ds, max_len = self._ds, self.cfg.data.tokenizer.max_len
         enc = {s: self.tok.encode_batch(ds.texts(s, limit=max_rows), max_len=max_len) for s in ("train", "val")}
         y = {s: ds.labels[ds.indices(s)][:max_rows].astype(np.int64) for s in ("train", "val")}
@@ -211,7 +215,7 @@ class TextTask(Task):
     def raw_features(self, max_rows: int | None = None):
         """TF-IDF of words and word pairs (scikit-learn ``TfidfVectorizer``, sublinear tf, at most
         :data:`TFIDF_MAX_FEATURES` terms, fitted on the train rows), ``X float32 [N, V]`` per split."""
-        from sklearn.feature_extraction.text import TfidfVectorizer
+        from sklearn.feature_extraction.text import TfidfVectorizer  # noqa: PLC0415 (scikit-learn loads only when an evaluation or baseline runs)
 
         splits = []
         for split in ("train", "val"):
@@ -244,8 +248,6 @@ class TextMLMTask(TextTask):
     def check(cls, cfg: RunConfig, info, workspace=None) -> None:
         """The strategy applies to token sequences, and a probe batch of real texts gets trainable
         masks (:func:`engine.tasks.checks.masking_problem` over the maskable tokens)."""
-        from engine.tasks.checks import masking_problem
-
         cls._check_strategy(cfg)
         enc = cls._probe(cfg, workspace)
         b = cls.rows(enc, torch.arange(len(enc)))
@@ -258,9 +260,6 @@ class TextMLMTask(TextTask):
                 raise ConfigError(problem)
 
     def __init__(self, cfg: RunConfig, device: torch.device, workspace=None):
-        from engine.models import build_model
-        from engine.objectives import Objective
-
         self._load(cfg, device, workspace)
         p = MLMParams(**cfg.task_params)
         self.shares = {"mask_share": p.mask_share, "random_share": p.random_share}
@@ -275,8 +274,6 @@ class TextMLMTask(TextTask):
             self.eval_batches.append((b, mask, b["ids"].masked_fill(mask, self.tok.mask_id)))
 
     def _corrupt(self, b, mask, generator, **shares):
-        from engine.masking.mlm import apply_mlm
-
         return apply_mlm(b["ids"], mask, generator=generator, mask_token_id=self.tok.mask_id,
                          vocab_size=self.tok.vocab_size, special_ids=self.special_ids, **shares)
 
@@ -296,8 +293,6 @@ class TextMLMTask(TextTask):
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        import torch.nn.functional as F
-
         dev = self.device
         nll = top1 = top5 = n = 0.0
         for b, mask, inputs in self.eval_batches:
@@ -315,8 +310,6 @@ class TextMLMTask(TextTask):
     @torch.no_grad()
     def baselines(self) -> dict[str, float]:
         """Top-1 accuracy of the three trivial predictors on the same val masks and inputs."""
-        from engine.eval.text_baselines import BASELINE_KINDS, TokenBaselines
-
         base = TokenBaselines.fit(*baseline_rows(self.train), self.special_ids, self.tok.vocab_size)
         hits = dict.fromkeys(BASELINE_KINDS, 0.0)
         n = 0
@@ -372,8 +365,6 @@ class TextSpanTask(TextTask):
     def check(cls, cfg: RunConfig, info, workspace=None) -> None:
         """The strategy applies to token sequences and hides exactly one contiguous segment of
         every probe text (the encoder input has one sentinel)."""
-        from engine.masking.segment import segment_bounds
-
         cls._check_strategy(cfg)
         enc = cls._probe(cfg, workspace)
         b = cls.rows(enc, torch.arange(len(enc)))
@@ -388,9 +379,6 @@ class TextSpanTask(TextTask):
             raise ConfigError(f"masking: {cfg.masking.strategy!r} hides nothing in some texts; use sentence_span")
 
     def __init__(self, cfg: RunConfig, device: torch.device, workspace=None):
-        from engine.models import build_model
-        from engine.objectives import Objective
-
         self._load(cfg, device, workspace)
         self.model = build_model(cfg, vocab_size=self.tok.vocab_size, max_len=cfg.data.tokenizer.max_len).to(device)
         self.objective = Objective.from_config(cfg.objective, self.outputs(cfg))
@@ -406,14 +394,10 @@ class TextSpanTask(TextTask):
         return whole_words(super()._mask(b, generator, ratio), b["word_ids"])
 
     def _example(self, b, span):
-        from engine.models.span_infill import span_corrupt
-
         return span_corrupt(b["ids"], b["attention"], span, sentinel_id=self.tok.mask_id, eos_id=self.tok.sep_id,
                             pad_id=self.tok.pad_id)
 
     def _logits(self, ex, tgt_in=None):
-        from engine.models.span_infill import shift_right
-
         dev = self.device
         if tgt_in is None:
             tgt_in = shift_right(ex.tgt_ids, bos_id=self.tok.cls_id)
@@ -427,8 +411,6 @@ class TextSpanTask(TextTask):
     def _masked_input(self, ex, generator):
         """The teacher-forcing input with each text's share of its tokens (bos kept) shown as [MASK]:
         the share drawn uniformly in ``[0, task_params.decoder_input_mask]`` -> ``[B, T]``."""
-        from engine.models.span_infill import shift_right
-
         tgt_in = shift_right(ex.tgt_ids, bos_id=self.tok.cls_id)
         if not self.per_position_decoding:
             return tgt_in
@@ -467,10 +449,6 @@ class TextSpanTask(TextTask):
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        import torch.nn.functional as F
-
-        from engine.models.span_infill import span_exact_match, span_scored_mask
-
         nll = n_tok = hits = hits_len = hits_tf = hits_pos = n_span = exact = n_rows = 0.0
         for i, (b, span, ex) in enumerate(self.eval_batches):
             logits = self._logits(ex).float()
@@ -499,8 +477,6 @@ class TextSpanTask(TextTask):
     def baselines(self) -> dict[str, float]:
         """Span token accuracy of the three trivial predictors on the same val spans (the rows
         whose generation :meth:`evaluate` scores)."""
-        from engine.eval.text_baselines import BASELINE_KINDS, TokenBaselines
-
         base = TokenBaselines.fit(*baseline_rows(self.train), self.special_ids, self.tok.vocab_size)
         hits = dict.fromkeys([*BASELINE_KINDS, "bigram_tf"], 0.0)
         n = 0
