@@ -28,6 +28,8 @@ import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 
+from engine.api import MODE_ENV, ConfigError, MasklabError, is_demo, load_users
+
 REPO = Path(__file__).resolve().parents[1]
 ENTRY = REPO / "app" / "streamlit_app.py"
 OPT_OUT_ENV = "MASKLAB_ALLOW_NO_SIGNIN"
@@ -74,8 +76,6 @@ def exposure_problem(address: str | None, signin: bool, environ: Mapping[str, st
         signin: whether sign-in is configured (users file or identity provider).
         environ: the environment (default ``os.environ``): ``MASKLAB_MODE``, the two opt-ins.
     """
-    from engine.api import MODE_ENV, is_demo
-
     env = os.environ if environ is None else environ
     if signin or is_loopback(address):
         return None
@@ -101,8 +101,6 @@ def signin_configured() -> bool:
     Raises:
         ConfigError: a broken users file (it must not silently leave the dashboard open).
     """
-    from engine.api import load_users
-
     return bool(load_users().users) or oidc_configured()
 
 
@@ -112,8 +110,6 @@ def upload_cap_mb(environ: Mapping[str, str] | None = None) -> int:
     Raises:
         ConfigError: the variable is not a whole number >= 1.
     """
-    from engine.api import ConfigError, is_demo
-
     env = os.environ if environ is None else environ
     if is_demo(env):
         return 0
@@ -127,7 +123,6 @@ def main(argv: list[str] | None = None) -> int:
     """Check the address, then replace this process by ``streamlit run``; returns 2 on a refusal."""
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
-    from engine.api import MasklabError
 
     p = argparse.ArgumentParser(prog="python -m app.serve", description=__doc__.split("\n\n")[0])
     p.add_argument("--address", default=os.environ.get("MASKLAB_ADDRESS", "127.0.0.1"))

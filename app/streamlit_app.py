@@ -21,7 +21,6 @@ if str(REPO) not in sys.path:  # so pages can `import engine` and `import app.co
     sys.path.insert(0, str(REPO))
 
 import streamlit as st  # noqa: E402
-
 from streamlit import config as st_config  # noqa: E402
 
 from app.components.access import identity_bar, read_only, sign_in_gate  # noqa: E402

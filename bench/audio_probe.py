@@ -32,9 +32,18 @@ import json
 import os
 import sys
 import tempfile
+import zipfile
 from pathlib import Path
 
 import numpy as np
+import torch
+
+from engine.config import RunConfig, apply_overrides
+from engine.data import ImportOptions, import_source, load_dataset
+from engine.data.dataset import seeded_split
+from engine.eval import linear_probe, logmel_stats
+from engine.eval.inference import load_model
+from engine.tasks import build_task, resolve
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -60,8 +69,6 @@ CONFIG = {
 
 def fold_seed(groups: list[str], speaker: str, val_fraction: float = 0.25) -> int:
     """The smallest split seed whose validation split is exactly ``speaker``'s clips."""
-    from engine.data.dataset import seeded_split
-
     names = sorted(set(groups))
     g = np.array([names.index(s) for s in groups])
     for seed in range(1000):
@@ -74,8 +81,6 @@ def fold_seed(groups: list[str], speaker: str, val_fraction: float = 0.25) -> in
 def import_fold(source: Path, speaker: str, workspace: Path) -> str:
     """Import ``source`` (a folder or zip with FSDD's ``manifest.csv``) as ``fsdd-<speaker>`` with
     ``speaker`` as the validation split; returns the dataset name."""
-    from engine.data import ImportOptions, import_source, load_dataset
-
     groups = manifest_speakers(source)
     seed = fold_seed(groups, speaker)
     name = f"fsdd-{speaker}"
@@ -91,8 +96,6 @@ def import_fold(source: Path, speaker: str, workspace: Path) -> str:
 
 def manifest_speakers(source: Path) -> list[str]:
     """The ``speaker`` column of the source's manifest, in its row order."""
-    import zipfile
-
     if source.is_dir():
         text = (source / "manifest.csv").read_text()
     else:
@@ -116,8 +119,6 @@ def config_for(dataset: str, target: str, steps: int | None = None, overrides: d
 
 def probe_sets(task) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """``{"train": (x, y), "val": (x, y)}`` of the model's frozen features and of the log-mel baseline."""
-    from engine.eval import logmel_stats
-
     ds = task._ds
     out = {}
     for split in ("train", "val"):
@@ -139,14 +140,8 @@ def run_fold(dataset: str, target: str, workspace: Path, steps: int | None = Non
     Raises:
         RuntimeError: the run did not complete (its error).
     """
-    import torch
-
     torch.set_num_threads(1)  # features and probes on one thread too, as the run
     os.environ["MASKLAB_WORKSPACE"] = str(workspace)
-    from engine.config import RunConfig
-    from engine.eval import linear_probe
-    from engine.eval.inference import load_model
-    from engine.tasks import build_task, resolve
 
     cfg = resolve(RunConfig.from_dict(config_for(dataset, target, steps, overrides)))
     torch.manual_seed(cfg.train.seed)  # the loop's init: this task's model is the run's step-0 model
@@ -179,7 +174,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config field, e.g. --set train.lr=3e-3")
     args = p.parse_args(argv)
-    from engine.config import apply_overrides
 
     ws = args.workspace or Path(tempfile.mkdtemp(prefix="masklab-bench-")) / "workspace"
     ws.mkdir(parents=True, exist_ok=True)

@@ -29,6 +29,15 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+from streamlit.testing.v1 import AppTest
+
+from engine.config import RunConfig
+from engine.data import load_dataset
+from engine.store import MetricsWriter, Sample, create_run, save_samples, write_status
+from engine.store.evaluations import Evaluation, save_evaluation
+from engine.tasks import resolve
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 TARGET_S = 2.0
@@ -36,14 +45,6 @@ TARGET_S = 2.0
 
 def build(ws: Path, n_runs: int, steps: int) -> list[str]:
     """``n_runs`` completed runs of ``steps`` steps in workspace ``ws`` (see the module docstring)."""
-    import numpy as np
-
-    from engine.config import RunConfig
-    from engine.data import load_dataset
-    from engine.store import MetricsWriter, Sample, create_run, save_samples, write_status
-    from engine.store.evaluations import Evaluation, save_evaluation
-    from engine.tasks import resolve
-
     rng = np.random.default_rng(0)
     ds = load_dataset("digits", ws)
     val = ds.indices("val")[:8]
@@ -98,8 +99,6 @@ def main(argv=None) -> int:
     t0 = time.time()
     ids = build(ws, args.runs, args.steps)
     print(f"built {args.runs} runs x {args.steps} steps in {time.time() - t0:.0f} s ({ws})")
-
-    from streamlit.testing.v1 import AppTest
 
     times = []
     at = AppTest.from_file(str(REPO / "app" / "streamlit_app.py"), default_timeout=300)

@@ -39,6 +39,15 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.config import RunConfig
+from engine.data.audio import audio_stats
+from engine.data.dataset import AudioDataset, DatasetInfo, ImageDataset, TextDataset, seeded_split
+from engine.data.storage import save_dataset, utc_now
+from engine.store import create_run, get_run
+from engine.store.runs import read_status
+from engine.tasks import resolve
+from engine.tasks.image.recipe import recipe_for
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 SHAPE = (32, 32, 3)  # H, W, C: 3,072 bytes an image
@@ -50,9 +59,6 @@ def make_image_dataset(workspace: Path, name: str, size_bytes: int, seed: int = 
     """Register a random-pixel image dataset of about ``size_bytes`` of pixels as ``name`` in
     ``workspace`` (``SHAPE`` images, labels uniform over ``N_CLASSES``, a seeded 5% val split);
     return its number of rows. Memory: one chunk of ``CHUNK_ROWS`` images at a time."""
-    from engine.data.dataset import DatasetInfo, ImageDataset, seeded_split
-    from engine.data.storage import save_dataset, utc_now
-
     H, W, C = SHAPE
     n = max(2 * N_CLASSES, size_bytes // (H * W * C))
     rng = np.random.default_rng(seed)
@@ -84,10 +90,6 @@ def make_audio_dataset(workspace: Path, name: str, size_bytes: int, seed: int = 
     at :data:`AUDIO_RATE` Hz, each with its own amplitude (so frames differ in level), labels uniform
     over ``N_CLASSES``, a seeded 5% val split; return its number of clips. Memory: one chunk of
     clips at a time (the PCM goes through a scratch ``.npy`` map, as for images)."""
-    from engine.data.audio import audio_stats
-    from engine.data.dataset import AudioDataset, DatasetInfo, seeded_split
-    from engine.data.storage import save_dataset, utc_now
-
     clip = int(AUDIO_RATE * AUDIO_SECONDS)
     n = max(2 * N_CLASSES, size_bytes // (2 * clip))
     rng = np.random.default_rng(seed)
@@ -120,9 +122,6 @@ def make_text_dataset(workspace: Path, name: str, size_bytes: int, seed: int = 0
     words drawn from 5,000 random lower-case pseudo-words (Zipf-like frequencies), 1 to 3 sentences
     a text, labels uniform over ``N_CLASSES``, a seeded 5% val split; return its number of texts.
     Memory: one chunk of texts at a time (the bytes go through a scratch ``.npy`` map)."""
-    from engine.data.dataset import DatasetInfo, TextDataset, seeded_split
-    from engine.data.storage import save_dataset, utc_now
-
     rng = np.random.default_rng(seed)
     letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
     words = np.array(["".join(rng.choice(letters, rng.integers(2, 9))) for _ in range(5000)])
@@ -170,8 +169,6 @@ def run_config(name: str, steps: int, batch: int, modality: str = "image") -> di
     evaluated (baselines, val loss, samples) at step 0 and at the end, one checkpoint, 1 thread.
     ``modality="audio"``: ``audio_mae`` with its defaults (64 mel bins, 1 s windows, tiny, 8x8
     patches, random masking at 0.8), the same steps, batch and evaluation."""
-    from engine.tasks.image.recipe import recipe_for
-
     if modality == "text":
         return {"name": f"mem-{name}", "task": "text_mlm", "data": {"dataset": name},
                 "train": {"steps": steps, "batch_size": batch, "warmup_steps": 0, "eval_interval": steps,
@@ -203,11 +200,6 @@ def train_peak(workspace: Path, name: str, steps: int = 5, batch: int = 64, moda
     """Train dataset ``name`` for ``steps`` steps in a worker subprocess; return ``{"status",
     "peak_mem_bytes"`` (the worker's own figure), ``"polled_peak_bytes"`` (this script's poll),
     ``"seconds"``, ``"run_id"}``. Raises RuntimeError when the run does not complete."""
-    from engine.config import RunConfig
-    from engine.store import create_run, get_run
-
-    from engine.tasks import resolve
-
     cfg = resolve(RunConfig.from_dict(run_config(name, steps, batch, modality)))
     run_id, run_dir = create_run(cfg.to_dict(), workspace)
     env = {**os.environ, "MASKLAB_WORKSPACE": str(workspace), "MASKLAB_AUTO_EVAL": "0",
@@ -232,7 +224,6 @@ def train_peak(workspace: Path, name: str, steps: int = 5, batch: int = 64, moda
         log = (Path(run_dir) / "worker.log")
         tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
         raise RuntimeError(f"run {run_id} on {name} ended {rec.status} (exit {rc}): {rec.error}\n{tail}")
-    from engine.store.runs import read_status
 
     return {"status": rec.status, "peak_mem_bytes": int(read_status(Path(run_dir))["peak_mem_bytes"]),
             "polled_peak_bytes": polled[0], "seconds": seconds, "run_id": run_id}

@@ -24,6 +24,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from engine.config import load_config
+from engine.data import load_dataset
+from engine.runner.devices import gpu_pool
+from engine.runner.launcher import submit
+from engine.store import get_run, read_metrics
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
@@ -34,12 +40,6 @@ def main() -> int:
     args = ap.parse_args()
     ws = Path(tempfile.mkdtemp(prefix="masklab-gpu-"))
     os.environ.update(MASKLAB_WORKSPACE=str(ws), MASKLAB_MAX_RUNS="2", MASKLAB_AUTO_EVAL="0")
-
-    from engine.config import load_config
-    from engine.data import load_dataset
-    from engine.runner.devices import gpu_pool
-    from engine.runner.launcher import submit
-    from engine.store import get_run, read_metrics
 
     pool = gpu_pool()
     print(f"GPUs: {pool or 'none (CPU only)'}; workspace {ws}")

@@ -29,6 +29,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+from engine.config import RunConfig, apply_overrides
+from engine.data import load_dataset
+from engine.eval.image_baselines import BASELINES
+from engine.tasks.image.recipe import recipe_for
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from bench.timed_run import timed_run  # noqa: E402  (after the path)
@@ -42,9 +47,6 @@ TARGET_VS_BEST = 0.8
 def config_for(dataset: str, workspace: Path, steps: int | None = None, overrides: dict | None = None) -> dict:
     """The run config New run proposes for ``dataset`` (random masking at 0.75), as a nested dict,
     with ``overrides`` merged one level deep per section and ``steps`` scaled down if given."""
-    from engine.data import load_dataset
-    from engine.tasks.image.recipe import recipe_for
-
     info = load_dataset(dataset, workspace).info
     r = recipe_for(info.image_shape)
     cfg = {"name": f"bench-{dataset}", "task": "image_mim", "data": {"dataset": dataset},
@@ -69,8 +71,6 @@ def run(dataset: str, workspace: Path, steps: int | None = None, overrides: dict
         RuntimeError: the run did not complete (its error).
     """
     os.environ["MASKLAB_WORKSPACE"] = str(workspace)
-    from engine.config import RunConfig
-    from engine.eval.image_baselines import BASELINES
 
     config = RunConfig.from_dict(config_for(dataset, workspace, steps, overrides))
     rec, timing = timed_run(config, workspace)
@@ -90,7 +90,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config field, e.g. --set train.lr=3e-3")
     args = p.parse_args(argv)
-    from engine.config import apply_overrides
 
     ws = args.workspace or Path(tempfile.mkdtemp(prefix="masklab-bench-")) / "workspace"
     ws.mkdir(parents=True, exist_ok=True)

@@ -29,15 +29,23 @@ import urllib.request
 import zipfile
 from pathlib import Path
 
+import numpy as np
+from PIL import Image
+
+from engine.access.policy import Identity
+from engine.config import RunConfig
+from engine.data.jobs import import_status, start_import
+from engine.store import create_run, write_status
+from engine.tasks import resolve
+from tests.app.test_browser import CHROMIUM
+from tests.app.test_browser_access import serve, stop_server
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 
 def make_zip(path: Path, n: int, side: int) -> Path:
     """``n`` random RGB PNGs of ``side`` px in two class folders (stored, so the zip is their size)."""
-    import numpy as np
-    from PIL import Image
-
     rng = np.random.default_rng(0)
     with zipfile.ZipFile(path, "w") as z:
         for i in range(n):
@@ -49,7 +57,7 @@ def make_zip(path: Path, n: int, side: int) -> Path:
 
 def timings(url: str, page, loads: int) -> dict[str, list[float]]:
     """``loads`` page loads and health requests, in seconds."""
-    from playwright.sync_api import expect
+    from playwright.sync_api import expect  # noqa: PLC0415 (an optional extra (requirements-bench.txt / the OIDC test provider): imported by the case that uses it)
 
     out: dict[str, list[float]] = {"page": [], "health": []}
     for _ in range(loads):
@@ -68,15 +76,7 @@ def timings(url: str, page, loads: int) -> dict[str, list[float]]:
 
 def run(images: int, side: int, loads: int, workdir: Path) -> dict:
     """Idle timings, then timings during an import of ``images`` PNGs; returns the figures."""
-    from playwright.sync_api import sync_playwright
-
-    from engine.access.policy import Identity
-    from engine.config import RunConfig
-    from engine.tasks import resolve
-    from engine.data.jobs import import_status, start_import
-    from engine.store import create_run, write_status
-    from tests.app.test_browser import CHROMIUM
-    from tests.app.test_browser_access import serve, stop_server
+    from playwright.sync_api import sync_playwright  # noqa: PLC0415 (an optional extra (requirements-bench.txt / the OIDC test provider): imported by the case that uses it)
 
     ws = workdir / "workspace"
     ws.mkdir()

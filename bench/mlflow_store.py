@@ -23,7 +23,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import random
+import sqlite3
 import statistics
 import sys
 import tempfile
@@ -54,12 +57,9 @@ def main(argv=None) -> int:
                          "1,000 values/s here: 8 million would take over 2 hours); the first and last "
                          "steps go through log_batch, so latest_metrics is what log_batch leaves")
     args = ap.parse_args(argv)
-    import math
-    import random
-    import sqlite3
 
-    from mlflow.entities import Metric
-    from mlflow.tracking import MlflowClient
+    from mlflow.entities import Metric  # noqa: PLC0415 (an optional extra (requirements-bench.txt / the OIDC test provider): imported by the case that uses it)
+    from mlflow.tracking import MlflowClient  # noqa: PLC0415 (an optional extra (requirements-bench.txt / the OIDC test provider): imported by the case that uses it)
 
     root = args.dir or tempfile.mkdtemp(prefix="mlflow-store-scale-")
     client = MlflowClient(tracking_uri=f"sqlite:///{os.path.join(root, 'mlflow.db')}")
@@ -134,7 +134,7 @@ def main(argv=None) -> int:
         add_runs(args.short_runs, args.short_steps, args.runs)
         n_runs["n"] += args.short_runs
         out[f"list{n_runs['n']}"] = timed(listing, args.repeats)
-    import mlflow
+    import mlflow  # noqa: PLC0415 (an optional extra (requirements-bench.txt / the OIDC test provider): imported by the case that uses it)
 
     out["mlflow_version"] = mlflow.__version__
     print(json.dumps(out))

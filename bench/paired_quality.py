@@ -39,16 +39,25 @@ with and without the text next to the training mean spectrogram.
 from __future__ import annotations
 
 import argparse
+import csv
 import json
+import multiprocessing as mp
 import os
 import sys
 import tempfile
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+
+from bench.fsdd import subset_zip
+from engine.config import load_config
+from engine.data import ImportOptions, import_source, load_dataset
+from engine.store import list_runs, read_metrics
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from bench.timed_run import timed_run  # noqa: E402  (after the path)
+
 SHARED = Path(os.environ.get("MASKLAB_SHARED", REPO.parent / "shared")) / "data"
 CONFIG = REPO / "configs" / "paired-tuxpaint.yaml"
 DATASET, VAL_FRACTION, IMAGE_SIZE = "tuxpaint-bench", 0.2, 32
@@ -120,14 +129,11 @@ def import_data(workspace: Path, max_rows: int | None = None, recipe: Recipe = I
     """Import the recipe's data (the first ``max_rows`` only, for the scaled-down test) as its
     dataset: the stamps as :data:`DATASET`, or FSDD as :data:`AUDIO_DATASET` (:func:`import_fsdd`);
     returns the pairs (clips) accepted."""
-    from engine.data import ImportOptions, import_source
-
     if recipe.kind == "audio":
         return import_fsdd(workspace, max_rows)
 
     src = SHARED / "tuxpaint-stamps"
     if max_rows is not None:  # a folder of links: the first rows of the table and their images
-        import csv
 
         sub = workspace.parent / f"tuxpaint-head-{max_rows}"
         (sub / "images").mkdir(parents=True, exist_ok=True)
@@ -155,9 +161,6 @@ def import_fsdd(workspace: Path, takes: int | None = None) -> int:
     Raises:
         RuntimeError: a clip was rejected, or the val split is not exactly one speaker.
     """
-    from bench.fsdd import subset_zip
-    from engine.data import ImportOptions, import_source, load_dataset
-
     src = SHARED / "fsdd"
     if takes is not None:
         src = subset_zip(SHARED, workspace.parent / f"fsdd-takes-{takes}.zip", "0123456789", None, takes)
@@ -185,7 +188,6 @@ def run_seed(workspace: Path, seed: int, steps: int | None = None, overrides: li
         RuntimeError: the run did not complete (its error).
     """
     os.environ["MASKLAB_WORKSPACE"] = str(workspace)
-    from engine.config import load_config
 
     sets = [f"data.dataset={recipe.dataset}", f"train.seed={seed}", "evaluation.auto=false"]
     if steps is not None:
@@ -212,11 +214,8 @@ def run(workspace: Path, seeds: list[int], steps: int | None = None, overrides: 
     os.environ["MASKLAB_WORKSPACE"] = str(workspace)
     pairs = import_data(workspace, max_rows, recipe)
     if parallel and len(seeds) > 1:
-        import multiprocessing as mp
-
         # every seed at once: the workspace's run slots (MASKLAB_MAX_RUNS, default 2) would queue the rest
         os.environ["MASKLAB_MAX_RUNS"] = str(max(len(seeds), int(os.environ.get("MASKLAB_MAX_RUNS", "2"))))
-        from concurrent.futures import ProcessPoolExecutor
 
         with ProcessPoolExecutor(len(seeds), mp_context=mp.get_context("spawn")) as ex:
             runs = list(ex.map(_seed_job, [(workspace, s, steps, overrides, recipe) for s in seeds]))
@@ -238,8 +237,6 @@ def collect(workspaces: list[Path], step: int | None = None) -> list[dict]:
     """The bench runs already in ``workspaces`` (e.g. seeds trained by separate invocations), in the
     form of :func:`run_seed` (``seconds`` / ``cpu_seconds`` None: not measured here), with the figures
     they logged at ``step`` (default: their latest). A run that has not reached ``step`` is left out."""
-    from engine.store import list_runs, read_metrics
-
     out = []
     for ws in workspaces:
         for rec in list_runs(workspace=ws):

@@ -25,6 +25,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+import yaml
+
+from engine.data import load_dataset
+from engine.runner.worker import execute_run
+from engine.store import create_run, get_run, read_metrics
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
@@ -36,11 +42,6 @@ WARMUP_STEPS = 10
 def step_times(workspace: Path, arch: str, steps: int, threads: int) -> tuple[list[float], int]:
     """Train the Tux Paint recipe with ``model.arch = arch`` for ``steps`` steps; returns the
     logged step times after :data:`WARMUP_STEPS` (seconds) and the model's parameter count."""
-    import yaml
-
-    from engine.store import create_run, get_run, read_metrics
-    from engine.runner.worker import execute_run
-
     cfg = yaml.safe_load((REPO / "configs" / "paired-tuxpaint.yaml").read_text())
     cfg["name"] = f"step-time-{arch}"
     cfg["model"]["arch"] = arch
@@ -69,7 +70,6 @@ def main(argv=None) -> int:
     ws.mkdir(parents=True, exist_ok=True)
     os.environ["MASKLAB_WORKSPACE"] = str(ws)
     os.environ["MASKLAB_AUTO_EVAL"] = "0"
-    from engine.data import load_dataset
 
     load_dataset("tuxpaint-stamps", ws)
     load0 = os.getloadavg()[0]

@@ -48,6 +48,20 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
+from streamlit.testing.v1 import AppTest
+
+from app.components.runs import latest_points as page_points
+from app.components.runs import runs_frame
+from engine.config import RunConfig
+from engine.store import MetricsWriter, RunLock, create_run, latest_points, list_runs, read_metrics, set_tags, write_status
+from engine.store.index import RACY_S, _indexes
+from engine.store.metrics import SCHEMA, SEGMENT_DIR, _table_bytes
+from engine.store.metrics_cache import clear_caches
+from engine.tasks import resolve
+from engine.workspace import atomic_write_bytes
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
@@ -61,11 +75,6 @@ def metrics_table(run_id: str, steps: int, t0: float, rng, ratio: float):
     """The rows a worker logs over steps 0..``steps`` (every key every step, ``val_loss`` every 100),
     sorted by key then step as ``MetricsWriter``'s final merge leaves them, and the last value of
     each key (the status file's ``latest``)."""
-    import numpy as np
-    import pyarrow as pa
-
-    from engine.store.metrics import SCHEMA
-
     s = np.arange(steps + 1, dtype=np.int64)
     loss = 0.1 + 0.5 * np.exp(-s / max(1, steps / 5)) + rng.normal(0, 0.005, s.size)
     vs = s[s % 100 == 0]
@@ -80,10 +89,6 @@ def metrics_table(run_id: str, steps: int, t0: float, rng, ratio: float):
 
 def add_run(ws: Path, base: dict, i: int, steps: int, status: str, rng, *, t_end: float) -> str:
     """One run folder as a worker leaves it (see the module docstring); returns its id."""
-    from engine.store import create_run, write_status
-    from engine.store.metrics import SEGMENT_DIR, _table_bytes
-    from engine.workspace import atomic_write_bytes
-
     ratio = round(0.25 + 0.65 * (i % 14) / 13, 3)
     cfg = {**base, "name": f"bench-{i:04d}", "masking": {**base["masking"], "ratio": ratio},
            "train": {**base["train"], "steps": steps, "seed": i % 3}}
@@ -106,9 +111,6 @@ def add_run(ws: Path, base: dict, i: int, steps: int, status: str, rng, *, t_end
 
 def build(ws: Path, n: int, first: int, steps: int, rng, statuses: list[str]) -> list[str]:
     """Add ``n`` runs of ``steps`` steps numbered from ``first``; statuses cycle through ``statuses``."""
-    from engine.config import RunConfig
-    from engine.tasks import resolve
-
     base = resolve(RunConfig.from_dict({"model": {"patch_size": 2}})).to_dict()
     now = time.time()
     return [add_run(ws, base, first + k, steps, statuses[k % len(statuses)], rng,
@@ -137,16 +139,11 @@ def once_ms(fn) -> float:
 def settle() -> None:
     """Wait until the folders just written are older than the index's racy window: a folder changed
     less than ``RACY_S`` ago is read again at every validation (a dashboard's runs are mostly older)."""
-    from engine.store.index import RACY_S
-
     time.sleep(RACY_S + 0.5)
 
 
 def list_figures(ws: Path, repeats: int) -> dict:
     """Cold, exact and max-age list timings (with each run's latest points) in this process."""
-    from engine.store import latest_points, list_runs
-    from engine.store.index import _indexes
-
     _indexes.clear()
 
     def listing(max_age_s: float):
@@ -179,8 +176,6 @@ for k in range(n):
 def staleness(ws: Path, run_id: str, base: int, n: int = 6) -> list[float]:
     """Seconds from another process's status write (steps ``base``, ``base + 1``...) to this
     process's ``list_runs(max_age_s=1)`` showing it (polled every 2 ms), for ``n`` writes."""
-    from engine.store import list_runs
-
     child = subprocess.Popen([sys.executable, "-c", STALE_CHILD, str(ws), run_id, str(n), str(base)], cwd=REPO,
                              stdout=subprocess.PIPE, text=True)
     seen: dict[int, float] = {}
@@ -197,9 +192,6 @@ def staleness(ws: Path, run_id: str, base: int, n: int = 6) -> list[float]:
 
 def metrics_figures(ws: Path, long_ids: list[str], live: list, repeats: int) -> dict:
     """History and comparison timings, cold (no cache) and warm, plus a live run's history after a flush."""
-    from engine.store import read_metrics
-    from engine.store.metrics_cache import clear_caches
-
     hist_id = long_ids[len(long_ids) // 2]
     cmp_ids = long_ids[:100]
     cmp_keys = ["loss", "val_loss", "throughput"]
@@ -238,16 +230,12 @@ def metrics_figures(ws: Path, long_ids: list[str], live: list, repeats: int) -> 
 
 def page_figures(ws: Path, renders: int, repeats: int) -> dict:
     """The Runs page: its data function, then full server renders in AppTest."""
-    from app.components.runs import latest_points as page_points, runs_frame
-    from engine.store import list_runs
-
     def data():
         recs = [r for r in list_runs(ws, max_age_s=1.0) if not r.archived]
         return runs_frame(recs, page_points(recs))
 
     os.environ["MASKLAB_WORKSPACE"] = str(ws)
     out = {"data_ms": timed(data, max(5, repeats // 10))[0], "table_rows": len(data())}
-    from streamlit.testing.v1 import AppTest
 
     at = AppTest.from_file(str(REPO / "app" / "streamlit_app.py"), default_timeout=600)
     times = []
@@ -281,9 +269,6 @@ def main(argv=None) -> int:
     ap.add_argument("--mlflow", type=Path, default=None, help="a Python with mlflow: run bench/mlflow_store.py with it")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = ap.parse_args(argv)
-    import numpy as np
-
-    from engine.store import MetricsWriter, RunLock, create_run, set_tags, write_status
 
     ws = args.workspace or Path(tempfile.mkdtemp(prefix="masklab-store-scale-"))
     rng = np.random.default_rng(0)

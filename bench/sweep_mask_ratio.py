@@ -29,6 +29,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from engine.data import import_source
+from engine.runner.sweep import sweep_configs, sweep_table
+from engine.runner.worker import execute_run
+from engine.store import create_run
+from engine.tasks.image.recipe import recipe_for
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 SHARED = Path(os.environ.get("MASKLAB_SHARED", REPO.parent / "shared"))
@@ -45,8 +51,6 @@ WITHIN_RAW = 0.02
 def base_config(steps: int | None, rows: int) -> dict:
     """The 28x28 recipe (``recipe_for``) with random masking, ``steps`` (scaled warmup/eval/checkpoint
     intervals) and the evaluation on ``rows`` rows per split (no t-SNE: not needed here)."""
-    from engine.tasks.image.recipe import recipe_for
-
     r = recipe_for((1, 28, 28))
     cfg = {"name": "mnist", "task": "image_mim", "data": {"dataset": "mnist"},
            "masking": {"strategy": "random", "ratio": 0.75}, **r,
@@ -63,10 +67,6 @@ def run_sweep(workspace: Path, ratios, seeds, steps: int | None, rows: int, quie
     with ``seconds`` (train + evaluation wall time) per run."""
     os.environ["MASKLAB_WORKSPACE"] = str(workspace)
     os.environ["MASKLAB_AUTO_EVAL"] = "1"
-    from engine.data import import_source
-    from engine.store import create_run
-    from engine.runner.sweep import sweep_configs, sweep_table
-    from engine.runner.worker import execute_run
 
     import_source(SHARED / "data" / "mnist-t10k", "mnist", workspace=workspace)
     seconds = {}

@@ -36,9 +36,14 @@ import sys
 import tempfile
 from pathlib import Path
 
+from engine.config import RunConfig, apply_overrides
+from engine.data import ImportOptions, import_source
+from engine.store import run_dir
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from bench.timed_run import timed_run  # noqa: E402  (after the path)
+
 SHARED = Path(os.environ.get("MASKLAB_SHARED", REPO.parent / "shared")) / "data"
 
 #: The recipes measured for issue 7 (see bench/README.md for the figures).
@@ -107,9 +112,6 @@ def run(kind: str, workspace: Path, steps: int | None = None, overrides: dict | 
         RuntimeError: the run did not complete (its error).
     """
     os.environ["MASKLAB_WORKSPACE"] = str(workspace)
-    from engine.config import RunConfig
-    from engine.data import ImportOptions, import_source
-    from engine.store import run_dir
 
     r = RECIPES[kind]
     rel, opts = r["source"]
@@ -145,7 +147,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config field, e.g. --set train.lr=2e-3")
     args = p.parse_args(argv)
-    from engine.config import apply_overrides
 
     overrides = apply_overrides({}, args.sets)
     ws = args.workspace or Path(tempfile.mkdtemp(prefix="masklab-bench-")) / "workspace"

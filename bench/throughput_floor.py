@@ -44,8 +44,9 @@ sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO))
 
 import train_throughput as tt  # noqa: E402
-from engine.training.perf import adamw  # noqa: E402
+
 from engine.training.loop import param_groups  # noqa: E402
+from engine.training.perf import adamw  # noqa: E402
 
 aten = torch.ops.aten
 #: The operations every implementation of the same model runs, by category (overload packets).

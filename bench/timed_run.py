@@ -12,6 +12,10 @@ import resource
 import time
 from pathlib import Path
 
+from engine.runner.worker import execute_run
+from engine.store import create_run, get_run
+from engine.tasks import resolve
+
 
 def timed_run(config, workspace: Path) -> tuple[object, dict]:
     """Create a run of ``config`` (a :class:`engine.config.RunConfig`) in ``workspace`` and train it
@@ -25,10 +29,6 @@ def timed_run(config, workspace: Path) -> tuple[object, dict]:
     Raises:
         RuntimeError: the run did not complete (its status and error).
     """
-    from engine.store import create_run, get_run
-    from engine.runner.worker import execute_run
-    from engine.tasks import resolve
-
     run_id, d = create_run(resolve(config).to_dict(), workspace)
     load_before = os.getloadavg()
     t0, c0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)

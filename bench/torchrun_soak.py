@@ -20,6 +20,14 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
+
+from engine.config import RunConfig
+from engine.data import load_dataset
+from engine.runner.worker import execute_run
+from engine.store import create_run, get_run
+from engine.tasks import resolve
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
@@ -37,11 +45,6 @@ def soak(workspace: Path, runs: int) -> list[dict]:
     process's ``$MASKLAB_WORKSPACE``). Returns one dict per run: ``run_id``, ``status`` (the worker's
     final status), ``torchrun_exit`` (torchrun's exit code, None when it never ran) and ``seconds``."""
     os.environ["MASKLAB_WORKSPACE"] = str(workspace)
-    from engine.config import RunConfig
-    from engine.tasks import resolve
-    from engine.data import load_dataset
-    from engine.store import create_run, get_run
-    from engine.runner.worker import execute_run
 
     load_dataset("digits")
     out = []
@@ -61,7 +64,6 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     ws = args.workspace or Path(tempfile.mkdtemp(prefix="masklab-soak-"))
     ws.mkdir(parents=True, exist_ok=True)
-    import torch
 
     rows = soak(ws, args.runs)
     for i, r in enumerate(rows, 1):

@@ -66,14 +66,16 @@ from typing import Callable
 import torch
 from torch import nn
 
+from engine.models import FLAVA, FLAVA_PRESETS, FRAME_PRESETS, M3AE, M3AE_PRESETS
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from engine.masking.mlm import apply_mlm  # noqa: E402
 from engine.models import BertMLM, FrameTransformer, MaskedAutoencoderViT, count_parameters  # noqa: E402
 from engine.objectives import info_nce, masked_cross_entropy, masked_mse  # noqa: E402
-from engine.training.perf import adamw, count_step_flops  # noqa: E402
 from engine.training.loop import param_groups  # noqa: E402
+from engine.training.perf import adamw, count_step_flops  # noqa: E402
 
 LR, BETAS, WEIGHT_DECAY = 1e-4, (0.9, 0.95), 0.05
 N_BATCHES = 3  # distinct batches, cycled (both sides see the same sequence)
@@ -84,7 +86,7 @@ CLS_ID, SEP_ID, MASK_ID = 2, 3, 4
 def need_hf():
     """Import transformers, or exit 2 with the install hint."""
     try:
-        import transformers
+        import transformers  # noqa: PLC0415 (an optional extra (requirements-bench.txt / the OIDC test provider): imported by the case that uses it)
     except ImportError as e:
         print(f"bench/train_throughput.py needs the benchmark-only dependencies ({e}); install them with\n"
               f"    pip install -r requirements-bench.txt", file=sys.stderr)
@@ -156,7 +158,7 @@ def mae_case(name: str, B: int, C: int, HW: int, P: int, enc: tuple[int, int, in
 
     sides = [Side("masklab", ml, ml_loss)]
     if hf:
-        from transformers import ViTMAEConfig, ViTMAEForPreTraining
+        from transformers import ViTMAEConfig, ViTMAEForPreTraining  # noqa: PLC0415 (an optional extra (requirements-bench.txt / the OIDC test provider): imported by the case that uses it)
 
         cfg = ViTMAEConfig(image_size=HW, patch_size=P, num_channels=C, hidden_size=D, num_hidden_layers=depth,
                            num_attention_heads=heads, intermediate_size=mlp, decoder_hidden_size=Dd,
@@ -181,7 +183,7 @@ def bert_case(B: int, L: int, V: int, D: int, depth: int, heads: int, mlp: int, 
               g: torch.Generator, device) -> Case:
     """BERT-mini MLM: full rows ``[CLS] w1 .. w_{L-2} [SEP]`` (packed pre-training text has no padding),
     ``round(ratio * (L - 2))`` words masked per row, BERT's 80/10/10 (:func:`engine.masking.mlm.apply_mlm`)."""
-    from transformers import BertConfig, BertForMaskedLM
+    from transformers import BertConfig, BertForMaskedLM  # noqa: PLC0415 (an optional extra (requirements-bench.txt / the OIDC test provider): imported by the case that uses it)
 
     batches = []
     for _ in range(N_BATCHES):
@@ -217,8 +219,6 @@ def bert_case(B: int, L: int, V: int, D: int, depth: int, heads: int, mlp: int, 
 
 def audio_case(B: int, n_mels: int, frames: int, k: int, g: torch.Generator, device, ratio: float = 0.5) -> Case:
     """masklab's frame Transformer (small preset, mel target) alone."""
-    from engine.models import FRAME_PRESETS
-
     L = frames // k
     batches = []
     for _ in range(N_BATCHES):
@@ -241,8 +241,6 @@ def paired_case(arch: str, B: int, g: torch.Generator, device, HW: int = 32, P: 
 
     Captions: ``[CLS] w1 .. wn [SEP]`` then padding, ``n ~ U{5..30}`` real tokens; at least one real
     token hidden per caption."""
-    from engine.models import FLAVA, FLAVA_PRESETS, M3AE, M3AE_PRESETS
-
     batches = []
     Li = (HW // P) ** 2
     for _ in range(N_BATCHES):

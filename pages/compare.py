@@ -16,16 +16,27 @@ import altair as alt
 import streamlit as st
 
 from app.components import guarded, render_metrics_chart, run_label, runs_or_stop, short_label
+from app.components.access import allowed
 from app.components.charts import axis_controls, show_read_warnings
 from app.components.compare import (
-    FINETUNE, QUALITY_FIGURES, REP_FIGURES, config_diff, downstream_frame, eff_display, efficiency_frame, mark_best,
-    probe_bars, quality_frame, quality_groups, report_html, show_reconstructions,
+    FINETUNE,
+    QUALITY_FIGURES,
+    REP_FIGURES,
+    config_diff,
+    downstream_frame,
+    eff_display,
+    efficiency_frame,
+    mark_best,
+    probe_bars,
+    quality_frame,
+    quality_groups,
+    report_html,
+    show_reconstructions,
 )
 from app.components.errors import user_errors
 from app.components.quality import loss_title
 from app.components.runs import same_task_first
 from app.components.urlstate import PageState
-from app.components.access import allowed
 from engine.api import ConfigError, counted, evaluate, evaluation_job, get_task, latest_evaluation, read_metrics
 
 #: Pixels the downstream bar chart's run columns share (each at least 90, at most 240 wide).

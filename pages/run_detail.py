@@ -20,10 +20,10 @@ from app.components.annotations import annotations_panel, open_in_new_run
 from app.components.charts import axis_controls
 from app.components.evaluation import evaluation_panel
 from app.components.quality import headline_of, quality_table
+from app.components.resume import resume_panel
 from app.components.run_summary import checkpoint_download, curves, show_samples, summary
 from app.components.runs import latest_points, progress_with_cancel
 from app.components.urlstate import PageState
-from app.components.resume import resume_panel
 from app.modalities import interactive_box, sample_title
 from engine.api import cancel, cluster_job, delete_run, get_run, job_state, latest_checkpoint_step, load_samples, read_log
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 import streamlit as st
 
 from app.components import guarded, render_metrics_chart, run_label, run_table, runs_or_stop, short_label
+from app.components.access import allowed
 from app.components.charts import axis_controls, show_read_warnings
 from app.components.quality import loss_title
-from app.components.access import allowed
 from app.components.resume import resume_buttons
 from app.components.runs import LIST_MAX_AGE_S, activity, progress_with_cancel, same_task_first
 from app.components.urlstate import PageState

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from engine.cli import main
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -22,8 +24,6 @@ def engine_main(*args: str, env: dict[str, str] | None = None, stdin: str | None
     ``stderr``. ``env`` is added to the environment and ``stdin`` replaces standard input for the
     call only; the working directory is the repository root during it, as for the real command.
     An exception that :func:`~engine.cli.main` lets through (a traceback a user would see) propagates."""
-    from engine.cli import main
-
     out, err = io.StringIO(), io.StringIO()
     saved_env, saved_cwd, saved_stdin = dict(os.environ), os.getcwd(), sys.stdin
     try:

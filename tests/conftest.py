@@ -6,6 +6,9 @@ import os
 from pathlib import Path
 
 import pytest
+from xdist.scheduler import LoadScopeScheduling
+
+from tests.runs import SharedRuns
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("MASKLAB_SHARED", REPO.parent / "shared"))
@@ -21,7 +24,7 @@ def pytest_configure(config):
     unless a run's ``train.num_threads`` says otherwise."""
     os.environ["MASKLAB_AUTO_EVAL"] = "0"
     if os.environ.get("PYTEST_XDIST_WORKER"):
-        import torch
+        import torch  # noqa: PLC0415 (only pytest-xdist workers set torch's threads; the controller never loads torch)
 
         torch.set_num_threads(1)
         os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -42,8 +45,6 @@ def pytest_xdist_make_scheduler(config, log):
     """pytest-xdist's scheduling by scope, one unit per test module (its module-scoped fixtures are
     set up once), except that the real-browser tests and :data:`EXCLUSIVE` share one unit,
     "exclusive", so none of them ever runs beside another; :data:`LONG_UNITS` are handed out first."""
-    from xdist.scheduler import LoadScopeScheduling
-
     class ModuleScheduling(LoadScopeScheduling):
         _ordered = False
 
@@ -87,8 +88,6 @@ def shared_runs(tmp_path_factory, shared_data):
     """The session's shared trained runs (:mod:`tests.runs`): one completed, evaluated run per task,
     trained on first use in each worker; read them as they are, write only to a ``copy`` (checked at
     the session's end: a shared workspace that changed fails it)."""
-    from tests.runs import SharedRuns
-
     runs = SharedRuns(tmp_path_factory.mktemp("shared-runs"), shared_data)
     yield runs
     assert not runs.changed(), f"a test wrote to a shared workspace instead of a copy: {runs.changed()}"

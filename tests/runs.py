@@ -19,7 +19,9 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.stamps import completed_run
+from bench.fsdd import WORDS, subset_zip
+from engine.data import ImportOptions, import_source
+from tests.stamps import completed_run, pairs_zip
 
 #: Every shared run is evaluated at its end on this budget: enough rows for each probe to be scored.
 EVALUATION = {"auto": True, "max_rows": 300, "tsne_max_rows": 0, "finetune_epochs": 1}
@@ -82,10 +84,6 @@ class TrainedRun:
 
 def import_dataset(which: str, workspace: Path, shared_data: Path) -> None:
     """Import dataset ``which`` (see :data:`SPECS`) into ``workspace`` from ``shared_data``."""
-    from bench.fsdd import WORDS, subset_zip
-    from engine.data import ImportOptions, import_source
-    from tests.stamps import pairs_zip
-
     scratch = workspace.parent
     if which == "digits":
         return  # bundled

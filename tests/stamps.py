@@ -6,8 +6,14 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import zipfile
 from pathlib import Path
+
+from engine.config import RunConfig
+from engine.runner.worker import execute_run
+from engine.store import create_run, get_run
+from engine.tasks import resolve
 
 
 def pairs_zip(shared_data: Path, out: Path, n: int | None = None, per_class: dict[str, int] | None = None) -> Path:
@@ -37,13 +43,6 @@ def completed_run(cfg: dict, ws: Path, *, evaluate: bool | None = None) -> str:
     True or False sets ``$MASKLAB_AUTO_EVAL`` for the run (evaluated at its end when ``cfg`` asks for
     it, as by default), None leaves the environment's. Raises AssertionError with the run's error when
     it does not complete."""
-    import os
-
-    from engine.config import RunConfig
-    from engine.tasks import resolve
-    from engine.store import create_run, get_run
-    from engine.runner.worker import execute_run
-
     env = {"MASKLAB_WORKSPACE": str(ws), **({} if evaluate is None else {"MASKLAB_AUTO_EVAL": str(int(evaluate))})}
     before = {k: os.environ.get(k) for k in env}
     os.environ.update(env)

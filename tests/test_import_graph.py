@@ -8,6 +8,7 @@ arrow between modules); a cycle is a strongly connected component of more than o
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,3 +100,17 @@ def test_the_graph_is_read():
 def test_no_import_cycles_among_engine_modules():
     found = cycles(import_graph())
     assert not found, "import cycles among engine modules:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_every_lazy_import_says_why():
+    """ruff's PLC0415 (ruff.toml, run by scripts/test.sh) allows an import inside a function only
+    where it is marked; the mark must carry its reason, ``# noqa: PLC0415 (why it is lazy)``."""
+    bare = []
+    for folder in ("engine", "app", "pages", "tests", "bench"):
+        for p in sorted((ROOT / folder).rglob("*.py")):
+            if p == Path(__file__).resolve():  # this check names the mark itself
+                continue
+            for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+                if "noqa: PLC0415" in line and "import" in line and not re.search(r"PLC0415\s*\(\S[^)]*\)", line):
+                    bare.append(f"{p.relative_to(ROOT)}:{n}")
+    assert bare == [], "lazy imports without a reason:\n" + "\n".join(bare)

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import engine.api as api
+
 REPO = Path(__file__).resolve().parents[1]
 PROJECT = ("engine", "app", "pages")
 
@@ -70,8 +72,6 @@ def test_ui_imports_the_engine_only_through_its_api():
 
 
 def test_plugins_take_from_the_engine_directly_only_what_the_api_does_not_offer():
-    import engine.api as api
-
     offered = set(api.__all__)
     offenders = [f"{_rel(p)}:{line}: {name} from {module}"
                  for p in _py_files("app/modalities")

@@ -5,7 +5,14 @@ from app.components.charts import counts_chart, ema, metrics_chart, render_metri
 from app.components.errors import guarded, user_errors
 from app.components.images import image_grid, image_rows, mask_overlay, recon_rows, upscale
 from app.components.runs import (
-    format_duration, run_label, run_table, runs_frame, runs_or_stop, short_label, status_badge, status_label,
+    format_duration,
+    run_label,
+    run_table,
+    runs_frame,
+    runs_or_stop,
+    short_label,
+    status_badge,
+    status_label,
     status_message,
 )
 

@@ -15,8 +15,11 @@ self-refreshing fragment reruns without the entry script (so without its ``actin
 
 from __future__ import annotations
 
+import functools
+
 import streamlit as st
 
+from app.components.errors import user_errors
 from app.serve import oidc_configured
 from engine.api import Identity, can, is_demo, load_users, local_admin, oidc_identity, require_sign_in, verify_password
 
@@ -105,8 +108,6 @@ def read_only(who: Identity | None = None) -> bool:
 def allowed(action: str, fn):
     """``fn`` bound to this session's identity (``actor=``) when it may do ``action``, else None
     (the page then shows no control for it)."""
-    import functools
-
     who = actor()
     return functools.partial(fn, actor=who) if who is not None and can(action, who) else None
 
@@ -114,8 +115,6 @@ def allowed(action: str, fn):
 def delete_panel(what: str, text: str, key: str, remove, forget) -> None:
     """An expander "Delete this <what>" with ``text``, a confirmation tick box and the button; on
     success ``forget()`` (drop the page's selection) and rerun. Engine errors become ``st.error``."""
-    from app.components.errors import user_errors
-
     with st.expander(f"Delete this {what}"):
         st.markdown(text)
         sure = st.checkbox("I understand it cannot be undone", key=f"{key}_sure")

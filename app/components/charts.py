@@ -31,7 +31,7 @@ def ema(df: pd.DataFrame, smoothing: float) -> pd.Series:
     # The debiased EMA as two first-order recursions per series (num_t = x_t + w num_{t-1}, den_t =
     # 1 + w den_{t-1}, ema = num / den: pandas' ewm(adjust=True)), with scipy's lfilter: a
     # groupby-transform with a Python lambda costs seconds for 20 runs x 1,000 points.
-    from scipy.signal import lfilter
+    from scipy.signal import lfilter  # noqa: PLC0415 (SciPy loads only for a smoothed curve)
 
     values = df["value"].to_numpy(dtype=float)
     out = np.empty_like(values)

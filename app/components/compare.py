@@ -27,9 +27,15 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import streamlit as st
+from PIL import Image
 
+from app.components.errors import guarded
 from app.components.quality import predictor_name
+from app.components.runs import masking_label
 from app.components.urlstate import flatten
+from app.modalities import sample_view
+from engine.api import ConfigError, get_masking, load_samples
 
 #: Representation figures shown for each run, with their column titles.
 REP_FIGURES = {"probe_acc": "linear probe", "knn_acc": "kNN (k=20)", "kmeans_nmi": "k-means NMI",
@@ -63,8 +69,6 @@ def config_diff(configs: Mapping[str, dict], labels: Mapping[str, str] | None = 
 
 
 def _unused_ratio(flat: dict[str, Any]) -> dict[str, Any]:
-    from engine.api import ConfigError, get_masking
-
     try:
         if not get_masking(str(flat.get("masking.strategy", "random"))).uses_ratio:
             flat["masking.ratio"] = "(not used)"
@@ -281,8 +285,6 @@ def draw_columns(drawn: Sequence[tuple[str, np.ndarray]], per_row: int, fewest: 
     """Draw ``(caption, column image)`` pairs side by side, captioned, ``per_row`` at most per row.
     A row has ``max(fewest, len(drawn))`` slots, so two runs' five columns fill the page width while
     one run's three are not stretched to a third of it each."""
-    import streamlit as st
-
     slots = min(per_row, max(fewest, len(drawn)))
     for start in range(0, len(drawn), slots):
         for col, (caption, img) in zip(st.columns(slots, gap="small"), drawn[start:start + slots]):
@@ -291,8 +293,6 @@ def draw_columns(drawn: Sequence[tuple[str, np.ndarray]], per_row: int, fewest: 
 
 def png_b64(img: np.ndarray) -> str:
     """A uint8 ``(H, W, 3)`` or ``(H, W, 1)`` image as a base64 PNG (for the HTML report)."""
-    from PIL import Image
-
     if img.ndim == 3 and img.shape[2] == 1:
         img = img[..., 0]
     buf = io.BytesIO()
@@ -332,13 +332,6 @@ def show_reconstructions(records: Sequence[Any], labels: Mapping[str, str]) -> l
     kind without a view says so. ``records``: the runs (:class:`engine.store.RunRecord`),
     ``labels``: run id -> its label in captions. Returns the ``(caption, uint8 image)`` columns
     drawn (for the HTML report; text views draw none)."""
-    import streamlit as st
-
-    from app.components.errors import guarded
-    from app.components.runs import masking_label
-    from app.modalities import sample_view
-    from engine.api import load_samples
-
     by_kind: dict[str, dict] = {}
     for r in records:
         s = guarded(load_samples, r.run_id)

@@ -12,11 +12,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import altair as alt
 import numpy as np
 import pandas as pd
+import streamlit as st
 
 from app.components.compare import BEST, FINETUNE, QUALITY_FIGURES, REP_FIGURES
+from app.components.errors import guarded
 from app.components.quality import predictor_name
+from engine.api import evaluation_job, latest_evaluation, load_maps, load_samples
 
 #: Columns of :func:`downstream_table`: encoder key -> title.
 ENCODER_TITLES = {"trained": "this run", "random_init": "random init", "raw_input": "raw input", "chance": "chance"}
@@ -66,8 +70,6 @@ MAP_TITLES = {"pca": "PCA", "tsne": "t-SNE"}
 def map_chart(maps: dict[str, np.ndarray], class_names: list[str] | None = None):
     """Scatter plots side by side of the val features' 2-D maps (``pca``, ``tsne`` ``[N, 2]``),
     coloured by ``labels [N]`` (named by ``class_names`` when given); None without a map."""
-    import altair as alt
-
     shown = [k for k in MAP_TITLES if k in maps and len(maps[k]) == len(maps.get("labels", ()))]
     if not shown:
         return None
@@ -96,11 +98,6 @@ def cost_text(ev: Any) -> str | None:
 def evaluation_panel(rec: Any) -> None:
     """The run's latest evaluation on Run detail: downstream table, reconstruction quality, cost;
     or what its evaluation job is doing. Reads the store only."""
-    import streamlit as st
-
-    from app.components.errors import guarded
-    from engine.api import evaluation_job, latest_evaluation, load_maps, load_samples
-
     ev = guarded(latest_evaluation, rec.run_id)
     if ev is None:
         job = guarded(evaluation_job, rec.run_id) or {}

@@ -20,8 +20,19 @@ from app.components.access import actor
 from app.components.errors import guarded
 from app.modalities import ui_for
 from engine.api import (
-    AUDIO_EXTENSIONS, AUDIO_UPSAMPLED, COLUMN_ROLES, NOTE_LOST_ON_FILL, TABLE_EXTENSIONS, ImportOptions, ImportOutcome,
-    cancel_import, classes_text, counted, import_status, inspect_source, start_import,
+    AUDIO_EXTENSIONS,
+    AUDIO_UPSAMPLED,
+    COLUMN_ROLES,
+    NOTE_LOST_ON_FILL,
+    TABLE_EXTENSIONS,
+    ImportOptions,
+    ImportOutcome,
+    cancel_import,
+    classes_text,
+    counted,
+    import_status,
+    inspect_source,
+    start_import,
 )
 
 #: The upload's label: every type the importer takes (``engine.data.ingest``), from the same lists it checks.

@@ -37,8 +37,17 @@ import yaml
 
 from app.components.urlstate import field_bounds, number
 from engine.api import (
-    ConfigError, MaskingConfig, MaskingStrategy, MasklabError, MaskStats, get_masking, grid_shape, load_dataset,
-    representative, strategies_for, workspace_root,
+    ConfigError,
+    MaskingConfig,
+    MaskingStrategy,
+    MasklabError,
+    MaskStats,
+    get_masking,
+    grid_shape,
+    load_dataset,
+    representative,
+    strategies_for,
+    workspace_root,
 )
 
 #: Range of the mask-ratio sliders: 0 (nothing to predict) and 1 (nothing visible) make no run.
@@ -64,7 +73,7 @@ def patch_sizes(h: int, w: int) -> list[int]:
 def default_patch(sizes: list[int], h: int) -> int:
     """The config default when it fits with at most 8 patches a side (8x8 digits: P=2), else the
     size whose grid side is closest to 8 (28x28: P=4, 7x7 patches), which keeps CPU runs short."""
-    from engine.api import DEFAULT_IMAGE_PATCH as p0
+    from engine.api import DEFAULT_IMAGE_PATCH as p0  # noqa: PLC0415 (torch loads when a view draws masks or runs a checkpoint, not when a page imports this module)
 
     if p0 in sizes and h // p0 <= 8:
         return p0
@@ -82,7 +91,7 @@ def _refused_sizes(workspace: str, dataset: str, version: str, masking_json: str
     """``patch size -> the pre-flight's reason`` for the sizes ``engine.tasks.checks.check_run`` refuses with
     this masking (``{}`` when the masking itself is invalid: its own error is shown elsewhere).
     ``workspace`` and ``version`` are cache keys."""
-    from engine.api import RunConfig, check_run, resolve
+    from engine.api import RunConfig, check_run, resolve  # noqa: PLC0415 (torch loads when a view draws masks or runs a checkpoint, not when a page imports this module)
 
     masking = json.loads(masking_json)
     refused = {}
@@ -558,7 +567,7 @@ def widen_advice(strategy: str | None) -> str:
     SpecAugment's time bands (``T``, ``p``) are at most p x the clip's own frames (Park et al. 2019),
     so on short clips only p or shorter patches help; frequency bands (``F``) need one patch row of
     mel bins at least; other strategies a larger ratio, or wider parameters when the ratio is unused."""
-    from engine.api import MASKING_REGISTRY
+    from engine.api import MASKING_REGISTRY  # noqa: PLC0415 (torch loads when a view draws masks or runs a checkpoint, not when a page imports this module)
 
     s = MASKING_REGISTRY.get(strategy or "")
     if s is None:

@@ -16,7 +16,8 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from app.components.quality import figure_title as table_title, headline_of, loss_title, quality_rows
+from app.components.quality import figure_title as table_title
+from app.components.quality import headline_of, loss_title, quality_rows
 from app.components.runs import METRIC_NAMES
 
 

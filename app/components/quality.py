@@ -31,7 +31,7 @@ def loss_title(config: dict) -> str:
 
 def headline_of(config: dict) -> tuple[str, str]:
     """``(metric, "min" | "max")`` of the run's task (``val_loss``/min when the task is unknown)."""
-    from engine.api import ConfigError, get_task
+    from engine.api import ConfigError, get_task  # noqa: PLC0415 (torch loads when a view draws masks or runs a checkpoint, not when a page imports this module)
 
     try:
         return get_task((config or {}).get("task")).headline
@@ -67,7 +67,7 @@ def figure_title(metric: str, config: dict | None, default: str | None = None) -
 def figures_of(config: dict) -> list[tuple[str, str]]:
     """The figures a run's table shows, ``[(metric, "min" | "max")]``: the task's headline, then the
     extra figures it declares as ``figures`` (e.g. the image task's pixel MSE and PSNR)."""
-    from engine.api import ConfigError, get_task
+    from engine.api import ConfigError, get_task  # noqa: PLC0415 (torch loads when a view draws masks or runs a checkpoint, not when a page imports this module)
 
     try:
         extra = list(getattr(get_task((config or {}).get("task")), "figures", ()))
@@ -172,7 +172,7 @@ def quality_table(rec, step: int | None = None, value: float | None = None) -> N
 def _baseline_notes(config: dict) -> list[str]:
     """What the task says about how its figures and baselines were measured
     (``Task.quality_notes(config)``, when the task has it)."""
-    from engine.api import ConfigError, get_task
+    from engine.api import ConfigError, get_task  # noqa: PLC0415 (torch loads when a view draws masks or runs a checkpoint, not when a page imports this module)
 
     try:
         notes = getattr(get_task((config or {}).get("task")), "quality_notes", None)

@@ -16,6 +16,7 @@ import yaml
 
 from app.components.urlstate import dig, index_of, number, set_flags
 from app.modalities import task_train_defaults
+from engine.api import LAUNCH_BACKENDS, LaunchConfig, RunConfig, backend_unavailable
 
 
 def train_fields(task: str, key: str, carried: dict, proposal: dict | None = None) -> dict[str, Any]:
@@ -25,8 +26,6 @@ def train_fields(task: str, key: str, carried: dict, proposal: dict | None = Non
     ``train_defaults`` (:func:`app.modalities.task_train_defaults`), over ``TrainConfig``. Returns
     the ``train`` section (warm-up and checkpoint interval: a carried config's own at its own number
     of steps; else the carried or proposed one, at most a tenth of the run and at most the run's steps)."""
-    from engine.api import RunConfig
-
     t = {**RunConfig().train.model_dump(), **(task_train_defaults(task) if proposal is None else proposal)}
     c = {**t, **(dig(carried, "train") or {})}
     a, b = st.columns(2)
@@ -58,8 +57,6 @@ def launch_fields(key: str, carried: dict) -> dict[str, Any]:
     ``carried["launch"]`` (the URL). A back-end whose extra is not installed stays in the list,
     marked, and says why when picked (New run then keeps Launch disabled). Returns the ``launch``
     section, or ``{}`` for one local process (the default: the config stays without one)."""
-    from engine.api import LAUNCH_BACKENDS, LaunchConfig, backend_unavailable
-
     default = LaunchConfig().model_dump()
     c = {**default, **(dig(carried, "launch") or {})}
     why = {b: backend_unavailable(b) for b in LAUNCH_BACKENDS}

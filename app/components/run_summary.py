@@ -11,6 +11,7 @@ from app.components.charts import render_metrics_chart, show_read_warnings
 from app.components.errors import guarded
 from app.components.quality import headline_of, loss_title
 from app.components.runs import format_duration, metric_name, placement_label, run_label, status_badge
+from app.modalities import sample_view
 from engine.api import checkpoint_weights, cluster_job, get_run, load_samples, read_metrics, read_task_info
 
 
@@ -84,8 +85,6 @@ def show_samples(run_id: str) -> None:
     """The run's latest samples, drawn by the view of their kind (``app.modalities.sample_view``:
     reconstructions, predictions, spectrograms), or a plain note when it has none yet or the
     dashboard has no view for them. Run detail and Presentation."""
-    from app.modalities import sample_view
-
     sample = guarded(load_samples, run_id)
     run = guarded(get_run, run_id)
     if sample is None:

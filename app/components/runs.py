@@ -132,7 +132,7 @@ def format_duration(seconds: float | None) -> str:
 def masking_label(config: dict | None) -> str:
     """A run's masking in a few words: ``random 0.75``, ``block 0.5→0.9 cosine``, ``region`` (a
     strategy with its own budget shows no ratio)."""
-    from engine.api import MASKING_REGISTRY
+    from engine.api import MASKING_REGISTRY  # noqa: PLC0415 (torch loads when a view draws masks or runs a checkpoint, not when a page imports this module)
 
     m = (config or {}).get("masking") or {}
     name = m.get("strategy", "random")
@@ -159,7 +159,7 @@ def grid_label(config: dict | None) -> str:
 
 def headline_key(config: dict | None) -> str:
     """The run's headline metric (``val_loss`` when its task is unknown)."""
-    from app.components.quality import headline_of
+    from app.components.quality import headline_of  # noqa: PLC0415 (the modality views and app.components import each other, and these modules load torch: imported where used)
 
     return headline_of(config or {})[0]
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Callable
-from dataclasses import dataclass, field as dc_field
+from dataclasses import dataclass
+from dataclasses import field as dc_field
 from typing import Any
 
 import streamlit as st
@@ -22,8 +23,19 @@ import streamlit as st
 from app.components.errors import guarded
 from app.components.urlstate import PageState, set_flags
 from engine.api import (
-    Identity, MasklabError, RunConfig, counted, max_runs, new_sweep_id, parse_seeds, parse_values, plan_sweep, queue_room,
-    strategies_for, submit_sweep, workspace_root,
+    Identity,
+    MasklabError,
+    RunConfig,
+    counted,
+    max_runs,
+    new_sweep_id,
+    parse_seeds,
+    parse_values,
+    plan_sweep,
+    queue_room,
+    strategies_for,
+    submit_sweep,
+    workspace_root,
 )
 
 #: The URL parameters of the section (plain names: no dot, so they are not config fields).

@@ -26,6 +26,9 @@ from typing import Any
 
 import streamlit as st
 import yaml
+from pydantic import BaseModel
+
+from engine.api import RunConfig
 
 #: The config key the URL shows as ``dataset`` (shared by Data, New run and Mask lab links).
 DATASET = "data.dataset"
@@ -284,7 +287,7 @@ def _why_not(key: str, value: Any, used: Mapping[str, Any]) -> str:
     """Why the form did not take ``key=value`` from a link, given the config it uses (flat ``used``)."""
     task = used.get("task", "this")
     if key == "masking.strategy":
-        from engine.api import GRID_KINDS, MASKING_REGISTRY
+        from engine.api import GRID_KINDS, MASKING_REGISTRY  # noqa: PLC0415 (torch loads when a view draws masks or runs a checkpoint, not when a page imports this module)
 
         s = MASKING_REGISTRY.get(str(value))
         if s is None:
@@ -325,14 +328,10 @@ def field_bounds(field: Any) -> dict[str, float | None]:
 def _allowed_range(key: str, used: Mapping[str, Any]) -> tuple[Callable[[float], bool], str] | None:
     """The bounds the run config itself sets on the number ``key`` (``masking.params.<p>`` from the
     strategy in ``used``): a test of a value and its words, e.g. "in [0, 1]"; None when it sets none."""
-    from pydantic import BaseModel
-
-    from engine.api import RunConfig
-
     *path, name = key.split(".")
     model: Any = RunConfig
     if path[-1:] == ["params"]:
-        from engine.api import MASKING_REGISTRY
+        from engine.api import MASKING_REGISTRY  # noqa: PLC0415 (torch loads when a view draws masks or runs a checkpoint, not when a page imports this module)
 
         strategy = MASKING_REGISTRY.get(str(used.get(".".join(path[:-1] + ["strategy"]))))
         model, path = (strategy.params if strategy else None), []

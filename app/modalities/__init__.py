@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from engine.api import DatasetError, MasklabError, get_modality, modality_names
 
 
@@ -138,7 +140,7 @@ def sample_view(kind: str) -> SampleView | None:
 def task_of(config: dict) -> Any:
     """The task class of a stored run config, or None when its task is not registered here (a
     plug-in this dashboard does not load)."""
-    from engine.api import get_task
+    from engine.api import get_task  # noqa: PLC0415 (torch loads when a view draws masks or runs a checkpoint, not when a page imports this module)
 
     try:
         return get_task((config or {}).get("task"))
@@ -168,8 +170,6 @@ def interactive_box(config: dict) -> Callable | None:
 def example_config(name: str) -> dict:
     """``configs/<name>.yaml``, an example config a bench measures, as a dict (New run's proposals
     are read from it, not copied)."""
-    import yaml
-
     return yaml.safe_load((Path(__file__).resolve().parents[2] / "configs" / f"{name}.yaml").read_text())
 
 
@@ -188,7 +188,7 @@ def task_train_defaults(task: str) -> dict:
     Raises:
         ConfigError: unknown task.
     """
-    from engine.api import get_task
+    from engine.api import get_task  # noqa: PLC0415 (torch loads when a view draws masks or runs a checkpoint, not when a page imports this module)
 
     own = get_task(task).train_defaults
     return config_train(own) if isinstance(own, str) else dict(own)
@@ -201,7 +201,7 @@ def task_params_defaults(task: str) -> dict:
     Raises:
         ConfigError: unknown task.
     """
-    from engine.api import get_task
+    from engine.api import get_task  # noqa: PLC0415 (torch loads when a view draws masks or runs a checkpoint, not when a page imports this module)
 
     own = get_task(task).task_params_defaults
     return dict(example_config(own)["task_params"]) if isinstance(own, str) else dict(own)

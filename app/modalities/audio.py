@@ -11,18 +11,21 @@ the previews call the functions the run itself calls for its samples.
 
 from __future__ import annotations
 
+import io
 import json
 
 import altair as alt
 import numpy as np
 import pandas as pd
+import soundfile as sf
 import streamlit as st
+from PIL import Image
 
 from app.components.charts import counts_chart
 from app.components.errors import guarded
 from app.components.urlstate import dig, index_of, number
-from app.modalities import ModalityUI, SampleView, register_ui
-from engine.api import AUDIO_SAMPLE_RATES, counted, proposed_rate, rates_text, workspace_root
+from app.modalities import ModalityUI, SampleView, config_train, register_ui
+from engine.api import AUDIO_SAMPLE_RATES, AudioConfig, RunConfig, counted, load_dataset, proposed_rate, rates_text, workspace_root
 
 N_SAMPLES = 6  # clips with spectrogram and player on the Data page
 N_PREVIEW = 8  # representative val clips: a run's fixed sample rows (train.num_vis defaults to 8)
@@ -95,9 +98,8 @@ def audio_view(workspace: str, name: str, version: str) -> dict:
     representative clips (:func:`app.components.datasets.sample_rows`: class by class, half from
     val; waveform, log-mel with the default features, label, split, transcript), class counts.
     ``workspace`` and ``version`` are cache keys only."""
-    from app.components.datasets import sample_rows
-    from engine.api import AudioConfig, load_dataset
-    from engine.audio.features import ClipFeatures, FeatureSpec
+    from app.components.datasets import sample_rows  # noqa: PLC0415 (the modality views and app.components import each other, and these modules load torch: imported where used)
+    from engine.audio.features import ClipFeatures, FeatureSpec  # noqa: PLC0415 (torch loads when a view draws masks or runs a checkpoint, not when a page imports this module)
 
     ds = load_dataset(name)
     rate = ds.rate
@@ -174,8 +176,6 @@ MEL_BINS = [32, 40, 48, 64, 80, 96, 128]
 def feature_fields(key: str, carried: dict) -> dict:
     """``data.audio``: mel bins, window, hop and the model's window length (defaults from the
     partial run config ``carried``, else :class:`engine.config.AudioConfig`'s)."""
-    from engine.api import AudioConfig
-
     d = {**AudioConfig().model_dump(), **(dig(carried, "data.audio") or {})}
     a, b = st.columns(2)
     n_mels = a.select_slider("Mel bins", MEL_BINS, d["n_mels"] if d["n_mels"] in MEL_BINS else 64, key=f"{key}_mels")
@@ -212,8 +212,6 @@ def train_defaults(info, task: str) -> dict:
     """The training fields New run proposes for ``task`` on an audio dataset, over the task's
     ``train_defaults``: for audio-text pairs, configs/paired-audio-fsdd.yaml's (the recipe
     bench/paired_quality.py --audio measures); nothing more for the others."""
-    from app.modalities import config_train
-
     return config_train("paired-audio-fsdd") if task == "paired_audio" else {}
 
 
@@ -223,12 +221,11 @@ def run_fields(info, task: str, key: str, carried: dict) -> dict:
     (:data:`TASK_MASKING`). Returns the partial config dict. The ``paired`` task (audio-text pairs:
     each clip's spectrogram with its transcript or class word) takes the paired view's fields
     (:func:`app.modalities.paired.run_fields`)."""
-    from app.components.masks import masking_controls
-    from engine.api import get_model_spec, get_task
+    from app.components.masks import masking_controls  # noqa: PLC0415 (torch loads when a view draws masks or runs a checkpoint, not when a page imports this module)
+    from engine.api import get_model_spec, get_task  # noqa: PLC0415 (torch loads when a view draws masks or runs a checkpoint, not when a page imports this module)
 
     if task == "paired_audio":
-        from app.modalities import paired
-
+        from app.modalities import paired  # noqa: PLC0415 (the paired views import this module's views)
         return paired.run_fields(info, task, key, carried)
     arch = get_task(task).archs[0]
     audio = feature_fields(key, carried)
@@ -256,8 +253,7 @@ def run_fields(info, task: str, key: str, carried: dict) -> dict:
 
 @st.cache_data(max_entries=16, ttl=600, show_spinner="Drawing masks on real clips…")
 def _preview(cfg_json: str, version: str, n: int):
-    from engine.api import RunConfig
-    from engine.tasks.audio.preview import preview
+    from engine.tasks.audio.preview import preview  # noqa: PLC0415 (torch loads when a view draws masks or runs a checkpoint, not when a page imports this module)
 
     return preview(RunConfig.from_dict(json.loads(cfg_json)), n)
 
@@ -289,7 +285,7 @@ def _range(spec: np.ndarray, real: np.ndarray) -> tuple[float, float]:
 def spec_widths(cfg, grid, form: str = ": {}") -> str:
     """``form`` around what SpecAugment's F and T come to on ``grid`` (``": F=27 mel bins = 3 rows
     of 8 mel bins; ..."``, :func:`engine.tasks.audio.width_text`); ``""`` for other strategies."""
-    from engine.tasks.audio.common import width_text
+    from engine.tasks.audio.common import width_text  # noqa: PLC0415 (torch loads when a view draws masks or runs a checkpoint, not when a page imports this module)
 
     text = width_text(cfg, grid)
     return form.format(text) if text else ""
@@ -300,11 +296,10 @@ def mask_preview(cfg, info, warn: bool = True) -> None:
     samples; for the ``paired`` task with their texts (:func:`app.modalities.paired.mask_preview`).
     ``warn``: say when too many of them have nothing masked (:func:`app.components.masks.unmasked_note`;
     Mask lab says it of its larger batch instead)."""
-    from app.components.masks import unmasked_note
+    from app.components.masks import unmasked_note  # noqa: PLC0415 (torch loads when a view draws masks or runs a checkpoint, not when a page imports this module)
 
     if cfg.task == "paired_audio":
-        from app.modalities import paired
-
+        from app.modalities import paired  # noqa: PLC0415 (the paired views import this module's views)
         paired.mask_preview(cfg, info, warn=warn)
         return
     pv = guarded(_preview, json.dumps(cfg.to_dict(), sort_keys=True), info.created_at, N_PREVIEW)
@@ -333,10 +328,6 @@ def mask_preview(cfg, info, warn: bool = True) -> None:
 
 def png(img: np.ndarray) -> bytes:
     """uint8 RGB ``[H, W, 3]`` -> PNG bytes."""
-    import io
-
-    from PIL import Image
-
     buf = io.BytesIO()
     Image.fromarray(img).save(buf, format="PNG")
     return buf.getvalue()
@@ -344,10 +335,6 @@ def png(img: np.ndarray) -> bytes:
 
 def wav(wave: np.ndarray, rate: int) -> bytes:
     """int16 PCM (or float in [-1, 1]) ``[n]`` -> 16-bit WAV bytes at ``rate`` Hz."""
-    import io
-
-    import soundfile as sf
-
     w = np.asarray(wave)
     w = w.astype(np.float32) / 32767.0 if w.dtype == np.int16 else w.astype(np.float32)
     buf = io.BytesIO()
@@ -379,7 +366,7 @@ def samples_view(sample, run) -> None:
     """A run's fixed validation clips at one saved evaluation (a slider goes over all of them, as
     the image view's): original, masked and reconstructed spectrograms side by side, players for the
     original, for Griffin-Lim of the original and of the reconstruction."""
-    from app.modalities.image import pick_sample
+    from app.modalities.image import pick_sample  # noqa: PLC0415 (the modality views and app.components import each other, and these modules load torch: imported where used)
 
     sample = pick_sample(sample, run, "audio_step")
     names = sample.meta.get("class_names", [])
@@ -414,7 +401,7 @@ def compare_view(samples: dict, n: int = 4) -> list[tuple[str, np.ndarray]]:
     original, on its own colour range, comes before its two columns. ``samples``: run label ->
     ``Sample`` of kind ``audio_spec``. Returns the ``(caption, uint8 column image)`` pairs drawn (the
     HTML report reuses them)."""
-    from app.components.compare import draw_columns, shared_inputs, stack_column
+    from app.components.compare import draw_columns, shared_inputs, stack_column  # noqa: PLC0415 (the modality views and app.components import each other, and these modules load torch: imported where used)
 
     if not samples:
         return []
@@ -450,16 +437,15 @@ def lab_controls(info, carried: dict, key: str) -> dict:
     """Mask lab's audio controls: the task (which grid), features, grid and masking (``carried``: a
     partial run config of defaults, from the URL); for the ``paired`` task the paired view's
     (:func:`app.modalities.paired.lab_controls`: text source, spectrogram and text masks)."""
-    from app.components.masks import masking_controls
-    from engine.api import tasks_for
+    from app.components.masks import masking_controls  # noqa: PLC0415 (torch loads when a view draws masks or runs a checkpoint, not when a page imports this module)
+    from engine.api import tasks_for  # noqa: PLC0415 (torch loads when a view draws masks or runs a checkpoint, not when a page imports this module)
 
     tasks = tasks_for("audio")
     task = st.selectbox("Task", tasks, key=f"{key}_task", index=index_of(tasks, carried.get("task")))
     if carried.get("task", task) != task:
         carried = {}  # another task than the URL's: its proposals
     if task == "paired_audio":
-        from app.modalities import paired
-
+        from app.modalities import paired  # noqa: PLC0415 (the paired views import this module's views)
         return paired.lab_controls(info, carried, key)
     audio = feature_fields(key, carried)
     patch, task_params = grid_fields(task, audio["n_mels"], key, carried)
@@ -473,10 +459,9 @@ def lab_controls(info, carried: dict, key: str) -> dict:
 def lab_stats(cfg_json: str, version: str, n: int):
     """Mask lab's statistics of ``n`` train masks of a config (JSON): ``(MaskStats, masks per second,
     masking_problem)``. ``version``: the dataset's, a cache key only."""
-    from engine.tasks.checks import masking_problem
-    from engine.api import RunConfig
-    from engine.masking.stats import mask_stats, masks_per_second
-    from engine.tasks.audio.preview import train_masks
+    from engine.masking.stats import mask_stats, masks_per_second  # noqa: PLC0415 (torch loads when a view draws masks or runs a checkpoint, not when a page imports this module)
+    from engine.tasks.audio.preview import train_masks  # noqa: PLC0415 (torch loads when a view draws masks or runs a checkpoint, not when a page imports this module)
+    from engine.tasks.checks import masking_problem  # noqa: PLC0415 (torch loads when a view draws masks or runs a checkpoint, not when a page imports this module)
 
     cfg = RunConfig.from_dict(json.loads(cfg_json))
     mask, eligible = train_masks(cfg, n)
@@ -488,11 +473,10 @@ def lab_stats(cfg_json: str, version: str, n: int):
 def lab_results(cfg, info, n: int) -> None:
     """Mask lab's audio results: the run's masks on real spectrograms, then batch statistics; for the
     ``paired`` task both masks on clips with their texts (:func:`app.modalities.paired.lab_results`)."""
-    from app.components.masks import lab_statistics
+    from app.components.masks import lab_statistics  # noqa: PLC0415 (torch loads when a view draws masks or runs a checkpoint, not when a page imports this module)
 
     if cfg.task == "paired_audio":
-        from app.modalities import paired
-
+        from app.modalities import paired  # noqa: PLC0415 (the paired views import this module's views)
         paired.lab_results(cfg, info, n)
         return
     st.subheader("Masks on real spectrograms")
@@ -508,7 +492,7 @@ def lab_results(cfg, info, n: int) -> None:
 def import_fields(plan, key: str) -> tuple[dict, dict]:
     """The Data page's options for audio: the sample rate every clip is resampled to (proposed: the
     clips' own, at most 16 kHz) and the member-name encoding."""
-    from app.components.importing import name_encoding_field
+    from app.components.importing import name_encoding_field  # noqa: PLC0415 (the modality views and app.components import each other, and these modules load torch: imported where used)
 
     heard = rates_text(plan.sample_rates)
     proposed = AUDIO_SAMPLE_RATES.index(proposed_rate(plan.sample_rates))

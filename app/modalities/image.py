@@ -14,16 +14,31 @@ import streamlit as st
 import torch
 
 from app.components.charts import counts_chart
+from app.components.compare import draw_columns, shared_inputs, stack_column
 from app.components.datasets import get_view
 from app.components.errors import guarded
 from app.components.images import (
-    as_rgb, chw_to_hwc_uint8, error_map, image_grid, image_rows, mask_overlay, masked_only, recon_rows,
+    as_rgb,
+    chw_to_hwc_uint8,
+    error_map,
+    image_grid,
+    image_rows,
+    mask_overlay,
+    masked_only,
+    recon_rows,
+    upscale,
 )
+from app.components.importing import geometry_options, name_encoding_field
 from app.components.masks import guarded_mask, lab_statistics, masking_controls, patch_select, train_batch
 from app.components.urlstate import dig, index_of
 from app.modalities import ModalityUI, SampleView, register_ui
-from engine.api import MaskingConfig, counted, get_masking, get_model_spec, grid_shape
+from app.modalities.text import checkpoint_picker
+from engine.api import MaskingConfig, counted, get_masking, get_model_spec, grid_shape, load_samples, read_metrics, sample_steps
 from engine.masking import draw_mask, image_side_inputs, preview_masks
+from engine.masking.stats import mask_stats, masks_per_second
+from engine.tasks.checks import masking_problem
+from engine.tasks.image.inference import reconstruct
+from engine.tasks.image.recipe import recipe_for
 
 
 def data_section(info) -> None:
@@ -51,8 +66,6 @@ def train_defaults(info, task: str) -> dict:
     """The training fields New run proposes for an image dataset (steps, batch size, learning rate,
     warmup, eval and checkpoint intervals): the measured recipe of its image size
     (:func:`engine.tasks.image.recipe.recipe_for`), whichever image task ``task`` is."""
-    from engine.tasks.image.recipe import recipe_for
-
     return recipe_for(info.image_shape)["train"]
 
 
@@ -61,8 +74,6 @@ def run_fields(info, task: str, key: str, carried: dict) -> dict:
     masking can train with), architecture, loss, normalised-pixel target, preset. The widgets'
     defaults are ``carried`` (a partial run config, from the URL), else the measured recipe of the
     image size (:func:`engine.tasks.image.recipe_for`). Returns the partial config dict."""
-    from engine.tasks.image.recipe import recipe_for
-
     c, h, w = info.image_shape
     recipe = recipe_for(info.image_shape)
     with st.container(border=True):
@@ -132,8 +143,6 @@ def step_picker(run_id: str, steps: list[int], key: str) -> int:
 def pick_sample(sample, run, key: str):
     """The run's sample at the evaluation step chosen with :func:`step_picker` (shown only when the
     run saved more than one); ``sample`` (its newest) when there is no choice or no run."""
-    from engine.api import load_samples, sample_steps
-
     if run is None:
         return sample
     steps = guarded(sample_steps, run.run_id) or [sample.step]
@@ -146,8 +155,6 @@ def pick_sample(sample, run, key: str):
 
 def _pixel_figures(run_id: str, step: int) -> dict[str, float]:
     """The run's ``val_mse`` / ``val_psnr`` logged at ``step`` (empty when not logged)."""
-    from engine.api import read_metrics
-
     df = guarded(read_metrics, [run_id], ["val_mse", "val_psnr"], max_points=None)
     if df is None or df.empty:
         return {}
@@ -193,9 +200,6 @@ def _mask_stats(masking_json: str, images_key: tuple, _images, patch: int, seed:
     """Masks of ``_images`` (float ``[N, C, H, W]``) drawn as a run would (side inputs from the
     images), their statistics, masks/s at this batch shape, and the pre-flight problem, if any.
     ``images_key`` identifies the images for the cache (dataset, version, N)."""
-    from engine.tasks.checks import masking_problem
-    from engine.masking.stats import mask_stats, masks_per_second
-
     cfg = MaskingConfig.model_validate(json.loads(masking_json))
     x = torch.from_numpy(_images)
     h, w = grid_shape(tuple(x.shape[2:]), patch)
@@ -288,9 +292,6 @@ def masking_box(run, sample) -> None:
     images, hide or show patches (a toggle per patch, laid out as the patch grid, or a box), and
     see a kept checkpoint's reconstruction at once (:func:`engine.tasks.image.reconstruct`, in the
     dashboard process, the model cached as the text fill-in box caches it)."""
-    from app.modalities.text import checkpoint_picker  # one model cache for every interactive box
-    from engine.tasks.image.inference import reconstruct
-
     st.subheader("Mask it yourself")
     if sample is None or sample.kind != "image":
         st.info("The box needs the run's validation images: they are saved with its first evaluation (step 0).")
@@ -347,9 +348,6 @@ def compare_view(samples: dict, n: int = 6) -> list[tuple[str, np.ndarray]]:
     sizes), each run's own original comes before its two columns. ``samples``: run label ->
     ``Sample`` of kind ``image``. Returns the ``(caption, uint8 column image)`` pairs drawn (the HTML
     report reuses them)."""
-    from app.components.compare import draw_columns, shared_inputs, stack_column
-    from app.components.images import chw_to_hwc_uint8, upscale
-
     if not samples:
         return []
     first, k, same = shared_inputs(samples, "images", n)
@@ -375,8 +373,6 @@ def describe(info) -> str:
 def import_fields(plan, key: str) -> tuple[dict, dict]:
     """The Data page's options for a zip or folder of images: the member-name encoding, and how the
     images become square (:func:`app.components.importing.geometry_options`)."""
-    from app.components.importing import geometry_options, name_encoding_field
-
     keywords = geometry_options(key)
     return name_encoding_field(key), keywords
 

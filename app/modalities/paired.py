@@ -24,13 +24,37 @@ import pandas as pd
 import streamlit as st
 
 from app.components.charts import counts_chart
+from app.components.compare import shared_inputs
+from app.components.datasets import sample_rows
 from app.components.errors import guarded
 from app.components.images import chw_to_hwc_uint8, image_grid, mask_overlay, upscale
+from app.components.masks import lab_statistics, masking_controls, patch_label, patch_sizes, unmasked_note
 from app.components.urlstate import dig, index_of, number
-from app.modalities import image as image_ui
-from app.modalities.text import CORRECT, WRONG, detok, length_panel, sampled_lengths, sentence_html, tokenizer_fields
 from app.modalities import ModalityUI, SampleView, register_ui
-from engine.api import counted, workspace_root
+from app.modalities import image as image_ui
+from app.modalities.audio import compare_view as spectrograms
+from app.modalities.audio import feature_fields, sample_media, spec_image, spec_widths
+from app.modalities.audio import lab_stats as audio_lab_stats
+from app.modalities.text import (
+    CORRECT,
+    WRONG,
+    cached_model,
+    checkpoint_picker,
+    detok,
+    length_panel,
+    sampled_lengths,
+    sentence_html,
+    tokenizer_fields,
+)
+from app.modalities.text import (
+    lab_stats as text_lab_stats,
+)
+from engine.api import RunConfig, counted, get_masking, get_model_spec, get_task, load_dataset, workspace_root
+from engine.eval.inference import checkpoint_path
+from engine.tasks.paired.common import DEFAULT_PATCH, DEFAULT_TERMS, DEFAULT_TOKENIZER, PairedParams
+from engine.tasks.paired.inference import embed_caption, nearest, retrieval_index
+from engine.tasks.paired.preview import preview
+from engine.tasks.paired_audio.pairs import text_sources
 
 N_SAMPLES = 12  # pairs in the Data page's sample grid (half train, half val when both exist)
 SAMPLE_COLUMNS = 6
@@ -47,9 +71,6 @@ def pairs_view(workspace: str, name: str, version: str) -> dict:
     val: :func:`app.components.datasets.sample_rows`) as uint8 ``(S, H, W, C)`` images with their
     captions, label and split; caption lengths (:func:`app.modalities.text.sampled_lengths`); class counts. ``workspace`` and
     ``version`` are cache keys only."""
-    from app.components.datasets import sample_rows
-    from engine.api import load_dataset
-
     ds = load_dataset(name)
     picks = sample_rows(ds, N_SAMPLES)
     rows = [i for i, _ in picks]
@@ -149,9 +170,6 @@ TEXT_SOURCES = {"text": "the clip's transcript", "digit_word": "the class as a w
 
 def _image_half(info, key: str, carried: dict) -> tuple[dict | None, int, dict, dict]:
     """The image patches' box: ``(masking, patch size, data fields, task params)``."""
-    from app.components.masks import masking_controls, patch_label, patch_sizes
-    from engine.tasks.paired.common import DEFAULT_PATCH
-
     c, h, w = info.image_shape
     with st.container(border=True):
         st.markdown("**Image patches**")
@@ -167,9 +185,6 @@ def _image_half(info, key: str, carried: dict) -> tuple[dict | None, int, dict, 
 @st.cache_data(max_entries=16, ttl=600, show_spinner=False)
 def _text_sources(name: str, version: str) -> dict[str, int]:
     """:func:`engine.tasks.paired_audio.text_sources` of audio dataset ``name`` (``version``: cache key)."""
-    from engine.api import load_dataset
-    from engine.tasks.paired_audio.pairs import text_sources
-
     return text_sources(load_dataset(name))
 
 
@@ -178,9 +193,6 @@ def _audio_half(info, key: str, carried: dict) -> tuple[dict | None, int, dict, 
     :func:`app.modalities.audio.feature_fields`, square patches, a 2-D audio strategy):
     ``(masking, patch size, data fields, task params)``; masking None when no source gives a text
     (said in words)."""
-    from app.components.masks import masking_controls
-    from app.modalities.audio import feature_fields
-
     sources = guarded(_text_sources, info.name, info.created_at)
     if sources is None:
         return None, 0, {}, {}
@@ -212,9 +224,6 @@ def masking_fields(info, key: str, carried: dict) -> dict | None:
     audio dataset, no text source gives a text). ``info`` is a paired dataset's, or an audio
     dataset's (audio-text pairs: :func:`_audio_half`, with ``data.audio`` and
     ``task_params.text_source``). ``carried``: a partial run config of defaults."""
-    from app.components.masks import masking_controls
-    from engine.tasks.paired.common import DEFAULT_TOKENIZER, PairedParams
-
     audio = info.modality == "audio"
     masking, patch, data, first_params = (_audio_half if audio else _image_half)(info, key, carried)
     if audio and not first_params:  # no text to pair with (said above)
@@ -263,8 +272,6 @@ def run_fields(info, task: str, key: str, carried: dict) -> dict:
     """New run's paired fields: both masks, patch size, tokenizer, completion shares, the model
     (:data:`ARCHS`) and its preset, and the weights of the objective's terms (pixel MSE + token
     cross-entropy + InfoNCE)."""
-    from engine.api import get_model_spec, get_task
-
     out = masking_fields(info, key, carried) or {"task": task, "masking": None, "model": {}}
     st.page_link("../pages/mask_lab.py", label="Try both masks in Mask lab")
     archs = list(get_task(task).archs)  # the first is the task's default
@@ -294,8 +301,6 @@ def objective_fields(key: str, carried: dict, audio: bool = False) -> dict:
     the ``objective`` config section, ``{"terms": [{"loss", "weight"}, ...]}``; with every weight at
     0 it keeps them all at 0, which the config refuses in words (Launch stays disabled). ``audio``:
     audio-text pairs (the first term is then the spectrogram's MSE)."""
-    from engine.tasks.paired.common import DEFAULT_TERMS
-
     given = dig(carried, "objective.terms")
     given = {t.get("loss"): t.get("weight", 1.0) for t in given if isinstance(t, dict)} if isinstance(given, list) else {}
     weights = given or dict(DEFAULT_TERMS)
@@ -318,9 +323,6 @@ def objective_fields(key: str, carried: dict, audio: bool = False) -> dict:
 
 @st.cache_data(max_entries=16, ttl=600, show_spinner="Drawing masks on pairs…")
 def _preview(cfg_json: str, version: str, n: int):
-    from engine.api import RunConfig
-    from engine.tasks.paired.preview import preview
-
     return preview(RunConfig.from_dict(json.loads(cfg_json)), n)
 
 
@@ -328,9 +330,6 @@ def mask_preview(cfg, info, n: int = N_PREVIEW, warn: bool = True) -> None:
     """The run's ``n`` fixed validation pairs with both masks the run uses for its samples
     (:func:`engine.tasks.paired.preview`, which calls what the run calls). ``warn``: say when too
     many clips have nothing masked (Mask lab says it of its larger batch instead)."""
-    from app.modalities.audio import spec_widths
-    from engine.api import get_masking
-
     pv = guarded(_preview, json.dumps(cfg.to_dict(), sort_keys=True), info.created_at, n)
     if pv is None:
         return
@@ -350,9 +349,6 @@ def mask_preview(cfg, info, n: int = N_PREVIEW, warn: bool = True) -> None:
                f"{'text' if audio else 'caption'}, highlighted; every one hides one at least).")
     classes = _class_names(info.class_names, pv.labels)
     if audio:
-        from app.components.masks import unmasked_note
-        from app.modalities.audio import spec_image
-
         hidden = np.array([(c & r[None]).sum() for c, r in zip(pv.cells, pv.real)])
         if warn and (empty := unmasked_note(hidden, "previewed clips", "their spectrograms train nothing (their "
                                             "texts still do)", cfg.masking.strategy)) is not None:  # fmt: skip
@@ -397,15 +393,12 @@ def spectrogram_stats_section(cfg, info, n: int) -> None:
     (:func:`engine.tasks.audio.draw_masks` over each clip's first window, from ``train.seed``), so
     the audio lab's statistics (:func:`app.modalities.audio.lab_stats`) run on that ``audio_mae``
     config with ``patch_frames`` = ``model.patch_size``."""
-    from app.components.masks import lab_statistics
-    from app.modalities.audio import lab_stats
-
     p = cfg.model.patch_size
     audio = {"audio": cfg.data.audio.model_dump()} if cfg.data.audio is not None else {}
     spec_cfg = {"task": "audio_mae", "data": {"dataset": cfg.data.dataset, **audio},
                 "masking": cfg.masking.model_dump(mode="json"), "model": {"patch_size": p},
                 "task_params": {"patch_frames": p}, "train": {"seed": cfg.train.seed}}
-    res = guarded(lab_stats, json.dumps(spec_cfg, sort_keys=True), info.created_at, int(n))
+    res = guarded(audio_lab_stats, json.dumps(spec_cfg, sort_keys=True), info.created_at, int(n))
     lab_statistics(res, lambda stats: f"{stats.batch_size} spectrogram masks over the first windows of real train "
                    f"clips of **{info.name}** (chosen class by class; the ratio is over the patches that hold frames; "
                    "masks/s includes computing the log-mel and voiced frames).", spectrogram=True,
@@ -418,10 +411,7 @@ def caption_stats_section(cfg, info, n: int) -> None:
     ``text_mlm`` draws its token masks (``task_params.text_*`` in place of ``masking``, from
     ``train.seed``, one hidden token at least: :func:`engine.tasks.paired.caption_train_masks`), so
     the text lab's statistics (:func:`app.modalities.text.lab_stats`) run on the paired config."""
-    from app.components.masks import lab_statistics
-    from app.modalities.text import lab_stats
-
-    res = guarded(lab_stats, json.dumps(cfg.to_dict(), sort_keys=True), info.created_at, int(n))
+    res = guarded(text_lab_stats, json.dumps(cfg.to_dict(), sort_keys=True), info.created_at, int(n))
     if res is not None and res[2]:  # the caption's fields, as New run names them
         res = (*res[:2], res[2].replace("masking.ratio", "task_params.text_ratio").replace("masking.params", "task_params.text_params"))
     what = "clip texts" if info.modality == "audio" else "captions"
@@ -482,8 +472,6 @@ def audio_samples_view(sample, run) -> None:
     hidden patches, reconstruction) and players (:func:`app.modalities.audio.sample_media`, as
     audio runs show them), above its caption lines (masked caption, the model's tokens, the caption
     predicted from the audio alone)."""
-    from app.modalities.audio import sample_media
-
     lines, summary = _caption_lines(sample, "audio")
     p = sample.meta.get("patch_size")
     st.caption(f"Step {sample.step} · {len(lines)} fixed validation clips with their texts · "
@@ -514,9 +502,6 @@ def _index(run_id: str, step: int, mtime: float):
     """The checkpoint's embeddings of the run's validation pairs (:func:`engine.tasks.paired.retrieval_index`),
     one per checkpoint (``mtime`` invalidates a rewritten one), at most 4 kept; the model comes from
     the interactive boxes' one model cache."""
-    from app.modalities.text import cached_model
-    from engine.tasks.paired.inference import retrieval_index
-
     return retrieval_index(cached_model(run_id, step, mtime))
 
 
@@ -525,7 +510,6 @@ def _shown(index, rows: list[int]) -> np.ndarray:
     spectrograms (:func:`app.modalities.audio.spec_image`, padding dark) for audio-text pairs."""
     if index.real is None:
         return chw_to_hwc_uint8(index.images[rows])
-    from app.modalities.audio import spec_image
 
     return np.stack([spec_image(index.images[i, 0], index.real[i], scale=1) for i in rows])
 
@@ -534,10 +518,6 @@ def retrieval_box(run, sample) -> None:
     """Run detail's retrieval box: type a text and see the nearest validation images, or pick a
     validation image and see the nearest captions, by a kept checkpoint's contrastive embeddings
     (in the dashboard process: :mod:`engine.eval.inference`, the model and the index cached)."""
-    from app.modalities.text import checkpoint_picker
-    from engine.eval.inference import checkpoint_path
-    from engine.tasks.paired.inference import embed_caption, nearest
-
     st.subheader("Retrieval")
     with st.container(key=f"retrieval_box_{run.run_id}"):
         loaded = checkpoint_picker(run, f"ret_ckpt_{run.run_id}")
@@ -592,8 +572,6 @@ def compare_view(samples: dict, n: int = 6) -> list:
         st.info("These runs pair different things (images with captions, clips with texts): compare them one kind at a time.")
         return []
     if audio:
-        from app.modalities.audio import compare_view as spectrograms
-
         drawn = spectrograms(samples, n)
     else:
         drawn = image_ui.compare_view(samples, n)
@@ -606,8 +584,6 @@ def caption_rows(samples: dict, n: int = 6) -> pd.DataFrame:
     run the caption it writes from the image (or clip) alone; where the runs' captions differ (other
     datasets or tokenizers), each run's own ``· caption`` column before its own. ``samples``: run
     label -> ``Sample`` of kind ``paired``."""
-    from app.components.compare import shared_inputs
-
     first, k, same = shared_inputs(samples, "tokens", n)
     source = "audio" if first.meta.get("stream") == "audio" else "image"
     rows = []

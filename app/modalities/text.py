@@ -19,8 +19,8 @@ import streamlit as st
 from app.components.charts import counts_chart
 from app.components.errors import guarded
 from app.components.urlstate import dig, index_of, number
-from app.modalities import ModalityUI, SampleView, register_ui
-from engine.api import counted, workspace_root
+from app.modalities import ModalityUI, SampleView, register_ui, task_params_defaults
+from engine.api import RunConfig, TokenizerConfig, counted, load_dataset, workspace_root
 
 N_SAMPLES = 12  # texts in the Data page's sample table
 N_PREVIEW = 8  # the run's fixed visualisation rows (train.num_vis defaults to 8)
@@ -42,8 +42,7 @@ def text_view(workspace: str, name: str, version: str) -> dict:
     """What the Data page shows of a text dataset: representative texts with label and split
     (:func:`app.components.datasets.sample_rows`, class by class), character and word lengths of
     every text, class counts. ``workspace`` and ``version`` are cache keys only."""
-    from app.components.datasets import sample_rows
-    from engine.api import load_dataset
+    from app.components.datasets import sample_rows  # noqa: PLC0415 (the modality views and app.components import each other, and these modules load torch: imported where used)
 
     ds = load_dataset(name)
     picks = sample_rows(ds, N_SAMPLES)
@@ -155,8 +154,7 @@ def _words(tokens) -> list[str]:
 
 @st.cache_data(max_entries=16, ttl=600, show_spinner="Tokenising…")
 def _preview(cfg_json: str, version: str, n: int):
-    from engine.api import RunConfig
-    from engine.tasks.text.preview import preview
+    from engine.tasks.text.preview import preview  # noqa: PLC0415 (torch loads when a view draws masks or runs a checkpoint, not when a page imports this module)
 
     return preview(RunConfig.from_dict(json.loads(cfg_json)), n)
 
@@ -247,7 +245,7 @@ def detok(tokens) -> str:
 def cached_model(run_id: str, step: int, mtime: float):
     """One cached model per checkpoint (``mtime`` invalidates a rewritten one); at most 4 kept
     (see engine.eval.inference for the memory bound)."""
-    from engine.eval.inference import load_model
+    from engine.eval.inference import load_model  # noqa: PLC0415 (torch loads when a view draws masks or runs a checkpoint, not when a page imports this module)
 
     return load_model(run_id, step)
 
@@ -255,7 +253,7 @@ def cached_model(run_id: str, step: int, mtime: float):
 def checkpoint_picker(run, key: str):
     """A checkpoint select for ``run`` (widget ``key``) and the chosen step's model, cached
     (:func:`cached_model`); None (with a note) while the run has kept no checkpoint."""
-    from engine.eval.inference import checkpoint_path, checkpoint_steps
+    from engine.eval.inference import checkpoint_path, checkpoint_steps  # noqa: PLC0415 (torch loads when a view draws masks or runs a checkpoint, not when a page imports this module)
 
     steps = guarded(checkpoint_steps, run.run_id) or []
     if not steps:
@@ -270,7 +268,7 @@ def checkpoint_picker(run, key: str):
 def fill_in_box(run, sample) -> None:
     """Type a sentence with ``[MASK]`` (or pick words to hide) and see any kept checkpoint's
     top-3 predictions at each mask."""
-    from engine.tasks.text.inference import fill_in
+    from engine.tasks.text.inference import fill_in  # noqa: PLC0415 (torch loads when a view draws masks or runs a checkpoint, not when a page imports this module)
 
     st.subheader("Fill in the blanks")
     loaded = checkpoint_picker(run, f"fill_ckpt_{run.run_id}")
@@ -298,7 +296,7 @@ def fill_in_box(run, sample) -> None:
 
 def completion_box(run, sample) -> None:
     """Write a text with one ``[MASK]`` where a passage is missing and see the span the model writes."""
-    from engine.tasks.text.inference import complete_span
+    from engine.tasks.text.inference import complete_span  # noqa: PLC0415 (torch loads when a view draws masks or runs a checkpoint, not when a page imports this module)
 
     st.subheader("Complete a passage")
     loaded = checkpoint_picker(run, f"span_ckpt_{run.run_id}")
@@ -329,8 +327,6 @@ TASK_MASKING = {"text_mlm": {"strategy": "random", "ratio": 0.15}, "text_span": 
 
 def tokenizer_fields(key: str, carried: dict) -> dict:
     """Tokenizer settings (``data.tokenizer``; defaults from the partial config ``carried``)."""
-    from engine.api import TokenizerConfig
-
     d = {**TokenizerConfig().model_dump(), **(dig(carried, "data.tokenizer") or {})}
     a, b = st.columns(2)
     kind = a.selectbox("Tokenizer", ["wordpiece", "char"], index=index_of(["wordpiece", "char"], d["kind"]),
@@ -345,7 +341,7 @@ def tokenizer_fields(key: str, carried: dict) -> dict:
 
 def masking_fields(task: str, key: str, carried: dict) -> dict | None:
     """The masking controls for a text task (span completion offers its one-segment strategies)."""
-    from app.components.masks import masking_controls
+    from app.components.masks import masking_controls  # noqa: PLC0415 (torch loads when a view draws masks or runs a checkpoint, not when a page imports this module)
 
     defaults = carried.get("masking") or TASK_MASKING.get(task, {})
     return masking_controls("text", 1, f"{key}_{task}", defaults, names=SPAN_STRATEGIES if task == "text_span" else None)
@@ -353,7 +349,7 @@ def masking_fields(task: str, key: str, carried: dict) -> dict | None:
 
 def run_fields(info, task: str, key: str, carried: dict) -> dict:
     """New run's text fields: tokenizer, masking, model preset (and BERT's replacement shares)."""
-    from engine.api import get_model_spec, get_task
+    from engine.api import get_model_spec, get_task  # noqa: PLC0415 (torch loads when a view draws masks or runs a checkpoint, not when a page imports this module)
 
     arch = get_task(task).archs[0]
     tokenizer = tokenizer_fields(key, carried)
@@ -373,8 +369,6 @@ def run_fields(info, task: str, key: str, carried: dict) -> dict:
                           help="BERT's 80/10/10: the rest is split evenly between a random token and the original")
         out["task_params"] = {"mask_share": share, "random_share": round((1 - share) / 2, 6)}
     elif task == "text_span":
-        from app.modalities import task_params_defaults
-
         proposed = task_params_defaults("text_span")["decoder_input_mask"]
         hide = st.slider("Decoder input hidden, up to", 0.0, 1.0,
                          number(dig(carried, "task_params.decoder_input_mask"), proposed, 0.0, 1.0), 0.05,
@@ -390,7 +384,7 @@ def run_fields(info, task: str, key: str, carried: dict) -> dict:
 def lab_controls(info, carried: dict, key: str) -> dict:
     """Mask lab's text controls: the task (which strategies apply), tokenizer and masking
     (``carried``: a partial run config of defaults)."""
-    from engine.api import tasks_for
+    from engine.api import tasks_for  # noqa: PLC0415 (torch loads when a view draws masks or runs a checkpoint, not when a page imports this module)
 
     tasks = tasks_for("text")
     task = st.selectbox("Task", tasks, key=f"{key}_task", index=index_of(tasks, carried.get("task")))
@@ -402,16 +396,15 @@ def lab_controls(info, carried: dict, key: str) -> dict:
 def lab_stats(cfg_json: str, version: str, n: int):
     """Mask lab's statistics of ``n`` train masks of a config (JSON): ``(MaskStats, masks per second,
     masking_problem)``. ``version``: the dataset's, a cache key only."""
-    from engine.tasks.checks import masking_problem
-    from engine.api import RunConfig
-    from engine.masking.stats import mask_stats, masks_per_second
-    from engine.tasks.text.preview import train_masks
+    from engine.masking.stats import mask_stats, masks_per_second  # noqa: PLC0415 (torch loads when a view draws masks or runs a checkpoint, not when a page imports this module)
+    from engine.tasks.checks import masking_problem  # noqa: PLC0415 (torch loads when a view draws masks or runs a checkpoint, not when a page imports this module)
+    from engine.tasks.text.preview import train_masks  # noqa: PLC0415 (torch loads when a view draws masks or runs a checkpoint, not when a page imports this module)
 
     cfg = RunConfig.from_dict(json.loads(cfg_json))
     masking, draw = cfg.masking, lambda: train_masks(cfg, n)
     if cfg.task in ("paired", "paired_audio"):  # its caption masks (task_params.text_*), over its captions or clip texts
-        from engine.tasks.paired.common import caption_masking
-        from engine.tasks.paired.preview import caption_train_masks
+        from engine.tasks.paired.common import caption_masking  # noqa: PLC0415 (torch loads when a view draws masks or runs a checkpoint, not when a page imports this module)
+        from engine.tasks.paired.preview import caption_train_masks  # noqa: PLC0415 (torch loads when a view draws masks or runs a checkpoint, not when a page imports this module)
 
         masking, draw = caption_masking(cfg), lambda: caption_train_masks(cfg, n)
     mask, eligible = draw()
@@ -421,7 +414,7 @@ def lab_stats(cfg_json: str, version: str, n: int):
 
 def lab_results(cfg, info, n: int) -> None:
     """Mask lab's text results: the run's masks on real sentences, then batch statistics."""
-    from app.components.masks import lab_statistics
+    from app.components.masks import lab_statistics  # noqa: PLC0415 (torch loads when a view draws masks or runs a checkpoint, not when a page imports this module)
 
     st.subheader("Masks on real sentences")
     mask_preview(cfg, info)
@@ -436,7 +429,7 @@ def compare_rows(samples: dict, n: int = 8) -> tuple[pd.DataFrame, bool]:
     texts, ``text`` (the first run's masked text) and ``hidden`` columns, then one prediction column
     per run; with different texts (other datasets or tokenizers), each run's own ``· text`` and
     ``· hidden`` columns before its prediction. ``samples``: run label -> ``Sample``."""
-    from app.components.compare import shared_inputs
+    from app.components.compare import shared_inputs  # noqa: PLC0415 (the modality views and app.components import each other, and these modules load torch: imported where used)
 
     first, k, same = shared_inputs(samples, "tokens", n)
 

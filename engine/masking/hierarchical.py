@@ -65,7 +65,7 @@ def _cells(x: torch.Tensor, s: int, n: tuple[int, ...]) -> torch.Tensor:
 
 def _upsample(cells: torch.Tensor, s: int, n: tuple[int, ...], grid: tuple[int, ...]) -> torch.Tensor:
     """``[B, prod(n)]`` cell mask -> ``[B, *grid]`` position mask (each cell covers ``s**d`` positions)."""
-    B, d = cells.shape[0], len(n)
+    B = cells.shape[0]
     v = cells.reshape([B] + [q for k in n for q in (k, 1)])
     v = v.expand([B] + [q for k in n for q in (k, s)]).reshape([B] + [k * s for k in n])
     if all(k * s == D for k, D in zip(n, grid)):  # no ragged margin: the expanded cells are the grid

@@ -265,7 +265,6 @@ def bernoulli_mask(
     """
     ratio = check_ratio(ratio)
     shape = get_masking("bernoulli").check_shape(shape)
-    B = shape[0]
     device = generator.device
     ok = check_eligible(eligible, shape, device, "bernoulli")
     noise = torch.rand(shape, generator=generator, device=device).flatten(1)  # (B, L)

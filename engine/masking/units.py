@@ -459,7 +459,6 @@ def superpixel_mask(
     if segments is None or tuple(segments.shape) != shape:
         got = None if segments is None else tuple(segments.shape)
         raise ValueError(f"masking strategy 'superpixel': segments has shape {got}, expected {shape}")
-    B = shape[0]
     ok = check_eligible(eligible, shape, generator.device, "superpixel")
     mask = unit_mask(segments.flatten(1), ratio, generator=generator,
                      eligible=None if ok is None else ok.flatten(1))

@@ -15,12 +15,12 @@ from streamlit.testing.v1 import AppTest
 
 from app.serve import exposure_problem, is_loopback, upload_cap_mb
 from engine.access.policy import require_sign_in
+from engine.access.users import set_user
 from engine.config import RunConfig
-from engine.tasks import resolve
 from engine.errors import ConfigError, PermissionDeniedError
 from engine.runner.launcher import cancel
-from engine.store import create_run, write_status
-from engine.access.users import set_user
+from engine.store import create_run, list_runs, write_status
+from engine.tasks import resolve
 
 REPO = Path(__file__).resolve().parents[2]
 ENTRY = REPO / "app" / "streamlit_app.py"
@@ -104,7 +104,6 @@ def test_viewer_sees_runs_read_only_and_admin_gets_delete_and_audit(workspace):
     at.checkbox(key=f"rd_delete_{ended}_sure").check().run()
     next(b for b in at.button if b.label == "Delete run").click().run()
     assert not at.exception and not at.error
-    from engine.store import list_runs
 
     assert [r.run_id for r in list_runs()] == [starting]
     at = _page(at, "../pages/audit.py")

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from app.components.masks import UNMASKED_WARN
 from tests.app.pages import ENTRY, captions, open_with
 
 
@@ -114,8 +115,6 @@ def test_run_detail_shows_spectrograms_and_players_of_a_run(env, shared_runs):
 def test_mask_lab_warns_when_many_clips_get_no_mask(env):
     """SpecAugment's time bands are at most p x the clip's own length wide: on a grid of 8-frame
     patches a short spoken digit often gets none, and Mask lab says how many samples train nothing."""
-    from app.components.masks import UNMASKED_WARN
-
     at = open_with("../pages/mask_lab.py", {"dataset": "spoken", "task": "audio_mae", "masking.strategy": "time_mask",
                                             "data.audio.n_mels": "32"})
     assert not at.exception

@@ -16,6 +16,8 @@ Screenshots go to ``test-artifacts/`` (git-ignored) for a human look.
 
 from __future__ import annotations
 
+import csv as _csv
+import io
 import os
 import re
 import signal
@@ -25,15 +27,21 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from urllib.parse import urljoin
 
+import numpy as np
 import playwright.sync_api as playwright_sync  # requirements-dev.txt: a missing one must fail, not skip
 import pytest
+from PIL import Image
 
+from app.components.images import MASK_GREY
+from bench.fsdd import subset_zip
 from engine.config import RunConfig
-from engine.tasks import resolve
-from engine.runner.launcher import cancel, submit
 from engine.masking import MASKING_REGISTRY, strategies_for
+from engine.runner.launcher import cancel, submit
 from engine.store import HOLD_FILE, get_run, list_runs, read_metrics, run_dir
+from engine.tasks import resolve
+from tests.app.test_url_state import _finished
 
 REPO = Path(__file__).resolve().parents[2]
 ENTRY = REPO / "app" / "streamlit_app.py"
@@ -379,7 +387,6 @@ def test_e_text_csv_upload_mlm_run_and_fill_in_box(server, page, workspace_dir, 
     """Upload a small CSV of real questions, launch an MLM run on it, and see the fill-in box answer."""
     rows = (shared_data / "trec" / "train.tsv").read_text(encoding="utf-8").splitlines()[:301]
     csv_path = tmp_path / "questions.csv"
-    import csv as _csv
 
     with open(csv_path, "w", newline="", encoding="utf-8") as f:
         w = _csv.writer(f)
@@ -476,8 +483,6 @@ def test_f_reloaded_urls_restore_each_page(server, page, workspace_dir):
 
     # Runs: smoothing, log axis, x axis (with the runs of the tests above, or one finished run)
     if not list_runs(workspace_dir):
-        from tests.app.test_url_state import _finished
-
         _finished("url-state", workspace_dir)
     page.goto(server)  # Runs is the default page, at the root
     expect(page.get_by_role("heading", name="Runs", exact=True)).to_be_visible(timeout=30_000)
@@ -507,12 +512,6 @@ def test_f_reloaded_urls_restore_each_page(server, page, workspace_dir):
 
 def _png(page, img) -> "np.ndarray":
     """The pixels of a rendered ``<img>`` (fetched from the server by its ``src``), ``(H, W, 3)`` uint8."""
-    import io
-    from urllib.parse import urljoin
-
-    import numpy as np
-    from PIL import Image
-
     body = page.request.get(urljoin(page.url, img.get_attribute("src"))).body()
     return np.asarray(Image.open(io.BytesIO(body)).convert("RGB"))
 
@@ -520,10 +519,6 @@ def _png(page, img) -> "np.ndarray":
 def test_g_interactive_masking(server, page, workspace_dir):
     """Run detail's masking box: clicking a patch's button hides exactly that patch of the model
     input (the rendered masked image), clicking it again shows it; the reconstruction follows."""
-    import numpy as np
-
-    from app.components.images import MASK_GREY
-
     cfg = resolve(RunConfig.from_dict({"name": "masking-box", "train": {"steps": 20, "batch_size": 32, "eval_interval": 10,
                                                                 "checkpoint_interval": 20}}))
     run_id = submit(cfg, workspace_dir)
@@ -567,8 +562,6 @@ def test_g_interactive_masking(server, page, workspace_dir):
 
 def test_h_audio_upload_run_spectrograms_and_players(server, page, workspace_dir, shared_data, tmp_path):
     """Upload FSDD clips with their manifest, launch an audio_frames run, see spectrograms and players."""
-    from bench.fsdd import subset_zip
-
     z = subset_zip(shared_data, tmp_path / "spoken.zip", "0123", ("jackson", "theo"), 3)
     page.goto(server + "/data")
     expect(page.get_by_role("heading", name="Data")).to_be_visible(timeout=30_000)

@@ -13,13 +13,14 @@ from pathlib import Path
 
 import playwright.sync_api as playwright_sync
 import pytest
+from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 
+from engine.access.users import set_email_role, set_user
 from engine.config import RunConfig
-from engine.tasks import resolve
 from engine.errors import PermissionDeniedError
 from engine.runner.launcher import cancel, delete_run, submit
 from engine.store import create_run, get_run, write_status
-from engine.access.users import set_user
+from engine.tasks import resolve
 from tests.app.test_browser import CHROMIUM, free_port, settle, shot, stop_server, wait_for_health
 
 REPO = Path(__file__).resolve().parents[2]
@@ -72,8 +73,6 @@ def running_run(workspace):
 
 def _session_id(frame: bytes) -> str | None:
     """The session id of a ``new_session`` message from the server, else None."""
-    from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
-
     msg = ForwardMsg()
     try:
         msg.ParseFromString(frame)
@@ -191,9 +190,7 @@ def test_users_file_sign_in_shows_each_role_its_pages(workspace, running_run, br
 
 def test_oidc_sign_in_against_a_local_provider_gives_each_role_its_pages(workspace, running_run, browser, tmp_path):
     """st.login against oidc-provider-mock started here; roles from the users file by e-mail."""
-    from oidc_provider_mock import User, run_server_in_thread
-
-    from engine.access.users import set_email_role
+    from oidc_provider_mock import User, run_server_in_thread  # noqa: PLC0415 (an optional extra (requirements-bench.txt / the OIDC test provider): imported by the case that uses it)
 
     set_email_role("vera@example.org", "viewer")
     set_email_role("ada@example.org", "admin")

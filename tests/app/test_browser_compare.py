@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from engine.config import RunConfig
-from engine.tasks import resolve
-from engine.store import create_run
 from engine.runner.worker import execute_run
+from engine.store import create_run
+from engine.tasks import resolve
 from tests.app.test_browser import CHART, browser, expect, page, settle, shot, start_server, stop_server  # noqa: F401
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]

@@ -9,10 +9,20 @@ import re
 import pandas as pd
 import pytest
 
-from engine.store import get_run
 from engine.runner.sweep import sweep_of, sweep_table
+from engine.store import get_run
 from tests.app.test_browser import (  # noqa: F401
-    CHART, browser, cancel_all, expect, page, settle, shot, start_server, stop_server, type_into, wait_until,
+    CHART,
+    browser,
+    cancel_all,
+    expect,
+    page,
+    settle,
+    shot,
+    start_server,
+    stop_server,
+    type_into,
+    wait_until,
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]

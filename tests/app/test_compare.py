@@ -9,10 +9,10 @@ from streamlit.testing.v1 import AppTest
 
 from app.components.compare import config_diff, downstream_frame, efficiency_frame, mark_best, report_html, time_to_loss
 from engine.config import RunConfig
-from engine.tasks import resolve
+from engine.runner.worker import execute_run
 from engine.store import create_run, get_run, read_metrics
 from engine.store.evaluations import latest_evaluation
-from engine.runner.worker import execute_run
+from engine.tasks import resolve
 from tests.app.test_pages_apptest import ENTRY
 
 BASE = {"data": {"dataset": "digits"}, "model": {"preset": "tiny", "patch_size": 2},

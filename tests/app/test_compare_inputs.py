@@ -10,6 +10,10 @@ import numpy as np
 import pytest
 from sklearn.datasets import load_digits
 
+from app.modalities.audio import compare_view as audio_compare_view
+from app.modalities.image import compare_view as image_compare_view
+from app.modalities.paired import caption_rows
+from app.modalities.text import compare_rows
 from engine.store.samples import Sample
 
 DIGITS = load_digits().images.astype(np.float32) / 16.0  # [1797, 8, 8] in [0, 1]
@@ -45,18 +49,14 @@ def captions(drawn) -> list[str]:
 
 
 def test_image_runs_on_the_same_images_share_one_original():
-    from app.modalities.image import compare_view
-
-    drawn = compare_view({"a": image_sample(slice(0, 6)), "b": image_sample(slice(0, 6), step=4)})
+    drawn = image_compare_view({"a": image_sample(slice(0, 6)), "b": image_sample(slice(0, 6), step=4)})
     assert captions(drawn) == ["original", "a · masked (step 2)", "a · reconstruction (step 2)",
                                "b · masked (step 4)", "b · reconstruction (step 4)"]
 
 
 def test_image_runs_on_different_images_show_each_its_own_original():
-    from app.modalities.image import compare_view
-
     a, b = image_sample(slice(0, 6)), image_sample(slice(100, 106))
-    drawn = compare_view({"a": a, "b": b})
+    drawn = image_compare_view({"a": a, "b": b})
     assert captions(drawn) == ["a · original", "a · masked (step 2)", "a · reconstruction (step 2)",
                                "b · original", "b · masked (step 2)", "b · reconstruction (step 2)"]
     # each original column is that run's own images (upscaled): b's differs from a's
@@ -65,9 +65,7 @@ def test_image_runs_on_different_images_show_each_its_own_original():
 
 @pytest.mark.parametrize("frames, same", [(32, True), (40, False)])
 def test_audio_runs_on_other_windows_show_each_its_own_original(frames, same):
-    from app.modalities.audio import compare_view
-
-    drawn = compare_view({"a": spec_sample(32), "b": spec_sample(frames)})
+    drawn = audio_compare_view({"a": spec_sample(32), "b": spec_sample(frames)})
     own = ["a · original"] * (not same) + ["a · masked (step 2)", "a · reconstruction (step 2)"] + \
         ["b · original"] * (not same) + ["b · masked (step 2)", "b · reconstruction (step 2)"]
     assert captions(drawn) == (["original"] if same else []) + own
@@ -76,8 +74,6 @@ def test_audio_runs_on_other_windows_show_each_its_own_original(frames, same):
 
 
 def test_text_runs_on_other_texts_show_each_its_own_text_and_hidden_words():
-    from app.modalities.text import compare_rows
-
     ours = ["what is the capital of peru", "who wrote the iliad"]
     rows, same = compare_rows({"a": text_sample(ours), "b": text_sample(ours, step=4)})
     assert same and list(rows.columns) == ["text", "hidden", "a (step 2)", "b (step 4)"]
@@ -90,8 +86,6 @@ def test_text_runs_on_other_texts_show_each_its_own_text_and_hidden_words():
 
 
 def test_paired_runs_on_other_captions_show_each_its_own_caption():
-    from app.modalities.paired import caption_rows
-
     def paired(texts: list[str]) -> Sample:
         s = text_sample(texts)
         return Sample(step=2, kind="paired", arrays={"tokens": s["tokens"], "caption_from_image": s["tokens"][:, ::-1]})

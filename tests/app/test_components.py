@@ -2,17 +2,34 @@
 
 from __future__ import annotations
 
+import time
+from types import SimpleNamespace
+
 import numpy as np
 import pandas as pd
 import pytest
+from streamlit.testing.v1 import AppTest
 
-from app.components.charts import ema, metrics_chart
+from app.components.charts import counts_chart, ema, metrics_chart
 from app.components.images import (
-    ERROR_MAX, ERROR_VISIBLE_RGB, MASK_GREY, chw_to_hwc_uint8, error_colors, error_map, mask_overlay, masked_only,
-    recon_rows, upscale,
+    ERROR_MAX,
+    ERROR_VISIBLE_RGB,
+    MASK_GREY,
+    chw_to_hwc_uint8,
+    error_colors,
+    error_map,
+    mask_overlay,
+    masked_only,
+    recon_rows,
+    upscale,
 )
-from app.components.runs import format_duration, run_label, runs_frame, short_label
-from engine.store import RunRecord
+from app.components.masks import MAX_HEATMAP_WIDTH, frequency_heatmap
+from app.components.run_summary import device_text
+from app.components.runs import format_duration, placement_label, run_label, runs_frame, same_task_first, short_label
+from app.modalities.audio import plural_unit
+from engine.config import RunConfig
+from engine.runner.launcher import cancel, submit
+from engine.store import RunRecord, get_run
 
 
 def test_upscale_is_nearest_neighbour_to_about_96_px():
@@ -173,10 +190,6 @@ def test_ema_equals_pandas_ewm_per_series_with_gaps():
 
 
 def test_default_selection_keeps_to_the_newest_runs_task():
-    from types import SimpleNamespace
-
-    from app.components.runs import same_task_first
-
     runs = [SimpleNamespace(run_id=i, config={"task": t}) for i, t in
             [("t3", "text_mlm"), ("i2", "image_mim"), ("t2", "text_mlm"), ("i1", "image_mim"), ("t1", "text_mlm")]]
     assert same_task_first(runs, 2) == ["t3", "t2"]
@@ -199,8 +212,6 @@ def test_default_selection_keeps_to_the_newest_runs_task():
      {"backend": "slurm", "nproc_per_node": 2}, "slurm · 2 processes · GPU 0,1", "slurm · host n3 · 2 processes · GPU 0,1"),
 ])
 def test_where_a_run_trains_in_the_table_and_on_run_detail(extra, launch, short, full):
-    from app.components.runs import placement_label
-
     rec = _record(config={"data": {"dataset": "digits"}, **({"launch": launch} if launch else {})}, extra=extra)
     assert placement_label(rec) == short == runs_frame([rec]).iloc[0]["where"]
     assert placement_label(rec, full=True) == full
@@ -209,7 +220,6 @@ def test_where_a_run_trains_in_the_table_and_on_run_detail(extra, launch, short,
 @pytest.mark.parametrize("n_classes", [3, 12, 13, 42])
 def test_class_counts_chart_writes_every_class_name(n_classes):
     """Up to 12 classes stand on the x axis; more lie along y, one row each, no name dropped."""
-    from app.components.charts import counts_chart
 
     counts = pd.DataFrame([{"class_name": f"topic-{i}", "split": s, "count": i + 1}
                            for i in range(n_classes) for s in ("train", "val")])
@@ -226,7 +236,6 @@ def test_class_counts_chart_writes_every_class_name(n_classes):
 def test_frequency_heatmap_fits_half_a_column_with_square_cells(grid):
     """Mask lab's heatmap: square cells, the plot never wider than MAX_HEATMAP_WIDTH and the legend
     under it (a wide audio grid ran over the explanation beside the chart)."""
-    from app.components.masks import MAX_HEATMAP_WIDTH, frequency_heatmap
 
     spec = frequency_heatmap(np.random.default_rng(0).random(grid)).to_dict()
     rows, cols = grid
@@ -235,8 +244,6 @@ def test_frequency_heatmap_fits_half_a_column_with_square_cells(grid):
 
 
 def test_a_spectrogram_heatmap_draws_low_mel_bands_at_the_bottom_like_the_spectrograms():
-    from app.components.masks import frequency_heatmap
-
     freq = np.random.default_rng(0).random((8, 13))
     plain = frequency_heatmap(freq).to_dict()["encoding"]["y"]
     spec = frequency_heatmap(freq, spectrogram=True).to_dict()["encoding"]["y"]
@@ -247,12 +254,6 @@ def test_a_spectrogram_heatmap_draws_low_mel_bands_at_the_bottom_like_the_spectr
 def test_run_detail_names_the_device_a_live_run_trains_on(workspace):
     """``auto`` before the worker starts; the resolved device (``cpu`` here) while it trains, from
     what training wrote at its start, and after it ends, from what the worker recorded."""
-    import time
-
-    from app.components.run_summary import device_text
-    from engine.config import RunConfig
-    from engine.runner.launcher import cancel, submit
-    from engine.store import get_run
 
     cfg = {"data": {"dataset": "digits"}, "model": {"preset": "tiny", "patch_size": 2},
            "train": {"steps": 100_000, "batch_size": 16, "eval_interval": 100_000, "checkpoint_interval": 100_000}}
@@ -271,8 +272,8 @@ def test_run_detail_names_the_device_a_live_run_trains_on(workspace):
 
 
 def _report_page(rejected: list, accepted: int, dataset):
-    from app.components.importing import show_report
-    from engine.data.jobs import ImportOutcome
+    from app.components.importing import show_report  # noqa: PLC0415 (AppTest.from_function runs this function's source as a script of its own)
+    from engine.data.jobs import ImportOutcome  # noqa: PLC0415 (AppTest.from_function runs this function's source as a script of its own)
 
     show_report(ImportOutcome("image", dataset, accepted, [tuple(r) for r in rejected]), "upload.zip")
 
@@ -291,8 +292,6 @@ def _report_page(rejected: list, accepted: int, dataset):
 ])
 def test_the_import_banner_has_the_outcomes_colour_and_every_refusal_is_in_the_table(rejected, accepted, dataset,
                                                                                    banner, text):
-    from streamlit.testing.v1 import AppTest
-
     at = AppTest.from_function(_report_page, args=(rejected, accepted, dataset)).run()
     assert not at.exception
     shown = {kind: [a.value for a in getattr(at, kind)] for kind in ("success", "warning", "error")}
@@ -305,16 +304,14 @@ def test_the_import_banner_has_the_outcomes_colour_and_every_refusal_is_in_the_t
 
 
 def test_a_tasks_unit_in_the_plural():
-    from app.modalities.audio import plural_unit
-
     assert [plural_unit(u) for u in ("patch", "frame", "position", "token")] == ["patches", "frames", "positions", "tokens"]
 
 
 def _lab_statistics_page(empty_rows: int, strategy: str):
-    import torch
+    import torch  # noqa: PLC0415 (AppTest.from_function runs this function's source as a script of its own)
 
-    from app.components.masks import lab_statistics
-    from engine.masking.stats import mask_stats
+    from app.components.masks import lab_statistics  # noqa: PLC0415 (AppTest.from_function runs this function's source as a script of its own)
+    from engine.masking.stats import mask_stats  # noqa: PLC0415 (AppTest.from_function runs this function's source as a script of its own)
 
     mask = torch.zeros(20, 4, 4, dtype=torch.bool)
     mask[empty_rows:, :2] = True  # rows past the first `empty_rows` hide 8 of 16 positions
@@ -336,8 +333,6 @@ def _lab_statistics_page(empty_rows: int, strategy: str):
 ])
 def test_mask_lab_says_how_many_samples_have_nothing_masked_and_how_to_mask_them(empty_rows, strategy, warning,
                                                                                  caption):
-    from streamlit.testing.v1 import AppTest
-
     at = AppTest.from_function(_lab_statistics_page, args=(empty_rows, strategy)).run()
     assert not at.exception
     assert [w.value for w in at.warning] == warning and at.caption[0].value == caption

@@ -8,9 +8,9 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from tests.app.test_audio_pages import open_with
-from tests.runs import EVALUATION as EVAL, SHORT
+from tests.runs import EVALUATION as EVAL
+from tests.runs import SHORT
 from tests.stamps import completed_run
-
 
 pytestmark = pytest.mark.slow
 

@@ -12,13 +12,13 @@ from urllib.parse import parse_qs
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from engine.access.policy import require_sign_in
 from engine.access.audit import read_audit
-from engine.config import RunConfig
-from engine.tasks import resolve
-from engine.store import archive_run, create_run, disk_usage, format_bytes, get_run, set_note, set_tags, write_status
-from engine.data import load_dataset
+from engine.access.policy import require_sign_in
 from engine.access.users import remove_user, set_user
+from engine.config import RunConfig
+from engine.data import load_dataset
+from engine.store import archive_run, create_run, disk_usage, format_bytes, get_run, set_note, set_tags, write_status
+from engine.tasks import resolve
 
 ENTRY = Path(__file__).resolve().parents[2] / "app" / "streamlit_app.py"
 CFG = {"data": {"dataset": "digits"}, "model": {"preset": "tiny", "patch_size": 2}, "train": {"steps": 50}}

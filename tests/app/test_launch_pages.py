@@ -7,10 +7,10 @@ import sys
 
 import pytest
 
-from engine.runner.backends import write_job
 from engine.config import RunConfig
-from engine.tasks import resolve
+from engine.runner.backends import write_job
 from engine.store import create_run, write_status
+from engine.tasks import resolve
 from tests.app.test_pages_apptest import open_page
 
 

@@ -3,13 +3,25 @@ each task names its sample kind and interactive box, and every lookup a page mak
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from app.modalities import (
-    UI_REGISTRY, ModalityUI, SampleView, interactive_box, register_ui, sample_title, sample_view, task_params_defaults,
-    task_train_defaults, ui_for,
+    UI_REGISTRY,
+    ModalityUI,
+    SampleView,
+    example_config,
+    interactive_box,
+    register_ui,
+    sample_title,
+    sample_view,
+    task_params_defaults,
+    task_train_defaults,
+    ui_for,
 )
 from engine.api import get_task, modality_names
+from engine.modalities import MODALITY_REGISTRY
 from engine.tasks import TASK_REGISTRY
 
 BUILTIN_TASKS = ("image_mim", "text_mlm", "text_span", "audio_mae", "audio_frames", "paired")
@@ -56,8 +68,6 @@ def test_each_builtin_modality_page_functions():
 
 
 def test_train_and_task_params_defaults_are_task_attributes_read_from_the_example_configs():
-    from app.modalities import example_config
-
     assert task_train_defaults("text_mlm") == {"steps": 2000, "batch_size": 64, "lr": 1e-3, "warmup_steps": 100,
                                                "eval_interval": 200}
     assert task_train_defaults("image_mim") == {}
@@ -75,10 +85,6 @@ def test_a_sample_kind_belongs_to_one_modality():
 
 
 def test_a_ui_module_that_registers_nothing_is_named(monkeypatch):
-    from dataclasses import replace
-
-    from engine.modalities import MODALITY_REGISTRY
-
     modality_names()  # the built-ins registered
     monkeypatch.setitem(MODALITY_REGISTRY, "broken", replace(MODALITY_REGISTRY["text"], name="broken", ui="json"))
     with pytest.raises(ImportError, match="'broken': its ui module 'json' registered no ModalityUI"):

@@ -6,17 +6,25 @@ AppTest runs the pages in this process, against the real engine (``workspace`` f
 
 from __future__ import annotations
 
+import io
 import json
 import time
+import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
+from PIL import Image
+from streamlit.elements.lib import policies
 from streamlit.testing.v1 import AppTest
 
 from engine.config import RunConfig
-from engine.tasks import resolve
-from engine.data import list_datasets
+from engine.data import delete_dataset, import_source, list_datasets
+from engine.runner.worker import execute_run
 from engine.store import create_run, get_run
+from engine.tasks import resolve
+from engine.tasks.image.recipe import RECIPES
+
 ENTRY = Path(__file__).resolve().parents[2] / "app" / "streamlit_app.py"
 
 PAGES = ["../pages/data.py", "../pages/new_run.py", "../pages/mask_lab.py", "../pages/runs.py", "../pages/run_detail.py",
@@ -129,8 +137,6 @@ def import_and_wait(at: AppTest, timeout: float = 120) -> AppTest:
 
 
 def test_upload_zip_shows_plan_then_report_and_new_dataset(workspace, stamps_zip, caplog, monkeypatch):
-    from streamlit.elements.lib import policies
-
     # Streamlit warns (once per process, on its own non-propagating logger) about a widget given both
     # a default and a value set through session state: the import's selection of its new dataset.
     monkeypatch.setattr(policies, "_shown_default_value_warning", False)
@@ -161,9 +167,6 @@ def test_upload_zip_shows_plan_then_report_and_new_dataset(workspace, stamps_zip
 def test_an_image_lost_on_the_colour_under_transparency_is_a_warning_in_the_report(workspace, stamps_zip, shared_data):
     """The Tux Paint lightning bolt is white with transparency: over the default white fill next to
     nothing of it stays visible, and the report says so in a warning, with the fix."""
-    import io
-    import zipfile
-
     buf = io.BytesIO()
     with zipfile.ZipFile(io.BytesIO(stamps_zip)) as src, zipfile.ZipFile(buf, "w") as z:
         for item in src.infolist():
@@ -268,12 +271,6 @@ def test_an_import_runs_in_the_background_with_progress_and_cancel(workspace):
     tier (an import of 20,000 files, long enough to cancel: 6 to 8 s); the default suite imports
     from the page in test_upload_zip_shows_plan_then_report_and_new_dataset and cancels an import
     job in tests/engine/test_import_jobs.py."""
-    import io
-    import zipfile
-
-    import numpy as np
-    from PIL import Image
-
     # Enough files that the import is still reading when Cancel lands: with 6,000 files it sometimes
     # finished first on an idle machine. Small images keep building the zip cheap; the import's cost
     # is per file.
@@ -304,8 +301,6 @@ def test_an_import_runs_in_the_background_with_progress_and_cancel(workspace):
 def test_new_run_proposes_the_datasets_measured_recipe(workspace):
     """The digits recipe (engine.tasks.image.RECIPES, the same as configs/mae-digits.yaml) is what
     the training fields hold and what the resolved config would train, not TrainConfig's defaults."""
-    from engine.tasks.image.recipe import RECIPES
-
     recipe = RECIPES[(8, 8)]["train"]
     at = open_page("../pages/new_run.py")
     assert not at.exception
@@ -322,12 +317,6 @@ def test_new_run_proposes_the_datasets_measured_recipe(workspace):
 def test_a_run_stays_viewable_after_its_dataset_is_deleted(workspace, tmp_path):
     """Deleting the dataset a saved run trained on keeps the run's results: Run detail (figures,
     reconstructions) and Compare render without an error."""
-    import numpy as np
-    from PIL import Image
-
-    from engine.data import delete_dataset, import_source
-    from engine.runner.worker import execute_run
-
     rng = np.random.default_rng(0)
     for i in range(40):
         (tmp_path / "src" / "ab"[i % 2]).mkdir(parents=True, exist_ok=True)

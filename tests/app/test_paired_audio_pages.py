@@ -9,17 +9,19 @@ texts, keep the fields in the URL, and New run launches a run that trains."""
 from __future__ import annotations
 
 import re
+import time
+import zipfile
 
 import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from engine.data import ImportOptions, import_source
-from engine.store import load_samples
-from engine.tasks import get_task
-
-from tests.app.pages import ENTRY, captions, figure_columns, n_images, open_with, page_html
 from bench.fsdd import WORDS
+from engine.data import ImportOptions, import_source
+from engine.runner.launcher import cancel
+from engine.store import get_run, list_runs, load_samples
+from engine.tasks import get_task
+from tests.app.pages import ENTRY, captions, figure_columns, n_images, open_with, page_html
 from tests.stamps import completed_run
 
 NUM_VIS = 4
@@ -155,11 +157,6 @@ def test_new_run_keeps_the_text_source_in_the_url(env):
 def test_new_run_launches_an_audio_text_run_that_trains(env):
     """CI tier (a worker process trains the run: 5 to 8 s); the default suite launches from New run
     in tests/app/test_pages_apptest.py."""
-    import time
-
-    from engine.runner.launcher import cancel
-    from engine.store import get_run, list_runs
-
     ws, _ = env
     reopened = _label_source_form()
     before = {r.run_id for r in list_runs(ws)}
@@ -199,8 +196,6 @@ def test_mask_lab_previews_the_joint_masks_of_an_audio_text_dataset(env):
 
 
 def test_an_audio_dataset_without_any_text_is_refused_in_words(env, shared_data):
-    import zipfile
-
     ws, _ = env
     z = ws.parent / "bare.zip"
     with zipfile.ZipFile(z, "w") as f:  # clips at the top: no label, no transcript

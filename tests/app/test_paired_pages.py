@@ -12,11 +12,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from streamlit.testing.v1 import AppTest
 
+from app.modalities.paired import _preview
+from app.modalities.text import detok
 from engine.config import RunConfig
-from engine.tasks import resolve
+from engine.data import load_dataset
 from engine.store import get_run, load_samples
+from engine.tasks import resolve
 from tests.app.pages import captions, figure_columns, n_images, open_with, page_html
 from tests.stamps import completed_run
 
@@ -43,8 +45,6 @@ def env(paired_ws, monkeypatch) -> tuple[Path, str]:
 
 
 def test_data_page_shows_each_image_with_its_caption(env):
-    from engine.data import load_dataset
-
     at = open_with("../pages/data.py", {"dataset": "pairs"})
     assert "pairs  (36 pairs, 16x16 px)" in at.selectbox(key="data_ds").options
     metrics = {m.label: m.value for m in at.metric}
@@ -79,8 +79,6 @@ def test_new_run_previews_the_runs_own_masks_of_both_modalities(env):
 
 def test_preview_shows_the_masks_the_run_used_for_its_samples(env):
     """The same config as the fixture's run: the first pairs of the preview carry the run's masks."""
-    from app.modalities.paired import _preview
-
     ws, run_id = env
     s = load_samples(run_id, workspace=ws)
     cfg = resolve(RunConfig.from_dict(get_run(run_id, ws).config))
@@ -147,7 +145,6 @@ def test_compare_shows_the_runs_reconstructions_and_captions_from_the_image(env)
     table = next(d.value for d in at.dataframe if "caption" in d.value.columns)
     ours = load_samples(run_id, workspace=ws)
     assert len(table) == NUM_VIS and len([c for c in table.columns if "from the image (step 2)" in c]) == 2
-    from app.modalities.text import detok
 
     mine = next(c for c in table.columns if run_id[-6:] in c or c.startswith(f"{run_id} "))
     assert list(table[mine]) == [detok(t) for t in ours["caption_from_image"]]

@@ -5,6 +5,7 @@ real page rendered alone and side by side, read only."""
 from __future__ import annotations
 
 import pytest
+from streamlit import config as st_config
 from streamlit.testing.v1 import AppTest
 
 from app.components.quality import predictor_name
@@ -159,8 +160,6 @@ def test_links_from_run_detail_and_compare(runs):
 
 
 def test_demo_mode_opens_the_page(runs, monkeypatch):
-    from streamlit import config as st_config
-
     image_run, _ = runs
     monkeypatch.setenv("MASKLAB_MODE", "demo")
     try:

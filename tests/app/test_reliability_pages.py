@@ -12,9 +12,9 @@ from streamlit.testing.v1 import AppTest
 
 import engine.workspace as ws_mod
 from engine.config import RunConfig
-from engine.tasks import resolve
-from engine.store import MetricsWriter, create_run, write_status
 from engine.runner.worker import execute_run
+from engine.store import MetricsWriter, create_run, write_status
+from engine.tasks import resolve
 
 ENTRY = Path(__file__).resolve().parents[2] / "app" / "streamlit_app.py"
 

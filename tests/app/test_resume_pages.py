@@ -12,9 +12,9 @@ import time
 import pytest
 
 from engine.config import RunConfig
-from engine.tasks import resolve
-from engine.store import create_run, get_run, read_config_history
 from engine.runner.worker import execute_run
+from engine.store import create_run, get_run, read_config_history
+from engine.tasks import resolve
 from tests.app.test_reliability_pages import page  # AppTest of a page, with ?run=<id>
 
 CFG = {"data": {"dataset": "digits"}, "model": {"preset": "tiny", "patch_size": 2},

@@ -10,8 +10,8 @@ from pathlib import Path
 from streamlit.testing.v1 import AppTest
 
 from engine.config import RunConfig
-from engine.tasks import resolve
 from engine.store import create_run, write_status
+from engine.tasks import resolve
 
 REPO = Path(__file__).resolve().parents[2]
 ENTRY = REPO / "app" / "streamlit_app.py"

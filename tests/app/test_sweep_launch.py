@@ -8,10 +8,11 @@ import time
 from urllib.parse import parse_qs
 
 import pytest
+from streamlit.testing.v1 import AppTest
 
 from engine.runner.launcher import cancel
-from engine.store import list_runs
 from engine.runner.sweep import sweep_of, sweep_table
+from engine.store import list_runs
 from tests.app.pages import ENTRY, open_with
 
 FORM = {"dataset": "digits", "train.steps": "5", "train.batch_size": "32", "sweep_on": "true"}
@@ -59,8 +60,6 @@ def test_the_section_counts_runs_and_steps_and_keeps_its_state_in_the_url(worksp
     ({"sweep_seeds_as": "list", "sweep_seeds": "0, x"}, ["seed 'x' is not a whole number from 0 to 2147483647"]),
 ])  # fmt: skip
 def test_a_bad_value_or_seed_is_refused_in_words_and_launch_stays_off(workspace, params, errors):
-    from streamlit.testing.v1 import AppTest
-
     at = AppTest.from_file(str(ENTRY), default_timeout=120)
     at.run().switch_page("../pages/new_run.py")
     at.query_params.clear()
@@ -74,8 +73,6 @@ def test_a_bad_value_or_seed_is_refused_in_words_and_launch_stays_off(workspace,
 
 
 def test_a_sweep_larger_than_the_queue_room_is_refused(workspace, monkeypatch):
-    from streamlit.testing.v1 import AppTest
-
     monkeypatch.setenv("MASKLAB_MAX_QUEUED", "3")
     at = AppTest.from_file(str(ENTRY), default_timeout=120)
     at.run().switch_page("../pages/new_run.py")

@@ -5,8 +5,13 @@ the views through the registry and import them on demand."""
 
 from __future__ import annotations
 
+import json
+import sys
+
 import pytest
 
+from app.modalities import UI_REGISTRY, sample_title, sample_view
+from engine.data import import_source
 from tests.app.pages import open_with
 from tests.engine.test_timeseries_plugin import PLUGIN, write_series_csv
 from tests.stamps import completed_run
@@ -20,8 +25,6 @@ CFG = {"task": "series_mae", "data": {"dataset": "waves"}, "masking": {"strategy
 @pytest.fixture
 def two_series_runs(workspace, monkeypatch, tmp_path):
     """Two tiny completed time-series runs (seeds 0 and 1) on 60 imported series."""
-    from engine.data import import_source
-
     monkeypatch.setenv("MASKLAB_PLUGINS", PLUGIN)
     src = tmp_path / "waves.csv"
     write_series_csv(src, n_per_class=30)
@@ -32,17 +35,11 @@ def two_series_runs(workspace, monkeypatch, tmp_path):
 
 def series_charts(at) -> list[str]:
     """The descriptions of the page's per-series charts (``series <i>``), in order."""
-    import json
-
     specs = [json.loads(el.proto.spec) for el in at.get("vega_lite_chart")]
     return [s["description"] for s in specs if str(s.get("description", "")).startswith("series ")]
 
 
 def test_run_detail_presentation_and_compare_show_the_plugin_modality(two_series_runs):
-    import sys
-
-    from app.modalities import UI_REGISTRY, sample_title, sample_view
-
     first, second = two_series_runs
     at = open_with("../pages/run_detail.py", {"run": first})
     assert "tests.plugins.timeseries_ui" in sys.modules and "timeseries" in UI_REGISTRY  # imported on demand

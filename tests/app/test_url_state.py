@@ -15,8 +15,8 @@ from streamlit.testing.v1 import AppTest
 from app.components.run_form import command_line
 from app.components.urlstate import decode, encode, flatten, set_flags, unflatten
 from engine.config import RunConfig, apply_overrides
+from engine.store import CANCEL_FILE, MetricsWriter, create_run, write_status
 from engine.tasks import resolve
-from engine.store import MetricsWriter, create_run, write_status
 
 ENTRY = Path(__file__).resolve().parents[2] / "app" / "streamlit_app.py"
 
@@ -159,8 +159,6 @@ def test_plain_number_parameters_out_of_range_or_not_numbers_open_the_page(works
 
 
 def test_cancel_asks_before_it_cancels(workspace):
-    from engine.store import CANCEL_FILE
-
     run_id, d = create_run(resolve(RunConfig.from_dict({"name": "waiting"})).to_dict())  # queued: active, no worker yet
     at = open_with("../pages/runs.py", {})
     at.button(key=f"runs_cancel_{run_id}").click().run()
@@ -175,8 +173,6 @@ def test_cancel_asks_before_it_cancels(workspace):
 
 
 def test_cancelling_a_run_that_ended_meanwhile_says_nothing_was_cancelled(workspace):
-    from engine.store import CANCEL_FILE
-
     run_id, d = create_run(resolve(RunConfig.from_dict({"name": "finishing"})).to_dict())
     at = open_with("../pages/runs.py", {})
     at.button(key=f"runs_cancel_{run_id}").click().run()

@@ -7,18 +7,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.bench import load_bench
 from bench.fsdd import subset_zip
+from engine.config import RunConfig
+from engine.data import load_dataset
+from engine.eval import linear_probe, logmel_stats
+from engine.store import get_run
+from engine.tasks import build_task, resolve
+from tests.bench import load_bench
 
 
 @pytest.mark.slow
 def test_speaker_folds_pretrain_on_three_speakers_and_probe_the_fourth(workspace, shared_data, capsys):
-    from engine.data import load_dataset
-    from engine.eval import linear_probe, logmel_stats
-    from engine.store import get_run
-    from engine.config import RunConfig
-    from engine.tasks import build_task, resolve
-
     bench = load_bench("audio_probe")
     src = subset_zip(shared_data, workspace.parent / "fsdd-small.zip", "0123", bench.SPEAKERS, 5)
     speakers = bench.manifest_speakers(src)

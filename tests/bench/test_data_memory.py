@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 
+from engine.tasks.text.common import BASELINE_MAX_ROWS
 from tests.bench import load_bench
 
 
@@ -62,8 +63,6 @@ def test_text_peak_memory_grows_with_the_batch_not_with_the_dataset(tmp_path, mo
 
     Over a minute (README, "Tests"): 150 MB of text are generated, tokenised and encoded, the least
     that keeps both sets above BASELINE_MAX_ROWS and the growth four times the peak's noise."""
-    from engine.tasks.text.common import BASELINE_MAX_ROWS
-
     bench = load_bench("data_memory")
     monkeypatch.setenv("MASKLAB_AUTO_EVAL", "0")
     rows = bench.measure([30, 120], steps=3, batch=64, root=tmp_path, modality="text")

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from engine.data import load_dataset
 from tests.bench import load_bench
 
 
 @pytest.mark.slow
 def test_each_architecture_trains_the_recipe_and_logs_its_step_times(workspace):
     bench = load_bench("paired_step_time")
-    from engine.data import load_dataset
 
     load_dataset("tuxpaint-stamps")
     sizes = {}

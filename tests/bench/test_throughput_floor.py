@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from engine.training.perf import adamw, count_step_flops
 from engine.training.loop import param_groups
+from engine.training.perf import adamw, count_step_flops
 from tests.bench import load_bench
 
 

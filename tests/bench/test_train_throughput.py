@@ -6,7 +6,9 @@ from __future__ import annotations
 import re
 
 import pytest
+import torch
 
+from engine.training.perf import count_step_flops
 from tests.bench import load_bench
 
 
@@ -38,10 +40,6 @@ def test_bench_cases_see_the_same_masks_on_both_sides(name, L, keep, patch_value
     P*P*C x D), and the last decoder block and pixel head at the rows that are not predicted (the
     class token and the visible patches: query and output projections, MLP, head, and their
     attention rows, forward and both gradients: 3 x the forward's FLOPs)."""
-    import torch
-
-    from engine.training.perf import count_step_flops
-
     pytest.importorskip("transformers")  # the reference side
     bench = load_bench("train_throughput")
     torch.manual_seed(0)
@@ -56,8 +54,6 @@ def test_bench_cases_see_the_same_masks_on_both_sides(name, L, keep, patch_value
 def test_paired_cases_hide_the_recipes_shares_of_patches_and_caption_tokens():
     """The paired batches: 75% of the 16 patches, round(15%) of each caption's real tokens (at least
     one), never [CLS], [SEP] or padding; a step's loss is finite and reaches every trained weight."""
-    import torch
-
     bench = load_bench("train_throughput")
     for case in bench.build_cases(["paired_m3ae", "paired_flava"], 1, torch.device("cpu")):
         (side,) = case.sides

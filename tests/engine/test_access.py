@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 
 from engine.access import policy as access
+from engine.access.audit import read_audit
 from engine.access.policy import Identity, acting_as, can, require_sign_in
-from engine.access.audit import audit_path, read_audit
+from engine.access.users import load_users, oidc_identity, set_user, signin_configured, users_path, verify_password
 from engine.config import RunConfig
-from engine.tasks import resolve
 from engine.data import delete_dataset, import_source, list_datasets
 from engine.errors import DatasetError, MasklabError, PermissionDeniedError, ResumeError, RunLockedError, RunNotFoundError
 from engine.runner.launcher import cancel, delete_run, evaluate, resume, submit
 from engine.store import annotate, create_run, get_run, list_runs, run_alive, write_status
-from engine.access.users import load_users, set_user
+from engine.tasks import resolve
 
 VIEWER, EDITOR, ADMIN = (Identity("vera", "viewer", "password"), Identity("ed", "editor", "password"),
                          Identity("ada", "admin", "password"))  # fmt: skip
@@ -213,8 +213,6 @@ def test_the_cli_acts_as_the_local_admin(workspace, tmp_path):
 
 
 def test_users_file_hashes_passwords_and_checks_them(workspace):
-    from engine.access.users import oidc_identity, signin_configured, users_path, verify_password
-
     assert not signin_configured()
     set_user("Alice", "editor", "correct horse")
     path = users_path()

@@ -9,16 +9,27 @@ from pathlib import Path
 
 import pytest
 
-from engine.access.policy import Identity, require_sign_in
 from engine.access.audit import audit_path, read_audit
+from engine.access.policy import Identity, require_sign_in
 from engine.config import RunConfig
-from engine.tasks import resolve
 from engine.errors import ConfigError, PermissionDeniedError, RunNotFoundError
 from engine.store import (
-    MetricsWriter, annotate, archive_run, create_run, dataset_bytes, disk_usage, format_bytes, get_run, list_runs,
-    run_bytes, set_note, set_tags, tag_run,
+    MetricsWriter,
+    annotate,
+    archive_run,
+    create_run,
+    dataset_bytes,
+    disk_usage,
+    format_bytes,
+    get_run,
+    list_runs,
+    run_bytes,
+    set_note,
+    set_tags,
+    tag_run,
 )
 from engine.store.annotations import ANNOTATIONS_FILE, MAX_NOTE_CHARS, MAX_TAG_CHARS
+from engine.tasks import resolve
 
 VIEWER = Identity("vera", "viewer", "password")
 EDITOR = Identity("ed", "editor", "password")

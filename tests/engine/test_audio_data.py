@@ -14,8 +14,9 @@ import soundfile as sf
 import torch
 import torchaudio
 
-from engine.data import AudioDataset, ImportOptions, import_source, inspect_source, load_dataset
 import engine.data.audio as audio_mod
+from engine.cli import main
+from engine.data import AudioDataset, ImportOptions, import_source, inspect_source, load_dataset
 from engine.data.audio import (
     ASTERISK_DEFAULT_DIR,
     MIN_CLIP_SECONDS,
@@ -297,8 +298,6 @@ def test_options_of_other_modalities_are_refused(workspace, tmp_path, fsdd):
 
 
 def test_cli_data_add_imports_a_folder_of_audio(workspace, fsdd, capsys):
-    from engine.cli import main
-
     assert main(["data", "add", str(fsdd), "--name", "fsdd-cli", "--group-column", "speaker", "--sample-rate", "8000"]) == 0
     out = capsys.readouterr().out
     assert "2,000 clips accepted, 0 rejected, 1 skipped" in out and "4 groups" in out
@@ -326,8 +325,6 @@ def test_the_import_form_says_at_which_rates_the_clips_were_recorded():
 def test_cli_data_add_resamples_to_the_rate_the_data_page_proposes(workspace, tmp_path, fsdd, capsys):
     """Without --sample-rate the CLI imports at the Data page's proposal and says so; with it, at
     the rate given. ``data inspect`` prints the same line."""
-    from engine.cli import main
-
     x = real_clip(fsdd)
     eight = make_zip(tmp_path / "eight.zip", {f"c/{i}.wav": wav_bytes(x, 8000) for i in range(3)})
     music = make_zip(tmp_path / "music.zip", {f"c/{i}.wav": wav_bytes(x, 44100) for i in range(2)})

@@ -18,10 +18,10 @@ import soundfile as sf
 import torch
 
 from engine.config import RunConfig
-from engine.tasks import resolve
 from engine.data import ImportOptions, import_source
 from engine.data.audio import MIN_CLIP_SECONDS
 from engine.masking import MASKING_REGISTRY, strategies_for
+from engine.tasks import resolve
 from engine.tasks.audio.preview import train_masks
 
 RATE = 8000

@@ -6,10 +6,11 @@ import pytest
 import torch
 
 from engine.config import RunConfig
-from engine.tasks import resolve
+from engine.errors import ConfigError
 from engine.models import MODEL_REGISTRY, FrameTransformer, MaskedAutoencoderViT, build_model, count_parameters
 from engine.models.mae import pool, pool_stats
 from engine.objectives import masked_mse
+from engine.tasks import resolve
 from engine.training.loop import param_groups
 
 
@@ -126,8 +127,6 @@ def test_audio_archs_build_from_a_config_with_every_preset(arch):
 
 
 def test_frame_builder_refuses_top_k_above_the_depth():
-    from engine.errors import ConfigError
-
     cfg = resolve(RunConfig.from_dict({"task": "audio_frames", "data": {"dataset": "x"}, "task_params": {"target": "ema", "top_k": 9}}))
     with pytest.raises(ConfigError, match=r"task_params\.top_k: 9 is more than the 4 blocks of preset 'tiny'"):
         build_model(cfg, n_mels=64, frames=100, patch=(64, 2))

@@ -3,21 +3,28 @@ through the real loop and store (both tasks, both targets), samples, features, i
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from engine.tasks.checks import check_run
-from engine.config import RunConfig
-from engine.tasks import resolve
+from bench.fsdd import subset_zip
+from engine.audio.features import ClipFeatures, DatasetClips
+from engine.config import RunConfig, load_config
 from engine.data import ImportOptions, import_source, load_dataset
 from engine.errors import ConfigError
+from engine.eval.inference import load_model
+from engine.masking import get_masking
+from engine.runner.worker import execute_run
 from engine.store import create_run, get_run, load_samples
-from engine.tasks import build_task, get_task
-from engine.tasks.audio.common import Grid, interp_time
-from bench.fsdd import subset_zip
+from engine.tasks import build_task, get_task, resolve
+from engine.tasks.audio.common import Grid, interp_time, width_text
+from engine.tasks.audio.preview import train_masks
+from engine.tasks.checks import check_run
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -87,9 +94,6 @@ def test_specaugment_widths_count_mel_bins_and_frames_on_any_grid(ws, task, stra
     """F and T are the paper's mel bins and frames: on a grid of 8x8 patches (or 2-frame tokens)
     the masks are exactly SpecAugment's drawn there with F // 8 rows and T // 8 (or // 2) columns,
     and their time bands stay within each clip's own frames."""
-    from engine.masking import get_masking
-    from engine.tasks.audio.preview import train_masks
-
     over = {"task_params": {"patch_frames": 8}, "model": {"preset": "tiny", "patch_size": 8}} if task == "audio_mae" else {}
     cfg = cfg_of(task, masking={"strategy": strategy, "params": params}, **over)
     mask, eligible = train_masks(cfg, 12, ws)
@@ -116,8 +120,6 @@ def test_a_specaugment_width_under_one_patch_is_refused_in_its_units(ws):
     ("random", {}, (8, 8, 2), ""),
 ])
 def test_width_text_says_what_specaugment_widths_come_to_on_the_grid(strategy, params, grid, text):
-    from engine.tasks.audio.common import width_text
-
     cfg = cfg_of(masking={"strategy": strategy, "params": params})
     assert width_text(cfg, Grid(n_mels=64, frames=104, pf=grid[0], pt=grid[1], dims=grid[2])) == text
 
@@ -143,9 +145,6 @@ def test_grid_maps_masks_to_cells_and_interpolation_fills_in_time():
     ("audio_frames", {"masking": {"strategy": "voiced", "ratio": 0.5, "params": {"max_len": 3}}, "task_params": {"target": "ema", "ema_decay": 0.9}}),
 ])
 def test_a_run_trains_through_the_real_loop_and_store(ws, monkeypatch, task, extra):
-    from engine.eval.inference import load_model
-    from engine.runner.worker import execute_run
-
     monkeypatch.setenv("MASKLAB_WORKSPACE", str(ws))
     cfg = cfg_of(task, **extra)
     run_id, d = create_run(cfg.to_dict(), ws)
@@ -191,8 +190,6 @@ AUDIO_CONFIGS = ("configs/audio-mae-asterisk.yaml", "configs/audio-frames-fsdd.y
 
 
 def test_example_configs_pass_the_preflight_on_an_imported_set(ws):
-    from engine.config import load_config
-
     for path in AUDIO_CONFIGS:
         cfg = load_config(REPO / path, ["data.dataset=digits4"])
         assert cfg.task in ("audio_mae", "audio_frames")
@@ -202,10 +199,6 @@ def test_example_configs_pass_the_preflight_on_an_imported_set(ws):
 @pytest.mark.slow
 def test_audio_frames_config_runs_from_the_cli(ws):
     """`python -m engine run configs/audio-frames-fsdd.yaml --set data.dataset=NAME`, shortened."""
-    import os
-    import subprocess
-    import sys
-
     out = subprocess.run([sys.executable, "-m", "engine", "run", "configs/audio-frames-fsdd.yaml", "--set",
                           "data.dataset=digits4", "--set", "train.steps=4", "--set", "train.eval_interval=2"],
                          capture_output=True, text=True, timeout=300, cwd=REPO,
@@ -218,8 +211,6 @@ def test_the_task_keeps_its_frames_in_the_workspace_and_reads_them_through_a_map
     """The frames are computed at the first task on a dataset + spec, into <workspace>/features, and
     mapped (not held in the process's memory); the next task maps the same files, and an in-memory
     computation of the same clips gives the very same batches."""
-    from engine.audio.features import ClipFeatures, DatasetClips
-
     task = build_task(cfg_of(), torch.device("cpu"), ws)
     store = task.feats.stored
     assert store is not None and store.parent == ws / "features" and isinstance(task.feats.frames, np.memmap)

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from engine.runner.backends import JOB_FILE, REASON_PREFIX, WORKSPACE_EXIT, check_workspace, read_job, unavailable
 from engine.config import RunConfig
-from engine.tasks import resolve
 from engine.data import load_dataset
 from engine.errors import BackendError, ConfigError
+from engine.runner.backends import JOB_FILE, REASON_PREFIX, WORKSPACE_EXIT, check_workspace, read_job, unavailable
 from engine.runner.launcher import cancel, job_state, resume, submit
-from engine.store import get_run, list_runs, read_metrics, read_status
+from engine.store import create_run, get_run, list_runs, read_metrics, read_status
+from engine.tasks import resolve
 from tests.engine.procs import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -58,7 +58,7 @@ def test_sbatch_script_carries_the_run_parameters(tmp_path):
     """The script submitit's SlurmExecutor would hand to sbatch (built without sbatch) has every
     option of the run's launch section, and runs submitit's job runner on the run's folder."""
     pytest.importorskip("submitit")  # the cluster extra (MASKLAB_TEST_CLUSTER=1, as CI installs it)
-    from engine.runner.backends.slurm import DEFAULT_TIME_MIN, sbatch_script
+    from engine.runner.backends.slurm import DEFAULT_TIME_MIN, sbatch_script  # noqa: PLC0415 (needs the cluster extra, skipped above without it)
 
     run = tmp_path / "runs" / "R1"
     launch = {"cpus": 4, "gpus": 2, "mem_gb": 16, "time_min": 90, "slurm_partition": "gpu",
@@ -129,7 +129,6 @@ def test_worker_on_a_read_only_workspace_fails_fast_with_the_reason(workspace):
     prints the reason naming the folder, the host and the OS error."""
     if not _can_unshare():
         pytest.skip("unshare -rm (user namespaces) is not allowed here")
-    from engine.store import create_run
 
     run_id, d = create_run(_cfg("slurm").to_dict(), workspace)
     before = sorted(p.name for p in d.iterdir())

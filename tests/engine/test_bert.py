@@ -7,11 +7,11 @@ import torch
 import torch.nn.functional as F
 
 from engine.config import RunConfig
-from engine.tasks import resolve
 from engine.masking import random_mask
 from engine.masking.mlm import apply_mlm
 from engine.models import TEXT_PRESETS, BertMLM, count_parameters
 from engine.store.checkpoints import load_weights, save_checkpoint
+from engine.tasks import resolve
 
 V, MAX_LEN = 40, 16
 MICRO = dict(embed_dim=32, depth=2, num_heads=2)

@@ -12,13 +12,21 @@ import torch
 
 import engine.workspace as ws_mod
 from engine.config import RunConfig
-from engine.tasks import resolve
 from engine.errors import DamagedFileError, StorageError
 from engine.store import (
-    append_config_history, create_run, latest_complete_checkpoint, list_checkpoints, load_checkpoint_state,
-    load_weights, read_config_history, save_checkpoint,
+    append_config_history,
+    checkpoint_weights,
+    create_run,
+    get_run,
+    latest_complete_checkpoint,
+    list_checkpoints,
+    load_checkpoint_state,
+    load_weights,
+    read_config_history,
+    save_checkpoint,
 )
 from engine.store.checkpoints import checkpoint_problem, plain_state
+from engine.tasks import resolve
 
 
 @pytest.fixture
@@ -136,7 +144,6 @@ def test_config_history_records_what_a_resume_changed(workspace):
     assert entry["changed"] == {"train.lr": [0.002, 0.0005], "train.steps": [100, 200]}
     history = read_config_history(d)
     assert [h["step"] for h in history] == [0, 60] and history[0]["config"] == cfg and history[1]["config"] == new
-    from engine.store import get_run
 
     assert get_run(run_id).config["train"]["lr"] == 0.0005  # config.json is the config it trains with now
     (d / "config_history.json").write_text("[{\"step\": 0}")
@@ -145,8 +152,6 @@ def test_config_history_records_what_a_resume_changed(workspace):
 
 
 def test_checkpoint_weights_counts_parameters_from_the_header(trained):
-    from engine.store import checkpoint_weights
-
     d, model, opt = trained
     assert checkpoint_weights(d.name) is None  # no checkpoint yet
     cfg = resolve(RunConfig.from_dict({"train": {"steps": 10}}))

@@ -14,8 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from engine.store import get_run, read_metrics
+from engine.cli import resolve_run_id
+from engine.config import RunConfig
+from engine.errors import RunNotFoundError
+from engine.store import create_run, get_run, list_runs, read_metrics, write_status
+from engine.store.annotations import read_annotations
+from engine.store.evaluations import read_job
+from engine.tasks import resolve
 from tests.cli import engine_main
+from tests.engine.test_import import PNG_BYTES, _photo_640x480, _raw_zip
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -63,8 +70,6 @@ def test_data_add_reports_refused_files_and_exits_1(workspace, tmp_path, shared_
 
 
 def test_log_and_runs_show_why_a_run_ended(workspace):
-    from engine.store import create_run, write_status
-
     run_id, d = create_run({"name": "broken", "train": {"steps": 5}})
     write_status(d, {"status": "failed", "step": 2, "total_steps": 5,
                      "error": "no space left on device while writing checkpoint step 2 (x)"})
@@ -80,8 +85,6 @@ def test_log_and_runs_show_why_a_run_ended(workspace):
 
 
 def test_data_add_name_encoding_and_fill(workspace, tmp_path):
-    from tests.engine.test_import import PNG_BYTES, _raw_zip
-
     archive = tmp_path / "es.zip"
     _raw_zip(archive, [("Café/1.png".encode("cp1252"), PNG_BYTES), ("Ñandú/2.png".encode("cp1252"), PNG_BYTES)])
     guessed = engine_cli("data", "add", str(archive), "--name", "es", "--image-size", "4")
@@ -95,8 +98,6 @@ def test_data_add_name_encoding_and_fill(workspace, tmp_path):
 
 
 def test_data_add_geometry_options(workspace, tmp_path):
-    from tests.engine.test_import import _photo_640x480
-
     archive = tmp_path / "photos.zip"
     with zipfile.ZipFile(archive, "w") as z:
         z.writestr("p/a.png", _photo_640x480())
@@ -153,9 +154,6 @@ def test_run_says_when_training_ends_and_the_final_evaluation_starts(workspace, 
     what the wait after it is; without the automatic evaluation there is no such line. CI tier: two
     foreground runs, one evaluated, in subprocesses (11 to 14 s); the default suite evaluates runs
     at their end through tests/runs.py."""
-    from engine.store import list_runs
-    from engine.store.evaluations import read_job
-
     line = "training done; evaluating the final checkpoint"
     for auto in ("1", "0"):
         monkeypatch.setenv("MASKLAB_AUTO_EVAL", auto)  # the subprocess inherits it
@@ -172,13 +170,6 @@ def test_run_says_when_training_ends_and_the_final_evaluation_starts(workspace, 
 def test_a_run_is_found_by_the_short_id_the_dashboard_shows(workspace):
     """Commands on one run take the end of its id (Runs and Compare show ``9a2343``), when exactly one
     run's id ends with it; an end shared by several runs is refused, listing them; delete wants it all."""
-    from engine.cli import resolve_run_id
-    from engine.config import RunConfig
-    from engine.tasks import resolve
-    from engine.errors import RunNotFoundError
-    from engine.store import create_run
-    from engine.store.annotations import read_annotations
-
     cfg = resolve(RunConfig.from_dict({"name": "short", "train": {"steps": 5}})).to_dict()
     ids: dict[str, list[str]] = {}
     while not any(len(v) > 1 for v in ids.values()):  # two ids with the same last character (at most 17 runs)

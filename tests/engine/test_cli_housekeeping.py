@@ -8,8 +8,8 @@ import getpass
 import json
 
 from engine.config import RunConfig
-from engine.tasks import resolve
 from engine.store import create_run, disk_usage, format_bytes, get_run
+from engine.tasks import resolve
 from tests.cli import engine_main as engine_cli
 
 

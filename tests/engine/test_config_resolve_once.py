@@ -11,7 +11,9 @@ import pytest
 
 from engine.config import RunConfig
 from engine.errors import ConfigError
+from engine.masking import MASKING_REGISTRY
 from engine.runner.launcher import cancel, resume, submit
+from engine.runner.sweep import sweep_configs
 from engine.store import get_run, run_dir
 from engine.store.checkpoints import checkpoint_step, latest_complete_checkpoint
 from engine.tasks import TASK_REGISTRY, resolve
@@ -116,8 +118,6 @@ def test_a_runs_config_is_resolved_once_per_version(workspace, tmp_path, monkeyp
 def test_a_sweep_resolves_each_of_its_configs_once(workspace, tmp_path, monkeypatch):
     """:func:`sweep_configs` resolves each run's config once; ``submit_sweep`` stores them as they
     are (``submit(..., resolved=True)``), so the plan is what the runs get."""
-    from engine.runner.sweep import sweep_configs
-
     log = tmp_path / "resolves.log"
     monkeypatch.setenv("MASKLAB_PLUGINS", PLUGIN)
     monkeypatch.setenv("MASKLAB_RESOLVE_LOG", str(log))
@@ -125,6 +125,5 @@ def test_a_sweep_resolves_each_of_its_configs_once(workspace, tmp_path, monkeypa
                          seeds=[0, 1])
     assert len(log.read_text().splitlines()) == 4
     assert {(c.model.arch, c.model.patch_size) for c in cfgs} == {("mae_vit", 2)}
-    from engine.masking import MASKING_REGISTRY
 
     assert all(set(c.masking.params) == set(MASKING_REGISTRY["block"].params.model_fields) for c in cfgs)

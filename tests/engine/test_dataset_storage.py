@@ -15,12 +15,13 @@ import pytest
 import torch
 
 from engine.config import RunConfig
-from engine.tasks import resolve
 from engine.data import AudioDataset, ImageDataset, PairedDataset, TextDataset, load_dataset
 from engine.data.dataset import to_pcm
 from engine.data.storage import LEGACY_DATA, MAPPED, META, array_path, content_hash, datasets_dir, save_dataset
 from engine.errors import DatasetError
-from engine.tasks import build_task
+from engine.runner.worker import execute_run
+from engine.store import create_run, get_run
+from engine.tasks import build_task, resolve
 from engine.workspace import atomic_write_json
 
 ROWS = 64  # rows of each real dataset kept (the first ones in stored order: shuffled at import)
@@ -144,9 +145,6 @@ def test_image_masks_of_a_memory_mapped_batch_are_the_in_memory_ones(ws):
 
 
 def test_an_old_data_npz_dataset_still_trains_through_the_worker(ws, monkeypatch):
-    from engine.store import create_run, get_run
-    from engine.runner.worker import execute_run
-
     monkeypatch.setenv("MASKLAB_WORKSPACE", str(ws))
     folder = datasets_dir(ws) / "image-old"
     assert sorted(p.name for p in folder.iterdir()) == [LEGACY_DATA, META]

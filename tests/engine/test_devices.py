@@ -11,12 +11,12 @@ import os
 import pytest
 
 from engine.config import RunConfig
-from engine.tasks import resolve
 from engine.data import load_dataset
-from engine.runner.devices import gpu_pool, run_gpus, slot_devices
 from engine.errors import ConfigError
-from engine.store import create_run, get_run
+from engine.runner.devices import gpu_pool, run_gpus, slot_devices
 from engine.runner.worker import execute_run
+from engine.store import create_run, get_run
+from engine.tasks import resolve
 
 
 def test_the_pool_comes_from_masklab_gpus_then_cuda_visible_devices_then_the_driver(tmp_path):

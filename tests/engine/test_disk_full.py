@@ -22,11 +22,11 @@ import pytest
 
 import engine.workspace as ws_mod
 from engine.config import RunConfig
-from engine.tasks import resolve
 from engine.data import load_dataset
 from engine.runner.launcher import submit
-from engine.store import create_run, get_run, read_log, read_status, run_alive
 from engine.runner.worker import execute_run
+from engine.store import create_run, get_run, read_log, read_status, run_alive
+from engine.tasks import resolve
 from engine.workspace import is_temp_name
 
 REPO = Path(__file__).resolve().parents[2]

@@ -12,21 +12,27 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
+import yaml
 
+import engine.runner.torchrun
 from engine.config import RunConfig
-from engine.tasks import resolve
 from engine.data import load_dataset
-from engine.runner.torchrun import torchrun_command
-from engine.training.dist import mask_seed
 from engine.errors import ConfigError, RunActiveError
 from engine.runner.launcher import cancel, resume, submit
-from engine.store import create_run, get_run, latest_checkpoint_step, run_alive, signal_holder, write_status
-from engine.store.metrics import read_run_table
+from engine.runner.resume import prepare_resume, resume_config
+from engine.runner.torchrun import join, torchrun_command
 from engine.runner.worker import execute_run
-from tests.engine.procs import pids_with_args, wait_until as _wait
+from engine.store import CANCEL_FILE, create_run, get_run, latest_checkpoint_step, run_alive, signal_holder, write_status
+from engine.store.metrics import read_run_table
+from engine.tasks import resolve
+from engine.training.dist import mask_seed
+from tests.bench import load_bench
+from tests.engine.procs import pids_with_args
+from tests.engine.procs import wait_until as _wait
 
 REPO = Path(__file__).resolve().parents[2]
 MAE_DIGITS = REPO / "configs" / "mae-digits.yaml"
@@ -103,8 +109,6 @@ def test_mask_seeds_rank_0_keeps_the_run_seed_and_other_ranks_differ_reproducibl
 
 
 def test_join_refuses_a_single_node_run_and_the_holders_rank(workspace):
-    from engine.runner.torchrun import join
-
     _, d = create_run(resolve(RunConfig.from_dict(with_launch(TINY, nproc_per_node=2))).to_dict(), workspace)
     with pytest.raises(ConfigError, match="trains on one node"):
         join(d, 1)
@@ -132,8 +136,6 @@ def test_two_processes_reach_the_single_process_val_loss(workspace):
     """Acceptance: configs/mae-digits.yaml (scaled down to 300 steps) on two gloo processes ends
     within 5% of the single process's final val loss, with the same global batch and seed. The
     two-process run logs every step once, only from its writer, with the global throughput."""
-    import yaml
-
     load_dataset("digits")
     base = yaml.safe_load(MAE_DIGITS.read_text())
     base["train"].update(steps=300, eval_interval=100, checkpoint_interval=300, num_threads=1, device="cpu")
@@ -157,8 +159,6 @@ def test_consecutive_two_process_runs_exit_cleanly(workspace):
     """bench/torchrun_soak.py scaled down (its 40-run soak is issue 14's acceptance): three
     consecutive two-process runs all complete and every rank exits with code 0 (torchrun's exit
     code, recorded by the worker; no SIGABRT at interpreter exit), and the bench says so."""
-    from tests.bench import load_bench
-
     bench = load_bench("torchrun_soak")
     rows = bench.soak(workspace, 3)
     assert [(r["status"], r["torchrun_exit"]) for r in rows] == [("completed", 0)] * 3, rows
@@ -240,9 +240,6 @@ def test_two_nodes_train_one_run_and_resume_it_after_a_cancel(workspace):
 def test_a_single_process_run_resumes_on_two_processes(workspace):
     """A resume may change the number of processes: the data order is global, rank 0 keeps the
     checkpoint's mask generator and rank 1 (which the checkpoint has none for) draws a fresh one."""
-    from engine.runner.resume import prepare_resume, resume_config
-    from engine.store import CANCEL_FILE
-
     load_dataset("digits")
     cfg = {**TINY, "train": {**TINY["train"], "steps": 30, "eval_interval": 10, "checkpoint_interval": 5,
                              "num_threads": 1}}
@@ -264,11 +261,6 @@ def test_a_single_process_run_resumes_on_two_processes(workspace):
 def test_a_cancel_while_waiting_for_a_node_that_never_comes_ends_cancelled(workspace, monkeypatch):
     """Node 1 never joins: the ranks of node 0 wait at the rendezvous and never see the cancel
     marker; the worker terminates torchrun after the grace period and records ``cancelled``."""
-    import threading
-
-    import engine.runner.torchrun
-    from engine.store import CANCEL_FILE
-
     monkeypatch.setattr(engine.runner.torchrun, "STOP_GRACE_S", 3.0)
     load_dataset("digits")
     cfg = with_launch(TINY, nnodes=2, rdzv_endpoint=f"127.0.0.1:{_free_port()}")

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from engine.runner.doctor import check_workspace
+from engine.runner.queue import enqueue
 from engine.store import MetricsWriter, create_run, get_run, read_metrics, read_status, run_alive, write_status
 from engine.store.metrics import metric_files
 from engine.workspace import FORMAT
@@ -165,8 +166,6 @@ def test_a_newer_workspace_is_left_alone(workspace):
 
 @pytest.mark.parametrize("repair", [False, True])
 def test_dead_queue_tickets(workspace, repair):
-    from engine.runner.queue import enqueue
-
     run_id, d = create_run({"train": {"steps": 5}})
     write_status(d, {"status": "queued", "pid": 1})  # a worker took it, then died
     ticket = enqueue(workspace, d)

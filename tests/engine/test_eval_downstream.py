@@ -9,15 +9,14 @@ import numpy as np
 import pytest
 import torch
 
+from bench.fsdd import subset_zip
 from engine.config import RunConfig
-from engine.tasks import resolve
-from engine.data import ImportOptions, import_source
+from engine.data import ImportOptions, import_source, load_dataset
 from engine.errors import EvaluationError
 from engine.eval.finetune import FinetuneInputs, finetune, finetune_inputs, pooled_features
 from engine.eval.flops import train_step_flops
 from engine.eval.reconstruction import SpectralSums, masked_ssim, reconstruction_quality, ssim_window
-from engine.tasks import build_task
-from bench.fsdd import subset_zip
+from engine.tasks import build_task, resolve
 
 DIGITS = {"data": {"dataset": "digits"}, "model": {"preset": "tiny", "patch_size": 2},
           "train": {"steps": 10, "batch_size": 64, "seed": 3, "device": "cpu", "num_threads": 1}}
@@ -75,8 +74,6 @@ def test_ssim_window_fits_the_image():
 
 
 def test_masked_ssim_scores_only_what_changed(workspace):
-    from engine.data import load_dataset
-
     x = load_dataset("digits", workspace).tensors("val")[0][:6].float().numpy()  # [6, 1, 8, 8]
     pm = np.zeros((6, 8, 8), bool)
     pm[:, 4:, 4:] = True

@@ -6,6 +6,10 @@ import numpy as np
 import pytest
 import soundfile as sf
 import torch
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import LeaveOneGroupOut, cross_val_score
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
 
 from engine.audio.features import ClipFeatures, FeatureSpec
 from engine.config import AudioConfig
@@ -33,10 +37,6 @@ def test_probe_chooses_the_strength_by_leaving_one_group_out():
     x, y = blobs(n_per=20)
     groups = np.tile(np.arange(4), 15)
     r = linear_probe(x, y, *blobs(seed=3), groups=groups, Cs=(0.1, 1.0))
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.model_selection import LeaveOneGroupOut, cross_val_score
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
 
     for C in (0.1, 1.0):
         pipe = make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=2000, random_state=0))

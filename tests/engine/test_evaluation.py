@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
 import pytest
 
 from engine.config import RunConfig
-from engine.tasks import resolve
 from engine.data import import_source
 from engine.errors import EvaluationError, RunActiveError
-from engine.runner.launcher import evaluate
-from engine.store import create_run, get_run
+from engine.eval.job import evaluate_checkpoint, run_job
+from engine.runner.launcher import cancel, evaluate, submit
+from engine.runner.worker import _evaluate_final, execute_run
+from engine.store import create_run, get_run, read_status, run_alive
 from engine.store.evaluations import ENCODERS, load_maps, read_evaluations, read_job
-from engine.runner.worker import execute_run
+from engine.tasks import resolve
 
 EVAL = {"max_rows": 400, "tsne_max_rows": 200, "finetune_epochs": 1}
 IMAGE = {"name": "img", "data": {"dataset": "digits"}, "model": {"preset": "tiny", "patch_size": 2},
@@ -63,7 +63,6 @@ def test_completed_image_run_is_evaluated_at_its_end_and_on_demand(workspace, on
     assert maps["pca"].shape == maps["tsne"].shape == (179, 2) and maps["labels"].shape == (179,)
     assert read_job(run_id)["status"] == "completed"
     # on demand, the earlier checkpoint, in the foreground job; the same init gives the same random_init figures
-    from engine.eval.job import run_job
 
     assert run_job(d, 15) == 0
     evs, _ = read_evaluations(run_id)
@@ -81,7 +80,6 @@ def test_refusals_and_a_changed_dataset(workspace, one_thread, tmp_path):
     with pytest.raises(RunActiveError, match=rf"run {queued_id} is queued; its final checkpoint is evaluated"):
         evaluate(queued_id)
     # the dataset the run trained on is replaced by other content: the checkpoint is not evaluated on it
-    from engine.eval.job import evaluate_checkpoint
 
     (d / "task.json").write_text('{"dataset_hash": "0123456789abcdef"}', encoding="utf-8")
     with pytest.raises(EvaluationError, match=r"its dataset 'digits' changed since the run trained \(content hash 0123456789ab"):
@@ -126,9 +124,6 @@ def test_cancel_during_the_final_evaluation_stops_it_and_the_run_stays_completed
     """A background run whose training ended is evaluating its final checkpoint: Cancel stops the
     evaluation (the worker exits, nothing half-written is kept), the job says why, and the run keeps
     its outcome, ``completed`` at its last step."""
-    from engine.runner.launcher import cancel, submit
-    from engine.store import read_status, run_alive
-
     monkeypatch.setenv("MASKLAB_AUTO_EVAL", "1")  # the worker process inherits it
     cfg = {**IMAGE, "evaluation": {**EVAL, "max_rows": 2000, "finetune_epochs": 100}}  # a longer evaluation
     run_id = submit(resolve(RunConfig.from_dict(cfg)))
@@ -155,8 +150,6 @@ def test_a_cancel_before_the_final_evaluation_starts_is_recorded_too(workspace):
     """The cancel can land between the status's ``evaluating`` phase and the job's start: the job is
     then recorded failed with the same reason, not left absent (a run that said "evaluating" and then
     nothing)."""
-    from engine.runner.worker import _evaluate_final
-
     run_id, d = create_run(resolve(RunConfig.from_dict(IMAGE)).to_dict())
     _evaluate_final(d, "cpu", workspace, 30, should_stop=lambda: True)
     job = read_job(run_id)

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from engine.config import RunConfig
-from engine.tasks import resolve
 from engine.errors import ConfigError
 from engine.models import FLAVA, FLAVA_PRESETS, M3AE, M3AE_PRESETS, build_model, count_parameters
 from engine.objectives import info_nce, masked_cross_entropy, masked_mse
+from engine.tasks import resolve
 
 B, C, S, P, V, L = 4, 3, 16, 4, 60, 12  # batch, channels, image side, patch, vocabulary, caption row
 LI = (S // P) ** 2

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
 import torch
 
+from engine.config import RunConfig
 from engine.eval.image_baselines import (
     BASELINES,
     NO_VISIBLE_FILL,
@@ -23,6 +23,7 @@ from engine.eval.image_baselines import (
     unpatchify,
     visible_mean_patches,
 )
+from engine.tasks import build_task, resolve
 
 
 def quadrants(values, channels: int = 1) -> torch.Tensor:
@@ -141,9 +142,6 @@ def test_psnr():
 def test_image_task_logs_every_baseline_in_objective_and_pixel_units(workspace):
     """On digits: each baseline under the run's objective and as pixel MSE / PSNR; with an MSE
     objective and exact-count masks the two agree; the run's own val_mse and val_psnr."""
-    from engine.config import RunConfig
-    from engine.tasks import build_task, resolve
-
     cfg = resolve(RunConfig.from_dict({"train": {"device": "cpu"}}))
     torch.manual_seed(0)
     task = build_task(cfg, "cpu", workspace)
@@ -160,9 +158,6 @@ def test_image_task_logs_every_baseline_in_objective_and_pixel_units(workspace):
 
 
 def test_norm_pix_runs_report_no_pixel_figure_but_keep_the_baselines(workspace):
-    from engine.config import RunConfig
-    from engine.tasks import build_task, resolve
-
     cfg = resolve(RunConfig.from_dict({"objective": {"norm_pix_loss": True}, "train": {"device": "cpu"}}))
     task = build_task(cfg, "cpu", workspace)
     ev = task.evaluate()

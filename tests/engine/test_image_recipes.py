@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from app.modalities import task_train_defaults, train_defaults
 from engine.config import load_config
+from engine.data import load_dataset
 from engine.tasks.image.recipe import RECIPES, recipe_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,9 +40,6 @@ def test_recipe_for_known_and_other_sizes():
 
 
 def test_new_run_defaults_come_from_the_recipe(workspace):
-    from app.modalities import task_train_defaults, train_defaults
-    from engine.data import load_dataset
-
     info = load_dataset("digits").info
     assert train_defaults("image_mim", info) == RECIPES[(8, 8)]["train"]
     text = type("Info", (), {"modality": "text"})()

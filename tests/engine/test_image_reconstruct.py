@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from engine.config import RunConfig
-from engine.tasks import resolve
 from engine.eval.inference import load_model
-from engine.store import create_run, get_run, load_samples
-from engine.tasks.image.inference import reconstruct
 from engine.runner.worker import execute_run
+from engine.store import create_run, get_run, load_samples
+from engine.tasks import resolve
+from engine.tasks.image.inference import reconstruct
 
 
 @pytest.fixture

@@ -19,8 +19,8 @@ from PIL import Image, ImageCms, ImageFile
 
 from engine.data import import_archive, load_dataset
 from engine.data.archive import NameDecoding
+from engine.data.images import NOTE_CMYK_ICC, NOTE_CMYK_NAIVE, NOTE_LOST_ON_FILL, NOTE_SCALED, NOTE_TIFF16
 from engine.data.importer import scan_archive
-from engine.data.images import NOTE_CMYK_ICC, NOTE_CMYK_NAIVE, NOTE_SCALED, NOTE_TIFF16
 from engine.data.limits import ImportLimits
 from engine.errors import DatasetError
 
@@ -636,8 +636,6 @@ def test_an_image_that_vanishes_on_the_fill_colour_is_reported_in_every_transpar
                                                                                        case):
     """A white stamp over a white fill keeps next to nothing visible: the report says so, names the
     fix, and the same image over gray imports with no such note."""
-    from engine.data.images import NOTE_LOST_ON_FILL
-
     data = LOST_CASES[case](_bolt(shared_data))
     name = "bolt." + {"WebP": "webp", "TIFF": "tif"}.get(case.split()[-1], "png")
     _, white = _import_one(tmp_path, name, data, fill="white")

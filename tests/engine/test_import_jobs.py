@@ -13,12 +13,14 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from bench.fsdd import subset_zip
+from engine.access.audit import read_audit
 from engine.access.policy import Identity
 from engine.data import list_datasets, load_dataset
-from engine.data.jobs import ImportJob, cancel_import, import_status, jobs_dir, memory_cap_bytes, start_import
-from tests.engine.test_idx import idx_bytes
-from bench.fsdd import subset_zip
+from engine.data.jobs import JOB_FILE, START_GRACE_S, ImportJob, cancel_import, import_status, jobs_dir, memory_cap_bytes, start_import
 from engine.errors import DatasetError, PermissionDeniedError
+from engine.store.lock import LOCK_FILE, RunLock
+from tests.engine.test_idx import idx_bytes
 
 EDITOR, VIEWER = Identity("ed", "editor", "password"), Identity("vera", "viewer", "password")
 
@@ -94,9 +96,6 @@ def test_a_job_between_creating_its_lock_and_taking_it_is_starting_not_interrupt
     """The job process creates its lock file, then locks it: a status read between the two said
     "interrupted" (seen once in a full run: a completed import reported as ended without a result).
     Each state a reader can meet before the result, on a job folder as start_import writes it."""
-    from engine.data.jobs import JOB_FILE, START_GRACE_S
-    from engine.store.lock import LOCK_FILE, RunLock
-
     d = jobs_dir(workspace) / "20261205-000000-abcdef"
     d.mkdir(parents=True)
 
@@ -173,8 +172,6 @@ def test_memory_cap_setting(monkeypatch):
 @pytest.mark.parametrize("case", ["reserved name", "invalid name", "taken name", "missing source", "bad memory cap"])
 def test_an_import_refused_before_it_starts_is_in_the_audit_log_with_its_reason(workspace, tmp_path, monkeypatch,
                                                                                case):
-    from engine.access.audit import read_audit
-
     path, name = _zip(tmp_path / "pics.zip", 2), "pics"
     if case == "reserved name":
         name = "digits"

@@ -7,16 +7,17 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
+import yaml
 
 from engine.config import RunConfig
-from engine.tasks import resolve
 from engine.data import load_dataset
 from engine.errors import MasklabError
 from engine.runner.launcher import cancel, submit
-from engine.store import get_run, list_runs, read_metrics
-from engine.store import lock_holder, run_alive
+from engine.store import get_run, list_runs, lock_holder, read_metrics, run_alive
+from engine.tasks import resolve
 
 CFG = {"data": {"dataset": "digits"}, "model": {"preset": "tiny", "patch_size": 2},
        "train": {"steps": 120, "batch_size": 32, "eval_interval": 40, "checkpoint_interval": 1000,
@@ -113,10 +114,6 @@ def test_submit_refuses_a_run_that_cannot_train(workspace, override, field):
 def test_cli_and_background_runs_train_identically(workspace, tmp_path):
     """The same config file, from the CLI (foreground) and the dashboard's path (background worker):
     both resolve the same thread count, record it in the config, and give bit-identical losses on CPU."""
-    from pathlib import Path
-
-    import yaml
-
     load_dataset("digits")
     cfg = resolve(RunConfig.from_dict({**CFG, "train": {**CFG["train"], "steps": 30, "eval_interval": 10}}))
     assert cfg.train.num_threads == 0  # "auto": resolved when the run starts

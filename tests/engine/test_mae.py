@@ -6,12 +6,12 @@ import pytest
 import torch
 
 from engine.config import RunConfig
-from engine.tasks import resolve
 from engine.errors import ConfigError
 from engine.masking import draw_mask, random_mask
 from engine.models import MODEL_REGISTRY, PRESETS, MaskedAutoencoderViT, build_model, count_parameters
 from engine.models.layers import Attention
 from engine.objectives import masked_mse, normalize_patches
+from engine.tasks import resolve
 
 MICRO = dict(embed_dim=32, depth=1, num_heads=2, decoder_embed_dim=16, decoder_depth=1, decoder_num_heads=2)
 

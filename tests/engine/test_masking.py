@@ -7,8 +7,8 @@ import inspect
 import pytest
 import torch
 
+import engine.masking.random as random_module
 from engine.config import MaskingConfig, RunConfig
-from engine.tasks import resolve, resolve_masking
 from engine.errors import ConfigError
 from engine.masking import (
     GRID_KINDS,
@@ -22,6 +22,8 @@ from engine.masking import (
     ratio_at,
     restore_order,
 )
+from engine.masking.random import _first_draws, mask_lowest, pick_uniform
+from engine.tasks import resolve, resolve_masking
 
 STRATEGIES = sorted(MASKING_REGISTRY)
 SHAPES = [(4, 16), (3, 4, 4), (2, 7, 5), (5, 1), (1, 14, 14)]
@@ -417,8 +419,6 @@ def test_ratio_schedules(kind):
 
 @pytest.mark.parametrize("L,n", [(50, 10), (50, 40), (200, 0), (200, 200), (1000, 750)])
 def test_mask_lowest_equal_counts_as_a_tensor_match_the_int_path(L, n):
-    from engine.masking.random import mask_lowest
-
     noise = torch.rand(16, L, generator=torch.Generator().manual_seed(L + n))
     by_int = mask_lowest(noise, n)
     assert torch.equal(mask_lowest(noise, torch.full((16, 1), n)), by_int)
@@ -430,8 +430,6 @@ def test_mask_lowest_equal_counts_as_a_tensor_match_the_int_path(L, n):
 
 
 def test_mask_lowest_ragged_counts_take_the_lowest_of_each_row():
-    from engine.masking.random import mask_lowest
-
     noise = torch.rand(32, 300, generator=torch.Generator().manual_seed(3))
     n = torch.arange(32) * 9  # 0 .. 279, both selection directions
     for m in (mask_lowest(noise, n), mask_lowest(noise, n.view(32, 1))):
@@ -455,9 +453,6 @@ def subset_frequencies(picked: torch.Tensor) -> torch.Tensor:
     ("dense", {"_SPARSE": -1.0}),  # noise and mask_lowest on every row
 ])
 def test_pick_uniform_gives_every_subset_of_the_free_positions_equally_often(route, patch, monkeypatch):
-    import engine.masking.random as random_module
-    from engine.masking.random import pick_uniform
-
     for name, value in patch.items():
         monkeypatch.setattr(random_module, name, value)
     B, L = 28_000, 12
@@ -475,8 +470,6 @@ def test_pick_uniform_gives_every_subset_of_the_free_positions_equally_often(rou
 
 
 def test_pick_uniform_mixed_rows_exact_counts_and_bad_counts():
-    from engine.masking.random import pick_uniform
-
     g = gen(41)
     free = torch.rand(64, 500, generator=g) < torch.linspace(0.05, 1.0, 64)[:, None]
     n_free = free.sum(1)
@@ -494,7 +487,6 @@ def test_pick_uniform_mixed_rows_exact_counts_and_bad_counts():
 def test_pick_uniform_sparse_marginals_on_a_large_row():
     # The block top-up's case: a few positions among thousands of free ones, every free position
     # equally likely (each of 2,000 free positions picked 20 / 2,000 of the time).
-    from engine.masking.random import pick_uniform
 
     B, L = 4000, 2500
     free = torch.ones(B, L, dtype=torch.bool)
@@ -509,7 +501,6 @@ def test_pick_uniform_sparse_marginals_on_a_large_row():
 def test_first_draws_sort_and_scratch_routes_agree():
     # Few draws over many positions take a stable sort of the keys, many take a [size] scratch:
     # the first draw of each position is the same either way (ties resolved by draw order).
-    from engine.masking.random import _first_draws
 
     g = gen(43)
     for M, size in [(1, 10), (50, 10_000), (3000, 100), (0, 5), (700, 700)]:
@@ -521,9 +512,6 @@ def test_first_draws_sort_and_scratch_routes_agree():
 
 @pytest.mark.parametrize("sparse_share", [0.25, -1.0])  # draws positions / noise on every row
 def test_pick_uniform_into_sets_the_same_choice_in_place(sparse_share, monkeypatch):
-    import engine.masking.random as random_module
-    from engine.masking.random import pick_uniform
-
     monkeypatch.setattr(random_module, "_SPARSE", sparse_share)
     g = gen(44)
     taken = torch.rand(16, 300, generator=g) < 0.6  # e.g. a block mask being topped up

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import numpy as np
@@ -11,7 +12,8 @@ from scipy import ndimage
 
 from engine.errors import ConfigError
 from engine.masking import get_masking
-from engine.masking.block import _draw_blocks, block_mask
+from engine.masking.block import _col_range, _draw_blocks, _pack_cols, _unpack_cols, block_mask
+from engine.masking.random import mask_lowest
 
 BEIT = dict(min_patches=16, min_aspect=0.3, max_aspect=None, max_attempts=10)
 
@@ -187,7 +189,6 @@ def test_bad_params_name_the_field(params, field):
 def test_direct_call_validates_params_and_defaults_match_the_model():
     with pytest.raises(ConfigError, match=r"masking\.params\.min_patches"):
         block_mask((2, 4, 4), 0.5, generator=gen(), min_patches=0)
-    import inspect
 
     sig = inspect.signature(block_mask).parameters
     for name, field in get_masking("block").params.model_fields.items():
@@ -257,8 +258,6 @@ def test_same_blocks_and_generator_position_as_the_dense_batched_loop(shape, rat
 
 @pytest.mark.parametrize("W", [1, 5, 61, 62, 63, 100, 124, 130])
 def test_bit_packing_round_trip_and_column_ranges(W):
-    from engine.masking.block import _col_range, _pack_cols, _unpack_cols
-
     x = torch.rand(6, 7, W, generator=gen(W)) < 0.5
     words = _pack_cols(x)
     assert words.shape == (6, 7, -(-W // 62)) and (words >= 0).all() and (words < 2**62).all()
@@ -289,7 +288,6 @@ def test_top_up_has_the_distribution_of_the_former_noise_top_up():
     # The top-up went from "lowest noise over the whole grid" to engine.masking.random.pick_uniform.
     # With the same blocks (same seed) and scattered eligibility, where much of each mask is top-up,
     # both give the same per-position rates and the same clustering, over 4,096 masks.
-    from engine.masking.random import mask_lowest
 
     B, H, W = 4096, 20, 16
     ok = (torch.rand(1, H, W, generator=gen(17)) < 0.8).expand(B, H, W)

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import inspect
+import math
 
 import pytest
 import torch
 
+import engine.masking.random as random_module
 from engine.errors import ConfigError
 from engine.masking import get_masking, random_mask
-from engine.masking.hierarchical import hierarchical_mask
+from engine.masking.hierarchical import _cells, _upsample, hierarchical_mask
+from engine.masking.random import mask_lowest
 
 
 def gen(seed: int = 0) -> torch.Generator:
@@ -146,8 +149,6 @@ def test_registry_record_defaults_and_seed_determinism():
 
 
 def test_cells_reduce_each_aligned_cell_with_a_ragged_margin():
-    from engine.masking.hierarchical import _cells
-
     x = torch.rand(5, 11, 9, generator=gen(20)) < 0.9
     got = _cells(x, 2, (5, 4))
     expected = torch.stack([x[:, 2 * i:2 * i + 2, 2 * j:2 * j + 2].flatten(1).all(1)
@@ -179,11 +180,6 @@ def test_all_true_eligible_gives_the_same_masks_as_none():
 def reference_hierarchical(shape, ratio, g, eligible, scales, shares):
     """The levels on the position grid (masklab's first implementation): a level's available cells
     are those whose positions are all eligible and unmasked; the singles are the lowest noises."""
-    import math
-
-    from engine.masking.hierarchical import _cells, _upsample
-    from engine.masking.random import mask_lowest
-
     B, grid = shape[0], shape[1:]
     d, L = len(grid), math.prod(grid)
     ok = eligible if eligible is not None else torch.ones(shape, dtype=torch.bool)
@@ -217,7 +213,6 @@ def reference_hierarchical(shape, ratio, g, eligible, scales, shares):
 def test_cell_grid_levels_give_the_masks_of_the_position_grid_definition(shape, scales, shares, ratio, holes, monkeypatch):
     # The levels run on their cell grids (_touched, _levels_to_grid); with the singles drawn by
     # noise on every row (pick_uniform's dense route) the masks equal the position-grid reference.
-    import engine.masking.random as random_module
 
     monkeypatch.setattr(random_module, "_SPARSE", -1.0)
     eligible = torch.rand(shape, generator=gen(30)) < 0.9 if holes else None

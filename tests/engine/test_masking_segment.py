@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from engine.config import MaskingConfig, RunConfig
-from engine.tasks import resolve, resolve_masking
 from engine.errors import ConfigError
 from engine.masking import draw_mask, get_masking
 from engine.masking.segment import segment_bounds, segment_length_range, sentence_span_mask
+from engine.tasks import resolve, resolve_masking
 
 
 def gen(seed: int = 0) -> torch.Generator:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import engine.masking.span as span_module
 from engine.errors import ConfigError
 from engine.masking import get_masking
 from engine.masking.span import span_length_pmf, span_mask
@@ -207,7 +208,6 @@ def test_bad_params_are_config_errors_naming_the_field(params, field):
 
 def test_redraw_when_the_span_count_bound_is_too_small(monkeypatch):
     # Force the (astronomically rare) fallback: a bound of 1 span cannot fill a budget of 30.
-    import engine.masking.span as span_module
 
     monkeypatch.setattr(span_module, "_span_bound", lambda b_max, p, max_len: 1)
     mask = span_mask((16, 100), 0.3, generator=gen(12))

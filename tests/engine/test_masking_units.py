@@ -8,10 +8,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import soundfile as sf
 import torch
+from PIL import Image
+from skimage.segmentation import slic
+from sklearn.datasets import load_digits
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
+from engine.config import MaskingConfig
+from engine.data import load_dataset
 from engine.errors import ConfigError
-from engine.masking import get_masking
+from engine.masking import draw_mask, get_masking, image_side_inputs
 from engine.masking.units import (
     MAX_PASSES,
     SuperpixelParams,
@@ -256,8 +263,6 @@ def trec_texts(shared_data) -> list[str]:
 
 
 def _wordpiece(texts):
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
-
     tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
@@ -271,8 +276,6 @@ def _wordpiece(texts):
 
 
 def _bpe(texts):
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
     tok.decoder = decoders.ByteLevel()
@@ -286,8 +289,6 @@ def _bpe(texts):
 
 
 def _metaspace_bpe(texts):
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Metaspace()
     tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=400, special_tokens=["<pad>", "<unk>"]))
@@ -372,8 +373,6 @@ def test_word_ids_tensor_separates_the_two_sentences_of_a_pair(trec_texts):
 
 @pytest.fixture(scope="module")
 def digits() -> torch.Tensor:
-    from sklearn.datasets import load_digits
-
     x = torch.from_numpy(load_digits().images[:64]).float() / 16.0  # (64, 8, 8) in [0, 1]
     return x[:, None]
 
@@ -389,8 +388,6 @@ def test_superpixel_segments_on_digits(digits):
 
 
 def test_superpixel_segments_is_the_patch_majority_of_slic(digits):
-    from skimage.segmentation import slic
-
     seg = superpixel_segments(digits[:8], 4, n_segments=5, compactness=5.0)
     for i in range(8):
         rgb = np.repeat(digits[i, 0].numpy().astype(np.float64)[..., None], 3, axis=2)
@@ -410,8 +407,6 @@ def test_superpixel_segments_follow_the_image_with_default_params():
     the image: every image gets its own segmentation, and pixels inside a superpixel are more alike
     than inside the cells of a regular grid with as many cells (a grid is what SLIC gives when the
     colour term is negligible)."""
-    from engine.data import load_dataset
-
     x = load_dataset("fashion-mnist").tensors("val")[0][:32].float()
     seg = superpixel_segments(x, 1)  # (32, 28, 28): one label per pixel
     assert len({s.numpy().tobytes() for s in seg}) == 32
@@ -431,8 +426,6 @@ def test_superpixel_segments_follow_the_image_with_default_params():
 
 
 def test_superpixel_segments_on_rgb_stamps(shared_data):
-    from PIL import Image
-
     with open(shared_data / "tuxpaint-stamps" / "captions.csv", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))[:4]
     ims = []
@@ -482,9 +475,6 @@ def test_superpixel_mask_eligible_and_params(digits):
 
 
 def test_image_side_inputs_computes_segments(digits):
-    from engine.config import MaskingConfig
-    from engine.masking import draw_mask, image_side_inputs
-
     cfg = MaskingConfig(strategy="superpixel", ratio=0.5, params={"n_segments": 6})
     side = image_side_inputs(cfg, digits[:8], 2)
     assert torch.equal(side["segments"], superpixel_segments(digits[:8], 2, n_segments=6))
@@ -500,8 +490,6 @@ FRAME, HOP = 200, 80  # 25 ms frames, 10 ms hop at 8 kHz
 
 @pytest.fixture(scope="module")
 def fsdd(shared_data):
-    import soundfile as sf
-
     clips = []
     for name in FSDD_FILES:
         x, sr = sf.read(shared_data / "fsdd" / "recordings" / f"{name}.wav", dtype="float32")

@@ -6,6 +6,7 @@ import csv
 
 import pytest
 import torch
+from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
 
 from engine.errors import ConfigError
 from engine.masking import get_masking
@@ -139,8 +140,6 @@ def test_special_tokens_eligible():
 
 
 def test_on_real_text_with_a_wordpiece_tokenizer(shared_data):
-    from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
-
     with open(shared_data / "trec" / "train.tsv", encoding="utf-8") as f:
         texts = [r["text"] for r in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)][:2000]
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]

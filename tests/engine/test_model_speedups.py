@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 from engine.masking.apply import gather_visible, restore_order
 from engine.models import BertMLM, MaskedAutoencoderViT
+from engine.models.layers import Block
 from engine.objectives import masked_mse
 
 
@@ -167,8 +168,6 @@ def test_bert_matches_the_reference_computation(padded, ragged):
 def test_block_forward_rows_is_the_full_block_at_those_rows():
     """Block.forward_rows (BertMLM's last block at the masked positions) equals the full block's rows,
     in row-major order, with gradients, padding keys, empty rows and an empty selection."""
-    from engine.models.layers import Block
-
     torch.manual_seed(0)
     blk = Block(32, 4)
     g = torch.Generator().manual_seed(1)

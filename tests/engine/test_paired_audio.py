@@ -12,15 +12,20 @@ import numpy as np
 import pytest
 import torch
 
-from engine.tasks.checks import check_run
+from bench.fsdd import WORDS, subset_zip
 from engine.config import RunConfig, load_config
-from engine.tasks import resolve
 from engine.data import ImportOptions, import_source, load_dataset
 from engine.errors import ConfigError
-from engine.store import create_run, get_run, load_samples
-from engine.tasks import build_task
-from engine.tasks.paired_audio.pairs import AudioTextPairs, label_text
-from bench.fsdd import WORDS, subset_zip
+from engine.eval.inference import load_model
+from engine.eval.job import evaluate_checkpoint
+from engine.runner.resume import prepare_resume, resume_config
+from engine.runner.worker import execute_run
+from engine.store import create_run, get_run, load_samples, read_config_history
+from engine.tasks import build_task, resolve
+from engine.tasks.checks import check_run
+from engine.tasks.paired.inference import retrieval_index
+from engine.tasks.paired_audio.pairs import AudioTextPairs, label_text, text_sources
+from engine.workspace import FORMAT, atomic_write_json, read_json, workspace_root
 
 REPO = Path(__file__).resolve().parents[2]
 BLANK = "recordings/2_theo_1.wav"  # imported without a transcript
@@ -113,10 +118,6 @@ def test_whole_spectrogram_hiding_leaves_the_padding_visible(ws):
 
 
 def test_a_short_run_logs_retrieval_caption_and_spectrogram_figures(ws, monkeypatch):
-    from engine.eval.inference import load_model
-    from engine.tasks.paired.inference import retrieval_index
-    from engine.runner.worker import execute_run
-
     monkeypatch.setenv("MASKLAB_WORKSPACE", str(ws))
     cfg = cfg_of()
     check_run(cfg, ws)
@@ -146,8 +147,6 @@ def test_example_config_passes_the_preflight_on_an_imported_fsdd_subset(ws):
 
 
 def test_text_sources_name_what_gives_each_train_clip_a_text(ws):
-    from engine.tasks.paired_audio.pairs import text_sources
-
     spoken, plain = load_dataset("spoken", ws), load_dataset("plain", ws)
     n_train = int((plain.split == 0).sum())
     assert text_sources(plain) == {"digit_word": n_train, "label": n_train}  # no transcripts
@@ -160,8 +159,6 @@ def test_text_sources_name_what_gives_each_train_clip_a_text(ws):
 
 def test_a_run_paired_with_one_character_class_names_completes_with_its_cca_baseline(ws, monkeypatch):
     """Class names "0" .. "3" as the texts: the CCA baseline's TF-IDF keeps one-character words."""
-    from engine.runner.worker import execute_run
-
     monkeypatch.setenv("MASKLAB_WORKSPACE", str(ws))
     cfg = cfg_of(data={"dataset": "plain"}, task_params={"text_source": "label"})
     check_run(cfg, ws)
@@ -177,12 +174,6 @@ def test_a_format_2_paired_run_on_audio_opens_resumes_and_evaluates_as_paired_au
     after its step-2 checkpoint, its config, config history, status and ``VERSION`` written back as format 2
     wrote them) is renamed once when the workspace opens, then resumes with a changed config (resolved again
     under the new task) to completion and evaluates."""
-    from engine.eval.job import evaluate_checkpoint
-    from engine.runner.resume import prepare_resume, resume_config
-    from engine.runner.worker import execute_run
-    from engine.store import read_config_history
-    from engine.workspace import FORMAT, atomic_write_json, read_json, workspace_root
-
     def crash_after_3(step: int) -> None:
         if step == 3:
             raise RuntimeError("simulated crash after step 3")

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from engine.data import ImportOptions, detect_source, import_source, inspect_source, load_dataset
-from engine.data.images import fit_square
+from engine.data import ImportOptions, bundled, detect_source, import_source, inspect_source, load_dataset
+from engine.data.images import NOTE_LOST_ON_FILL, fit_square
 from engine.data.paired import caption_of
 from engine.errors import DatasetError
 
@@ -154,8 +154,6 @@ def test_an_image_zip_with_a_readme_stays_an_image_import(stamps, tmp_path):
 
 
 def test_bundled_tuxpaint_stamps(workspace):
-    from engine.data import bundled
-
     status = {s.name: s for s in bundled.bundled_status()}["tuxpaint-stamps"]
     if not status.available:
         pytest.skip(status.how_to_get)
@@ -169,8 +167,6 @@ def test_bundled_tuxpaint_stamps(workspace):
 def test_a_paired_import_names_the_images_that_vanish_on_the_fill(stamps, shared_data, tmp_path, workspace):
     """The paired importer reports and keeps, like the image importer, a stamp that vanishes on the
     colour under transparency (the white lightning bolt over white)."""
-    from engine.data.images import NOTE_LOST_ON_FILL
-
     bolt = shared_data / "tuxpaint-stamps" / "images" / "naturalforces__lightningbolt.png"
     rows = [[f"images/{r['id']}.png", r["caption_en"], r["category"]] for r in stamps] + \
         [["images/bolt.png", "A lightning bolt.", "naturalforces"]]

@@ -8,10 +8,13 @@ import numpy as np
 import pytest
 
 from engine.config import RunConfig
-from engine.tasks import resolve
 from engine.data import ImportOptions, import_source
 from engine.errors import MasklabError
+from engine.eval.inference import InferenceError, load_model
 from engine.store import get_run, load_samples
+from engine.tasks import resolve
+from engine.tasks.paired.inference import embed_caption, nearest, retrieval_index
+from engine.tasks.paired.preview import preview
 from tests.stamps import completed_run, pairs_zip
 
 N_PAIRS = 32
@@ -37,8 +40,6 @@ def run(tmp_path_factory, shared_data):
 
 
 def test_the_preview_draws_the_masks_the_run_drew_for_its_samples(run):
-    from engine.tasks.paired.preview import preview
-
     ws, run_id = run
     s = load_samples(run_id, workspace=ws)
     pv = preview(resolve(RunConfig.from_dict(get_run(run_id, ws).config)), 3, ws)
@@ -53,9 +54,6 @@ def test_the_preview_draws_the_masks_the_run_drew_for_its_samples(run):
 
 
 def test_retrieval_helpers_rank_the_validation_pairs(run):
-    from engine.eval.inference import InferenceError, load_model
-    from engine.tasks.paired.inference import embed_caption, nearest, retrieval_index
-
     ws, run_id = run
     loaded = load_model(run_id, workspace=ws)
     index = retrieval_index(loaded, ws)
@@ -76,7 +74,5 @@ def test_retrieval_helpers_rank_the_validation_pairs(run):
 
 
 def test_nearest_is_exact_with_ties_broken_by_row():
-    from engine.tasks.paired.inference import nearest
-
     keys = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.6, 0.8]], np.float32)
     assert nearest(np.array([1.0, 0.0], np.float32), keys, 3) == [(0, 1.0), (2, 1.0), (3, pytest.approx(0.6))]

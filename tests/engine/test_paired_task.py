@@ -12,13 +12,15 @@ import numpy as np
 import pytest
 import torch
 
-from engine.tasks.checks import check_run
-from engine.config import RunConfig
-from engine.tasks import resolve
+from engine.config import RunConfig, load_config
 from engine.data import ImportOptions, import_source
 from engine.errors import ConfigError
+from engine.eval.inference import load_model
+from engine.runner.worker import execute_run
 from engine.store import create_run, get_run, load_samples
-from engine.tasks import build_task
+from engine.tasks import build_task, resolve
+from engine.tasks.checks import check_run
+from engine.tasks.text.common import text_rows
 
 REPO = Path(__file__).resolve().parents[2]
 N_PAIRS = 48
@@ -116,7 +118,6 @@ def test_hidden_tokens_and_the_partner_never_leak(ws, arch):
     m = task.model.eval()
     idx = torch.arange(6)
     xb = task.train_batch(idx)
-    from engine.tasks.text.common import text_rows
 
     b = text_rows(task.train_enc, idx)
     ids, real = b["ids"], b["eligible"]
@@ -143,9 +144,6 @@ def test_hidden_tokens_and_the_partner_never_leak(ws, arch):
     {"model": {"arch": "flava"}},
 ])
 def test_a_run_trains_through_the_real_worker_and_store(ws, monkeypatch, extra):
-    from engine.eval.inference import load_model
-    from engine.runner.worker import execute_run
-
     monkeypatch.setenv("MASKLAB_WORKSPACE", str(ws))
     cfg = cfg_of(**extra)
     run_id, d = create_run(cfg.to_dict(), ws)
@@ -180,8 +178,6 @@ def test_features_and_raw_features(ws):
 
 
 def test_example_config_passes_the_preflight_on_an_imported_set(ws):
-    from engine.config import load_config
-
     cfg = load_config(REPO / "configs/paired-tuxpaint.yaml", ["data.dataset=stamps"])
     assert cfg.task == "paired"
     assert check_run(cfg, ws).name == "stamps"

@@ -6,17 +6,21 @@ from __future__ import annotations
 
 import io
 import json
+import struct
+import time
 import zipfile
 
 import pytest
 from PIL import Image
 
 from engine.config import RunConfig
-from engine.tasks import resolve
 from engine.data import import_archive, import_source, inspect_source
+from engine.data.jobs import import_status, start_import
 from engine.data.limits import ImportLimits
-from engine.errors import ConfigError, DatasetError
+from engine.data.tabular import import_options
+from engine.errors import ConfigError, DatasetError, NothingImportedError
 from engine.messages import describe_error
+from engine.tasks import resolve
 from tests.engine.test_import import _huge_png, _raw_zip
 
 #: Fragments of library messages that must never reach a reason.
@@ -73,8 +77,6 @@ def test_every_image_refusal_reads_as_specified(workspace, tmp_path):
 
 def _bomb_headers(w: int, h: int) -> dict[str, bytes]:
     """A few dozen bytes per accepted format whose header declares ``w x h`` pixels."""
-    import struct
-
     info = struct.pack("<IiiHHIIiiII", 40, w, h, 1, 24, 0, 0, 2835, 2835, 0, 0)
     tags = [(256, 4, 1, w), (257, 4, 1, h), (258, 3, 1, 8), (259, 3, 1, 1), (262, 3, 1, 1), (273, 4, 1, 8),
             (278, 4, 1, h), (279, 4, 1, w * h)]
@@ -173,7 +175,6 @@ def test_limits_and_options_errors_are_our_sentences():
     with pytest.raises(DatasetError) as e:
         ImportLimits.from_env({"MASKLAB_MAX_IMAGE_PIXELS": "0"})
     assert str(e.value) == "MASKLAB_MAX_IMAGE_PIXELS='0': must be at least 1"
-    from engine.data.tabular import import_options
 
     with pytest.raises(DatasetError) as e:
         import_options(val_fraction=2.0)
@@ -211,9 +212,6 @@ def test_an_import_that_refuses_every_file_lists_each_one(workspace, tmp_path, m
     """Nothing importable: the error names the source and the first reasons, and carries every
     refused file with its reason (the Data page shows them as the table of a partial import);
     the background import job keeps them in its result."""
-    from engine.data.jobs import import_status, start_import
-    from engine.errors import NothingImportedError
-
     path = tmp_path / f"{modality}.zip"
     with zipfile.ZipFile(path, "w") as z:
         for name, data in members.items():
@@ -229,7 +227,6 @@ def test_an_import_that_refuses_every_file_lists_each_one(workspace, tmp_path, m
         assert not any(w in reason for w in LIBRARY_WORDS), reason
 
     job_id = start_import(path, workspace=workspace)
-    import time
 
     deadline = time.time() + 120
     while (job := import_status(job_id, workspace)).active:

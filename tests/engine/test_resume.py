@@ -10,9 +10,7 @@ interrupted and an uninterrupted run must use the same thread count for bit-iden
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import re
 import signal
 import subprocess
@@ -25,21 +23,35 @@ import pytest
 import torch
 
 from engine.config import RunConfig
-from engine.tasks import resolve
 from engine.data import import_source, load_dataset
 from engine.errors import ConfigError, DatasetError, ResumeError, RunLockedError
-from engine.runner.launcher import resume, submit
-from engine.runner.resume import frozen_changes, prepare_resume, resume_config
+from engine.runner.launcher import cancel, resume, submit
 from engine.runner.queue import enqueue
-from engine.training.schedule import lr_at
+from engine.runner.resume import frozen_changes, prepare_resume, resume_config
+from engine.runner.worker import execute_run
 from engine.store import (
-    CANCEL_FILE, HOLD_FILE, RunLock, create_run, get_run, latest_checkpoint_step, list_checkpoints, load_weights,
-    read_config_history, read_status, run_alive, sample_steps, signal_holder, write_status,
+    CANCEL_FILE,
+    HOLD_FILE,
+    RunLock,
+    create_run,
+    get_run,
+    latest_checkpoint_step,
+    list_checkpoints,
+    load_weights,
+    read_config_history,
+    read_status,
+    run_alive,
+    sample_steps,
+    signal_holder,
+    write_status,
 )
 from engine.store.metrics import read_run_table
-from engine.runner.worker import execute_run
+from engine.tasks import resolve
+from engine.training.schedule import lr_at
 from tests.cli import engine_main
-from tests.engine.procs import pids_with_args, wait_until as _wait
+from tests.engine.procs import pids_with_args
+from tests.engine.procs import wait_until as _wait
+from tests.plugins import ema_task
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = {"name": "img", "data": {"dataset": "digits"}, "model": {"preset": "tiny", "patch_size": 2},
@@ -187,8 +199,6 @@ def test_resumed_text_mlm_run_equals_an_uninterrupted_one(workspace, one_thread,
 def test_task_state_and_the_global_rng_are_restored(workspace, one_thread, monkeypatch):
     """A task with an EMA teacher (Task.state_dict) that adds noise from the global torch RNG: the
     resumed run's teacher val loss equals the uninterrupted one; without the state hook it does not."""
-    from tests.plugins import ema_task
-
     cfg = {"task": "toy_pixels_ema", "masking": {"strategy": "random", "ratio": 0.5},
            "train": {"steps": 12, "batch_size": 64, "eval_interval": 4, "checkpoint_interval": 4, "lr": 3e-3,
                      "warmup_steps": 2, "device": "cpu", "num_threads": 1}}
@@ -440,7 +450,6 @@ def test_a_cancelled_supervised_run_is_not_restarted(workspace):
     run_id = submit(resolve(RunConfig.from_dict(cfg)))
     d = get_run(run_id).path
     _wait(lambda: get_run(run_id).step > 0, 120, "the run to train")
-    from engine.runner.launcher import cancel
 
     assert cancel(run_id) is True
     _wait(lambda: _supervisors(d) == [] and not run_alive(d), 60, "the supervisor and worker to exit")

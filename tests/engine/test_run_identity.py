@@ -7,16 +7,17 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
 
 from engine.config import RunConfig
-from engine.tasks import resolve
 from engine.data import load_dataset
 from engine.errors import RunLockedError
 from engine.runner.launcher import cancel, submit
 from engine.store import RunLock, create_run, get_run, lock_holder, read_status, run_alive, signal_holder, write_status
+from engine.tasks import resolve
 
 HOLD = textwrap.dedent("""
     import sys, time
@@ -105,8 +106,6 @@ def test_a_second_writer_cannot_take_a_held_run(workspace):
 
 
 def test_readers_probing_do_not_keep_the_worker_out(workspace):
-    import threading
-
     _, d = create_run({"train": {"steps": 5}})
     (d / "lock").touch()
     stop = threading.Event()

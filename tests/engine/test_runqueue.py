@@ -11,12 +11,12 @@ from contextlib import contextmanager
 import pytest
 
 from engine.config import RunConfig
-from engine.tasks import resolve
 from engine.data import load_dataset
 from engine.errors import ConfigError, QueueFullError
 from engine.runner.launcher import REPO_ROOT, cancel, submit
 from engine.runner.queue import enqueue, max_queued, waiting_runs
 from engine.store import create_run, get_run, list_runs, lock_holder
+from engine.tasks import resolve
 
 SHORT = {"data": {"dataset": "digits"}, "model": {"preset": "tiny", "patch_size": 2},
          "train": {"steps": 3, "batch_size": 16, "eval_interval": 3, "checkpoint_interval": 100, "warmup_steps": 1,

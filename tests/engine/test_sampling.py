@@ -13,9 +13,13 @@ import torch
 from PIL import Image
 
 from engine.config import RunConfig
-from engine.tasks import resolve
 from engine.data import import_source, load_dataset, representative
 from engine.data.sampling import import_order
+from engine.masking import preview_masks
+from engine.tasks import resolve
+from engine.tasks.image.recipe import ImageMIMTask
+from engine.tasks.text.preview import preview
+from engine.tasks.text.recipe import TextMLMTask
 
 
 def _round_robin(labels: np.ndarray, n: int, seed: int) -> list[int]:
@@ -67,9 +71,6 @@ def test_fixed_validation_samples_of_a_class_ordered_import_cover_several_classe
     """A zip of real MNIST digits written class by class (0/, 1/, ... as a user zips folders): the
     stored rows are shuffled, and the run's fixed validation images (and the New run preview,
     which calls the same function) are one per class."""
-    from engine.masking import preview_masks
-    from engine.tasks.image.recipe import ImageMIMTask
-
     x, y = _mnist(shared_data, 400)
     path = tmp_path / "mnist.zip"
     with zipfile.ZipFile(path, "w") as z:
@@ -98,9 +99,6 @@ def test_fixed_validation_samples_of_a_class_ordered_import_cover_several_classe
 
 
 def test_text_samples_of_a_class_ordered_table_cover_every_class_and_match_the_preview(workspace, tmp_path, shared_data):
-    from engine.tasks.text.recipe import TextMLMTask
-    from engine.tasks.text.preview import preview
-
     lines = (shared_data / "trec" / "train.tsv").read_text(encoding="utf-8").splitlines()
     header, rows = lines[0], sorted(lines[1:600], key=lambda r: r.split("\t")[0])  # class by class
     path = tmp_path / "questions.tsv"

@@ -6,12 +6,12 @@ import pytest
 import torch
 
 from engine.config import RunConfig
-from engine.tasks import resolve
 from engine.masking import random_mask
 from engine.models import SimMIMViT, build_model
 from engine.objectives import masked_l1
-from engine.store import create_run, get_run, read_metrics
 from engine.runner.worker import execute_run
+from engine.store import create_run, get_run, read_metrics
+from engine.tasks import resolve
 
 
 def micro(**kw) -> SimMIMViT:

@@ -7,12 +7,12 @@ import torch
 import torch.nn.functional as F
 
 from engine.config import RunConfig
-from engine.tasks import resolve
 from engine.masking.segment import sentence_span_mask
 from engine.models import SPAN_PRESETS, SpanInfiller, span_corrupt
 from engine.models.layers import CrossAttention, DecoderBlock
 from engine.models.span_infill import shift_right, span_exact_match, span_scored_mask, span_token_accuracy
 from engine.store.checkpoints import load_weights, save_checkpoint
+from engine.tasks import resolve
 
 PAD, CLS, SEP, MASK = 0, 1, 2, 3
 V, MAX_LEN = 40, 24

@@ -7,11 +7,20 @@ import subprocess
 import sys
 
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
+import engine.workspace
 from engine.errors import RunNotFoundError
 from engine.store import (
-    MetricsWriter, create_run, get_run, list_runs, read_metrics, write_status,
+    MetricsWriter,
+    create_run,
+    get_run,
+    list_runs,
+    read_log,
+    read_metrics,
+    truncate_metrics,
+    write_status,
 )
 from engine.store.metrics import metric_files
 
@@ -92,16 +101,12 @@ def test_dead_worker_is_reported_interrupted_without_rewriting(workspace):
 
 def _raw_rows(paths) -> list[tuple[str, int]]:
     """(key, step) of every row in ``paths``, duplicates kept (no dedup: what a reader would count)."""
-    import pyarrow.parquet as pq
-
     return [(k, s) for p in paths for k, s in zip(*pq.read_table(p, columns=["key", "step"]).to_pydict().values())]
 
 
 @pytest.mark.parametrize("flushes, fanout, most", [(100, 4, 3 * 4), (700, 4, 3 * 5), (500, 2, 9)])
 def test_compaction_while_training_keeps_few_files(workspace, monkeypatch, flushes, fanout, most):
     """At most fanout - 1 files per level: 4**4 > 100, 4**5 > 700, 2**9 > 500."""
-    import engine.workspace
-
     monkeypatch.setattr(engine.workspace.os, "fsync", lambda fd: None)  # speed only: durability is tested elsewhere
     run_id, d = create_run({"train": {"steps": flushes}})
     w = MetricsWriter(d, run_id, flush_interval=0, compact_every=fanout)  # every log call flushes
@@ -133,8 +138,6 @@ def test_reader_during_compaction_never_double_counts_or_misses(workspace):
     Every read must be a gap-free prefix of the steps (nothing missed), never shorter than an
     earlier read, and the files a reader picks must hold each row once (nothing counted twice).
     """
-    from engine.store.metrics import metric_files
-
     n = 400
     run_id, d = create_run({"train": {"steps": n}})
     proc = subprocess.Popen([sys.executable, "-c", WRITER, str(d), str(n)])
@@ -190,8 +193,6 @@ def test_unreadable_segments_are_skipped_with_a_warning(workspace):
 
 
 def test_truncate_then_continue_has_one_row_per_step(workspace):
-    from engine.store import truncate_metrics
-
     run_id, d = _finished_run("r", steps=100)
     assert truncate_metrics(d, after_step=49) == 50
     w = MetricsWriter(d, run_id, flush_interval=0, compact_every=4)
@@ -207,8 +208,6 @@ def test_truncate_then_continue_has_one_row_per_step(workspace):
 
 
 def test_read_log_tail(workspace):
-    from engine.store import read_log
-
     run_id, d = create_run({"train": {"steps": 1}})
     assert read_log(run_id) is None  # a foreground run has no worker log
     (d / "worker.log").write_bytes(b"".join(b"line %05d\n" % i for i in range(10_000)))  # 11 bytes a line

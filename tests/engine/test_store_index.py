@@ -16,7 +16,15 @@ import pandas as pd
 import pytest
 
 from engine.store import (
-    MetricsWriter, RunLock, annotate, create_run, latest_points, list_runs, read_metrics, run_dir, truncate_metrics,
+    MetricsWriter,
+    RunLock,
+    annotate,
+    create_run,
+    latest_points,
+    list_runs,
+    read_metrics,
+    run_dir,
+    truncate_metrics,
     write_status,
 )
 from engine.store.index import RACY_S, index_for

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from engine.access.policy import Identity
 from engine.access.audit import read_audit
+from engine.access.policy import Identity
+from engine.cli import main
 from engine.errors import ConfigError, PermissionDeniedError, QueueFullError
-from engine.store import list_runs
 from engine.runner.sweep import parse_seeds, parse_values, plan_sweep, submit_sweep, sweep_configs, sweep_of
+from engine.store import list_runs
 
 BASE = {"name": "base", "data": {"dataset": "digits"}, "train": {"steps": 7}}
 
@@ -97,8 +98,6 @@ def test_a_sweep_larger_than_the_queue_room_is_refused_before_any_run_is_queued(
 
 
 def test_the_cli_refuses_bad_values_in_words_and_queues_nothing(workspace, capsys):
-    from engine.cli import main
-
     assert main(["sweep", "--over", "masking.ratio=0.5,1.5,0.5", "--set", "train.steps=5"]) == 2
     assert capsys.readouterr().err == ("error: sweep value masking.ratio=1.5: invalid run config: masking.ratio: must "
                                        "be at most 1.0 (got 1.5)\nsweep value masking.ratio=0.5: listed twice\n")

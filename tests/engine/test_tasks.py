@@ -9,7 +9,10 @@ import pytest
 
 from engine.config import RunConfig
 from engine.errors import ConfigError, DatasetError
+from engine.runner.launcher import submit
+from engine.store import get_run, load_samples, read_metrics
 from engine.tasks import TASK_REGISTRY, get_task, resolve
+from engine.tasks.checks import check_run
 
 PLUGIN = "tests.plugins.toy_task"
 
@@ -48,8 +51,6 @@ def test_unknown_plugin_module_is_a_config_error(monkeypatch):
 
 
 def test_check_refuses_a_dataset_of_another_modality(workspace, monkeypatch):
-    from engine.tasks.checks import check_run
-
     monkeypatch.setenv("MASKLAB_PLUGINS", PLUGIN)
     cls = get_task("toy_pixels")
     monkeypatch.setattr(cls, "modality", "toy-modality")
@@ -61,9 +62,6 @@ def test_check_refuses_a_dataset_of_another_modality(workspace, monkeypatch):
 def test_toy_task_from_tests_trains_through_the_real_worker_and_store(workspace, monkeypatch):
     """A task defined under tests/ (nothing under engine/ knows it) runs in a background worker
     process started by the launcher, and its metrics and samples land in the store."""
-    from engine.runner.launcher import submit
-    from engine.store import get_run, load_samples, read_metrics
-
     monkeypatch.setenv("MASKLAB_PLUGINS", PLUGIN)  # the worker inherits it
     cfg = resolve_dict({"task": "toy_pixels", "masking": {"strategy": "span", "ratio": 0.3},
                         "train": {"steps": 60, "batch_size": 64, "eval_interval": 30, "lr": 3e-3,

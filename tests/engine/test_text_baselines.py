@@ -3,13 +3,15 @@ against a plain-Python reference of the documented rule."""
 
 from __future__ import annotations
 
+import csv
 from collections import Counter
 
 import numpy as np
 import pytest
 import torch
 
-from engine.eval import BASELINE_KINDS, TokenBaselines
+from engine.eval import BASELINE_KINDS, TokenBaselines, text_baselines
+from engine.text.tokenizer import TokenizerSettings, train_tokenizer
 
 PAD, CLS, SEP, MASK, UNK = 0, 1, 2, 3, 4
 SPECIALS = (PAD, CLS, SEP, MASK, UNK)
@@ -291,11 +293,6 @@ def test_fitting_chunk_by_chunk_gives_the_same_tables_as_one_pass(shared_data, m
     """fit counts FIT_CHUNK rows at a time (a memory-mapped split is never converted whole); the
     summed tables are those of one pass over every row: real TREC questions, int32 ids in a numpy
     array wider than the longest question (a stored split's layout) against int64 tensors."""
-    import csv
-
-    from engine.eval import text_baselines
-    from engine.text.tokenizer import TokenizerSettings, train_tokenizer
-
     with open(shared_data / "trec" / "train.tsv", newline="", encoding="utf-8") as f:
         texts = [r["text"] for r in csv.DictReader(f, delimiter="\t")][:2000]
     tok = train_tokenizer(texts, TokenizerSettings(vocab_size=1500))

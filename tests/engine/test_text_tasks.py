@@ -3,20 +3,26 @@ what is masked and labelled, tiny corpora, samples, interactive inference, the e
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
 
 from engine.config import RunConfig, load_config
-from engine.tasks import resolve
 from engine.data import ImportOptions, import_source
 from engine.errors import ConfigError
-from engine.text.stored import StoredEncoded
-from engine.store import create_run, get_run, load_samples, read_metrics
-from engine.tasks import build_task
+from engine.eval.inference import load_model
 from engine.models.span_infill import shift_right
-from engine.tasks.text.common import ensure_one_masked, whole_words
 from engine.runner.worker import execute_run
+from engine.store import create_run, get_run, load_samples, read_metrics
+from engine.store.checkpoints import list_checkpoints, load_checkpoint_state
+from engine.tasks import build_task, resolve
+from engine.tasks.text.common import ensure_one_masked, whole_words
+from engine.tasks.text.inference import complete_span, fill_in
+from engine.text.stored import StoredEncoded
+from engine.training.loop import epoch_order
 
 SHORT = {"steps": 6, "batch_size": 8, "eval_interval": 3, "checkpoint_interval": 6, "warmup_steps": 1, "device": "cpu"}
 
@@ -111,9 +117,6 @@ def test_one_line_four_word_corpus_with_batch_1_trains_without_nan(workspace, tm
 
 
 def test_mlm_run_logs_accuracy_baselines_samples_and_answers_the_fill_in_box(trec):
-    from engine.eval.inference import load_model
-    from engine.tasks.text.inference import fill_in
-
     run_id, d = create_run(_cfg("text_mlm", trec).to_dict())
     assert execute_run(d) == "completed", get_run(run_id).error
     rec = get_run(run_id)
@@ -132,9 +135,6 @@ def test_mlm_run_logs_accuracy_baselines_samples_and_answers_the_fill_in_box(tre
 
 
 def test_span_run_logs_span_metrics_and_completes_a_passage(trec):
-    from engine.eval.inference import load_model
-    from engine.tasks.text.inference import complete_span
-
     run_id, d = create_run(_cfg("text_span", trec).to_dict())
     assert execute_run(d) == "completed", get_run(run_id).error
     rec = get_run(run_id)
@@ -181,9 +181,6 @@ def test_example_configs_validate_and_point_at_an_imported_set(trec):
 @pytest.mark.slow
 def test_mlm_fortunes_config_runs_from_the_cli(trec):
     """`python -m engine run configs/mlm-fortunes.yaml --set data.dataset=NAME`, shortened."""
-    import subprocess
-    import sys
-
     out = subprocess.run([sys.executable, "-m", "engine", "run", "configs/mlm-fortunes.yaml", "--set", "data.dataset=trec",
                           "--set", "train.steps=20", "--set", "train.eval_interval=10"],
                          capture_output=True, text=True, timeout=300)
@@ -212,9 +209,6 @@ def test_text_batches_are_cut_to_their_longest_row(trec):
 def test_training_batches_group_texts_of_similar_length(trec):
     """The loop orders an epoch with engine.training.loop.epoch_order over the task's text lengths
     (train.group_by_length, on by default); off, the order is a plain random permutation."""
-    from engine.store.checkpoints import list_checkpoints, load_checkpoint_state
-    from engine.training.loop import epoch_order
-
     torch.manual_seed(0)
     lengths = build_task(_cfg("text_mlm", trec)).train_lengths()
     perms = {}

@@ -11,7 +11,16 @@ import numpy as np
 import pytest
 
 from engine.config import RunConfig
+from engine.data import detect_modality, detect_source, import_source, inspect_source, list_datasets, load_dataset
+from engine.data.tabular import ImportOptions
 from engine.errors import ConfigError, DatasetError
+from engine.masking import MASKING_REGISTRY, strategies_for
+from engine.modalities import modality_names
+from engine.runner.launcher import submit
+from engine.store import get_run, load_samples, read_metrics
+from engine.store.evaluations import latest_evaluation
+from engine.tasks import resolve
+from engine.tasks.checks import check_run
 
 PLUGIN = "tests.plugins.timeseries"
 T = 32
@@ -45,11 +54,6 @@ def series(workspace, monkeypatch, tmp_path):
 
 
 def test_the_registry_derives_detection_masking_and_storage_for_the_plugin(series, tmp_path):
-    from engine.data import detect_modality, detect_source, import_source, inspect_source, list_datasets, load_dataset
-    from engine.data.tabular import ImportOptions
-    from engine.masking import MASKING_REGISTRY, strategies_for
-    from engine.modalities import modality_names
-
     assert detect_source(series) == "series_csv" and detect_modality(series) == "timeseries"
     words = tmp_path / "words.csv"
     words.write_text("label,text\nham,hello there\nspam,buy now\n")
@@ -76,8 +80,6 @@ def test_the_registry_derives_detection_masking_and_storage_for_the_plugin(serie
     assert type(ds).__name__ == "SeriesDataset" and ds.values.shape == (180, T) and ds.values.dtype == np.float32
     assert [i.name for i in list_datasets(modality="timeseries")] == ["waves"]
 
-    from engine.tasks.checks import check_run
-
     check_run(RunConfig.from_dict({"task": "series_mae", "data": {"dataset": "waves"},
                                    "masking": {"strategy": "span", "ratio": 0.3}}))
     with pytest.raises(ConfigError, match=r"masking\.strategy: 'whole_word' does not mask time steps; strategies for them: .*span"):
@@ -89,12 +91,6 @@ def test_the_registry_derives_detection_masking_and_storage_for_the_plugin(serie
 def test_timeseries_trains_through_the_real_worker_and_is_evaluated(series, monkeypatch, one_thread):
     """Import, train in a background worker started by the launcher, and the worker's evaluation of
     the final checkpoint (``evaluation.auto``): about 15 s on one CPU thread."""
-    from engine.data import import_source
-    from engine.runner.launcher import submit
-    from engine.store import get_run, load_samples, read_metrics
-    from engine.store.evaluations import latest_evaluation
-    from engine.tasks import resolve
-
     import_source(series, "waves")
     monkeypatch.setenv("MASKLAB_AUTO_EVAL", "1")
     cfg = resolve(RunConfig.from_dict({

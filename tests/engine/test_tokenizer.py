@@ -24,6 +24,7 @@ from engine.text import (
     tokenizer_id,
     train_tokenizer,
 )
+from engine.text.tokenizer import text_chunks, train_tokenizer_chunks
 
 
 @pytest.fixture(scope="module")
@@ -219,8 +220,6 @@ def test_training_from_chunks_learns_the_same_vocabulary_without_holding_the_spl
     """Chunks of texts (what get_tokenizer reads from a stored split, text_chunks) give the vocabulary
     one list gives: the char tokenizer exactly, WordPiece as many pieces, all but a few the same
     (WordPiece training is not deterministic even on one list, huggingface/tokenizers#1794). get_tokenizer trains from the chunks, never from the list."""
-    from engine.text.tokenizer import text_chunks, train_tokenizer_chunks
-
     texts = trec_texts[:3000]
     chunks = [texts[i : i + 700] for i in range(0, len(texts), 700)]
     for settings in (TokenizerSettings(kind="char"), TokenizerSettings(vocab_size=2000)):

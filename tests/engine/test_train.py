@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from engine.config import RunConfig
-from engine.tasks import resolve
-from engine.masking import preview_masks
+from engine.masking import preview_masks, strategies_for
+from engine.runner.worker import execute_run
 from engine.store import create_run, get_run, load_samples, read_metrics
 from engine.store.checkpoints import list_checkpoints, load_weights
-from engine.runner.worker import execute_run
+from engine.store.metrics import MetricsWriter
+from engine.tasks import resolve
+from engine.training.loop import epoch_order, train
+from engine.training.writers import run_writers
 
 SHORT = {"name": "t", "data": {"dataset": "digits"}, "model": {"preset": "tiny", "patch_size": 2},
          "train": {"steps": 12, "batch_size": 32, "eval_interval": 6, "checkpoint_interval": 6,
@@ -68,8 +72,6 @@ def test_failed_run_records_the_error(workspace):
 def test_every_image_strategy_trains_with_its_defaults(workspace):
     """Image runs use the masking library: every strategy offered for images trains a few steps on
     real digits, ragged ones (Bernoulli, superpixels...) through the padded encoder batch."""
-    from engine.masking import strategies_for
-
     for name in strategies_for("image", 2):
         cfg = {**SHORT, "masking": {"strategy": name, "ratio": 0.5},
                "train": {**SHORT["train"], "steps": 3, "eval_interval": 3, "checkpoint_interval": 3}}
@@ -89,8 +91,6 @@ def test_ratio_schedule_is_followed_step_by_step(workspace):
 
 
 def test_epoch_order_without_lengths_is_a_random_permutation():
-    from engine.training.loop import epoch_order
-
     order = epoch_order(10, 3, torch.Generator().manual_seed(5))
     assert order.dtype == torch.int32  # 4 bytes a row: the order of millions of texts stays small
     assert torch.equal(order.long(), torch.randperm(10, generator=torch.Generator().manual_seed(5)))
@@ -110,8 +110,6 @@ def _grouped_order_reference(n, batch, generator, lengths, group_batches):
 def test_epoch_order_in_place_equals_the_plain_length_grouped_order():
     """The in-place sort and shuffle give exactly the order of the plain construction, so a run's
     batches (and a resume's) do not depend on how the order is built; ties keep their random order."""
-    from engine.training.loop import epoch_order
-
     for n, batch, groups in [(0, 4, 50), (3, 4, 50), (4, 4, 1), (23, 4, 100), (1000, 7, 3), (5000, 64, 50)]:
         lengths = torch.randint(1, 12, (n,), generator=torch.Generator().manual_seed(n))  # many ties
         got = epoch_order(n, batch, torch.Generator().manual_seed(9), lengths, group_batches=groups)
@@ -120,8 +118,6 @@ def test_epoch_order_in_place_equals_the_plain_length_grouped_order():
 
 
 def test_epoch_order_groups_rows_of_similar_length_into_batches():
-    from engine.training.loop import epoch_order
-
     n, batch = 23, 4
     lengths = torch.randperm(n, generator=torch.Generator().manual_seed(0)) + 3  # distinct lengths 3..25
     order = epoch_order(n, batch, torch.Generator().manual_seed(1), lengths, group_batches=100)
@@ -141,10 +137,6 @@ def test_epoch_order_groups_rows_of_similar_length_into_batches():
 
 
 def test_epoch_order_refuses_bad_lengths_and_batch():
-    import pytest
-
-    from engine.training.loop import epoch_order
-
     with pytest.raises(ValueError, match=r"lengths must be \[n\] = \[5\]"):
         epoch_order(5, 2, torch.Generator(), torch.ones(4))
     with pytest.raises(ValueError, match="batch must be >= 1"):
@@ -155,10 +147,6 @@ def test_a_checkpoint_is_written_only_after_the_rows_up_to_its_step_are_stored(w
     """A kill just after a checkpoint must not lose the rows before it (a resume starts at the
     checkpoint's step + 1). The real metrics writer, with a flush interval that never elapses, is
     read back at every step: wherever a checkpoint of step N exists, rows 1..N are on disk."""
-    from engine.store.metrics import MetricsWriter
-    from engine.training.loop import train
-    from engine.training.writers import run_writers
-
     spec = {**SHORT, "train": {**SHORT["train"], "eval_interval": 12, "checkpoint_interval": 4}}  # an eval flushes too
     run_id, d = create_run(resolve(RunConfig.from_dict(spec)).to_dict())
     cfg = resolve(RunConfig.from_dict(spec))

@@ -12,14 +12,15 @@ import torch
 
 import tests.plugins.toy_task  # noqa: F401 (registers toy_pixels)
 from engine.config import RunConfig
+from engine.errors import DamagedFileError
 from engine.store import create_run
-from engine.tasks import resolve
 from engine.store.checkpoints import (
     STATE,
     list_checkpoints,
     load_checkpoint_state,
     load_weights,
 )
+from engine.tasks import resolve
 from engine.training.loop import fit, load_checkpoint, setup
 from engine.training.writers import CheckpointFiles, memory_writers
 
@@ -147,8 +148,6 @@ def test_a_checkpoint_without_loop_and_task_state_still_resumes(workspace, one_t
 
 
 def test_weights_that_do_not_fit_are_a_damaged_checkpoint(workspace, one_thread, tmp_path):
-    from engine.errors import DamagedFileError
-
     cfg = _cfg(steps=1)
     state = setup(cfg, memory_writers(), workspace=workspace)
     saved = state.state_dict()

@@ -15,9 +15,17 @@ import pytest
 import engine.workspace as ws_mod
 from engine.errors import FormatVersionError, StorageError
 from engine.store import (
-    get_run, latest_complete_checkpoint, list_runs, load_checkpoint_state, load_samples, load_weights, read_metrics,
+    create_run,
+    get_run,
+    latest_complete_checkpoint,
+    list_runs,
+    load_checkpoint_state,
+    load_samples,
+    load_weights,
+    read_metrics,
+    write_status,
 )
-from engine.workspace import FORMAT, atomic_write_bytes, atomic_write_json, workspace_root
+from engine.workspace import FORMAT, atomic_write_bytes, atomic_write_json, migrate_to_3, workspace_root
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "workspace-v1"
 V1_DONE, V1_KILLED = "20261130-144851-2ef951", "20261130-144855-4f4c98"
@@ -85,8 +93,6 @@ def test_a_newer_or_unreadable_workspace_is_refused_not_half_read(tmp_path, cont
 
 
 def test_a_newer_run_folder_is_refused_by_get_run_and_left_out_of_the_list(workspace):
-    from engine.store import create_run, write_status
-
     run_id, d = create_run({"train": {"steps": 3}})
     status = (d / "status.json").read_text().replace(f'"format": {FORMAT}', '"format": 7')
     (d / "status.json").write_text(status)
@@ -150,8 +156,6 @@ def test_format_3_renames_paired_runs_on_audio_and_drops_text_source_from_image_
     ``paired_audio`` in its config and history; a ``paired`` run on image-text pairs keeps its task and
     loses ``task_params.text_source``; other runs and damaged folders are left as they are; a second
     pass changes nothing. (tests/engine/test_paired_audio.py resumes and evaluates such a run.)"""
-    from engine.workspace import migrate_to_3
-
     root = tmp_path / "ws"
 
     def put(path: Path, obj) -> None:

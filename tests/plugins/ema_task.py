@@ -14,6 +14,7 @@ import copy
 
 import torch
 
+from engine.masking import draw_mask
 from engine.tasks import register_task
 from tests.plugins.toy_task import ToyPixelTask
 
@@ -33,7 +34,6 @@ class EMAPixelTask(ToyPixelTask):
     def train_loss(self, idx, generator, ratio):
         xb = self.x[idx]
         noisy = xb + NOISE * torch.randn_like(xb)  # the global torch RNG, which checkpoints keep
-        from engine.masking import draw_mask
 
         mask = draw_mask(self.cfg.masking, tuple(xb.shape), generator, ratio=ratio)
         out = self.model(noisy, mask)

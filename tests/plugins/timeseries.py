@@ -32,9 +32,13 @@ import torch
 from torch import nn
 
 from engine.access.policy import permission
+from engine.data import load_dataset
 from engine.data.archive import import_outcome, import_target
 from engine.data.dataset import DatasetInfo, LabelledRows, seeded_split
+from engine.data.ingest import SourcePlan, check_options
+from engine.data.storage import read_info, save_dataset, utc_now
 from engine.errors import ConfigError, DatasetError
+from engine.eval.finetune import FinetuneInputs, pooled_features
 from engine.masking import draw_mask, get_masking, strategies_on
 from engine.modalities import Importer, Modality, register_modality
 from engine.modalities.grids import register_grid_kind
@@ -42,6 +46,7 @@ from engine.models import build_model, register_model
 from engine.objectives import Objective
 from engine.store.samples import Sample
 from engine.tasks import Task, register_task
+from engine.tasks.checks import masking_problem
 
 MODALITY = "timeseries"
 GRID = "steps-1d"
@@ -151,8 +156,6 @@ class SeriesImportReport:
 
 def inspect_series(path: Path, options, label: str):
     """The :class:`~engine.data.ingest.SourcePlan` of a CSV of numbers."""
-    from engine.data.ingest import SourcePlan, check_options
-
     check_options(options, label, "series_csv", "a CSV of numbers")
     x, y, names = read_series(path, label)
     return SourcePlan(label, MODALITY, "csv of numbers", class_names=names, n_items=len(x),
@@ -169,9 +172,6 @@ def import_series(path: str | os.PathLike[str], name: str | None = None, options
     Raises:
         DatasetError: as :func:`read_series`; an invalid or existing name.
     """
-    from engine.data.ingest import check_options
-    from engine.data.storage import save_dataset, utc_now
-
     path, label = Path(path), source_label or str(path)
     check_options(options, label, "series_csv", "a CSV of numbers")
     x, y, names = read_series(path, label)
@@ -181,7 +181,6 @@ def import_series(path: str | os.PathLike[str], name: str | None = None, options
                        created_at=utc_now(), description=f"{len(x)} series of {x.shape[1]} steps",
                        stats={"length": int(x.shape[1])})
     folder = save_dataset(SeriesDataset(info, x, y, split), workspace, overwrite=overwrite)
-    from engine.data.storage import read_info
 
     return SeriesImportReport(label, read_info(folder), len(x))
 
@@ -261,8 +260,6 @@ class SeriesMAETask(Task):
 
     @classmethod
     def check(cls, cfg, info, workspace=None) -> None:
-        from engine.tasks.checks import masking_problem
-
         s = get_masking(cfg.masking.strategy)
         if not s.works_on(GRID):
             raise ConfigError(f"masking.strategy: {s.name!r} does not mask time steps; "
@@ -273,8 +270,6 @@ class SeriesMAETask(Task):
             raise ConfigError(problem)
 
     def __init__(self, cfg, device, workspace=None):
-        from engine.data import load_dataset
-
         self.cfg, self.device = cfg, device
         self._ds = ds = load_dataset(cfg.data.dataset, workspace)
         x, _ = ds.tensors("train")
@@ -349,8 +344,6 @@ class SeriesMAETask(Task):
                      for x, y in (self._ds.tensors(s, limit=max_rows) for s in ("train", "val")))
 
     def finetune_inputs(self, max_rows=None):
-        from engine.eval.finetune import FinetuneInputs, pooled_features
-
         xs = {s: self._ds.tensors(s, limit=max_rows) for s in ("train", "val")}
 
         def encode(model, split, pos):

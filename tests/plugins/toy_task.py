@@ -13,7 +13,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from engine.tasks.checks import masking_problem
 from engine.data import load_dataset
 from engine.errors import ConfigError
 from engine.masking import draw_mask, get_masking
@@ -21,6 +20,7 @@ from engine.models import build_model, register_model
 from engine.objectives import Objective
 from engine.store.samples import Sample
 from engine.tasks import Task, register_task
+from engine.tasks.checks import masking_problem
 
 
 class PixelMLP(nn.Module):
