@@ -36,14 +36,20 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from engine.config import RunConfig
 from engine.errors import EvaluationError, MasklabError, RunLockedError
+from engine.eval.finetune import finetune, finetune_inputs
+from engine.eval.flops import train_step_flops
+from engine.eval.reconstruction import reconstruction_quality
+from engine.eval.representation import representation_figures
 from engine.runner.queue import dequeue, run_slot
 from engine.runner.resources import resolve_threads
 from engine.store.checkpoints import checkpoint_complete, list_checkpoints, load_weights
 from engine.store.evaluations import Evaluation, read_job, save_evaluation, write_job
 from engine.store.lock import RunLock
+from engine.tasks import build_task
 from engine.workspace import read_json
 
 
@@ -66,13 +72,6 @@ def evaluate_checkpoint(run_dir: Path, step: int | None = None, *, device: str =
         EvaluationError: no complete checkpoint (at ``step``), the dataset changed since the run
             (content hash differs from ``task.json``), no labels to probe, no raw-input features.
     """
-    import torch  # noqa: PLC0415 (an evaluation job waits for its slot without torch)
-
-    from engine.eval.finetune import finetune, finetune_inputs  # noqa: PLC0415 (an evaluation job waits for its slot without torch)
-    from engine.eval.flops import train_step_flops  # noqa: PLC0415 (an evaluation job waits for its slot without torch)
-    from engine.eval.reconstruction import reconstruction_quality  # noqa: PLC0415 (an evaluation job waits for its slot without torch)
-    from engine.eval.representation import representation_figures  # noqa: PLC0415 (an evaluation job waits for its slot without torch)
-    from engine.tasks import build_task  # noqa: PLC0415 (an evaluation job waits for its slot without torch)
 
     run_dir = Path(run_dir)
     t0 = time.time()
@@ -176,8 +175,6 @@ def run_job(run_dir: Path, step: int | None = None) -> int:
     try:
         queued_at = float((read_job(run_dir.name, workspace) or {}).get("queued_at") or time.time())
         with run_slot(workspace, run_dir, lambda: False, queued_at=queued_at):
-            import torch  # noqa: PLC0415 (an evaluation job waits for its slot without torch)
-
             torch.set_num_threads(resolve_threads(read_json(run_dir / "config.json").get("train", {})))
             evaluate_and_save(run_dir, step, workspace=workspace)
         return 0
