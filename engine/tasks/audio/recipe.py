@@ -327,12 +327,6 @@ class AudioMAETask(AudioTask):
     summary = "masked spectrogram patches: AudioMAE, ViT encoder on the visible patches (Huang et al. 2022)"
 
     @classmethod
-    def spec_and_grid(cls, cfg: RunConfig, rate: int) -> tuple[FeatureSpec, Grid]:
-        """The feature settings and mask grid of ``cfg`` at ``rate`` Hz (:func:`~engine.tasks.audio.common.spec_and_grid`
-        with this task's patch and grid dimensions)."""
-        return spec_and_grid(cfg.data.audio, rate, *cls.patch(cfg), cls.grid_dims)
-
-    @classmethod
     def patch(cls, cfg: RunConfig) -> tuple[int, int]:
         pt = AudioMAEParams(**cfg.task_params).patch_frames
         return cfg.model.patch_size, pt or cfg.model.patch_size

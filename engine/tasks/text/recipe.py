@@ -110,6 +110,7 @@ class TextTask(Task):
     unit = "token"
     default_loss = "cross_entropy"
     data_sections = ("tokenizer",)
+    train_defaults = {"steps": 2000, "batch_size": 64, "lr": 1e-3, "warmup_steps": 100, "eval_interval": 200}  # New run's proposal for both
 
     @classmethod
     def resolve(cls, cfg: RunConfig) -> None:
@@ -238,7 +239,6 @@ class TextMLMTask(TextTask):
     name = "text_mlm"
     sample_kind = "text_mlm"
     interactive = "fill_in"
-    train_defaults = {"steps": 2000, "batch_size": 64, "lr": 1e-3, "warmup_steps": 100, "eval_interval": 200}
     archs = ("bert",)
     params = MLMParams
     headline = ("val_top1", "max")
@@ -349,7 +349,6 @@ class TextSpanTask(TextTask):
     name = "text_span"
     sample_kind = "text_span"
     interactive = "completion"
-    train_defaults = {"steps": 2000, "batch_size": 64, "lr": 1e-3, "warmup_steps": 100, "eval_interval": 200}
     task_params_defaults = "mlm-span-fortunes"  # bench/README.md, "Text quality"
     archs = ("t5_span",)
     params = SpanParams
