@@ -15,9 +15,9 @@ from __future__ import annotations
 import altair as alt
 import streamlit as st
 
-from app.components import guarded, render_metrics_chart, run_label, runs_or_stop, short_label
+from app.components import guarded, run_label, runs_or_stop, short_label
 from app.components.access import allowed
-from app.components.charts import axis_controls, show_read_warnings
+from app.components.charts import axis_controls, render_loss_panels, show_read_warnings
 from app.components.compare import (
     FINETUNE,
     QUALITY_FIGURES,
@@ -34,7 +34,7 @@ from app.components.compare import (
     show_reconstructions,
 )
 from app.components.errors import user_errors
-from app.components.quality import loss_title
+from app.components.quality import loss_groups
 from app.components.runs import same_task_first
 from app.components.urlstate import PageState
 from engine.api import ConfigError, counted, evaluate, evaluation_job, get_task, latest_evaluation, read_metrics
@@ -109,10 +109,9 @@ def _metrics(ids: tuple[str, ...], versions: tuple) -> object:
 metrics = guarded(_metrics, tuple(ids), tuple((r.status, r.step, r.updated_at) for r in picked))
 if metrics is not None:
     show_read_warnings(metrics)
-    titles = " / ".join(sorted({loss_title(r.config) for r in picked}))
-    render_metrics_chart(metrics[metrics["key"].isin(["loss", "val_loss"])], smoothing=smoothing, y_title=titles,
-                         log_y=log_y, height=320, run_labels=legend, x=x_axis,
-                         batch_sizes={r.run_id: (r.config.get("train") or {}).get("batch_size") for r in picked})  # fmt: skip
+    render_loss_panels(metrics[metrics["key"].isin(["loss", "val_loss"])], loss_groups(ids, {r.run_id: r.config for r in picked}),
+                       smoothing=smoothing, log_y=log_y, height=320, run_labels=legend, x=x_axis,
+                       batch_sizes={r.run_id: (r.config.get("train") or {}).get("batch_size") for r in picked})  # fmt: skip
     last = metrics[metrics["key"] == "loss"].groupby("run_id")["step"].max()
     st.caption("Latest step per run: " + " · ".join(f"{legend[r]}: {int(last[r])}" for r in ids if r in last.index))
 

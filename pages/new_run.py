@@ -24,7 +24,7 @@ from app.components.run_form import export_panel, launch_fields, train_fields
 from app.components.sweep_form import URL_NAMES, sweep_launch, sweep_section
 from app.components.urlstate import PageState, dig, index_of, show_link_note, with_carried
 from app.modalities import train_defaults, ui_for
-from engine.api import RunConfig, check_run, get_masking, get_task, no_validation_note, resolve, submit, tasks_for
+from engine.api import RunConfig, check_run, get_masking, get_run, get_task, no_validation_note, resolve, submit, tasks_for
 from engine.api import backend_unavailable as unavailable
 
 
@@ -111,8 +111,10 @@ with preview:
                                                     f"lr {t.lr:g}, {m.strategy} masking{ratio}")
     launched = st.session_state.get("nr_launched")
     if launched and sweep is None:
-        st.success(f"Launched run **{launched}** ({st.session_state.get('nr_launched_what', '')}): it trains in a "
-                   "background process (or a cluster job).")
+        status = getattr(guarded(get_run, launched), "status", "queued")  # what it is doing now, in words
+        doing = {"queued": "it is queued, and trains in a background process (or a cluster job) when a place is free",
+                 "running": "it trains in a background process (or a cluster job)"}.get(status, f"it is {status}")
+        st.success(f"Launched run **{launched}** ({st.session_state.get('nr_launched_what', '')}): {doing}.")
         l1, l2 = st.columns(2)
         with l1:
             st.page_link("../pages/run_detail.py", label="Open run detail", query_params={"run": launched})

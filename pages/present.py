@@ -5,7 +5,8 @@ baseline; the latest evaluation's linear-probe and kNN accuracy next to the same
 initial weights), the table of every baseline, and its samples drawn by its modality's view
 (``app.modalities.sample_view``). ``?runs=<id>,<id>`` shows several: one row of key numbers per
 run and the same validation inputs reconstructed by each (``SampleView.compare``). Without
-either, the most recent run. Run detail and Compare link here. Nothing on this page writes: no
+either, the most recent completed run that has an evaluation (or a note that there is none yet: a
+run at step 0 has no figures worth presenting). Run detail and Compare link here. Nothing on this page writes: no
 Cancel, Resume, Launch, Evaluate or Delete, and no filters; the sidebar starts collapsed.
 """
 
@@ -15,7 +16,7 @@ import streamlit as st
 
 from app.components import guarded, run_label, short_label, status_badge
 from app.components.compare import show_reconstructions
-from app.components.present import key_numbers, key_table, show_key_metrics
+from app.components.present import key_numbers, key_table, latest_presentable, show_key_metrics
 from app.components.quality import headline_of, quality_table
 from app.components.run_summary import show_samples
 from app.components.runs import format_duration, latest_points, masking_label
@@ -28,14 +29,15 @@ url = PageState("present", ("run", "runs"))
 asked = url.get("runs", "", cast=str) or url.get("run", "", cast=str)
 wanted = list(dict.fromkeys(x.strip() for x in asked.split(",") if x.strip()))  # in order, once each
 if not wanted:
-    newest = guarded(list_runs) or []
-    if not newest:
+    chosen = latest_presentable(guarded(list_runs) or [])
+    if chosen is None:
         st.title("Presentation")
-        st.info("No runs yet: this page shows a run once one has been started.")
+        st.info("No completed and evaluated run yet: this page shows the most recent one once a run has completed "
+                "and its evaluation (linear probe, kNN) is stored. The Present link of Run detail or Compare shows "
+                "any run.")
         st.stop()
-    wanted = [newest[0].run_id]
-    st.caption("The most recent run. Run detail and Compare open this page for the runs they show "
-               "(`?run=<id>`, or `?runs=<id>,<id>` for several).")
+    wanted = [chosen.run_id]
+    st.caption("The most recent completed and evaluated run.")
 
 
 def record(run_id: str):
@@ -68,9 +70,10 @@ if len(runs) == 1:
     st.title(rec.name or rec.run_id)
     st.markdown(subtitle(rec) + f" · run `{rec.run_id}`")
     show_key_metrics(numbers[rec.run_id])
-    st.subheader("Validation figure and baselines")
+    heading = st.empty()  # the heading only above a table: a run without baselines has none
     step, value = points.get((rec.run_id, headline_of(rec.config)[0]), (None, None))
-    quality_table(rec, step, value)
+    if quality_table(rec, step, value):
+        heading.subheader("Validation figure and baselines")
     st.subheader(sample_title(rec.config))
     show_samples(rec.run_id)
 else:

@@ -6,9 +6,13 @@ URL (``?runs=a,b&smoothing=0.6&x=step&y=log``), so a reload or a copied link sho
 Archived runs are hidden unless **Show archived** is on (``&archived=true``); the table says how much
 disk each run takes, and the caption under it the totals.
 
-The table and the charts are fragments that rerun every 2 s on their own; they only read
-run index the store keeps in this process (``list_runs(max_age_s=1)``, ``latest_points``: at most 1 s
-old, a lookup even at thousands of runs) and Parquet metrics through its caches (``read_metrics``).
+The table and the charts are fragments that rerun every 2 s on their own while something they show
+can change (the table: a queued or running run, or an evaluation job queued or running; the charts: a
+plotted run that is queued or running), and stop when it ends (the page then reruns once, without a
+timer). They only read the run index the store keeps in this process (``list_runs(max_age_s=1)``,
+``latest_points``: at most 1 s old, a lookup even at thousands of runs) and Parquet metrics through
+its caches (``read_metrics``). By default the charts show the most recent runs that have points,
+queued or running ones first; losses of different kinds (MSE, cross-entropy...) get a panel each.
 """
 
 from __future__ import annotations
@@ -17,15 +21,35 @@ import streamlit as st
 
 from app.components import guarded, render_metrics_chart, run_label, run_table, runs_or_stop, short_label
 from app.components.access import allowed
-from app.components.charts import axis_controls, show_read_warnings
-from app.components.quality import loss_title
+from app.components.charts import axis_controls, render_loss_panels, show_read_warnings
+from app.components.quality import loss_groups
 from app.components.resume import resume_buttons
-from app.components.runs import LIST_MAX_AGE_S, activity, progress_with_cancel, same_task_first
+from app.components.runs import LIST_MAX_AGE_S, activity, latest_points, progress_with_cancel
 from app.components.urlstate import PageState
-from engine.api import cancel, disk_usage, format_bytes, list_runs, read_metrics, workspace_root
+from engine.api import cancel, disk_usage, evaluation_job, format_bytes, list_runs, read_metrics, workspace_root
 
 LOSS_KEYS = ["loss", "val_loss"]
-N_DEFAULT = 3  # runs plotted by default: the most recent ones of the newest run's task
+N_DEFAULT = 3  # runs plotted by default: the most recent ones that have points, queued or running first
+REFRESH = "2s"
+
+
+def _changing(records, evaluations: bool = False) -> bool:
+    """True while one of ``records`` can still change: queued or running (a running run may be
+    evaluating its final checkpoint); with ``evaluations``, also while one's evaluation job is queued
+    or running (:func:`engine.store.evaluations.read_job`). The fragments refresh only then."""
+    if any(r.status in ("queued", "running") for r in records):
+        return True
+    return evaluations and any((guarded(evaluation_job, r.run_id) or {}).get("status") in ("queued", "running")
+                               for r in records)  # fmt: skip
+
+
+def _with_points_first(records, n: int) -> list[str]:
+    """Ids of up to ``n`` runs to plot by default (``records`` newest first): the queued or running
+    runs that have logged a loss, then the others that have; the newest run when none has."""
+    points = latest_points(records)
+    has = [r for r in records if (r.run_id, "loss") in points]
+    ordered = [r for r in has if r.is_active] + [r for r in has if not r.is_active]
+    return [r.run_id for r in ordered[:n]] or [r.run_id for r in records[:1]]
 
 st.title("Runs")
 url = PageState("runs", ("runs", "smoothing", "x", "y", "archived"))
@@ -43,12 +67,14 @@ def _disk_usage(workspace: str):
     return disk_usage(workspace)
 
 
-@st.fragment(run_every="2s")
-def runs_panel(show_archived: bool) -> None:
+def runs_panel(show_archived: bool, live: bool) -> None:
     """Run table with disk space, totals, then one progress line and a Cancel button (with
-    confirmation; editors) per active run."""
+    confirmation; editors) per active run. ``live``: the page set a refresh timer; when nothing
+    can change any more, the page reruns once to drop it."""
     listed = guarded(list_runs, max_age_s=LIST_MAX_AGE_S) or []
     records = [r for r in listed if show_archived or not r.archived]
+    if live and not _changing(records, evaluations=True):
+        st.rerun()  # the whole page: its fragments are set up again, without a timer
     usage = guarded(_disk_usage, str(workspace_root()))
     if records:
         run_table(records, usage.runs if usage is not None else None)
@@ -61,13 +87,14 @@ def runs_panel(show_archived: bool) -> None:
     resume_buttons(records)
 
 
-runs_panel(show_archived)
+table_live = _changing(runs, evaluations=True)
+st.fragment(runs_panel, run_every=REFRESH if table_live else None)(show_archived, table_live)
 
 labels = {r.run_id: run_label(r) for r in runs}
 legend = {r.run_id: short_label(r) for r in runs}
 top = st.columns([3, 1])
 with top[0]:
-    selected = url.widget(st.multiselect, "Runs to plot", "runs", default=same_task_first(runs, N_DEFAULT), options=list(labels),
+    selected = url.widget(st.multiselect, "Runs to plot", "runs", default=_with_points_first(runs, N_DEFAULT), options=list(labels),
                           format_func=labels.get, key="runs_selected", cast=lambda v: str(v).split(","),
                           encode_as=lambda v: ",".join(v) or None)  # fmt: skip
 with top[1]:
@@ -76,33 +103,37 @@ with top[1]:
 x_axis, log_y = axis_controls(url, "runs")
 
 
-@st.fragment(run_every="2s")
-def live_charts(run_ids: list[str], smoothing: float, x_axis: str, log_y: bool) -> None:
-    """Loss / val loss, throughput, learning rate and mask ratio for ``run_ids``, re-read every 2 s."""
+def live_charts(run_ids: list[str], smoothing: float, x_axis: str, log_y: bool, live: bool) -> None:
+    """Loss / val loss (one panel per kind of loss), throughput, learning rate and mask ratio for
+    ``run_ids``, re-read every 2 s while ``live`` (one of them queued or running)."""
     df = guarded(read_metrics, run_ids, LOSS_KEYS + ["throughput", "lr", "mask_ratio"], max_points=1000)
     if df is None:
         return
     show_read_warnings(df)
     opts = {"run_labels": legend, "x": x_axis}
-    titles = " / ".join(sorted({loss_title(cfgs.get(r, {})) for r in run_ids})) or "loss"
-    panels = [("Loss", LOSS_KEYS, titles, smoothing, log_y, 280), ("Throughput", ["throughput"], "samples/s", smoothing, False, 280),
-              ("Learning rate", ["lr"], "learning rate", 0.0, log_y, 180), ("Mask ratio", ["mask_ratio"], "masked fraction", 0.0, False, 180)]
-    for row in (panels[:2], panels[2:]):
-        for col, (title, keys, y_title, smooth, log, height) in zip(st.columns(2), row):
-            with col:
-                st.subheader(title)
-                render_metrics_chart(df[df["key"].isin(keys)], smoothing=smooth, y_title=y_title, log_y=log, height=height,
-                                     y_domain=(0, 1) if keys == ["mask_ratio"] else None, legends=height > 200,
-                                     **opts)  # fmt: skip
+    st.subheader("Loss")
+    render_loss_panels(df[df["key"].isin(LOSS_KEYS)], loss_groups(run_ids, cfgs), smoothing=smoothing, log_y=log_y,
+                       height=280, **opts)  # fmt: skip
+    panels = [("Throughput", ["throughput"], "samples/s", smoothing, False, 180), ("Learning rate", ["lr"], "learning rate", 0.0, log_y, 180),
+              ("Mask ratio", ["mask_ratio"], "masked fraction", 0.0, False, 180)]
+    for col, (title, keys, y_title, smooth, log, height) in zip(st.columns(len(panels)), panels):
+        with col:
+            st.subheader(title)
+            render_metrics_chart(df[df["key"].isin(keys)], smoothing=smooth, y_title=y_title, log_y=log, height=height,
+                                 y_domain=(0, 1) if keys == ["mask_ratio"] else None, legends=False, **opts)
     loss = df[df["key"] == "loss"]
     last = loss.groupby("run_id")["step"].max()
     steps = " · ".join(f"{legend.get(r, r)}: step {int(last[r])}" for r in run_ids if r in last.index)
     st.caption(f"{len(loss)} loss points · latest step per run: {steps or 'none yet'} · colours as in the charts "
-               "above · refreshes every 2 s")
+               "above · " + ("refreshes every 2 s while a plotted run is queued or running" if live else
+                             "the plotted runs have ended: no refresh"))
+    if live and not _changing([r for r in guarded(list_runs, max_age_s=LIST_MAX_AGE_S) or [] if r.run_id in run_ids]):
+        st.rerun()  # the plotted runs ended: the page sets its fragments up again, without a timer
 
 
 if selected:
-    live_charts(selected, smoothing, x_axis, log_y)
+    chart_live = _changing([r for r in runs if r.run_id in selected])
+    st.fragment(live_charts, run_every=REFRESH if chart_live else None)(selected, smoothing, x_axis, log_y, chart_live)
     st.page_link("../pages/run_detail.py", label=f"Open run detail: {labels[selected[0]]}",
                  query_params={"run": selected[0]})  # fmt: skip
 else:

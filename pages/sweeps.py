@@ -15,6 +15,7 @@ import pandas as pd
 import streamlit as st
 
 from app.components import guarded, runs_or_stop
+from app.components.names import metric_label
 from app.components.urlstate import PageState
 from engine.api import counted, sweep_of, sweep_table
 
@@ -76,4 +77,6 @@ st.table(stats.pivot(index="value", columns="encoder", values="cell")[[e for e i
 runs_table = df[["run_id", "value", "seed", "status", fig, fig + "/random_init", fig + "/raw_input"]].copy()
 for c in runs_table.columns[-3:]:
     runs_table[c] = [("not yet" if pd.isna(v) else f"{v:.1%}") for v in runs_table[c]]
-st.table(runs_table.set_index("run_id"))
+# column titles for people (the keys, ``knn_acc/random_init``, stay in the CSV exports)
+runs_table.columns = ["run", field, "seed", "status"] + [metric_label(fig + s) for s in ENCODERS]
+st.table(runs_table.set_index("run"))

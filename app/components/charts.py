@@ -13,6 +13,8 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from app.components.names import metric_label
+
 #: Series with fewer points than this also get point marks (a sparse val_loss stays visible).
 _POINTS_BELOW = 60
 
@@ -89,6 +91,7 @@ def metrics_chart(
     cols = ["run_id", "key", "step", "value"] + (["wall_time"] if "wall_time" in df else [])
     d = df[cols].sort_values(["run_id", "key", "step"]).copy()
     d["run"] = d["run_id"].map(lambda r: (run_labels or {}).get(r, r))
+    d["metric"] = d["key"].map(metric_label)  # the legend's names; the key stays in the tooltip
     raw = d["key"].isin(raw_keys)
     d["smoothed"] = ema(d, smoothing).where(~raw, d["value"])
     d = d.dropna(subset=["smoothed"])
@@ -114,8 +117,8 @@ def metrics_chart(
         return alt.Legend(orient="bottom", direction="vertical", **kw) if legends and d[field].nunique() > 1 else None
 
     color = alt.Color("run:N", title="run", scale=alt.Scale(scheme="tableau10"), legend=legend("run", labelLimit=240))
-    dash = alt.StrokeDash("key:N", title="metric", legend=legend("key"))
-    tooltip = ["run:N", "key:N", "step:Q", alt.Tooltip("value:Q", format=".4g")]
+    dash = alt.StrokeDash("metric:N", title="metric", legend=legend("metric"))
+    tooltip = ["run:N", "metric:N", "key:N", "step:Q", alt.Tooltip("value:Q", format=".4g")]
     base = alt.Chart(d.drop(columns=["wall_time"], errors="ignore")).encode(
         x=x_enc, color=color, strokeDash=dash, detail="run_id:N")
     layers = []
@@ -159,6 +162,25 @@ def render_metrics_chart(df: pd.DataFrame, *, empty_text: str = "no points yet",
         st.caption(empty_text)
     else:
         st.altair_chart(chart, width="stretch")
+
+
+def render_loss_panels(df: pd.DataFrame, groups: list[tuple[str, list[str]]], *, per_row: int = 2,
+                       run_labels: Mapping[str, str] | None = None, **kwargs) -> None:
+    """One loss chart per group of runs whose losses share a unit (``groups``:
+    :func:`app.components.quality.loss_groups`, ``[(axis title, run ids)]``), ``per_row`` side by side,
+    so that no y axis mixes an MSE with a cross-entropy. With several groups a caption says why, and
+    each chart is headed by its unit. ``df``: the long metrics frame (loss keys only); ``kwargs``: as
+    :func:`render_metrics_chart`."""
+    if len(groups) > 1:
+        st.caption(f"{len(groups)} kinds of loss: one panel each, one unit per y axis.")
+    for start in range(0, len(groups), per_row):
+        row = groups[start:start + per_row]
+        for col, (title, ids) in zip(st.columns(per_row) if len(groups) > 1 else [st.container()], row):
+            with col:
+                if len(groups) > 1:
+                    names = ", ".join((run_labels or {}).get(r, r) for r in ids)
+                    st.markdown(f"**{title}** · {names}")
+                render_metrics_chart(df[df["run_id"].isin(ids)], y_title=title, run_labels=run_labels, **kwargs)
 
 
 def show_read_warnings(df: pd.DataFrame | None) -> None:

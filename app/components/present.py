@@ -16,16 +16,17 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from app.components.quality import figure_title as table_title
+from app.components.errors import guarded
+from app.components.names import METRIC_NAMES, metric_label
 from app.components.quality import headline_of, loss_title, quality_rows
-from app.components.runs import METRIC_NAMES
+from engine.api import latest_evaluation
 
 
 def figure_title(metric: str, config: dict) -> str:
     """A metric's name for people: ``val loss (MSE (masked units))``, ``top-1``, ``log-mel MSE``."""
     if metric == "val_loss":
         return f"val loss ({loss_title(config)})"
-    return METRIC_NAMES.get(metric, (table_title(metric, config, metric.replace("_", " ")),))[0]
+    return metric_label(metric, config)
 
 
 def fmt_value(metric: str, value: float | None, better: str = "min") -> str:
@@ -34,7 +35,8 @@ def fmt_value(metric: str, value: float | None, better: str = "min") -> str:
         return "–"
     if metric == "val_psnr":
         return f"{value:.2f}"
-    pct = METRIC_NAMES.get(metric, ("", better == "max" and 0 <= value <= 1))[1]
+    known = METRIC_NAMES.get(metric)
+    pct = known[1] if known else better == "max" and 0 <= value <= 1
     return f"{value:.1%}" if pct else f"{value:.4f}"
 
 
@@ -76,13 +78,23 @@ def key_numbers(rec: Any, points: dict, evaluation: Any | None) -> dict[str, Any
     }  # fmt: skip
 
 
+def latest_presentable(records: Sequence[Any]) -> Any | None:
+    """The first of ``records`` (newest first) that is completed and has a stored evaluation
+    (:func:`engine.store.evaluations.latest_evaluation`), or None: what Presentation opens without
+    ``?run=``. Reads evaluations only until it finds one."""
+    for r in records:
+        if r.status == "completed" and guarded(latest_evaluation, r.run_id) is not None:
+            return r
+    return None
+
+
 def show_key_metrics(n: dict[str, Any]) -> None:
     """:func:`key_numbers` as ``st.metric`` tiles: the headline with its step and its difference
     from the best baseline (green when better: lower for a loss, higher for an accuracy), the
     baseline itself, then, when the run has an evaluation, the probe and kNN accuracy with their
     margin over the same model at its initial weights."""
-    delta = None
-    if n["value"] is not None and n["baseline_value"] is not None:
+    delta = None  # none at step 0: the untrained model against the baselines says nothing yet
+    if n["value"] is not None and n["baseline_value"] is not None and n["step"]:
         diff = n["value"] - n["baseline_value"]
         delta = f"{diff * 100:+.1f} points vs baseline" if _is_fraction(n) else f"{diff:+.4f} vs baseline"
     tiles = [(f"{n['title']} @ step {n['step']}" if n["step"] is not None else n["title"],

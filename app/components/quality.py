@@ -14,6 +14,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from app.components.names import LOSS_NAMES, metric_label, name_table
 from engine.api import OBJECTIVE_REGISTRY
 
 #: Axis titles of the loss curves by objective.
@@ -21,12 +22,41 @@ LOSS_TITLES = {"mse": "MSE (masked units)", "l1": "L1 (masked units)", "cross_en
                "contrastive": "InfoNCE (nats)"}
 
 
+def _terms(config: dict | None) -> list[tuple[float, str]]:
+    """``[(weight, objective)]`` of a weighted-sum objective, sorted by objective; [] for one loss."""
+    terms = ((config or {}).get("objective") or {}).get("terms") or []
+    return sorted((float(t.get("weight", 1.0)), str(t.get("loss", "?"))) for t in terms)
+
+
+def loss_kind(config: dict | None) -> str:
+    """What a run's loss measures, as a key: its objective (``mse``, ``cross_entropy``,
+    ``contrastive``...), or for a weighted sum its terms (``1 mse + 0.5 cross_entropy``). Curves of
+    one kind share a y axis; other kinds get a panel each (an image MSE near 0.05 and a text
+    cross-entropy near 5 on one linear axis flatten each other)."""
+    terms = _terms(config)
+    if terms:
+        return " + ".join(f"{w:g} {name}" for w, name in terms)
+    return str(((config or {}).get("objective") or {}).get("loss") or "loss")
+
+
 def loss_title(config: dict) -> str:
-    """Y-axis title of a run's loss curve from its resolved config (a mix says "weighted loss")."""
-    obj = (config or {}).get("objective", {})
-    if obj.get("terms"):
-        return "weighted loss"
-    return LOSS_TITLES.get(obj.get("loss", ""), obj.get("loss", "loss") if obj.get("loss") in OBJECTIVE_REGISTRY else "loss")
+    """Y-axis title of a run's loss curve from its resolved config: :data:`LOSS_TITLES` by objective;
+    a weighted sum names its terms (``weighted loss: 1 x MSE + 0.5 x cross-entropy``)."""
+    terms = _terms(config)
+    if terms:
+        return "weighted loss: " + " + ".join(f"{w:g} x {LOSS_NAMES.get(n, n)}" for w, n in terms)
+    loss = ((config or {}).get("objective") or {}).get("loss", "")
+    return LOSS_TITLES.get(loss, loss if loss in OBJECTIVE_REGISTRY else "loss")
+
+
+def loss_groups(run_ids: list[str], configs: dict[str, dict]) -> list[tuple[str, list[str]]]:
+    """``run_ids`` grouped by :func:`loss_kind`, as ``[(axis title, ids)]`` in the order of each
+    kind's first run: one panel per group, so that an axis never mixes units."""
+    groups: dict[str, tuple[str, list[str]]] = {}
+    for r in run_ids:
+        cfg = configs.get(r) or {}
+        groups.setdefault(loss_kind(cfg), (loss_title(cfg), []))[1].append(r)
+    return list(groups.values())
 
 
 def headline_of(config: dict) -> tuple[str, str]:
@@ -39,29 +69,12 @@ def headline_of(config: dict) -> tuple[str, str]:
         return ("val_loss", "min")
 
 
-def _recall_titles(query: str, found: str) -> dict[str, str]:
-    """Titles of a paired run's retrieval figures: ``val_t2i_r5`` -> ``"text→image R@5"``."""
-    return {f"val_{d}_r{k}": f"{name} R@{k}" for k in (1, 5, 10)
-            for d, name in (("t2i", f"{query}→{found}"), ("i2t", f"{found}→{query}"))}
-
-
-#: Column titles of the figures tasks declare (``Task.figures``); other metrics show their own name.
-FIGURE_TITLES = {"val_mse": "pixel MSE", "val_psnr": "PSNR (dB)", "val_top1": "top-1", "val_span_acc": "span accuracy",
-                 "val_span_acc_pos": "span accuracy, per position",
-                 "val_span_acc_tf": "span accuracy, teacher-forced",
-                 "val_spec_mse": "log-mel MSE", **_recall_titles("text", "image")}
-#: The same figures of an audio-text ``paired`` run, whose "image" is a clip's log-mel spectrogram.
-AUDIO_PAIR_TITLES = {"val_mse": "log-mel MSE", **_recall_titles("text", "audio")}
-
-
 def figure_title(metric: str, config: dict | None, default: str | None = None) -> str:
-    """The column title of ``metric`` in a run's figure table: :data:`FIGURE_TITLES`, or for an
-    audio-text ``paired`` run (``data.audio`` set) :data:`AUDIO_PAIR_TITLES`; else ``default``
-    (the metric's key when None)."""
-    config = config or {}
-    audio_pair = config.get("task") == "paired_audio"
-    titles = {**FIGURE_TITLES, **AUDIO_PAIR_TITLES} if audio_pair else FIGURE_TITLES
-    return titles.get(metric, metric if default is None else default)
+    """The column title of ``metric`` in a run's figure table: its name in
+    :data:`app.components.names.METRIC_NAMES` (an audio-text ``paired_audio`` run: the spectrogram's
+    names), else ``default`` (the key in words when None)."""
+    known = name_table(config).get(metric)
+    return known[0] if known else metric_label(metric, config) if default is None else default
 
 
 def figures_of(config: dict) -> list[tuple[str, str]]:
@@ -127,7 +140,7 @@ def _fmt(metric: str, v: float, pct: bool) -> str:
     return f"{v:.1%}" if pct else f"{v:.2f}" if metric == "val_psnr" else f"{v:.4f}"
 
 
-def quality_table(rec, step: int | None = None, value: float | None = None) -> None:
+def quality_table(rec, step: int | None = None, value: float | None = None) -> bool:
     """The run's figures at its latest step next to every baseline's, the best of each column starred.
 
     The headline (``Task.headline``) and the task's extra ``figures`` are the columns; a column no
@@ -135,12 +148,13 @@ def quality_table(rec, step: int | None = None, value: float | None = None) -> N
     lower-is-better figure the run has (its share of that baseline's value; the image task: pixel
     MSE), else on the last figure that has baselines (its margin when higher is better; span
     completion: per-position decoding where the run has it), and adds the task's notes.
-    ``step``, ``value``: as in :func:`quality_rows`.
+    ``step``, ``value``: as in :func:`quality_rows`. Returns False (and draws nothing) when the run
+    has no baseline or no headline value yet.
     """
     df, figures = quality_rows(rec, step, value)
     first = pd.to_numeric(df[figures[0][0]], errors="coerce")
     if len(df) == 1 or pd.isna(first.iloc[0]):
-        return
+        return False
     shown, compare = pd.DataFrame({"predictor": df["predictor"]}), None
     for metric, better in figures:
         col = pd.to_numeric(df[metric], errors="coerce")
@@ -167,6 +181,7 @@ def quality_table(rec, step: int | None = None, value: float | None = None) -> N
                      f"baseline ({who})")
     st.caption(f"★ best of each column · baselines measured once at step 0 on the same validation masks, "
                f"this run at step {rec.step if step is None else step}" + "".join(f" · {n}" for n in notes + _baseline_notes(rec.config)))
+    return True
 
 
 def _baseline_notes(config: dict) -> list[str]:

@@ -7,9 +7,10 @@ from typing import Any
 
 import streamlit as st
 
-from app.components.charts import render_metrics_chart, show_read_warnings
+from app.components.charts import render_loss_panels, render_metrics_chart, show_read_warnings
 from app.components.errors import guarded
-from app.components.quality import headline_of, loss_title
+from app.components.names import metric_label
+from app.components.quality import headline_of, loss_groups
 from app.components.runs import format_duration, metric_name, placement_label, run_label, status_badge
 from app.modalities import sample_view
 from engine.api import checkpoint_weights, cluster_job, get_run, load_samples, read_metrics, read_task_info
@@ -70,14 +71,14 @@ def curves(run_id: str, config: dict, legend: dict, x: str, log_y: bool) -> None
     opts = {"run_labels": legend, "x": x}
     left, mid, right = st.columns([2, 1, 1])
     with left:
-        render_metrics_chart(df[df["key"].isin(["loss", "val_loss"])], smoothing=0.6, y_title=loss_title(config),
-                             height=220, log_y=log_y, **opts)  # fmt: skip
+        render_loss_panels(df[df["key"].isin(["loss", "val_loss"])], loss_groups([run_id], {run_id: config}),
+                           smoothing=0.6, height=220, log_y=log_y, **opts)  # fmt: skip
     with mid:
         render_metrics_chart(df[df["key"] == "lr"], y_title="learning rate", height=220, log_y=log_y, **opts)
     with right:
         render_metrics_chart(df[df["key"] == "mask_ratio"], y_title="mask ratio", height=220, y_domain=(0, 1), **opts)
-    if metric != "val_loss":
-        render_metrics_chart(df[df["key"] == metric], y_title=metric_name(metric)[0],
+    if metric != "val_loss":  # its own panel: an accuracy or another unit than the loss
+        render_metrics_chart(df[df["key"] == metric], y_title=metric_label(metric, config),
                              raw_keys=(metric,), height=180, **opts)  # fmt: skip
 
 

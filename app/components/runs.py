@@ -16,6 +16,7 @@ import pandas as pd
 import streamlit as st
 
 from app.components.errors import guarded
+from app.components.names import is_percent, metric_label
 from engine.api import format_bytes, list_runs
 from engine.api import latest_points as store_latest_points
 
@@ -30,15 +31,10 @@ STATUS_COLOURS = {
 #: thousands of runs costs a lookup; this session's own writes show at once.
 LIST_MAX_AGE_S = 1.0
 
-#: Headline metric (every task's ``Task.headline``) -> (short name, percent?) for tables and captions.
-METRIC_NAMES = {"val_loss": ("val loss", False), "val_top1": ("top-1", True), "val_span_acc": ("span acc", True),
-                "val_spec_mse": ("log-mel MSE", False), "val_caption_acc": ("caption accuracy", True)}
-
-
 def metric_name(key: str) -> tuple[str, bool]:
-    """``(short name, percent?)`` of a logged metric: :data:`METRIC_NAMES`, else the key with spaces
-    (``val_first`` -> ``("val first", False)``)."""
-    return METRIC_NAMES.get(key, (key.replace("_", " "), False))
+    """``(name, percent?)`` of a logged metric, from the one table of names
+    (:func:`app.components.names.metric_label`: ``val_first`` -> ``("val first", False)``)."""
+    return metric_label(key), is_percent(key)
 
 
 def status_label(status: str) -> str:
