@@ -112,15 +112,16 @@ def live_charts(run_ids: list[str], smoothing: float, x_axis: str, log_y: bool, 
     show_read_warnings(df)
     opts = {"run_labels": legend, "x": x_axis}
     st.subheader("Loss")
+    colours = {"colour_runs": run_ids}  # one colour per run in every panel
     render_loss_panels(df[df["key"].isin(LOSS_KEYS)], loss_groups(run_ids, cfgs), smoothing=smoothing, log_y=log_y,
-                       height=280, **opts)  # fmt: skip
+                       height=280, **colours, **opts)  # fmt: skip
     panels = [("Throughput", ["throughput"], "samples/s", smoothing, False, 180), ("Learning rate", ["lr"], "learning rate", 0.0, log_y, 180),
               ("Mask ratio", ["mask_ratio"], "masked fraction", 0.0, False, 180)]
     for col, (title, keys, y_title, smooth, log, height) in zip(st.columns(len(panels)), panels):
         with col:
             st.subheader(title)
             render_metrics_chart(df[df["key"].isin(keys)], smoothing=smooth, y_title=y_title, log_y=log, height=height,
-                                 y_domain=(0, 1) if keys == ["mask_ratio"] else None, legends=False, **opts)
+                                 y_domain=(0, 1) if keys == ["mask_ratio"] else None, legends=False, **colours, **opts)
     loss = df[df["key"] == "loss"]
     last = loss.groupby("run_id")["step"].max()
     steps = " · ".join(f"{legend.get(r, r)}: step {int(last[r])}" for r in run_ids if r in last.index)

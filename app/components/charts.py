@@ -66,6 +66,7 @@ def metrics_chart(
     y_domain: tuple[float, float] | None = None,
     legends: bool = True,
     batch_sizes: Mapping[str, int] | None = None,
+    colour_runs: list[str] | None = None,
 ) -> alt.LayerChart | None:
     """Line chart of ``value`` against ``step`` (or time): colour = run, dash = metric key.
 
@@ -82,6 +83,8 @@ def metrics_chart(
         y_domain: a fixed y range (e.g. ``(0, 1)`` for a fraction); default: the data's.
         legends: False leaves them out (a chart under another with the same colours).
         batch_sizes: run_id -> rows per step, for ``x="samples"`` (without it: the step axis).
+        colour_runs: run ids in the order of their colours, so that a run keeps its colour in charts
+            that show only some of the runs (default: the runs in ``df``).
 
     Returns:
         The chart, or None when ``df`` has no rows (or none left for a log axis).
@@ -116,7 +119,9 @@ def metrics_chart(
     def legend(field: str, **kw):
         return alt.Legend(orient="bottom", direction="vertical", **kw) if legends and d[field].nunique() > 1 else None
 
-    color = alt.Color("run:N", title="run", scale=alt.Scale(scheme="tableau10"), legend=legend("run", labelLimit=240))
+    domain = [(run_labels or {}).get(r, r) for r in colour_runs] if colour_runs else alt.Undefined
+    color = alt.Color("run:N", title="run", scale=alt.Scale(scheme="tableau10", domain=domain),
+                      legend=legend("run", labelLimit=240))
     dash = alt.StrokeDash("metric:N", title="metric", legend=legend("metric"))
     tooltip = ["run:N", "metric:N", "key:N", "step:Q", alt.Tooltip("value:Q", format=".4g")]
     base = alt.Chart(d.drop(columns=["wall_time"], errors="ignore")).encode(
@@ -171,6 +176,7 @@ def render_loss_panels(df: pd.DataFrame, groups: list[tuple[str, list[str]]], *,
     so that no y axis mixes an MSE with a cross-entropy. With several groups a caption says why, and
     each chart is headed by its unit. ``df``: the long metrics frame (loss keys only); ``kwargs``: as
     :func:`render_metrics_chart`."""
+    kwargs.setdefault("colour_runs", [r for _, ids in groups for r in ids])  # a run's colour in every panel
     if len(groups) > 1:
         st.caption(f"{len(groups)} kinds of loss: one panel each, one unit per y axis.")
     for start in range(0, len(groups), per_row):

@@ -29,14 +29,30 @@ def _terms(config: dict | None) -> list[tuple[float, str]]:
 
 
 def loss_kind(config: dict | None) -> str:
-    """What a run's loss measures, as a key: its objective (``mse``, ``cross_entropy``,
-    ``contrastive``...), or for a weighted sum its terms (``1 mse + 0.5 cross_entropy``). Curves of
-    one kind share a y axis; other kinds get a panel each (an image MSE near 0.05 and a text
-    cross-entropy near 5 on one linear axis flatten each other)."""
+    """What a run's loss measures, as a key: its objective (``cross_entropy``, ``contrastive``...);
+    a regression loss (``mse``, ``l1``) also by what it regresses (``mse image``, ``mse audio``,
+    ``mse image norm`` with ``norm_pix_loss``: pixels, standardised log-mel cells and per-patch
+    normalised pixels are not one unit); a weighted sum by its terms (``1 mse + 0.5 cross_entropy``).
+    Curves of one kind share a y axis; other kinds get a panel each (an image MSE near 0.05 and a
+    text cross-entropy near 5 on one linear axis flatten each other)."""
     terms = _terms(config)
     if terms:
         return " + ".join(f"{w:g} {name}" for w, name in terms)
-    return str(((config or {}).get("objective") or {}).get("loss") or "loss")
+    obj = (config or {}).get("objective") or {}
+    loss = str(obj.get("loss") or "loss")
+    if loss in ("mse", "l1"):
+        return " ".join([loss, _modality(config)] + ["norm"] * bool(obj.get("norm_pix_loss")))
+    return loss
+
+
+def _modality(config: dict | None) -> str:
+    """The modality of the run's task (``image``, ``audio``...), "" when the task is unknown."""
+    from engine.api import ConfigError, get_task  # noqa: PLC0415 (torch loads when a view draws masks or runs a checkpoint, not when a page imports this module)
+
+    try:
+        return str(getattr(get_task((config or {}).get("task")), "modality", ""))
+    except ConfigError:
+        return ""
 
 
 def loss_title(config: dict) -> str:
@@ -51,12 +67,15 @@ def loss_title(config: dict) -> str:
 
 def loss_groups(run_ids: list[str], configs: dict[str, dict]) -> list[tuple[str, list[str]]]:
     """``run_ids`` grouped by :func:`loss_kind`, as ``[(axis title, ids)]`` in the order of each
-    kind's first run: one panel per group, so that an axis never mixes units."""
+    kind's first run: one panel per group, so that an axis never mixes units. Two kinds with one
+    title (an image and an audio MSE) say which modality each is (``MSE (masked units) · audio``)."""
     groups: dict[str, tuple[str, list[str]]] = {}
     for r in run_ids:
         cfg = configs.get(r) or {}
         groups.setdefault(loss_kind(cfg), (loss_title(cfg), []))[1].append(r)
-    return list(groups.values())
+    titles = [t for t, _ in groups.values()]
+    return [(t + (f" · {' · '.join(kind.split()[1:]).replace('norm', 'normalised per patch')}" if titles.count(t) > 1 else ""), ids)
+            for kind, (t, ids) in groups.items()]  # fmt: skip
 
 
 def headline_of(config: dict) -> tuple[str, str]:

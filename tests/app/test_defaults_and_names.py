@@ -23,6 +23,7 @@ import pytest
 from streamlit.runtime.forward_msg_queue import ForwardMsgQueue
 from streamlit.testing.v1 import AppTest
 
+from app.components.quality import loss_groups
 from engine.config import RunConfig
 from engine.store import create_run, list_runs, read_metrics, write_status
 from engine.store.evaluations import latest_evaluation
@@ -133,10 +134,21 @@ def test_different_kinds_of_loss_get_a_panel_each(ws):
             ("MSE (masked units)", {image}), ("cross-entropy (nats/token)", {text}),
             ("weighted loss: 0.5 x InfoNCE + 0.5 x cross-entropy + 1 x MSE", {pair})]), (page, panels)  # fmt: skip
         assert any(c.value.startswith("3 kinds of loss: one panel each") for c in at.caption), page
-    at = open_runs({"runs": f"{image},{ids['audio_mae']}"})  # two MSEs: one axis
-    assert loss_charts(at) == [("MSE (masked units)", {image, ids["audio_mae"]})]
+    at = open_runs({"runs": f"{image},{ids['audio_mae']}"})  # two MSEs, of pixels and of log-mel cells
+    assert sorted(loss_charts(at)) == [("MSE (masked units) · audio", {ids["audio_mae"]}),
+                                       ("MSE (masked units) · image", {image})]
     at = open_with("../pages/run_detail.py", {"run": text})
     assert [t for t, _ in loss_charts(at)] == ["cross-entropy (nats/token)"]
+
+
+def test_runs_of_one_kind_of_loss_share_an_axis():
+    cfg = {k: resolve(RunConfig.from_dict(c)).to_dict() for k, c in (
+        ("a", {"name": "a"}), ("b", {"name": "b", "train": {"lr": 0.01}}), ("norm", {"objective": {"norm_pix_loss": True}}),
+        ("text", {"task": "text_mlm", "data": {"dataset": "fortunes"}}),
+        ("text2", {"task": "text_mlm", "data": {"dataset": "fortunes"}, "masking": {"ratio": 0.3}}))}  # fmt: skip
+    assert loss_groups(list(cfg), cfg) == [("MSE (masked units) · image", ["a", "b"]),
+                                           ("MSE (masked units) · image · normalised per patch", ["norm"]),
+                                           ("cross-entropy (nats/token)", ["text", "text2"])]
 
 
 def test_presentation_opens_the_latest_completed_and_evaluated_run(ws):
