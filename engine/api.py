@@ -63,6 +63,7 @@ from engine.store import (
 # --- evaluations: the background evaluation job and what it saved ---
 from engine.store.evaluations import Evaluation, latest_evaluation, load_maps, read_evaluations
 from engine.store.evaluations import read_job as evaluation_job  # the run's evaluation job state, or None
+from engine.store.evaluations import PHASES as EVAL_PHASES  # an evaluation's phases, in order, with their words
 
 # --- datasets: list, load, bundled sets, import jobs (another process), samples to show ---
 from engine.data import (
@@ -166,7 +167,7 @@ __all__ = [
     "latest_checkpoint_step", "latest_points", "list_runs", "load_samples", "read_config_history", "read_log",
     "read_metrics", "read_task_info", "run_bytes", "sample_steps", "set_note", "set_tags", "tag_run",
     # evaluations
-    "Evaluation", "evaluation_job", "latest_evaluation", "load_maps", "read_evaluations",
+    "EVAL_PHASES", "Evaluation", "evaluation_job", "latest_evaluation", "load_maps", "read_evaluations",
     # datasets
     "AUDIO_EXTENSIONS", "AUDIO_SAMPLE_RATES", "AUDIO_UPSAMPLED", "BundledStatus", "COLUMN_ROLES", "DatasetInfo", "GRID_KINDS",
     "ImportJob", "ImportOptions", "ImportOutcome", "NOTE_LOST_ON_FILL", "SourcePlan", "TABLE_EXTENSIONS",

@@ -67,7 +67,7 @@ from engine.api import (
     set_note,
     tag_run,
 )
-from engine.config import load_config
+from engine.config import load_config, parse_eval_budget
 from engine.data.dataset import counted
 from engine.data.tabular import import_options
 from engine.errors import ConfigError, MasklabError, RunNotFoundError
@@ -102,7 +102,8 @@ def _parser() -> argparse.ArgumentParser:
     ar = sub.add_parser("archive", help="archive a run: hidden from run lists, not deleted (--unarchive: shown again)")
     ar.add_argument("run_id")
     ar.add_argument("--unarchive", action="store_true", help="show it in run lists again")
-    c = sub.add_parser("cancel", help="cancel a queued or running run (exits 1 if it had already ended)")
+    c = sub.add_parser("cancel", help="cancel a queued or running run, or the evaluation of an ended one (exits 1 "
+                       "if neither was active)")
     c.add_argument("run_id")
     rs = sub.add_parser("resume", help="continue a failed, cancelled, diverged or interrupted run from its latest "
                         "checkpoint, in a background process")
@@ -126,6 +127,10 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("run_id")
     ev.add_argument("--step", type=int, default=None, help="checkpoint step (default: the latest kept)")
     ev.add_argument("--foreground", action="store_true", help="run here and print the figures")
+    ev.add_argument("--budget", default="run",
+                    help="share of the checkpoint's training time the evaluation may spend, or 'full' (no limit; "
+                         "default: the run's evaluation.budget, 0.5); probes always run, the fine-tune takes what is "
+                         "left")
     lg = sub.add_parser("log", help="print the end of a background run's worker log")
     lg.add_argument("run_id")
     lg.add_argument("--bytes", type=int, default=64_000, help="at most this many bytes from the end")
@@ -272,17 +277,21 @@ def cmd_sweep(args) -> int:
 
 def cmd_evaluate(args) -> int:
     if not args.foreground:
-        step = evaluate(args.run_id, args.step)
+        step = evaluate(args.run_id, args.step, budget=args.budget)
         print(f"evaluating step {step} of {args.run_id} in the background (python -m engine log {args.run_id})")
         return 0
     from engine.eval.job import run_job  # noqa: PLC0415 (the CLI's read-only commands start without torch)
 
     rec = get_run(args.run_id)
-    rc = run_job(rec.path, args.step)
+    rc = run_job(rec.path, args.step, parse_eval_budget(args.budget))
     job = evaluation_job(args.run_id) or {}
-    if rc != 0:
+    if rc not in (0, 3):
         print(f"error: {job.get('error') or 'the run is locked by another process'}", file=sys.stderr)
         return 2
+    if rc == 3:
+        print(f"cancelled: {job.get('error')}; finished: {', '.join(job.get('phases_done') or ()) or 'nothing'}",
+              file=sys.stderr)
+        return 1
     ev = next(e for e in read_evaluations(args.run_id)[0] if e.step == job.get("step"))
     print(f"step {ev.step}: {ev.rows['train']} train / {ev.rows['val']} val rows, {ev.seconds:.1f} s")
     for enc, figs in ev.representation.items():
@@ -357,7 +366,8 @@ def cmd_cancel(args) -> int:
         print(f"cancel requested for {args.run_id}")
         return 0
     # like kill(1) on a process that is gone: nothing was cancelled, which a script must be able to see
-    print(f"{args.run_id} has already ended ({get_run(args.run_id).status}); nothing to cancel", file=sys.stderr)
+    print(f"{args.run_id} has already ended ({get_run(args.run_id).status}) and no evaluation of it is running; "
+          "nothing to cancel", file=sys.stderr)
     return 1
 
 

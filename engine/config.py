@@ -174,13 +174,44 @@ class TrainConfig(_Strict):
 class EvalConfig(_Strict):
     """The evaluation job (:mod:`engine.eval.job`): representation figures of frozen features next to
     a randomly initialised encoder and the raw input, a short downstream fine-tune
-    (:mod:`engine.eval.finetune`), reconstruction figures and the FLOPs of a training step."""
+    (:mod:`engine.eval.finetune`) within ``budget`` (:mod:`engine.eval.budget`), reconstruction
+    figures and the FLOPs of a training step."""
 
     auto: bool = Field(True, description="evaluate the final checkpoint when the run completes (in its worker)")
     max_rows: int = Field(2000, ge=20, le=100_000, description="rows of each split whose features are probed")
     tsne_max_rows: int = Field(1000, ge=0, le=10_000, description="t-SNE map only up to this many val rows (PCA always)")
     finetune_epochs: int = Field(5, ge=0, le=100, description="epochs of the downstream fine-tune of the encoder and "
                                  "a linear head, at most 300 steps (0: no fine-tune)")
+    budget: float | None = Field(0.5, ge=0, le=100, description="the evaluation may take this share of the "
+                                 "checkpoint's training time (its optimiser steps); probes, kNN and k-means always "
+                                 "run, the fine-tune takes what is left (0: no fine-tune; null: no limit, the "
+                                 "fine-tune's full recipe; engine/eval/budget.py)")
+
+
+#: The budget an evaluation asked for without one takes: the run's own ``evaluation.budget``.
+RUN_BUDGET = "run"
+
+
+def parse_eval_budget(text: str | float | None) -> float | str | None:
+    """An evaluation budget asked for (CLI ``--budget``, a page): a share of the training time in
+    [0, 100] (float), ``"full"`` (None: no limit, the fine-tune's full recipe), or ``"run"``
+    (:data:`RUN_BUDGET`: the run's ``evaluation.budget``).
+
+    Raises:
+        ConfigError: anything else, naming the value.
+    """
+    if text is None or text == "full":
+        return None
+    if text == RUN_BUDGET:
+        return RUN_BUDGET
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if not 0 <= value <= 100:
+        raise ConfigError(f"evaluation budget {text!r}: must be a share of the training time between 0 and 100, "
+                          f"or 'full' (no limit)")
+    return value
 
 
 #: Launch back-ends (``launch.backend``): where a run's processes execute (:mod:`engine.runner.backends`):

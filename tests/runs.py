@@ -23,8 +23,9 @@ from bench.fsdd import WORDS, subset_zip
 from engine.data import ImportOptions, import_source
 from tests.stamps import completed_run, pairs_zip
 
-#: Every shared run is evaluated at its end on this budget: enough rows for each probe to be scored.
-EVALUATION = {"auto": True, "max_rows": 300, "tsne_max_rows": 0, "finetune_epochs": 1}
+#: Every shared run is evaluated at its end on this budget: enough rows for each probe to be scored,
+#: the one-epoch fine-tune whole (no time budget: these runs train for a second or two).
+EVALUATION = {"auto": True, "max_rows": 300, "tsne_max_rows": 0, "finetune_epochs": 1, "budget": None}
 NO_EVALUATION = {**EVALUATION, "auto": False}
 SHORT = {"batch_size": 32, "warmup_steps": 2, "device": "cpu", "num_threads": 1}
 IMAGE = {"name": "digits-mae", "model": {"preset": "tiny", "patch_size": 2}, "evaluation": EVALUATION,

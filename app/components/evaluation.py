@@ -17,30 +17,94 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from app.components.access import allowed
 from app.components.compare import BEST, FINETUNE, QUALITY_FIGURES, REP_FIGURES
-from app.components.errors import guarded
+from app.components.errors import guarded, user_errors
 from app.components.quality import predictor_name
-from engine.api import evaluation_job, latest_evaluation, load_maps, load_samples
+from app.components.runs import job_progress, seconds_text
+from engine.api import EVAL_PHASES, cancel, evaluate, evaluation_job, latest_evaluation, load_maps, load_samples
 
 #: Columns of :func:`downstream_table`: encoder key -> title.
 ENCODER_TITLES = {"trained": "this run", "random_init": "random init", "raw_input": "raw input", "chance": "chance"}
 
 
+#: What a figure still being computed shows in :func:`downstream_table`.
+PENDING = "…"
+
+
 def downstream_table(ev: Any) -> pd.DataFrame:
-    """Rows = figures (:data:`REP_FIGURES` titles, then ``fine-tune`` when the evaluation has it),
-    columns = encoders (:data:`ENCODER_TITLES`), values as percentages ("–" where an encoder has no
-    such figure: chance has no NMI, raw input no fine-tune)."""
+    """Rows = figures (:data:`REP_FIGURES` titles, then ``fine-tune`` when the evaluation has it or
+    may still get it), columns = encoders (:data:`ENCODER_TITLES`), values as percentages ("–" where
+    an encoder has no such figure: chance has no NMI, raw input no fine-tune; :data:`PENDING` where
+    an evaluation under way has not computed it yet)."""
     rows = []
+    running = getattr(ev, "status", "complete") == "partial"
     figs = {k: (t, ev.representation) for k, t in REP_FIGURES.items()}
-    if getattr(ev, "downstream", None):
+    if getattr(ev, "downstream", None) or running:
         figs["finetune_acc"] = (FINETUNE, ev.downstream)
     for key, (title, source) in figs.items():
         row = {"figure": title}
         for enc, etitle in ENCODER_TITLES.items():
             v = (source.get(enc) or {}).get(key)
-            row[etitle] = "–" if v is None or pd.isna(v) else f"{v:.1%}"
+            never = (enc == "chance" and key not in ("probe_acc", "knn_acc")) or (enc == "raw_input" and key == "finetune_acc")
+            row[etitle] = f"{v:.1%}" if v is not None and not pd.isna(v) else PENDING if running and not never else "–"
         rows.append(row)
     return pd.DataFrame(rows).set_index("figure")
+
+
+def budget_text(ev: Any) -> str | None:
+    """How the evaluation spent its budget, e.g. "Budget 0.5 × 92 s of training = 46 s; took 44 s;
+    fine-tune 20 of the recipe's 150 steps per encoder"; None for an evaluation without one."""
+    b = getattr(ev, "budget", None) or {}
+    if not b:
+        return None
+    if b.get("budget_s") is None:
+        head = "No budget (the run logged no step times): the full recipe"
+    else:
+        head = (f"Budget {b['share']:g} × {seconds_text(b['train_s'])} of training = {seconds_text(b['budget_s'])}; "
+                f"took {seconds_text(ev.seconds)}")
+    if b.get("recipe_steps"):
+        head += f"; fine-tune {b['finetune_steps']} of the recipe's {b['recipe_steps']} steps per encoder"
+    return head + "."
+
+
+def deeper_evaluation(rec: Any, ev: Any, key: str) -> None:
+    """A budget picker and an "Evaluate again" button (editors, ended runs, no job under way): the
+    checkpoint ``ev.step`` evaluated again with a larger share of its training time."""
+    run_eval = allowed("run.evaluate", evaluate)
+    if run_eval is None or rec.is_active:
+        return
+    a, b = st.columns([3, 1], vertical_alignment="bottom")
+    share = a.selectbox("Evaluation budget (share of the training time)", [1.0, 2.0, 4.0, 10.0], key=f"{key}_budget",
+                        format_func=lambda x: f"{x:g} × training time",
+                        help="Probes, kNN and k-means always run; the fine-tune takes what is left of the budget, "
+                             "up to its full recipe. The default budget at the end of a run is 0.5.")
+    if b.button("Evaluate again", key=f"{key}_go"):
+        with user_errors():
+            step = run_eval(rec.run_id, ev.step, budget=share)
+            st.toast(f"Evaluating step {step} of {rec.run_id} again with {share:g} × its training time")
+            st.rerun()
+
+
+def evaluation_progress(rec: Any, key: str) -> bool:
+    """The progress bar of the run's evaluation job while it is queued or running (with a Stop
+    button for an ended run's job: the phases finished are kept). Returns True while one is."""
+    job = guarded(evaluation_job, rec.run_id) or {}
+    prog = job_progress(job)
+    if prog is None:
+        return False
+    stop = allowed("run.cancel", cancel) if not rec.is_active else None  # an active run's Cancel covers it
+    if stop is None:
+        st.progress(prog[0], text=prog[1])
+        return True
+    bar, button = st.columns([5, 1], vertical_alignment="bottom")
+    bar.progress(prog[0], text=prog[1])
+    if button.button("Stop", key=f"{key}_stop_{rec.run_id}",
+                     help="Stops the evaluation at its next progress report; the phases it finished are kept"):
+        with user_errors():
+            guarded(stop, rec.run_id)
+            st.toast("Stopping the evaluation: what it finished is kept.")
+    return True
 
 
 def quality_rows(ev: Any) -> pd.DataFrame:
@@ -96,19 +160,30 @@ def cost_text(ev: Any) -> str | None:
 
 
 def evaluation_panel(rec: Any) -> None:
-    """The run's latest evaluation on Run detail: downstream table, reconstruction quality, cost;
-    or what its evaluation job is doing. Reads the store only."""
+    """The run's latest evaluation on Run detail: its job's progress while one runs, the downstream
+    table (figures as they come), reconstruction quality, cost, budget; or what its last job said.
+    Reads the store only."""
+    running = evaluation_progress(rec, "ev")
     ev = guarded(latest_evaluation, rec.run_id)
     if ev is None:
-        job = guarded(evaluation_job, rec.run_id) or {}
-        state = job.get("status")
-        at = f"step {job['step']}" if job.get("step") is not None else "the latest checkpoint"
-        st.caption(f"Evaluation {state} ({at})." if state in ("queued", "running") else
-                   f"The last evaluation failed: {job.get('error')}" if state == "failed" else
-                   "No evaluation yet: a completed run is evaluated at its end; Compare starts one for any saved run.")
+        if not running:
+            job = guarded(evaluation_job, rec.run_id) or {}
+            state = job.get("status")
+            st.caption(f"The last evaluation failed: {job.get('error')}" if state == "failed" else
+                       f"The last evaluation was cancelled: {job.get('error')}" if state == "cancelled" else
+                       "No evaluation yet: a completed run is evaluated at its end; Compare starts one for any saved "
+                       "run.")
         return
     st.caption(f"Checkpoint of step {ev.step} · {ev.rows.get('train', '?')} train / {ev.rows.get('val', '?')} val rows "
                f"· {ev.seconds:.0f} s")
+    status = getattr(ev, "status", "complete")
+    if status == "partial" and not running:
+        st.warning("This evaluation stopped before its end (its process is gone): the figures below are the phases "
+                   "it finished.")
+    elif status in ("cancelled", "failed"):
+        done = ", ".join(EVAL_PHASES.get(p, p) for p in getattr(ev, "phases", {}) or {}) or "nothing"
+        st.info(f"This evaluation was {status} before its end; kept: {done}. "
+                + (ev.notes[-1] if ev.notes else ""))
     st.table(downstream_table(ev))
     down = getattr(ev, "downstream", None) or {}
     ft = down.get("trained") or {}
@@ -124,8 +199,8 @@ def evaluation_panel(rec: Any) -> None:
                else "Spectral figures over the masked cells of the clips, never the padding")
         st.caption(f"Reconstruction quality on the same validation inputs and masks, beside each trivial baseline; "
                    f"★ best of each column. {how}.")
-    cost = cost_text(ev)
-    for line in ([cost] if cost else []) + list(getattr(ev, "notes", None) or []):
+    cost, spent = cost_text(ev), budget_text(ev)
+    for line in [x for x in (cost, spent) if x] + list(getattr(ev, "notes", None) or []):
         st.caption(line)
     maps = guarded(load_maps, rec.run_id, ev.step) or {}
     sample = guarded(load_samples, rec.run_id)  # its meta names the classes (kept with the run)
@@ -134,3 +209,5 @@ def evaluation_panel(rec: Any) -> None:
         st.altair_chart(chart)
         st.caption(f"This run's frozen features of the {len(maps['labels'])} val rows, in 2-D, coloured by label "
                    "(PCA always; t-SNE for small sets).")
+    if not running:
+        deeper_evaluation(rec, ev, "ev")

@@ -17,7 +17,7 @@ import streamlit as st
 
 from app.components.errors import guarded
 from app.components.names import is_percent, metric_label
-from engine.api import format_bytes, list_runs
+from engine.api import EVAL_PHASES, evaluation_job, format_bytes, list_runs
 from engine.api import latest_points as store_latest_points
 
 #: Status -> the colour of its badge (Streamlit's named colours: text on a tinted pill, no icon font).
@@ -51,12 +51,48 @@ def status_badge(status: str) -> str:
 EVALUATING = "evaluating the final checkpoint (linear probe, kNN, k-means)"
 
 
+def seconds_text(s: float | None) -> str:
+    """``"45 s"``, ``"3 min 5 s"``; ``"?"`` for None."""
+    if s is None or pd.isna(s):
+        return "?"
+    s = max(0, round(float(s)))
+    return f"{s // 60} min {s % 60} s" if s >= 60 else f"{s} s"
+
+
+def job_progress(job: dict | None) -> tuple[float, str] | None:
+    """``(fraction done, text)`` of a queued or running evaluation job (``evaluation/job.json``,
+    :mod:`engine.eval.progress`), e.g. ``(0.81, "Evaluating step 300: fine-tuning, step 12 of 40 ·
+    about 18 s left · done: loading the run, encoding the rows, …")``; None for any other state.
+    The fraction counts whole phases (:data:`engine.api.EVAL_PHASES`) and the share of the current one."""
+    job = job or {}
+    at = f"step {job['step']}" if job.get("step") is not None else "the latest checkpoint"
+    if job.get("status") == "queued":
+        return 0.0, f"Evaluation of {at} queued: it waits for a run slot."
+    if job.get("status") != "running":
+        return None
+    phases = list(EVAL_PHASES)
+    phase = job.get("phase")
+    i = phases.index(phase) if phase in phases else 0
+    done, total = job.get("done") or 0, job.get("total")
+    share = min(1.0, done / total) if total else 0.0
+    text = f"Evaluating {at}: {EVAL_PHASES.get(phase, 'starting')}"
+    if total:
+        text += f", {'step' if phase == 'finetune' else 'part'} {done} of {total}"
+    if job.get("eta_s") is not None and phase != "setup":
+        text += f" · about {seconds_text(job['eta_s'])} left in this phase"
+    finished = [EVAL_PHASES[p] for p in job.get("phases_done") or {} if p in EVAL_PHASES]
+    if finished:
+        text += " · done: " + ", ".join(finished)
+    return (i + share) / len(phases), text
+
+
 def activity(rec: Any) -> str:
     """What a run is doing, for its progress line: ``running · step 10 / 50``, or, after its last step
-    while the worker evaluates the final checkpoint (status ``phase`` evaluating: minutes on a CPU),
-    ``training done · evaluating the final checkpoint (...)``."""
+    while the worker evaluates the final checkpoint (status ``phase`` evaluating), ``training done ·``
+    and the evaluation's progress (:func:`job_progress`)."""
     if rec.status == "running" and (rec.extra or {}).get("phase") == "evaluating":
-        return f"training done at step {rec.step} / {rec.total_steps} · {EVALUATING}"
+        prog = job_progress(guarded(evaluation_job, rec.run_id))
+        return f"training done at step {rec.step} / {rec.total_steps} · {prog[1] if prog else EVALUATING}"
     return f"{rec.status} · step {rec.step} / {rec.total_steps}"
 
 

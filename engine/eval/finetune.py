@@ -127,16 +127,27 @@ def _refresh_norm(model, norm: nn.BatchNorm1d, encode, rows: np.ndarray, batch: 
     norm(torch.cat(feats))  # one call: a last chunk of one row would have no variance
 
 
+def recipe_steps(inputs: FinetuneInputs, epochs: int = EPOCHS, max_steps: int = MAX_STEPS,
+                 batch_size: int = BATCH_SIZE) -> int:
+    """Steps the recipe takes on ``inputs``: ``epochs`` passes of full batches, at most ``max_steps``."""
+    n = len(_labelled(inputs.y_train))
+    return min(max_steps, epochs * max(1, n // max(1, min(batch_size, n))))
+
+
 def finetune(model: nn.Module, inputs: FinetuneInputs, *, seed: int = 0, epochs: int = EPOCHS,
              max_steps: int = MAX_STEPS, batch_size: int = BATCH_SIZE, lr: float = LR,
-             weight_decay: float = WEIGHT_DECAY) -> FinetuneResult:
+             weight_decay: float = WEIGHT_DECAY,
+             on_step: Callable[[int, int], None] | None = None) -> FinetuneResult:
     """Fine-tune a copy of ``model`` with a linear head (module docstring); ``model`` is left unchanged.
 
     Args:
         model: the encoder (any masklab model with ``features``), on its device.
         inputs: the rows (:class:`FinetuneInputs`).
         seed: seeds the head's initialisation and the batch order.
-        epochs, max_steps, batch_size, lr, weight_decay: the recipe (module constants by default).
+        epochs, max_steps, batch_size, lr, weight_decay: the recipe (module constants by default);
+            ``max_steps`` is also how an evaluation budget shortens it (:mod:`engine.eval.budget`),
+            at least 1.
+        on_step: called with ``(steps done, steps)`` after each step (progress; it may raise to stop).
 
     Returns:
         :class:`FinetuneResult`.
@@ -164,7 +175,7 @@ def finetune(model: nn.Module, inputs: FinetuneInputs, *, seed: int = 0, epochs:
         head[1].bias.zero_()
     batch = min(batch_size, len(tr))
     per_epoch = max(1, len(tr) // batch)  # full batches only
-    steps = min(max_steps, epochs * per_epoch)
+    steps = max(1, min(max_steps, epochs * per_epoch))
     opt = torch.optim.AdamW([*net.parameters(), *head.parameters()], lr=lr, weight_decay=weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * s / steps)))
     labels = torch.as_tensor(y_tr)
@@ -181,11 +192,41 @@ def finetune(model: nn.Module, inputs: FinetuneInputs, *, seed: int = 0, epochs:
         opt.step()
         sched.step()
         step += 1
+        if on_step is not None:
+            on_step(step, steps)
     _refresh_norm(net, head[0], inputs.encode, tr)
     acc = _accuracy(net, head, inputs.encode, "val", va, y_va, 256)
     train_acc = _accuracy(net, head, inputs.encode, "train", tr, y_tr, 256)
     return FinetuneResult(acc, train_acc, steps, round(steps * batch / len(tr), 3),
                           {"train": len(tr), "val": len(va)}, round(time.time() - t0, 3))
+
+
+def time_step(model: nn.Module, inputs: FinetuneInputs, *, batch_size: int = BATCH_SIZE,
+              repeats: int = 2) -> float:
+    """Seconds of one fine-tune step (forward and backward of a batch of train rows through a copy
+    of ``model`` and a linear head, an AdamW update): the mean of ``repeats`` steps after one
+    warm-up step. ``model`` is left unchanged."""
+    net = copy.deepcopy(model)
+    net.requires_grad_(True)
+    device = next(net.parameters()).device
+    tr = _labelled(inputs.y_train)
+    pos = torch.as_tensor(tr[: min(batch_size, len(tr))])
+    with torch.no_grad():
+        dim = inputs.encode(net, "train", pos[:2]).shape[1]
+    head = nn.Linear(dim, int(np.max(inputs.y_train)) + 1).to(device)
+    opt = torch.optim.AdamW([*net.parameters(), *head.parameters()], lr=0.0)
+    labels = torch.as_tensor(np.asarray(inputs.y_train, np.int64)[pos.numpy()]).to(device)
+    net.train()
+    spent = 0.0
+    for i in range(repeats + 1):
+        t0 = time.perf_counter()
+        loss = nn.functional.cross_entropy(head(inputs.encode(net, "train", pos).float()), labels)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if i:
+            spent += time.perf_counter() - t0
+    return spent / max(repeats, 1)
 
 
 def finetune_inputs(task, max_rows: int | None = None) -> FinetuneInputs | None:

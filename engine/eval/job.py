@@ -1,5 +1,5 @@
 """The evaluation of one kept checkpoint: what it computes (this module) and the job that runs it in
-the background (:func:`run_job`, ``python -m engine.eval.job RUN_DIR [--step N]``).
+the background (:func:`run_job`, ``python -m engine.eval.job RUN_DIR [--step N] [--budget X|full]``).
 
 What is measured, through the task seam only (:class:`engine.tasks.Task`), so every modality that
 implements ``features`` / ``raw_features`` / ``evaluate`` is evaluated without a change here:
@@ -11,17 +11,25 @@ implements ``features`` / ``raw_features`` / ``evaluate`` is evaluated without a
   (:meth:`Task.raw_features`: pixels, TF-IDF...). ``chance`` is the share of val's most common
   class (what a constant guess scores). Train rows: the first ``evaluation.max_rows`` of the train
   split; val rows: the first ``evaluation.max_rows`` of the val split (rows are stored shuffled).
+  Figures are a pure function of the features, labels and seed, so each is cached in the workspace
+  by content (:func:`engine.store.evaluations.cached_figures`): the raw input's (and a shared random
+  init's) are computed once per dataset, not once per run.
 - **Reconstruction quality**: :meth:`Task.evaluate` at the checkpoint (``val_loss``; images
   ``val_mse``/``val_psnr`` on the masked patches; text ``val_top1``), on the run's fixed val masks;
   and :mod:`engine.eval.reconstruction` (images: SSIM on the masked patches and the whole image;
   audio: spectral error on the masked cells), each beside the task's trivial baselines.
 - **Downstream**: a short fine-tune of the encoder with a linear head on the labelled train rows,
   val accuracy (:mod:`engine.eval.finetune`, ``evaluation.finetune_epochs``), from the checkpoint
-  and, as its baseline, from the random init.
+  and, as its baseline, from the random init, the same number of steps each: what is left of the
+  budget (:mod:`engine.eval.budget`, ``evaluation.budget``) once the phases above ran.
 - **Cost**: the FLOPs of one training step (forward and backward, :mod:`engine.eval.flops`).
 
+The phases run in the order of :data:`engine.store.evaluations.PHASES`; each finished phase is stored
+at once (a ``partial`` record), its progress goes to ``evaluation/job.json`` every few seconds
+(:mod:`engine.eval.progress`), and a cancel keeps what was finished.
+
 The job (:func:`run_job`) takes the run lock (so it never overlaps the run's own worker, a resume or
-another evaluation of it), records ``evaluation/job.json`` (queued, running, completed or failed),
+another evaluation of it), records ``evaluation/job.json`` (queued, running, completed, cancelled or failed),
 waits for a run slot like a training run (``$MASKLAB_MAX_RUNS``; its queue ticket is dated when it
 was asked for) and writes the result through :mod:`engine.store.evaluations`. At the end of a run
 the worker evaluates its final checkpoint itself, while it still holds its lock and slot
@@ -33,21 +41,33 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from engine.config import RunConfig
-from engine.errors import EvaluationError, MasklabError, RunLockedError
-from engine.eval.finetune import finetune, finetune_inputs
+from engine.config import RUN_BUDGET, RunConfig, parse_eval_budget
+from engine.errors import EvaluationCancelled, EvaluationError, MasklabError, RunLockedError
+from engine.eval.budget import EvalBudget, training_seconds
+from engine.eval.finetune import finetune, finetune_inputs, recipe_steps, time_step
 from engine.eval.flops import train_step_flops
+from engine.eval.progress import PHASES, EvalProgress
 from engine.eval.reconstruction import reconstruction_quality
-from engine.eval.representation import representation_figures
+from engine.eval.representation import kmeans_scores, knn_accuracy, linear_probe, maps_2d, prepare
 from engine.runner.queue import dequeue, run_slot
 from engine.runner.resources import resolve_threads
 from engine.store.checkpoints import checkpoint_complete, list_checkpoints, load_weights
-from engine.store.evaluations import Evaluation, read_job, save_evaluation, write_job
+from engine.store.evaluations import (
+    Evaluation,
+    cached_figures,
+    cancel_requested,
+    clear_cancel,
+    figure_key,
+    read_job,
+    save_evaluation,
+    write_job,
+)
 from engine.store.lock import RunLock
 from engine.tasks import build_task
 from engine.workspace import read_json
@@ -58,11 +78,22 @@ def _chance(y: np.ndarray) -> float:
     return float(np.bincount(y).max() / len(y)) if len(y) else float("nan")
 
 
-def evaluate_checkpoint(run_dir: Path, step: int | None = None, *, device: str = "cpu",
-                        workspace=None) -> tuple[Evaluation, dict[str, np.ndarray]]:
+def evaluate_checkpoint(run_dir: Path, step: int | None = None, *, device: str = "cpu", workspace=None,
+                        budget: float | str | None = RUN_BUDGET, progress: EvalProgress | None = None,
+                        on_phase: Callable[[Evaluation, dict[str, np.ndarray]], None] | None = None,
+                        ) -> tuple[Evaluation, dict[str, np.ndarray]]:
     """Evaluate the run's kept checkpoint at ``step`` (the latest when None); see the module docstring.
 
     Seeds the global torch RNG with ``train.seed`` to rebuild the initial model (it is left seeded).
+
+    Args:
+        budget: the share of the checkpoint's training time the evaluation may spend
+            (:mod:`engine.eval.budget`); None: no limit; :data:`engine.config.RUN_BUDGET`: the run's
+            ``evaluation.budget``.
+        progress: reports the phases (:mod:`engine.eval.progress`) and stops the evaluation when
+            cancelled; None: nothing is reported.
+        on_phase: called with the evaluation so far (``status`` ``partial``) and the maps after each
+            phase that adds figures (the job stores it, so finished phases survive a cancel).
 
     Returns:
         ``(evaluation, maps)``: the figures, and the trained encoder's 2-D val maps (``pca``,
@@ -71,10 +102,12 @@ def evaluate_checkpoint(run_dir: Path, step: int | None = None, *, device: str =
     Raises:
         EvaluationError: no complete checkpoint (at ``step``), the dataset changed since the run
             (content hash differs from ``task.json``), no labels to probe, no raw-input features.
+        EvaluationCancelled: ``progress`` was cancelled (what ``on_phase`` received stands).
     """
-
     run_dir = Path(run_dir)
     t0 = time.time()
+    progress = progress or EvalProgress(run_dir, step, quiet=True)
+    progress.enter("setup")
     ckpts = [p for p in list_checkpoints(run_dir) if checkpoint_complete(p)]
     if step is not None:
         ckpts = [p for p in ckpts if int(p.name.split("-")[1]) == step]
@@ -83,6 +116,7 @@ def evaluate_checkpoint(run_dir: Path, step: int | None = None, *, device: str =
         raise EvaluationError(f"run {run_dir.name} has no complete checkpoint{at} to evaluate")
     ckpt = ckpts[-1]
     step = int(ckpt.name.split("-")[1])
+    progress.set_step(step)
     cfg = RunConfig.from_dict(read_json(run_dir / "config.json"))
     ev_cfg = cfg.evaluation
     torch.manual_seed(cfg.train.seed)  # the run's own initial weights
@@ -96,73 +130,163 @@ def evaluate_checkpoint(run_dir: Path, step: int | None = None, *, device: str =
         raise EvaluationError(f"run {run_dir.name}: its dataset {cfg.data.dataset!r} changed since the run trained "
                               f"(content hash {before[:12]}, now {now[:12]}); its checkpoint cannot be evaluated on "
                               f"other data")
-    n = ev_cfg.max_rows
-    seed = cfg.train.seed
-    cost = train_step_flops(task, seed)  # shapes only: the initial weights count as any
-    ft_inputs = finetune_inputs(task, n) if ev_cfg.finetune_epochs else None
-    downstream, notes = {}, []
-    if ev_cfg.finetune_epochs and ft_inputs is None:
-        notes.append(f"no fine-tune: task {task.name!r} gives no fine-tune inputs (Task.finetune_inputs)")
-    if ft_inputs is not None:
-        downstream["random_init"] = finetune(task.model, ft_inputs, seed=seed, epochs=ev_cfg.finetune_epochs).figures()
+    n, seed = ev_cfg.max_rows, cfg.train.seed
+    plan = EvalBudget(ev_cfg.budget if budget == RUN_BUDGET else budget, training_seconds(run_dir, step))
+    ev = Evaluation(step=step, representation={}, created_at=time.time(), status="partial",
+                    cost=train_step_flops(task, seed))  # shapes only: the initial weights count as any
+    ft_inputs = finetune_inputs(task, n) if ev_cfg.finetune_epochs and plan.fine_tunes else None
+    if ev_cfg.finetune_epochs and plan.fine_tunes and ft_inputs is None:
+        ev.notes.append(f"no fine-tune: task {task.name!r} gives no fine-tune inputs (Task.finetune_inputs)")
+    if plan.train_s is None and plan.share is not None and ft_inputs is not None:
+        ev.notes.append("the run logged no step times (an older masklab): the fine-tune follows its full recipe, "
+                        "with no budget")
+    init_state = {k: v.detach().clone() for k, v in task.model.state_dict().items()}
+    maps: dict[str, np.ndarray] = {}
+
+    def done(phase_maps: bool = False) -> None:  # a phase with figures ended: record it
+        progress.leave()
+        ev.phases = progress.phases_done
+        ev.seconds = round(time.time() - t0, 3)
+        if on_phase is not None:
+            on_phase(ev, maps if phase_maps else {})
+
+    progress.leave()
+    progress.enter("features", total=5)
     task.model.eval()
     with torch.no_grad():
-        random_init = (task.features("train", n), task.features("val", n))
+        random_init = [task.features("train", n)]
+        progress.tick(1)
+        random_init.append(task.features("val", n))
+        progress.tick(2)
         raw = task.raw_features(n)
+        progress.tick(3)
         task.model.load_state_dict(load_weights(ckpt))
         task.model.eval()
-        trained = (task.features("train", n), task.features("val", n))
-        recon = {k: float(v) for k, v in task.evaluate().items()}
-        quality = reconstruction_quality(task)
-    if ft_inputs is not None:
-        downstream = {"trained": finetune(task.model, ft_inputs, seed=seed, epochs=ev_cfg.finetune_epochs).figures(),
-                      **downstream}
-    out = {"trained": representation_figures(*trained, seed=seed, tsne_max_rows=ev_cfg.tsne_max_rows)}
-    out["random_init"] = representation_figures(*random_init, seed=seed, maps=False)
-    out["raw_input"] = representation_figures(*raw, seed=seed, maps=False)
-    rep = {k: r.figures for k, r in out.items()}
-    chance = _chance(trained[1][1])
-    rep["chance"] = {"probe_acc": chance, "knn_acc": chance}
+        t_rows = time.perf_counter()
+        trained = [task.features("train", n)]
+        progress.tick(4)
+        trained.append(task.features("val", n))
+        progress.tick(5)
+        rows = len(trained[0][1]) + len(trained[1][1])
+        row_s = (time.perf_counter() - t_rows) / max(rows, 1)
     yva = trained[1][1]
-    ev = Evaluation(step=step, representation=rep, reconstruction=recon,
-                    rows={"train": int((trained[0][1] >= 0).sum()), "val": int((yva >= 0).sum()),
-                          "dim": int(trained[0][0].shape[1])},
-                    seconds=round(time.time() - t0, 3), created_at=time.time(), downstream=downstream,
-                    quality=quality, cost=cost, notes=notes)
-    maps = dict(out["trained"].maps)
+    ev.rows = {"train": int((trained[0][1] >= 0).sum()), "val": int((yva >= 0).sum()),
+               "dim": int(trained[0][0].shape[1])}
+    done()
+    progress.enter("reconstruction")
+    with torch.no_grad():
+        ev.reconstruction = {k: float(v) for k, v in task.evaluate().items()}
+        ev.quality = reconstruction_quality(task)
+    done()
+    cache_at = workspace if workspace is not None else run_dir.parent.parent
+    feats = {"trained": prepare(*trained), "random_init": prepare(*random_init), "raw_input": prepare(*raw)}
+    chance = _chance(yva)
+    ev.representation = {enc: {} for enc in feats}
+    for phase, figure in (("probe", lambda X: {"probe_acc": linear_probe(*X, seed)}),
+                          ("knn", lambda X: {"knn_acc": knn_accuracy(*X)}),
+                          ("clustering", lambda X: dict(zip(("kmeans_nmi", "kmeans_ari"),
+                                                            kmeans_scores(X[2], X[3], seed))))):
+        progress.enter(phase, total=len(feats))
+        for i, (enc, X) in enumerate(feats.items()):
+            key = figure_key(phase, seed, *X)
+            ev.representation[enc].update(cached_figures(cache_at, key, lambda X=X, figure=figure: figure(X)))
+            progress.tick(i + 1)
+        if phase == "probe":
+            ev.representation["chance"] = {"probe_acc": chance}
+        if phase == "knn":
+            ev.representation["chance"]["knn_acc"] = chance
+        done()
+    progress.enter("map")
+    maps.update(maps_2d(feats["trained"][2], seed, ev_cfg.tsne_max_rows))
     if maps:
         maps["labels"] = yva[yva >= 0]
+    done(phase_maps=True)
+    if ft_inputs is not None:
+        progress.enter("finetune")
+        step_s = time_step(task.model, ft_inputs)
+        n_tr, n_va = int((ft_inputs.y_train >= 0).sum()), int((ft_inputs.y_val >= 0).sum())
+        steps = plan.plan_finetune(time.time() - t0, recipe_steps(ft_inputs, ev_cfg.finetune_epochs), step_s,
+                                   row_s, 2 * n_tr + n_va)
+        if steps == 0:
+            ev.notes.append(f"no fine-tune: the cheap phases spent {plan.cheap_s:.0f} s of the budget's "
+                            f"{plan.budget_s:.0f} s ({plan.share:g} x {plan.train_s:.0f} s of training); ask for a "
+                            f"larger budget (python -m engine evaluate {run_dir.name} --budget 2)")
+        else:
+            progress.enter("finetune", total=2 * steps)
+            tune = {"seed": seed, "epochs": ev_cfg.finetune_epochs, "max_steps": steps}
+            ev.downstream["trained"] = finetune(task.model, ft_inputs, **tune,
+                                                on_step=lambda k, _: progress.tick(k)).figures()
+            task.model.load_state_dict(init_state)
+            ev.downstream["random_init"] = finetune(task.model, ft_inputs, **tune,
+                                                    on_step=lambda k, _: progress.tick(steps + k)).figures()
+            if steps < plan.recipe_steps:
+                ev.notes.append(f"fine-tune shortened by the budget: {steps} of the recipe's {plan.recipe_steps} "
+                                f"steps ({plan.share:g} x {plan.train_s:.0f} s of training)")
+        progress.leave()
+    ev.budget = plan.figures()
+    ev.phases = progress.phases_done
+    ev.status = "complete"
+    ev.seconds = round(time.time() - t0, 3)
     return ev, maps
 
 
-def evaluate_and_save(run_dir: Path, step: int | None = None, *, device: str = "cpu", workspace=None) -> Evaluation:
-    """:func:`evaluate_checkpoint`, then store it (the caller holds the run lock) and record the job
-    state (``running`` -> ``completed`` or ``failed`` with the error). Returns the evaluation.
+def evaluate_and_save(run_dir: Path, step: int | None = None, *, device: str = "cpu", workspace=None,
+                      budget: float | str | None = RUN_BUDGET,
+                      should_stop: Callable[[], bool] | None = None) -> Evaluation:
+    """:func:`evaluate_checkpoint` with its progress in ``job.json`` (:mod:`engine.eval.progress`),
+    each finished phase stored as it ends, then the whole evaluation (the caller holds the run
+    lock). The job ends ``completed``, ``cancelled`` (``should_stop`` turned true; the finished
+    phases are kept, the record says ``cancelled``) or ``failed`` with the error. Returns the evaluation.
 
     Raises:
         EvaluationError, StorageError: as :func:`evaluate_checkpoint` / :func:`save_evaluation`
             (recorded in ``job.json`` first).
+        EvaluationCancelled: cancelled (recorded, with what was kept).
     """
     started = time.time()
-    write_job(run_dir, status="running", step=step, pid=os.getpid(), started_at=started)
-    try:
-        ev, maps = evaluate_checkpoint(run_dir, step, device=device, workspace=workspace)
+    last: list[Evaluation] = []
+
+    def store(ev: Evaluation, maps: dict[str, np.ndarray]) -> None:
+        maps = dict(maps)
         labels = maps.pop("labels", None)
         save_evaluation(run_dir, ev, maps, labels)
+        last[:] = [ev]
+
+    progress = EvalProgress(run_dir, step, should_stop=should_stop, started_at=started, pid=os.getpid())
+    try:
+        with progress:
+            ev, maps = evaluate_checkpoint(run_dir, step, device=device, workspace=workspace, budget=budget,
+                                           progress=progress, on_phase=store)
+            store(ev, maps)
     except BaseException as e:
+        cancelled = isinstance(e, EvaluationCancelled)
         msg = str(e) if isinstance(e, MasklabError) else f"{type(e).__name__}: {e}"
-        write_job(run_dir, status="failed", step=step, error=msg, started_at=started, ended_at=time.time())
+        kept = list(progress.phases_done)
+        if last:
+            ev = last[0]
+            ev.status = "cancelled" if cancelled else "failed"
+            ev.notes.append(f"{'cancelled' if cancelled else 'failed'} during "
+                            f"{PHASES.get(progress.phase or '', 'its start')}: {msg}")
+            try:
+                save_evaluation(run_dir, ev)
+            except MasklabError:
+                pass  # the record of the last finished phase stands
+        write_job(run_dir, status="cancelled" if cancelled else "failed", step=step, error=msg, started_at=started,
+                  ended_at=time.time(), phases_done=progress.phases_done, phase=progress.phase, kept=kept)
         raise
     write_job(run_dir, status="completed", step=ev.step, started_at=started, ended_at=time.time(),
-              seconds=ev.seconds)
+              seconds=ev.seconds, phases_done=ev.phases)
     return ev
 
 
-def run_job(run_dir: Path, step: int | None = None) -> int:
-    """The background evaluation job: run lock, queue ticket, run slot, :func:`evaluate_and_save`.
+def run_job(run_dir: Path, step: int | None = None, budget: float | str | None = RUN_BUDGET) -> int:
+    """The background evaluation job: run lock, queue ticket, run slot, :func:`evaluate_and_save`
+    (with ``budget``, as :func:`evaluate_checkpoint`), stopped by
+    :func:`engine.store.evaluations.request_cancel`.
 
     Returns an exit code: 0 done, 1 failed (the reason in ``job.json`` and on stderr), 2 the run
-    lock is held by another process (its worker or another job; nothing written).
+    lock is held by another process (its worker or another job; nothing written), 3 cancelled
+    (the finished phases are kept).
     """
     run_dir = Path(run_dir).resolve()
     workspace = run_dir.parent.parent
@@ -172,32 +296,48 @@ def run_job(run_dir: Path, step: int | None = None) -> int:
     except RunLockedError as e:
         print(f"masklab: {e}", file=sys.stderr)
         return 2
+    stop = lambda: cancel_requested(run_dir)  # noqa: E731
     try:
         queued_at = float((read_job(run_dir.name, workspace) or {}).get("queued_at") or time.time())
-        with run_slot(workspace, run_dir, lambda: False, queued_at=queued_at):
+        with run_slot(workspace, run_dir, stop, queued_at=queued_at) as slot:
+            if slot is None:  # cancelled while queued
+                write_job(run_dir, status="cancelled", step=step, error="cancelled while queued",
+                          ended_at=time.time())
+                return 3
             torch.set_num_threads(resolve_threads(read_json(run_dir / "config.json").get("train", {})))
-            evaluate_and_save(run_dir, step, workspace=workspace)
+            evaluate_and_save(run_dir, step, workspace=workspace, budget=budget, should_stop=stop)
         return 0
+    except EvaluationCancelled as e:
+        print(f"masklab: {e}", file=sys.stderr)
+        return 3
     except Exception as e:  # noqa: BLE001 - recorded in job.json by evaluate_and_save
         print(f"masklab: evaluation of run {run_dir.name} failed: {e}", file=sys.stderr)
         return 1
     finally:
+        clear_cancel(run_dir)
         dequeue(workspace, run_dir.name)
         lock.release()
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m engine.eval.job RUN_DIR [--step N]``: exit codes as :func:`run_job`."""
-    args = sys.argv[1:] if argv is None else argv
-    step = None
-    if "--step" in args:
-        i = args.index("--step")
-        step = int(args[i + 1])
-        args = args[:i] + args[i + 2:]
+    """``python -m engine.eval.job RUN_DIR [--step N] [--budget X]``: exit codes as :func:`run_job`."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    opts: dict[str, str] = {}
+    for flag in ("--step", "--budget"):
+        if flag in args:
+            i = args.index(flag)
+            opts[flag] = args[i + 1]
+            args = args[:i] + args[i + 2:]
     if len(args) != 1:
-        print("usage: python -m engine.eval.job RUN_DIR [--step N]", file=sys.stderr)
+        print("usage: python -m engine.eval.job RUN_DIR [--step N] [--budget X|full]", file=sys.stderr)
         return 2
-    return run_job(Path(args[0]), step)
+    step = int(opts["--step"]) if "--step" in opts else None
+    try:
+        budget = parse_eval_budget(opts.get("--budget", RUN_BUDGET))
+    except MasklabError as e:
+        print(f"masklab: {e}", file=sys.stderr)
+        return 2
+    return run_job(Path(args[0]), step, budget)
 
 
 if __name__ == "__main__":

@@ -125,6 +125,25 @@ def maps_2d(X: np.ndarray, seed: int = 0, tsne_max_rows: int = 1000) -> dict[str
     return out
 
 
+def prepare(train: tuple, val: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The labelled rows of both splits, standardised with the train split's statistics: what every
+    figure below reads. ``train``, ``val``: ``(X [N, D], y [N])`` (rows with ``y < 0`` left out).
+
+    Returns:
+        ``(Xtr [N', D], ytr [N'], Xva [M', D], yva [M'])``, float32 and int64.
+
+    Raises:
+        EvaluationError: malformed arrays, fewer than 2 classes in train, or no labelled val row.
+    """
+    Xtr, ytr = _labelled(*train, "train features")
+    Xva, yva = _labelled(*val, "val features")
+    if len(np.unique(ytr)) < 2 or len(Xva) == 0:
+        raise EvaluationError(f"representation figures need labels: {len(np.unique(ytr))} class(es) among "
+                              f"{len(ytr)} labelled train rows, {len(yva)} labelled val rows")
+    Xtr, Xva = standardise(Xtr, Xva)
+    return Xtr, ytr, Xva, yva
+
+
 def representation_figures(train: tuple, val: tuple, *, seed: int = 0, tsne_max_rows: int = 1000,
                            maps: bool = True) -> RepresentationResult:
     """Every figure of the module docstring for one feature set.
@@ -138,12 +157,7 @@ def representation_figures(train: tuple, val: tuple, *, seed: int = 0, tsne_max_
     Raises:
         EvaluationError: malformed arrays, fewer than 2 classes in train, or no labelled val row.
     """
-    Xtr, ytr = _labelled(*train, "train features")
-    Xva, yva = _labelled(*val, "val features")
-    if len(np.unique(ytr)) < 2 or len(Xva) == 0:
-        raise EvaluationError(f"representation figures need labels: {len(np.unique(ytr))} class(es) among "
-                              f"{len(ytr)} labelled train rows, {len(yva)} labelled val rows")
-    Xtr, Xva = standardise(Xtr, Xva)
+    Xtr, ytr, Xva, yva = prepare(train, val)
     nmi, ari = kmeans_scores(Xva, yva, seed)
     figures = {"probe_acc": linear_probe(Xtr, ytr, Xva, yva, seed), "knn_acc": knn_accuracy(Xtr, ytr, Xva, yva),
                "kmeans_nmi": nmi, "kmeans_ari": ari}

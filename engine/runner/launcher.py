@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from engine.access.policy import Identity, authorized
-from engine.config import RunConfig
+from engine.config import RUN_BUDGET, RunConfig, parse_eval_budget
 from engine.data.dataset import counted
 from engine.errors import BackendError, EvaluationError, QueueFullError, ResumeError, RunActiveError, RunLockedError
 from engine.runner.backends import JobState, describe, get_backend, node_workspace, read_job, write_job
@@ -30,7 +30,9 @@ from engine.runner.queue import enqueue, max_queued, submit_lock, waiting_runs
 from engine.runner.resume import check_same_data, prepare_resume, resume_config
 from engine.store import ACTIVE, CANCEL_FILE, RunLock, create_run, get_run, read_status, run_dir, write_status
 from engine.store.checkpoints import checkpoint_complete, list_checkpoints
+from engine.store.evaluations import clear_cancel as clear_eval_cancel
 from engine.store.evaluations import job_active
+from engine.store.evaluations import request_cancel as request_eval_cancel
 from engine.store.evaluations import write_job as write_eval_job
 from engine.store.lock import signal_holder
 from engine.store.runs import LOG_FILE, is_starting
@@ -159,25 +161,31 @@ def _launch_of(d: Path) -> dict:
         return {}
 
 
-def evaluate(run_id: str, step: int | None = None, workspace=None, *, actor: Identity | None = None) -> int:
+def evaluate(run_id: str, step: int | None = None, workspace=None, *, budget: float | str | None = RUN_BUDGET,
+             actor: Identity | None = None) -> int:
     """Evaluate a saved checkpoint of an ended run in the background (:mod:`engine.eval.job`): the
     job queues for a run slot like a training run and writes its results with the run. Returns the
-    checkpoint step it will evaluate (the latest complete one when ``step`` is None).
+    checkpoint step it will evaluate (the latest complete one when ``step`` is None). ``budget``: the
+    share of the checkpoint's training time it may spend (:mod:`engine.eval.budget`; None: no limit;
+    :data:`engine.config.RUN_BUDGET`: the run's ``evaluation.budget``); a deeper evaluation asks for
+    more. :func:`cancel` stops it.
 
     Raises:
         RunNotFoundError: unknown run.
         RunActiveError: the run is queued or running (it is evaluated at its end when
             ``evaluation.auto``), or an evaluation of it is already queued or running.
         EvaluationError: no complete checkpoint (at ``step``).
+        ConfigError: ``budget`` is not one of those (:func:`engine.config.parse_eval_budget`).
         QueueFullError: ``$MASKLAB_MAX_QUEUED`` runs are already waiting. Nothing is started on any error.
         PermissionDeniedError: ``actor`` (default :func:`engine.access.policy.current_identity`) is not an
             editor, or demo mode (checked first).
     """
+    budget = parse_eval_budget(budget)
     with authorized("run.evaluate", run_id, actor=actor, workspace=workspace):
-        return _evaluate(run_id, step, workspace)
+        return _evaluate(run_id, step, workspace, budget)
 
 
-def _evaluate(run_id: str, step: int | None, workspace) -> int:
+def _evaluate(run_id: str, step: int | None, workspace, budget: float | str | None = RUN_BUDGET) -> int:
     ws = workspace_root(workspace)
     rec = get_run(run_id, ws)
     if rec.status in ACTIVE:
@@ -193,8 +201,11 @@ def _evaluate(run_id: str, step: int | None, workspace) -> int:
         if job_active(run_id, ws):
             raise RunActiveError(f"an evaluation of run {run_id} is already queued or running")
         _check_queue_cap(ws)
-        write_eval_job(rec.path, status="queued", step=step, queued_at=time.time())
+        clear_eval_cancel(rec.path)
+        write_eval_job(rec.path, status="queued", step=step, queued_at=time.time(), budget=budget)
     cmd = [sys.executable, "-m", "engine.eval.job", str(rec.path), "--step", str(step)]
+    if budget != RUN_BUDGET:
+        cmd += ["--budget", "full" if budget is None else repr(float(budget))]
     _start(cmd, rec.path, ws)
     return step
 
@@ -242,7 +253,9 @@ def _start(cmd: list[str], d: Path, ws: Path) -> subprocess.Popen:
 
 
 def cancel(run_id: str, workspace=None, *, actor: Identity | None = None) -> bool:
-    """Ask a queued or running run to stop. Returns False if it had already ended (or was interrupted).
+    """Ask a queued or running run to stop, or, for an ended run, its queued or running evaluation
+    job (:func:`evaluate`; it stops at its next progress report and keeps the phases it finished).
+    Returns False if neither was active.
 
     Writes the ``cancel`` marker (the worker polls it every step and while queued) and sends
     SIGTERM to the process that holds the run's lock, found through the kernel
@@ -257,7 +270,11 @@ def cancel(run_id: str, workspace=None, *, actor: Identity | None = None) -> boo
         rec = get_run(run_id, workspace)
         entry["was"] = rec.status
         if rec.status not in ACTIVE:
-            return False
+            if not job_active(run_id, workspace):
+                return False
+            entry["was"] = "evaluating"
+            request_eval_cancel(rec.path)
+            return True
         d = run_dir(run_id, workspace)
         try:
             (d / CANCEL_FILE).touch()

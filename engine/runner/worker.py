@@ -224,11 +224,12 @@ def _evaluate_final(run_dir: Path, device: str, workspace: Path, step: int | Non
     unless ``$MASKLAB_AUTO_EVAL`` is 0), in the worker while it still holds the run lock and its slot.
     Its failure does not fail the run: the reason is in ``evaluation/job.json`` and the log.
 
-    Cancel (SIGTERM, SIGINT (Ctrl-C) or the ``cancel`` marker, ``should_stop``) stops it within about
-    :data:`EVAL_CANCEL_POLL_S` plus the running library call: a watcher thread interrupts the main
-    thread, whose handler raises :class:`EvaluationCancelled`; the job is recorded ``failed`` with
-    that reason and the run stays ``completed`` (its training ended). Where the worker does not run
-    in the main thread (no signal handlers there), the evaluation runs to its end."""
+    Cancel (SIGTERM, SIGINT (Ctrl-C) or the ``cancel`` marker, ``should_stop``) stops it at its next
+    progress report (:mod:`engine.eval.progress`), or within about :data:`EVAL_CANCEL_POLL_S` plus
+    the running library call: a watcher thread interrupts the main thread, whose handler raises
+    :class:`EvaluationCancelled`. The job is recorded ``cancelled`` with that reason, the phases it
+    finished are kept (a ``cancelled`` evaluation record), and the run stays ``completed`` (its
+    training ended)."""
     from engine.eval.job import evaluate_and_save  # noqa: PLC0415 (the evaluation (torch, scikit-learn) loads once training has ended)
 
     why = (f"cancelled during the final evaluation; start one again from Compare or with python -m engine "
@@ -236,7 +237,7 @@ def _evaluate_final(run_dir: Path, device: str, workspace: Path, step: int | Non
     if should_stop():  # cancelled once the status said "evaluating", before the job started
         now = time.time()
         try:
-            write_job(run_dir, status="failed", step=step, error=why, started_at=now, ended_at=now)
+            write_job(run_dir, status="cancelled", step=step, error=why, started_at=now, ended_at=now)
         except (MasklabError, OSError):  # a full disk: the training result stands all the same
             print_exc()
         print(f"final evaluation of {run_dir.name} cancelled", file=sys.stderr, flush=True)
@@ -262,7 +263,7 @@ def _evaluate_final(run_dir: Path, device: str, workspace: Path, step: int | Non
     if watcher is not None:
         watcher.start()
     try:
-        evaluate_and_save(run_dir, step, device=device, workspace=workspace)
+        evaluate_and_save(run_dir, step, device=device, workspace=workspace, should_stop=should_stop)
     except EvaluationCancelled:
         print(f"final evaluation of {run_dir.name} cancelled", file=sys.stderr, flush=True)
     except Exception:  # noqa: BLE001 - recorded in job.json; the training result stands

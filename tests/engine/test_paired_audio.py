@@ -180,7 +180,8 @@ def test_a_format_2_paired_run_on_audio_opens_resumes_and_evaluates_as_paired_au
 
     monkeypatch.setenv("MASKLAB_WORKSPACE", str(ws))
     cfg = cfg_of(train={"steps": 4, "eval_interval": 2, "checkpoint_interval": 2},
-                 evaluation={"auto": False, "max_rows": 300, "tsne_max_rows": 0, "finetune_epochs": 1})
+                 evaluation={"auto": False, "max_rows": 300, "tsne_max_rows": 0, "finetune_epochs": 1,
+                             "budget": None})
     run_id, d = create_run(cfg.to_dict(), ws)
     assert execute_run(d, on_step=crash_after_3) == "failed"
     old = {**read_json(d / "config.json"), "task": "paired"}  # what format 2 stored

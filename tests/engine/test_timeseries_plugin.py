@@ -96,7 +96,7 @@ def test_timeseries_trains_through_the_real_worker_and_is_evaluated(series, monk
     cfg = resolve(RunConfig.from_dict({
         "task": "series_mae", "data": {"dataset": "waves"}, "masking": {"strategy": "span", "ratio": 0.3},
         "train": {"steps": 300, "batch_size": 32, "eval_interval": 150, "lr": 3e-3, "warmup_steps": 10, "device": "cpu"},
-        "evaluation": {"max_rows": 200, "finetune_epochs": 2, "tsne_max_rows": 0},
+        "evaluation": {"max_rows": 200, "finetune_epochs": 2, "tsne_max_rows": 0, "budget": None},
     }))  # fmt: skip
     assert (cfg.model.arch, cfg.objective.loss) == ("series_transformer", "mse")
     run_id = submit(cfg)

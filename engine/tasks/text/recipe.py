@@ -192,13 +192,18 @@ class TextTask(Task):
         texts = self._ds.texts(split, limit=max_rows)
         labels = self._ds.labels[self._ds.indices(split)][:max_rows].astype(np.int64)
         enc = self.tok.encode_batch(texts, max_len=self.cfg.data.tokenizer.max_len)
+        # chunks of rows of similar length (each chunk is cut to its longest row), in the rows' order after
+        order = torch.argsort(enc.attention_mask.sum(1), stable=True)
         out = []
         with torch.no_grad():
             for i in range(0, len(enc), EVAL_CHUNK):
-                b = self.rows(enc, torch.arange(i, min(i + EVAL_CHUNK, len(enc))))
+                b = self.rows(enc, order[i : i + EVAL_CHUNK])
                 out.append(self._features(b).float().cpu())
-        feats = torch.cat(out).numpy() if out else np.zeros((0, 1), np.float32)
-        return feats.astype(np.float32), labels
+        if not out:
+            return np.zeros((0, 1), np.float32), labels
+        feats = torch.empty_like(sorted_feats := torch.cat(out))
+        feats[order] = sorted_feats
+        return feats.numpy().astype(np.float32), labels
 
     def finetune_inputs(self, max_rows: int | None = None):
         """The first ``max_rows`` texts of each split, tokenised as the run's features are."""

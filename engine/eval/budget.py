@@ -1,0 +1,103 @@
+"""The evaluation budget: an automatic evaluation costs at most ``evaluation.budget`` times the
+training time it judges (default 0.5), on the same machine.
+
+The *training time* of a checkpoint at step N is the sum of the run's measured optimiser-step times
+(the ``step_time`` metric, seconds) over steps 1..N: the compute the weights cost, without start-up,
+validation or checkpoint writes. The cheap phases (features, reconstruction figures, probes, kNN,
+k-means, maps) always run; fine-tuning takes what is left of the budget, in steps, the same number for
+the trained and the random-init encoder, at most the recipe's (``evaluation.finetune_epochs``,
+:data:`engine.eval.finetune.MAX_STEPS`). Its step count is planned once, from one timed step and the
+measured cost of a forward pass per row (the head's statistics and the accuracies after training), so
+the cosine schedule knows its length. A budget of 0 skips fine-tuning, none (null) sets no limit; a run
+without ``step_time`` (an older masklab) is fine-tuned by the full recipe, and the evaluation says so.
+
+Why time, not FLOPs: the cheap phases are mostly scikit-learn work that FLOP counters do not see,
+and the budget is what a user waits for. The FLOPs of a training step are still reported
+(:mod:`engine.eval.flops`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from engine.store.metrics import read_run_table
+
+
+def training_seconds(run_dir: Path, step: int) -> float | None:
+    """Seconds of optimiser steps 1..``step`` of a run: the sum of its ``step_time`` metric (the last
+    value logged for each step: a resumed run logs a step once more). None when it logged none."""
+    table, _ = read_run_table(Path(run_dir), ["step_time"])
+    if table.num_rows == 0:
+        return None
+    last: dict[int, float] = {}
+    for s, v in zip(table.column("step").to_pylist(), table.column("value").to_pylist()):
+        if s <= step and v is not None and math.isfinite(v):
+            last[int(s)] = float(v)
+    return sum(last.values()) if last else None
+
+
+@dataclass
+class EvalBudget:
+    """What an evaluation may spend.
+
+    Attributes:
+        share: ``evaluation.budget`` (or the ``--budget`` asked for), a multiple of the training time;
+            None: no limit (the fine-tune's full recipe).
+        train_s: the checkpoint's training time (:func:`training_seconds`), None when unknown.
+        budget_s: ``share * train_s`` (s), None when unknown (then no limit).
+        cheap_s: seconds the cheap phases took (set once they ran).
+        finetune_steps: steps each encoder is fine-tuned (set by :meth:`plan_finetune`).
+        recipe_steps: steps the recipe alone would take.
+        step_s: measured seconds of one fine-tune step; row_s: of one row's forward pass.
+    """
+
+    share: float | None
+    train_s: float | None
+    budget_s: float | None = None
+    cheap_s: float = 0.0
+    finetune_steps: int = 0
+    recipe_steps: int = 0
+    step_s: float = 0.0
+    row_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.budget_s is None and self.train_s is not None and self.share is not None:
+            self.budget_s = self.share * self.train_s
+
+    @property
+    def fine_tunes(self) -> bool:
+        """False for a budget of 0 (no fine-tune at all)."""
+        return self.share is None or self.share > 0
+
+    def plan_finetune(self, elapsed_s: float, recipe_steps: int, step_s: float, row_s: float,
+                      rows_per_encoder: int, encoders: int = 2) -> int:
+        """Steps each of ``encoders`` encoders may take once ``elapsed_s`` are spent (recorded).
+
+        Args:
+            elapsed_s: seconds the evaluation has spent so far.
+            recipe_steps: the recipe's steps (the most it takes).
+            step_s: seconds of one fine-tune step (forward and backward of a batch).
+            row_s: seconds of one row's forward pass; each encoder then encodes ``rows_per_encoder``
+                rows once trained (the head's statistics, the val and train accuracies).
+
+        Returns:
+            ``min(recipe_steps, (budget_s - elapsed_s - encoders * rows_per_encoder * row_s) /
+            (encoders * step_s))``, at least 0; ``recipe_steps`` without a limit or when the training
+            time is unknown; 0 for a share of 0.
+        """
+        self.cheap_s, self.recipe_steps, self.step_s, self.row_s = elapsed_s, recipe_steps, step_s, row_s
+        if not self.fine_tunes:
+            steps = 0
+        elif self.budget_s is None:
+            steps = recipe_steps
+        else:
+            left = self.budget_s - elapsed_s - encoders * rows_per_encoder * row_s
+            steps = max(0, min(recipe_steps, int(left / (encoders * max(step_s, 1e-9)))))
+        self.finetune_steps = steps
+        return steps
+
+    def figures(self) -> dict[str, float | None]:
+        """The budget as stored with the evaluation (seconds rounded to ms)."""
+        return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in asdict(self).items()}
