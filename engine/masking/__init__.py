@@ -16,6 +16,8 @@ Public API:
     ratio_at(masking_cfg, step, total_steps) — the ratio schedule
     grid_shape(image_hw, patch_size) — (h, w) patch grid, with the divisibility check
     preview_masks(cfg, image_shape, n, images=None) — the run's fixed visualisation masks
+    identical_masks_warning(strategy, params, grid_shape, ratio) — says when every sample would get
+        the same mask (Mask lab and New run show it)
     gather_visible, restore_order — apply a mask to a token sequence (MAE)
 """
 
@@ -71,6 +73,7 @@ __all__ = [
     "gather_visible",
     "get_masking",
     "grid_shape",
+    "identical_masks_warning",
     "mask_lowest",
     "pick_uniform",
     "preview_masks",
@@ -188,3 +191,55 @@ def preview_masks(
     h, w = grid_shape((H, W), cfg.model.patch_size)
     side = image_side_inputs(cfg.masking, images, cfg.model.patch_size)
     return draw_mask(cfg.masking, (n, h, w), torch.Generator().manual_seed(cfg.train.seed), **side)
+
+
+def identical_masks_warning(
+    strategy: str,
+    params: dict | None,
+    grid_shape: tuple[int, ...],
+    ratio: float,
+    *,
+    side_inputs: dict[str, torch.Tensor] | None = None,
+    n: int = 8,
+    seed: int = 0,
+) -> str | None:
+    """A warning when ``strategy`` with these settings gives every sample the same mask, else None.
+
+    Draws ``n`` masks ``[n, *grid_shape]`` from one seeded generator, every sample with the same
+    inputs, and compares them: a stochastic strategy that draws ``n`` equal masks has nothing left
+    to draw (ratio 0 or 1, a budget that takes every unit, a parameter that fixes the place), so a
+    run would hide the same positions in every sample. Rule-based strategies (``stochastic=False``:
+    ``periodic``, ``region``) are the same for every sample by design and get None, as does a
+    strategy that needs side inputs (``word_ids``, ``segments``...) when ``side_inputs`` (one
+    sample's, ``[1, ...]``) are not given.
+
+    Args:
+        strategy: a registered name. params: ``masking.params`` (None: the defaults).
+        grid_shape: the grid without the batch, e.g. ``(7, 7)`` patches or ``(128,)`` tokens.
+        ratio: the mask ratio.
+
+    Raises:
+        ConfigError: unknown strategy, bad ratio or parameter (the message names the field).
+        ValueError: ``grid_shape`` is not a grid the strategy accepts.
+    """
+    s = get_masking(strategy)
+    if not s.stochastic or n < 2:
+        return None
+    side = {}
+    for need in s.needs:
+        if side_inputs is None or side_inputs.get(need) is None:
+            return None
+        x = side_inputs[need]
+        side[need] = x.expand(n, *x.shape[1:])
+    grid = tuple(int(d) for d in grid_shape)
+    mask = s.fn((n, *grid), ratio, generator=torch.Generator().manual_seed(seed),
+                **s.parse_params(params).model_dump(), **side)
+    flat = mask.reshape(n, -1)
+    if flat.shape[1] == 0 or not bool((flat == flat[:1]).all()):
+        return None
+    k, size = int(flat[0].sum()), "x".join(map(str, grid))
+    what = ("nothing" if k == 0 else "every position" if k == flat.shape[1]
+            else f"the same {k} of {flat.shape[1]} positions")
+    return (f"Every sample gets the same mask: {strategy} with these settings on the {size} grid hides {what} "
+            f"in each of {n} draws, so training sees one fixed mask. Change the ratio or the parameters "
+            f"(or the grid) until the masks vary.")
