@@ -200,18 +200,20 @@ def identical_masks_warning(
     ratio: float,
     *,
     side_inputs: dict[str, torch.Tensor] | None = None,
-    n: int = 8,
+    n: int = 256,
     seed: int = 0,
 ) -> str | None:
-    """A warning when ``strategy`` with these settings gives every sample the same mask, else None.
+    """A warning when ``strategy`` with these settings hides the same positions in every sample, else None.
 
     Draws ``n`` masks ``[n, *grid_shape]`` from one seeded generator, every sample with the same
-    inputs, and compares them: a stochastic strategy that draws ``n`` equal masks has nothing left
-    to draw (ratio 0 or 1, a budget that takes every unit, a parameter that fixes the place), so a
-    run would hide the same positions in every sample. Rule-based strategies (``stochastic=False``:
-    ``periodic``, ``region``) are the same for every sample by design and get None, as does a
-    strategy that needs side inputs (``word_ids``, ``segments``...) when ``side_inputs`` (one
-    sample's, ``[1, ...]``) are not given.
+    inputs, and looks for positions masked in all of them. All masks equal means the strategy has
+    nothing left to draw (ratio 0 or 1, a budget that takes every unit); some positions in every
+    mask means a fixed part (a block that only fits at the centre): a run would never show the
+    encoder those positions. ``n = 256`` keeps chance out of it: a position masked with probability
+    0.95 is still free in some mask (``0.95 ** 256 < 2e-6``). Rule-based strategies
+    (``stochastic=False``: ``periodic``, ``region``) are the same for every sample by design and get
+    None, as does a strategy that needs side inputs (``word_ids``, ``segments``...) when
+    ``side_inputs`` (one sample's, ``[1, ...]``) are not given.
 
     Args:
         strategy: a registered name. params: ``masking.params`` (None: the defaults).
@@ -235,11 +237,17 @@ def identical_masks_warning(
     mask = s.fn((n, *grid), ratio, generator=torch.Generator().manual_seed(seed),
                 **s.parse_params(params).model_dump(), **side)
     flat = mask.reshape(n, -1)
-    if flat.shape[1] == 0 or not bool((flat == flat[:1]).all()):
+    L, size = flat.shape[1], "x".join(map(str, grid))
+    always = flat.all(dim=0)
+    k = int(always.sum())
+    if L == 0 or (k == 0 and not bool((flat == flat[:1]).all())):
         return None
-    k, size = int(flat[0].sum()), "x".join(map(str, grid))
-    what = ("nothing" if k == 0 else "every position" if k == flat.shape[1]
-            else f"the same {k} of {flat.shape[1]} positions")
-    return (f"Every sample gets the same mask: {strategy} with these settings on the {size} grid hides {what} "
-            f"in each of {n} draws, so training sees one fixed mask. Change the ratio or the parameters "
-            f"(or the grid) until the masks vary.")
+    fix = "Change the ratio or the parameters (or the grid) until the masks vary."
+    if bool((flat == flat[:1]).all()):
+        what = "nothing" if k == 0 else "every position" if k == L else f"the same {k} of {L} positions"
+        return (f"Every sample gets the same mask: {strategy} with these settings on the {size} grid hides {what} "
+                f"in each of {n} draws, so training sees one fixed mask. {fix}")
+    where = torch.stack(torch.unravel_index(always.nonzero().flatten()[:4], grid), dim=1).tolist()
+    at = ", ".join(str(w[0]) if len(w) == 1 else f"({', '.join(map(str, w))})" for w in where) + (", ..." if k > 4 else "")
+    return (f"A fixed part: {strategy} with these settings on the {size} grid hides {k} of {L} positions in "
+            f"every one of {n} draws (at {at}), so training never shows them to the encoder. {fix}")
