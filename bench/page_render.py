@@ -86,7 +86,7 @@ def workspace_runs(ws: Path) -> dict[str, str]:
 
 def datasets(ws: Path) -> list[str]:
     """Names of the datasets of ``ws`` that a run of it trained on (bundled ones only when used)."""
-    from engine.api import get_run  # noqa: PLC0415
+    from engine.api import get_run  # noqa: PLC0415 (as workspace_runs: after MASKLAB_WORKSPACE is set)
 
     names = []
     for rid in workspace_runs(ws).values():
@@ -160,7 +160,7 @@ def time_fill_in(run_id: str, renders: int) -> tuple[float, float]:
 def profile_page(script: str, params: dict[str, str], top: int = 30) -> str:
     """The ``top`` functions by cumulative time of one warm render of ``script`` (cProfile of the
     script thread: AppTest runs the page in a thread of its own, as a server does)."""
-    from streamlit.runtime.scriptrunner.script_runner import ScriptRunner  # noqa: PLC0415
+    from streamlit.runtime.scriptrunner.script_runner import ScriptRunner  # noqa: PLC0415 (--profile only: patched for one render)
 
     at = page_at(script, params)
     render(at)

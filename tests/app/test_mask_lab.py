@@ -17,8 +17,10 @@ import torch
 from pydantic import Field, model_validator
 from streamlit.testing.v1 import AppTest
 
+from app.components.masks import FIXED_PART_BATCH, identical_batch_note
 from engine.masking import MASKING_REGISTRY, register_masking, strategies_for
 from engine.masking.registry import StrategyParams, check_eligible
+from engine.masking.stats import mask_stats
 
 ENTRY = Path(__file__).resolve().parents[2] / "app" / "streamlit_app.py"
 LAB = "../pages/mask_lab.py"
@@ -298,9 +300,6 @@ def test_a_setting_with_a_fixed_part_is_warned_in_mask_lab_and_new_run(workspace
 
 
 def test_a_real_batch_with_one_mask_or_a_fixed_part_is_named():
-    from app.components.masks import FIXED_PART_BATCH, identical_batch_note  # noqa: PLC0415 (imports streamlit)
-    from engine.masking.stats import mask_stats  # noqa: PLC0415
-
     same = torch.zeros(32, 20, dtype=torch.bool)
     same[:, 5:11] = True  # the same 6 of 20 frames in every clip
     assert "all 32 masks of this batch hide the same 6 of 20 positions" in identical_batch_note(mask_stats(same), "voiced")
