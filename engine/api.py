@@ -108,6 +108,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "strategies_for": ("engine.masking", "strategies_for"),
     "grid_shape": ("engine.masking", "grid_shape"),
     "ratio_at": ("engine.masking", "ratio_at"),
+    "identical_masks_warning": ("engine.masking", "identical_masks_warning"),
     "MaskStats": ("engine.masking.stats", "MaskStats"),
     "get_model_spec": ("engine.models", "get_model_spec"),  # .presets: the sizes New run offers
     "get_task": ("engine.tasks", "get_task"),
@@ -120,7 +121,14 @@ _LAZY: dict[str, tuple[str, str]] = {
 }
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
-    from engine.masking import MASKING_REGISTRY, get_masking, grid_shape, ratio_at, strategies_for  # noqa: F401
+    from engine.masking import (  # noqa: F401
+        MASKING_REGISTRY,
+        get_masking,
+        grid_shape,
+        identical_masks_warning,
+        ratio_at,
+        strategies_for,
+    )
     from engine.masking.registry import MaskingStrategy  # noqa: F401
     from engine.masking.stats import MaskStats  # noqa: F401
     from engine.models import get_model_spec  # noqa: F401

@@ -44,6 +44,7 @@ from engine.api import (
     MaskStats,
     get_masking,
     grid_shape,
+    identical_masks_warning,
     load_dataset,
     representative,
     strategies_for,
@@ -128,7 +129,33 @@ def patch_select(info: Any, masking: dict[str, Any] | None, key: str, carried: i
                          format_func=lambda p: patch_label(p, h, w), help=help_)  # fmt: skip
     if refused and len(sizes) < len(tiling):
         st.caption(f"Not offered with this masking: {', '.join(f'{p} px' for p in refused)} (see the help).")
+    identical_masks_note(masking, (h // patch, w // patch))
     return int(patch)
+
+
+def identical_masks_note(masking: dict[str, Any] | None, grid: tuple[int, ...]) -> str | None:
+    """``st.warning`` when ``masking`` (a ``masking`` config dict) would give every sample the same
+    mask on ``grid`` (the grid without the batch, e.g. ``(7, 7)`` patches):
+    :func:`engine.masking.identical_masks_warning`. Settings the engine rejects are the form's
+    business (it says why), so they give no note here. Returns the warning shown, or None."""
+    if not masking or not masking.get("strategy"):
+        return None
+    ratio = masking.get("ratio", MaskingConfig.model_fields["ratio"].default)
+    try:
+        msg = _identical_masks(str(masking["strategy"]), json.dumps(masking.get("params") or {}, sort_keys=True),
+                               tuple(int(g) for g in grid), float(ratio))
+    except (MasklabError, ValueError, TypeError):
+        return None
+    if msg:
+        st.warning(msg)
+    return msg
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def _identical_masks(strategy: str, params_json: str, grid: tuple[int, ...], ratio: float) -> str | None:
+    """:func:`identical_masks_warning` (256 draws, up to a few tenths of a second on a large grid),
+    once per setting."""
+    return identical_masks_warning(strategy, json.loads(params_json) or None, grid, ratio)
 
 
 # --------------------------------------------------------------------------- errors
@@ -542,7 +569,9 @@ def lab_statistics(res: tuple[MaskStats, float | None, str | None] | None, about
     pre-flight would refuse, in words) shows as a warning, then too many samples with nothing masked
     (:func:`unmasked_note` of ``strategy``), ``about(stats)`` as the caption (what the masks were
     drawn over, and how many samples have nothing masked when some but few do), then
-    :func:`mask_stats_panel`."""
+    :func:`mask_stats_panel`. Every mask of the batch the same (a stochastic strategy with nothing
+    left to draw) is a warning too (:func:`identical_batch_note`; on an image patch grid
+    :func:`patch_select` says it in the form, for New run and Mask lab alike)."""
     if res is None:
         return
     stats, rate, problem = res
@@ -552,9 +581,36 @@ def lab_statistics(res: tuple[MaskStats, float | None, str | None] | None, about
         st.warning(f"A run with these settings would be refused: {problem}")
     elif note is not None:
         st.warning(note)
+    same = identical_batch_note(stats, strategy) if not problem and (spectrogram or len(stats.grid) != 2) else None
+    if same:
+        st.warning(same)
     few = f" {empty} of {stats.batch_size} have nothing masked." if empty and note is None and not problem else ""
     st.caption(about(stats) + few)
     mask_stats_panel(stats, rate, spectrogram)
+
+
+#: Batch from which positions masked in every sample are called a fixed part rather than chance
+#: (a position masked with probability 0.95 is free in some of 256 masks but for 2e-6).
+FIXED_PART_BATCH = 256
+
+
+def identical_batch_note(stats: MaskStats, strategy: str | None) -> str | None:
+    """The words for a batch whose masks are all the same (every position of ``stats.frequency``
+    masked in all samples or in none), or that masks some positions in all of at least
+    :data:`FIXED_PART_BATCH` samples; else None. Rule-based strategies (``stochastic`` False) are the
+    same for every sample by design and get None."""
+    f, B = stats.frequency, stats.batch_size
+    if B < 2 or f.size == 0 or (strategy is not None and not get_masking(strategy).stochastic):
+        return None
+    k, n = int((f == 1.0).sum()), int(f.size)
+    fix = "Change the ratio or the parameters until the masks vary."
+    if np.isin(f, (0.0, 1.0)).all():
+        return (f"Every sample gets the same mask: all {B} masks of this batch hide the same {k} of {n} positions, "
+                f"so training would see one fixed mask. {fix}")
+    if k and B >= FIXED_PART_BATCH:
+        return (f"A fixed part: {k} of {n} positions are masked in all {B} masks of this batch, so training would "
+                f"never show them to the encoder. {fix}")
+    return None
 
 
 #: Share of samples whose mask hides nothing above which Mask lab warns: such samples train nothing

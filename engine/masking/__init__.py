@@ -16,6 +16,8 @@ Public API:
     ratio_at(masking_cfg, step, total_steps) — the ratio schedule
     grid_shape(image_hw, patch_size) — (h, w) patch grid, with the divisibility check
     preview_masks(cfg, image_shape, n, images=None) — the run's fixed visualisation masks
+    identical_masks_warning(strategy, params, grid_shape, ratio) — says when every sample would get
+        the same mask (Mask lab and New run show it)
     gather_visible, restore_order — apply a mask to a token sequence (MAE)
 """
 
@@ -71,6 +73,7 @@ __all__ = [
     "gather_visible",
     "get_masking",
     "grid_shape",
+    "identical_masks_warning",
     "mask_lowest",
     "pick_uniform",
     "preview_masks",
@@ -188,3 +191,63 @@ def preview_masks(
     h, w = grid_shape((H, W), cfg.model.patch_size)
     side = image_side_inputs(cfg.masking, images, cfg.model.patch_size)
     return draw_mask(cfg.masking, (n, h, w), torch.Generator().manual_seed(cfg.train.seed), **side)
+
+
+def identical_masks_warning(
+    strategy: str,
+    params: dict | None,
+    grid_shape: tuple[int, ...],
+    ratio: float,
+    *,
+    side_inputs: dict[str, torch.Tensor] | None = None,
+    n: int = 256,
+    seed: int = 0,
+) -> str | None:
+    """A warning when ``strategy`` with these settings hides the same positions in every sample, else None.
+
+    Draws ``n`` masks ``[n, *grid_shape]`` from one seeded generator, every sample with the same
+    inputs, and looks for positions masked in all of them. All masks equal means the strategy has
+    nothing left to draw (ratio 0 or 1, a budget that takes every unit); some positions in every
+    mask means a fixed part (a block that only fits at the centre): a run would never show the
+    encoder those positions. ``n = 256`` keeps chance out of it: a position masked with probability
+    0.95 is still free in some mask (``0.95 ** 256 < 2e-6``). Rule-based strategies
+    (``stochastic=False``: ``periodic``, ``region``) are the same for every sample by design and get
+    None, as does a strategy that needs side inputs (``word_ids``, ``segments``...) when
+    ``side_inputs`` (one sample's, ``[1, ...]``) are not given.
+
+    Args:
+        strategy: a registered name. params: ``masking.params`` (None: the defaults).
+        grid_shape: the grid without the batch, e.g. ``(7, 7)`` patches or ``(128,)`` tokens.
+        ratio: the mask ratio.
+
+    Raises:
+        ConfigError: unknown strategy, bad ratio or parameter (the message names the field).
+        ValueError: ``grid_shape`` is not a grid the strategy accepts.
+    """
+    s = get_masking(strategy)
+    if not s.stochastic or n < 2:
+        return None
+    side = {}
+    for need in s.needs:
+        if side_inputs is None or side_inputs.get(need) is None:
+            return None
+        x = side_inputs[need]
+        side[need] = x.expand(n, *x.shape[1:])
+    grid = tuple(int(d) for d in grid_shape)
+    mask = s.fn((n, *grid), ratio, generator=torch.Generator().manual_seed(seed),
+                **s.parse_params(params).model_dump(), **side)
+    flat = mask.reshape(n, -1)
+    L, size = flat.shape[1], "x".join(map(str, grid))
+    always = flat.all(dim=0)
+    k = int(always.sum())
+    if L == 0 or (k == 0 and not bool((flat == flat[:1]).all())):
+        return None
+    fix = "Change the ratio or the parameters (or the grid) until the masks vary."
+    if bool((flat == flat[:1]).all()):
+        what = "nothing" if k == 0 else "every position" if k == L else f"the same {k} of {L} positions"
+        return (f"Every sample gets the same mask: {strategy} with these settings on the {size} grid hides {what} "
+                f"in each of {n} draws, so training sees one fixed mask. {fix}")
+    where = torch.stack(torch.unravel_index(always.nonzero().flatten()[:4], grid), dim=1).tolist()
+    at = ", ".join(str(w[0]) if len(w) == 1 else f"({', '.join(map(str, w))})" for w in where) + (", ..." if k > 4 else "")
+    return (f"A fixed part: {strategy} with these settings on the {size} grid hides {k} of {L} positions in "
+            f"every one of {n} draws (at {at}), so training never shows them to the encoder. {fix}")

@@ -152,6 +152,9 @@ def hierarchical_mask(
     masks what is available (its shortfall goes to the last step). Finally single positions,
     uniform among the unmasked eligible ones (:func:`~engine.masking.random.pick_uniform`), top up
     the mask to exactly ``n_mask``, so the strategy is exact and an MAE encoder sees a fixed count.
+    A level whose count reaches the number of cells of its lattice takes none (its share goes to
+    the singles): taking every cell is no draw, and the same cells would be hidden in every sample
+    (on a 7x7 grid the one aligned 4x4 cell is the top-left one).
     With the defaults on a 14x14 grid at ratio 0.75 (``n_mask = 147``): 4 cells of 4x4 (64
     positions), 9 cells of 2x2 (36) and 47 single positions.
 
@@ -159,8 +162,8 @@ def hierarchical_mask(
     and videos ``[B, T, H, W]`` (cells are ``s x s x s`` cubes).
 
     Edge cases: ``ratio = 0`` masks nothing; ``ratio = 1`` masks every eligible position; a grid
-    dim shorter than a scale leaves that level without cells (all its share goes to single
-    positions); the ragged margin of a grid not divisible by a scale is only reachable by finer
+    dim shorter than a scale leaves that level without cells, and a lattice of one cell leaves it
+    without a draw (all its share goes to single positions); the ragged margin of a grid not divisible by a scale is only reachable by finer
     levels; empty ``scales``/``shares`` give uniform random masking; an all-ineligible row is all
     False; an empty grid gives an empty mask.
 
@@ -212,6 +215,10 @@ def hierarchical_mask(
             avail &= ~_touched(cells_c, sc, nc, s, n)
         # 1e-9: keep e.g. 0.1 * 160 / 16 from flooring to 0.999... -> 0; never exceeds the budget.
         want = torch.floor(share * budget.double() / s**d + 1e-9).long()
+        # A level that would take every cell of its lattice draws nothing: its cells would sit at the
+        # same place in every sample (a 7x7 grid holds one aligned 4x4 cell). It takes none; its
+        # share goes to the single positions.
+        want.masked_fill_(want >= n_cells, 0)
         take = torch.minimum(torch.minimum(want, row_counts(avail)), (budget - used) // s**d)
         noise = torch.rand(B, n_cells, generator=generator, device=device).masked_fill(~avail, 2.0)
         done.append((mask_lowest(noise, take.view(B, 1)), s, n))

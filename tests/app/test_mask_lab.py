@@ -17,8 +17,10 @@ import torch
 from pydantic import Field, model_validator
 from streamlit.testing.v1 import AppTest
 
+from app.components.masks import FIXED_PART_BATCH, identical_batch_note
 from engine.masking import MASKING_REGISTRY, register_masking, strategies_for
 from engine.masking.registry import StrategyParams, check_eligible
+from engine.masking.stats import mask_stats
 
 ENTRY = Path(__file__).resolve().parents[2] / "app" / "streamlit_app.py"
 LAB = "../pages/mask_lab.py"
@@ -269,3 +271,43 @@ def test_untrainable_masks_are_flagged_before_launch(workspace, probe):
     at.number_input(key="nr_m_ui_probe_k").set_value(8).run()
     assert any("every" in e.value or "encoder would see nothing" in e.value for e in at.error) and not at.exception
     assert next(b for b in at.button if b.label == "Launch").disabled
+
+
+def fixed_part_warnings(at: AppTest) -> list[str]:
+    return [w.value for w in at.warning if w.value.startswith(("A fixed part", "Every sample gets the same mask"))]
+
+
+def test_a_setting_with_a_fixed_part_is_warned_in_mask_lab_and_new_run(workspace):
+    """Square BEiT blocks of at least 8 patches on the 4x4 grid of the 8x8 digits are 3x3 or 4x4:
+    the centre 2x2 is in every block. Mask lab and New run say so; the defaults say nothing."""
+    at = open_page(LAB)
+    at.selectbox(key="ml_strategy").set_value("hierarchical").run()
+    assert not fixed_part_warnings(at) and not at.exception
+    at.selectbox(key="ml_strategy").set_value("block").run()
+    assert not fixed_part_warnings(at)
+    at.number_input(key="ml_block_min_patches").set_value(8)
+    at.number_input(key="ml_block_min_aspect").set_value(1.0).run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    (msg,) = fixed_part_warnings(at)
+    assert "block" in msg and "4x4 grid" in msg and "4 of 16 positions" in msg and "(1, 1)" in msg
+
+    at = open_page(NEW_RUN)
+    next(s for s in at.selectbox if s.label == "Masking strategy").set_value("block").run()
+    assert not fixed_part_warnings(at)
+    at.number_input(key="nr_m_block_min_patches").set_value(8)
+    at.number_input(key="nr_m_block_min_aspect").set_value(1.0).run()
+    assert any("4 of 16 positions" in w for w in fixed_part_warnings(at)), [w.value for w in at.warning]
+
+
+def test_a_real_batch_with_one_mask_or_a_fixed_part_is_named():
+    same = torch.zeros(32, 20, dtype=torch.bool)
+    same[:, 5:11] = True  # the same 6 of 20 frames in every clip
+    assert "all 32 masks of this batch hide the same 6 of 20 positions" in identical_batch_note(mask_stats(same), "voiced")
+    assert identical_batch_note(mask_stats(same), "periodic") is None  # rule-based: the same by design
+    g = torch.Generator().manual_seed(0)
+    part = torch.rand(FIXED_PART_BATCH, 20, generator=g) < 0.5
+    part[:, 3] = True
+    assert identical_batch_note(mask_stats(part[:64]), "random") is None  # too few samples to call it fixed
+    assert "A fixed part: 1 of 20 positions" in identical_batch_note(mask_stats(part), "random")
+    part[:, 3] = False
+    assert identical_batch_note(mask_stats(part), "random") is None

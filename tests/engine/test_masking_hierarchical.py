@@ -87,9 +87,12 @@ def test_cells_only_where_fully_eligible():
 
 
 def test_scarce_cells_leave_the_rest_to_single_positions():
-    # L = 10, scale 4: only 2 aligned cells fit, so ratio 1 takes 8 positions as cells and 2 as singles.
+    # L = 10, scale 4: only 2 aligned cells fit; ratio 0.8 wants both (8 // 4 = 2), which is no
+    # draw, so the level takes none and all 8 positions are singles, still exact; ratio 1 masks all.
     mask = hierarchical_mask((8, 10), 1.0, generator=gen(7), scales=[4], shares=[1.0])
     assert mask.all()
+    mask = hierarchical_mask((256, 10), 0.8, generator=gen(7), scales=[4], shares=[1.0])
+    assert (counts(mask) == 8).all() and not mask.all(dim=0).any()
     # a grid smaller than every scale is plain random masking, still exact
     assert (counts(hierarchical_mask((8, 3, 3), 0.5, generator=gen(7))) == 4).all()
 
@@ -191,6 +194,7 @@ def reference_hierarchical(shape, ratio, g, eligible, scales, shares):
             continue
         avail = _cells(ok & ~mask, s, n)
         want = torch.floor(share * budget.double() / s**d + 1e-9).long()
+        want[want >= math.prod(n)] = 0  # taking every cell of the lattice is no draw: none
         take = torch.minimum(torch.minimum(want, avail.sum(1)), (budget - used) // s**d)
         noise = torch.rand(B, math.prod(n), generator=g).masked_fill(~avail, 2.0)
         mask |= _upsample(mask_lowest(noise, take.view(B, 1)), s, n, grid)
@@ -233,3 +237,15 @@ def test_singles_few_of_many_are_uniform_over_the_free_positions():
     free = ~cells.repeat_interleave(2, 1).repeat_interleave(2, 2)
     rate = singles.double().sum(0) / free.double().sum(0)  # per position: 2 / 60 of the rows where it is free
     assert float((rate - 2 / 60).abs().max()) < 0.006  # sd about 0.0013 per position
+
+
+def test_a_lattice_of_one_cell_is_no_draw_so_the_default_varies_on_7x7():
+    # 7x7 at 0.75 (budget 37): the one aligned 4x4 cell would be the top-left one in every sample;
+    # the level takes none, the 2x2 level still takes floor(0.25 * 37 / 4) = 2 of its 9 cells.
+    mask = hierarchical_mask((512, 7, 7), 0.75, generator=gen(40))
+    assert (counts(mask) == 37).all()
+    assert not mask.all(dim=0).any()  # no position hidden in every sample
+    assert (full_cells(mask, 2).sum(dim=(1, 2)) >= 2).all()
+    # on 8x8 the lattice has 4 cells of 4x4: the coarse level draws one of them
+    mask = hierarchical_mask((512, 8, 8), 0.75, generator=gen(41))
+    assert (full_cells(mask, 4).sum(dim=(1, 2)) >= 1).all() and not mask.all(dim=0).any()
