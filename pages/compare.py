@@ -34,6 +34,7 @@ from app.components.compare import (
     show_reconstructions,
 )
 from app.components.errors import user_errors
+from app.components.evaluation import evaluation_progress
 from app.components.quality import loss_groups
 from app.components.runs import same_task_first
 from app.components.urlstate import PageState
@@ -184,6 +185,25 @@ for r in missing:
             step = run_eval(r.run_id)
             st.toast(f"Evaluating step {step} of {legend[r.run_id]} in the background")
             st.rerun()  # the caption then says the job is queued, and the button goes
+busy = {r.run_id for r in picked if evals[r.run_id] is not None and evaluation_progress(r, "cmp_evaluating",
+                                                                                       label=legend[r.run_id])}
+again = [r for r in picked if evals[r.run_id] is not None and not r.is_active and r.run_id not in busy]
+if run_eval is not None and again:
+    with st.expander("Evaluate again with a larger budget"):
+        st.caption("An evaluation at the end of a run spends at most half its training time (evaluation.budget): "
+                   "probes, kNN and k-means always run, and the fine-tune gets what is left. A larger budget gives the "
+                   "fine-tune more steps, up to its full recipe; the figures above update as each phase ends.")
+        a, b, c = st.columns([3, 2, 1], vertical_alignment="bottom")
+        chosen = a.multiselect("Runs", [r.run_id for r in again], default=[r.run_id for r in again],
+                               format_func=legend.get, key="cmp_again_runs")
+        share = b.selectbox("Budget", [1.0, 2.0, 4.0, None], key="cmp_again_budget",
+                            format_func=lambda x: "full recipe (no limit)" if x is None else f"{x:g} × training time")
+        if c.button("Evaluate", key="cmp_again_go", disabled=not chosen):
+            with user_errors():
+                for run_id in chosen:
+                    run_eval(run_id, evals[run_id].step, budget="full" if share is None else share)
+                st.toast(f"Evaluating {len(chosen)} run(s) again in the background")
+                st.rerun()
 
 # ---------------------------------------------------------------- efficiency
 st.header("Training cost")

@@ -22,6 +22,7 @@ import streamlit as st
 from app.components import guarded, render_metrics_chart, run_label, run_table, runs_or_stop, short_label
 from app.components.access import allowed
 from app.components.charts import axis_controls, render_loss_panels, show_read_warnings
+from app.components.evaluation import evaluation_progress
 from app.components.quality import loss_groups
 from app.components.resume import resume_buttons
 from app.components.runs import LIST_MAX_AGE_S, activity, latest_points, progress_with_cancel
@@ -69,7 +70,7 @@ def _disk_usage(workspace: str):
 
 def runs_panel(show_archived: bool, live: bool) -> None:
     """Run table with disk space, totals, then one progress line and a Cancel button (with
-    confirmation; editors) per active run. ``live``: the page set a refresh timer; when nothing
+    confirmation; editors) per active run, and one with a Stop button per evaluation job under way. ``live``: the page set a refresh timer; when nothing
     can change any more, the page reruns once to drop it."""
     listed = guarded(list_runs, max_age_s=LIST_MAX_AGE_S) or []
     records = [r for r in listed if show_archived or not r.archived]
@@ -84,6 +85,8 @@ def runs_panel(show_archived: bool, live: bool) -> None:
          f"the whole workspace {format_bytes(usage.total)}"] if usage is not None else [])))
     for r in (r for r in records if r.is_active):
         progress_with_cancel(r, allowed("run.cancel", cancel), "runs_cancel", f"**{run_label(r)}** · {activity(r)}")
+    for r in (r for r in records if not r.is_active):  # an ended run's evaluation asked for later (Compare, CLI)
+        evaluation_progress(r, "runs_eval", label=run_label(r))
     resume_buttons(records)
 
 

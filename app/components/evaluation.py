@@ -58,8 +58,10 @@ def budget_text(ev: Any) -> str | None:
     b = getattr(ev, "budget", None) or {}
     if not b:
         return None
-    if b.get("budget_s") is None:
-        head = "No budget (the run logged no step times): the full recipe"
+    if b.get("share", 0) is None:
+        head = f"No budget limit: the fine-tune's full recipe; took {seconds_text(ev.seconds)}"
+    elif b.get("budget_s") is None:
+        head = f"No budget (the run logged no step times): the fine-tune's full recipe; took {seconds_text(ev.seconds)}"
     else:
         head = (f"Budget {b['share']:g} × {seconds_text(b['train_s'])} of training = {seconds_text(b['budget_s'])}; "
                 f"took {seconds_text(ev.seconds)}")
@@ -75,24 +77,28 @@ def deeper_evaluation(rec: Any, ev: Any, key: str) -> None:
     if run_eval is None or rec.is_active:
         return
     a, b = st.columns([3, 1], vertical_alignment="bottom")
-    share = a.selectbox("Evaluation budget (share of the training time)", [1.0, 2.0, 4.0, 10.0], key=f"{key}_budget",
-                        format_func=lambda x: f"{x:g} × training time",
+    share = a.selectbox("Evaluation budget (share of the training time)", [1.0, 2.0, 4.0, None], key=f"{key}_budget",
+                        format_func=lambda x: "full recipe (no limit)" if x is None else f"{x:g} × training time",
                         help="Probes, kNN and k-means always run; the fine-tune takes what is left of the budget, "
                              "up to its full recipe. The default budget at the end of a run is 0.5.")
     if b.button("Evaluate again", key=f"{key}_go"):
         with user_errors():
-            step = run_eval(rec.run_id, ev.step, budget=share)
-            st.toast(f"Evaluating step {step} of {rec.run_id} again with {share:g} × its training time")
+            step = run_eval(rec.run_id, ev.step, budget="full" if share is None else share)
+            st.toast(f"Evaluating step {step} of {rec.run_id} again"
+                     + (" with its full recipe" if share is None else f" with {share:g} × its training time"))
             st.rerun()
 
 
-def evaluation_progress(rec: Any, key: str) -> bool:
+def evaluation_progress(rec: Any, key: str, label: str | None = None) -> bool:
     """The progress bar of the run's evaluation job while it is queued or running (with a Stop
-    button for an ended run's job: the phases finished are kept). Returns True while one is."""
+    button for an ended run's job: the phases finished are kept), its text after ``label`` in bold
+    when given. Returns True while one is."""
     job = guarded(evaluation_job, rec.run_id) or {}
     prog = job_progress(job)
     if prog is None:
         return False
+    if label:
+        prog = (prog[0], f"**{label}** · {prog[1]}")
     stop = allowed("run.cancel", cancel) if not rec.is_active else None  # an active run's Cancel covers it
     if stop is None:
         st.progress(prog[0], text=prog[1])
@@ -181,7 +187,7 @@ def evaluation_panel(rec: Any) -> None:
         st.warning("This evaluation stopped before its end (its process is gone): the figures below are the phases "
                    "it finished.")
     elif status in ("cancelled", "failed"):
-        done = ", ".join(EVAL_PHASES.get(p, p) for p in getattr(ev, "phases", {}) or {}) or "nothing"
+        done = ", ".join(t for p, t in EVAL_PHASES.items() if p in (getattr(ev, "phases", None) or {})) or "nothing"
         st.info(f"This evaluation was {status} before its end; kept: {done}. "
                 + (ev.notes[-1] if ev.notes else ""))
     st.table(downstream_table(ev))

@@ -78,9 +78,9 @@ def job_progress(job: dict | None) -> tuple[float, str] | None:
     text = f"Evaluating {at}: {EVAL_PHASES.get(phase, 'starting')}"
     if total:
         text += f", {'step' if phase == 'finetune' else 'part'} {done} of {total}"
-    if job.get("eta_s") is not None and phase != "setup":
+    if job.get("eta_s") and phase != "setup":
         text += f" · about {seconds_text(job['eta_s'])} left in this phase"
-    finished = [EVAL_PHASES[p] for p in job.get("phases_done") or {} if p in EVAL_PHASES]
+    finished = [title for p, title in EVAL_PHASES.items() if p in (job.get("phases_done") or {})]
     if finished:
         text += " · done: " + ", ".join(finished)
     return (i + share) / len(phases), text
