@@ -119,3 +119,25 @@ def test_the_masking_box_inputs_come_from_and_go_to_the_url(image_run):
     at = run_detail({"run": image_run, "box_image": "99", "box_hidden": "[-1,16,\"x\"]"})
     assert at.selectbox(key=f"mim_img_{image_run}").value == 0
     assert any(c.value.startswith("0 of 16 patches hidden") for c in at.caption)
+
+
+@pytest.mark.parametrize("kind", ["text_mlm", "text_span"])
+def test_the_text_boxes_inputs_come_from_and_go_to_the_url(shared_runs, kind, monkeypatch):
+    run = shared_runs.get(kind)
+    monkeypatch.setenv("MASKLAB_WORKSPACE", str(run.workspace))
+    if kind == "text_mlm":  # the fill-in box: the sentence and the words hidden
+        at = run_detail({"run": run.run_id, "box_sentence": "what is the capital of france ?", "box_hide": "[4]"})
+        assert at.text_input(key=f"fill_text_{run.run_id}").value == "what is the capital of france ?"
+        hide = at.button_group(key=f"fill_hide_{run.run_id}")
+        assert hide.value == [4]
+        assert "Model input: what is the capital [MASK] france ?" in "".join(el.proto.body for el in at.get("html"))
+        hide.set_value([1, 4]).run()
+        assert url(at)["box_hide"] == "[1,4]" and url(at)["box_sentence"] == "what is the capital of france ?"
+        at.text_input(key=f"fill_text_{run.run_id}").set_value("who wrote hamlet ?").run()
+        assert url(at)["box_sentence"] == "who wrote hamlet ?"
+    else:  # the completion box: the text
+        at = run_detail({"run": run.run_id, "box_text": "how far is [MASK] from the sun ?"})
+        assert at.text_input(key=f"span_text_{run.run_id}").value == "how far is [MASK] from the sun ?"
+        at.text_input(key=f"span_text_{run.run_id}").set_value("who [MASK] hamlet ?").run()
+        assert url(at)["box_text"] == "who [MASK] hamlet ?"
+    assert url(at)["box_ckpt"] == "6"  # the run's one checkpoint
