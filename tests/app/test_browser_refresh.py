@@ -1,19 +1,30 @@
-"""Real browser (issue 41): F5 on Run detail keeps the interactive boxes' inputs (the image chosen
-and the patches hidden in the masking box; the caption typed and the image picked in the retrieval
-box), which a click writes to the URL without waiting for a page refresh (a completed run's page
-schedules none). The session's shared image and paired runs, in a copy the server opens;
-screenshots in test-artifacts/live-*.png."""
+"""Real browser (issue 41), Run detail:
+
+- F5 keeps the interactive boxes' inputs (the image chosen and the patches hidden in the masking
+  box; the caption typed and the image picked in the retrieval box), which a click in the box writes
+  to the URL. The session's shared image and paired runs, in a copy the server opens.
+- A running run's panels refresh every 2 s; once it ends the page reruns once and then asks the
+  server for nothing (counted on the browser's socket).
+
+Screenshots in test-artifacts/live-*.png."""
 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
+import time
 from urllib.parse import parse_qs, urlparse
 
 import playwright.sync_api as playwright_sync
 import pytest
 
+from engine.config import RunConfig
+from engine.store import create_run, write_status
+from engine.tasks import resolve
 from tests.app.test_browser import (  # noqa: F401
     ARTIFACTS,
+    REPO,
     browser,
     expect,
     page,
@@ -121,4 +132,42 @@ def test_reload_keeps_the_interactive_boxes_inputs(shared_runs, tmp_path, page):
         assert query(page) == q
         box_shot(box, "live-retrieval-box-image-after-reload")
     finally:
+        stop_server(proc)
+
+
+def test_a_live_run_refreshes_until_it_ends_then_the_page_stays_still(workspace, page):  # noqa: F811
+    """While the run trains, its panels rerun every 2 s (the browser asks the server for each); when
+    it ends, one refresh sees it, the page reruns once and then asks nothing more."""
+    run_id, d = create_run(resolve(RunConfig.from_dict({"name": "live-browser", "train": {"steps": 50}})).to_dict())
+    holder = subprocess.Popen([sys.executable, "-c", (  # a live worker: it holds the run's lock
+        "import sys, time; from engine.store import RunLock; l = RunLock(sys.argv[1]).acquire(); "
+        "print('held', flush=True); time.sleep(600)"), str(d)], cwd=REPO, stdout=subprocess.PIPE, text=True)  # fmt: skip
+    asked: list[float] = []  # every message the browser sends: a rerun request (of the page or of a fragment)
+    page.on("websocket", lambda ws: ws.on("framesent", lambda _: asked.append(time.time())))
+    proc, url = start_server(workspace)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        write_status(d, {"status": "running", "step": 10, "total_steps": 50, "pid": holder.pid})
+        page.goto(f"{url}/run_detail?run={run_id}")
+        expect(page.get_by_role("heading", name="Validation figure and baselines")).to_be_visible(timeout=90_000)
+        expect(page.get_by_text("running · 20%")).to_be_visible(timeout=30_000)
+        settle(page)
+        n = len(asked)
+        for _ in range(30):  # Playwright delivers the socket's events while the test waits through it
+            if len(asked) >= n + 2:
+                break
+            page.wait_for_timeout(1_000)
+        assert len(asked) >= n + 2, "the running run's panels did not refresh twice in 30 s"
+        write_status(d, {"status": "completed", "step": 50, "total_steps": 50, "pid": holder.pid})
+        expect(page.get_by_text("Step of 50")).to_be_visible(timeout=30_000)
+        expect(page.get_by_text("running · 20%")).to_have_count(0, timeout=30_000)
+        settle(page)
+        page.wait_for_timeout(1_000)  # a refresh already asked for lands
+        n = len(asked)
+        page.wait_for_timeout(6_000)  # three refresh periods
+        assert len(asked) == n, f"the page of an ended run asked for {len(asked) - n} reruns in 6 s"
+        shot(page, "live-ended-run")
+    finally:
+        holder.kill()
+        holder.wait()
         stop_server(proc)
