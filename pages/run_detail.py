@@ -30,7 +30,7 @@ from app.components.run_summary import checkpoint_download, curves, show_samples
 from app.components.runs import REFRESH, is_live, latest_points, progress_with_cancel
 from app.components.urlstate import PageState
 from app.modalities import interactive_box, sample_title
-from engine.api import cancel, cluster_job, delete_run, get_run, job_state, latest_checkpoint_step, load_samples, read_log
+from engine.api import MasklabError, cancel, cluster_job, delete_run, get_run, job_state, latest_checkpoint_step, load_samples, read_log
 
 st.title("Run detail")
 url = PageState("run_detail", ("run", "x", "y", "box_*"))
@@ -42,10 +42,9 @@ legend = {r.run_id: short_label(r) for r in runs}
 wanted = url.get("run", cast=str)
 if wanted and wanted not in ids:
     st.error(f"No run {wanted!r} in this workspace; showing the most recent run instead.")
-shown_before = url.get("run", cast=str)
 run_id = url.widget(st.selectbox, "Run", "run", default=ids[0], options=ids, format_func=labels.get, key="rd_run")
 box_url = url.scope("box_")
-if shown_before is not None and shown_before != run_id:
+if wanted is not None and wanted != run_id:
     box_url.clear()  # the box settings were another run's
 x_axis, log_y = axis_controls(url, "rd")
 st.page_link("../pages/present.py", label="Presentation view", query_params={"run": run_id},
@@ -58,7 +57,10 @@ def cluster_job_state(run_id: str):
     return job_state(run_id)
 
 
-live = is_live(guarded(get_run, run_id))  # fresh (the run list may be a second old)
+try:
+    live = is_live(get_run(run_id))  # fresh (the run list may be a second old)
+except MasklabError:  # the summary below shows why
+    live = False
 every = REFRESH if live else None
 
 

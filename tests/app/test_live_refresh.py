@@ -22,7 +22,7 @@ from engine.store import create_run, get_run, load_samples, run_dir, write_statu
 from engine.store.evaluations import _eval_dir, write_job
 from engine.tasks import resolve
 from tests.app.pages import open_with
-from tests.app.test_url_state import url
+from tests.app.test_url_state import _finished, url
 
 REPO = Path(__file__).resolve().parents[2]
 ENTRY = REPO / "app" / "streamlit_app.py"
@@ -141,3 +141,11 @@ def test_the_text_boxes_inputs_come_from_and_go_to_the_url(shared_runs, kind, mo
         at.text_input(key=f"span_text_{run.run_id}").set_value("who [MASK] hamlet ?").run()
         assert url(at)["box_text"] == "who [MASK] hamlet ?"
     assert url(at)["box_ckpt"] == "6"  # the run's one checkpoint
+
+
+def test_another_run_drops_the_box_settings_of_the_last(workspace):
+    a, b = _finished("a"), _finished("b")
+    at = run_detail({"run": b, "box_image": "3", "box_hidden": "[1]"})
+    assert url(at)["box_image"] == "3"  # kept while the run is the link's (its box has no images to pick from)
+    at.selectbox(key="rd_run").set_value(a).run()
+    assert url(at)["run"] == a and not {k for k in url(at) if k.startswith("box_")}, url(at)
