@@ -164,7 +164,8 @@ class PageState:
 
         The default goes where the widget takes it: ``index`` for ``selectbox``/``radio`` (a URL
         value not among ``options`` falls back to ``default``), ``default`` for ``multiselect`` and
-        ``pills`` (values not among ``options`` dropped), ``value`` for the rest; a ``slider``'s or
+        ``pills`` (values not among ``options`` dropped), the URL's text itself for ``text_input``
+        and ``text_area``, ``value`` for the rest; a ``slider``'s or
         ``number_input``'s number is clamped to its ``min_value``/``max_value``, and one that is not a
         finite number falls back to ``default``. ``encode_as`` turns the value
         into what the URL keeps (e.g. a list into ``"a,b"``), ``cast`` reads it back.
@@ -174,7 +175,9 @@ class PageState:
                                    min_value=0.0, max_value=0.99, step=0.01, key="runs_smoothing")
         """
         v = self.get(name, default, cast)
-        if widget in (st.selectbox, st.radio, st.sidebar.selectbox):
+        if widget in (st.text_input, st.text_area):  # text as it is typed: "1e3" stays "1e3", never 1000.0
+            kwargs["value"] = self.params.get(name, default)
+        elif widget in (st.selectbox, st.radio, st.sidebar.selectbox):
             options = list(kwargs["options"])
             kwargs["index"] = options.index(v) if v in options else (options.index(default) if default in options else 0)
         elif widget is st.multiselect or (widget is st.pills and kwargs.get("selection_mode") == "multi"):

@@ -135,6 +135,8 @@ def test_the_text_boxes_inputs_come_from_and_go_to_the_url(shared_runs, kind, mo
         assert url(at)["box_hide"] == "[1,4]" and url(at)["box_sentence"] == "what is the capital of france ?"
         at.text_input(key=f"fill_text_{run.run_id}").set_value("who wrote hamlet ?").run()
         assert url(at)["box_sentence"] == "who wrote hamlet ?"
+        at = run_detail({"run": run.run_id, "box_sentence": "1e3"})  # text that reads as JSON stays the text typed
+        assert at.text_input(key=f"fill_text_{run.run_id}").value == "1e3" and url(at)["box_sentence"] == "1e3"
     else:  # the completion box: the text
         at = run_detail({"run": run.run_id, "box_text": "how far is [MASK] from the sun ?"})
         assert at.text_input(key=f"span_text_{run.run_id}").value == "how far is [MASK] from the sun ?"
