@@ -3,8 +3,13 @@ samples of one run, its latest evaluation (probes, fine-tune, reconstruction qua
 worker log and its checkpoint.
 
 The run comes from ``?run=<id>`` (links from New run and Runs), else the most recent one; the chart
-axes are in the URL too (``&x=relative&y=log``). The summary and the samples are fragments that
-re-read the run every 2 s, so a new eval's samples show up without reloading the page. A failed,
+axes are in the URL too (``&x=relative&y=log``), and so are the interactive box's inputs (``box_*``:
+the checkpoint, the image or sentence chosen, the patches or words hidden, the caption typed), so F5
+reopens the same box. The summary and the samples are fragments that re-read the run every 2 s while
+something they show can change (:func:`app.components.runs.is_live`: the run is queued or running,
+or an evaluation of it is), so a new eval's samples show up without reloading the page; an ended
+run's panels are drawn once and stay still (one full rerun when a live run ends). The interactive box
+is a fragment of its own: a click in it reruns the box, not the page. A failed,
 diverged or interrupted run says why; an active run can be cancelled (after a confirmation). A run
 on a cluster back-end shows its job ("Runs on") and, while active, the job's state.
 Editors tag, annotate and archive the run; "Open this config in New run" fills New run's form with it.
@@ -22,13 +27,13 @@ from app.components.evaluation import evaluation_panel
 from app.components.quality import headline_of, quality_table
 from app.components.resume import resume_panel
 from app.components.run_summary import checkpoint_download, curves, show_samples, summary
-from app.components.runs import latest_points, progress_with_cancel
+from app.components.runs import REFRESH, is_live, latest_points, progress_with_cancel
 from app.components.urlstate import PageState
 from app.modalities import interactive_box, sample_title
-from engine.api import cancel, cluster_job, delete_run, get_run, job_state, latest_checkpoint_step, load_samples, read_log
+from engine.api import MasklabError, cancel, cluster_job, delete_run, get_run, job_state, latest_checkpoint_step, load_samples, read_log
 
 st.title("Run detail")
-url = PageState("run_detail", ("run", "x", "y"))
+url = PageState("run_detail", ("run", "x", "y", "box_*"))
 runs = runs_or_stop()
 
 ids = [r.run_id for r in runs]
@@ -38,6 +43,9 @@ wanted = url.get("run", cast=str)
 if wanted and wanted not in ids:
     st.error(f"No run {wanted!r} in this workspace; showing the most recent run instead.")
 run_id = url.widget(st.selectbox, "Run", "run", default=ids[0], options=ids, format_func=labels.get, key="rd_run")
+box_url = url.scope("box_")
+if wanted is not None and wanted != run_id:
+    box_url.clear()  # the box settings were another run's
 x_axis, log_y = axis_controls(url, "rd")
 st.page_link("../pages/present.py", label="Presentation view", query_params={"run": run_id},
              help="This run full width for a demo: key numbers and reconstructions, no controls")
@@ -49,11 +57,26 @@ def cluster_job_state(run_id: str):
     return job_state(run_id)
 
 
-@st.fragment(run_every="2s")
+try:
+    live = is_live(get_run(run_id))  # fresh (the run list may be a second old)
+except MasklabError:  # the summary below shows why
+    live = False
+every = REFRESH if live else None
+
+
+def ended_since_drawn(rec) -> None:
+    """A live panel whose run has stopped changing reruns the whole page once: the page then
+    schedules no refresh, and its other parts (evaluation, checkpoints, the box) catch up."""
+    if live and not is_live(rec):
+        st.rerun()
+
+
+@st.fragment(run_every=every)
 def status_panel(run_id: str) -> None:
     rec = guarded(get_run, run_id)
     if rec is None:
         return
+    ended_since_drawn(rec)
     points = latest_points([rec])
     summary(rec, points)
     if rec.is_active and cluster_job(rec.path):  # what its cluster says (and a job that ended without its worker)
@@ -69,10 +92,16 @@ def status_panel(run_id: str) -> None:
     quality_table(rec, step, value)
 
 
-@st.fragment(run_every="2s")
+@st.fragment(run_every=every)
 def samples_panel(run_id: str) -> None:
-    """The run's latest samples (re-read every 2 s: a new evaluation's show up)."""
+    """The run's latest samples (re-read every 2 s while it is live: a new evaluation's show up)."""
     show_samples(run_id)
+
+
+@st.fragment
+def box_panel(box, rec, sample) -> None:
+    """The run's interactive box: its own fragment, so a click reruns the box alone."""
+    box(rec, sample, box_url)
 
 
 status_panel(run_id)
@@ -83,7 +112,7 @@ st.subheader(sample_title(rec.config))
 samples_panel(run_id)
 box = interactive_box(rec.config)
 if box is not None:
-    box(rec, guarded(load_samples, run_id))
+    box_panel(box, rec, guarded(load_samples, run_id))
 st.subheader("Evaluation")
 evaluation_panel(rec)
 open_in_new_run(rec)

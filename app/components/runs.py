@@ -17,7 +17,7 @@ import streamlit as st
 
 from app.components.errors import guarded
 from app.components.names import is_percent, metric_label
-from engine.api import EVAL_PHASES, evaluation_job, format_bytes, list_runs
+from engine.api import EVAL_PHASES, MasklabError, evaluation_job, format_bytes, list_runs
 from engine.api import latest_points as store_latest_points
 
 #: Status -> the colour of its badge (Streamlit's named colours: text on a tinted pill, no icon font).
@@ -49,6 +49,28 @@ def status_badge(status: str) -> str:
 
 
 EVALUATING = "evaluating the final checkpoint (linear probe, kNN, k-means)"
+
+#: How often a live panel (a fragment that re-reads the store) refreshes while :func:`is_live`.
+REFRESH = "2s"
+#: Evaluation job states in which its figures can still change (:func:`engine.api.evaluation_job`).
+JOB_LIVE = ("queued", "running")
+
+
+def is_live(rec: Any) -> bool:
+    """True while something a page shows of run ``rec`` can still change, so its live panels refresh
+    (every :data:`REFRESH`): the run is queued or running (its final evaluation, status ``phase``
+    evaluating, included), or an evaluation job of it is queued or running. False for None and for
+    an ended run with no job under way: its panels are drawn once and then stay still, so they
+    never rerun under a user's click. Reads the run's evaluation job file (one small read)."""
+    if rec is None:
+        return False
+    if rec.is_active:
+        return True
+    try:
+        job = evaluation_job(rec.run_id)
+    except MasklabError:  # an unreadable job file changes nothing on screen: the panel that reads it says why
+        return False
+    return bool(job) and job.get("status") in JOB_LIVE
 
 
 def seconds_text(s: float | None) -> str:

@@ -94,7 +94,9 @@ class PageState:
 
     Args:
         page: a name for the page's memory in ``st.session_state``.
-        names: the plain parameters the page owns; ``config=True`` adds every dotted key and ``dataset``.
+        names: the plain parameters the page owns; a name ending in ``*`` owns every parameter that
+            starts with it (``"box_*"``: an interactive box's own settings, :meth:`scope`);
+            ``config=True`` adds every dotted key and ``dataset``.
         config: the page keeps a run config in its URL.
 
     On creation, when the URL holds none of the page's parameters (a sidebar click), the page's
@@ -102,7 +104,9 @@ class PageState:
     """
 
     def __init__(self, page: str, names: tuple[str, ...] = (), *, config: bool = False):
-        self.page, self.names, self.has_config = page, set(names), config
+        self.page, self.has_config = page, config
+        self.names = {n for n in names if not n.endswith("*")}
+        self.prefixes = tuple(n[:-1] for n in names if n.endswith("*"))
         self._memory_key = f"_url_state_{page}"
         current = {k: st.query_params[k] for k in st.query_params}
         own = {k: v for k, v in current.items() if self.owns(k)}
@@ -116,7 +120,16 @@ class PageState:
 
     def owns(self, key: str) -> bool:
         """True for the page's plain names, and for dotted keys and ``dataset`` on a config page."""
-        return key in self.names or (self.has_config and ("." in key or key in ("dataset", "task", "name")))
+        return (key in self.names or key.startswith(self.prefixes)
+                or (self.has_config and ("." in key or key in ("dataset", "task", "name"))))
+
+    def scope(self, prefix: str) -> Scope:
+        """The parameters ``prefix + name`` of this page (``prefix + "*"`` among its names), read and
+        written by plain ``name``: what a component that does not know the page keeps in the URL."""
+        if not prefix.startswith(self.prefixes) or not prefix:
+            raise ValueError(f"page {self.page!r}: no parameter prefix {prefix!r} among its names "
+                             f"(declare {prefix + '*'!r})")
+        return Scope(self, prefix)
 
     # ------------------------------------------------------------------ plain values
 
@@ -150,8 +163,9 @@ class PageState:
         """Draw ``widget`` with its default from the URL, write its value back, return the value.
 
         The default goes where the widget takes it: ``index`` for ``selectbox``/``radio`` (a URL
-        value not among ``options`` falls back to ``default``), ``default`` for ``multiselect``
-        (values not among ``options`` dropped), ``value`` for the rest; a ``slider``'s or
+        value not among ``options`` falls back to ``default``), ``default`` for ``multiselect`` and
+        ``pills`` (values not among ``options`` dropped), the URL's text itself for ``text_input``
+        and ``text_area``, ``value`` for the rest; a ``slider``'s or
         ``number_input``'s number is clamped to its ``min_value``/``max_value``, and one that is not a
         finite number falls back to ``default``. ``encode_as`` turns the value
         into what the URL keeps (e.g. a list into ``"a,b"``), ``cast`` reads it back.
@@ -161,12 +175,16 @@ class PageState:
                                    min_value=0.0, max_value=0.99, step=0.01, key="runs_smoothing")
         """
         v = self.get(name, default, cast)
-        if widget in (st.selectbox, st.radio, st.sidebar.selectbox):
+        if widget in (st.text_input, st.text_area):  # text as it is typed: "1e3" stays "1e3", never 1000.0
+            kwargs["value"] = self.params.get(name, default)
+        elif widget in (st.selectbox, st.radio, st.sidebar.selectbox):
             options = list(kwargs["options"])
             kwargs["index"] = options.index(v) if v in options else (options.index(default) if default in options else 0)
-        elif widget is st.multiselect:
+        elif widget is st.multiselect or (widget is st.pills and kwargs.get("selection_mode") == "multi"):
             options = list(kwargs["options"])
-            kwargs["default"] = [x for x in (v or []) if x in options]
+            kwargs["default"] = [x for x in (v if isinstance(v, list) else []) if x in options]
+        elif widget is st.pills:
+            kwargs["default"] = v if v in list(kwargs["options"]) else default
         elif widget in (st.slider, st.number_input) and isinstance(default, (int, float)) \
                 and not isinstance(default, bool):  # a hand-edited number: in range, or the default
             kwargs["value"] = number(v, default, kwargs.get("min_value"), kwargs.get("max_value"), type(default))
@@ -190,6 +208,31 @@ class PageState:
             self.put(key, None)
         for key, v in flat.items():
             self.put(key, v)
+
+
+class Scope:
+    """Parameters ``prefix + name`` of a :class:`PageState` (:meth:`PageState.scope`), with the same
+    :meth:`get`, :meth:`put` and :meth:`widget` by plain ``name``, and :meth:`clear`."""
+
+    def __init__(self, state: PageState, prefix: str):
+        self.state, self.prefix = state, prefix
+
+    def get(self, name: str, default: Any = None, cast: Callable[[Any], Any] | None = None) -> Any:
+        """:meth:`PageState.get` of ``prefix + name``."""
+        return self.state.get(self.prefix + name, default, cast)
+
+    def put(self, name: str, value: Any) -> None:
+        """:meth:`PageState.put` of ``prefix + name``."""
+        self.state.put(self.prefix + name, value)
+
+    def widget(self, widget: Callable[..., Any], label: str, name: str, **kwargs: Any) -> Any:
+        """:meth:`PageState.widget` of ``prefix + name``."""
+        return self.state.widget(widget, label, self.prefix + name, **kwargs)
+
+    def clear(self) -> None:
+        """Remove every parameter of the scope from the URL (another run's box settings)."""
+        for key in [k for k in self.state.params if k.startswith(self.prefix)]:
+            self.state.put(key, None)
 
 
 def dig(d: Mapping[str, Any] | None, dotted: str, default: Any = None) -> Any:

@@ -67,7 +67,8 @@ class ModalityUI:
         item: what one item is called in import reports ("clip"); plan_item: in the plan, before the
             import decodes them ("audio file"; ``""``: as ``item``).
         samples: its sample views, one per sample kind.
-        boxes: interactive boxes ``(run, sample) -> None`` by name (a task's ``interactive``).
+        boxes: interactive boxes ``(run, sample, url) -> None`` by name (a task's ``interactive``);
+            ``url`` (:class:`app.components.urlstate.Scope`) keeps the box's inputs in the page's URL.
     """
 
     modality: str
@@ -156,7 +157,7 @@ def sample_title(config: dict) -> str:
 
 
 def interactive_box(config: dict) -> Callable | None:
-    """The interactive box ``(run, sample)`` of a run's task (its ``interactive``), declared by its
+    """The interactive box ``(run, sample, url)`` of a run's task (its ``interactive``), declared by its
     modality's UI or, as sample views are, by any UI (the audio-text task's retrieval box is the
     paired UI's), or None."""
     task = task_of(config)

@@ -287,28 +287,43 @@ def _patch_toggles(prefix: str, h: int, w: int) -> np.ndarray:
     return hidden
 
 
-def masking_box(run, sample) -> None:
+def _url_mask(value, h: int, w: int) -> np.ndarray | None:
+    """The ``[h, w]`` bool mask of a URL's ``hidden`` (row-major patch indices, ``[0, 5, 6]``), or
+    None when it is absent or not a list (indices outside the grid are dropped)."""
+    if not isinstance(value, list):
+        return None
+    flat = np.zeros(h * w, bool)
+    flat[[k for k in value if isinstance(k, int) and not isinstance(k, bool) and 0 <= k < h * w]] = True
+    return flat.reshape(h, w)
+
+
+def masking_box(run, sample, url) -> None:
     """Run detail's interactive masking for image runs: pick one of the run's fixed validation
     images, hide or show patches (a toggle per patch, laid out as the patch grid, or a box), and
     see a kept checkpoint's reconstruction at once (:func:`engine.tasks.image.reconstruct`, in the
-    dashboard process, the model cached as the text fill-in box caches it)."""
+    dashboard process, the model cached as the text fill-in box caches it). The checkpoint, the
+    image and the patches hidden are kept in ``url`` (an :class:`app.components.urlstate.Scope`:
+    ``ckpt``, ``image``, ``hidden``: row-major patch indices), read on the box's first draw."""
     st.subheader("Mask it yourself")
     if sample is None or sample.kind != "image":
         st.info("The box needs the run's validation images: they are saved with its first evaluation (step 0).")
         return
     with st.container(key=f"mim_box_{run.run_id}"):
-        loaded = checkpoint_picker(run, f"mim_ckpt_{run.run_id}")
+        loaded = checkpoint_picker(run, f"mim_ckpt_{run.run_id}", url)
         if loaded is None:
             return
         images, masks = sample["images"], sample["mask"]
         names = sample.meta.get("class_names", [])
         classes = [names[int(y)] if 0 <= int(y) < len(names) else str(int(y)) for y in sample["labels"]]
-        i = st.selectbox("Validation image", list(range(len(images))), key=f"mim_img_{run.run_id}",
-                         format_func=lambda k: f"{k + 1} · {classes[k]}")
+        i = url.widget(st.selectbox, "Validation image", "image", default=0, cast=int, options=list(range(len(images))),
+                       key=f"mim_img_{run.run_id}", format_func=lambda k: f"{k + 1} · {classes[k]}")
         h, w = masks.shape[1:]
         prefix = f"mim_{run.run_id}_{i}"
+        first = f"mim_{run.run_id}_drawn"  # the box's first draw in this session (a reload): the URL's mask
         if f"{prefix}_row0" not in st.session_state:
-            _set_rows(prefix, masks[i])  # start from the run's own mask of this image
+            asked = _url_mask(url.get("hidden"), h, w) if first not in st.session_state else None
+            _set_rows(prefix, masks[i] if asked is None else asked)  # else the run's own mask of this image
+        st.session_state[first] = True
         current = np.array([[c in (st.session_state.get(f"{prefix}_row{r}") or []) for c in range(w)]
                             for r in range(h)])
         left, right = st.columns([2, 3], gap="large")
@@ -327,6 +342,7 @@ def masking_box(run, sample) -> None:
                 st.slider("Patch rows", 1, h, (1, max(1, h // 2)), key=rows)
                 st.slider("Patch columns", 1, w, (1, max(1, w // 2)), key=cols)
                 st.button("Hide this box", key=f"{prefix}_box", on_click=_hide_box, args=(prefix, hidden, rows, cols))
+        url.put("hidden", [int(k) for k in np.flatnonzero(hidden)])
         with right:
             out = reconstruct(loaded, images[i], hidden)
             x, m = images[i : i + 1], hidden[None]

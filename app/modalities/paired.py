@@ -514,13 +514,15 @@ def _shown(index, rows: list[int]) -> np.ndarray:
     return np.stack([spec_image(index.images[i, 0], index.real[i], scale=1) for i in rows])
 
 
-def retrieval_box(run, sample) -> None:
+def retrieval_box(run, sample, url) -> None:
     """Run detail's retrieval box: type a text and see the nearest validation images, or pick a
     validation image and see the nearest captions, by a kept checkpoint's contrastive embeddings
-    (in the dashboard process: :mod:`engine.eval.inference`, the model and the index cached)."""
+    (in the dashboard process: :mod:`engine.eval.inference`, the model and the index cached). The
+    checkpoint, the caption typed and the image picked are kept in ``url`` (an
+    :class:`app.components.urlstate.Scope`: ``ckpt``, ``caption``, ``image``)."""
     st.subheader("Retrieval")
     with st.container(key=f"retrieval_box_{run.run_id}"):
-        loaded = checkpoint_picker(run, f"ret_ckpt_{run.run_id}")
+        loaded = checkpoint_picker(run, f"ret_ckpt_{run.run_id}", url)
         if loaded is None:
             return
         mtime = (checkpoint_path(run.run_id, loaded.step) / "model.safetensors").stat().st_mtime
@@ -534,7 +536,7 @@ def retrieval_box(run, sample) -> None:
         to_images, to_captions = st.tabs(["Text → images", "Image → captions"])
         with to_images:
             default = sample.meta.get("captions", [""])[0] if sample is not None else ""
-            text = st.text_input("Caption", value=default, key=f"ret_text_{run.run_id}")
+            text = url.widget(st.text_input, "Caption", "caption", default=default, cast=str, key=f"ret_text_{run.run_id}")
             q = guarded(embed_caption, loaded, text) if text.strip() else None
             if q is not None:
                 hits = nearest(q, index.image_emb, TOP_K)
@@ -543,8 +545,9 @@ def retrieval_box(run, sample) -> None:
                                   f"{s:.2f}" for k, (i, s) in enumerate(hits)], columns=TOP_K, target_px=PAIR_PX)
         with to_captions:
             n = len(index.captions)
-            i = st.selectbox("Validation image", list(range(n)), key=f"ret_img_{run.run_id}",
-                             format_func=lambda k: f"{k + 1} · {classes[k]} · “{index.captions[k]}”")
+            i = url.widget(st.selectbox, "Validation image", "image", default=0, cast=int, options=list(range(n)),
+                           key=f"ret_img_{run.run_id}",
+                           format_func=lambda k: f"{k + 1} · {classes[k]} · “{index.captions[k]}”")
             left, right = st.columns([1, 3])
             left.image(upscale(_shown(index, [i])[0], PAIR_PX), width="stretch")
             ranked = nearest(index.image_emb[i], index.text_emb, n)

@@ -250,8 +250,9 @@ def cached_model(run_id: str, step: int, mtime: float):
     return load_model(run_id, step)
 
 
-def checkpoint_picker(run, key: str):
-    """A checkpoint select for ``run`` (widget ``key``) and the chosen step's model, cached
+def checkpoint_picker(run, key: str, url=None):
+    """A checkpoint select for ``run`` (widget ``key``; its step kept in ``url``'s ``ckpt``, an
+    :class:`app.components.urlstate.Scope`, when given) and the chosen step's model, cached
     (:func:`cached_model`); None (with a note) while the run has kept no checkpoint."""
     from engine.eval.inference import checkpoint_path, checkpoint_steps  # noqa: PLC0415 (torch loads when a view draws masks or runs a checkpoint, not when a page imports this module)
 
@@ -260,26 +261,36 @@ def checkpoint_picker(run, key: str):
         st.info("No checkpoint kept yet: the box answers once the run has written one "
                 f"(every {run.config.get('train', {}).get('checkpoint_interval', '?')} steps and at the end).")
         return None
-    step = st.selectbox("Checkpoint", steps, index=len(steps) - 1, key=key, format_func=lambda s: f"step {s}")
+    if url is None:
+        step = st.selectbox("Checkpoint", steps, index=len(steps) - 1, key=key, format_func=lambda s: f"step {s}")
+    else:
+        step = url.widget(st.selectbox, "Checkpoint", "ckpt", default=steps[-1], cast=int, options=steps, key=key,
+                          format_func=lambda s: f"step {s}")
     path = checkpoint_path(run.run_id, step)
     return guarded(cached_model, run.run_id, int(step), (path / "model.safetensors").stat().st_mtime)
 
 
-def fill_in_box(run, sample) -> None:
+def fill_in_box(run, sample, url) -> None:
     """Type a sentence with ``[MASK]`` (or pick words to hide) and see any kept checkpoint's
-    top-3 predictions at each mask."""
+    top-3 predictions at each mask. The checkpoint, the sentence and the words hidden are kept in
+    ``url`` (an :class:`app.components.urlstate.Scope`: ``ckpt``, ``sentence``, ``hide``)."""
     from engine.tasks.text.inference import fill_in  # noqa: PLC0415 (torch loads when a view draws masks or runs a checkpoint, not when a page imports this module)
 
     st.subheader("Fill in the blanks")
-    loaded = checkpoint_picker(run, f"fill_ckpt_{run.run_id}")
+    loaded = checkpoint_picker(run, f"fill_ckpt_{run.run_id}", url)
     if loaded is None:
         return
     default = _masked_text(sample["tokens"][0], sample["mask"][0]) if sample is not None else ""
-    text = st.text_input("Sentence", value=default, key=f"fill_text_{run.run_id}",
-                         help="write [MASK] where a word is hidden, or pick words below")
+    text = url.widget(st.text_input, "Sentence", "sentence", default=default, cast=str, key=f"fill_text_{run.run_id}",
+                      help="write [MASK] where a word is hidden, or pick words below")
     words = text.split()
-    hide = st.pills("Words to hide", list(range(len(words))), selection_mode="multi", key=f"fill_hide_{run.run_id}",
-                    format_func=lambda i: words[i] if i < len(words) else "") if words else []
+    if words:
+        hide = url.widget(st.pills, "Words to hide", "hide", default=[], options=list(range(len(words))),
+                          selection_mode="multi", key=f"fill_hide_{run.run_id}",
+                          format_func=lambda i: words[i] if i < len(words) else "")
+    else:
+        hide = []
+        url.put("hide", None)
     query = " ".join("[MASK]" if i in (hide or []) else w for i, w in enumerate(words))
     if "[MASK]" not in query:
         st.caption("Pick a word to hide, or type [MASK] in the sentence.")
@@ -294,12 +305,14 @@ def fill_in_box(run, sample) -> None:
                    "(a WordPiece piece starts with ##).")
 
 
-def completion_box(run, sample) -> None:
-    """Write a text with one ``[MASK]`` where a passage is missing and see the span the model writes."""
+def completion_box(run, sample, url) -> None:
+    """Write a text with one ``[MASK]`` where a passage is missing and see the span the model writes.
+    The checkpoint and the text are kept in ``url`` (an :class:`app.components.urlstate.Scope`:
+    ``ckpt``, ``text``)."""
     from engine.tasks.text.inference import complete_span  # noqa: PLC0415 (torch loads when a view draws masks or runs a checkpoint, not when a page imports this module)
 
     st.subheader("Complete a passage")
-    loaded = checkpoint_picker(run, f"span_ckpt_{run.run_id}")
+    loaded = checkpoint_picker(run, f"span_ckpt_{run.run_id}", url)
     if loaded is None:
         return
     default = ""
@@ -308,7 +321,8 @@ def completion_box(run, sample) -> None:
         kept = [("[MASK]" if m[j] and (j == 0 or not m[j - 1]) else t) for j, t in enumerate(toks) if not m[j] or
                 (j == 0 or not m[j - 1])]
         default = detok(kept)
-    text = st.text_input("Text with one [MASK]", value=default, key=f"span_text_{run.run_id}")
+    text = url.widget(st.text_input, "Text with one [MASK]", "text", default=default, cast=str,
+                      key=f"span_text_{run.run_id}")
     out = guarded(complete_span, loaded, text)
     if out is not None:
         filled = html.escape(text).replace("[MASK]", f"<span style='{HIGHLIGHT}'>{html.escape(out) or '∅'}</span>")
