@@ -20,7 +20,7 @@ import streamlit as st
 from app.components import guarded
 from app.components.access import actor
 from app.components.datasets import dataset_infos
-from app.components.run_form import export_panel, launch_fields, train_fields
+from app.components.run_form import estimate_line, export_panel, launch_fields, train_fields
 from app.components.sweep_form import URL_NAMES, sweep_launch, sweep_section
 from app.components.urlstate import PageState, dig, index_of, show_link_note, with_carried
 from app.modalities import train_defaults, ui_for
@@ -109,6 +109,8 @@ with preview:
             ratio = f" at ratio {m.ratio:g}" if get_masking(m.strategy).uses_ratio else " (its parameters set the budget)"
             st.session_state["nr_launched_what"] = (f"{cfg.data.dataset}, {t.steps:,} steps x batch {t.batch_size}, "
                                                     f"lr {t.lr:g}, {m.strategy} masking{ratio}")
+    if sweep is None:  # under Launch: how long it should take here, from a run of its shape or a short timing
+        estimate_line(cfg if ready else None, "nr")
     launched = st.session_state.get("nr_launched")
     if launched and sweep is None:
         st.success(f"Launched run **{launched}** ({st.session_state.get('nr_launched_what', '')}): it trains in a "

@@ -8,15 +8,17 @@ same ``key=value`` pairs as the URL, so a copied command trains exactly what the
 
 from __future__ import annotations
 
+import json
 import shlex
 from typing import Any
 
 import streamlit as st
 import yaml
 
+from app.components.errors import guarded
 from app.components.urlstate import dig, index_of, number, set_flags
 from app.modalities import task_train_defaults
-from engine.api import LAUNCH_BACKENDS, LaunchConfig, RunConfig, backend_unavailable
+from engine.api import LAUNCH_BACKENDS, LaunchConfig, RunConfig, backend_unavailable, estimate_run
 
 
 def train_fields(task: str, key: str, carried: dict, proposal: dict | None = None) -> dict[str, Any]:
@@ -138,3 +140,35 @@ def export_panel(form: dict[str, Any], cfg: Any) -> None:
         st.caption(f"Run it with `python -m engine run {name}.yaml` (or `submit` to train in the background). "
                    "Or the same run without a file:")
         st.code(command_line(form), language="bash")
+
+
+@st.cache_data(max_entries=32, ttl=30, show_spinner=False)
+def estimate_from_runs(cfg_json: str) -> str | None:
+    """:func:`engine.runner.estimate.estimate_run` of a resolved config (JSON) from the completed runs
+    of its shape, in words; None when there is none. Kept 30 s: a run that completes meanwhile counts."""
+    est = estimate_run(RunConfig.from_dict(json.loads(cfg_json)), allow_timing=False)
+    return None if est is None else est.text()
+
+
+@st.cache_data(max_entries=16, ttl=3600, show_spinner=False)
+def estimate_by_timing(cfg_json: str) -> str:
+    """The same from a short timing (a few seconds: a child process trains a few steps), kept an hour
+    per config. Errors are not cached."""
+    return estimate_run(RunConfig.from_dict(json.loads(cfg_json))).text()
+
+
+def estimate_line(cfg: RunConfig | None, key: str) -> None:
+    """How long the run should take here, above Launch: from a completed run of the same shape when
+    there is one, else behind an "Estimate time" button (a short timing, then kept per config)."""
+    if cfg is None:
+        return
+    cfg_json = json.dumps(cfg.to_dict(), sort_keys=True)
+    text = guarded(estimate_from_runs, cfg_json)
+    timed = st.session_state.get(f"{key}_timed")  # the configs this tab asked to time
+    if text is None and (cfg_json in (timed or ()) or st.button(
+            "Estimate time", key=f"{key}_estimate", help="trains a few steps of this config now (a few seconds) to time them")):
+        st.session_state[f"{key}_timed"] = {*(timed or ()), cfg_json}
+        with st.spinner("Timing a few training steps..."):
+            text = guarded(estimate_by_timing, cfg_json)
+    if text is not None:
+        st.caption(text)
