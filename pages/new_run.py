@@ -8,7 +8,9 @@ preview come from its view (``app.modalities``); the preview calls the engine fu
 itself calls for its samples, so it shows the run's masks. Launching only calls
 ``engine.runner.launcher.submit``, which starts a background worker process and returns at once. The Sweep
 section (:mod:`app.components.sweep_form`) queues the form once per value of a field and seed
-instead, through ``engine.runner.sweep.submit_sweep``, and links to the Sweeps page.
+instead, through ``engine.runner.sweep.submit_sweep``, and links to the Sweeps page. Under Launch:
+how long the run should take here (``engine.runner.estimate``: from a completed run of its shape, or a
+short timing behind "Estimate time").
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""New run's shared pieces: the training fields, and the form as YAML and as a command line.
+"""New run's shared pieces: the training fields, the form as YAML and as a command line, and how
+long the run should take here (:func:`estimate_line`, :mod:`engine.runner.estimate`).
 
 The form is a partial run config (what :func:`engine.config.RunConfig.from_dict` takes). The URL
 keeps it field by field (:mod:`app.components.urlstate`), the YAML download is the resolved config a
@@ -18,7 +19,7 @@ import yaml
 from app.components.errors import guarded
 from app.components.urlstate import dig, index_of, number, set_flags
 from app.modalities import task_train_defaults
-from engine.api import LAUNCH_BACKENDS, LaunchConfig, RunConfig, backend_unavailable, estimate_run
+from engine.api import LAUNCH_BACKENDS, LaunchConfig, RunConfig, backend_unavailable, estimate_run, workspace_root
 
 
 def train_fields(task: str, key: str, carried: dict, proposal: dict | None = None) -> dict[str, Any]:
@@ -143,32 +144,34 @@ def export_panel(form: dict[str, Any], cfg: Any) -> None:
 
 
 @st.cache_data(max_entries=32, ttl=30, show_spinner=False)
-def estimate_from_runs(cfg_json: str) -> str | None:
+def estimate_from_runs(cfg_json: str, workspace: str) -> str | None:
     """:func:`engine.runner.estimate.estimate_run` of a resolved config (JSON) from the completed runs
-    of its shape, in words; None when there is none. Kept 30 s: a run that completes meanwhile counts."""
-    est = estimate_run(RunConfig.from_dict(json.loads(cfg_json)), allow_timing=False)
+    of its shape in ``workspace``, in words; None when there is none. Kept 30 s: a run that completes
+    meanwhile counts."""
+    est = estimate_run(RunConfig.from_dict(json.loads(cfg_json)), workspace, allow_timing=False)
     return None if est is None else est.text()
 
 
 @st.cache_data(max_entries=16, ttl=3600, show_spinner=False)
-def estimate_by_timing(cfg_json: str) -> str:
+def estimate_by_timing(cfg_json: str, workspace: str) -> str:
     """The same from a short timing (a few seconds: a child process trains a few steps), kept an hour
     per config. Errors are not cached."""
-    return estimate_run(RunConfig.from_dict(json.loads(cfg_json))).text()
+    return estimate_run(RunConfig.from_dict(json.loads(cfg_json)), workspace).text()
 
 
 def estimate_line(cfg: RunConfig | None, key: str) -> None:
-    """How long the run should take here, above Launch: from a completed run of the same shape when
+    """How long the run should take here, under Launch: from a completed run of the same shape when
     there is one, else behind an "Estimate time" button (a short timing, then kept per config)."""
     if cfg is None:
         return
     cfg_json = json.dumps(cfg.to_dict(), sort_keys=True)
-    text = guarded(estimate_from_runs, cfg_json)
+    ws = str(workspace_root())
+    text = guarded(estimate_from_runs, cfg_json, ws)
     timed = st.session_state.get(f"{key}_timed")  # the configs this tab asked to time
     if text is None and (cfg_json in (timed or ()) or st.button(
             "Estimate time", key=f"{key}_estimate", help="trains a few steps of this config now (a few seconds) to time them")):
         st.session_state[f"{key}_timed"] = {*(timed or ()), cfg_json}
         with st.spinner("Timing a few training steps..."):
-            text = guarded(estimate_by_timing, cfg_json)
+            text = guarded(estimate_by_timing, cfg_json, ws)
     if text is not None:
         st.caption(text)
