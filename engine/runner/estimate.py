@@ -101,11 +101,11 @@ class RunEstimate:
     timing: Timing | None = None
 
     def text(self) -> str:
-        """``Training ≈ 2 min 10 s, evaluation at most ≈ 1 min 5 s (from run X (300 steps at 0.42 s/step) ...)``."""
+        """``Training ≈ 2 min 10 s, evaluation at most ≈ 1 min 5 s (from run X: 300 steps at 0.42 s/step; evaluation: ...)``."""
         out = f"Training ≈ {human_s(self.train_s)}"
         if self.eval_s is not None:
             out += f", evaluation {'at most ' if self.eval_bound else ''}≈ {human_s(self.eval_s)}"
-        why = self.basis + (f"; evaluation {self.eval_basis}" if self.eval_s is not None and self.eval_basis else "")
+        why = self.basis + (f"; evaluation: {self.eval_basis}" if self.eval_s is not None and self.eval_basis else "")
         return f"{out} ({why})"
 
 
@@ -230,6 +230,7 @@ def _time_here(cfg: RunConfig, workspace: str, steps: int) -> dict[str, float]:
     d = cfg.to_dict()
     configure_torch(resolve_threads(d["train"], d.get("launch")), cfg.train.deterministic)
     short = cfg.model_copy(deep=True)
+    short.train.steps = max(short.train.steps, 2 + steps)  # a shorter run is timed on as many steps (+1: a last poll)
     short.train.eval_interval = short.train.checkpoint_interval = short.train.steps  # nothing inside the timing
     short.train.num_threads = 0  # set above, as the worker does
     polls: list[float] = []
@@ -273,24 +274,24 @@ def estimate_run(config: dict[str, Any] | RunConfig, workspace=None, *,
     t = cfg.train
     timing = same_shape_timing(cfg, workspace)
     if timing is not None:
-        basis = f"from run {timing.source} ({timing.steps:,} steps at {timing.step_s:.3g} s/step)"
+        basis = f"from run {timing.source}: {timing.steps:,} steps at {timing.step_s:.3g} s/step"
     elif not allow_timing:
         return None
     else:
         timing = time_steps(cfg, workspace)
-        basis = f"from a {timing.steps - 1}-step timing just now ({timing.step_s:.3g} s/step)"
+        basis = f"from a {timing.steps - 1}-step timing just now: {timing.step_s:.3g} s/step"
     train_s = timing.train_s(t.steps, t.eval_interval)
     if not cfg.evaluation.auto:
         return RunEstimate(train_s, None, basis, timing=timing)
     share = budget * train_s
     cheap = cheap_eval_s(cfg, workspace)
     if cheap is None:
-        return RunEstimate(train_s, share, basis, f"{budget:g} of the training's compute, its budget", True, timing)
+        return RunEstimate(train_s, share, basis, f"its budget, {budget:g} x training", True, timing)
     cheap_s, source = cheap
     if cheap_s >= share:
-        return RunEstimate(train_s, cheap_s, basis, f"its probes and maps, as in run {source}", False, timing)
-    return RunEstimate(train_s, share, basis, f"{budget:g} of the training's compute, its budget (probes and maps "
-                       f"{human_s(cheap_s)} as in run {source}, fine-tuning the rest)", True, timing)
+        return RunEstimate(train_s, cheap_s, basis, f"its probes and maps as in run {source}", False, timing)
+    return RunEstimate(train_s, share, basis, f"its budget, {budget:g} x training (probes and maps {human_s(cheap_s)} "
+                       f"as in run {source}, fine-tuning the rest)", True, timing)
 
 
 def _main(argv: list[str]) -> int:

@@ -27,7 +27,7 @@ def test_new_run_shows_the_estimate_from_a_run_of_the_same_shape(shared_runs, tm
               for k, v in flatten(cfg).items() if k != "name" and not isinstance(v, (list, dict))}
     at = open_with("../pages/new_run.py", params)
     assert _estimates(at) == [estimate_run(cfg, ws, allow_timing=False).text()]
-    assert f"from run {ids['image_mae']} (20 steps at" in _estimates(at)[0]
+    assert f"from run {ids['image_mae']}: 20 steps at" in _estimates(at)[0]
     assert "Estimate time" not in [b.label for b in at.button]
 
 

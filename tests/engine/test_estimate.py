@@ -36,7 +36,7 @@ def test_estimate_of_a_run_own_config_is_its_measured_training_time(shared_runs)
     assert est.train_s == pytest.approx(train_s, abs=1e-5)  # unix seconds: float64 keeps about 0.2 µs
     steps = rec.config["train"]["steps"]
     assert est.timing.source == run.run_id and est.timing.steps == steps and len(times) == steps
-    assert f"from run {run.run_id} ({steps:,} steps at {est.timing.step_s:.3g} s/step)" in est.text()
+    assert f"from run {run.run_id}: {steps:,} steps at {est.timing.step_s:.3g} s/step" in est.text()
 
 
 def test_more_steps_scale_by_the_measured_step_time(shared_runs):
@@ -95,7 +95,11 @@ def test_short_timing_when_no_run_exists(workspace):
     assert tm.step_s > 0 and tm.startup_s >= 0 and tm.val_s > 0
     assert est.train_s == pytest.approx(tm.startup_s + 50 * tm.step_s + validations(50, 20) * tm.val_s)
     assert est.eval_s is None and "from a 5-step timing just now" in est.text()
-    with_eval = estimate_run({**TINY, "evaluation": {"auto": True}}, workspace)  # no evaluation to learn from
+    # a 2-step run is timed on as many steps; no evaluation to learn from: the budget is the bound
+    short = {**TINY, "evaluation": {"auto": True}, "train": {**TINY["train"], "steps": 2}}
+    with_eval = estimate_run(short, workspace)
+    tm = with_eval.timing
+    assert tm.steps == 6 and with_eval.train_s == pytest.approx(tm.startup_s + 2 * tm.step_s + tm.val_s)
     assert with_eval.eval_bound and with_eval.eval_s == pytest.approx(_budget() * with_eval.train_s)
     assert "at most" in with_eval.text()
     assert estimate_run(TINY, workspace, allow_timing=False) is None
@@ -117,4 +121,4 @@ def test_pieces():
     assert [human_s(x) for x in (0.4, 42, 60, 130, 3600, 3900)] == [
         "under 1 s", "42 s", "1 min", "2 min 10 s", "1 h", "1 h 5 min"]
     est = RunEstimate(130.0, 65.0, "from run r", "half", True)
-    assert est.text() == "Training ≈ 2 min 10 s, evaluation at most ≈ 1 min 5 s (from run r; evaluation half)"
+    assert est.text() == "Training ≈ 2 min 10 s, evaluation at most ≈ 1 min 5 s (from run r; evaluation: half)"
