@@ -167,11 +167,17 @@ def estimate_line(cfg: RunConfig | None, key: str) -> None:
     cfg_json = json.dumps(cfg.to_dict(), sort_keys=True)
     ws = str(workspace_root())
     text = guarded(estimate_from_runs, cfg_json, ws)
-    timed = st.session_state.get(f"{key}_timed")  # the configs this tab asked to time
-    if text is None and (cfg_json in (timed or ()) or st.button(
-            "Estimate time", key=f"{key}_estimate", help="trains a few steps of this config now (a few seconds) to time them")):
-        st.session_state[f"{key}_timed"] = {*(timed or ()), cfg_json}
+    if text is None and cfg_json in st.session_state.get(f"{key}_timed", ()):  # this tab asked to time it
         with st.spinner("Timing a few training steps..."):
             text = guarded(estimate_by_timing, cfg_json, ws)
+    elif text is None:
+        st.button("Estimate time", key=f"{key}_estimate", on_click=_time_it, args=(key, cfg_json),
+                  help="trains a few steps of this config now (a few seconds) to time them")
     if text is not None:
         st.caption(text)
+
+
+def _time_it(key: str, cfg_json: str) -> None:
+    """"Estimate time"'s callback: remember that this tab asked to time ``cfg_json`` (before the
+    rerun draws the page, so the rerun shows the timing instead of the button)."""
+    st.session_state[f"{key}_timed"] = {*st.session_state.get(f"{key}_timed", ()), cfg_json}

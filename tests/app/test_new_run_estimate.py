@@ -38,5 +38,6 @@ def test_estimate_time_runs_a_short_timing_when_no_run_exists(workspace):
     assert not at.exception and not at.error
     (text,) = _estimates(at)
     assert "from a 5-step timing just now" in text and "evaluation" not in text  # evaluation.auto is off
+    assert "Estimate time" not in [b.label for b in at.button]  # the click's rerun shows the timing instead
     at.run()  # kept for this config: no second timing, no button
     assert _estimates(at) == [text] and "Estimate time" not in [b.label for b in at.button]
