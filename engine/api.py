@@ -118,6 +118,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "OBJECTIVE_REGISTRY": ("engine.objectives", "OBJECTIVE_REGISTRY"),
     "check_run": ("engine.tasks.checks", "check_run"),
     "no_validation_note": ("engine.tasks.checks", "no_validation_note"),
+    "estimate_run": ("engine.runner.estimate", "estimate_run"),  # how long a config trains and evaluates here
 }
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
@@ -135,6 +136,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
     from engine.objectives import OBJECTIVE_REGISTRY  # noqa: F401
     from engine.tasks import get_task, resolve, tasks_for  # noqa: F401
     from engine.tasks.checks import check_run, no_validation_note  # noqa: F401
+    from engine.runner.estimate import estimate_run  # noqa: F401
     from engine.tasks.image.recipe import DEFAULT_PATCH as DEFAULT_IMAGE_PATCH  # noqa: F401
 
 

@@ -8,7 +8,9 @@ preview come from its view (``app.modalities``); the preview calls the engine fu
 itself calls for its samples, so it shows the run's masks. Launching only calls
 ``engine.runner.launcher.submit``, which starts a background worker process and returns at once. The Sweep
 section (:mod:`app.components.sweep_form`) queues the form once per value of a field and seed
-instead, through ``engine.runner.sweep.submit_sweep``, and links to the Sweeps page.
+instead, through ``engine.runner.sweep.submit_sweep``, and links to the Sweeps page. Under Launch:
+how long the run should take here (``engine.runner.estimate``: from a completed run of its shape, or a
+short timing behind "Estimate time").
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import streamlit as st
 from app.components import guarded
 from app.components.access import actor
 from app.components.datasets import dataset_infos
-from app.components.run_form import export_panel, launch_fields, train_fields
+from app.components.run_form import estimate_line, export_panel, launch_fields, train_fields
 from app.components.sweep_form import URL_NAMES, sweep_launch, sweep_section
 from app.components.urlstate import PageState, dig, index_of, show_link_note, with_carried
 from app.modalities import train_defaults, ui_for
@@ -109,6 +111,8 @@ with preview:
             ratio = f" at ratio {m.ratio:g}" if get_masking(m.strategy).uses_ratio else " (its parameters set the budget)"
             st.session_state["nr_launched_what"] = (f"{cfg.data.dataset}, {t.steps:,} steps x batch {t.batch_size}, "
                                                     f"lr {t.lr:g}, {m.strategy} masking{ratio}")
+    if sweep is None:  # under Launch: how long it should take here, from a run of its shape or a short timing
+        estimate_line(cfg if ready else None, "nr")
     launched = st.session_state.get("nr_launched")
     if launched and sweep is None:
         status = getattr(guarded(get_run, launched), "status", "queued")  # what it is doing now, in words

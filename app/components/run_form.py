@@ -1,4 +1,5 @@
-"""New run's shared pieces: the training fields, and the form as YAML and as a command line.
+"""New run's shared pieces: the training fields, the form as YAML and as a command line, and how
+long the run should take here (:func:`estimate_line`, :mod:`engine.runner.estimate`).
 
 The form is a partial run config (what :func:`engine.config.RunConfig.from_dict` takes). The URL
 keeps it field by field (:mod:`app.components.urlstate`), the YAML download is the resolved config a
@@ -8,15 +9,17 @@ same ``key=value`` pairs as the URL, so a copied command trains exactly what the
 
 from __future__ import annotations
 
+import json
 import shlex
 from typing import Any
 
 import streamlit as st
 import yaml
 
+from app.components.errors import guarded
 from app.components.urlstate import dig, index_of, number, set_flags
 from app.modalities import task_train_defaults
-from engine.api import LAUNCH_BACKENDS, LaunchConfig, RunConfig, backend_unavailable
+from engine.api import LAUNCH_BACKENDS, LaunchConfig, RunConfig, backend_unavailable, estimate_run, workspace_root
 
 
 def train_fields(task: str, key: str, carried: dict, proposal: dict | None = None) -> dict[str, Any]:
@@ -138,3 +141,43 @@ def export_panel(form: dict[str, Any], cfg: Any) -> None:
         st.caption(f"Run it with `python -m engine run {name}.yaml` (or `submit` to train in the background). "
                    "Or the same run without a file:")
         st.code(command_line(form), language="bash")
+
+
+@st.cache_data(max_entries=32, ttl=30, show_spinner=False)
+def estimate_from_runs(cfg_json: str, workspace: str) -> str | None:
+    """:func:`engine.runner.estimate.estimate_run` of a resolved config (JSON) from the completed runs
+    of its shape in ``workspace``, in words; None when there is none. Kept 30 s: a run that completes
+    meanwhile counts."""
+    est = estimate_run(RunConfig.from_dict(json.loads(cfg_json)), workspace, allow_timing=False)
+    return None if est is None else est.text()
+
+
+@st.cache_data(max_entries=16, ttl=3600, show_spinner=False)
+def estimate_by_timing(cfg_json: str, workspace: str) -> str:
+    """The same from a short timing (a few seconds: a child process trains a few steps), kept an hour
+    per config. Errors are not cached."""
+    return estimate_run(RunConfig.from_dict(json.loads(cfg_json)), workspace).text()
+
+
+def estimate_line(cfg: RunConfig | None, key: str) -> None:
+    """How long the run should take here, under Launch: from a completed run of the same shape when
+    there is one, else behind an "Estimate time" button (a short timing, then kept per config)."""
+    if cfg is None:
+        return
+    cfg_json = json.dumps(cfg.to_dict(), sort_keys=True)
+    ws = str(workspace_root())
+    text = guarded(estimate_from_runs, cfg_json, ws)
+    if text is None and cfg_json in st.session_state.get(f"{key}_timed", ()):  # this tab asked to time it
+        with st.spinner("Timing a few training steps..."):
+            text = guarded(estimate_by_timing, cfg_json, ws)
+    elif text is None:
+        st.button("Estimate time", key=f"{key}_estimate", on_click=_time_it, args=(key, cfg_json),
+                  help="trains a few steps of this config now (a few seconds) to time them")
+    if text is not None:
+        st.caption(text)
+
+
+def _time_it(key: str, cfg_json: str) -> None:
+    """"Estimate time"'s callback: remember that this tab asked to time ``cfg_json`` (before the
+    rerun draws the page, so the rerun shows the timing instead of the button)."""
+    st.session_state[f"{key}_timed"] = {*st.session_state.get(f"{key}_timed", ()), cfg_json}
