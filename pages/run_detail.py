@@ -114,7 +114,19 @@ box = interactive_box(rec.config)
 if box is not None:
     box_panel(box, rec, guarded(load_samples, run_id))
 st.subheader("Evaluation")
-evaluation_panel(rec)
+
+
+@st.fragment(run_every=every)
+def evaluation_fragment(run_id: str) -> None:
+    """The run's evaluation: while one runs, its progress and the figures of the phases it finished
+    (re-read every 2 s while the run is live)."""
+    rec = guarded(get_run, run_id)
+    if rec is not None:
+        ended_since_drawn(rec)
+        evaluation_panel(rec)
+
+
+evaluation_fragment(run_id)
 open_in_new_run(rec)
 with st.expander("Resolved config"):
     st.json(rec.config)

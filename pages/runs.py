@@ -25,23 +25,19 @@ from app.components.charts import axis_controls, render_loss_panels, show_read_w
 from app.components.evaluation import evaluation_progress
 from app.components.quality import loss_groups
 from app.components.resume import resume_buttons
-from app.components.runs import LIST_MAX_AGE_S, activity, latest_points, progress_with_cancel
+from app.components.runs import LIST_MAX_AGE_S, REFRESH, activity, is_live, latest_points, progress_with_cancel
 from app.components.urlstate import PageState
-from engine.api import cancel, disk_usage, evaluation_job, format_bytes, list_runs, read_metrics, workspace_root
+from engine.api import cancel, disk_usage, format_bytes, list_runs, read_metrics, workspace_root
 
 LOSS_KEYS = ["loss", "val_loss"]
 N_DEFAULT = 3  # runs plotted by default: the most recent ones that have points, queued or running first
-REFRESH = "2s"
 
 
 def _changing(records, evaluations: bool = False) -> bool:
     """True while one of ``records`` can still change: queued or running (a running run may be
     evaluating its final checkpoint); with ``evaluations``, also while one's evaluation job is queued
-    or running (:func:`engine.store.evaluations.read_job`). The fragments refresh only then."""
-    if any(r.status in ("queued", "running") for r in records):
-        return True
-    return evaluations and any((guarded(evaluation_job, r.run_id) or {}).get("status") in ("queued", "running")
-                               for r in records)  # fmt: skip
+    or running (:func:`app.components.runs.is_live`). The fragments refresh only then."""
+    return any(r.is_active for r in records) or evaluations and any(is_live(r) for r in records)
 
 
 def _with_points_first(records, n: int) -> list[str]:

@@ -72,7 +72,7 @@ def test_a_completed_run_schedules_no_refresh(image_run, refreshes):
     assert refreshes() == []
 
 
-def test_a_running_run_and_a_run_being_evaluated_refresh_both_panels(workspace, refreshes):
+def test_a_running_run_and_a_run_being_evaluated_refresh_their_live_panels(workspace, refreshes):
     run_id, d = create_run(resolve(RunConfig.from_dict({"name": "live", "train": {"steps": 50}})).to_dict())
     holder = subprocess.Popen([sys.executable, "-c", (  # a live worker: it holds the run's lock
         "import sys, time; from engine.store import RunLock; l = RunLock(sys.argv[1]).acquire(); "
@@ -82,8 +82,8 @@ def test_a_running_run_and_a_run_being_evaluated_refresh_both_panels(workspace, 
         write_status(d, {"status": "running", "step": 10, "total_steps": 50, "pid": holder.pid})
         run_detail({"run": run_id})
         every = float(REFRESH.rstrip("s"))
-        assert [i for i, _ in refreshes()] == [every, every]  # the summary and the samples
-        assert len({f for _, f in refreshes()}) == 2
+        assert [i for i, _ in refreshes()] == [every] * 3  # the summary, the samples and the evaluation
+        assert len({f for _, f in refreshes()}) == 3
     finally:
         holder.kill()
         holder.wait()
@@ -97,7 +97,7 @@ def test_a_running_run_and_a_run_being_evaluated_refresh_both_panels(workspace, 
     write_job(run_dir(run_id), status="queued", step=50)
     assert is_live(get_run(run_id))
     run_detail({"run": run_id})
-    assert [i for i, _ in refreshes()] == [every, every]
+    assert [i for i, _ in refreshes()] == [every] * 3
     write_job(run_dir(run_id), status="completed", step=50)
     run_detail({"run": run_id})
     assert refreshes() == []
