@@ -61,7 +61,7 @@ def budget_text(ev: Any) -> str | None:
     if b.get("share", 0) is None:
         head = f"No budget limit: the fine-tune's full recipe; took {seconds_text(ev.seconds)}"
     elif b.get("budget_s") is None:
-        head = f"No budget (the run logged no step times): the fine-tune's full recipe; took {seconds_text(ev.seconds)}"
+        head = f"No budget (the run recorded no training time): the fine-tune's full recipe; took {seconds_text(ev.seconds)}"
     else:
         head = (f"Budget {b['share']:g} × {seconds_text(b['train_s'])} of training = {seconds_text(b['budget_s'])}; "
                 f"took {seconds_text(ev.seconds)}")

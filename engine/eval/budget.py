@@ -1,15 +1,17 @@
 """The evaluation budget: an automatic evaluation costs at most ``evaluation.budget`` times the
 training time it judges (default 0.5), on the same machine.
 
-The *training time* of a checkpoint at step N is the sum of the run's measured optimiser-step times
-(the ``step_time`` metric, seconds) over steps 1..N: the compute the weights cost, without start-up,
-validation or checkpoint writes. The cheap phases (features, reconstruction figures, probes, kNN,
+The *training time* of a checkpoint at step N is what the run took to get there on this machine: its
+training wall time (``status.json``: start to the end of training, plus the legs before a resume;
+at the end of a run, while its worker evaluates, start to now) times N over the steps it trained;
+for a run without those times, the sum of its measured optimiser-step times (the ``step_time``
+metric) over steps 1..N. The cheap phases (features, reconstruction figures, probes, kNN,
 k-means, maps) always run; fine-tuning takes what is left of the budget, in steps, the same number for
 the trained and the random-init encoder, at most the recipe's (``evaluation.finetune_epochs``,
 :data:`engine.eval.finetune.MAX_STEPS`). Its step count is planned once, from one timed step and the
 measured cost of a forward pass per row (the head's statistics and the accuracies after training), so
 the cosine schedule knows its length. A budget of 0 skips fine-tuning, none (null) sets no limit; a run
-without ``step_time`` (an older masklab) is fine-tuned by the full recipe, and the evaluation says so.
+with no training time at all is fine-tuned by the full recipe, and the evaluation says so.
 
 Why time, not FLOPs: the cheap phases are mostly scikit-learn work that FLOP counters do not see,
 and the budget is what a user waits for. The FLOPs of a training step are still reported
@@ -19,13 +21,28 @@ and the budget is what a user waits for. The FLOPs of a training step are still 
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from engine.store.metrics import read_run_table
+from engine.store.runs import read_status
 
 
 def training_seconds(run_dir: Path, step: int) -> float | None:
+    """The training time of the run's checkpoint at ``step`` (module docstring), seconds: from its
+    status's times when it has them, else :func:`step_seconds`. None when it has neither."""
+    st = read_status(Path(run_dir))
+    started, done = st.get("started_at"), int(st.get("step") or 0)
+    if started and done > 0:
+        end = st.get("ended_at") or time.time()  # no end yet: its worker evaluates right after training
+        wall = float(st.get("prior_s") or 0.0) + float(end) - float(started)
+        if wall > 0:
+            return wall * min(step, done) / done
+    return step_seconds(run_dir, step)
+
+
+def step_seconds(run_dir: Path, step: int) -> float | None:
     """Seconds of optimiser steps 1..``step`` of a run: the sum of its ``step_time`` metric (the last
     value logged for each step: a resumed run logs a step once more). None when it logged none."""
     table, _ = read_run_table(Path(run_dir), ["step_time"])

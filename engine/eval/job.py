@@ -11,9 +11,10 @@ implements ``features`` / ``raw_features`` / ``evaluate`` is evaluated without a
   (:meth:`Task.raw_features`: pixels, TF-IDF...). ``chance`` is the share of val's most common
   class (what a constant guess scores). Train rows: the first ``evaluation.max_rows`` of the train
   split; val rows: the first ``evaluation.max_rows`` of the val split (rows are stored shuffled).
-  Figures are a pure function of the features, labels and seed, so each is cached in the workspace
-  by content (:func:`engine.store.evaluations.cached_figures`): the raw input's (and a shared random
-  init's) are computed once per dataset, not once per run.
+  Figures are a pure function of the features, labels and seed (``train.seed``; the raw input's
+  :data:`RAW_INPUT_SEED`), so each is cached in the workspace by content
+  (:func:`engine.store.evaluations.cached_figures`): the raw input's (and a shared random init's)
+  are computed once per dataset, not once per run.
 - **Reconstruction quality**: :meth:`Task.evaluate` at the checkpoint (``val_loss``; images
   ``val_mse``/``val_psnr`` on the masked patches; text ``val_top1``), on the run's fixed val masks;
   and :mod:`engine.eval.reconstruction` (images: SSIM on the masked patches and the whole image;
@@ -71,6 +72,10 @@ from engine.store.evaluations import (
 from engine.store.lock import RunLock
 from engine.tasks import build_task
 from engine.workspace import read_json
+
+#: The seed of the raw input's probe and k-means: a property of the dataset, the same for every run
+#: (so its figures are computed once per workspace, whatever the runs' ``train.seed``).
+RAW_INPUT_SEED = 0
 
 
 def _chance(y: np.ndarray) -> float:
@@ -138,7 +143,7 @@ def evaluate_checkpoint(run_dir: Path, step: int | None = None, *, device: str =
     if ev_cfg.finetune_epochs and plan.fine_tunes and ft_inputs is None:
         ev.notes.append(f"no fine-tune: task {task.name!r} gives no fine-tune inputs (Task.finetune_inputs)")
     if plan.train_s is None and plan.share is not None and ft_inputs is not None:
-        ev.notes.append("the run logged no step times (an older masklab): the fine-tune follows its full recipe, "
+        ev.notes.append("the run recorded no training time: the fine-tune follows its full recipe, "
                         "with no budget")
     init_state = {k: v.detach().clone() for k, v in task.model.state_dict().items()}
     maps: dict[str, np.ndarray] = {}
@@ -182,14 +187,15 @@ def evaluate_checkpoint(run_dir: Path, step: int | None = None, *, device: str =
     feats = {"trained": prepare(*trained), "random_init": prepare(*random_init), "raw_input": prepare(*raw)}
     chance = _chance(yva)
     ev.representation = {enc: {} for enc in feats}
-    for phase, figure in (("probe", lambda X: {"probe_acc": linear_probe(*X, seed)}),
-                          ("knn", lambda X: {"knn_acc": knn_accuracy(*X)}),
-                          ("clustering", lambda X: dict(zip(("kmeans_nmi", "kmeans_ari"),
-                                                            kmeans_scores(X[2], X[3], seed))))):
+    seeds = {enc: RAW_INPUT_SEED if enc == "raw_input" else seed for enc in feats}
+    for phase, figure in (("probe", lambda X, s: {"probe_acc": linear_probe(*X, s)}),
+                          ("knn", lambda X, s: {"knn_acc": knn_accuracy(*X)}),
+                          ("clustering", lambda X, s: dict(zip(("kmeans_nmi", "kmeans_ari"),
+                                                               kmeans_scores(X[2], X[3], s))))):
         progress.enter(phase, total=len(feats))
         for i, (enc, X) in enumerate(feats.items()):
-            key = figure_key(phase, seed, *X)
-            ev.representation[enc].update(cached_figures(cache_at, key, lambda X=X, figure=figure: figure(X)))
+            key = figure_key(phase, seeds[enc], *X)
+            ev.representation[enc].update(cached_figures(cache_at, key, lambda X=X, s=seeds[enc], f=figure: f(X, s)))
             progress.tick(i + 1)
         if phase == "probe":
             ev.representation["chance"] = {"probe_acc": chance}

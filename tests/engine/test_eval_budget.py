@@ -5,6 +5,7 @@ evaluation keeps the phases it finished, and the figures of identical features a
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -12,7 +13,7 @@ import pytest
 from engine.config import RunConfig, parse_eval_budget
 from engine.errors import ConfigError, EvaluationCancelled
 from engine.eval import progress as progress_module
-from engine.eval.budget import EvalBudget, training_seconds
+from engine.eval.budget import EvalBudget, step_seconds, training_seconds
 from engine.eval.job import evaluate_and_save, evaluate_checkpoint
 from engine.eval.progress import HEARTBEAT_S, EvalProgress
 from engine.store import get_run
@@ -50,12 +51,17 @@ def test_a_budget_asked_for_is_a_share_full_or_the_runs():
         RunConfig.from_dict({"evaluation": {"budget": -0.5}})
 
 
-def test_training_time_is_the_sum_of_the_logged_step_times(shared_runs):
-    run = shared_runs.get("image_mae")
-    d = get_run(run.run_id, run.workspace).path
+def test_training_time_is_the_runs_training_wall_time_else_its_step_times(shared_runs, tmp_path):
+    ws, ids = shared_runs.copy("image_mae", dest=tmp_path / "ws")
+    rec = get_run(ids["image_mae"], ws)
+    d = rec.path
+    assert training_seconds(d, 20) == pytest.approx(rec.duration_s)  # start to the end of training
+    assert training_seconds(d, 10) == pytest.approx(rec.duration_s / 2)  # a checkpoint half way
     steps = read_metrics_files([d], ["step_time"], max_points=None)
-    assert len(steps) == 20  # one per optimiser step
-    assert training_seconds(d, 20) == pytest.approx(steps["value"].sum())
+    assert len(steps) == 20 and steps["value"].sum() < rec.duration_s  # one per optimiser step
+    status = read_json(d / "status.json")
+    (d / "status.json").write_text(json.dumps({k: v for k, v in status.items() if k != "started_at"}))
+    assert training_seconds(d, 20) == pytest.approx(steps["value"].sum()) == step_seconds(d, 20)
     assert training_seconds(d, 10) == pytest.approx(steps[steps["step"] <= 10]["value"].sum())
 
 
