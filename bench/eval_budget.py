@@ -22,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine.config import load_config  # noqa: E402
+from engine.eval.budget import step_seconds  # noqa: E402
 from engine.runner.worker import execute_run  # noqa: E402
 from engine.store import create_run, get_run  # noqa: E402
 from engine.store.evaluations import read_evaluations  # noqa: E402
@@ -54,8 +55,8 @@ def main() -> int:
         ev = read_evaluations(run_id)[0][-1]
         b = ev.budget
         train = rec.duration_s or float("nan")
-        print(f"run {seed} ({outcome}): training {train:.1f} s wall ({b.get('train_s') or float('nan'):.1f} s of "
-              f"optimiser steps), evaluation {ev.seconds:.1f} s = {ev.seconds / train:.2f} x training "
+        steps_s = step_seconds(d, rec.step) or float("nan")
+        print(f"run {seed} ({outcome}): training {train:.1f} s wall ({steps_s:.1f} s of optimiser steps), evaluation {ev.seconds:.1f} s = {ev.seconds / train:.2f} x training "
               f"(target <= 0.50; budget {b.get('budget_s') or float('nan'):.1f} s); fine-tune "
               f"{b.get('finetune_steps')} of {b.get('recipe_steps')} steps; worker total {total:.1f} s")
         print("   phases: " + ", ".join(f"{k} {v:.1f} s" for k, v in ev.phases.items()))

@@ -67,7 +67,8 @@ class EvalBudget:
         cheap_s: seconds the cheap phases took (set once they ran).
         finetune_steps: steps each encoder is fine-tuned (set by :meth:`plan_finetune`).
         recipe_steps: steps the recipe alone would take.
-        step_s: measured seconds of one fine-tune step; row_s: of one row's forward pass.
+        step_s: measured seconds of one fine-tune step (0: not measured, no budget was left); row_s: of
+            one row's forward pass.
     """
 
     share: float | None
