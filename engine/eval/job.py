@@ -220,10 +220,12 @@ def evaluate_checkpoint(run_dir: Path, step: int | None = None, *, device: str =
                             f"{plan.budget_s:.0f} s ({plan.share:g} x {plan.train_s:.0f} s of training); ask for a "
                             f"larger budget (python -m engine evaluate {run_dir.name} --budget 2)")
         else:
-            progress.enter("finetune", total=2 * steps)
+            progress.tick(0, total=2 * steps)
             tune = {"seed": seed, "epochs": ev_cfg.finetune_epochs, "max_steps": steps}
             ev.downstream["trained"] = finetune(task.model, ft_inputs, **tune,
                                                 on_step=lambda k, _: progress.tick(k)).figures()
+            if on_phase is not None:  # the trained encoder's figure shows before the baseline's
+                on_phase(ev, {})
             task.model.load_state_dict(init_state)
             ev.downstream["random_init"] = finetune(task.model, ft_inputs, **tune,
                                                     on_step=lambda k, _: progress.tick(steps + k)).figures()
