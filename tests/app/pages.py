@@ -2,11 +2,32 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
-ENTRY = Path(__file__).resolve().parents[2] / "app" / "streamlit_app.py"
+REPO = Path(__file__).resolve().parents[2]
+ENTRY = REPO / "app" / "streamlit_app.py"
+
+
+@contextmanager
+def lock_holder(run_dir: Path) -> Iterator[subprocess.Popen]:
+    """Another process that holds run folder ``run_dir``'s lock (a live worker, or an evaluation job)
+    until the block ends; yields it (its ``pid`` goes in a status). Killed at the end: the run then
+    reads as its process gone."""
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from engine.store import RunLock; l = RunLock(sys.argv[1]).acquire(); "
+        "print('held', flush=True); time.sleep(600)"), str(run_dir)], cwd=REPO, stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        yield holder
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 def open_with(page: str, params: dict[str, str]) -> AppTest:

@@ -6,8 +6,6 @@ offers a deeper one (issue 40)."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,9 +17,8 @@ from engine.eval.progress import EvalProgress
 from engine.store import get_run
 from engine.store.evaluations import read_evaluations, save_evaluation
 from engine.workspace import read_json
+from tests.app.pages import lock_holder
 from tests.app.test_housekeeping_pages import open_page
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _stopped_after_knn(d: Path):
@@ -48,11 +45,7 @@ def test_an_evaluation_under_way_shows_its_phase_and_the_figures_so_far(shared_r
     d = get_run(run_id, ws).path
     (d / "evaluation" / "step-0000020.json").unlink()  # the run's own evaluation: this one is its first
     _stopped_after_knn(d)
-    holder = subprocess.Popen([sys.executable, "-c", (  # the evaluation's process: it holds the run's lock
-        "import sys, time; from engine.store import RunLock; l = RunLock(sys.argv[1]).acquire(); "
-        "print('held', flush=True); time.sleep(600)"), str(d)], cwd=REPO, stdout=subprocess.PIPE, text=True)  # fmt: skip
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with lock_holder(d):  # the evaluation's process: it holds the run's lock
         at = open_page("run_detail", {"run": run_id})
         bars = [el.proto.text for el in at.get("progress")]
         assert bars == ["Evaluating step 20: kNN, part 3 of 3 · done: loading the run, encoding the rows, "
@@ -66,9 +59,6 @@ def test_an_evaluation_under_way_shows_its_phase_and_the_figures_so_far(shared_r
         assert table.loc["fine-tune", "random init"] == PENDING
         at = open_page("runs", {})  # Runs shows it too, for this ended run
         assert any("· Evaluating step 20: kNN" in el.proto.text for el in at.get("progress"))
-    finally:
-        holder.kill()
-        holder.wait()
     # its process is gone: the page says so, and keeps what it finished
     at = open_page("run_detail", {"run": run_id})
     assert not at.get("progress")

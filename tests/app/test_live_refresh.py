@@ -8,8 +8,6 @@ tree, so :func:`refreshes` records them from its script runner: the real page, t
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +19,7 @@ from engine.config import RunConfig
 from engine.store import create_run, get_run, load_samples, run_dir, write_status
 from engine.store.evaluations import _eval_dir, write_job
 from engine.tasks import resolve
-from tests.app.pages import open_with
+from tests.app.pages import lock_holder, open_with
 from tests.app.test_url_state import _finished, url
 
 REPO = Path(__file__).resolve().parents[2]
@@ -74,19 +72,12 @@ def test_a_completed_run_schedules_no_refresh(image_run, refreshes):
 
 def test_a_running_run_and_a_run_being_evaluated_refresh_their_live_panels(workspace, refreshes):
     run_id, d = create_run(resolve(RunConfig.from_dict({"name": "live", "train": {"steps": 50}})).to_dict())
-    holder = subprocess.Popen([sys.executable, "-c", (  # a live worker: it holds the run's lock
-        "import sys, time; from engine.store import RunLock; l = RunLock(sys.argv[1]).acquire(); "
-        "print('held', flush=True); time.sleep(600)"), str(d)], cwd=REPO, stdout=subprocess.PIPE, text=True)  # fmt: skip
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with lock_holder(d) as holder:  # a live worker: it holds the run's lock
         write_status(d, {"status": "running", "step": 10, "total_steps": 50, "pid": holder.pid})
         run_detail({"run": run_id})
         every = float(REFRESH.rstrip("s"))
         assert [i for i, _ in refreshes()] == [every] * 3  # the summary, the samples and the evaluation
         assert len({f for _, f in refreshes()}) == 3
-    finally:
-        holder.kill()
-        holder.wait()
     # its worker gone, the run reads interrupted: nothing changes any more
     assert get_run(run_id).status == "interrupted"
     run_detail({"run": run_id})

@@ -3,8 +3,6 @@ evaluating) says so on Runs and Run detail, instead of sitting at "running · 10
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
@@ -12,6 +10,7 @@ from streamlit.testing.v1 import AppTest
 from engine.config import RunConfig
 from engine.store import create_run, write_status
 from engine.tasks import resolve
+from tests.app.pages import lock_holder
 
 REPO = Path(__file__).resolve().parents[2]
 ENTRY = REPO / "app" / "streamlit_app.py"
@@ -19,11 +18,7 @@ ENTRY = REPO / "app" / "streamlit_app.py"
 
 def test_a_run_evaluating_its_final_checkpoint_says_so(workspace):
     run_id, d = create_run(resolve(RunConfig.from_dict({"name": "ev", "train": {"steps": 50}})).to_dict())
-    holder = subprocess.Popen([sys.executable, "-c", (  # a live worker: it holds the run's lock
-        "import sys, time; from engine.store import RunLock; l = RunLock(sys.argv[1]).acquire(); "
-        "print('held', flush=True); time.sleep(600)"), str(d)], cwd=REPO, stdout=subprocess.PIPE, text=True)  # fmt: skip
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with lock_holder(d) as holder:  # a live worker: it holds the run's lock
         line = f"**ev · {run_id}** · training done at step 50 / 50 · evaluating the final checkpoint (linear probe, kNN, k-means)"
         for phase, shown in ((None, False), ("evaluating", True)):
             write_status(d, {"status": "running", "step": 50, "total_steps": 50, "pid": holder.pid,
@@ -44,6 +39,3 @@ def test_a_run_evaluating_its_final_checkpoint_says_so(workspace):
             at.run()
             infos = [i.value for i in at.info]
             assert any(i.startswith("Training is done; the worker is evaluating the final checkpoint") for i in infos) == shown
-    finally:
-        holder.kill()
-        holder.wait()
