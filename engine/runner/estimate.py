@@ -55,8 +55,6 @@ from engine.workspace import workspace_root
 TIMED_STEPS = 5
 #: Seconds the short timing's child process may take before it is given up.
 TIMING_TIMEOUT_S = 180.0
-#: ``evaluation.budget`` when the config has none (the share of the training's compute).
-DEFAULT_BUDGET = 0.5
 
 
 class EstimateError(MasklabError):
@@ -269,8 +267,8 @@ def estimate_run(config: dict[str, Any] | RunConfig, workspace=None, *,
         EstimateError: the short timing failed or took too long.
     """
     cfg = resolve(config if isinstance(config, RunConfig) else RunConfig.from_dict(dict(config)))
-    # evaluation.budget: the share of the training's compute the automatic evaluation may use
-    budget = float(getattr(cfg.evaluation, "budget", DEFAULT_BUDGET))
+    # evaluation.budget: the share of the training's time the automatic evaluation may use (None: no limit)
+    budget = cfg.evaluation.budget
     t = cfg.train
     timing = same_shape_timing(cfg, workspace)
     if timing is not None:
@@ -281,7 +279,7 @@ def estimate_run(config: dict[str, Any] | RunConfig, workspace=None, *,
         timing = time_steps(cfg, workspace)
         basis = f"from a {timing.steps - 1}-step timing just now: {timing.step_s:.3g} s/step"
     train_s = timing.train_s(t.steps, t.eval_interval)
-    if not cfg.evaluation.auto:
+    if not cfg.evaluation.auto or budget is None:  # no evaluation, or no limit: its full recipe, not estimated
         return RunEstimate(train_s, None, basis, timing=timing)
     share = budget * train_s
     cheap = cheap_eval_s(cfg, workspace)

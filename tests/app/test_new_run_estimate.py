@@ -23,6 +23,7 @@ def test_new_run_shows_the_estimate_from_a_run_of_the_same_shape(shared_runs, tm
     ws, ids = shared_runs.copy("image_mae", dest=tmp_path / "ws")
     monkeypatch.setenv("MASKLAB_WORKSPACE", str(ws))
     cfg = get_run(ids["image_mae"], workspace=ws).config
+    cfg = {**cfg, "evaluation": {**cfg["evaluation"], "budget": 0.5}}  # the shared runs' None (no limit) is not estimated
     params = {k: str(v).lower() if isinstance(v, bool) else str(v)
               for k, v in flatten(cfg).items() if k != "name" and not isinstance(v, (list, dict))}
     at = open_with("../pages/new_run.py", params)

@@ -128,7 +128,7 @@ def test_submit_runs_cancel(workspace):
         time.sleep(0.5)
     assert get_run(run_id).status == "cancelled"
     again = engine_cli("cancel", run_id)  # nothing left to cancel: a script can tell
-    assert again.returncode == 1 and again.stderr.strip() == f"{run_id} has already ended (cancelled); nothing to cancel"
+    assert again.returncode == 1 and again.stderr.strip() == f"{run_id} has already ended (cancelled) and no evaluation of it is running; nothing to cancel"
 
 
 @pytest.mark.slow

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from engine.api import ConfigError, RunConfig, get_run, read_evaluations, read_metrics
-from engine.runner.estimate import DEFAULT_BUDGET, EstimateError, RunEstimate, Timing, estimate_run, human_s, validations
+from engine.runner.estimate import EstimateError, RunEstimate, Timing, estimate_run, human_s, validations
 
 #: A tiny digits MAE config: cheap to time (tiny model, 8x8 images, one thread, no evaluation).
 TINY = {"task": "image_mim", "data": {"dataset": "digits"}, "model": {"preset": "tiny", "patch_size": 2},
@@ -16,7 +16,7 @@ TINY = {"task": "image_mim", "data": {"dataset": "digits"}, "model": {"preset": 
 
 
 def _budget() -> float:
-    return float(getattr(RunConfig().evaluation, "budget", DEFAULT_BUDGET))
+    return RunConfig().evaluation.budget  # the default, 0.5
 
 
 def _measured(run_id: str, ws):
@@ -68,14 +68,16 @@ def test_evaluation_estimate_from_the_run_own_evaluation(shared_runs):
     rec, train_s, _, _ = _measured(run.run_id, run.workspace)
     ev = read_evaluations(run.run_id, workspace=run.workspace)[0][-1]
     cheap = ev.seconds - sum(f["finetune_seconds"] for f in ev.downstream.values())
-    est = estimate_run(rec.config, run.workspace, allow_timing=False)
-    budget = _budget()
+    half = {**rec.config, "evaluation": {**rec.config["evaluation"], "budget": 0.5}}  # the shared runs' is None
+    est = estimate_run(half, run.workspace, allow_timing=False)
+    budget = 0.5
     assert est.eval_s == pytest.approx(max(cheap, budget * train_s))
     assert est.eval_bound == (cheap < budget * train_s)
     assert run.run_id in est.eval_basis
     off = {**rec.config, "evaluation": {**rec.config["evaluation"], "auto": False}}
     no_eval = estimate_run(off, run.workspace, allow_timing=False)
     assert no_eval.eval_s is None and "evaluation" not in no_eval.text()
+    assert estimate_run(rec.config, run.workspace, allow_timing=False).eval_s is None  # no limit: not estimated
 
 
 def test_another_shape_is_not_learnt_from(shared_runs):

@@ -53,8 +53,9 @@ def test_completed_image_run_is_evaluated_at_its_end_and_on_demand(workspace, on
     assert warnings == [] and [e.step for e in evs] == [30]
     ev = evs[0]
     _check(ev, 179)  # digits: 1797 images, 10% val
-    # pixels of 8x8 digits probe at about 95%; an untrained or barely trained ViT far above chance
-    assert ev.representation["raw_input"]["probe_acc"] > 0.9
+    # pixels of 8x8 digits probe at about 90% from 400 train rows (88.8% with the raw input's seed, 0);
+    # an untrained or barely trained ViT far above chance
+    assert ev.representation["raw_input"]["probe_acc"] > 0.85
     assert ev.representation["random_init"]["probe_acc"] > 0.5 > ev.representation["chance"]["probe_acc"]
     assert set(ev.reconstruction) >= {"val_loss", "val_mse", "val_psnr"}
     assert ev.reconstruction["val_loss"] == pytest.approx(get_run(run_id).latest["val_loss"], rel=1e-5)
