@@ -93,9 +93,9 @@ def loss_charts(at: AppTest) -> list[tuple[str, set[str]]]:
 def test_runs_plots_the_runs_with_points_running_first_and_refreshes_only_while_one_runs(ws, auto_reruns):
     workspace, ids = ws
     at = open_runs({}, auto_reruns)
-    # newest first, every run has points: the three newest (run ids start with their creation time;
-    # the shared runs are trained in the order tests first ask for them)
-    assert at.multiselect(key="runs_selected").value == sorted(ids.values(), reverse=True)[:3]
+    # every run has points: the first three of the run list, newest first (the shared runs are trained
+    # in the order tests first ask for them)
+    assert at.multiselect(key="runs_selected").value == [r.run_id for r in list_runs()][:3]
     assert auto_reruns == []  # every run has ended: nothing refreshes
     assert any("no refresh" in c.value for c in at.caption)
 
@@ -160,7 +160,7 @@ def test_presentation_opens_the_latest_completed_and_evaluated_run(ws):
         assert [r.run_id for r in list_runs()][0] == newer
         evaluated = [k for k in ids if latest_evaluation(ids[k]) is not None]
         assert sorted(evaluated) == ["audio_mae", "image_mae", "paired_image_text"]  # text runs are not evaluated
-        newest = max(evaluated, key=ids.get)  # run ids start with their creation time
+        newest = next(k for r in list_runs() for k in evaluated if ids[k] == r.run_id)  # the list is newest first
         assert at.title[0].value == {"audio_mae": "fsdd-eval", "image_mae": "digits-mae", "paired_image_text": "pairs"}[newest]
         assert [c.value for c in at.caption][0] == "The most recent completed and evaluated run."
         assert not any("?run=" in c.value for c in at.caption)
