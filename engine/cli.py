@@ -71,6 +71,8 @@ from engine.config import load_config, parse_eval_budget
 from engine.data.dataset import counted
 from engine.data.tabular import import_options
 from engine.errors import ConfigError, MasklabError, RunNotFoundError
+from engine.pretrained.cli import add_parsers as add_pretrained_parsers
+from engine.pretrained.cli import cmd_models, cmd_predict
 from engine.runner.doctor import check_workspace
 from engine.runner.launcher import resume, submit
 from engine.runner.sweep import new_sweep_id, parse_values, submit_sweep
@@ -193,6 +195,7 @@ def _parser() -> argparse.ArgumentParser:
     ue = u.add_parser("email", help="role of an e-mail signing in through an identity provider")
     ue.add_argument("email")
     ue.add_argument("--role", required=True, choices=["viewer", "editor", "admin", "none"])
+    add_pretrained_parsers(sub)
     return p
 
 
@@ -545,7 +548,8 @@ def main(argv: list[str] | None = None) -> int:
     handler = {"run": cmd_run, "submit": cmd_submit, "runs": cmd_runs, "cancel": cmd_cancel, "resume": cmd_resume,
                "join": cmd_join,
                "evaluate": cmd_evaluate, "sweep": cmd_sweep, "log": cmd_log, "job": cmd_job, "doctor": cmd_doctor, "data": cmd_data, "delete": cmd_delete, "audit": cmd_audit,
-               "users": cmd_users, "tag": cmd_tag, "note": cmd_note, "archive": cmd_archive}
+               "users": cmd_users, "tag": cmd_tag, "note": cmd_note, "archive": cmd_archive,
+               "models": cmd_models, "predict": cmd_predict}
     try:
         if getattr(args, "run_id", None) and args.cmd != "delete":
             args.run_id = resolve_run_id(args.run_id)

@@ -1,0 +1,5 @@
+"""Builders of imported models' architectures, registered by ``arch`` (``PRETRAINED_ARCHS``).
+
+Importing this module registers them: ``mae_vit`` (engine.pretrained.image) and ``bert_hf``
+(engine.pretrained.text).
+"""

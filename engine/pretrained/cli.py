@@ -1,0 +1,93 @@
+"""``python -m engine models import|list|delete`` and ``python -m engine predict``."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+
+import numpy as np
+
+
+def _floats3(text: str) -> list[float]:
+    vals = [float(v) for v in text.split(",")]
+    if len(vals) != 3:
+        raise ValueError(f"{text!r}: give three numbers R,G,B")
+    return vals
+
+
+def add_parsers(sub) -> None:
+    """Add ``models`` and ``predict`` to the CLI's subcommands."""
+    m = sub.add_parser("models", help="pretrained models: import a published MAE or BERT checkpoint, list, delete")
+    ms = m.add_subparsers(dest="models_cmd", required=True)
+    mi = ms.add_parser("import", help="import a Hugging Face save_pretrained folder (ViTMAEForPreTraining, "
+                       "ViTMAEModel, BertForMaskedLM), the MAE repository's .pth, or a Hub id (needs network)")
+    mi.add_argument("path")
+    mi.add_argument("--name", required=True)
+    mi.add_argument("--num-heads", type=int, help="encoder heads of a .pth whose shapes match no released preset")
+    mi.add_argument("--decoder-num-heads", type=int, help="decoder heads of such a .pth")
+    mi.add_argument("--image-mean", type=_floats3, help="R,G,B mean of a .pth's inputs (ImageNet's by default)")
+    mi.add_argument("--image-std", type=_floats3, help="R,G,B std of a .pth's inputs (ImageNet's by default)")
+    ms.add_parser("list", help="imported models")
+    md = ms.add_parser("delete", help="delete an imported model")
+    md.add_argument("name")
+    p = sub.add_parser("predict", help="what the masking and fill-in boxes do, from the command line: a run's "
+                       "checkpoint or an imported model")
+    p.add_argument("source", help="a run id or an imported model's name")
+    p.add_argument("--step", type=int, help="a run's checkpoint step (the latest by default)")
+    p.add_argument("--images", help="float32 [B, C, H, W] in [0, 1] (.npy)")
+    p.add_argument("--mask", help="bool [B, L], row-major patches, True = masked (.npy)")
+    p.add_argument("--out", help="where to write the prediction, float32 [B, C, H, W] in [0, 1] (.npy)")
+    p.add_argument("--text", help="a sentence with one or more [MASK]")
+    p.add_argument("--top-k", type=int, default=5)
+    p.add_argument("--json", action="store_true", help="print JSON (text)")
+
+
+def cmd_models(args) -> int:
+    from engine.pretrained.store import get_pretrained, list_pretrained  # noqa: PLC0415
+
+    if args.models_cmd == "import":
+        from engine.pretrained.importers import import_model  # noqa: PLC0415
+
+        opts = {k: getattr(args, k) for k in ("num_heads", "decoder_num_heads", "image_mean", "image_std")
+                if getattr(args, k) is not None}
+        info = import_model(args.path, args.name, opts)
+        print(f"imported {info.name}: {info.arch} ({info.modality}), {info.n_params:,} parameters  ({info.path})")
+        for note in info.source.get("notes", []):
+            print(f"note: {note}", file=sys.stderr)
+        if info.source.get("ignored"):
+            print(f"ignored tensors (heads masklab does not use): {', '.join(info.source['ignored'])}", file=sys.stderr)
+        return 0
+    if args.models_cmd == "list":
+        for info in list_pretrained():
+            print(f"{info.name}\t{info.arch}\t{info.modality}\t{info.n_params:,}\t{info.source.get('path', '')}")
+        return 0
+    if args.models_cmd == "delete":
+        info = get_pretrained(args.name)
+        shutil.rmtree(info.path)
+        print(f"deleted {info.name}")
+        return 0
+    return 2
+
+
+def cmd_predict(args) -> int:
+    from engine.pretrained.predict import predict_images, predict_text  # noqa: PLC0415
+
+    if args.text is not None:
+        out = predict_text(args.source, args.text, top_k=args.top_k, step=args.step)
+        if args.json:
+            print(json.dumps(out))
+        else:
+            for item in out:
+                pairs = "  ".join(f"{t} {p:.3f}" for t, p in zip(item["tokens"], item["probs"]))
+                print(f"[MASK] at {item['position']}: {pairs}")
+        return 0
+    if not (args.images and args.mask and args.out):
+        print("error: give --text, or --images X.npy --mask M.npy --out Y.npy", file=sys.stderr)
+        return 2
+    images = np.load(args.images, allow_pickle=False)
+    mask = np.load(args.mask, allow_pickle=False)
+    pred = predict_images(args.source, images, mask, step=args.step)
+    np.save(args.out, pred)
+    print(f"wrote {args.out}: {pred.dtype} {list(pred.shape)}")
+    return 0
