@@ -7,8 +7,10 @@ zeros, and a preview shows the very rows the run will put in its samples.
     >>> representative(np.array([0, 0, 0, 1, 1, 2]), 4, seed=0)   # the first 3 picks cover 3 classes
     array([...])
 
-Stored row order is shuffled on import (:func:`import_order`), so slices such as "the first 2,048
-validation rows" that a task evaluates on cover the classes too.
+Stored row order is shuffled on import (:func:`import_order`), but not every dataset is stored so
+(bundled sets keep their source order: fortunes by topic, asterisk prompts by folder; an official
+IDX split keeps its files' order): the rows an evaluation reads are therefore a seeded sample
+(:func:`eval_rows`), never the first rows of a split.
 """
 
 from __future__ import annotations
@@ -69,3 +71,29 @@ def import_order(n: int, seed: int) -> np.ndarray:
     order, and travels with its rows, so the same source, fraction and seed give the same split and
     the same arrays. Returns int64 ``[n]``."""
     return np.random.default_rng([seed, 1]).permutation(n).astype(np.int64)
+
+
+EVAL_ROWS_SEED = 0
+"""Seed of :func:`eval_rows`: every run and every evaluation of a dataset reads the same rows."""
+
+
+def eval_rows(ds, split: str, max_rows: int | None = None) -> np.ndarray:
+    """Row indices of ``split`` that an evaluation reads (probe, kNN, clustering, fine-tune, raw input).
+
+    Every row of the split when it has at most ``max_rows`` (or ``max_rows`` is None); otherwise a
+    seeded random sample of ``max_rows`` of them (``default_rng(EVAL_ROWS_SEED)``), in stored order.
+    A sample, not the first rows: a split stored in class order would otherwise give the probes a
+    few classes only (the first 2,000 train rows of the bundled fortunes held 3 of its 42 topics).
+
+    Args:
+        ds: has ``indices(split) -> int [n]`` (every dataset class).
+        max_rows: at most this many rows.
+
+    Returns:
+        int64 ``[min(n, max_rows)]`` row indices of ``ds``, ascending.
+    """
+    rows = np.asarray(ds.indices(split), dtype=np.int64)
+    if max_rows is None or len(rows) <= max_rows:
+        return rows
+    pick = np.random.default_rng(EVAL_ROWS_SEED).choice(len(rows), size=max_rows, replace=False)
+    return rows[np.sort(pick)]

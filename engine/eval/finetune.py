@@ -232,6 +232,6 @@ def time_step(model: nn.Module, inputs: FinetuneInputs, *, batch_size: int = BAT
 
 
 def finetune_inputs(task, max_rows: int | None = None) -> FinetuneInputs | None:
-    """The task's :class:`FinetuneInputs` (first ``max_rows`` rows of each split,
+    """The task's :class:`FinetuneInputs` (the rows of each split the probes read,
     :meth:`engine.tasks.Task.finetune_inputs`), or None when the task gives none."""
     return task.finetune_inputs(max_rows)

@@ -9,8 +9,8 @@ implements ``features`` / ``raw_features`` / ``evaluate`` is evaluated without a
   ``trained`` (the checkpoint), ``random_init`` (the same model at its initial weights: the run's
   own step 0, drawn from ``train.seed`` exactly as the run drew them) and ``raw_input``
   (:meth:`Task.raw_features`: pixels, TF-IDF...). ``chance`` is the share of val's most common
-  class (what a constant guess scores). Train rows: the first ``evaluation.max_rows`` of the train
-  split; val rows: the first ``evaluation.max_rows`` of the val split (rows are stored shuffled).
+  class (what a constant guess scores). Rows: at most ``evaluation.max_rows`` of each split, a seeded sample
+  (:func:`engine.data.sampling.eval_rows`; not the first rows, which may hold a few classes only).
   Figures are a pure function of the features, labels and seed (``train.seed``; the raw input's
   :data:`RAW_INPUT_SEED`), so each is cached in the workspace by content
   (:func:`engine.store.evaluations.cached_figures`): the raw input's (and a shared random init's)

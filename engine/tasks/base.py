@@ -227,7 +227,8 @@ class Task(ABC):
 
     @abstractmethod
     def features(self, split: str, max_rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Frozen features of a split for linear probes / kNN.
+        """Frozen features of a split for linear probes / kNN: the rows
+        :func:`engine.data.sampling.eval_rows` picks (at most ``max_rows``, a seeded sample).
 
         Returns:
             ``(X float32 [N, D], y int64 [N])`` (labels; -1 where a row has none).
@@ -235,7 +236,7 @@ class Task(ABC):
 
     def finetune_inputs(self, max_rows: int | None = None) -> "FinetuneInputs | None":
         """The rows the evaluation job fine-tunes on (:mod:`engine.eval.finetune`): the labels of the
-        first ``max_rows`` rows of each split (the rows :meth:`features` uses) and how to encode a
+        rows of each split that :meth:`features` reads and how to encode a
         batch of them through a given model with gradient (usually
         :func:`engine.eval.finetune.pooled_features`). Default: None (no fine-tune figure)."""
         return None
@@ -249,7 +250,7 @@ class Task(ABC):
 
     def raw_features(self, max_rows: int | None = None) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
         """The raw-input baseline of the representation figures: ``((X_train, y_train), (X_val, y_val))``,
-        ``X float32 [N, D]``, the first ``max_rows`` rows of each split (the rows :meth:`features` uses).
+        ``X float32 [N, D]``, of the rows of each split that :meth:`features` reads.
         Images: the pixels; audio: log-mel mean and standard deviation per band; text: TF-IDF fitted on
         the train split. Both splits at once, since such features may be fitted on train.
 

@@ -14,7 +14,7 @@ from PIL import Image
 
 from engine.config import RunConfig
 from engine.data import import_source, load_dataset, representative
-from engine.data.sampling import import_order
+from engine.data.sampling import eval_rows, import_order
 from engine.masking import preview_masks
 from engine.tasks import resolve
 from engine.tasks.image.recipe import ImageMIMTask
@@ -118,3 +118,42 @@ def test_import_order_is_a_seeded_permutation():
     a = import_order(50, 0)
     assert sorted(a.tolist()) == list(range(50)) and np.array_equal(a, import_order(50, 0))
     assert not np.array_equal(a, import_order(50, 1)) and not np.array_equal(a, np.arange(50))
+
+
+def test_eval_rows_are_a_seeded_sample_of_the_split_not_its_first_rows():
+    class Split:  # any dataset: rows 0..999 in class order, the odd hundreds in val
+        labels = np.repeat(np.arange(10), 100)
+        split = (np.arange(1000) // 100 % 2).astype(np.uint8)
+
+        def indices(self, s):
+            return np.flatnonzero(self.split == ("train", "val").index(s))
+
+    ds = Split()
+    rows = eval_rows(ds, "train", 50)
+    assert len(rows) == 50 and np.all(np.diff(rows) > 0) and set(rows) <= set(ds.indices("train"))
+    assert np.array_equal(rows, eval_rows(ds, "train", 50))  # the same rows for every run
+    assert len(set(ds.labels[rows])) == 5 and len(set(ds.labels[ds.indices("train")[:50]])) == 1
+    assert np.array_equal(eval_rows(ds, "val", 500), ds.indices("val"))  # a small split: every row
+    assert np.array_equal(eval_rows(ds, "val", None), ds.indices("val"))
+
+
+def test_an_evaluation_of_a_class_ordered_idx_import_reads_every_class(workspace, tmp_path, shared_data):
+    """Real MNIST digits in an IDX file sorted by class (an IDX import keeps its file's order): the
+    rows the probes, the fine-tune and the raw-input baseline read cover every digit."""
+    x, y = _mnist(shared_data, 600)
+    order = np.argsort(y, kind="stable")
+    for name, magic, arr in (("images-idx3-ubyte.gz", 0x803, x[order]), ("labels-idx1-ubyte.gz", 0x801, y[order])):
+        header = magic.to_bytes(4, "big") + b"".join(d.to_bytes(4, "big") for d in arr.shape)
+        (tmp_path / name).write_bytes(gzip.compress(header + arr.astype(np.uint8).tobytes()))
+    import_source(tmp_path, "sorted-digits")
+    ds = load_dataset("sorted-digits")
+    assert len(set(ds.labels[ds.indices("train")[:60]])) <= 2  # stored class by class
+    cfg = resolve(RunConfig.from_dict({"data": {"dataset": "sorted-digits"}, "model": {"preset": "tiny", "patch_size": 7},
+                                       "train": {"device": "cpu"}}))
+    task = ImageMIMTask(cfg, torch.device("cpu"))
+    _, y_feat = task.features("train", 60)
+    (_, y_raw), _ = task.raw_features(60)
+    ft = task.finetune_inputs(60)
+    assert set(y_feat.tolist()) == set(range(10)), sorted(set(y_feat.tolist()))
+    assert np.array_equal(y_feat, ds.labels[eval_rows(ds, "train", 60)])
+    assert np.array_equal(y_raw, y_feat) and np.array_equal(ft.y_train, y_feat)

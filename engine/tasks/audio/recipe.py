@@ -46,6 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from engine.audio.features import ClipFeatures, DatasetClips, FeatureSpec, Window, feature_store
 from engine.config import AudioConfig, RunConfig
 from engine.data import load_dataset
+from engine.data.sampling import eval_rows
 from engine.errors import ConfigError, DatasetError
 from engine.eval.audio_baselines import logmel_stats
 from engine.eval.finetune import FinetuneInputs, pooled_features
@@ -251,7 +252,7 @@ class AudioTask(Task):
         deviation of the window's tokens (padding excluded; statistics pooling, the same statistics
         as the log-mel baseline :func:`engine.eval.logmel_stats`), the windows averaged weighted by
         their real frames. ``([N, 2D], [N])``."""
-        rows = self._ds.indices(split)[:max_rows]
+        rows = eval_rows(self._ds, split, max_rows)
         row, start = self.feats.windows(rows, self.grid.frames)
         out, weight = [], []
         was = self.model.training
@@ -271,10 +272,10 @@ class AudioTask(Task):
         return (num / den[:, None]).numpy().astype(np.float32), self._ds.labels[rows].astype(np.int64)
 
     def finetune_inputs(self, max_rows: int | None = None):
-        """The first window of each of the first ``max_rows`` clips per split; the encoder's tokens
+        """The first window of each clip the probes read (:func:`engine.data.sampling.eval_rows`); the encoder's tokens
         pooled as the probes pool them (mean and standard deviation, padding left out)."""
         ds = self._ds
-        rows = {s: torch.as_tensor(ds.indices(s)[:max_rows]) for s in ("train", "val")}
+        rows = {s: torch.as_tensor(eval_rows(ds, s, max_rows)) for s in ("train", "val")}
 
         def encode(model, split, pos):
             r = rows[split][pos]
@@ -305,11 +306,11 @@ class AudioTask(Task):
     def raw_features(self, max_rows: int | None = None):
         """The raw-input baseline of the evaluation: each clip's mean and standard deviation of every
         normalised log-mel bin over its frames (:func:`engine.eval.logmel_stats`, SUPERB's FBANK
-        baseline), ``X float32 [N, 2F]`` for the first ``max_rows`` clips of each split (the rows
-        :meth:`features` uses)."""
+        baseline), ``X float32 [N, 2F]`` for the clips of each split that
+        :meth:`features` reads."""
         out = []
         for split in ("train", "val"):
-            rows = self._ds.indices(split)[:max_rows]
+            rows = eval_rows(self._ds, split, max_rows)
             out.append((logmel_stats(self.feats, rows), self._ds.labels[rows].astype(np.int64)))
         return out[0], out[1]
 

@@ -22,7 +22,7 @@ import torch
 
 from engine.config import RunConfig
 from engine.data import load_dataset
-from engine.data.sampling import representative
+from engine.data.sampling import eval_rows, representative
 from engine.errors import ConfigError
 from engine.eval.finetune import FinetuneInputs, pooled_features
 from engine.eval.image_baselines import BASELINES, all_baselines, masked_pixel_sse, psnr
@@ -289,15 +289,15 @@ class ImageMIMTask(Task):
 
     @torch.no_grad()
     def features(self, split: str, max_rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        rows = self._ds.indices(split)[:max_rows]  # read chunk by chunk: the split is never converted whole
+        rows = eval_rows(self._ds, split, max_rows)  # read chunk by chunk: the split is never converted whole
         out = [self.model.features(self._ds.rows_tensors(rows[i : i + EVAL_CHUNK])[0].to(self.device)).float().cpu()
                for i in range(0, len(rows), EVAL_CHUNK)]
         feats = torch.cat(out).numpy() if out else np.zeros((0, 1), np.float32)
         return feats.astype(np.float32), self._ds.labels[rows].astype(np.int64)
 
     def finetune_inputs(self, max_rows: int | None = None):
-        """The images of the first ``max_rows`` rows of each split (the rows the probes use)."""
-        xs = {s: self._ds.tensors(s, limit=max_rows) for s in ("train", "val")}
+        """The images of each split that the probes read (:func:`engine.data.sampling.eval_rows`)."""
+        xs = {s: self._ds.rows_tensors(eval_rows(self._ds, s, max_rows)) for s in ("train", "val")}
 
         def encode(model, split, pos):
             return pooled_features(model)(xs[split][0][pos].to(next(model.parameters()).device))
@@ -313,6 +313,6 @@ class ImageMIMTask(Task):
         """The pixels in [0, 1], flattened: ``X float32 [N, C*H*W]`` per split (see :meth:`Task.raw_features`)."""
         out = []
         for split in ("train", "val"):
-            x, y = self._ds.tensors(split, limit=max_rows)
+            x, y = self._ds.rows_tensors(eval_rows(self._ds, split, max_rows))
             out.append((x.flatten(1).numpy(), y.numpy().astype(np.int64)))
         return out[0], out[1]

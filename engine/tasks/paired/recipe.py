@@ -50,6 +50,7 @@ import torch
 
 from engine.config import ObjectiveTerm, RunConfig, TokenizerConfig
 from engine.data import load_dataset, representative
+from engine.data.sampling import eval_rows
 from engine.errors import ConfigError
 from engine.eval.image_baselines import masked_pixel_sse, mean_image_patches, visible_mean_patches
 from engine.eval.retrieval import KS, ONE_CHAR_WORDS, cca_embeddings, chance_recall, retrieval_figures
@@ -394,7 +395,7 @@ class PairedBase(Task):
     def features(self, split: str, max_rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The pair encoded jointly (nothing hidden): the image tokens' mean next to the caption
         tokens' mean, ``X float32 [N, 2D]``."""
-        rows = self._ds.indices(split)[:max_rows]  # images read chunk by chunk, never the whole split
+        rows = eval_rows(self._ds, split, max_rows)  # images read chunk by chunk, never the whole split
         enc = self.tok.encode_batch(self._ds.texts_at(rows), max_len=self.cfg.data.tokenizer.max_len)
         out = []
         for i in range(0, len(rows), EVAL_CHUNK):
@@ -409,12 +410,13 @@ class PairedBase(Task):
         """The pixels in [0, 1] next to the caption's TF-IDF (fitted on train), ``X float32 [N, C*H*W + V]``."""
         from sklearn.feature_extraction.text import TfidfVectorizer  # noqa: PLC0415 (scikit-learn loads only when an evaluation or baseline runs)
 
-        texts = {s: self._ds.texts(s, limit=max_rows) for s in ("train", "val")}
+        rows = {s: eval_rows(self._ds, s, max_rows) for s in ("train", "val")}
+        texts = {s: self._ds.texts_at(rows[s]) for s in ("train", "val")}
         words = {"token_pattern": ONE_CHAR_WORDS} if self.one_char_words else {}  # a clip's text may be "7"
         vec = TfidfVectorizer(sublinear_tf=True, max_features=5000, **words).fit(texts["train"])
         out = []
         for s in ("train", "val"):
-            x, y = self._ds.tensors(s, limit=max_rows)
+            x, y = self._ds.rows_tensors(rows[s])
             tfidf = vec.transform(texts[s]).toarray().astype(np.float32)
             out.append((np.concatenate([x.flatten(1).numpy(), tfidf], axis=1), y.numpy()))
         return out[0], out[1]

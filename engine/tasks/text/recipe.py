@@ -41,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from engine.config import RunConfig, TokenizerConfig
 from engine.data import load_dataset
+from engine.data.sampling import eval_rows
 from engine.errors import ConfigError
 from engine.eval.finetune import FinetuneInputs, pooled_features
 from engine.eval.text_baselines import BASELINE_KINDS, TokenBaselines
@@ -189,8 +190,9 @@ class TextTask(Task):
         return token_strings(self.tok, ids)
 
     def features(self, split: str, max_rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        texts = self._ds.texts(split, limit=max_rows)
-        labels = self._ds.labels[self._ds.indices(split)][:max_rows].astype(np.int64)
+        rows = eval_rows(self._ds, split, max_rows)
+        texts = self._ds.texts_at(rows)
+        labels = self._ds.labels[rows].astype(np.int64)
         enc = self.tok.encode_batch(texts, max_len=self.cfg.data.tokenizer.max_len)
         # chunks of rows of similar length (each chunk is cut to its longest row), in the rows' order after
         order = torch.argsort(enc.attention_mask.sum(1), stable=True)
@@ -206,10 +208,12 @@ class TextTask(Task):
         return feats.numpy().astype(np.float32), labels
 
     def finetune_inputs(self, max_rows: int | None = None):
-        """The first ``max_rows`` texts of each split, tokenised as the run's features are."""
+        """The texts of each split that the probes read (:func:`engine.data.sampling.eval_rows`),
+        tokenised as the run's features are."""
         ds, max_len = self._ds, self.cfg.data.tokenizer.max_len
-        enc = {s: self.tok.encode_batch(ds.texts(s, limit=max_rows), max_len=max_len) for s in ("train", "val")}
-        y = {s: ds.labels[ds.indices(s)][:max_rows].astype(np.int64) for s in ("train", "val")}
+        rows = {s: eval_rows(ds, s, max_rows) for s in ("train", "val")}
+        enc = {s: self.tok.encode_batch(ds.texts_at(rows[s]), max_len=max_len) for s in ("train", "val")}
+        y = {s: ds.labels[rows[s]].astype(np.int64) for s in ("train", "val")}
 
         def encode(model, split, pos):
             b = self.rows(enc[split], pos)
@@ -225,8 +229,8 @@ class TextTask(Task):
 
         splits = []
         for split in ("train", "val"):
-            texts = self._ds.texts(split, limit=max_rows)
-            splits.append((texts, self._ds.labels[self._ds.indices(split)][:max_rows].astype(np.int64)))
+            rows = eval_rows(self._ds, split, max_rows)
+            splits.append((self._ds.texts_at(rows), self._ds.labels[rows].astype(np.int64)))
         vec = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, max_features=TFIDF_MAX_FEATURES,
                               lowercase=True).fit(splits[0][0])
         tr, va = (vec.transform(t).toarray().astype(np.float32) for t, _ in splits)
