@@ -7,6 +7,7 @@ Public API:
     count_parameters(model) -> int
     MaskedAutoencoderViT, SimMIMViT — image models
     BertMLM, TEXT_PRESETS — masked language model (BERT) and its sizes
+    HFBertMLM, BERT_HF_PRESETS (``bert_hf``) — BERT exactly as published (imported checkpoints)
     SpanInfiller, SPAN_PRESETS, span_corrupt — T5-style span infilling and its sizes
     AUDIO_MAE_PRESETS (``audio_mae_vit``: MaskedAutoencoderViT on spectrogram patches),
     FrameTransformer, FRAME_PRESETS (``frame_transformer``) — audio models and their sizes
@@ -36,6 +37,7 @@ from engine.errors import ConfigError
 from engine.masking import grid_shape
 from engine.models.audio_frames import FrameParams, FrameTransformer
 from engine.models.bert import TEXT_PRESETS, BertMLM
+from engine.models.bert_hf import BERT_HF_PRESETS, HFBertMLM
 from engine.models.flava import FLAVA
 from engine.models.m3ae import M3AE
 from engine.models.mae import MaskedAutoencoderViT
@@ -45,7 +47,7 @@ from engine.registry import registrar
 from engine.text.tokenizer import CLS_ID, PAD_ID, SEP_ID
 
 __all__ = [
-    "AUDIO_MAE_PRESETS", "FLAVA", "FLAVA_PRESETS", "FRAME_PRESETS", "M3AE", "M3AE_PRESETS", "MODEL_REGISTRY", "PRESETS", "SPAN_PRESETS", "TEXT_PRESETS", "BertMLM",
+    "AUDIO_MAE_PRESETS", "BERT_HF_PRESETS", "FLAVA", "FLAVA_PRESETS", "FRAME_PRESETS", "M3AE", "M3AE_PRESETS", "MODEL_REGISTRY", "PRESETS", "SPAN_PRESETS", "TEXT_PRESETS", "BertMLM", "HFBertMLM",
     "FrameTransformer", "MaskedAutoencoderViT", "ModelSpec", "SimMIMViT", "SpanInfiller", "build_model",
     "count_parameters", "get_model_spec", "register_model", "span_corrupt",
 ]
@@ -138,6 +140,12 @@ def _build_simmim_vit(cfg, *, image_shape: tuple[int, int, int]) -> SimMIMViT:
 @register_model("bert", TEXT_PRESETS, "BERT: pre-LN encoder, learned positions, tied MLM head at masked tokens (Devlin et al. 2019)")
 def _build_bert(cfg, *, vocab_size: int, max_len: int) -> BertMLM:
     return BertMLM(vocab_size=vocab_size, max_len=max_len, pad_id=PAD_ID, **_preset(cfg))
+
+
+@register_model("bert_hf", BERT_HF_PRESETS, "BERT as published: post-LN encoder, embedding LayerNorm, token types, "
+                "tied MLM head; what an imported BertForMaskedLM runs on (Devlin et al. 2019)")
+def _build_bert_hf(cfg, *, vocab_size: int, max_len: int) -> HFBertMLM:
+    return HFBertMLM(vocab_size=vocab_size, max_len=max_len, pad_id=PAD_ID, **_preset(cfg))
 
 
 @register_model("t5_span", SPAN_PRESETS, "T5-style encoder-decoder infilling one sentinel span (Raffel et al. 2020)")

@@ -25,18 +25,16 @@ import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from engine.errors import MasklabError
+from engine.pretrained.registry import PRETRAINED_ARCHS, PretrainedError, register_pretrained_arch
 from engine.workspace import atomic_write_json, publish_folder, read_json, workspace_root
 
 MODEL_FILE = "model.json"
 WEIGHTS_FILE = "model.safetensors"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-
-
-class PretrainedError(MasklabError):
-    """An imported model cannot be imported, found or loaded; the message names the file and the problem."""
+__all__ = ["PRETRAINED_ARCHS", "PretrainedError", "PretrainedModel", "get_pretrained", "list_pretrained",
+           "load_pretrained", "models_root", "register_pretrained_arch", "save_pretrained"]
 
 
 @dataclass
@@ -57,20 +55,6 @@ class PretrainedModel:
         d = asdict(self)
         d.pop("path")
         return d
-
-
-# arch -> builder(arch_config) -> nn.Module (in eval mode, random weights). Filled by the arch modules.
-PRETRAINED_ARCHS: dict[str, Callable[[dict[str, Any]], Any]] = {}
-
-
-def register_pretrained_arch(arch: str) -> Callable:
-    """Decorator: ``builder(arch_config) -> nn.Module`` for imported models of ``arch``."""
-
-    def deco(fn):
-        PRETRAINED_ARCHS[arch] = fn
-        return fn
-
-    return deco
 
 
 def models_root(workspace=None) -> Path:
@@ -99,7 +83,7 @@ def save_pretrained(info: PretrainedModel, state_dict: dict[str, Any], files: di
         PretrainedError: the name is malformed or taken.
     """
     import torch  # noqa: PLC0415 (the store's readers do not need torch)
-    from safetensors.torch import save_file  # noqa: PLC0415
+    from safetensors.torch import save_file  # noqa: PLC0415 (with torch, only where weights are written)
 
     check_name(info.name)
     target = models_root(workspace) / info.name
@@ -161,7 +145,7 @@ def load_pretrained(name: str, workspace=None):
     Raises:
         PretrainedError: unknown name or arch, or weights that do not fit the architecture.
     """
-    from safetensors.torch import load_file  # noqa: PLC0415
+    from safetensors.torch import load_file  # noqa: PLC0415 (with torch, only where weights are read)
 
     import engine.pretrained.archs  # noqa: F401, PLC0415 (registers the builders)
 

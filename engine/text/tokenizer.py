@@ -7,8 +7,9 @@ Both kinds are Hugging Face ``tokenizers`` pipelines saved as one ``tokenizer.js
 - ``char``: NFC, whitespace runs -> one space, lower-cased when ``lowercase``; every character
   seen at least ``min_frequency`` times is a token (spaces included), the others ``[UNK]``.
 
-Special tokens, always ids 0..4: ``[PAD] [CLS] [SEP] [MASK] [UNK]``; a sequence is ``[CLS] tokens
-[SEP]`` then ``[PAD]`` up to the batch's length. Word ids (:meth:`TextTokenizer.encode_batch`): a
+Special tokens, always ids 0..4: ``[PAD] [CLS] [SEP] [MASK] [UNK]`` (an imported model's tokenizer,
+:mod:`engine.pretrained.text`, keeps its own ids); a sequence is ``[CLS] tokens [SEP]`` then ``[PAD]``
+up to the batch's length. Word ids (:meth:`TextTokenizer.encode_batch`): a
 token belongs to the whitespace-separated word its first character lies in (``world`` ``##s``
 ``,`` share one; ``char`` spaces belong to none). A sentence starts at a text's first word and
 after a word ending in ``.``, ``!`` or ``?``, optionally followed by one closing quote or bracket.
@@ -33,7 +34,7 @@ from datetime import datetime, timezone
 from functools import lru_cache
 from itertools import chain
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Literal, Sequence
+from typing import Callable, Iterable, Iterator, Literal, Mapping, Sequence
 
 import numpy as np
 import tokenizers
@@ -49,6 +50,8 @@ log = logging.getLogger(__name__)
 SPECIAL_TOKENS = ("[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]")
 """Special tokens; token ``SPECIAL_TOKENS[i]`` has id ``i``."""
 PAD_ID, CLS_ID, SEP_ID, MASK_ID, UNK_ID = range(len(SPECIAL_TOKENS))
+SPECIAL_ROLES = ("pad", "cls", "sep", "mask", "unk")
+"""The roles of :data:`SPECIAL_TOKENS`, in order (the keys of an imported tokenizer's ``special_tokens``)."""
 
 TOKENIZER_FILE, META_FILE = "tokenizer.json", "meta.json"
 FORMAT_VERSION = 1
@@ -182,19 +185,41 @@ class TextTokenizer:
 
     Attributes:
         settings: its :class:`TokenizerSettings`.
-        pad_id, cls_id, sep_id, mask_id, unk_id: 0, 1, 2, 3, 4.
-        special_ids: ``(0, 1, 2, 3, 4)``.
+        pad_id, cls_id, sep_id, mask_id, unk_id: 0, 1, 2, 3, 4 (masklab's own tokenizers); an
+            imported model's tokenizer (``special_tokens``) has them wherever its vocabulary does.
+        special_ids: ``(pad_id, cls_id, sep_id, mask_id, unk_id)``.
     """
 
     pad_id, cls_id, sep_id, mask_id, unk_id = PAD_ID, CLS_ID, SEP_ID, MASK_ID, UNK_ID
     special_ids = tuple(range(len(SPECIAL_TOKENS)))
 
-    def __init__(self, tokenizer, settings: TokenizerSettings):
-        """Wrap ``tokenizer`` (a ``tokenizers.Tokenizer``). Raises ValueError if its special
-        tokens are not ``[PAD] [CLS] [SEP] [MASK] [UNK]`` with ids 0..4."""
-        found = [tokenizer.token_to_id(t) for t in SPECIAL_TOKENS]
-        if found != list(range(len(SPECIAL_TOKENS))):
-            raise ValueError(f"special tokens {SPECIAL_TOKENS} must have ids 0..4, found {found}")
+    def __init__(self, tokenizer, settings: TokenizerSettings, special_tokens: Mapping[str, str] | None = None):
+        """Wrap ``tokenizer`` (a ``tokenizers.Tokenizer``).
+
+        Args:
+            special_tokens: role (:data:`SPECIAL_ROLES`) -> token, for a tokenizer that came with an
+                imported model (e.g. bert-base: ``[PAD]`` 0, ``[UNK]`` 100, ``[CLS]`` 101, ``[SEP]``
+                102, ``[MASK]`` 103); None (masklab's own): :data:`SPECIAL_TOKENS` at ids 0..4.
+
+        Raises:
+            ValueError: without ``special_tokens``, special tokens other than ``[PAD] [CLS] [SEP]
+                [MASK] [UNK]`` with ids 0..4; with them, a role missing or a token not in the
+                vocabulary.
+        """
+        if special_tokens is None:
+            found = [tokenizer.token_to_id(t) for t in SPECIAL_TOKENS]
+            if found != list(range(len(SPECIAL_TOKENS))):
+                raise ValueError(f"special tokens {SPECIAL_TOKENS} must have ids 0..4, found {found}")
+        else:
+            special_tokens = {role: str(special_tokens[role]) for role in SPECIAL_ROLES if role in special_tokens}
+            ids = {role: tokenizer.token_to_id(special_tokens[role]) if role in special_tokens else None
+                   for role in SPECIAL_ROLES}
+            missing = [f"{role} ({special_tokens.get(role, 'not given')!r})" for role, i in ids.items() if i is None]
+            if missing:
+                raise ValueError(f"special tokens not in the vocabulary: {', '.join(missing)}")
+            self.pad_id, self.cls_id, self.sep_id, self.mask_id, self.unk_id = (ids[r] for r in SPECIAL_ROLES)
+            self.special_ids = tuple(ids[r] for r in SPECIAL_ROLES)
+        self.special_tokens = special_tokens
         self._tok = tokenizer
         self._tok.no_padding()
         self._tok.no_truncation()
@@ -202,10 +227,11 @@ class TextTokenizer:
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict:  # picklable (e.g. for DataLoader workers): the JSON and the settings
-        return {"json": self.to_str(), "settings": self.settings.model_dump()}
+        return {"json": self.to_str(), "settings": self.settings.model_dump(), "special_tokens": self.special_tokens}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(Tokenizer.from_str(state["json"]), TokenizerSettings.model_validate(state["settings"]))
+        self.__init__(Tokenizer.from_str(state["json"]), TokenizerSettings.model_validate(state["settings"]),
+                      state.get("special_tokens"))
 
     @property
     def vocab_size(self) -> int:
@@ -264,7 +290,7 @@ class TextTokenizer:
         text_tok = ~special
         word, sentence = word_and_sentence_ids(texts, rows[text_tok], offsets[text_tok, 0])
 
-        input_ids = np.full((B, L), PAD_ID, dtype=np.int64)
+        input_ids = np.full((B, L), self.pad_id, dtype=np.int64)
         input_ids[rows, cols] = ids
         attention = np.zeros((B, L), dtype=bool)
         attention[rows, cols] = True
@@ -289,7 +315,7 @@ class TextTokenizer:
         """
         ids = [int(i) for i in (ids.tolist() if hasattr(ids, "tolist") else ids)]
         if skip_special_tokens:
-            ids = [i for i in ids if i not in (PAD_ID, CLS_ID, SEP_ID)]
+            ids = [i for i in ids if i not in (self.pad_id, self.cls_id, self.sep_id)]
         return self._tok.decode(ids, skip_special_tokens=False)
 
     def to_str(self) -> str:
