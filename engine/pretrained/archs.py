@@ -3,3 +3,5 @@
 Importing this module registers them: ``mae_vit`` (engine.pretrained.image) and ``bert_hf``
 (engine.pretrained.text).
 """
+
+import engine.pretrained.image  # noqa: F401
