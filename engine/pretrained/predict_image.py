@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from engine.errors import RunNotFoundError
 from engine.pretrained.image import predict_pixels
 from engine.pretrained.store import MODEL_FILE, PretrainedError, list_pretrained, load_pretrained, models_root
 
@@ -37,7 +38,6 @@ def predict_images(source: str, images: np.ndarray, mask: np.ndarray, step: int 
             other than the model's (naming the shape expected).
         InferenceError: the run keeps no checkpoint (at ``step``).
     """
-    from engine.errors import RunNotFoundError  # noqa: PLC0415 (the run store is needed only for a run id)
     from engine.eval.inference import load_model  # noqa: PLC0415 (loads the run's task code and config)
 
     if (models_root(workspace) / source / MODEL_FILE).is_file():
