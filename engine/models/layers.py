@@ -163,14 +163,18 @@ class Block(nn.Module):
     ``key_padding`` (``[B, L]`` bool, True = ignore as a key) is passed to the attention.
     ``drop`` is the residual dropout of BERT / GPT-2 (on each branch's output before the sum;
     active in train mode only); 0, the default (MAE has none), adds no weights and no work.
+    ``mlp_hidden`` sets the MLP's hidden width directly (an imported checkpoint's
+    ``intermediate_size``; default ``int(dim * mlp_ratio)``); ``eps`` is the LayerNorms' epsilon
+    (MAE's 1e-6 by default).
     """
 
-    def __init__(self, dim: int, num_heads: int, mlp_ratio: float = 4.0, drop: float = 0.0):
+    def __init__(self, dim: int, num_heads: int, mlp_ratio: float = 4.0, drop: float = 0.0,
+                 mlp_hidden: int | None = None, eps: float = 1e-6):
         super().__init__()
-        self.norm1 = nn.LayerNorm(dim, eps=1e-6)
+        self.norm1 = nn.LayerNorm(dim, eps=eps)
         self.attn = Attention(dim, num_heads)
-        self.norm2 = nn.LayerNorm(dim, eps=1e-6)
-        self.mlp = Mlp(dim, int(dim * mlp_ratio))
+        self.norm2 = nn.LayerNorm(dim, eps=eps)
+        self.mlp = Mlp(dim, int(dim * mlp_ratio) if mlp_hidden is None else mlp_hidden)
         self.drop = nn.Dropout(drop) if drop > 0 else nn.Identity()
 
     def forward(self, x: torch.Tensor, key_padding: torch.Tensor | None = None) -> torch.Tensor:

@@ -37,6 +37,13 @@ class MaskedAutoencoderViT(nn.Module):
         decoder_embed_dim, decoder_depth, decoder_num_heads: the same for the decoder.
         mlp_ratio: MLP hidden width / block width.
         norm_pix_loss: score against per-patch normalised pixels (MAE sec. 4).
+        mlp_hidden_dim, decoder_mlp_hidden_dim: the encoder's and the decoder's MLP hidden widths
+            (a checkpoint's ``intermediate_size`` / ``decoder_intermediate_size``); None:
+            ``int(width * mlp_ratio)``, the one ratio of masklab's own runs.
+        layer_norm_eps: every LayerNorm's epsilon (MAE's 1e-6; a checkpoint's ``layer_norm_eps``).
+        stored_pos_embed: keep ``pos_embed`` / ``decoder_pos_embed`` in the state dict (persistent
+            buffers, still fixed: no gradient) so that a checkpoint's stored tensors are loaded and
+            used. False (every masklab run): recomputed sin-cos buffers outside the state dict.
 
     Both widths must be multiples of 4 (2-D sin-cos positional embedding).
 
@@ -62,6 +69,10 @@ class MaskedAutoencoderViT(nn.Module):
         decoder_num_heads: int,
         mlp_ratio: float = 4.0,
         norm_pix_loss: bool = False,
+        mlp_hidden_dim: int | None = None,
+        decoder_mlp_hidden_dim: int | None = None,
+        layer_norm_eps: float = 1e-6,
+        stored_pos_embed: bool = False,
     ):
         super().__init__()
         H, W = img_size
@@ -75,25 +86,32 @@ class MaskedAutoencoderViT(nn.Module):
         self.grid_size = (H // ph, W // pw)  # (h, w)
         self.num_patches = self.grid_size[0] * self.grid_size[1]  # L
         self.norm_pix_loss = norm_pix_loss
+        eps = layer_norm_eps
 
         # --- encoder -------------------------------------------------------------------------------
         self.patch_embed = nn.Conv2d(in_chans, embed_dim, kernel_size=(ph, pw), stride=(ph, pw))  # (B,C,H,W) -> (B,D,h,w)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim))
-        # Fixed (not learned) sin-cos embeddings; non-persistent buffers: recomputed, not checkpointed.
-        self.register_buffer("pos_embed", sincos_2d(embed_dim, self.grid_size, cls_token=True)[None], persistent=False)
-        self.blocks = nn.ModuleList([Block(embed_dim, num_heads, mlp_ratio) for _ in range(depth)])
-        self.norm = nn.LayerNorm(embed_dim, eps=1e-6)
+        # Fixed (not learned) sin-cos embeddings; non-persistent buffers: recomputed, not checkpointed
+        # (an imported model keeps its checkpoint's tensors: ``stored_pos_embed``).
+        self.register_buffer("pos_embed", sincos_2d(embed_dim, self.grid_size, cls_token=True)[None],
+                             persistent=stored_pos_embed)
+        self.blocks = nn.ModuleList(
+            [Block(embed_dim, num_heads, mlp_ratio, mlp_hidden=mlp_hidden_dim, eps=eps) for _ in range(depth)]
+        )
+        self.norm = nn.LayerNorm(embed_dim, eps=eps)
 
         # --- decoder -------------------------------------------------------------------------------
         self.decoder_embed = nn.Linear(embed_dim, decoder_embed_dim)
         self.mask_token = nn.Parameter(torch.zeros(1, 1, decoder_embed_dim))
         self.register_buffer(
-            "decoder_pos_embed", sincos_2d(decoder_embed_dim, self.grid_size, cls_token=True)[None], persistent=False
+            "decoder_pos_embed", sincos_2d(decoder_embed_dim, self.grid_size, cls_token=True)[None],
+            persistent=stored_pos_embed,
         )
         self.decoder_blocks = nn.ModuleList(
-            [Block(decoder_embed_dim, decoder_num_heads, mlp_ratio) for _ in range(decoder_depth)]
+            [Block(decoder_embed_dim, decoder_num_heads, mlp_ratio, mlp_hidden=decoder_mlp_hidden_dim, eps=eps)
+             for _ in range(decoder_depth)]
         )
-        self.decoder_norm = nn.LayerNorm(decoder_embed_dim, eps=1e-6)
+        self.decoder_norm = nn.LayerNorm(decoder_embed_dim, eps=eps)
         self.decoder_pred = nn.Linear(decoder_embed_dim, ph * pw * in_chans)  # pixels of one patch
 
         self.initialize_weights()

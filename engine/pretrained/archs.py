@@ -4,4 +4,5 @@ Importing this module registers them: ``mae_vit`` (engine.pretrained.image) and 
 (engine.pretrained.text).
 """
 
+import engine.pretrained.image  # noqa: F401 (registers mae_vit)
 import engine.pretrained.text  # noqa: F401 (registers bert_hf)

@@ -44,10 +44,10 @@ def add_parsers(sub) -> None:
 
 
 def cmd_models(args) -> int:
-    from engine.pretrained.store import get_pretrained, list_pretrained  # noqa: PLC0415
+    from engine.pretrained.store import get_pretrained, list_pretrained  # noqa: PLC0415 (the CLI's read-only commands start without torch)
 
     if args.models_cmd == "import":
-        from engine.pretrained.importers import import_model  # noqa: PLC0415
+        from engine.pretrained.importers import import_model  # noqa: PLC0415 (the CLI's read-only commands start without torch)
 
         opts = {k: getattr(args, k) for k in ("num_heads", "decoder_num_heads", "image_mean", "image_std")
                 if getattr(args, k) is not None}
@@ -71,7 +71,7 @@ def cmd_models(args) -> int:
 
 
 def cmd_predict(args) -> int:
-    from engine.pretrained.predict import predict_images, predict_text  # noqa: PLC0415
+    from engine.pretrained.predict import predict_images, predict_text  # noqa: PLC0415 (the CLI's read-only commands start without torch)
 
     if args.text is not None:
         out = predict_text(args.source, args.text, top_k=args.top_k, step=args.step)

@@ -110,7 +110,9 @@ def test_runs_plots_the_runs_with_points_running_first_and_refreshes_only_while_
         write_status(image_dir, {**status, "status": "running", "pid": holder.pid})
         at = open_runs({}, auto_reruns)
         chosen = at.multiselect(key="runs_selected").value
-        assert chosen == [ids["image_mae"], ids["paired_image_text"], ids["audio_mae"]], chosen  # running first
+        # the running run first, then the run list's order (newest first) of the runs with points
+        rest = [r.run_id for r in list_runs() if r.run_id not in (ids["image_mae"], queued)]
+        assert chosen == [ids["image_mae"], *rest[:2]], chosen
         assert queued not in chosen  # the newest run has no points: not plotted by default
         assert auto_reruns == [2.0, 2.0]  # the run table and the charts (a plotted run is running)
         open_runs({"runs": ids["audio_mae"]}, auto_reruns)  # the queued run is listed, not plotted

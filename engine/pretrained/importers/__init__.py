@@ -31,7 +31,7 @@ def import_model(path: str, name: str, options: dict[str, Any] | None = None, wo
         PretrainedError: the name is taken or malformed, or the checkpoint is refused (the message
             names the file and the problem).
     """
-    import importlib  # noqa: PLC0415
+    import importlib  # noqa: PLC0415 (an importer loads torch and its format's reader only when its format is asked for)
 
     check_name(name)
     if (models_root(workspace) / name / "model.json").exists():
@@ -41,7 +41,7 @@ def import_model(path: str, name: str, options: dict[str, Any] | None = None, wo
     p = Path(path).expanduser()
     if not p.exists():
         if _looks_like_hub_id(path):
-            from engine.pretrained.importers.hub import fetch  # noqa: PLC0415
+            from engine.pretrained.importers.hub import fetch  # noqa: PLC0415 (an importer loads torch and its format's reader only when its format is asked for)
 
             p = fetch(path, workspace)
             options.setdefault("source_format", "hub")
@@ -64,7 +64,7 @@ def import_model(path: str, name: str, options: dict[str, Any] | None = None, wo
         mod = importlib.import_module(HF_TYPES[mtype])
         return mod.import_folder(p, name, config, options, workspace)
     if p.suffix in (".pth", ".pt", ".bin"):
-        from engine.pretrained.importers.mae_pth import import_pth  # noqa: PLC0415
+        from engine.pretrained.importers.mae_pth import import_pth  # noqa: PLC0415 (an importer loads torch and its format's reader only when its format is asked for)
 
         return import_pth(p, name, options, workspace)
     raise PretrainedError(f"{p}: not a checkpoint masklab reads (a Hugging Face folder with config.json, or the MAE "

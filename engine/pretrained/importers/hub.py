@@ -28,7 +28,7 @@ def fetch(repo_id: str, workspace=None) -> Path:
     if os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0"):
         raise PretrainedError(f"{repo_id}: HF_HUB_OFFLINE is set, so the Hub is not asked; {offline_hint}")
     try:
-        from huggingface_hub import snapshot_download  # noqa: PLC0415
+        from huggingface_hub import snapshot_download  # noqa: PLC0415 (huggingface_hub is needed only for a Hub download)
     except ImportError:
         raise PretrainedError(f"{repo_id}: huggingface_hub is not installed; {offline_hint}") from None
     try:
