@@ -5,7 +5,9 @@ thread, seeds 0, 1, ...) in one fresh workspace, each evaluated at its end with 
 ``evaluation.budget`` (0.5), and prints for each: the training wall time, its optimiser-step time
 (what the budget is a share of), the evaluation's time and its phases, the fine-tune steps the
 budget left, and the ratio evaluation / training next to the 0.5 target. The first run pays for the
-raw-input (TF-IDF) figures, which later runs on the same dataset read from the workspace's cache.
+raw-input (TF-IDF) figures, which later runs on the same dataset read from the workspace's cache;
+each run's worker computes them (and its random init's) while it trains, in a prefetch process
+(engine.eval.prefetch) at a lower priority, unless ``--no-prefetch``.
 
     python bench/eval_budget.py [--steps 300] [--runs 2] [--workspace DIR] [--config configs/mlm-fortunes.yaml]
 """
@@ -38,11 +40,16 @@ def main() -> int:
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--workspace", default=None, help="default: a fresh temporary folder (a cold figure cache)")
+    ap.add_argument("--no-prefetch", action="store_true", help="compute the baselines in the evaluation, not while "
+                    "training (MASKLAB_EVAL_PREFETCH=0): the training time without the prefetch beside it")
     args = ap.parse_args()
+    if args.no_prefetch:
+        os.environ["MASKLAB_EVAL_PREFETCH"] = "0"
     ws = Path(args.workspace or tempfile.mkdtemp(prefix="eval-budget-"))
     os.environ["MASKLAB_WORKSPACE"], os.environ["MASKLAB_AUTO_EVAL"] = str(ws), "1"
-    print(f"workspace {ws}; {args.steps} steps x {args.batch_size} rows, one thread; target: evaluation <= "
-          f"0.5 x training")
+    print(f"workspace {ws}; {args.steps} steps x {args.batch_size} rows, one thread; baselines "
+          f"{'in the evaluation' if args.no_prefetch else 'prefetched while training'}; target: evaluation <= "
+          f"0.5 x training; load average {os.getloadavg()[0]:.2f}")
     for seed in range(args.runs):
         cfg = load_config(args.config, [
             f"train.steps={args.steps}", f"train.batch_size={args.batch_size}", "train.num_threads=1",

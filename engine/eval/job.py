@@ -14,7 +14,7 @@ implements ``features`` / ``raw_features`` / ``evaluate`` is evaluated without a
   Figures are a pure function of the features, labels and seed (``train.seed``; the raw input's
   :data:`RAW_INPUT_SEED`), so each is cached in the workspace by content
   (:func:`engine.store.evaluations.cached_figures`): the raw input's (and a shared random init's)
-  are computed once per dataset, not once per run.
+  are computed once per dataset, not once per run, and while the run trains (:mod:`engine.eval.prefetch`).
 - **Reconstruction quality**: :meth:`Task.evaluate` at the checkpoint (``val_loss``; images
   ``val_mse``/``val_psnr`` on the masked patches; text ``val_top1``), on the run's fixed val masks;
   and :mod:`engine.eval.reconstruction` (images: SSIM on the masked patches and the whole image;
@@ -77,6 +77,21 @@ from engine.workspace import read_json
 #: (so its figures are computed once per workspace, whatever the runs' ``train.seed``).
 RAW_INPUT_SEED = 0
 
+#: The representation phases in order, each one's figures of a prepared feature set ``X``
+#: (:func:`engine.eval.representation.prepare`) at a seed.
+FIGURE_PHASES: dict[str, Callable[[tuple, int], dict[str, float]]] = {
+    "probe": lambda X, s: {"probe_acc": linear_probe(*X, s)},
+    "knn": lambda X, s: {"knn_acc": knn_accuracy(*X)},
+    "clustering": lambda X, s: dict(zip(("kmeans_nmi", "kmeans_ari"), kmeans_scores(X[2], X[3], s))),
+}
+
+
+def encoder_figures(phase: str, X: tuple, seed: int, cache_at) -> dict[str, float]:
+    """The figures of ``phase`` (:data:`FIGURE_PHASES`) for the prepared features ``X`` at ``seed``,
+    read from the workspace ``cache_at``'s figure cache when an earlier run or the run's prefetch
+    (:mod:`engine.eval.prefetch`) computed them."""
+    return cached_figures(cache_at, figure_key(phase, seed, *X), lambda: FIGURE_PHASES[phase](X, seed))
+
 
 def _chance(y: np.ndarray) -> float:
     y = y[y >= 0]
@@ -86,7 +101,7 @@ def _chance(y: np.ndarray) -> float:
 def evaluate_checkpoint(run_dir: Path, step: int | None = None, *, device: str = "cpu", workspace=None,
                         budget: float | str | None = RUN_BUDGET, progress: EvalProgress | None = None,
                         on_phase: Callable[[Evaluation, dict[str, np.ndarray]], None] | None = None,
-                        ) -> tuple[Evaluation, dict[str, np.ndarray]]:
+                        wait: Callable[[], None] | None = None) -> tuple[Evaluation, dict[str, np.ndarray]]:
     """Evaluate the run's kept checkpoint at ``step`` (the latest when None); see the module docstring.
 
     Seeds the global torch RNG with ``train.seed`` to rebuild the initial model (it is left seeded).
@@ -99,6 +114,8 @@ def evaluate_checkpoint(run_dir: Path, step: int | None = None, *, device: str =
             cancelled; None: nothing is reported.
         on_phase: called with the evaluation so far (``status`` ``partial``) and the maps after each
             phase that adds figures (the job stores it, so finished phases survive a cancel).
+        wait: called in the setup phase, before any figure (its time counts as the evaluation's): the
+            worker waits there for the prefetch of the baselines' figures (:mod:`engine.eval.prefetch`).
 
     Returns:
         ``(evaluation, maps)``: the figures, and the trained encoder's 2-D val maps (``pca``,
@@ -113,6 +130,8 @@ def evaluate_checkpoint(run_dir: Path, step: int | None = None, *, device: str =
     t0 = time.time()
     progress = progress or EvalProgress(run_dir, step, quiet=True)
     progress.enter("setup")
+    if wait is not None:
+        wait()
     ckpts = [p for p in list_checkpoints(run_dir) if checkpoint_complete(p)]
     if step is not None:
         ckpts = [p for p in ckpts if int(p.name.split("-")[1]) == step]
@@ -188,14 +207,10 @@ def evaluate_checkpoint(run_dir: Path, step: int | None = None, *, device: str =
     chance = _chance(yva)
     ev.representation = {enc: {} for enc in feats}
     seeds = {enc: RAW_INPUT_SEED if enc == "raw_input" else seed for enc in feats}
-    for phase, figure in (("probe", lambda X, s: {"probe_acc": linear_probe(*X, s)}),
-                          ("knn", lambda X, s: {"knn_acc": knn_accuracy(*X)}),
-                          ("clustering", lambda X, s: dict(zip(("kmeans_nmi", "kmeans_ari"),
-                                                               kmeans_scores(X[2], X[3], s))))):
+    for phase in FIGURE_PHASES:
         progress.enter(phase, total=len(feats))
         for i, (enc, X) in enumerate(feats.items()):
-            key = figure_key(phase, seeds[enc], *X)
-            ev.representation[enc].update(cached_figures(cache_at, key, lambda X=X, s=seeds[enc], f=figure: f(X, s)))
+            ev.representation[enc].update(encoder_figures(phase, X, seeds[enc], cache_at))
             progress.tick(i + 1)
         if phase == "probe":
             ev.representation["chance"] = {"probe_acc": chance}
@@ -242,11 +257,13 @@ def evaluate_checkpoint(run_dir: Path, step: int | None = None, *, device: str =
 
 def evaluate_and_save(run_dir: Path, step: int | None = None, *, device: str = "cpu", workspace=None,
                       budget: float | str | None = RUN_BUDGET,
-                      should_stop: Callable[[], bool] | None = None) -> Evaluation:
+                      should_stop: Callable[[], bool] | None = None, wait: Callable[[], None] | None = None,
+                      ) -> Evaluation:
     """:func:`evaluate_checkpoint` with its progress in ``job.json`` (:mod:`engine.eval.progress`),
     each finished phase stored as it ends, then the whole evaluation (the caller holds the run
     lock). The job ends ``completed``, ``cancelled`` (``should_stop`` turned true; the finished
-    phases are kept, the record says ``cancelled``) or ``failed`` with the error. Returns the evaluation.
+    phases are kept, the record says ``cancelled``) or ``failed`` with the error; ``wait`` as
+    :func:`evaluate_checkpoint`. Returns the evaluation.
 
     Raises:
         EvaluationError, StorageError: as :func:`evaluate_checkpoint` / :func:`save_evaluation`
@@ -266,7 +283,7 @@ def evaluate_and_save(run_dir: Path, step: int | None = None, *, device: str = "
     try:
         with progress:
             ev, maps = evaluate_checkpoint(run_dir, step, device=device, workspace=workspace, budget=budget,
-                                           progress=progress, on_phase=store)
+                                           progress=progress, on_phase=store, wait=wait)
             store(ev, maps)
     except BaseException as e:
         cancelled = isinstance(e, EvaluationCancelled)

@@ -42,9 +42,10 @@ from typing import Callable
 
 from engine.config import RunConfig
 from engine.errors import EvaluationCancelled, MasklabError, NonFiniteLossError, ResumeError, RunLockedError, StorageError
+from engine.eval.prefetch import PREFETCH_ENV, start_prefetch, stop_prefetch, waiter
 from engine.runner.backends import REASON_PREFIX, WORKSPACE_EXIT, check_workspace
 from engine.runner.devices import run_gpus
-from engine.runner.launcher import start_worker
+from engine.runner.launcher import start_worker, worker_env
 from engine.runner.queue import dequeue, enqueue, max_runs, run_slot
 from engine.runner.resources import exit_reason, print_exc, resolve_threads, say
 from engine.runner.resume import PRIOR_FIELD, RESUME_FIELD, prepare_resume, reset_after
@@ -132,6 +133,7 @@ def _execute(run_dir: Path, should_stop: Callable[[], bool], on_step: Callable[[
     status = {"created_at": created, "queued_at": base.get("queued_at", created), "pid": os.getpid(),
               "step": int(resume_from or 0), "total_steps": base.get("total_steps", 0),
               **{k: base[k] for k in (RESUME_FIELD, PRIOR_FIELD, "restarts") if resume_from is not None and k in base}}
+    prefetch = None  # the baselines' figures computed while training (engine.eval.prefetch)
     try:
         try:  # room for the final status on a full disk (best effort: without it, the run goes on)
             unlink_quietly(run_dir / RESERVE_FILE)
@@ -164,6 +166,9 @@ def _execute(run_dir: Path, should_stop: Callable[[], bool], on_step: Callable[[
             status.update(started_at=time.time(), num_threads=threads,
                           deterministic=cfg.train.deterministic, placement=execution.placement(cfg.launch))
             write_status(run_dir, {**status, "status": "running"})
+            evaluates = cfg.evaluation.auto and os.environ.get(AUTO_EVAL_ENV, "1") != "0"
+            if evaluates and os.environ.get(PREFETCH_ENV, "1") != "0":  # lower priority; the evaluation waits for it
+                prefetch = start_prefetch(run_dir, worker_env(workspace))
             ckpt = None
             if resume_from is not None:  # drop what a killed worker logged after the checkpoint
                 reset_after(run_dir, int(resume_from))
@@ -188,9 +193,9 @@ def _execute(run_dir: Path, should_stop: Callable[[], bool], on_step: Callable[[
                 return out["status"]
             final = out["status"]
             ended = time.time()  # training's end: the wall time leaves the evaluation out
-            if final == "completed" and cfg.evaluation.auto and os.environ.get(AUTO_EVAL_ENV, "1") != "0":
+            if final == "completed" and evaluates:
                 write_status(run_dir, {**status, "status": "running", "phase": "evaluating", "latest": latest})
-                _evaluate_final(run_dir, out["device"], workspace, out["steps_done"], should_stop)
+                _evaluate_final(run_dir, out["device"], workspace, out["steps_done"], should_stop, waiter(prefetch))
             _final(run_dir, {**status, "status": final, "step": out["steps_done"], "ended_at": ended,
                              "latest": latest, "device": out["device"], "n_params": out["n_params"]})
             return final
@@ -207,6 +212,7 @@ def _execute(run_dir: Path, should_stop: Callable[[], bool], on_step: Callable[[
         _final(run_dir, {**status, "status": final, "error": msg, "ended_at": time.time(), "latest": latest})
         return final
     finally:
+        stop_prefetch(prefetch)
         dequeue(workspace, run_id)
 
 
@@ -219,7 +225,7 @@ EVAL_CANCEL_POLL_S = 0.5
 
 
 def _evaluate_final(run_dir: Path, device: str, workspace: Path, step: int | None,
-                    should_stop: Callable[[], bool]) -> None:
+                    should_stop: Callable[[], bool], wait: Callable[[], None] | None = None) -> None:
     """The automatic evaluation of a completed run's final checkpoint (step ``step``; ``evaluation.auto``,
     unless ``$MASKLAB_AUTO_EVAL`` is 0), in the worker while it still holds the run lock and its slot.
     Its failure does not fail the run: the reason is in ``evaluation/job.json`` and the log.
@@ -229,7 +235,7 @@ def _evaluate_final(run_dir: Path, device: str, workspace: Path, step: int | Non
     the running library call: a watcher thread interrupts the main thread, whose handler raises
     :class:`EvaluationCancelled`. The job is recorded ``cancelled`` with that reason, the phases it
     finished are kept (a ``cancelled`` evaluation record), and the run stays ``completed`` (its
-    training ended)."""
+    training ended). ``wait``: the wait for the baselines' prefetch, in the evaluation's setup phase."""
     from engine.eval.job import evaluate_and_save  # noqa: PLC0415 (the evaluation (torch, scikit-learn) loads once training has ended)
 
     why = (f"cancelled during the final evaluation; start one again from Compare or with python -m engine "
@@ -263,7 +269,7 @@ def _evaluate_final(run_dir: Path, device: str, workspace: Path, step: int | Non
     if watcher is not None:
         watcher.start()
     try:
-        evaluate_and_save(run_dir, step, device=device, workspace=workspace, should_stop=should_stop)
+        evaluate_and_save(run_dir, step, device=device, workspace=workspace, should_stop=should_stop, wait=wait)
     except EvaluationCancelled:
         print(f"final evaluation of {run_dir.name} cancelled", file=sys.stderr, flush=True)
     except Exception:  # noqa: BLE001 - recorded in job.json; the training result stands

@@ -11,10 +11,11 @@ from engine.config import RunConfig
 from engine.data import import_source
 from engine.errors import EvaluationError, RunActiveError
 from engine.eval.job import evaluate_checkpoint, run_job
-from engine.runner.launcher import cancel, evaluate, submit
+from engine.eval.prefetch import start_prefetch
+from engine.runner.launcher import cancel, evaluate, submit, worker_env
 from engine.runner.worker import _evaluate_final, execute_run
 from engine.store import create_run, get_run, read_status, run_alive
-from engine.store.evaluations import ENCODERS, load_maps, read_evaluations, read_job
+from engine.store.evaluations import ENCODERS, FIGURE_CACHE_DIR, load_maps, read_evaluations, read_job
 from engine.tasks import resolve
 
 EVAL = {"max_rows": 400, "tsne_max_rows": 200, "finetune_epochs": 1, "budget": None}  # the whole recipe
@@ -85,6 +86,25 @@ def test_refusals_and_a_changed_dataset(workspace, one_thread, tmp_path):
     (d / "task.json").write_text('{"dataset_hash": "0123456789abcdef"}', encoding="utf-8")
     with pytest.raises(EvaluationError, match=r"its dataset 'digits' changed since the run trained \(content hash 0123456789ab"):
         evaluate_checkpoint(d)
+
+
+def test_the_prefetch_computes_the_baselines_figures_that_the_evaluation_reads(workspace, one_thread):
+    """The worker's prefetch process (engine.eval.prefetch) computes the raw input's and the random
+    init's figures while the run trains; the evaluation then adds only the trained encoder's to the
+    cache: its features are the prefetch's to the bit, so their content keys match."""
+    run_id, d = _run({**IMAGE, "train": {**IMAGE["train"], "steps": 10, "checkpoint_interval": 10},
+                      "evaluation": {**EVAL, "finetune_epochs": 0}})
+    cache = workspace / FIGURE_CACHE_DIR
+    proc = start_prefetch(d, worker_env(workspace))
+    assert proc.wait(timeout=300) == 0
+    first = {p.name: p.read_text() for p in cache.glob("*.json")}
+    assert len(first) == 6  # probe, kNN and clustering of the raw input and of the random init
+    ev, _ = evaluate_checkpoint(d, budget=None)
+    after = {p.name: p.read_text() for p in cache.glob("*.json")}
+    assert len(after) == 9 and first.items() <= after.items()  # only the trained encoder's figures are new
+    # a prefetch that cannot run (no such run) fails alone, saying so: the evaluation computes them itself
+    proc = start_prefetch(workspace / "runs" / "nope", worker_env(workspace))
+    assert proc.wait(timeout=300) == 1
 
 
 @pytest.mark.slow

@@ -1,0 +1,123 @@
+"""The baselines' representation figures, computed while the run trains.
+
+The raw input's figures (probe, kNN, clustering on :meth:`Task.raw_features`) are a property of the
+dataset, and the random init's are fixed by the architecture and ``train.seed`` before the first step:
+neither needs the trained checkpoint. The worker of a run that will be evaluated at its end starts
+``python -m engine.eval.prefetch RUN_DIR`` beside its training (at a lower CPU priority, ``nice``
++:data:`NICE`), which computes them into the workspace's figure cache
+(:func:`engine.store.evaluations.cached_figures`, keyed by the features' content); the final
+evaluation waits for it in its setup phase, then finds them there (``$MASKLAB_EVAL_PREFETCH=0``: no
+prefetch). Had it failed, or its features
+differ (another device), the evaluation computes them itself: the figures are the same either way.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+#: Set to ``0`` to compute the baselines in the evaluation instead (a machine whose cores training fills).
+PREFETCH_ENV = "MASKLAB_EVAL_PREFETCH"
+#: How much lower the prefetch's CPU priority is than its worker's (``os.nice``).
+NICE = 10
+#: How often the waiting evaluation looks at the prefetch (seconds).
+POLL_S = 0.05
+
+
+def prefetch_baselines(run_dir: Path, workspace=None) -> list[str]:
+    """Compute the run's raw-input figures, and its random init's when it trains on the CPU, into the
+    workspace's figure cache, exactly as :func:`engine.eval.job.evaluate_checkpoint` will ask for them.
+
+    Returns:
+        The encoders whose figures are now cached (``raw_input``, ``random_init``).
+
+    Raises:
+        EvaluationError: the dataset has no labels to probe, as the evaluation would.
+    """
+    import torch  # noqa: PLC0415 (torch and the tasks load in the prefetch process only, not in the worker's parent)
+
+    from engine.config import RunConfig  # noqa: PLC0415 (torch and the tasks load in the prefetch process only, not in the worker's parent)
+    from engine.eval.job import FIGURE_PHASES, RAW_INPUT_SEED, encoder_figures  # noqa: PLC0415 (torch and the tasks load in the prefetch process only, not in the worker's parent)
+    from engine.eval.representation import prepare  # noqa: PLC0415 (torch and the tasks load in the prefetch process only, not in the worker's parent)
+    from engine.runner.resources import resolve_threads  # noqa: PLC0415 (torch and the tasks load in the prefetch process only, not in the worker's parent)
+    from engine.tasks import build_task  # noqa: PLC0415 (torch and the tasks load in the prefetch process only, not in the worker's parent)
+    from engine.training.loop import resolve_device  # noqa: PLC0415 (torch and the tasks load in the prefetch process only, not in the worker's parent)
+    from engine.workspace import read_json  # noqa: PLC0415 (torch and the tasks load in the prefetch process only, not in the worker's parent)
+
+    run_dir = Path(run_dir)
+    raw = read_json(run_dir / "config.json")
+    cfg = RunConfig.from_dict(raw)
+    torch.set_num_threads(resolve_threads(raw.get("train", {}), raw.get("launch") or {}))  # the worker's count: the same sums
+    n, seed = cfg.evaluation.max_rows, cfg.train.seed
+    torch.manual_seed(seed)  # the run's initial weights, drawn as the run and its evaluation draw them
+    task = build_task(cfg, torch.device("cpu"), workspace)
+    task.model.eval()
+    feats = {}
+    with torch.no_grad():
+        if resolve_device(cfg.train.device).type == "cpu":  # elsewhere the evaluation's features differ in their last bits
+            feats["random_init"] = (prepare(task.features("train", n), task.features("val", n)), seed)
+        feats["raw_input"] = (prepare(*task.raw_features(n)), RAW_INPUT_SEED)
+    cache_at = workspace if workspace is not None else run_dir.parent.parent
+    for phase in FIGURE_PHASES:
+        for X, s in feats.values():
+            encoder_figures(phase, X, s, cache_at)
+    return list(feats)
+
+
+def start_prefetch(run_dir: Path, env: dict[str, str] | None = None) -> subprocess.Popen | None:
+    """Start ``python -m engine.eval.prefetch RUN_DIR`` (stdout discarded, stderr the caller's);
+    None when it cannot start (the evaluation then computes the baselines itself)."""
+    from engine.runner.launcher import REPO_ROOT  # noqa: PLC0415 (the launcher is needed only by the worker that starts a prefetch)
+
+    try:
+        return subprocess.Popen([sys.executable, "-m", "engine.eval.prefetch", str(run_dir)], cwd=REPO_ROOT, env=env,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, close_fds=True)
+    except OSError:
+        return None
+
+
+def waiter(proc: subprocess.Popen | None) -> Callable[[], None]:
+    """What the evaluation calls in its setup phase: wait for the prefetch ``proc`` to end (a cancel
+    interrupts the wait like any phase; the worker then stops the prefetch with :func:`stop_prefetch`)."""
+
+    def wait() -> None:
+        while proc is not None and proc.poll() is None:
+            time.sleep(POLL_S)
+
+    return wait
+
+
+def stop_prefetch(proc: subprocess.Popen | None) -> None:
+    """Kill the prefetch if it still runs (the run failed or was cancelled) and reap it."""
+    if proc is not None and proc.poll() is None:
+        proc.kill()
+    if proc is not None:
+        proc.wait()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m engine.eval.prefetch RUN_DIR``: 0 done, 1 failed (the reason on stderr), 2 usage."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 1:
+        print("usage: python -m engine.eval.prefetch RUN_DIR", file=sys.stderr)
+        return 2
+    try:
+        os.nice(NICE)
+    except OSError:
+        pass
+    try:
+        run_dir = Path(args[0]).resolve()
+        prefetch_baselines(run_dir, run_dir.parent.parent)
+    except Exception as e:  # noqa: BLE001 - the evaluation computes what is missing itself
+        print(f"masklab: the baselines' prefetch of {Path(args[0]).name} failed ({type(e).__name__}: {e}); "
+              f"the evaluation computes them", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
