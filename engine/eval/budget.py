@@ -40,7 +40,8 @@ def training_seconds(run_dir: Path, step: int) -> float | None:
     st = read_status(Path(run_dir))
     started, done = st.get("started_at"), int(st.get("step") or 0)
     if started and done > 0:
-        end = st.get("ended_at") or time.time()  # no end yet: its worker evaluates right after training
+        # no end yet: its worker evaluates right after training, and wrote when training ended
+        end = st.get("ended_at") or st.get("trained_at") or time.time()
         wall = float(st.get("prior_s") or 0.0) + float(end) - float(started)
         if wall > 0:
             return wall * min(step, done) / done

@@ -19,8 +19,9 @@ that it runs on a CPU inside the evaluation job).
 - AdamW (lr :data:`LR`, weight decay :data:`WEIGHT_DECAY`, on the encoder and the head alike),
   cosine decay to 0 over the steps, batches of :data:`BATCH_SIZE` rows in a seeded order, cross-
   entropy; :data:`EPOCHS` passes over the train rows, at most :data:`MAX_STEPS` steps in all;
-- the head's normalisation statistics re-estimated on the train rows with the final encoder, then
-  val top-1 accuracy of the final model (no early stopping, nothing chosen on val).
+- the head's normalisation statistics re-estimated with the final encoder on a seeded sample of at
+  most :data:`STAT_ROWS` train rows (the train accuracy is read on the same rows), then val top-1
+  accuracy of the final model on every val row (no early stopping, nothing chosen on val).
 
 What a task gives (its :meth:`engine.tasks.Task.finetune_inputs` hook): :class:`FinetuneInputs`, the
 train and val labels and how to encode a batch of rows with a given model. The built-in tasks give
@@ -51,6 +52,10 @@ MAX_STEPS = 300
 BATCH_SIZE = 64
 LR = 1e-3
 WEIGHT_DECAY = 0.05
+#: Train rows of the head's normalisation statistics and the train accuracy (a seeded sample): the
+#: mean and variance of each feature are estimated closely from 512 rows, at a quarter of the
+#: encoding cost of 2,000.
+STAT_ROWS = 512
 
 
 @dataclass
@@ -62,11 +67,21 @@ class FinetuneInputs:
         encode: ``(model, split, rows int64 [B]) -> [B, D]``: the pooled features of rows
             ``rows`` (positions among the split's first rows, the ones ``y_<split>`` labels) through
             ``model``, in the autograd graph, on the model's device.
+        lengths: optional ``{split: int [N]}``, each row's length (text: its tokens); the passes
+            without gradient encode rows in that order, so that a batch cut to its longest row
+            holds rows of similar length (the figures do not depend on it).
     """
 
     y_train: np.ndarray
     y_val: np.ndarray
     encode: Callable[[nn.Module, str, torch.Tensor], torch.Tensor]
+    lengths: dict[str, np.ndarray] | None = None
+
+    def by_length(self, split: str, rows: np.ndarray) -> np.ndarray:
+        """``rows`` shortest first (stable), when the rows' lengths are known; else as given."""
+        if not self.lengths or split not in self.lengths:
+            return rows
+        return rows[np.argsort(np.asarray(self.lengths[split])[rows], kind="stable")]
 
 
 @dataclass
@@ -116,15 +131,18 @@ def _accuracy(model, head, encode, split: str, rows: np.ndarray, y: np.ndarray, 
 
 
 @torch.no_grad()
-def _refresh_norm(model, norm: nn.BatchNorm1d, encode, rows: np.ndarray, batch: int = 256) -> None:
+def _refresh_norm(model, norm: nn.BatchNorm1d, encode, rows: np.ndarray, batch: int = 256) -> torch.Tensor:
     """Re-estimate the head's normalisation statistics on the train rows with the final encoder
-    (an exact average over the rows: a short fine-tune leaves the running averages far from them)."""
+    (an exact average over the rows: a short fine-tune leaves the running averages far from them).
+    Returns the rows' features ``[N, D]`` (float32), which the train accuracy reads too."""
     model.eval()
     norm.reset_running_stats()
     norm.momentum = None  # cumulative average
     norm.train()
     feats = [encode(model, "train", torch.as_tensor(rows[i : i + batch])).float() for i in range(0, len(rows), batch)]
-    norm(torch.cat(feats))  # one call: a last chunk of one row would have no variance
+    feats = torch.cat(feats)
+    norm(feats)  # one call: a last chunk of one row would have no variance
+    return feats
 
 
 def recipe_steps(inputs: FinetuneInputs, epochs: int = EPOCHS, max_steps: int = MAX_STEPS,
@@ -194,9 +212,13 @@ def finetune(model: nn.Module, inputs: FinetuneInputs, *, seed: int = 0, epochs:
         step += 1
         if on_step is not None:
             on_step(step, steps)
-    _refresh_norm(net, head[0], inputs.encode, tr)
-    acc = _accuracy(net, head, inputs.encode, "val", va, y_va, 256)
-    train_acc = _accuracy(net, head, inputs.encode, "train", tr, y_tr, 256)
+    stat = np.sort(np.random.default_rng(seed).choice(tr, STAT_ROWS, replace=False)) if len(tr) > STAT_ROWS else tr
+    tr_sorted = inputs.by_length("train", stat)
+    train_feats = _refresh_norm(net, head[0], inputs.encode, tr_sorted)
+    acc = _accuracy(net, head, inputs.encode, "val", inputs.by_length("val", va), y_va, 256)
+    head.eval()
+    with torch.no_grad():  # the train rows' features are the normalisation's: encoded once
+        train_acc = float((head(train_feats).argmax(1).cpu() == torch.as_tensor(y_tr[tr_sorted])).float().mean())
     return FinetuneResult(acc, train_acc, steps, round(steps * batch / len(tr), 3),
                           {"train": len(tr), "val": len(va)}, round(time.time() - t0, 3))
 

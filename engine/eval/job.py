@@ -51,51 +51,49 @@ import torch
 from engine.config import RUN_BUDGET, RunConfig, parse_eval_budget
 from engine.errors import EvaluationCancelled, EvaluationError, MasklabError, RunLockedError
 from engine.eval.budget import EvalBudget, training_seconds
-from engine.eval.finetune import finetune, finetune_inputs, recipe_steps, time_step
+from engine.eval.figures import FIGURE_PHASES, PHASE_FIGURES, RAW_INPUT_SEED, encoder_figures
+from engine.eval.finetune import STAT_ROWS, finetune, finetune_inputs, recipe_steps, time_step
 from engine.eval.flops import train_step_flops
+from engine.eval.prefetch import read_baselines
 from engine.eval.progress import PHASES, EvalProgress
 from engine.eval.reconstruction import reconstruction_quality
-from engine.eval.representation import kmeans_scores, knn_accuracy, linear_probe, maps_2d, prepare
+from engine.eval.representation import maps_2d, prepare
 from engine.runner.queue import dequeue, run_slot
 from engine.runner.resources import resolve_threads
 from engine.store.checkpoints import checkpoint_complete, list_checkpoints, load_weights
 from engine.store.evaluations import (
     Evaluation,
-    cached_figures,
     cancel_requested,
     clear_cancel,
-    figure_key,
     read_job,
     save_evaluation,
     write_job,
 )
 from engine.store.lock import RunLock
+from engine.store.metrics import read_run_table
+from engine.store.runs import read_status
 from engine.tasks import build_task
 from engine.workspace import read_json
-
-#: The seed of the raw input's probe and k-means: a property of the dataset, the same for every run
-#: (so its figures are computed once per workspace, whatever the runs' ``train.seed``).
-RAW_INPUT_SEED = 0
-
-#: The representation phases in order, each one's figures of a prepared feature set ``X``
-#: (:func:`engine.eval.representation.prepare`) at a seed.
-FIGURE_PHASES: dict[str, Callable[[tuple, int], dict[str, float]]] = {
-    "probe": lambda X, s: {"probe_acc": linear_probe(*X, s)},
-    "knn": lambda X, s: {"knn_acc": knn_accuracy(*X)},
-    "clustering": lambda X, s: dict(zip(("kmeans_nmi", "kmeans_ari"), kmeans_scores(X[2], X[3], s))),
-}
-
-
-def encoder_figures(phase: str, X: tuple, seed: int, cache_at) -> dict[str, float]:
-    """The figures of ``phase`` (:data:`FIGURE_PHASES`) for the prepared features ``X`` at ``seed``,
-    read from the workspace ``cache_at``'s figure cache when an earlier run or the run's prefetch
-    (:mod:`engine.eval.prefetch`) computed them."""
-    return cached_figures(cache_at, figure_key(phase, seed, *X), lambda: FIGURE_PHASES[phase](X, seed))
 
 
 def _chance(y: np.ndarray) -> float:
     y = y[y >= 0]
     return float(np.bincount(y).max() / len(y)) if len(y) else float("nan")
+
+
+def validated_at(run_dir: Path, step: int, cfg: RunConfig) -> dict[str, float]:
+    """The validation figures (``val_*``) the run logged at ``step``: the training loop's
+    :meth:`Task.evaluate` on the checkpoint's weights, the figures the evaluation would compute again.
+    ``{}`` when it logged no ``val_loss`` there or validated under bfloat16 autocast (``train.amp``
+    on a GPU)."""
+    if cfg.train.amp and str(read_status(run_dir).get("device", "")).startswith("cuda"):
+        return {}
+    table, _ = read_run_table(run_dir)
+    out: dict[str, float] = {}
+    for s, k, v in zip(table.column("step").to_pylist(), table.column("key").to_pylist(), table.column("value").to_pylist()):
+        if s == step and k.startswith("val_") and v is not None:
+            out[k] = float(v)  # the last row of a step logged twice (a resume) wins
+    return out if "val_loss" in out else {}
 
 
 def evaluate_checkpoint(run_dir: Path, step: int | None = None, *, device: str = "cpu", workspace=None,
@@ -176,13 +174,19 @@ def evaluate_checkpoint(run_dir: Path, step: int | None = None, *, device: str =
 
     progress.leave()
     progress.enter("features", total=5)
+    pre = read_baselines(run_dir, now, n, workspace)  # the baselines' figures, prefetched while the run trained
+    if torch.device(device).type != "cpu":
+        pre.pop("random_init", None)  # computed on the CPU: its figures could differ in the last bits
     task.model.eval()
+    random_init = raw = None
     with torch.no_grad():
-        random_init = [task.features("train", n)]
-        progress.tick(1)
-        random_init.append(task.features("val", n))
+        if "random_init" not in pre:
+            random_init = [task.features("train", n)]
+            progress.tick(1)
+            random_init.append(task.features("val", n))
         progress.tick(2)
-        raw = task.raw_features(n)
+        if "raw_input" not in pre:
+            raw = task.raw_features(n)
         progress.tick(3)
         task.model.load_state_dict(load_weights(ckpt))
         task.model.eval()
@@ -199,18 +203,25 @@ def evaluate_checkpoint(run_dir: Path, step: int | None = None, *, device: str =
     done()
     progress.enter("reconstruction")
     with torch.no_grad():
-        ev.reconstruction = {k: float(v) for k, v in task.evaluate().items()}
+        ev.reconstruction = validated_at(run_dir, step, cfg) or {k: float(v) for k, v in task.evaluate().items()}
         ev.quality = reconstruction_quality(task)
     done()
     cache_at = workspace if workspace is not None else run_dir.parent.parent
-    feats = {"trained": prepare(*trained), "random_init": prepare(*random_init), "raw_input": prepare(*raw)}
+    feats = {"trained": prepare(*trained)}
+    for enc, X in (("random_init", random_init), ("raw_input", raw)):
+        if X is not None:
+            feats[enc] = prepare(*X)
     chance = _chance(yva)
-    ev.representation = {enc: {} for enc in feats}
-    seeds = {enc: RAW_INPUT_SEED if enc == "raw_input" else seed for enc in feats}
+    encoders = ("trained", "random_init", "raw_input")
+    ev.representation = {enc: {} for enc in encoders}
+    seeds = {enc: RAW_INPUT_SEED if enc == "raw_input" else seed for enc in encoders}
     for phase in FIGURE_PHASES:
-        progress.enter(phase, total=len(feats))
-        for i, (enc, X) in enumerate(feats.items()):
-            ev.representation[enc].update(encoder_figures(phase, X, seeds[enc], cache_at))
+        progress.enter(phase, total=len(encoders))
+        for i, enc in enumerate(encoders):
+            if enc in feats:
+                ev.representation[enc].update(encoder_figures(phase, feats[enc], seeds[enc], cache_at))
+            else:  # prefetched: its figures of this phase, so a cancelled evaluation keeps the phases it ran
+                ev.representation[enc].update({k: pre[enc][k] for k in PHASE_FIGURES[phase] if k in pre[enc]})
             progress.tick(i + 1)
         if phase == "probe":
             ev.representation["chance"] = {"probe_acc": chance}
@@ -229,7 +240,7 @@ def evaluate_checkpoint(run_dir: Path, step: int | None = None, *, device: str =
         # timing a step costs three: not when the cheap phases already spent the budget
         step_s = time_step(task.model, ft_inputs) if plan.budget_s is None or spent < plan.budget_s else 0.0
         steps = plan.plan_finetune(spent, recipe_steps(ft_inputs, ev_cfg.finetune_epochs), step_s, row_s,
-                                   2 * n_tr + n_va)
+                                   min(n_tr, STAT_ROWS) + n_va)
         if steps == 0:
             ev.notes.append(f"no fine-tune: the cheap phases spent {plan.cheap_s:.0f} s of the budget's "
                             f"{plan.budget_s:.0f} s ({plan.share:g} x {plan.train_s:.0f} s of training); ask for a "

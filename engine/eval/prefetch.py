@@ -6,13 +6,14 @@ neither needs the trained checkpoint. The worker of a run that will be evaluated
 ``python -m engine.eval.prefetch RUN_DIR`` beside its training (at a lower CPU priority, ``nice``
 +:data:`NICE`), which computes them into the workspace's figure cache
 (:func:`engine.store.evaluations.cached_figures`, keyed by the features' content); the final
-evaluation waits for it in its setup phase, then finds them there (``$MASKLAB_EVAL_PREFETCH=0``: no
-prefetch). Had it failed, or its features
+evaluation waits for it in its setup phase, then reads them from its file (:func:`read_baselines`)
+without computing those features again (``$MASKLAB_EVAL_PREFETCH=0``: no prefetch). Had it failed, or its features
 differ (another device), the evaluation computes them itself: the figures are the same either way.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -22,8 +23,12 @@ from pathlib import Path
 
 #: Set to ``0`` to compute the baselines in the evaluation instead (a machine whose cores training fills).
 PREFETCH_ENV = "MASKLAB_EVAL_PREFETCH"
+#: The workspace's folder of the prefetched baselines' figures, one ``<run id>.json`` per run.
+BASELINES_DIR = "cache/eval-baselines"
 #: How much lower the prefetch's CPU priority is than its worker's (``os.nice``).
 NICE = 10
+#: The variables that set the BLAS and OpenMP threads of numpy, scikit-learn and torch.
+BLAS_THREADS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 #: How often the waiting evaluation looks at the prefetch (seconds).
 POLL_S = 0.05
 
@@ -41,12 +46,12 @@ def prefetch_baselines(run_dir: Path, workspace=None) -> list[str]:
     import torch  # noqa: PLC0415 (torch and the tasks load in the prefetch process only, not in the worker's parent)
 
     from engine.config import RunConfig  # noqa: PLC0415 (torch and the tasks load in the prefetch process only, not in the worker's parent)
-    from engine.eval.job import FIGURE_PHASES, RAW_INPUT_SEED, encoder_figures  # noqa: PLC0415 (torch and the tasks load in the prefetch process only, not in the worker's parent)
+    from engine.eval.figures import FIGURE_PHASES, RAW_INPUT_SEED, encoder_figures  # noqa: PLC0415 (torch and the tasks load in the prefetch process only, not in the worker's parent)
     from engine.eval.representation import prepare  # noqa: PLC0415 (torch and the tasks load in the prefetch process only, not in the worker's parent)
     from engine.runner.resources import resolve_threads  # noqa: PLC0415 (torch and the tasks load in the prefetch process only, not in the worker's parent)
     from engine.tasks import build_task  # noqa: PLC0415 (torch and the tasks load in the prefetch process only, not in the worker's parent)
     from engine.training.loop import resolve_device  # noqa: PLC0415 (torch and the tasks load in the prefetch process only, not in the worker's parent)
-    from engine.workspace import read_json  # noqa: PLC0415 (torch and the tasks load in the prefetch process only, not in the worker's parent)
+    from engine.workspace import atomic_write_json, read_json  # noqa: PLC0415 (torch and the tasks load in the prefetch process only, not in the worker's parent)
 
     run_dir = Path(run_dir)
     raw = read_json(run_dir / "config.json")
@@ -62,17 +67,55 @@ def prefetch_baselines(run_dir: Path, workspace=None) -> list[str]:
             feats["random_init"] = (prepare(task.features("train", n), task.features("val", n)), seed)
         feats["raw_input"] = (prepare(*task.raw_features(n)), RAW_INPUT_SEED)
     cache_at = workspace if workspace is not None else run_dir.parent.parent
+    figures: dict[str, dict[str, float]] = {enc: {} for enc in feats}
     for phase in FIGURE_PHASES:
-        for X, s in feats.values():
-            encoder_figures(phase, X, s, cache_at)
+        for enc, (X, s) in feats.items():
+            figures[enc].update(encoder_figures(phase, X, s, cache_at))
+    stamp = _stamp(run_dir, task.run_info().get("dataset_hash") or "", n)
+    atomic_write_json(baselines_path(run_dir, cache_at), {**stamp, "figures": figures}, what="the baselines' figures")
     return list(feats)
 
 
+def baselines_path(run_dir: Path, workspace=None) -> Path:
+    """Where the prefetch leaves the run's baselines' figures: the workspace's cache, by run id."""
+    from engine.workspace import workspace_root  # noqa: PLC0415 (the workspace module loads only where a prefetch's file is read or written)
+
+    run_dir = Path(run_dir)
+    return workspace_root(workspace if workspace is not None else run_dir.parent.parent) / BASELINES_DIR / f"{run_dir.name}.json"
+
+
+def _stamp(run_dir: Path, dataset_hash: str, max_rows: int) -> dict:
+    """What the baselines' figures were computed from: the figures' recipe, the run's config file
+    (its bytes' SHA-256), the dataset's content and the rows read."""
+    from engine.store.evaluations import FIGURE_RECIPE  # noqa: PLC0415 (the store loads only where a prefetch's file is read or written)
+
+    config_sha = hashlib.sha256((Path(run_dir) / "config.json").read_bytes()).hexdigest()
+    return {"recipe": FIGURE_RECIPE, "config_sha": config_sha, "dataset_hash": dataset_hash, "max_rows": max_rows}
+
+
+def read_baselines(run_dir: Path, dataset_hash: str, max_rows: int, workspace=None) -> dict[str, dict[str, float]]:
+    """The baselines' figures the run's prefetch computed (encoder -> figure -> value), when they
+    were computed from this config, dataset and row count with this recipe; else ``{}`` (the
+    evaluation then computes them itself). Never raises."""
+    from engine.workspace import read_json  # noqa: PLC0415 (the workspace module loads only where a prefetch's file is read or written)
+
+    try:
+        found = read_json(baselines_path(run_dir, workspace))
+        if {k: found.get(k) for k in ("recipe", "config_sha", "dataset_hash", "max_rows")} != _stamp(
+                run_dir, dataset_hash, max_rows):
+            return {}
+        return {enc: {k: float(v) for k, v in figs.items()} for enc, figs in found["figures"].items()}
+    except (OSError, ValueError, AttributeError, TypeError, KeyError):
+        return {}
+
+
 def start_prefetch(run_dir: Path, env: dict[str, str] | None = None) -> subprocess.Popen | None:
-    """Start ``python -m engine.eval.prefetch RUN_DIR`` (stdout discarded, stderr the caller's);
-    None when it cannot start (the evaluation then computes the baselines itself)."""
+    """Start ``python -m engine.eval.prefetch RUN_DIR`` (stdout discarded, stderr the caller's), its
+    BLAS on one thread (spinning BLAS threads starve at a low priority); None when it cannot start
+    (the evaluation then computes the baselines itself)."""
     from engine.runner.launcher import REPO_ROOT  # noqa: PLC0415 (the launcher is needed only by the worker that starts a prefetch)
 
+    env = {**(os.environ if env is None else env), **{k: "1" for k in BLAS_THREADS}}
     try:
         return subprocess.Popen([sys.executable, "-m", "engine.eval.prefetch", str(run_dir)], cwd=REPO_ROOT, env=env,
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, close_fds=True)

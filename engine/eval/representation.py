@@ -6,7 +6,9 @@ The same recipe serves the trained encoder, the randomly initialised encoder of 
 the raw input, so the three are comparable:
 
 - **Standardisation**: ``StandardScaler`` fitted on the train features, applied to both splits
-  (constant features are left at 0). Every figure below sees the standardised features.
+  (constant features are left at 0). Every figure below sees the standardised features. Sparse
+  features (a SciPy matrix: TF-IDF) are scaled to unit variance but not centred, which would make
+  them dense (scikit-learn's rule for sparse input); every figure below takes them sparse.
 - **Linear probe**: :func:`engine.eval.probe.linear_probe`: multinomial ``LogisticRegression``
   (L-BFGS) whose strength ``C`` is chosen for each feature set by 3-fold cross-validation on the
   train rows alone (``PROBE_CS``), top-1 accuracy on val. Choosing C the same way for every
@@ -31,6 +33,7 @@ import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
+from scipy import sparse
 
 from engine.errors import EvaluationError
 
@@ -51,9 +54,9 @@ class RepresentationResult:
 
 
 def _labelled(X, y, what: str) -> tuple[np.ndarray, np.ndarray]:
-    X = np.asarray(X, dtype=np.float32)
+    X = sparse.csr_matrix(X, dtype=np.float32) if sparse.issparse(X) else np.asarray(X, dtype=np.float32)
     y = np.asarray(y, dtype=np.int64)
-    if X.ndim != 2 or len(X) != len(y):
+    if X.ndim != 2 or X.shape[0] != len(y):
         raise EvaluationError(f"{what}: features must be [N, D] with one label per row (got {X.shape}, {y.shape})")
     keep = y >= 0
     return X[keep], y[keep]
@@ -61,10 +64,10 @@ def _labelled(X, y, what: str) -> tuple[np.ndarray, np.ndarray]:
 
 def standardise(train: np.ndarray, val: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Both splits standardised with the train split's mean and standard deviation (constant
-    features become 0). float32 in, float32 out."""
+    features become 0; sparse ones are only divided by it). float32 in, float32 out."""
     from sklearn.preprocessing import StandardScaler  # noqa: PLC0415 (scikit-learn loads only when an evaluation or baseline runs)
 
-    scaler = StandardScaler().fit(train)
+    scaler = StandardScaler(with_mean=not sparse.issparse(train)).fit(train)
     return scaler.transform(train).astype(np.float32), scaler.transform(val).astype(np.float32)
 
 
@@ -91,7 +94,7 @@ def knn_accuracy(Xtr: np.ndarray, ytr: np.ndarray, Xva: np.ndarray, yva: np.ndar
     """Val top-1 accuracy of a k-nearest-neighbour vote (cosine distance, k capped at the train size)."""
     from sklearn.neighbors import KNeighborsClassifier  # noqa: PLC0415 (scikit-learn loads only when an evaluation or baseline runs)
 
-    clf = KNeighborsClassifier(n_neighbors=min(k, len(Xtr)), metric="cosine", algorithm="brute").fit(Xtr, ytr)
+    clf = KNeighborsClassifier(n_neighbors=min(k, Xtr.shape[0]), metric="cosine", algorithm="brute").fit(Xtr, ytr)
     return float((clf.predict(Xva) == yva).mean())
 
 
@@ -101,7 +104,7 @@ def kmeans_scores(X: np.ndarray, y: np.ndarray, seed: int = 0) -> tuple[float, f
     from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score  # noqa: PLC0415 (scikit-learn loads only when an evaluation or baseline runs)
 
     k = len(np.unique(y))
-    if k < 2 or len(X) <= k:
+    if k < 2 or X.shape[0] <= k:
         return float("nan"), float("nan")
     clusters = KMeans(n_clusters=k, n_init=KMEANS_N_INIT, random_state=seed).fit_predict(X)
     return float(normalized_mutual_info_score(y, clusters)), float(adjusted_rand_score(y, clusters))
@@ -130,14 +133,14 @@ def prepare(train: tuple, val: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarra
     figure below reads. ``train``, ``val``: ``(X [N, D], y [N])`` (rows with ``y < 0`` left out).
 
     Returns:
-        ``(Xtr [N', D], ytr [N'], Xva [M', D], yva [M'])``, float32 and int64.
+        ``(Xtr [N', D], ytr [N'], Xva [M', D], yva [M'])``, float32 (CSR when given sparse) and int64.
 
     Raises:
         EvaluationError: malformed arrays, fewer than 2 classes in train, or no labelled val row.
     """
     Xtr, ytr = _labelled(*train, "train features")
     Xva, yva = _labelled(*val, "val features")
-    if len(np.unique(ytr)) < 2 or len(Xva) == 0:
+    if len(np.unique(ytr)) < 2 or Xva.shape[0] == 0:
         raise EvaluationError(f"representation figures need labels: {len(np.unique(ytr))} class(es) among "
                               f"{len(ytr)} labelled train rows, {len(yva)} labelled val rows")
     Xtr, Xva = standardise(Xtr, Xva)

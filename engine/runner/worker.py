@@ -194,7 +194,8 @@ def _execute(run_dir: Path, should_stop: Callable[[], bool], on_step: Callable[[
             final = out["status"]
             ended = time.time()  # training's end: the wall time leaves the evaluation out
             if final == "completed" and evaluates:
-                write_status(run_dir, {**status, "status": "running", "phase": "evaluating", "latest": latest})
+                write_status(run_dir, {**status, "status": "running", "phase": "evaluating", "latest": latest,
+                                       "trained_at": ended})  # the evaluation's budget is a share of training
                 _evaluate_final(run_dir, out["device"], workspace, out["steps_done"], should_stop, waiter(prefetch))
             _final(run_dir, {**status, "status": final, "step": out["steps_done"], "ended_at": ended,
                              "latest": latest, "device": out["device"], "n_params": out["n_params"]})

@@ -243,7 +243,7 @@ def job_active(run_id: str, workspace=None) -> bool:
 #: Folder of the workspace's cache of representation figures (:func:`cached_figures`).
 FIGURE_CACHE_DIR = "cache/eval-figures"
 #: Bumped whenever the recipe of a cached figure changes (engine.eval.representation, engine.eval.probe).
-FIGURE_RECIPE = "1"
+FIGURE_RECIPE = "2"  # 2: BLAS on one thread (engine.eval.job.encoder_figures), sparse TF-IDF, warm-started probe
 
 
 def figure_key(kind: str, seed: int, *arrays: np.ndarray) -> str:
@@ -251,9 +251,16 @@ def figure_key(kind: str, seed: int, *arrays: np.ndarray) -> str:
     ``seed``: a SHA-256 of the recipe version, the kind, the seed, and each array's dtype, shape and bytes."""
     h = hashlib.sha256(f"{FIGURE_RECIPE}|{kind}|{seed}".encode())
     for a in arrays:
-        a = np.ascontiguousarray(a)
-        h.update(f"|{a.dtype.str}{a.shape}|".encode())
-        h.update(a.tobytes())
+        if hasattr(a, "tocsr"):  # a SciPy sparse matrix: its CSR parts
+            a = a.tocsr()
+            h.update(f"|csr{a.shape}|".encode())
+            parts = [a.data, a.indices, a.indptr]
+        else:
+            parts = [a]
+        for part in parts:
+            part = np.ascontiguousarray(part)
+            h.update(f"|{part.dtype.str}{part.shape}|".encode())
+            h.update(part.tobytes())
     return h.hexdigest()
 
 

@@ -250,7 +250,8 @@ class Task(ABC):
 
     def raw_features(self, max_rows: int | None = None) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
         """The raw-input baseline of the representation figures: ``((X_train, y_train), (X_val, y_val))``,
-        ``X float32 [N, D]``, of the rows of each split that :meth:`features` reads.
+        ``X float32 [N, D]`` (an array, or a SciPy sparse matrix when most entries are 0), of the rows
+        of each split that :meth:`features` reads.
         Images: the pixels; audio: log-mel mean and standard deviation per band; text: TF-IDF fitted on
         the train split. Both splits at once, since such features may be fitted on train.
 

@@ -6,6 +6,7 @@ evaluation keeps the phases it finished, and the figures of identical features a
 from __future__ import annotations
 
 import json
+import shutil
 import time
 
 import pytest
@@ -15,6 +16,7 @@ from engine.errors import ConfigError, EvaluationCancelled
 from engine.eval import progress as progress_module
 from engine.eval.budget import PLAN_SHARE, EvalBudget, step_seconds, training_seconds
 from engine.eval.job import evaluate_and_save, evaluate_checkpoint
+from engine.eval.prefetch import BASELINES_DIR
 from engine.eval.progress import HEARTBEAT_S, EvalProgress
 from engine.store import get_run
 from engine.store.evaluations import (
@@ -142,6 +144,7 @@ def test_identical_features_are_scored_once_per_workspace(shared_runs, tmp_path)
     ws, ids = shared_runs.copy("image_mae", dest=tmp_path / "ws")
     d = get_run(ids["image_mae"], ws).path
     cache = ws / FIGURE_CACHE_DIR
+    shutil.rmtree(ws / BASELINES_DIR, ignore_errors=True)  # the run's prefetched baselines: the cache alone here
     first, _ = evaluate_checkpoint(d, 20, workspace=ws, budget=0)
     entries = sorted(cache.glob("*.json"))
     assert len(entries) == 9  # probe, kNN, k-means of three encoders

@@ -3,20 +3,24 @@ process, run lock, run slot), stored with the run; refusals; image and text task
 
 from __future__ import annotations
 
+import json
+import shutil
 import time
 
 import pytest
+import torch
 
 from engine.config import RunConfig
 from engine.data import import_source
 from engine.errors import EvaluationError, RunActiveError
-from engine.eval.job import evaluate_checkpoint, run_job
-from engine.eval.prefetch import start_prefetch
+from engine.eval.job import evaluate_checkpoint, run_job, validated_at
+from engine.eval.prefetch import baselines_path, read_baselines, start_prefetch
 from engine.runner.launcher import cancel, evaluate, submit, worker_env
 from engine.runner.worker import _evaluate_final, execute_run
 from engine.store import create_run, get_run, read_status, run_alive
-from engine.store.evaluations import ENCODERS, FIGURE_CACHE_DIR, load_maps, read_evaluations, read_job
-from engine.tasks import resolve
+from engine.store.checkpoints import load_weights
+from engine.store.evaluations import ENCODERS, load_maps, read_evaluations, read_job
+from engine.tasks import build_task, resolve
 
 EVAL = {"max_rows": 400, "tsne_max_rows": 200, "finetune_epochs": 1, "budget": None}  # the whole recipe
 IMAGE = {"name": "img", "data": {"dataset": "digits"}, "model": {"preset": "tiny", "patch_size": 2},
@@ -90,18 +94,34 @@ def test_refusals_and_a_changed_dataset(workspace, one_thread, tmp_path):
 
 def test_the_prefetch_computes_the_baselines_figures_that_the_evaluation_reads(workspace, one_thread):
     """The worker's prefetch process (engine.eval.prefetch) computes the raw input's and the random
-    init's figures while the run trains; the evaluation then adds only the trained encoder's to the
-    cache: its features are the prefetch's to the bit, so their content keys match."""
+    init's figures while the run trains; the evaluation reads them (and the training's validation at
+    the checkpoint's step) instead of computing them again, and gets the same figures either way."""
     run_id, d = _run({**IMAGE, "train": {**IMAGE["train"], "steps": 10, "checkpoint_interval": 10},
                       "evaluation": {**EVAL, "finetune_epochs": 0}})
-    cache = workspace / FIGURE_CACHE_DIR
     proc = start_prefetch(d, worker_env(workspace))
     assert proc.wait(timeout=300) == 0
-    first = {p.name: p.read_text() for p in cache.glob("*.json")}
-    assert len(first) == 6  # probe, kNN and clustering of the raw input and of the random init
-    ev, _ = evaluate_checkpoint(d, budget=None)
-    after = {p.name: p.read_text() for p in cache.glob("*.json")}
-    assert len(after) == 9 and first.items() <= after.items()  # only the trained encoder's figures are new
+    stored = json.loads(baselines_path(d).read_text())
+    assert set(stored["figures"]) == {"random_init", "raw_input"} and stored["max_rows"] == 400
+    prefetched, _ = evaluate_checkpoint(d, budget=None)
+    for enc, figs in stored["figures"].items():
+        assert prefetched.representation[enc] == figs
+    # stamped with what they were computed from: another row count or dataset is not read
+    assert read_baselines(d, stored["dataset_hash"], 400) == stored["figures"]
+    assert read_baselines(d, stored["dataset_hash"], 300) == {} == read_baselines(d, "other", 400)
+    # without the prefetch's file and cache, the evaluation computes the same figures itself
+    shutil.rmtree(workspace / "cache")
+    computed, _ = evaluate_checkpoint(d, budget=None)
+    assert computed.representation == prefetched.representation
+    # the reconstruction figures are the training's validation at step 10: the checkpoint's own
+    cfg = RunConfig.from_dict(json.loads((d / "config.json").read_text()))
+    torch.manual_seed(0)
+    task = build_task(cfg, "cpu", workspace)
+    task.model.load_state_dict(load_weights(d / "checkpoints" / "step-0000010"))
+    task.model.eval()
+    with torch.no_grad():
+        again = task.evaluate()
+    assert computed.reconstruction == validated_at(d, 10, cfg) == pytest.approx(again, rel=1e-6)
+    assert validated_at(d, 9, cfg) == {}  # no validation logged at step 9
     # a prefetch that cannot run (no such run) fails alone, saying so: the evaluation computes them itself
     proc = start_prefetch(workspace / "runs" / "nope", worker_env(workspace))
     assert proc.wait(timeout=300) == 1

@@ -58,3 +58,32 @@ def test_unlabelled_rows_are_left_out_and_bad_input_refused():
         representation_figures((X[:20], np.repeat([0, -1], 10)), (X, y))
     with pytest.raises(EvaluationError, match=r"train features: features must be \[N, D\]"):
         representation_figures((X, y[:5]), (X, y))
+
+
+def test_sparse_tfidf_of_real_questions_stays_sparse_and_scores_as_its_dense_copy(shared_data):
+    """TF-IDF (the text raw input) goes through every figure sparse: scaled to unit variance, never
+    centred (zeros stay zeros); kNN reads the same neighbours as from the dense copy; the probe reads
+    the question types far above chance; the figure cache tells two matrices apart by content."""
+    from scipy import sparse  # noqa: PLC0415 (only this test builds sparse matrices)
+    from sklearn.feature_extraction.text import TfidfVectorizer  # noqa: PLC0415 (only this test builds TF-IDF)
+
+    from engine.eval.representation import linear_probe, prepare  # noqa: PLC0415 (beside the module's other names, used here only)
+    from engine.store.evaluations import figure_key  # noqa: PLC0415 (the cache key, used here only)
+
+    rows = [line.split("\t") for line in (shared_data / "trec" / "train.tsv").read_text(encoding="utf-8").splitlines()[1:1201]]
+    names = sorted({r[0] for r in rows})
+    y = np.array([names.index(r[0]) for r in rows])
+    vec = TfidfVectorizer(sublinear_tf=True).fit([r[2] for r in rows[:900]])
+    tr, va = (vec.transform([r[2] for r in part]).astype(np.float32) for part in (rows[:900], rows[900:]))
+    Xtr, ytr, Xva, yva = prepare((tr, y[:900]), (va, y[900:]))
+    assert sparse.issparse(Xtr) and sparse.issparse(Xva) and Xtr.nnz == tr.nnz and Xva.nnz == va.nnz
+    std = np.sqrt(Xtr.multiply(Xtr).mean(0).A1 - np.square(Xtr.mean(0).A1))
+    assert np.allclose(std[std > 0], 1, atol=1e-3)
+    assert knn_accuracy(Xtr, ytr, Xva, yva) == knn_accuracy(Xtr.toarray(), ytr, Xva.toarray(), yva)
+    chance = np.bincount(yva).max() / len(yva)
+    assert linear_probe(Xtr, ytr, Xva, yva) > chance + 0.3  # TREC's six types from their words
+    nmi, ari = kmeans_scores(Xva, yva)
+    assert 0 <= nmi <= 1 and np.isfinite(ari)
+    changed = Xtr.copy()
+    changed.data[0] += 1
+    assert figure_key("probe", 0, Xtr) == figure_key("probe", 0, Xtr.copy()) != figure_key("probe", 0, changed)
