@@ -137,3 +137,11 @@ def test_the_api_names_resolve_without_loading_torch():
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.split("\n")[:3] == ["False", "[]", "True"], out.stdout + out.stderr
+
+
+def test_a_queued_worker_does_not_load_torch():
+    """The worker module (and the prefetch helpers it starts) import without torch: a queued worker
+    holds no torch memory until it has a slot (tests/engine/test_runqueue.py checks live workers)."""
+    code = "import sys, engine.runner.worker; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stdout + out.stderr

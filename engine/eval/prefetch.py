@@ -3,34 +3,26 @@
 The raw input's figures (probe, kNN, clustering on :meth:`Task.raw_features`) are a property of the
 dataset, and the random init's are fixed by the architecture and ``train.seed`` before the first step:
 neither needs the trained checkpoint. The worker of a run that will be evaluated at its end starts
-``python -m engine.eval.prefetch RUN_DIR`` beside its training (at a lower CPU priority, ``nice``
-+:data:`NICE`), which computes them into the workspace's figure cache
-(:func:`engine.store.evaluations.cached_figures`, keyed by the features' content); the final
-evaluation waits for it in its setup phase, then reads them from its file (:func:`read_baselines`)
-without computing those features again (``$MASKLAB_EVAL_PREFETCH=0``: no prefetch). Had it failed, or its features
-differ (another device), the evaluation computes them itself: the figures are the same either way.
+``python -m engine.eval.prefetch RUN_DIR`` beside its training (:mod:`engine.runner.prefetch`), at a
+lower CPU priority (``nice`` +:data:`NICE`); it computes them into the workspace's figure cache
+(:func:`engine.store.evaluations.cached_figures`, keyed by the features' content) and a file stamped
+with what they were computed from. The final evaluation waits for it in its setup phase, then reads
+that file (:func:`read_baselines`) instead of computing those features again
+(``$MASKLAB_EVAL_PREFETCH=0``: no prefetch). Had it failed, or its features differ (another device),
+the evaluation computes them itself: the figures are the same either way.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
-#: Set to ``0`` to compute the baselines in the evaluation instead (a machine whose cores training fills).
-PREFETCH_ENV = "MASKLAB_EVAL_PREFETCH"
 #: The workspace's folder of the prefetched baselines' figures, one ``<run id>.json`` per run.
 BASELINES_DIR = "cache/eval-baselines"
 #: How much lower the prefetch's CPU priority is than its worker's (``os.nice``).
 NICE = 10
-#: The variables that set the BLAS and OpenMP threads of numpy, scikit-learn and torch.
-BLAS_THREADS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-#: How often the waiting evaluation looks at the prefetch (seconds).
-POLL_S = 0.05
 
 
 def prefetch_baselines(run_dir: Path, workspace=None) -> list[str]:
@@ -107,39 +99,6 @@ def read_baselines(run_dir: Path, dataset_hash: str, max_rows: int, workspace=No
         return {enc: {k: float(v) for k, v in figs.items()} for enc, figs in found["figures"].items()}
     except (OSError, ValueError, AttributeError, TypeError, KeyError):
         return {}
-
-
-def start_prefetch(run_dir: Path, env: dict[str, str] | None = None) -> subprocess.Popen | None:
-    """Start ``python -m engine.eval.prefetch RUN_DIR`` (stdout discarded, stderr the caller's), its
-    BLAS on one thread (spinning BLAS threads starve at a low priority); None when it cannot start
-    (the evaluation then computes the baselines itself)."""
-    from engine.runner.launcher import REPO_ROOT  # noqa: PLC0415 (the launcher is needed only by the worker that starts a prefetch)
-
-    env = {**(os.environ if env is None else env), **{k: "1" for k in BLAS_THREADS}}
-    try:
-        return subprocess.Popen([sys.executable, "-m", "engine.eval.prefetch", str(run_dir)], cwd=REPO_ROOT, env=env,
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, close_fds=True)
-    except OSError:
-        return None
-
-
-def waiter(proc: subprocess.Popen | None) -> Callable[[], None]:
-    """What the evaluation calls in its setup phase: wait for the prefetch ``proc`` to end (a cancel
-    interrupts the wait like any phase; the worker then stops the prefetch with :func:`stop_prefetch`)."""
-
-    def wait() -> None:
-        while proc is not None and proc.poll() is None:
-            time.sleep(POLL_S)
-
-    return wait
-
-
-def stop_prefetch(proc: subprocess.Popen | None) -> None:
-    """Kill the prefetch if it still runs (the run failed or was cancelled) and reap it."""
-    if proc is not None and proc.poll() is None:
-        proc.kill()
-    if proc is not None:
-        proc.wait()
 
 
 def main(argv: list[str] | None = None) -> int:

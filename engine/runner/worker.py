@@ -42,10 +42,10 @@ from typing import Callable
 
 from engine.config import RunConfig
 from engine.errors import EvaluationCancelled, MasklabError, NonFiniteLossError, ResumeError, RunLockedError, StorageError
-from engine.eval.prefetch import PREFETCH_ENV, start_prefetch, stop_prefetch, waiter
 from engine.runner.backends import REASON_PREFIX, WORKSPACE_EXIT, check_workspace
 from engine.runner.devices import run_gpus
 from engine.runner.launcher import start_worker, worker_env
+from engine.runner.prefetch import PREFETCH_ENV, start_prefetch, stop_prefetch, waiter
 from engine.runner.queue import dequeue, enqueue, max_runs, run_slot
 from engine.runner.resources import exit_reason, print_exc, resolve_threads, say
 from engine.runner.resume import PRIOR_FIELD, RESUME_FIELD, prepare_resume, reset_after

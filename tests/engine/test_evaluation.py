@@ -14,8 +14,9 @@ from engine.config import RunConfig
 from engine.data import import_source
 from engine.errors import EvaluationError, RunActiveError
 from engine.eval.job import evaluate_checkpoint, run_job, validated_at
-from engine.eval.prefetch import baselines_path, read_baselines, start_prefetch
+from engine.eval.prefetch import baselines_path, read_baselines
 from engine.runner.launcher import cancel, evaluate, submit, worker_env
+from engine.runner.prefetch import start_prefetch
 from engine.runner.worker import _evaluate_final, execute_run
 from engine.store import create_run, get_run, read_status, run_alive
 from engine.store.checkpoints import load_weights
