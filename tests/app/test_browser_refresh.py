@@ -126,6 +126,9 @@ def test_reload_keeps_the_interactive_boxes_inputs(shared_runs, tmp_path, page):
         expect(box.get_by_role("combobox", name="Validation image")).to_be_visible(timeout=20_000)
         pick(page, box, "Validation image", re.compile(r"^3 · "))
         expect(box.get_by_test_id("stDataFrame")).to_be_visible(timeout=20_000)
+        # the box's fragment writes the pick to the URL when its rerun ends (the table of image 0 may
+        # still be on screen until then)
+        expect(page).to_have_url(re.compile(r"[?&]box_image=2(&|$)"), timeout=20_000)
         q = query(page)
         assert (q["box_caption"], q["box_image"]) == ("A red apple.", "2"), q
         reload(page)

@@ -93,38 +93,39 @@ def test_refusals_and_a_changed_dataset(workspace, one_thread, tmp_path):
         evaluate_checkpoint(d)
 
 
-def test_the_prefetch_computes_the_baselines_figures_that_the_evaluation_reads(workspace, one_thread):
+def test_the_prefetch_computes_the_baselines_figures_that_the_evaluation_reads(shared_runs, tmp_path, one_thread):
     """The worker's prefetch process (engine.eval.prefetch) computes the raw input's and the random
     init's figures while the run trains; the evaluation reads them (and the training's validation at
     the checkpoint's step) instead of computing them again, and gets the same figures either way."""
-    run_id, d = _run({**IMAGE, "train": {**IMAGE["train"], "steps": 10, "checkpoint_interval": 10},
-                      "evaluation": {**EVAL, "finetune_epochs": 0}})
-    proc = start_prefetch(d, worker_env(workspace))
+    ws, ids = shared_runs.copy("image_mae", dest=tmp_path / "ws")
+    d = get_run(ids["image_mae"], ws).path
+    shutil.rmtree(ws / "cache", ignore_errors=True)  # what the run's own prefetch and evaluation left
+    proc = start_prefetch(d, worker_env(ws))
     assert proc.wait(timeout=300) == 0
     stored = json.loads(baselines_path(d).read_text())
-    assert set(stored["figures"]) == {"random_init", "raw_input"} and stored["max_rows"] == 400
-    prefetched, _ = evaluate_checkpoint(d, budget=None)
+    n = stored["max_rows"]
+    assert set(stored["figures"]) == {"random_init", "raw_input"} and n == 300
+    prefetched, _ = evaluate_checkpoint(d, 20, workspace=ws, budget=0)
     for enc, figs in stored["figures"].items():
         assert prefetched.representation[enc] == figs
     # stamped with what they were computed from: another row count or dataset is not read
-    assert read_baselines(d, stored["dataset_hash"], 400) == stored["figures"]
-    assert read_baselines(d, stored["dataset_hash"], 300) == {} == read_baselines(d, "other", 400)
+    assert read_baselines(d, stored["dataset_hash"], n) == stored["figures"]
+    assert read_baselines(d, stored["dataset_hash"], n - 1) == {} == read_baselines(d, "other", n)
     # without the prefetch's file and cache, the evaluation computes the same figures itself
-    shutil.rmtree(workspace / "cache")
-    computed, _ = evaluate_checkpoint(d, budget=None)
+    shutil.rmtree(ws / "cache")
+    computed, _ = evaluate_checkpoint(d, 20, workspace=ws, budget=0)
     assert computed.representation == prefetched.representation
-    # the reconstruction figures are the training's validation at step 10: the checkpoint's own
+    # the reconstruction figures are the training's validation at step 20: the checkpoint's own
     cfg = RunConfig.from_dict(json.loads((d / "config.json").read_text()))
-    torch.manual_seed(0)
-    task = build_task(cfg, "cpu", workspace)
-    task.model.load_state_dict(load_weights(d / "checkpoints" / "step-0000010"))
+    task = build_task(cfg, "cpu", ws)
+    task.model.load_state_dict(load_weights(d / "checkpoints" / "step-0000020"))
     task.model.eval()
     with torch.no_grad():
         again = task.evaluate()
-    assert computed.reconstruction == validated_at(d, 10, cfg) == pytest.approx(again, rel=1e-6)
-    assert validated_at(d, 9, cfg) == {}  # no validation logged at step 9
+    assert computed.reconstruction == validated_at(d, 20, cfg) == pytest.approx(again, rel=1e-6)
+    assert validated_at(d, 19, cfg) == {}  # no validation logged at step 19
     # a prefetch that cannot run (no such run) fails alone, saying so: the evaluation computes them itself
-    proc = start_prefetch(workspace / "runs" / "nope", worker_env(workspace))
+    proc = start_prefetch(ws / "runs" / "nope", worker_env(ws))
     assert proc.wait(timeout=300) == 1
 
 
