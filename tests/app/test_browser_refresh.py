@@ -109,6 +109,7 @@ def test_reload_keeps_the_interactive_boxes_inputs(shared_runs, tmp_path, page):
         expect(box.get_by_text("1 of 16 patches hidden · checkpoint of step 20")).to_be_visible(timeout=60_000)
         expect(box.get_by_role("combobox", name="Validation image")).to_have_value(re.compile(r"^3 · "))
         assert query(page) == q
+        settle(page)  # the page above the box still lays out after a reload: shoot the box once it stands
         box_shot(box, "live-masking-box-after-reload")
 
         # the retrieval box: a caption typed, and an image picked on the other tab
@@ -136,6 +137,7 @@ def test_reload_keeps_the_interactive_boxes_inputs(shared_runs, tmp_path, page):
         expect(box.get_by_label("Caption", exact=True)).to_have_value("A red apple.", timeout=60_000)
         found = box.get_by_test_id("stImageCaption").filter(has_text=re.compile(r"^\d\. "))
         expect(found).to_have_count(5, timeout=30_000)
+        settle(page)
         box_shot(box, "live-retrieval-box-after-reload")
         box.get_by_role("tab", name="Image → captions").click()
         expect(box.get_by_role("combobox", name="Validation image")).to_have_value(re.compile(r"^3 · "))
