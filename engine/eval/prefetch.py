@@ -19,6 +19,17 @@ import os
 import sys
 from pathlib import Path
 
+import torch
+
+from engine.config import RunConfig
+from engine.eval.figures import FIGURE_PHASES, RAW_INPUT_SEED, encoder_figures
+from engine.eval.representation import prepare
+from engine.runner.resources import resolve_threads
+from engine.store.evaluations import FIGURE_RECIPE
+from engine.tasks import build_task
+from engine.training.loop import resolve_device
+from engine.workspace import atomic_write_json, read_json, workspace_root
+
 #: The workspace's folder of the prefetched baselines' figures, one ``<run id>.json`` per run.
 BASELINES_DIR = "cache/eval-baselines"
 #: How much lower the prefetch's CPU priority is than its worker's (``os.nice``).
@@ -35,15 +46,6 @@ def prefetch_baselines(run_dir: Path, workspace=None) -> list[str]:
     Raises:
         EvaluationError: the dataset has no labels to probe, as the evaluation would.
     """
-    import torch  # noqa: PLC0415 (torch and the tasks load in the prefetch process only, not in the worker's parent)
-
-    from engine.config import RunConfig  # noqa: PLC0415 (torch and the tasks load in the prefetch process only, not in the worker's parent)
-    from engine.eval.figures import FIGURE_PHASES, RAW_INPUT_SEED, encoder_figures  # noqa: PLC0415 (torch and the tasks load in the prefetch process only, not in the worker's parent)
-    from engine.eval.representation import prepare  # noqa: PLC0415 (torch and the tasks load in the prefetch process only, not in the worker's parent)
-    from engine.runner.resources import resolve_threads  # noqa: PLC0415 (torch and the tasks load in the prefetch process only, not in the worker's parent)
-    from engine.tasks import build_task  # noqa: PLC0415 (torch and the tasks load in the prefetch process only, not in the worker's parent)
-    from engine.training.loop import resolve_device  # noqa: PLC0415 (torch and the tasks load in the prefetch process only, not in the worker's parent)
-    from engine.workspace import atomic_write_json, read_json  # noqa: PLC0415 (torch and the tasks load in the prefetch process only, not in the worker's parent)
 
     run_dir = Path(run_dir)
     raw = read_json(run_dir / "config.json")
@@ -70,7 +72,6 @@ def prefetch_baselines(run_dir: Path, workspace=None) -> list[str]:
 
 def baselines_path(run_dir: Path, workspace=None) -> Path:
     """Where the prefetch leaves the run's baselines' figures: the workspace's cache, by run id."""
-    from engine.workspace import workspace_root  # noqa: PLC0415 (the workspace module loads only where a prefetch's file is read or written)
 
     run_dir = Path(run_dir)
     return workspace_root(workspace if workspace is not None else run_dir.parent.parent) / BASELINES_DIR / f"{run_dir.name}.json"
@@ -79,7 +80,6 @@ def baselines_path(run_dir: Path, workspace=None) -> Path:
 def _stamp(run_dir: Path, dataset_hash: str, max_rows: int) -> dict:
     """What the baselines' figures were computed from: the figures' recipe, the run's config file
     (its bytes' SHA-256), the dataset's content and the rows read."""
-    from engine.store.evaluations import FIGURE_RECIPE  # noqa: PLC0415 (the store loads only where a prefetch's file is read or written)
 
     config_sha = hashlib.sha256((Path(run_dir) / "config.json").read_bytes()).hexdigest()
     return {"recipe": FIGURE_RECIPE, "config_sha": config_sha, "dataset_hash": dataset_hash, "max_rows": max_rows}
@@ -89,7 +89,6 @@ def read_baselines(run_dir: Path, dataset_hash: str, max_rows: int, workspace=No
     """The baselines' figures the run's prefetch computed (encoder -> figure -> value), when they
     were computed from this config, dataset and row count with this recipe; else ``{}`` (the
     evaluation then computes them itself). Never raises."""
-    from engine.workspace import read_json  # noqa: PLC0415 (the workspace module loads only where a prefetch's file is read or written)
 
     try:
         found = read_json(baselines_path(run_dir, workspace))
