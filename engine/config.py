@@ -111,6 +111,9 @@ class ModelConfig(_Strict):
     arch: str = Field("", description="model architecture; '' = the task's default (resolved)")
     preset: str = "tiny"
     patch_size: int | None = Field(None, ge=1, le=64, description="patch side P in pixels; must divide H and W")
+    init_from: str = Field("", max_length=64, description="start from an imported model's weights (its name in "
+                           "`python -m engine models list`): its architecture, patch size and preprocessing, "
+                           "on this run's data; '' = a fresh model")
 
 
 class ObjectiveTerm(_Strict):
@@ -139,7 +142,8 @@ class ObjectiveConfig(_Strict):
 class TrainConfig(_Strict):
     """Optimisation and bookkeeping. Steps are optimizer steps; intervals are in steps."""
 
-    steps: int = Field(1000, ge=1)
+    steps: int = Field(1000, ge=0, description="optimiser steps; 0 evaluates and keeps the initial model "
+                       "(an imported one, model.init_from) without training it")
     batch_size: int = Field(128, ge=1, le=65536)
     lr: float = Field(1.5e-3, gt=0.0, le=10.0, description="peak learning rate after warmup")
     min_lr: float = Field(0.0, ge=0.0)

@@ -24,6 +24,7 @@ import torch
 from engine.config import RunConfig
 from engine.eval.figures import FIGURE_PHASES, RAW_INPUT_SEED, encoder_figures
 from engine.eval.representation import prepare
+from engine.pretrained.runs import random_init_
 from engine.runner.resources import resolve_threads
 from engine.store.evaluations import FIGURE_RECIPE
 from engine.tasks import build_task
@@ -54,6 +55,7 @@ def prefetch_baselines(run_dir: Path, workspace=None) -> list[str]:
     n, seed = cfg.evaluation.max_rows, cfg.train.seed
     torch.manual_seed(seed)  # the run's initial weights, drawn as the run and its evaluation draw them
     task = build_task(cfg, torch.device("cpu"), workspace)
+    random_init_(task, cfg.train.seed)  # a run from an imported model: its architecture's init, not the import
     task.model.eval()
     feats = {}
     with torch.no_grad():

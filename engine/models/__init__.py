@@ -243,11 +243,19 @@ def build_model(cfg, **dims: Any) -> nn.Module:
 
     Weights are initialised from the global torch RNG; seed it first for a reproducible init.
 
+    A run that starts from an imported model (``model.init_from``) passes ``pretrained=`` its
+    record (:func:`engine.pretrained.runs.record`, kept in ``task.json``): its architecture is
+    built, not a preset (random weights: the caller loads them).
+
     Raises:
         ConfigError: unknown ``model.arch`` or ``model.preset`` (lists the known ones), a
             ``model.patch_size`` that does not divide ``H x W``, or ``objective.norm_pix_loss`` with
             one value per patch.
     """
+    if "pretrained" in dims:
+        from engine.pretrained.runs import build_from_record  # noqa: PLC0415 (engine.pretrained imports this package: a cycle at the top)
+
+        return build_from_record(dims["pretrained"])
     return get_model_spec(cfg.model.arch).builder(cfg, **dims)
 
 

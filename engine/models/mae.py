@@ -44,6 +44,9 @@ class MaskedAutoencoderViT(nn.Module):
         stored_pos_embed: keep ``pos_embed`` / ``decoder_pos_embed`` in the state dict (persistent
             buffers, still fixed: no gradient) so that a checkpoint's stored tensors are loaded and
             used. False (every masklab run): recomputed sin-cos buffers outside the state dict.
+        input_mean, input_std: per-channel ``C`` floats: the model reads ``(x - mean) / std`` of
+            pixels ``x`` in [0, 1] (an imported checkpoint's processor, e.g. ImageNet's), and
+            :meth:`reconstruct` undoes it. None (every masklab run): the pixels as they are.
 
     Both widths must be multiples of 4 (2-D sin-cos positional embedding).
 
@@ -73,6 +76,8 @@ class MaskedAutoencoderViT(nn.Module):
         decoder_mlp_hidden_dim: int | None = None,
         layer_norm_eps: float = 1e-6,
         stored_pos_embed: bool = False,
+        input_mean: tuple[float, ...] | list[float] | None = None,
+        input_std: tuple[float, ...] | list[float] | None = None,
     ):
         super().__init__()
         H, W = img_size
@@ -87,6 +92,11 @@ class MaskedAutoencoderViT(nn.Module):
         self.num_patches = self.grid_size[0] * self.grid_size[1]  # L
         self.norm_pix_loss = norm_pix_loss
         eps = layer_norm_eps
+        self.input_norm = input_mean is not None or input_std is not None
+        # Non-persistent: the processor's statistics belong to the config (an imported model's record),
+        # so every checkpoint keeps the state-dict keys of its kind.
+        self.register_buffer("input_mean", _channel_stat(input_mean, in_chans, 0.0), persistent=False)
+        self.register_buffer("input_std", _channel_stat(input_std, in_chans, 1.0), persistent=False)
 
         # --- encoder -------------------------------------------------------------------------------
         self.patch_embed = nn.Conv2d(in_chans, embed_dim, kernel_size=(ph, pw), stride=(ph, pw))  # (B,C,H,W) -> (B,D,h,w)
@@ -262,10 +272,20 @@ class MaskedAutoencoderViT(nn.Module):
         h = self.decoder_pred(self.decoder_norm(h))  # (M, P*P*C), row-major order of rows
         return h.new_zeros(B, L, h.shape[-1]).masked_scatter(rows.unsqueeze(-1), h)  # (B, L, P*P*C)
 
+    def normalize_input(self, imgs: torch.Tensor) -> torch.Tensor:
+        """What the encoder reads: ``(imgs - input_mean) / input_std`` (``imgs`` itself without
+        ``input_norm``), ``[B, C, H, W]``."""
+        return (imgs - self.input_mean) / self.input_std if self.input_norm else imgs
+
+    def to_pixels(self, x: torch.Tensor) -> torch.Tensor:
+        """The inverse of :meth:`normalize_input`: ``x * input_std + input_mean``, ``[B, C, H, W]``."""
+        return x * self.input_std + self.input_mean if self.input_norm else x
+
     def forward_target(self, imgs: torch.Tensor) -> torch.Tensor:
-        """The reconstruction target ``[B, L, P*P*C]``: ``patchify(imgs)``, per-patch normalised when
-        ``norm_pix_loss`` (:func:`engine.objectives.normalize_patches`)."""
-        target = self.patchify(imgs)
+        """The reconstruction target ``[B, L, P*P*C]``: ``patchify`` of the model's input
+        (:meth:`normalize_input`), per-patch normalised when ``norm_pix_loss``
+        (:func:`engine.objectives.normalize_patches`)."""
+        target = self.patchify(self.normalize_input(imgs))
         return normalize_patches(target) if self.norm_pix_loss else target
 
     def forward(self, imgs: torch.Tensor, mask: torch.Tensor, every_patch: bool | None = None) -> dict[str, torch.Tensor]:
@@ -285,7 +305,7 @@ class MaskedAutoencoderViT(nn.Module):
             ``engine.objectives.masked_mse`` of them.
         """
         mask = self.flat_mask(mask, imgs.device)
-        patches = self.patchify(imgs)  # (B, L, P*P*C): the encoder's input and the target
+        patches = self.patchify(self.normalize_input(imgs))  # (B, L, P*P*C): the encoder's input and the target
         latent, ids_restore, pad = self._encode_patches(patches, mask)
         if every_patch is None:
             every_patch = not torch.is_grad_enabled()
@@ -309,7 +329,7 @@ class MaskedAutoencoderViT(nn.Module):
             ``[B, D]`` (``[B, 2D]`` with ``stats``).
         """
         mask = torch.zeros(imgs.shape[0], self.num_patches, dtype=torch.bool, device=imgs.device)
-        latent, _, _ = self.forward_encoder(imgs, mask)
+        latent, _, _ = self.forward_encoder(self.normalize_input(imgs), mask)
         return (pool_stats if stats else pool)(latent[:, 1:, :], keep)
 
     @torch.no_grad()
@@ -326,10 +346,11 @@ class MaskedAutoencoderViT(nn.Module):
         Returns:
             ``{"pred_img": [B, C, H, W], "pasted": [B, C, H, W]}``, both clamped to [0, 1]: the
             prediction of every patch, and the original pixels at visible patches with the
-            prediction at masked ones.
+            prediction at masked ones. With ``input_norm`` the prediction is mapped back to pixels
+            (``* input_std + input_mean``) after the norm-pix step, as MAE's demo does.
         """
         mask = self.flat_mask(mask, imgs.device)
-        latent, ids_restore, pad = self.forward_encoder(imgs, mask)
+        latent, ids_restore, pad = self.forward_encoder(self.normalize_input(imgs), mask)
         return display_images(self, imgs, self.forward_decoder(latent, ids_restore, pad).float(), mask)
 
 
@@ -364,19 +385,38 @@ def pool_stats(tokens: torch.Tensor, keep: torch.Tensor | None = None) -> torch.
 def display_images(model, imgs: torch.Tensor, pred: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
     """A patch model's prediction as display images (shared by MAE and SimMIM).
 
-    With ``model.norm_pix_loss`` the prediction is mapped back to pixels with each true patch's own
-    mean and variance (as MAE's visualisation does, which peeks at the true patch statistics).
+    With ``model.norm_pix_loss`` the prediction is mapped back with each true patch's own mean and
+    variance (as MAE's visualisation does, which peeks at the true patch statistics), of the model's
+    input; a model with an input normalisation (``input_norm``, an imported MAE's processor) then
+    maps it back to pixels.
 
     Args:
-        model: has ``patchify``, ``unpatchify`` and ``norm_pix_loss``.
-        imgs: ``[B, C, H, W]`` in [0, 1]; pred: ``[B, L, P*P*C]`` float; mask: ``[B, L]`` bool.
+        model: has ``patchify``, ``unpatchify`` and ``norm_pix_loss`` (and, with ``input_norm``,
+            ``normalize_input`` and ``to_pixels``).
+        imgs: ``[B, C, H, W]`` in [0, 1]; pred: ``[B, L, P*P*C]`` float, the model's units; mask: ``[B, L]`` bool.
 
     Returns:
         ``{"pred_img": [B, C, H, W], "pasted": [B, C, H, W]}`` clamped to [0, 1]: the prediction of
         every patch, and the original pixels at visible patches with the prediction at masked ones.
     """
-    target = model.patchify(imgs).float()
+    norm_in = getattr(model, "input_norm", False)
+    target = model.patchify(model.normalize_input(imgs) if norm_in else imgs).float()
     if model.norm_pix_loss:
         pred = pred * (target.var(dim=-1, keepdim=True) + 1e-6).sqrt() + target.mean(dim=-1, keepdim=True)
-    pasted = torch.where(mask.unsqueeze(-1), pred, target)
+    if norm_in:
+        pred = model.patchify(model.to_pixels(model.unpatchify(pred)))
+    pasted = torch.where(mask.unsqueeze(-1), pred, model.patchify(imgs).float())
     return {"pred_img": model.unpatchify(pred).clamp(0.0, 1.0), "pasted": model.unpatchify(pasted).clamp(0.0, 1.0)}
+
+
+def _channel_stat(values, channels: int, default: float) -> torch.Tensor:
+    """``[1, C, 1, 1]`` float32 of ``values`` (``default`` everywhere when None). Raises ValueError:
+    not one value per channel, or (for the std, ``default`` 1) a value <= 0."""
+    if values is None:
+        return torch.full((1, channels, 1, 1), float(default))
+    t = torch.tensor([float(v) for v in values], dtype=torch.float32)
+    if t.numel() != channels:
+        raise ValueError(f"input mean/std need {channels} values (one per channel), got {t.numel()}")
+    if default == 1.0 and not bool((t > 0).all()):
+        raise ValueError(f"input std must be positive, got {t.tolist()}")
+    return t.reshape(1, channels, 1, 1)

@@ -81,6 +81,8 @@ class Task(ABC):
             ``train`` section it is (measured recipes: bench/README.md).
         task_params_defaults: what New run proposes for ``task_params`` where its fields leave them
             open: a dict, or the name of an example config whose ``task_params`` it is.
+        init_from_arch: the ``model.arch`` an imported model (``model.init_from``,
+            :mod:`engine.pretrained.runs`) trains as in this task; ``""``: the task cannot start from one.
 
     Instance attributes (set by ``__init__``):
         model: the ``nn.Module`` being trained (on ``device``).
@@ -101,6 +103,7 @@ class Task(ABC):
     interactive: ClassVar[str] = ""
     train_defaults: ClassVar[dict | str] = {}
     task_params_defaults: ClassVar[dict | str] = {}
+    init_from_arch: ClassVar[str] = ""
 
     model: torch.nn.Module
     n_train: int
@@ -128,6 +131,11 @@ class Task(ABC):
         for section in type(cfg.data).model_fields:
             if section != "dataset" and section not in cls.data_sections and getattr(cfg.data, section) is not None:
                 raise ConfigError(f"data.{section}: task {cls.name!r} does not use it; remove it")
+        if cfg.model.init_from:  # the imported model's arch (checked against the model by Task.check)
+            if not cls.init_from_arch:
+                raise ConfigError(f"model.init_from: task {cls.name!r} cannot start from an imported model; "
+                                  "image_mim (MAE) and text_mlm (BERT) can")
+            cfg.model.arch = cfg.model.arch or cls.init_from_arch
         if not cfg.model.arch:
             cfg.model.arch = cls.archs[0]
         if cfg.model.arch not in cls.archs:

@@ -328,7 +328,8 @@ class TextTokenizer:
 
     @classmethod
     def load(cls, folder: str | os.PathLike[str]) -> TextTokenizer:
-        """Load ``folder/tokenizer.json`` and the settings in ``folder/meta.json`` (:func:`get_tokenizer`'s layout).
+        """Load ``folder/tokenizer.json`` and the settings in ``folder/meta.json`` (:func:`get_tokenizer`'s
+        layout; an imported model's tokenizer also has its ``special_tokens`` there, :func:`cache_tokenizer`).
 
         Raises:
             ValueError: a missing or unreadable file, or wrong special tokens (naming the folder).
@@ -337,7 +338,7 @@ class TextTokenizer:
         try:
             meta = read_json(folder / META_FILE)
             settings = TokenizerSettings.model_validate(meta["settings"])
-            return cls(Tokenizer.from_file(str(folder / TOKENIZER_FILE)), settings)
+            return cls(Tokenizer.from_file(str(folder / TOKENIZER_FILE)), settings, meta.get("special_tokens"))
         except Exception as e:  # noqa: BLE001 - JSON, pydantic and Rust errors all mean "unusable"
             raise ValueError(f"{folder}: cannot load the tokenizer ({describe_error(e)}); a new run trains it again") from e
 
@@ -517,3 +518,32 @@ def get_tokenizer(
     if not publish_folder(folder, fill, marker=META_FILE, overwrite=broken):
         return TextTokenizer.load(folder), tok_id  # another process cached it first: use theirs
     return tok, tok_id
+
+
+def cache_tokenizer(tok: TextTokenizer, tok_id: str, meta: dict, workspace: str | os.PathLike[str] | None = None
+                    ) -> TextTokenizer:
+    """Keep a tokenizer that was not trained here (an imported model's) as ``<workspace>/tokenizers/<tok_id>/``
+    beside the trained ones, so that :func:`load_tokenizer` finds it by the id a run records; the
+    cached one when the folder is already there.
+
+    Args:
+        tok: the tokenizer (its ``special_tokens`` are kept in ``meta.json``).
+        tok_id: the id, unique to its content (the caller hashes it).
+        meta: extra ``meta.json`` entries (e.g. where it came from).
+
+    Raises:
+        ValueError: a cached folder of that id that cannot be loaded (naming it).
+    """
+    folder = tokenizers_dir(workspace) / tok_id
+    if (folder / META_FILE).exists():
+        return TextTokenizer.load(folder)
+    full = {**meta, "id": tok_id, "settings": tok.settings.model_dump(), "special_tokens": tok.special_tokens,
+            "vocab_size": tok.vocab_size, "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "tokenizers_version": tokenizers.__version__, "format": FORMAT_VERSION}
+
+    def fill(tmp: Path) -> None:
+        tok.save(tmp)
+        atomic_write_json(tmp / META_FILE, full)  # written last: the folder's "complete" marker
+
+    publish_folder(folder, fill, marker=META_FILE)  # False: another process cached the same content first
+    return tok

@@ -193,7 +193,8 @@ def fit(state: TrainState, writers: Writers, *, should_stop: Callable[[], bool] 
     ``step_time`` (s), and on a GPU of :data:`engine.training.perf.GPU_PEAK_FLOPS` ``mfu`` (a step's
     counted matmul FLOPs / step time / the datasheet peak of its dtype). Every ``train.eval_interval``
     steps and at the end: :func:`validate`; every ``train.checkpoint_interval`` steps, at the end and
-    at a stop: :func:`checkpoint`.
+    at a stop: :func:`checkpoint`. With ``train.steps`` 0 (an imported model shown on a dataset,
+    ``model.init_from``) step 0 is evaluated and checkpointed, nothing trained.
 
     With several ranks (``state.dist``, :mod:`engine.runner.torchrun`) every rank takes its slice of
     each global batch of ``train.batch_size`` rows, ``loss`` and the other step figures are means
@@ -259,7 +260,7 @@ def fit(state: TrainState, writers: Writers, *, should_stop: Callable[[], bool] 
             last_ckpt = step
         if on_step is not None and dist.writer:
             on_step(step)
-    if stopped and state.step > last_ckpt:
+    if stopped and state.step > last_ckpt or t.steps == 0:  # 0 steps: the initial model is the run's checkpoint
         checkpoint(state, writers)
     writers.metrics.flush()
     return FitResult(state.step, stopped, state.val_first, state.val_last, str(state.device), count_parameters(model))

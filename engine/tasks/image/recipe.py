@@ -30,6 +30,7 @@ from engine.eval.reconstruction import image_quality
 from engine.masking import draw_mask, get_masking, grid_shape, image_side_inputs, preview_masks, strategies_on
 from engine.models import build_model
 from engine.objectives import Objective, normalize_patches
+from engine.pretrained.runs import FittedImages, check_init, init_model, input_shape, record
 from engine.store.samples import Sample
 from engine.tasks.base import Task
 from engine.tasks.checks import masking_problem
@@ -37,9 +38,13 @@ from engine.tasks.registry import register_task
 from engine.training.perf import to_device
 
 EVAL_MAX_ROWS = 2048  # val loss is averaged over at most this many fixed val images
+#: ... and over at most this many patches in all (a ViT-B/16 at 224x224, 196 patches: 668 images).
+EVAL_MAX_PATCHES = 2048 * 64
 EVAL_CHUNK = 256
-#: The biharmonic baseline is computed on the first this many eval images (about 8 ms per 28x28 image).
+#: The biharmonic baseline is computed on the first this many eval images (about 8 ms per 28x28 image)...
 BIHARMONIC_MAX_ROWS = 512
+#: ... and on at most this many pixels in all (all 512 up to 32x32; 10 images of 224x224).
+BIHARMONIC_MAX_PIXELS = BIHARMONIC_MAX_ROWS * 32 * 32
 #: Float values of train images the mean-image and kNN baselines compare with (``4 *`` this many bytes):
 #: 65,536 images at 28x28x1, so every Fashion-MNIST train image (:meth:`ImageMIMTask.baseline_reference`).
 BASELINE_MAX_VALUES = 65_536 * 28 * 28
@@ -94,6 +99,7 @@ class ImageMIMTask(Task):
     sample_kind = "image"
     interactive = "masking"  # train_defaults: per image size (the image UI's recipe)
     archs = ("mae_vit", "simmim_vit")
+    init_from_arch = "mae_vit"  # an imported MAE (engine.pretrained.runs)
     default_loss = "mse"
     unit = "patch"
     #: Pixel-space figures shown next to the headline, with their baselines ``baseline/<name>/mse``
@@ -103,7 +109,8 @@ class ImageMIMTask(Task):
     @classmethod
     def quality_notes(cls, config: dict) -> list[str]:
         """How the figures next to the baselines were measured, for the dashboard's table."""
-        notes = [f"biharmonic on the first {BIHARMONIC_MAX_ROWS} validation images only (tens of ms each)",
+        notes = [f"biharmonic on the first {BIHARMONIC_MAX_ROWS} validation images only (tens of ms each; fewer of "
+                 f"images over 32x32 pixels, {BIHARMONIC_MAX_PIXELS:,} pixels in all)",
                  "pixel figures clip predictions to [0, 1]"]
         if (config.get("objective") or {}).get("norm_pix_loss"):
             notes.append("no pixel MSE for this run: it predicts per-patch normalised pixels, and turning them "
@@ -126,6 +133,8 @@ class ImageMIMTask(Task):
         of its masks can train (:func:`engine.tasks.checks.masking_problem`) at ``masking.ratio`` and, with
         a schedule, at ``masking.final_ratio``."""
         _, H, W = info.image_shape
+        if cfg.model.init_from:  # the images are fitted to the imported model's input
+            _, H, W = input_shape(record(check_init(cfg, cls.modality, workspace)))
         h, w = grid_shape((H, W), cfg.model.patch_size)
         strategy = get_masking(cfg.masking.strategy)
         if not strategy.works_on("patch-2d"):
@@ -133,7 +142,10 @@ class ImageMIMTask(Task):
                               f"strategies for images: {', '.join(strategies_on('patch-2d'))}")
         n, images = PROBE_ROWS, None
         if strategy.needs:  # e.g. superpixels: probe with real images of the dataset (SLIC ~1 ms each)
-            images = load_dataset(cfg.data.dataset, workspace).tensors("train", limit=PROBE_IMAGES)[0]
+            ds = load_dataset(cfg.data.dataset, workspace)
+            if cfg.model.init_from:
+                ds = FittedImages(ds, (ds.info.image_shape[0], H, W))
+            images = ds.tensors("train", limit=PROBE_IMAGES)[0]
             n = len(images)
         side = image_side_inputs(cfg.masking, images, cfg.model.patch_size)
         ratios = [cfg.masking.ratio] + ([cfg.masking.final_ratio] if cfg.masking.schedule != "constant" else [])
@@ -149,6 +161,11 @@ class ImageMIMTask(Task):
         self.cfg, self.device = cfg, device
         t = cfg.train
         ds = load_dataset(cfg.data.dataset, workspace)
+        self.model_dims, self.input_fit = {}, ""
+        if cfg.model.init_from:  # an imported MAE: its weights, and the images fitted to its input
+            model, rec = init_model(cfg, workspace)
+            ds = FittedImages(ds, input_shape(rec))
+            self.model_dims, self.input_fit = {"pretrained": rec}, ds.note
         self.class_names = tuple(ds.info.class_names)
         # Row indices only: a batch reads its own rows (train_batch), so a memory-mapped dataset of
         # any size costs the batch, not the split (bench/data_memory.py).
@@ -159,12 +176,12 @@ class ImageMIMTask(Task):
         C, H, W = ds.info.image_shape
         self.image_shape = (C, H, W)
         self.grid = grid_shape(self.image_shape[1:], cfg.model.patch_size)
-        self.model = build_model(cfg, image_shape=self.image_shape).to(device)
+        self.model = (model if cfg.model.init_from else build_model(cfg, image_shape=self.image_shape)).to(device)
         self.objective = Objective.from_config(cfg.objective, self.outputs(cfg))
         self.n_train = len(self.train_rows)
         self.batch_size = min(t.batch_size, self.n_train)
         self._ds = ds
-        self.x_eval = ds.rows_tensors(val_rows[:EVAL_MAX_ROWS])[0].to(device)
+        self.x_eval = ds.rows_tensors(val_rows[:eval_max_rows(self.grid)])[0].to(device)
         vis = val_rows[representative(ds.labels[val_rows], t.num_vis)]  # class-stratified, as every view
         x_vis, y_vis = ds.rows_tensors(vis)
         self.vis_x = x_vis.to(device)
@@ -178,8 +195,15 @@ class ImageMIMTask(Task):
                            for i in range(0, len(self.x_eval), EVAL_CHUNK)]
 
     def run_info(self) -> dict:
-        return {"dataset_hash": getattr(self._ds.info, "source_hash", ""), "image_shape": list(self.image_shape),
+        """The dataset's hash, the image shape the model reads, train rows; for an imported model
+        also its record (``model_dims``) and how the images were fitted to it (``input_fit``)."""
+        info = {"dataset_hash": getattr(self._ds.info, "source_hash", ""), "image_shape": list(self.image_shape),
                 "n_train": self.n_train}
+        if self.model_dims:
+            info["model_dims"] = self.model_dims
+        if self.input_fit:
+            info["input_fit"] = self.input_fit
+        return info
 
     def _draw(self, xb: torch.Tensor, g: torch.Generator, ratio: float) -> torch.Tensor:
         """``[len(xb), L]`` bool masks for a batch (side inputs such as superpixels from its images)."""
@@ -221,7 +245,7 @@ class ImageMIMTask(Task):
             xb = self.x_eval[i : i + EVAL_CHUNK]
             target = self.model.patchify(xb.float())
             for name, pred in all_baselines(xb, mask, x_ref, P,
-                                             biharmonic_rows=max(0, BIHARMONIC_MAX_ROWS - i)).items():
+                                             biharmonic_rows=max(0, biharmonic_rows(self.image_shape[1:]) - i)).items():
                 n = len(pred)
                 loss, _ = self.objective(self._scored(pred, target[:n], mask[:n]))
                 sse, count = masked_pixel_sse(pred, target[:n], mask[:n])
@@ -244,8 +268,12 @@ class ImageMIMTask(Task):
         return self._ds.rows_tensors(self.train_rows[:n])[0].to(self.device)
 
     def _scored(self, pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The objective's inputs for a pixel-space prediction ``[N, L, P*P*C]``: prediction and
-        target normalised per patch when ``norm_pix_loss`` (the run's target), as they are otherwise."""
+        """The objective's inputs for a pixel-space prediction ``[N, L, P*P*C]``, in the model's units:
+        prediction and target put through the model's input normalisation (an imported MAE's
+        processor), then normalised per patch when ``norm_pix_loss`` (the run's target)."""
+        if getattr(self.model, "input_norm", False):
+            m = self.model
+            pred, target = (m.patchify(m.normalize_input(m.unpatchify(t.float()))) for t in (pred, target))
         if self.cfg.objective.norm_pix_loss:
             pred, target = normalize_patches(pred.float()), normalize_patches(target)
         return {"pred": pred, "target": target, "mask": mask}
@@ -271,7 +299,11 @@ class ImageMIMTask(Task):
             total += float(loss) * len(xb)
             n += len(xb)
             if pixels:
-                s, c = masked_pixel_sse(out["pred"], out["target"], mask)
+                pred, target = out["pred"], out["target"]
+                if getattr(self.model, "input_norm", False):  # back to pixels in [0, 1] (an imported MAE's processor)
+                    pred = self.model.patchify(self.model.to_pixels(self.model.unpatchify(pred.float())))
+                    target = self.model.patchify(xb.float())
+                s, c = masked_pixel_sse(pred, target, mask)
                 sse, count = sse + s, count + c
         metrics = {"val_loss": total / max(n, 1)}
         if pixels and count:
@@ -316,3 +348,16 @@ class ImageMIMTask(Task):
             x, y = self._ds.rows_tensors(eval_rows(self._ds, split, max_rows))
             out.append((x.flatten(1).numpy(), y.numpy().astype(np.int64)))
         return out[0], out[1]
+
+
+def eval_max_rows(grid: tuple[int, int]) -> int:
+    """Fixed validation images of a run on an ``h x w`` patch grid: :data:`EVAL_MAX_ROWS`, fewer when
+    they would hold over :data:`EVAL_MAX_PATCHES` patches (at least 64)."""
+    return max(64, min(EVAL_MAX_ROWS, EVAL_MAX_PATCHES // max(1, grid[0] * grid[1])))
+
+
+def biharmonic_rows(hw) -> int:
+    """Images the biharmonic baseline inpaints: :data:`BIHARMONIC_MAX_ROWS` of up to 32x32 pixels,
+    fewer of larger images (:data:`BIHARMONIC_MAX_PIXELS` in all; at least 8)."""
+    H, W = (int(v) for v in hw)
+    return max(8, min(BIHARMONIC_MAX_ROWS, BIHARMONIC_MAX_PIXELS // max(1, H * W)))

@@ -9,6 +9,7 @@ import torch
 from engine.config import RunConfig
 from engine.data import representative
 from engine.masking import draw_mask
+from engine.pretrained.runs import check_init, pretrained_tokenizer
 from engine.text.stored import StoredEncoded
 from engine.text.tokenizer import TokenizerSettings, get_tokenizer, text_chunks
 
@@ -95,7 +96,14 @@ def baseline_rows(enc) -> tuple:
 
 
 def tokenizer_for(cfg: RunConfig, ds, workspace=None):
-    """``(tokenizer, tokenizer_id)`` of the run: trained on the train split of ``ds`` once, then cached."""
+    """``(tokenizer, tokenizer_id)`` of the run: trained on the train split of ``ds`` once, then cached;
+    an imported model's own (``model.init_from``, :func:`engine.pretrained.runs.pretrained_tokenizer`).
+
+    Raises:
+        ConfigError: ``model.init_from`` names no imported text model.
+    """
+    if cfg.model.init_from:
+        return pretrained_tokenizer(check_init(cfg, "text", workspace), workspace)
     settings = TokenizerSettings(**cfg.data.tokenizer.model_dump())
     return get_tokenizer(ds.info.name, ds.info.source_hash, lambda: ds.texts("train"), settings, workspace,
                          train_chunks=lambda: text_chunks(ds, "train"))

@@ -51,6 +51,7 @@ from engine.masking.segment import segment_bounds
 from engine.models import build_model
 from engine.models.span_infill import shift_right, span_corrupt, span_exact_match, span_scored_mask
 from engine.objectives import Objective
+from engine.pretrained.runs import check_init, init_model
 from engine.store.samples import Sample
 from engine.tasks.base import Task
 from engine.tasks.checks import masking_problem
@@ -172,8 +173,13 @@ class TextTask(Task):
         return self.train.lengths
 
     def run_info(self) -> dict:
-        return {"dataset_hash": self._ds.info.source_hash, "tokenizer_id": self.tokenizer_id,
+        """The dataset's hash, the tokenizer's id and size, train rows; for an imported model also
+        its record (``model_dims``)."""
+        info = {"dataset_hash": self._ds.info.source_hash, "tokenizer_id": self.tokenizer_id,
                 "vocab_size": self.tok.vocab_size, "n_train": self.n_train}
+        if getattr(self, "model_dims", None):
+            info["model_dims"] = self.model_dims
+        return info
 
     #: The rows of an encoded split cut to their longest (:func:`~engine.tasks.text.common.text_rows`).
     rows = staticmethod(text_rows)
@@ -250,7 +256,8 @@ class TextMLMTask(TextTask):
     name = "text_mlm"
     sample_kind = "text_mlm"
     interactive = "fill_in"
-    archs = ("bert",)
+    archs = ("bert", "bert_hf")
+    init_from_arch = "bert_hf"  # an imported BertForMaskedLM (engine.pretrained.runs)
     params = MLMParams
     headline = ("val_top1", "max")
     summary = "masked language modeling: BERT's 80/10/10 on any token masking (Devlin et al. 2019)"
@@ -260,6 +267,8 @@ class TextMLMTask(TextTask):
         """The strategy applies to token sequences, and a probe batch of real texts gets trainable
         masks (:func:`engine.tasks.checks.masking_problem` over the maskable tokens)."""
         cls._check_strategy(cfg)
+        if cfg.model.init_from:
+            check_init(cfg, cls.modality, workspace)
         enc = cls._probe(cfg, workspace)
         b = cls.rows(enc, torch.arange(len(enc)))
         ratios = [cfg.masking.ratio] + ([cfg.masking.final_ratio] if cfg.masking.schedule != "constant" else [])
@@ -274,7 +283,11 @@ class TextMLMTask(TextTask):
         self._load(cfg, device, workspace)
         p = MLMParams(**cfg.task_params)
         self.shares = {"mask_share": p.mask_share, "random_share": p.random_share}
-        self.model = build_model(cfg, vocab_size=self.tok.vocab_size, max_len=cfg.data.tokenizer.max_len).to(device)
+        if cfg.model.init_from:  # an imported BERT, with the tokenizer it came with (self.tok)
+            model, rec = init_model(cfg, workspace)
+            self.model, self.model_dims = model.to(device), {"pretrained": rec}
+        else:
+            self.model = build_model(cfg, vocab_size=self.tok.vocab_size, max_len=cfg.data.tokenizer.max_len).to(device)
         self.objective = Objective.from_config(cfg.objective, self.outputs(cfg))
         # Fixed val masks, every predicted token shown as [MASK] (nothing to copy), drawn once.
         g = torch.Generator().manual_seed(cfg.train.seed + 10_000)
