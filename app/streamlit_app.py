@@ -50,6 +50,7 @@ READ_ONLY = ["../pages/runs.py", "../pages/run_detail.py", "../pages/compare.py"
              "../pages/present.py"]
 PAGES = {
     "../pages/data.py": "Data",
+    "../pages/models.py": "Models",
     "../pages/new_run.py": "New run",
     "../pages/mask_lab.py": "Mask lab",
     "../pages/runs.py": "Runs",

@@ -83,6 +83,10 @@ from engine.modalities import get_modality, modality_names  # a Modality names i
 from engine.modalities import reads_option  # whether a modality's importers read an import option
 from engine.modalities.grids import GRID_KINDS  # the unit grids masking strategies work on
 
+# --- imported (pretrained) models: list, import (upload, path, Hub id), show on a dataset, delete ---
+from engine.pretrained.manage import FOLDER_FILES, delete_pretrained, import_path, import_upload, show_pretrained
+from engine.pretrained.store import PretrainedError, PretrainedModel, get_pretrained, list_pretrained
+
 # --- workspace ---
 from engine.runner.resume import TASK_INFO
 from engine.workspace import read_json, workspace_root
@@ -184,6 +188,9 @@ __all__ = [
     "VIEW_SEED", "bundled_status", "cancel_import", "classes_text", "counted", "delete_dataset", "get_modality",
     "import_source", "import_status", "inspect_source", "list_datasets", "load_dataset", "modality_names", "proposed_rate",
     "rates_text", "reads_option", "representative", "start_import",
+    # imported models
+    "FOLDER_FILES", "PretrainedError", "PretrainedModel", "delete_pretrained", "get_pretrained", "import_path",
+    "import_upload", "list_pretrained", "show_pretrained",
     # workspace
     "workspace_root",
     # lazy (torch): masking, tasks, objectives, pre-flight

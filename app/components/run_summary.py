@@ -57,6 +57,30 @@ def summary(rec: Any, points: dict) -> None:
                 "device used is recorded when the run ends.")
     m[5].metric("Parameters", param_text(rec, weights))
     st.caption(f"Runs on: {placement_label(rec, full=True, job=cluster_job(rec.path))}")
+    if origin := pretrained_text(rec):
+        st.info(origin)
+
+
+def pretrained_text(rec: Any) -> str:
+    """What a run that starts from an imported model (``model.init_from``) says about it: the model,
+    the file it was imported from (``task.json``'s record), whether it trained at all, and how the
+    dataset's images were fitted to its input; ``""`` for any other run."""
+    name = ((rec.config or {}).get("model") or {}).get("init_from")
+    if not name:
+        return ""
+    try:
+        info = read_task_info(rec.path) if getattr(rec, "path", None) is not None else {}
+    except (OSError, ValueError):  # not started yet
+        info = {}
+    src = (((info.get("model_dims") or {}).get("pretrained") or {}).get("source")) or {}
+    steps = ((rec.config or {}).get("train") or {}).get("steps")
+    parts = [f"Pretrained: starts from the imported model **{name}**"
+             + (f", imported from `{src.get('path')}` ({src.get('format')})" if src.get("path") else ""),
+             "not trained here (0 steps): what is shown is the published model itself" if steps == 0
+             else f"then trained {steps} steps on this dataset"]
+    if info.get("input_fit"):
+        parts.append(info["input_fit"])
+    return " · ".join(parts) + "."
 
 
 def curves(run_id: str, config: dict, legend: dict, x: str, log_y: bool) -> None:

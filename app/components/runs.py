@@ -10,6 +10,7 @@ was the untrained model.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import PurePath
 from typing import Any
 
 import pandas as pd
@@ -17,7 +18,7 @@ import streamlit as st
 
 from app.components.errors import guarded
 from app.components.names import is_percent, metric_label
-from engine.api import EVAL_PHASES, MasklabError, evaluation_job, format_bytes, list_runs
+from engine.api import EVAL_PHASES, MasklabError, evaluation_job, format_bytes, list_pretrained, list_runs
 from engine.api import latest_points as store_latest_points
 
 #: Status -> the colour of its badge (Streamlit's named colours: text on a tinted pill, no icon font).
@@ -264,7 +265,8 @@ def placement_label(rec: Any, full: bool = False, job: dict | None = None) -> st
     return " · ".join(p for p in (backend, where, count, gpus) if p)
 
 
-def runs_frame(records: Sequence[Any], points: dict | None = None, sizes: dict[str, int] | None = None) -> pd.DataFrame:
+def runs_frame(records: Sequence[Any], points: dict | None = None, sizes: dict[str, int] | None = None,
+               sources: dict[str, str] | None = None) -> pd.DataFrame:
     """One row per run with the columns of the run table (newest first, as given): who, status,
     progress, the key hyperparameters (task, patch or tokenizer, preset, masking, lr, steps), the
     latest loss and headline figure each with its step, dataset, duration, tags and disk space.
@@ -273,6 +275,8 @@ def runs_frame(records: Sequence[Any], points: dict | None = None, sizes: dict[s
         records: run records.
         points: :func:`latest_points` (default: the values of ``status.json``, without steps).
         sizes: run id -> bytes on disk (:func:`engine.store.disk_usage`); None: no ``disk`` column.
+        sources: imported model name -> its source file (:func:`pretrained_sources`): a run that
+            starts from one (``model.init_from``) shows ``pretrained NAME (file)`` for its preset.
     """
     rows = []
     for r in records:
@@ -289,7 +293,7 @@ def runs_frame(records: Sequence[Any], points: dict | None = None, sizes: dict[s
                 "dataset": (cfg.get("data") or {}).get("dataset", ""),
                 "task": cfg.get("task", "?"),
                 "units": grid_label(cfg),
-                "preset": (cfg.get("model") or {}).get("preset", ""),
+                "preset": model_label(cfg, sources),
                 "masking": masking_label(cfg),
                 "lr": (cfg.get("train") or {}).get("lr"),
                 "loss": "–" if loss is None else f"{loss:.4f}" + (f" @ {loss_step}" if loss_step not in (None, r.step) else ""),
@@ -309,6 +313,25 @@ def runs_frame(records: Sequence[Any], points: dict | None = None, sizes: dict[s
     return pd.DataFrame(rows)
 
 
+def model_label(cfg: dict, sources: dict[str, str] | None = None) -> str:
+    """The run table's model cell: the preset, or ``pretrained NAME (file)`` for a run that starts
+    from an imported model (the file's name from ``sources``, when it is still imported)."""
+    model = cfg.get("model") or {}
+    if not model.get("init_from"):
+        return model.get("preset", "")
+    src = (sources or {}).get(model["init_from"])
+    return f"pretrained {model['init_from']}" + (f" ({PurePath(src).name})" if src else "")
+
+
+def pretrained_sources() -> dict[str, str]:
+    """Imported model name -> the path it was imported from (for :func:`model_label`); ``{}`` when
+    the models cannot be listed."""
+    try:
+        return {m.name: str((m.source or {}).get("path") or "") for m in list_pretrained()}
+    except MasklabError:
+        return {}
+
+
 #: Column widths (pixels) of the run table: together about the width of the page's main column.
 TABLE_COLUMNS = {"run": 165, "status": 88, "step": 80, "dataset": 84, "recipe": 328, "loss": 55, "validation": 140}
 #: Columns shown when they have something: their width comes out of the recipe column.
@@ -322,12 +345,14 @@ def run_table(records: Sequence[Any], sizes: dict[str, int] | None = None) -> No
     a run has some and the disk space when ``sizes`` (run id -> bytes) is given; the other columns
     (the recipe's parts, the duration, the run id) are hidden. The recipe column gives up the width
     the extra columns take."""
-    frame = runs_frame(records, latest_points(records), sizes)
+    sources = pretrained_sources() if any(((r.config or {}).get("model") or {}).get("init_from") for r in records) else {}
+    frame = runs_frame(records, latest_points(records), sizes, sources)
     widths = dict(TABLE_COLUMNS)
     extra = {c: w for c, w in EXTRA_COLUMNS.items() if c in frame.columns and frame[c].astype(bool).any()}
     widths["recipe"] -= sum(extra.values())
     widths.update(extra)
-    helps = {"recipe": "learning rate · patch size or tokenizer · model preset · masking · task",
+    helps = {"recipe": "learning rate · patch size or tokenizer · model preset (or the imported model it starts "
+                       "from) · masking · task",
              "loss": "latest training loss (@ its step when not the run's step)",
              "validation": "the task's headline validation figure @ the step it was measured",
              "disk": "space the run's folder takes (metrics, checkpoints, samples, log)",

@@ -50,6 +50,8 @@ ACTIONS: dict[str, tuple[str, str]] = {
     "run.delete": ("admin", "delete runs"),
     "data.import": ("editor", "import datasets"),
     "data.delete": ("admin", "delete datasets"),
+    "model.import": ("editor", "import pretrained models"),
+    "model.delete": ("admin", "delete imported models"),
     "users.manage": ("admin", "manage users"),
     "audit.read": ("admin", "read the audit log"),
 }

@@ -11,7 +11,9 @@ the trained and the random-init encoder, at most the recipe's (``evaluation.fine
 :data:`engine.eval.finetune.MAX_STEPS`). Its step count is planned once, from one timed step and the
 measured cost of a forward pass per row (the head's statistics and the accuracies after training), so
 the cosine schedule knows its length. A budget of 0 skips fine-tuning, none (null) sets no limit; a run
-with no training time at all is fine-tuned by the full recipe, and the evaluation says so.
+with no training time recorded is fine-tuned by the full recipe, and the evaluation says so; a
+checkpoint at step 0 (a run of 0 steps: an imported model shown on a dataset) trained for 0 s, so
+only the full recipe, asked for, fine-tunes it.
 
 Why time, not FLOPs: the cheap phases are mostly scikit-learn work that FLOP counters do not see,
 and the budget is what a user waits for. The FLOPs of a training step are still reported
@@ -36,7 +38,9 @@ PLAN_SHARE = 0.85
 
 def training_seconds(run_dir: Path, step: int) -> float | None:
     """The training time of the run's checkpoint at ``step`` (module docstring), seconds: from its
-    status's times when it has them, else :func:`step_seconds`. None when it has neither."""
+    status's times when it has them, else :func:`step_seconds`; 0 at step 0. None when it has neither."""
+    if step == 0:  # no optimiser step: a run of 0 steps (an imported model shown as it is) trained nothing
+        return 0.0
     st = read_status(Path(run_dir))
     started, done = st.get("started_at"), int(st.get("step") or 0)
     if started and done > 0:

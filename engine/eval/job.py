@@ -243,7 +243,10 @@ def evaluate_checkpoint(run_dir: Path, step: int | None = None, *, device: str =
         step_s = time_step(task.model, ft_inputs) if plan.budget_s is None or spent < plan.budget_s else 0.0
         steps = plan.plan_finetune(time.time() - t0, recipe_steps(ft_inputs, ev_cfg.finetune_epochs), step_s, row_s,
                                    min(n_tr, STAT_ROWS) + n_va)
-        if steps == 0:
+        if steps == 0 and plan.train_s == 0:
+            ev.notes.append(f"no fine-tune: the checkpoint is at step 0 (no training time for the budget to share); "
+                            f"ask for the full recipe (python -m engine evaluate {run_dir.name} --budget full)")
+        elif steps == 0:
             encode_s = 2 * (min(n_tr, STAT_ROWS) + n_va) * row_s
             ev.notes.append(f"no fine-tune: the cheap phases and a step's timing spent {plan.cheap_s:.0f} s and "
                             f"encoding the rows after fine-tuning would take {encode_s:.0f} s of the budget's "

@@ -1,9 +1,8 @@
-"""``python -m engine models import|list|delete`` and ``python -m engine predict``."""
+"""``python -m engine models import|list|show|delete`` and ``python -m engine predict``."""
 
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 
 import numpy as np
@@ -29,6 +28,10 @@ def add_parsers(sub) -> None:
     mi.add_argument("--image-mean", type=_floats3, help="R,G,B mean of a .pth's inputs (ImageNet's by default)")
     mi.add_argument("--image-std", type=_floats3, help="R,G,B std of a .pth's inputs (ImageNet's by default)")
     ms.add_parser("list", help="imported models")
+    mw = ms.add_parser("show", help="show an imported model on a dataset of its modality: a background run of 0 "
+                       "steps (model.init_from) to open on Run detail, Compare and Presentation")
+    mw.add_argument("name")
+    mw.add_argument("--dataset", required=True)
     md = ms.add_parser("delete", help="delete an imported model")
     md.add_argument("name")
     p = sub.add_parser("predict", help="what the masking and fill-in boxes do, from the command line: a run's "
@@ -44,7 +47,7 @@ def add_parsers(sub) -> None:
 
 
 def cmd_models(args) -> int:
-    from engine.pretrained.store import get_pretrained, list_pretrained  # noqa: PLC0415 (the CLI's read-only commands start without torch)
+    from engine.pretrained.store import list_pretrained  # noqa: PLC0415 (the CLI's read-only commands start without torch)
 
     if args.models_cmd == "import":
         from engine.pretrained.importers import import_model  # noqa: PLC0415 (the CLI's read-only commands start without torch)
@@ -62,10 +65,16 @@ def cmd_models(args) -> int:
         for info in list_pretrained():
             print(f"{info.name}\t{info.arch}\t{info.modality}\t{info.n_params:,}\t{info.source.get('path', '')}")
         return 0
+    if args.models_cmd == "show":
+        from engine.pretrained.manage import show_pretrained  # noqa: PLC0415 (the CLI's read-only commands start without torch)
+
+        print(show_pretrained(args.name, args.dataset))
+        return 0
     if args.models_cmd == "delete":
-        info = get_pretrained(args.name)
-        shutil.rmtree(info.path)
-        print(f"deleted {info.name}")
+        from engine.pretrained.manage import delete_pretrained  # noqa: PLC0415 (the CLI's read-only commands start without torch)
+
+        delete_pretrained(args.name)
+        print(f"deleted {args.name}")
         return 0
     return 2
 

@@ -57,7 +57,7 @@ def check_init(cfg, modality: str, workspace=None) -> PretrainedModel:
     """
     info = init_info(cfg, workspace)
     if info.modality != modality:
-        raise ConfigError(f"model.init_from: {info.name} is an {info.modality} model, but this run's dataset holds "
+        raise ConfigError(f"model.init_from: {info.name} is {_a(info.modality)} model, but this run's dataset holds "
                           f"{modality}; pick a dataset of {info.modality}")
     if cfg.model.arch != info.arch:
         raise ConfigError(f"model.arch: {info.name} is a {info.arch} model; set model.arch to {info.arch}")
@@ -75,6 +75,11 @@ def check_init(cfg, modality: str, workspace=None) -> PretrainedModel:
         if cfg.data.tokenizer is not None and cfg.data.tokenizer.max_len > most:
             raise ConfigError(f"data.tokenizer.max_len: {info.name} has {most} positions; set it to at most {most}")
     return info
+
+
+def _a(word: str) -> str:
+    """``word`` with its indefinite article ("an image", "a text")."""
+    return ("an " if word[:1] in "aeiou" else "a ") + word
 
 
 def record(info: PretrainedModel) -> dict[str, Any]:
@@ -143,6 +148,9 @@ def random_init_(task, seed: int) -> bool:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         fresh = build_from_record(rec)
+        if hasattr(fresh, "initialize_weights"):  # the MAE builder draws at its own fixed seed (a fresh decoder's)
+            torch.manual_seed(seed)
+            fresh.initialize_weights()
     task.model.load_state_dict(fresh.state_dict())
     return True
 
@@ -156,9 +164,12 @@ def view_config(name: str, dataset: str, workspace=None) -> dict[str, Any]:
     Raises:
         ConfigError: no such model, or a modality masklab cannot start from.
     """
-    info = get_pretrained(name, workspace) if name else None
-    if info is None or info.modality not in INIT_TASKS:
-        raise ConfigError(f"model.init_from: {name!r} cannot be shown on a dataset")
+    try:
+        info = get_pretrained(name, workspace)
+    except PretrainedError as e:
+        raise ConfigError(f"model.init_from: {e}") from None
+    if info.modality not in INIT_TASKS:
+        raise ConfigError(f"model.init_from: {name} is {_a(info.modality)} model; masklab shows image and text models")
     task, arch = INIT_TASKS[info.modality]
     cfg: dict[str, Any] = {
         "name": f"{name} on {dataset}", "task": task, "data": {"dataset": dataset},

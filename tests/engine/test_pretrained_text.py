@@ -33,50 +33,12 @@ from engine.pretrained.predict_text import predict_text
 from engine.pretrained.text import load_text_tokenizer
 from engine.tasks.text.inference import fill_in, tokenizer_of
 from engine.text.tokenizer import TextTokenizer
+from tests.pretrained_text_checkpoints import make_checkpoint
 
 transformers = pytest.importorskip("transformers")
 
 TOL = 1e-5
-WORDS = ["the", "capital", "of", "france", "is", "paris", "Paris", "what", "?", "a", "cat", "dog", "##s", "sat",
-         "on", "mat", ".", "hello", "world", "cafe", "and", "city", "big", "small", "red", "##ly", "run", ","]
 TEXTS = ["What is the capital of [MASK] ?", "the cat [MASK] on the Mat .", "Paris is a big [MASK] , [MASK] Café !"]
-
-
-def vocab_of(layout: str) -> list[str]:
-    """A vocabulary with BERT's special tokens at non-zero ids (see the module docstring)."""
-    if layout == "bertbase":
-        return (["[PAD]"] + [f"[unused{i}]" for i in range(99)] + ["[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS)
-    return ["[PAD]", "x", "y", "[UNK]", "z", "[CLS]", "[SEP]", "[MASK]"] + WORDS
-
-
-def make_checkpoint(folder: Path, *, arch: str = "BertForMaskedLM", hidden_act: str = "gelu", eps: float = 1e-12,
-                    tokenizer: str = "json", lowercase: bool = True, layout: str = "shuffled", seed: int = 0) -> Path:
-    """A ``save_pretrained`` folder of a perturbed random BERT and its tokenizer (``tokenizer.json``,
-    or ``vocab.txt`` with ``tokenizer_config.json`` as older checkpoints have)."""
-    folder.mkdir(parents=True)
-    vocab = vocab_of(layout)
-    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
-    if tokenizer == "json":
-        tok = transformers.BertTokenizer(str(folder / "vocab.txt"), do_lower_case=lowercase)
-        (folder / "vocab.txt").unlink()
-        tok.save_pretrained(folder)
-        assert (folder / "tokenizer.json").is_file() and not (folder / "vocab.txt").exists()
-    else:
-        (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "BertTokenizer",
-                                                                   "do_lower_case": lowercase}), encoding="utf-8")
-        (folder / "special_tokens_map.json").write_text(json.dumps(
-            {"pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]", "sep_token": "[SEP]",
-             "mask_token": "[MASK]"}), encoding="utf-8")
-    config = transformers.BertConfig(vocab_size=len(vocab), hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                                     intermediate_size=128, max_position_embeddings=40, hidden_act=hidden_act,
-                                     layer_norm_eps=eps, pad_token_id=0, initializer_range=0.2)
-    torch.manual_seed(seed)
-    model = getattr(transformers, arch)(config)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.02 * torch.randn_like(p))
-    model.save_pretrained(folder)
-    return folder
 
 
 def hf_model(folder: Path):
