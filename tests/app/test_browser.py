@@ -52,7 +52,7 @@ expect = playwright_sync.expect
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = REPO / "test-artifacts"
 CHART = "canvas, svg.marks, .vega-embed"
-NAV_TITLES = ["Data", "New run", "Mask lab", "Runs", "Run detail", "Compare", "Sweeps", "Presentation", "Audit"]  # the local admin also gets Audit
+NAV_TITLES = ["Data", "Models", "New run", "Mask lab", "Runs", "Run detail", "Compare", "Sweeps", "Presentation", "Audit"]  # the local admin also gets Audit
 
 
 def free_port() -> int:

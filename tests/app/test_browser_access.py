@@ -30,7 +30,7 @@ CFG = {"data": {"dataset": "digits"}, "model": {"preset": "tiny", "patch_size": 
 WRITE_CONTROLS = re.compile(r"^(Cancel|Resume|Launch|Import|Evaluate|Delete run|Delete dataset|Browse files)$")
 # The sidebar of each role, in the router's order (app/streamlit_app.py).
 VIEWER_PAGES = ["Runs", "Run detail", "Compare", "Sweeps", "Presentation"]
-EDITOR_PAGES = ["Data", "New run", "Mask lab", *VIEWER_PAGES]
+EDITOR_PAGES = ["Data", "Models", "New run", "Mask lab", *VIEWER_PAGES]
 ADMIN_PAGES = [*EDITOR_PAGES, "Audit"]
 
 

@@ -27,7 +27,7 @@ from engine.tasks.image.recipe import RECIPES
 
 ENTRY = Path(__file__).resolve().parents[2] / "app" / "streamlit_app.py"
 
-PAGES = ["../pages/data.py", "../pages/new_run.py", "../pages/mask_lab.py", "../pages/runs.py", "../pages/run_detail.py",
+PAGES = ["../pages/data.py", "../pages/models.py", "../pages/new_run.py", "../pages/mask_lab.py", "../pages/runs.py", "../pages/run_detail.py",
          "../pages/compare.py", "../pages/sweeps.py", "../pages/present.py"]
 
 
@@ -53,7 +53,7 @@ def test_page_renders_on_fresh_workspace(workspace, page):
     at = open_page(page)
     assert not at.exception, [e.value for e in at.exception]
     assert not at.error, [e.value for e in at.error]
-    assert at.title[0].value in {"Data", "New run", "Mask lab", "Runs", "Run detail", "Compare runs", "Sweeps",
+    assert at.title[0].value in {"Data", "Models", "New run", "Mask lab", "Runs", "Run detail", "Compare runs", "Sweeps",
                                   "Presentation"}
 
 

@@ -14,9 +14,9 @@ from engine.access.audit import read_audit
 from engine.access.policy import Identity
 from engine.cli import main as cli_main
 from engine.errors import ConfigError, PermissionDeniedError
-from engine.eval.inference import load_model
 from engine.pretrained.manage import delete_pretrained, import_path, import_upload, show_pretrained, stage_upload
 from engine.pretrained.store import PretrainedError, get_pretrained, list_pretrained, models_root
+from engine.runner.launcher import cancel
 from engine.store import get_run, list_runs
 from tests.engine.procs import wait_until
 from tests.pretrained_image_checkpoints import hf_model, save_hf_folder
@@ -92,18 +92,24 @@ def test_import_upload_and_path_are_checked_and_audited(folder, workspace):
         ("model.import", "failed", "ed"), ("model.import", "ok", "ed"), ("model.import", "refused", "vera")]
 
 
-def test_show_then_delete_keeps_the_run(folder, workspace):
+def test_show_submits_a_view_run_and_delete_needs_an_admin(folder, workspace):
+    """``models show`` (the CLI is the local admin) submits the 0-step run of view_config; the run
+    itself, and that it outlives the import, are tests/engine/test_pretrained_runs.py's."""
     import_path(str(folder), "mine", workspace=workspace, actor=EDITOR)
     with pytest.raises(ConfigError, match="model.init_from"):
         show_pretrained("nope", "digits", workspace, actor=EDITOR)
-    assert cli_main(["models", "show", "mine", "--dataset", "digits"]) == 0  # the CLI is the local admin
-    run_id = list_runs(workspace)[0].run_id
-    wait_until(lambda: get_run(run_id, workspace).status in ("completed", "failed"), 120, "the view run to end")
-    rec = get_run(run_id, workspace)
-    assert rec.status == "completed", rec.error
-    assert rec.config["model"]["init_from"] == "mine" and rec.total_steps == 0
+    with pytest.raises(PermissionDeniedError):
+        show_pretrained("mine", "digits", workspace, actor=VIEWER)
+    assert cli_main(["models", "show", "mine", "--dataset", "digits"]) == 0
+    (rec,) = list_runs(workspace)
+    cancel(rec.run_id, workspace)  # its training is not this test's
+    cfg = rec.config
+    assert cfg["model"]["init_from"] == "mine" and cfg["model"]["patch_size"] == 8 and cfg["train"]["steps"] == 0
+    assert cfg["data"]["dataset"] == "digits" and cfg["task"] == "image_mim"
     with pytest.raises(PermissionDeniedError):
         delete_pretrained("mine", workspace, actor=EDITOR)
     delete_pretrained("mine", workspace, actor=ADMIN)
     assert list_pretrained(workspace) == [] and not list(models_root(workspace).iterdir())
-    assert load_model(run_id, None, workspace).step == 0  # the run keeps its model's record and checkpoint
+    with pytest.raises(PretrainedError, match="no imported model named 'mine'"):
+        delete_pretrained("mine", workspace, actor=ADMIN)
+    wait_until(lambda: not get_run(rec.run_id, workspace).is_active, 60, "the cancelled run to end")
