@@ -111,9 +111,12 @@ class ModelConfig(_Strict):
     arch: str = Field("", description="model architecture; '' = the task's default (resolved)")
     preset: str = "tiny"
     patch_size: int | None = Field(None, ge=1, le=64, description="patch side P in pixels; must divide H and W")
-    init_from: str = Field("", max_length=64, description="start from an imported model's weights (its name in "
-                           "`python -m engine models list`): its architecture, patch size and preprocessing, "
-                           "on this run's data; '' = a fresh model")
+    init_from: str = Field("", max_length=64, description="start from an imported model (its name in `python -m "
+                           "engine models list`: its architecture, patch size and preprocessing) or a run's "
+                           "checkpoint (its id: a fork; the weights that fit are loaded), on this run's data; "
+                           "'' = a fresh model")
+    init_step: int | None = Field(None, ge=0, description="the checkpoint step of the run model.init_from names "
+                                  "(None: its latest)")
 
 
 class ObjectiveTerm(_Strict):

@@ -1,34 +1,41 @@
-"""An imported model as a run's starting point: ``model.init_from: NAME``.
+"""A run's starting point: ``model.init_from`` an imported model, or a fork of another run.
 
-A run whose ``model.init_from`` names an imported model (``models/<name>/``) trains that model's
-architecture from its weights, on the run's own dataset; with ``train.steps: 0`` it only evaluates
-and keeps it, which is how a published checkpoint is *shown* on a dataset (its reconstructions on
-Run detail and Presentation, the masking and fill-in boxes, the evaluation job). The run records the
-model's record in ``task.json`` (``model_dims["pretrained"]``), so it loads without the imported
-folder, and its ``input_fit`` (how the dataset's images were fitted to the model's input).
+``model.init_from: SOURCE`` names an imported model (``models/<name>/``) or a run (its id; with
+``model.init_step: N`` its checkpoint at step N, else its latest). The run then trains, on its own
+dataset, masking, objective and schedule, from those weights:
 
-- Images (``image_mim`` with ``mae_vit``): the dataset's images are fitted to the model's input as
-  the image import fits them (:func:`fit_images`: Pillow LANCZOS to the model's size, grey made RGB
-  by repeating the channel, RGB made grey by Pillow's ``L`` luma); the model reads
-  ``(x - mean) / std`` of its processor and shows pixels back
-  (:class:`~engine.models.mae.MaskedAutoencoderViT`'s ``input_mean`` / ``input_std``).
-- Text (``text_mlm`` with ``bert_hf``): the model's own tokenizer replaces the run's
-  (:func:`pretrained_tokenizer`, cached with the run tokenizers so that every reader finds it by id).
+- **An imported model** (or a run that started from one): the run trains that architecture, every
+  tensor loaded; with ``train.steps: 0`` it only evaluates and keeps it, which is how a published
+  checkpoint is *shown* on a dataset (reconstructions on Run detail and Presentation, the masking and
+  fill-in boxes, the evaluation job). The run keeps the model's record in ``task.json``
+  (``model_dims["pretrained"]``), so it loads without the imported folder, and its ``input_fit``.
+  Images (``image_mim`` with ``mae_vit``) are fitted to the model's input as the image import fits
+  them (:func:`fit_images`: Pillow LANCZOS to its size, grey made RGB by repeating the channel, RGB
+  made grey by Pillow's ``L`` luma); the model reads ``(x - mean) / std`` of its processor and shows
+  pixels back (:class:`~engine.models.mae.MaskedAutoencoderViT`'s ``input_mean`` / ``input_std``).
+  Text (``text_mlm`` with ``bert_hf``): the model's own tokenizer replaces the run's
+  (:func:`pretrained_tokenizer`, cached with the run tokenizers so every reader finds it by id).
+- **A fork of a masklab run**: the run builds its own config's model (same arch; another patch
+  size, preset or objective may change some shapes), loads every parent tensor whose name and shape
+  fit, and initialises the rest; ``task.json``'s ``init`` and the run's log list both
+  (:func:`load_fitting`). A text fork reads with its parent's tokenizer (the ids must mean the same).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import replace
-from typing import Any
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 import torch
 
-from engine.errors import ConfigError
+from engine.errors import ConfigError, RunNotFoundError
 from engine.pretrained.registry import PRETRAINED_ARCHS, PretrainedError
-from engine.pretrained.store import MODEL_FILE, WEIGHTS_FILE, PretrainedModel, get_pretrained
+from engine.pretrained.store import MODEL_FILE, WEIGHTS_FILE, PretrainedModel, get_pretrained, list_pretrained, models_root
 
 #: What an imported model of each modality trains as: ``(task, arch)``.
 INIT_TASKS = {"image": ("image_mim", "mae_vit"), "text": ("text_mlm", "bert_hf")}
@@ -39,42 +46,123 @@ VIEW_RATIOS = {"image": 0.75, "text": 0.15}
 VIEW_MAX_LEN = 128
 
 
-def init_info(cfg, workspace=None) -> PretrainedModel:
-    """The imported model ``cfg.model.init_from``. Raises :class:`ConfigError` naming the field."""
+@dataclass(frozen=True)
+class InitSource:
+    """What ``model.init_from`` names, resolved (:func:`resolve_init`).
+
+    Attributes:
+        kind: ``"model"`` (an imported model) or ``"run"`` (a run's checkpoint).
+        name: the model's name or the run's id. modality: the source's dataset modality.
+        record: the imported architecture (:func:`record`): the model's, or that of the run's own
+            ``init_from`` model; None for a run of masklab's own architectures.
+        weights: the safetensors file of the weights. step: the run's checkpoint step (None: a model).
+        tokenizer_id: a text run's tokenizer (``task.json``); None otherwise.
+        config: the run's config (``{}`` for a model). info: the imported model's record (None for a run).
+    """
+
+    kind: str
+    name: str
+    modality: str
+    record: dict[str, Any] | None
+    weights: Path
+    step: int | None = None
+    tokenizer_id: str | None = None
+    config: dict[str, Any] | None = None
+    info: PretrainedModel | None = None
+
+
+def resolve_init(cfg, workspace=None) -> InitSource:
+    """Resolve ``cfg.model.init_from`` (and ``model.init_step``): an imported model of that name
+    first, else a run of that id.
+
+    Raises:
+        ConfigError: naming the field: neither exists; ``model.init_step`` given for an imported
+            model, or a step the run keeps no complete checkpoint of (the kept steps are listed).
+    """
+    from engine.store import get_run  # noqa: PLC0415 (the store's run reader: only a fork needs it)
+    from engine.store.checkpoints import checkpoint_complete, list_checkpoints  # noqa: PLC0415 (as above)
+    from engine.tasks.registry import get_task  # noqa: PLC0415 (the tasks import this module)
+    from engine.workspace import read_json  # noqa: PLC0415 (as the store)
+
+    name, step = cfg.model.init_from, cfg.model.init_step
+    if (models_root(workspace) / name / MODEL_FILE).is_file():
+        if step is not None:
+            raise ConfigError(f"model.init_step: {name} is an imported model, which has no checkpoint steps; "
+                              "remove model.init_step (it picks a run's checkpoint)")
+        info = _imported(name, workspace)
+        return InitSource("model", name, info.modality, record(info), info.path / WEIGHTS_FILE, info=info)
     try:
-        return get_pretrained(cfg.model.init_from, workspace)
+        rec = get_run(name, workspace)
+    except RunNotFoundError:
+        known = ", ".join(m.name for m in list_pretrained(workspace)) or "none"
+        raise ConfigError(f"model.init_from: no imported model or run named {name!r} (imported models: {known}); "
+                          "give a model's name (python -m engine models list) or a run's id") from None
+    kept = {int(p.name.split("-")[1]): p for p in list_checkpoints(rec.path) if checkpoint_complete(p)}
+    if not kept:
+        raise ConfigError(f"model.init_from: run {name} keeps no complete checkpoint to start from")
+    if step is None:
+        step = max(kept)
+    elif step not in kept:
+        raise ConfigError(f"model.init_step: run {name} keeps checkpoints at steps {sorted(kept)}, not {step}")
+    try:
+        info = read_json(rec.path / "task.json")
+    except (OSError, ValueError):
+        info = {}
+    modality = get_task(rec.config.get("task") or "image_mim").modality
+    return InitSource("run", name, modality, (info.get("model_dims") or {}).get("pretrained"),
+                      kept[step] / WEIGHTS_FILE, step, info.get("tokenizer_id"), dict(rec.config))
+
+
+def _imported(name: str, workspace=None) -> PretrainedModel:
+    try:
+        return get_pretrained(name, workspace)
     except PretrainedError as e:
         raise ConfigError(f"model.init_from: {e}") from None
 
 
-def check_init(cfg, modality: str, workspace=None) -> PretrainedModel:
-    """Pre-flight check of a run that starts from an imported model, against its dataset's modality.
+def check_init(cfg, modality: str, workspace=None) -> InitSource:
+    """Pre-flight check of a run that starts from ``model.init_from``, against its dataset's modality.
 
     Raises:
-        ConfigError: naming the field: no such model; a model of another modality; ``model.arch``,
-            ``model.patch_size`` or ``objective.norm_pix_loss`` other than the model's (the values
-            to set are named); ``data.tokenizer.max_len`` longer than the model's positions.
+        ConfigError: naming the field: no such model or run (:func:`resolve_init`); a source of
+            another modality; for an imported architecture, ``model.arch``, ``model.patch_size`` or
+            ``objective.norm_pix_loss`` other than the model's, or ``data.tokenizer.max_len`` over
+            its positions; for a fork of a masklab run, another ``model.arch``, or (text) another
+            ``data.tokenizer.max_len`` (the positions) than the parent's (the values to set are named).
     """
-    info = init_info(cfg, workspace)
-    if info.modality != modality:
-        raise ConfigError(f"model.init_from: {info.name} is {_a(info.modality)} model, but this run's dataset holds "
-                          f"{modality}; pick a dataset of {info.modality}")
-    if cfg.model.arch != info.arch:
-        raise ConfigError(f"model.arch: {info.name} is a {info.arch} model; set model.arch to {info.arch}")
-    if info.modality == "image":
-        patch = info.arch_config["patch_size"]
-        if cfg.model.patch_size != patch:
-            raise ConfigError(f"model.patch_size: {info.name} has {patch}x{patch} patches; set model.patch_size "
-                              f"to {patch}")
-        norm_pix = bool(info.arch_config.get("norm_pix_loss", False))
-        if cfg.objective.norm_pix_loss != norm_pix:
-            raise ConfigError(f"objective.norm_pix_loss: {info.name} was trained with norm_pix_loss {norm_pix}; "
-                              f"set it to {str(norm_pix).lower()}")
-    elif info.modality == "text":
-        most = int(info.preprocessing["max_len"])
-        if cfg.data.tokenizer is not None and cfg.data.tokenizer.max_len > most:
-            raise ConfigError(f"data.tokenizer.max_len: {info.name} has {most} positions; set it to at most {most}")
-    return info
+    src = resolve_init(cfg, workspace)
+    what = f"{src.name} is {_a(src.modality)} model" if src.kind == "model" else f"run {src.name} trained on {src.modality}"
+    if src.modality != modality:
+        raise ConfigError(f"model.init_from: {what}, but this run's dataset holds {modality}; pick a dataset of "
+                          f"{src.modality}")
+    rec = src.record
+    if rec is not None:
+        if cfg.model.arch != rec["arch"]:
+            raise ConfigError(f"model.arch: {src.name} is a {rec['arch']} model; set model.arch to {rec['arch']}")
+        if modality == "image":
+            patch = rec["arch_config"]["patch_size"]
+            if cfg.model.patch_size != patch:
+                raise ConfigError(f"model.patch_size: {src.name} has {patch}x{patch} patches; set model.patch_size "
+                                  f"to {patch}")
+            norm_pix = bool(rec["arch_config"].get("norm_pix_loss", False))
+            if cfg.objective.norm_pix_loss != norm_pix:
+                raise ConfigError(f"objective.norm_pix_loss: {src.name} was trained with norm_pix_loss {norm_pix}; "
+                                  f"set it to {str(norm_pix).lower()}")
+        elif modality == "text":
+            most = int(rec["preprocessing"]["max_len"])
+            if cfg.data.tokenizer is not None and cfg.data.tokenizer.max_len > most:
+                raise ConfigError(f"data.tokenizer.max_len: {src.name} has {most} positions; set it to at most {most}")
+        return src
+    parent = src.config.get("model") or {}
+    if cfg.model.arch != parent.get("arch"):
+        raise ConfigError(f"model.arch: run {src.name} trains {parent.get('arch')}; a fork keeps the architecture "
+                          f"(set model.arch to {parent.get('arch')})")
+    if modality == "text":
+        theirs = ((src.config.get("data") or {}).get("tokenizer") or {}).get("max_len")
+        if cfg.data.tokenizer is not None and theirs is not None and cfg.data.tokenizer.max_len != theirs:
+            raise ConfigError(f"data.tokenizer.max_len: run {src.name} has {theirs} positions; set it to {theirs} "
+                              "(a fork reads with its parent's tokenizer and positions)")
+    return src
 
 
 def _a(word: str) -> str:
@@ -113,24 +201,71 @@ def build_from_record(rec: dict[str, Any]) -> torch.nn.Module:
     return model
 
 
-def init_model(cfg, workspace=None) -> tuple[torch.nn.Module, dict[str, Any]]:
-    """``(model, record)``: the imported model ``cfg.model.init_from`` with its weights, ready to
-    train (train mode, on the CPU), and its :func:`record`.
+def init_record(cfg, workspace=None) -> dict[str, Any] | None:
+    """The imported architecture a run trains (:func:`record`), None for masklab's own (no
+    ``model.init_from``, or a fork of a run of masklab's architectures). Raises :class:`ConfigError`."""
+    return resolve_init(cfg, workspace).record if cfg.model.init_from else None
+
+
+def init_model(cfg, build: Callable[[], torch.nn.Module], workspace=None
+               ) -> tuple[torch.nn.Module, dict[str, Any], dict[str, Any]]:
+    """The model a run starts from: ``(model, model_dims, report)``, in train mode on the CPU.
+
+    An imported architecture (:attr:`InitSource.record`) is built from its record and takes every
+    tensor of the source; ``model_dims`` is then ``{"pretrained": record}``. A fork of a masklab
+    run is ``build()`` (the run's own config, at its seeded initialisation) with the parent's
+    tensors that fit loaded (:func:`load_fitting`); ``model_dims`` is ``{}``. The report
+    (``task.json``'s ``init``, printed to the run's log): the source, its step, how many tensors
+    were loaded, which were initialised fresh and which of the source's were left out.
 
     Raises:
-        ConfigError: no such model. PretrainedError: its weights do not fit (a damaged folder).
+        ConfigError: as :func:`resolve_init`. PretrainedError: the source's weights do not fit its
+            own architecture (a damaged file).
     """
     from safetensors.torch import load_file  # noqa: PLC0415 (with torch, only where weights are read)
 
-    info = init_info(cfg, workspace)
-    rec = record(info)
-    model = build_from_record(rec)
-    weights = info.path / WEIGHTS_FILE
+    src = resolve_init(cfg, workspace)
     try:
-        model.load_state_dict(load_file(str(weights)))
-    except (RuntimeError, OSError) as e:
-        raise PretrainedError(f"{weights}: the weights do not fit the {info.arch} model of {MODEL_FILE} ({e})") from e
-    return model.train(), rec
+        weights = load_file(str(src.weights))
+    except OSError as e:
+        raise PretrainedError(f"{src.weights}: unreadable weights ({e})") from e
+    if src.record is not None:
+        model, dims = build_from_record(src.record), {"pretrained": src.record}
+        try:
+            model.load_state_dict(weights)
+        except RuntimeError as e:
+            raise PretrainedError(f"{src.weights}: the weights do not fit the {src.record['arch']} model of "
+                                  f"{src.name} ({e})") from e
+        report = {"loaded": len(weights), "fresh": [], "unused": []}
+    else:
+        model, dims = build(), {}
+        report = load_fitting(model, weights)
+    report = {"from": src.name, "kind": src.kind, "step": src.step, **report}
+    print(f"masklab: starting from {'run' if src.kind == 'run' else 'imported model'} {src.name}"
+          + (f" at step {src.step}" if src.step is not None else "") + f": {report['loaded']} tensors loaded"
+          + (f"; initialised fresh: {', '.join(report['fresh'])}" if report["fresh"] else "")
+          + (f"; left out of the source: {', '.join(report['unused'])}" if report["unused"] else ""), file=sys.stderr)
+    return model.train(), dims, report
+
+
+def load_fitting(model: torch.nn.Module, weights: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """Load into ``model`` every tensor of ``weights`` whose name and shape fit; the others stay at
+    the model's initialisation.
+
+    Returns:
+        ``{"loaded": n, "fresh": [the model's tensors not loaded, with the shapes that did not
+        fit], "unused": [the source's tensors that fit nowhere]}``.
+    """
+    own = model.state_dict()
+    take, fresh = {}, []
+    for k, t in own.items():
+        w = weights.get(k)
+        if w is not None and tuple(w.shape) == tuple(t.shape):
+            take[k] = w
+        else:
+            fresh.append(k if w is None else f"{k} ({list(w.shape)} in the source, {list(t.shape)} here)")
+    model.load_state_dict(take, strict=False)
+    return {"loaded": len(take), "fresh": fresh, "unused": sorted(k for k in weights if k not in own)}
 
 
 def random_init_(task, seed: int) -> bool:

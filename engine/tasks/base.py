@@ -82,7 +82,8 @@ class Task(ABC):
         task_params_defaults: what New run proposes for ``task_params`` where its fields leave them
             open: a dict, or the name of an example config whose ``task_params`` it is.
         init_from_arch: the ``model.arch`` an imported model (``model.init_from``,
-            :mod:`engine.pretrained.runs`) trains as in this task; ``""``: the task cannot start from one.
+            :mod:`engine.pretrained.runs`) trains as in this task (the default arch of a run with
+            ``init_from``); ``""``: the task cannot start from an imported model or fork a run.
 
     Instance attributes (set by ``__init__``):
         model: the ``nn.Module`` being trained (on ``device``).
@@ -131,10 +132,13 @@ class Task(ABC):
         for section in type(cfg.data).model_fields:
             if section != "dataset" and section not in cls.data_sections and getattr(cfg.data, section) is not None:
                 raise ConfigError(f"data.{section}: task {cls.name!r} does not use it; remove it")
-        if cfg.model.init_from:  # the imported model's arch (checked against the model by Task.check)
+        if cfg.model.init_step is not None and not cfg.model.init_from:
+            raise ConfigError("model.init_step: it picks a checkpoint of the run model.init_from names; set "
+                              "model.init_from too, or remove it")
+        if cfg.model.init_from:  # the imported model's arch (checked against the source by Task.check)
             if not cls.init_from_arch:
-                raise ConfigError(f"model.init_from: task {cls.name!r} cannot start from an imported model; "
-                                  "image_mim (MAE) and text_mlm (BERT) can")
+                raise ConfigError(f"model.init_from: task {cls.name!r} cannot start from an imported model or "
+                                  "another run; image_mim (MAE) and text_mlm (BERT) can")
             cfg.model.arch = cfg.model.arch or cls.init_from_arch
         if not cfg.model.arch:
             cfg.model.arch = cls.archs[0]

@@ -30,7 +30,7 @@ from engine.eval.reconstruction import image_quality
 from engine.masking import draw_mask, get_masking, grid_shape, image_side_inputs, preview_masks, strategies_on
 from engine.models import build_model
 from engine.objectives import Objective, normalize_patches
-from engine.pretrained.runs import FittedImages, check_init, init_model, input_shape, record
+from engine.pretrained.runs import FittedImages, check_init, init_model, input_shape
 from engine.store.samples import Sample
 from engine.tasks.base import Task
 from engine.tasks.checks import masking_problem
@@ -133,8 +133,8 @@ class ImageMIMTask(Task):
         of its masks can train (:func:`engine.tasks.checks.masking_problem`) at ``masking.ratio`` and, with
         a schedule, at ``masking.final_ratio``."""
         _, H, W = info.image_shape
-        if cfg.model.init_from:  # the images are fitted to the imported model's input
-            _, H, W = input_shape(record(check_init(cfg, cls.modality, workspace)))
+        if cfg.model.init_from and (rec := check_init(cfg, cls.modality, workspace).record) is not None:
+            _, H, W = input_shape(rec)  # the images are fitted to the imported model's input
         h, w = grid_shape((H, W), cfg.model.patch_size)
         strategy = get_masking(cfg.masking.strategy)
         if not strategy.works_on("patch-2d"):
@@ -143,7 +143,7 @@ class ImageMIMTask(Task):
         n, images = PROBE_ROWS, None
         if strategy.needs:  # e.g. superpixels: probe with real images of the dataset (SLIC ~1 ms each)
             ds = load_dataset(cfg.data.dataset, workspace)
-            if cfg.model.init_from:
+            if (ds.info.image_shape[1], ds.info.image_shape[2]) != (H, W):
                 ds = FittedImages(ds, (ds.info.image_shape[0], H, W))
             images = ds.tensors("train", limit=PROBE_IMAGES)[0]
             n = len(images)
@@ -161,11 +161,11 @@ class ImageMIMTask(Task):
         self.cfg, self.device = cfg, device
         t = cfg.train
         ds = load_dataset(cfg.data.dataset, workspace)
-        self.model_dims, self.input_fit = {}, ""
-        if cfg.model.init_from:  # an imported MAE: its weights, and the images fitted to its input
-            model, rec = init_model(cfg, workspace)
+        self.model_dims, self.input_fit, self.init_report = {}, "", {}
+        rec = check_init(cfg, self.modality, workspace).record if cfg.model.init_from else None
+        if rec is not None:  # an imported MAE's architecture: the images fitted to its input
             ds = FittedImages(ds, input_shape(rec))
-            self.model_dims, self.input_fit = {"pretrained": rec}, ds.note
+            self.input_fit = ds.note
         self.class_names = tuple(ds.info.class_names)
         # Row indices only: a batch reads its own rows (train_batch), so a memory-mapped dataset of
         # any size costs the batch, not the split (bench/data_memory.py).
@@ -176,7 +176,12 @@ class ImageMIMTask(Task):
         C, H, W = ds.info.image_shape
         self.image_shape = (C, H, W)
         self.grid = grid_shape(self.image_shape[1:], cfg.model.patch_size)
-        self.model = (model if cfg.model.init_from else build_model(cfg, image_shape=self.image_shape)).to(device)
+        if cfg.model.init_from:  # an imported MAE, or a parent run's checkpoint
+            model, self.model_dims, self.init_report = init_model(
+                cfg, lambda: build_model(cfg, image_shape=self.image_shape), workspace)
+        else:
+            model = build_model(cfg, image_shape=self.image_shape)
+        self.model = model.to(device)
         self.objective = Objective.from_config(cfg.objective, self.outputs(cfg))
         self.n_train = len(self.train_rows)
         self.batch_size = min(t.batch_size, self.n_train)
@@ -196,13 +201,16 @@ class ImageMIMTask(Task):
 
     def run_info(self) -> dict:
         """The dataset's hash, the image shape the model reads, train rows; for an imported model
-        also its record (``model_dims``) and how the images were fitted to it (``input_fit``)."""
+        also its record (``model_dims``) and how the images were fitted to it (``input_fit``); for a run
+        with ``model.init_from``, what was loaded (``init``)."""
         info = {"dataset_hash": getattr(self._ds.info, "source_hash", ""), "image_shape": list(self.image_shape),
                 "n_train": self.n_train}
         if self.model_dims:
             info["model_dims"] = self.model_dims
         if self.input_fit:
             info["input_fit"] = self.input_fit
+        if self.init_report:
+            info["init"] = self.init_report
         return info
 
     def _draw(self, xb: torch.Tensor, g: torch.Generator, ratio: float) -> torch.Tensor:

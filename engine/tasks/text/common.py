@@ -8,10 +8,11 @@ import torch
 
 from engine.config import RunConfig
 from engine.data import representative
+from engine.errors import ConfigError
 from engine.masking import draw_mask
 from engine.pretrained.runs import check_init, pretrained_tokenizer
 from engine.text.stored import StoredEncoded
-from engine.text.tokenizer import TokenizerSettings, get_tokenizer, text_chunks
+from engine.text.tokenizer import TokenizerSettings, get_tokenizer, load_tokenizer, text_chunks
 
 EVAL_MAX_ROWS = 2048  # val metrics use at most this many fixed val texts
 #: The count baselines (engine.eval.text_baselines) are fitted on at most this many train texts (the
@@ -97,13 +98,21 @@ def baseline_rows(enc) -> tuple:
 
 def tokenizer_for(cfg: RunConfig, ds, workspace=None):
     """``(tokenizer, tokenizer_id)`` of the run: trained on the train split of ``ds`` once, then cached;
-    an imported model's own (``model.init_from``, :func:`engine.pretrained.runs.pretrained_tokenizer`).
+    with ``model.init_from``, its source's: an imported model's own
+    (:func:`engine.pretrained.runs.pretrained_tokenizer`), a parent run's (a fork reads the same ids).
 
     Raises:
-        ConfigError: ``model.init_from`` names no imported text model.
+        ConfigError: ``model.init_from`` names no text model or run (:func:`engine.pretrained.runs.check_init`),
+            or the parent run's tokenizer cannot be loaded.
     """
     if cfg.model.init_from:
-        return pretrained_tokenizer(check_init(cfg, "text", workspace), workspace)
+        src = check_init(cfg, "text", workspace)
+        if src.kind == "model":
+            return pretrained_tokenizer(src.info, workspace)
+        try:
+            return load_tokenizer(src.tokenizer_id, workspace), src.tokenizer_id
+        except (ValueError, TypeError) as e:
+            raise ConfigError(f"model.init_from: run {src.name}'s tokenizer cannot be loaded ({e})") from None
     settings = TokenizerSettings(**cfg.data.tokenizer.model_dump())
     return get_tokenizer(ds.info.name, ds.info.source_hash, lambda: ds.texts("train"), settings, workspace,
                          train_chunks=lambda: text_chunks(ds, "train"))

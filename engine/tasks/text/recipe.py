@@ -174,11 +174,13 @@ class TextTask(Task):
 
     def run_info(self) -> dict:
         """The dataset's hash, the tokenizer's id and size, train rows; for an imported model also
-        its record (``model_dims``)."""
+        its record (``model_dims``); for a run with ``model.init_from``, what was loaded (``init``)."""
         info = {"dataset_hash": self._ds.info.source_hash, "tokenizer_id": self.tokenizer_id,
                 "vocab_size": self.tok.vocab_size, "n_train": self.n_train}
         if getattr(self, "model_dims", None):
             info["model_dims"] = self.model_dims
+        if getattr(self, "init_report", None):
+            info["init"] = self.init_report
         return info
 
     #: The rows of an encoded split cut to their longest (:func:`~engine.tasks.text.common.text_rows`).
@@ -283,11 +285,16 @@ class TextMLMTask(TextTask):
         self._load(cfg, device, workspace)
         p = MLMParams(**cfg.task_params)
         self.shares = {"mask_share": p.mask_share, "random_share": p.random_share}
-        if cfg.model.init_from:  # an imported BERT, with the tokenizer it came with (self.tok)
-            model, rec = init_model(cfg, workspace)
-            self.model, self.model_dims = model.to(device), {"pretrained": rec}
+        self.model_dims, self.init_report = {}, {}
+
+        def build():
+            return build_model(cfg, vocab_size=self.tok.vocab_size, max_len=cfg.data.tokenizer.max_len)
+
+        if cfg.model.init_from:  # an imported BERT or a parent run, with its tokenizer (self.tok)
+            model, self.model_dims, self.init_report = init_model(cfg, build, workspace)
         else:
-            self.model = build_model(cfg, vocab_size=self.tok.vocab_size, max_len=cfg.data.tokenizer.max_len).to(device)
+            model = build()
+        self.model = model.to(device)
         self.objective = Objective.from_config(cfg.objective, self.outputs(cfg))
         # Fixed val masks, every predicted token shown as [MASK] (nothing to copy), drawn once.
         g = torch.Generator().manual_seed(cfg.train.seed + 10_000)
