@@ -26,6 +26,8 @@ from app.components.compare import (
     downstream_frame,
     eff_display,
     efficiency_frame,
+    fork_frame,
+    fork_parent,
     mark_best,
     probe_bars,
     quality_frame,
@@ -35,10 +37,19 @@ from app.components.compare import (
 )
 from app.components.errors import user_errors
 from app.components.evaluation import evaluation_progress
-from app.components.quality import loss_groups
+from app.components.quality import headline_of, loss_groups
 from app.components.runs import same_task_first
 from app.components.urlstate import PageState
-from engine.api import ConfigError, counted, evaluate, evaluation_job, get_task, latest_evaluation, read_metrics
+from engine.api import (
+    ConfigError,
+    counted,
+    evaluate,
+    evaluation_job,
+    get_task,
+    latest_evaluation,
+    read_metrics,
+    read_task_info,
+)
 
 #: Pixels the downstream bar chart's run columns share (each at least 90, at most 240 wide).
 FACETS_WIDTH = 760
@@ -123,6 +134,27 @@ if diff.empty:
     st.caption("These runs have the same config (apart from their names).")
 else:
     st.table(diff)
+
+def _init_step(rec) -> int | None:
+    """The parent's checkpoint step a fork started from (its ``task.json``), None when unknown."""
+    try:
+        return (read_task_info(rec.path).get("init") or {}).get("step")
+    except (OSError, ValueError):
+        return None
+
+
+forks = [r for r in picked if fork_parent(r, picked) is not None]
+if forks:
+    st.subheader("Forks beside their parents")
+    heads = {headline_of(r.config)[0] for r in picked}
+    fm = guarded(read_metrics, ids, sorted(heads), max_points=2000)
+    took = {r.run_id: _init_step(r) for r in forks}
+    table = fork_frame(picked, fm, legend, headline_of, took) if fm is not None else None
+    if table is not None and not table.empty:
+        st.table(table.set_index("fork"))
+    st.caption("A fork's reference is its parent's figure at the checkpoint it started from (for a run from an "
+               "imported model, the run that shows that model on the same data, 0 steps): its step 0 repeats it "
+               "when the masks and data are the same.")
 
 # ---------------------------------------------------------------- reconstructions
 st.header("Reconstructions of the validation inputs")  # the caption says whether the runs saw the same ones

@@ -11,6 +11,9 @@ except in the ``show_*`` functions).
 - :func:`efficiency_frame`: throughput (median of the logged samples/s), peak private memory
   (:mod:`engine.runner.resources`), wall time, time to reach a chosen training loss, parameters, and the
   FLOPs of a training step (measured by the evaluation) and of the steps trained.
+- :func:`fork_frame`: each fork beside its parent (a compared run it started from, or the 0-step
+  view run of the imported model it started from): the parent's headline figure at the checkpoint
+  the fork took, the fork's at its step 0 and at its latest evaluation, and the change, better or worse.
 - :func:`report_html`: the comparison as one self-contained HTML file (tables and the
   reconstruction grid as inline PNG; no script, no network).
 - :func:`show_reconstructions`: the same validation inputs reconstructed by each run, drawn by the
@@ -22,7 +25,7 @@ from __future__ import annotations
 import base64
 import html
 import io
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -51,6 +54,64 @@ QUALITY_FIGURES = {"ssim": ("SSIM, masked patches", "max"), "ssim_full": ("SSIM,
 BEST = " ★"
 #: Fields every run has its own value of: never a "difference" worth a row.
 _IGNORED = ("name", "train.num_threads")
+
+
+def fork_parent(rec: Any, records: Sequence[Any]) -> Any | None:
+    """The compared run a fork started from: the run ``model.init_from`` names, or for a run from an
+    imported model, the 0-step run that shows that model on the same dataset; None if not compared."""
+    src = ((rec.config or {}).get("model") or {}).get("init_from")
+    if not src:
+        return None
+    dataset = (rec.config.get("data") or {}).get("dataset")
+    for r in records:
+        if r.run_id == src:
+            return r
+    for r in records:
+        model, train = (r.config.get("model") or {}), (r.config.get("train") or {})
+        if (r.run_id != rec.run_id and model.get("init_from") == src and train.get("steps") == 0
+                and (r.config.get("data") or {}).get("dataset") == dataset):
+            return r
+    return None
+
+
+def fork_frame(records: Sequence[Any], metrics: pd.DataFrame, labels: Mapping[str, str],
+               headline: Callable[[dict], tuple[str, str]], took: Mapping[str, int | None]) -> pd.DataFrame:
+    """One row per compared fork whose parent is compared too (:func:`fork_parent`).
+
+    Args:
+        metrics: ``read_metrics`` rows (``run_id``, ``step``, ``key``, ``value``) of the runs'
+            headline figures. headline: config -> ``(metric, "min" | "max")``. took: fork run id ->
+            the parent's checkpoint step it started from (``task.json``'s ``init``; None: unknown).
+
+    Returns:
+        Columns ``fork``, ``parent``, ``figure``, ``parent (reference)`` (the parent's figure at the
+        checkpoint the fork took, else its latest), ``fork at step 0``, ``fork latest`` (with its
+        step) and ``change`` (latest minus reference, marked better or worse by the figure's direction).
+    """
+    rows = []
+    for rec in records:
+        parent = fork_parent(rec, records)
+        if parent is None:
+            continue
+        key, better = headline(rec.config)
+
+        def values(run_id: str):
+            m = metrics[(metrics["run_id"] == run_id) & (metrics["key"] == key)].sort_values("step")
+            return list(zip(m["step"].astype(int), m["value"].astype(float)))
+
+        own, theirs = values(rec.run_id), values(parent.run_id)
+        if not own or not theirs:
+            continue
+        step = took.get(rec.run_id)
+        ref = theirs[-1][1] if step is None else dict(theirs).get(step, theirs[-1][1])
+        last_step, last = own[-1]
+        delta = last - ref
+        good = (delta < 0) if better == "min" else (delta > 0)
+        rows.append({"fork": labels.get(rec.run_id, rec.run_id), "parent": labels.get(parent.run_id, parent.run_id),
+                     "figure": key, "parent (reference)": f"{ref:.4f}", "fork at step 0": f"{own[0][1]:.4f}",
+                     "fork latest": f"{last:.4f} @ {last_step}",
+                     "change": f"{delta:+.4f} " + ("better" if good else "worse" if delta else "same")})
+    return pd.DataFrame(rows)
 
 
 def config_diff(configs: Mapping[str, dict], labels: Mapping[str, str] | None = None) -> pd.DataFrame:

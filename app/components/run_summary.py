@@ -13,7 +13,17 @@ from app.components.names import metric_label
 from app.components.quality import headline_of, loss_groups
 from app.components.runs import format_duration, metric_name, placement_label, run_label, status_badge
 from app.modalities import sample_view
-from engine.api import checkpoint_weights, cluster_job, get_run, load_samples, read_metrics, read_task_info
+from engine.api import (
+    MasklabError,
+    RunNotFoundError,
+    checkpoint_weights,
+    cluster_job,
+    get_pretrained,
+    get_run,
+    load_samples,
+    read_metrics,
+    read_task_info,
+)
 
 
 def device_text(rec: Any) -> str:
@@ -57,30 +67,62 @@ def summary(rec: Any, points: dict) -> None:
                 "device used is recorded when the run ends.")
     m[5].metric("Parameters", param_text(rec, weights))
     st.caption(f"Runs on: {placement_label(rec, full=True, job=cluster_job(rec.path))}")
-    if origin := pretrained_text(rec):
+    if origin := origin_text(rec):
         st.info(origin)
+        parent = ((rec.config or {}).get("model") or {}).get("init_from")
+        if guarded(_is_run, parent) and parent != rec.run_id:
+            c = st.columns(2)
+            c[0].page_link("../pages/run_detail.py", label="Open the parent run", query_params={"run": parent})
+            c[1].page_link("../pages/compare.py", label="Compare with the parent",
+                           query_params={"runs": f"{rec.run_id},{parent}"})
 
 
-def pretrained_text(rec: Any) -> str:
-    """What a run that starts from an imported model (``model.init_from``) says about it: the model,
-    the file it was imported from (``task.json``'s record), whether it trained at all, and how the
-    dataset's images were fitted to its input; ``""`` for any other run."""
-    name = ((rec.config or {}).get("model") or {}).get("init_from")
-    if not name:
+def _is_run(run_id: str) -> bool:
+    try:
+        get_run(run_id)
+    except RunNotFoundError:
+        return False
+    return True
+
+
+def origin_text(rec: Any) -> str:
+    """Where a run with ``model.init_from`` started (``task.json``'s ``init`` and the imported
+    model's record): an imported model and the file it came from, or the parent run and its
+    checkpoint step, what was loaded and initialised fresh, whether it trained at all, and how the
+    dataset's images were fitted to an imported model's input; ``""`` for any other run."""
+    source = ((rec.config or {}).get("model") or {}).get("init_from")
+    if not source:
         return ""
     try:
         info = read_task_info(rec.path) if getattr(rec, "path", None) is not None else {}
     except (OSError, ValueError):  # not started yet
         info = {}
-    src = (((info.get("model_dims") or {}).get("pretrained") or {}).get("source")) or {}
+    init = info.get("init") or {}
     steps = ((rec.config or {}).get("train") or {}).get("steps")
-    parts = [f"Pretrained: starts from the imported model **{name}**"
-             + (f", imported from `{src.get('path')}` ({src.get('format')})" if src.get("path") else ""),
-             "not trained here (0 steps): what is shown is the published model itself" if steps == 0
-             else f"then trained {steps} steps on this dataset"]
+    trained = ("not trained here (0 steps): what is shown is the source itself" if steps == 0
+               else f"then trained {steps} steps on this dataset")
+    if init.get("kind") == "run" or (not init and not _imported(source)):
+        at = f" at its step {init['step']} checkpoint" if init.get("step") is not None else ""
+        parts = [f"Fork of run **{source}**{at}"]
+        if init:
+            parts.append(f"{init.get('loaded', 0)} tensors loaded"
+                         + (f"; initialised fresh: {', '.join(init['fresh'])}" if init.get("fresh") else ""))
+        parts.append(trained)
+    else:
+        src = (((info.get("model_dims") or {}).get("pretrained") or {}).get("source")) or {}
+        parts = [f"Pretrained: starts from the imported model **{source}**"
+                 + (f", imported from `{src.get('path')}` ({src.get('format')})" if src.get("path") else ""), trained]
     if info.get("input_fit"):
         parts.append(info["input_fit"])
     return " · ".join(parts) + "."
+
+
+def _imported(name: str) -> bool:
+    try:
+        get_pretrained(name)
+    except MasklabError:
+        return False
+    return True
 
 
 def curves(run_id: str, config: dict, legend: dict, x: str, log_y: bool) -> None:

@@ -1,0 +1,44 @@
+"""A fork in the dashboard (issue 33, point 1): Run detail names its parent and the checkpoint it took
+and links to both; Compare shows it beside its parent, with the parent's figure as its reference.
+AppTest on a copy of the session's shared digits MAE and a 2-step fork of it trained in-process."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.store import get_run
+from tests.app.pages import open_with
+from tests.runs import SPECS
+from tests.stamps import completed_run
+
+
+@pytest.fixture(autouse=True)
+def _normal_mode(monkeypatch):
+    monkeypatch.delenv("MASKLAB_MODE", raising=False)
+
+
+def test_run_detail_and_compare_show_a_fork_with_its_parent(shared_runs, tmp_path, monkeypatch):
+    ws, ids = shared_runs.copy("image_mae", dest=tmp_path / "workspace")
+    monkeypatch.setenv("MASKLAB_WORKSPACE", str(ws))
+    parent = ids["image_mae"]
+    pcfg = get_run(parent, ws).config
+    cfg = {**SPECS["image_mae"][1], "name": "the fork", "evaluation": {"auto": False},
+           "model": {**pcfg["model"], "init_from": parent},
+           "train": {**SPECS["image_mae"][1]["train"], "steps": 2, "eval_interval": 2, "checkpoint_interval": 2}}
+    fork = completed_run(cfg, ws, evaluate=False)
+
+    detail = open_with("../pages/run_detail.py", {"run": fork})
+    info = " ".join(i.value for i in detail.info)
+    assert f"Fork of run **{parent}** at its step 20 checkpoint" in info and "then trained 2 steps" in info
+    links = {(p.proto.label, p.proto.page) for p in detail.get("page_link")}
+    assert any(label == "Compare with the parent" for label, _ in links)
+
+    compare = open_with("../pages/compare.py", {"runs": f"{fork},{parent}"})
+    assert any(h.value == "Forks beside their parents" for h in compare.subheader)
+    table = next(t.value for t in compare.table if "parent (reference)" in t.value.columns)
+    row = table.iloc[0]
+    assert row["parent"].endswith(parent[-6:]) and row["figure"] == "val_loss"
+    assert row["fork at step 0"] == row["parent (reference)"]  # the same masks and data: the parent's loss
+    assert row["fork latest"].endswith("@ 2")
+    diff = next(t.value for t in compare.table if "model.init_from" in t.value.index)
+    assert parent in diff.loc["model.init_from"].tolist()
