@@ -83,6 +83,10 @@ cfg_dict = {"name": run_name.strip(), **fields, "data": {"dataset": dataset, **f
 if fields.get("masking") is not None:  # the carried fields the form has no widget for (weight decay, evaluation...)
     cfg_dict = with_carried(cfg_dict, carried, complete)
 url.put_config(cfg_dict)
+if source := dig(cfg_dict, "model.init_from"):
+    step = dig(cfg_dict, "model.init_step")
+    st.info(f"Starts from **{source}**" + (f" at its step {step} checkpoint" if step is not None else "")
+            + " (model.init_from): the weights that fit are loaded, the rest initialised; Run detail lists both.")
 cfg = guarded(complete, cfg_dict) if fields.get("masking") is not None else None
 
 with preview:

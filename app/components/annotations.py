@@ -24,7 +24,14 @@ def open_in_new_run(rec: Any) -> None:
     """A link "Open this config in New run" (sessions that may launch runs): New run's form filled
     with the run's dataset, task, masking, model and training fields."""
     if can("run.submit", actor()):
-        st.page_link("../pages/new_run.py", label="Open this config in New run", query_params=new_run_params(rec.config))
+        c = st.columns(2)
+        c[0].page_link("../pages/new_run.py", label="Open this config in New run", query_params=new_run_params(rec.config))
+        if rec.step > 0 or rec.status == "completed":  # a fork: this run's latest checkpoint, then New run's changes
+            fork = {**new_run_params(rec.config), "model.init_from": rec.run_id}
+            fork.pop("model.init_step", None)
+            c[1].page_link("../pages/new_run.py", label="Fork this run in New run", query_params=fork,
+                           help="a new run that starts from this run's latest checkpoint, with the data, masking, "
+                                "objective or schedule you change (model.init_from)")
 
 
 def annotations_panel(rec: Any, known_tags: list[str]) -> None:

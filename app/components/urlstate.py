@@ -271,7 +271,7 @@ def number(value: Any, default: float, lo: float | None = None, hi: float | None
 #: Sections whose carried fields the form keeps when it has no widget for them. The others (masking,
 #: model, objective, launch) the form defines whole: a field there that the form leaves out belonged
 #: to another choice (another strategy's parameters, a loss mix, a back-end) and is dropped.
-CARRIED = ("train.", "evaluation.", "task_params.", "data.")
+CARRIED = ("train.", "evaluation.", "task_params.", "data.", "model.init_from", "model.init_step")
 
 
 def with_carried(form: dict[str, Any], carried: Mapping[str, Any], validate: Callable[[dict], Any]) -> dict[str, Any]:

@@ -4,6 +4,8 @@ AppTest on a copy of the session's shared digits MAE and a 2-step fork of it tra
 
 from __future__ import annotations
 
+from urllib.parse import parse_qsl
+
 import pytest
 
 from engine.store import get_run
@@ -42,3 +44,14 @@ def test_run_detail_and_compare_show_a_fork_with_its_parent(shared_runs, tmp_pat
     assert row["fork latest"].endswith("@ 2")
     diff = next(t.value for t in compare.table if "model.init_from" in t.value.index)
     assert parent in diff.loc["model.init_from"].tolist()
+
+    # the parent's Run detail forks it through New run: the form keeps model.init_from
+    link = next(p.proto for p in open_with("../pages/run_detail.py", {"run": parent}).get("page_link")
+                if p.proto.label == "Fork this run in New run")
+    params = dict(parse_qsl(link.query_string))
+    assert params["model.init_from"] == parent
+    new = open_with("../pages/new_run.py", params)
+    assert any(f"Starts from **{parent}**" in i.value for i in new.info)
+    launch = next(b for b in new.button if b.label == "Launch")
+    assert not launch.disabled  # the pre-flight took the fork
+
