@@ -1,4 +1,4 @@
-"""``python -m engine models import|list|show|delete`` and ``python -m engine predict``."""
+"""``python -m engine models import|list|show|export|delete`` and ``python -m engine predict``."""
 
 from __future__ import annotations
 
@@ -32,6 +32,14 @@ def add_parsers(sub) -> None:
                        "steps (model.init_from) to open on Run detail, Compare and Presentation")
     mw.add_argument("name")
     mw.add_argument("--dataset", required=True)
+    me = ms.add_parser("export", help="export a run's checkpoint or an imported model: --format hf writes a folder "
+                       "that transformers loads (ViTMAEForPreTraining, or BertForMaskedLM with its tokenizer), "
+                       "--format mae the MAE repository's .pth")
+    me.add_argument("source", help="an imported model's name or a run id")
+    me.add_argument("out_dir", help="a new (or empty) folder to write the export into")
+    me.add_argument("--format", choices=("hf", "mae"), default="hf", dest="format",
+                    help="hf: Hugging Face save_pretrained folder (default); mae: the MAE repository's .pth")
+    me.add_argument("--step", type=int, help="a run's checkpoint step (the latest by default)")
     md = ms.add_parser("delete", help="delete an imported model")
     md.add_argument("name")
     p = sub.add_parser("predict", help="what the masking and fill-in boxes do, from the command line: a run's "
@@ -69,6 +77,14 @@ def cmd_models(args) -> int:
         from engine.pretrained.manage import show_pretrained  # noqa: PLC0415 (the CLI's read-only commands start without torch)
 
         print(show_pretrained(args.name, args.dataset))
+        return 0
+    if args.models_cmd == "export":
+        from engine.pretrained.export import export_model  # noqa: PLC0415 (the CLI's read-only commands start without torch)
+
+        rep = export_model(args.source, args.out_dir, args.format, args.step)
+        print(f"exported {rep.what} ({rep.arch}) to {rep.path}: {', '.join(rep.files)}")
+        for note in rep.notes:
+            print(f"note: {note}", file=sys.stderr)
         return 0
     if args.models_cmd == "delete":
         from engine.pretrained.manage import delete_pretrained  # noqa: PLC0415 (the CLI's read-only commands start without torch)

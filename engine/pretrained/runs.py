@@ -52,7 +52,8 @@ class InitSource:
 
     Attributes:
         kind: ``"model"`` (an imported model) or ``"run"`` (a run's checkpoint).
-        name: the model's name or the run's id. modality: the source's dataset modality.
+        name: the model's name or the run's id. modality: an imported model's (``""`` for a run:
+            its ``config``'s task says what it trained).
         record: the imported architecture (:func:`record`): the model's, or that of the run's own
             ``init_from`` model; None for a run of masklab's own architectures.
         weights: the safetensors file of the weights. step: the run's checkpoint step (None: a model).
@@ -81,7 +82,6 @@ def resolve_init(cfg, workspace=None) -> InitSource:
     """
     from engine.store import get_run  # noqa: PLC0415 (the store's run reader: only a fork needs it)
     from engine.store.checkpoints import checkpoint_complete, list_checkpoints  # noqa: PLC0415 (as above)
-    from engine.tasks.registry import get_task  # noqa: PLC0415 (the tasks import this module)
     from engine.workspace import read_json  # noqa: PLC0415 (as the store)
 
     name, step = cfg.model.init_from, cfg.model.init_step
@@ -108,8 +108,7 @@ def resolve_init(cfg, workspace=None) -> InitSource:
         info = read_json(rec.path / "task.json")
     except (OSError, ValueError):
         info = {}
-    modality = get_task(rec.config.get("task") or "image_mim").modality
-    return InitSource("run", name, modality, (info.get("model_dims") or {}).get("pretrained"),
+    return InitSource("run", name, "", (info.get("model_dims") or {}).get("pretrained"),
                       kept[step] / WEIGHTS_FILE, step, info.get("tokenizer_id"), dict(rec.config))
 
 
@@ -124,17 +123,19 @@ def check_init(cfg, modality: str, workspace=None) -> InitSource:
     """Pre-flight check of a run that starts from ``model.init_from``, against its dataset's modality.
 
     Raises:
-        ConfigError: naming the field: no such model or run (:func:`resolve_init`); a source of
-            another modality; for an imported architecture, ``model.arch``, ``model.patch_size`` or
+        ConfigError: naming the field: no such model or run (:func:`resolve_init`); an imported model
+            of another modality, or a run of another task; for an imported architecture, ``model.arch``, ``model.patch_size`` or
             ``objective.norm_pix_loss`` other than the model's, or ``data.tokenizer.max_len`` over
             its positions; for a fork of a masklab run, another ``model.arch``, or (text) another
             ``data.tokenizer.max_len`` (the positions) than the parent's (the values to set are named).
     """
     src = resolve_init(cfg, workspace)
-    what = f"{src.name} is {_a(src.modality)} model" if src.kind == "model" else f"run {src.name} trained on {src.modality}"
-    if src.modality != modality:
-        raise ConfigError(f"model.init_from: {what}, but this run's dataset holds {modality}; pick a dataset of "
-                          f"{src.modality}")
+    if src.kind == "model" and src.modality != modality:
+        raise ConfigError(f"model.init_from: {src.name} is {_a(src.modality)} model, but this run's dataset holds "
+                          f"{modality}; pick a dataset of {src.modality}")
+    if src.kind == "run" and (src.config or {}).get("task") != cfg.task:
+        raise ConfigError(f"model.init_from: run {src.name} trained {(src.config or {}).get('task')}; a fork trains "
+                          f"the same task (this run: {cfg.task})")
     rec = src.record
     if rec is not None:
         if cfg.model.arch != rec["arch"]:

@@ -110,7 +110,7 @@ def test_text_fork_reads_with_its_parents_tokenizer(parents):
     ({"model": {"init_from": "{parent}", "init_step": 7}}, "model.init_step: run {parent} keeps checkpoints at steps"),
     ({"model": {"init_from": "mae32", "init_step": 1, "patch_size": 8}}, "model.init_step: mae32 is an imported model"),
     ({"model": {"init_from": "{parent}", "arch": "simmim_vit"}}, "model.arch: run {parent} trains mae_vit"),
-    ({"model": {"init_from": "{text}"}}, "model.init_from: run {text} trained on text, but this run's dataset holds image"),
+    ({"model": {"init_from": "{text}"}}, "model.init_from: run {text} trained text_mlm; a fork trains the same task (this run: image_mim)"),
 ])
 def test_fork_refusals_name_the_field(parents, change, words):
     ws, ids = parents

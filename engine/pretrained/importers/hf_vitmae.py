@@ -71,6 +71,9 @@ _DEC_TOP = {"decoder.mask_token": "mask_token", "decoder.decoder_pos_embed": "de
 #: Tensors of heads and buffers masklab does not use: ignored and listed in ``source.ignored``.
 IGNORED = re.compile(r"(^|\.)(pooler|classifier|fc_norm|head)\.|(^|\.)position_ids$")
 _QKV_NAMES = ("query", "key", "value")
+#: The Hub's naming (facebook/vit-mae-*, transformers 4): ``vit.encoder.layer.N.attention.attention.query``,
+#: ``decoder.decoder_layers.N...``; transformers 5 loads it too. What :func:`checkpoint_names` gives by default.
+HUB_STYLE = {"enc": "vit.encoder.layer.", "dec": "decoder.decoder_layers.", "new": ""}
 
 
 def import_folder(path: Path, name: str, config: dict[str, Any], options: dict[str, Any],
@@ -183,7 +186,7 @@ def rename(weights: dict[str, torch.Tensor], file: Path) -> tuple[dict, dict, li
     origin: dict[str, str] = {}
     ignored: list[str] = []
     qkv: dict[str, dict[int, tuple[str, torch.Tensor]]] = {}
-    style = {"enc": "vit.encoder.layer.", "dec": "decoder.decoder_layers.", "new": ""}
+    style = dict(HUB_STYLE)
     for key, t in weights.items():
         m_enc, m_dec = _ENC_LAYER.match(key), _DEC_LAYER.match(key)
         m = m_enc or m_dec
@@ -222,21 +225,29 @@ def rename(weights: dict[str, torch.Tensor], file: Path) -> tuple[dict, dict, li
 
 
 def expected_name(name: str, style: dict[str, str]) -> str:
-    """The checkpoint's name of masklab's tensor ``name``, in the naming ``style`` :func:`rename` saw."""
+    """The checkpoint's name of masklab's tensor ``name``, in the naming ``style`` :func:`rename` saw
+    (q / k / v joined by `` / `` for a fused ``attn.qkv``)."""
+    return " / ".join(checkpoint_names(name, style))
+
+
+def checkpoint_names(name: str, style: dict[str, str] = HUB_STYLE) -> list[str]:
+    """The checkpoint name(s) of masklab's tensor ``name`` in the naming ``style`` (the Hub's by
+    default): three, query / key / value in that order, for a fused ``attn.qkv`` (its rows split
+    in thirds), one otherwise; ``[name]`` for a name no table knows."""
     m = re.match(r"^(blocks|decoder_blocks)\.(\d+)\.(.+)$", name)
     if m:
         prefix = style["enc"] if m.group(1) == "blocks" else style["dec"]
         parts = [k for k, (v, _) in _LAYER_PARTS.items() if v == m.group(3)
                  and (("_proj." in k or k.startswith("mlp.")) == bool(style["new"]) or k.startswith("layernorm"))]
-        return " / ".join(f"{prefix}{m.group(2)}.{p}" for p in parts)
+        return [f"{prefix}{m.group(2)}.{p}" for p in parts] or [name]
     enc_prefix = "vit." if style["enc"].startswith("vit.") else ""
     for k, v in _ENC_TOP.items():
         if v == name:
-            return enc_prefix + k
+            return [enc_prefix + k]
     for k, v in _DEC_TOP.items():
         if v == name:
-            return k
-    return name
+            return [k]
+    return [name]
 
 
 def _pair(v) -> tuple[int, int]:

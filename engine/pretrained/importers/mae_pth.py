@@ -43,6 +43,12 @@ _RENAME = {"patch_embed.proj.weight": "patch_embed.weight", "patch_embed.proj.bi
 _BACK = {v: k for k, v in _RENAME.items()}
 
 
+def mae_name(name: str) -> str:
+    """The MAE repository's (timm's) name of masklab's tensor ``name``: the same but for
+    ``patch_embed.proj``; the inverse of the importer's renaming."""
+    return _BACK.get(name, name)
+
+
 def load_tensors(file: Path) -> dict[str, torch.Tensor]:
     """The state dict in ``file`` (``{"model": state_dict}``, or a bare state dict), read with
     ``torch.load(weights_only=True)`` on the CPU; a ``module.`` prefix (DDP) is dropped.
@@ -92,7 +98,7 @@ def import_pth(path: Path, name: str, options: dict[str, Any], workspace=None) -
     arch_config, notes, fresh_decoder = infer_arch(path, weights, options)
     tensors = {_RENAME.get(k, k): v for k, v in weights.items()}
     origin = {_RENAME.get(k, k): k for k in weights}
-    state, _ = assemble_state_dict(path, arch_config, tensors, origin, lambda n: _BACK.get(n, n), fresh_decoder)
+    state, _ = assemble_state_dict(path, arch_config, tensors, origin, mae_name, fresh_decoder)
     C = arch_config["in_chans"]
     if options.get("image_mean") is not None or options.get("image_std") is not None:
         mean, std = options.get("image_mean") or IMAGENET_MEAN, options.get("image_std") or IMAGENET_STD
