@@ -84,6 +84,7 @@ from engine.modalities import reads_option  # whether a modality's importers rea
 from engine.modalities.grids import GRID_KINDS  # the unit grids masking strategies work on
 
 # --- imported (pretrained) models: list, import (upload, path, Hub id), show on a dataset, delete ---
+from engine.pretrained.export import EXPORTS, export_zip
 from engine.pretrained.manage import FOLDER_FILES, delete_pretrained, import_path, import_upload, show_pretrained
 from engine.pretrained.store import PretrainedError, PretrainedModel, get_pretrained, list_pretrained
 
@@ -189,7 +190,7 @@ __all__ = [
     "import_source", "import_status", "inspect_source", "list_datasets", "load_dataset", "modality_names", "proposed_rate",
     "rates_text", "reads_option", "representative", "start_import",
     # imported models
-    "FOLDER_FILES", "PretrainedError", "PretrainedModel", "delete_pretrained", "get_pretrained", "import_path",
+    "EXPORTS", "FOLDER_FILES", "PretrainedError", "export_zip", "PretrainedModel", "delete_pretrained", "get_pretrained", "import_path",
     "import_upload", "list_pretrained", "show_pretrained",
     # workspace
     "workspace_root",

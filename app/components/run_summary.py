@@ -14,10 +14,12 @@ from app.components.quality import headline_of, loss_groups
 from app.components.runs import format_duration, metric_name, placement_label, run_label, status_badge
 from app.modalities import sample_view
 from engine.api import (
+    EXPORTS,
     MasklabError,
     RunNotFoundError,
     checkpoint_weights,
     cluster_job,
+    export_zip,
     get_pretrained,
     get_run,
     load_samples,
@@ -179,3 +181,14 @@ def checkpoint_download(rec: Any) -> None:
                        file_name=f"{rec.run_id}-step{w.step}.safetensors", mime="application/octet-stream",
                        key=f"rd_ckpt_{rec.run_id}", on_click="ignore")  # fmt: skip
     st.caption("The model's weights only (no optimizer state); load them with `safetensors.torch.load_file`.")
+    arch = (rec.config.get("model") or {}).get("arch") or "mae_vit"
+    if arch in EXPORTS:
+        cls = "ViTMAEForPreTraining" if arch == "mae_vit" else "BertForMaskedLM"
+        st.download_button(f"Download for transformers (step {w.step}, .zip)",
+                           lambda: guarded(export_zip, rec.run_id, "hf", w.step) or b"",
+                           file_name=f"{rec.run_id}-step{w.step}-hf.zip", mime="application/zip",
+                           key=f"rd_export_{rec.run_id}", on_click="ignore")  # fmt: skip
+        st.caption(f"A folder `{cls}.from_pretrained` loads (unzip it first), with its "
+                   + ("image processor" if arch == "mae_vit" else "tokenizer") + "; `python -m engine models export "
+                   f"{rec.run_id} OUT_DIR` writes the same" + (", `--format mae` the MAE repository's .pth."
+                                                               if arch == "mae_vit" else "."))

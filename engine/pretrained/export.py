@@ -305,3 +305,28 @@ def _publish(out: Path, files: dict[str, bytes]) -> None:
         raise PretrainedError(f"{out}: the export cannot be written ({e}); nothing was exported") from e
     if not done:
         raise PretrainedError(f"{out}: another export wrote it meanwhile; nothing was exported")
+
+
+def export_zip(source: str, fmt: str = "hf", step: int | None = None, workspace=None) -> bytes:
+    """:func:`export_model` of ``source`` as one ``.zip`` (the dashboard's download): the export's
+    files at the archive's top level, written in a scratch folder that is removed afterwards.
+
+    Raises:
+        PretrainedError: as :func:`export_model` (an architecture that cannot be exported...).
+    """
+    import io  # noqa: PLC0415 (only a download builds an archive)
+    import shutil  # noqa: PLC0415 (as above)
+    import tempfile  # noqa: PLC0415 (as above)
+    import zipfile  # noqa: PLC0415 (as above)
+
+    scratch = Path(tempfile.mkdtemp(prefix="masklab-export-"))
+    try:
+        out = scratch / "export"
+        export_model(source, out, fmt, step, workspace)
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as z:  # weights do not compress
+            for f in sorted(out.iterdir()):
+                z.write(f, f.name)
+        return buf.getvalue()
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

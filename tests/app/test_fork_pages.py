@@ -32,6 +32,7 @@ def test_run_detail_and_compare_show_a_fork_with_its_parent(shared_runs, tmp_pat
     detail = open_with("../pages/run_detail.py", {"run": fork})
     info = " ".join(i.value for i in detail.info)
     assert f"Fork of run **{parent}** at its step 20 checkpoint" in info and "then trained 2 steps" in info
+    assert any(b.proto.label.startswith("Download for transformers (step 2") for b in detail.get("download_button"))
     links = {(p.proto.label, p.proto.page) for p in detail.get("page_link")}
     assert any(label == "Compare with the parent" for label, _ in links)
 

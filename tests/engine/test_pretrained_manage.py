@@ -5,6 +5,7 @@ audited; ``python -m engine models show``."""
 from __future__ import annotations
 
 import io
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from engine.access.audit import read_audit
 from engine.access.policy import Identity
 from engine.cli import main as cli_main
 from engine.errors import ConfigError, PermissionDeniedError
+from engine.pretrained.export import export_zip
 from engine.pretrained.manage import delete_pretrained, import_path, import_upload, show_pretrained, stage_upload
 from engine.pretrained.store import PretrainedError, get_pretrained, list_pretrained, models_root
 from engine.runner.launcher import cancel
@@ -113,3 +115,11 @@ def test_show_submits_a_view_run_and_delete_needs_an_admin(folder, workspace):
     with pytest.raises(PretrainedError, match="no imported model named 'mine'"):
         delete_pretrained("mine", workspace, actor=ADMIN)
     wait_until(lambda: not get_run(rec.run_id, workspace).is_active, 60, "the cancelled run to end")
+
+
+def test_export_zip_is_the_export_folder(folder, workspace):
+    import_path(str(folder), "mine", workspace=workspace, actor=EDITOR)
+    with zipfile.ZipFile(io.BytesIO(export_zip("mine", workspace=workspace))) as z:
+        names = set(z.namelist())
+        assert {"config.json", "model.safetensors", "preprocessor_config.json"} <= names
+    assert not list(Path(tempfile.gettempdir()).glob("masklab-export-*"))
