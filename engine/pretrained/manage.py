@@ -32,7 +32,8 @@ MAX_MODEL_BYTES = 4 * 2**30
 
 
 def stage_upload(files: list[tuple[str, bytes]], dest: Path) -> tuple[Path, list[str]]:
-    """Lay out uploaded files as the importer reads them, under ``dest``.
+    """Lay out uploaded files as the importer reads them, under ``dest`` (files a checkpoint does not
+    need, such as a README, are skipped and listed).
 
     Args:
         files: ``(file name, content)`` of each uploaded file: one ``.pth``; one ``.zip`` of a
@@ -94,9 +95,11 @@ def stage_upload(files: list[tuple[str, bytes]], dest: Path) -> tuple[Path, list
             raise PretrainedError(str(e)) from None
     else:
         for (n, data), base in zip(files, names):
-            if base not in FOLDER_FILES:
-                raise PretrainedError(f"{n}: not a file of a save_pretrained folder masklab reads "
-                                      f"({', '.join(FOLDER_FILES)}); upload a .pth alone, or a .zip of the folder")
+            if base.lower().endswith(PTH_SUFFIXES + (".zip",)):
+                raise PretrainedError(f"{n}: upload a .pth or a .zip alone, not with other files")
+            if base not in FOLDER_FILES:  # a README, .gitattributes, masklab_export.json...
+                skipped.append(f"{n}: not a file of a checkpoint masklab reads")
+                continue
             if (folder / base).exists():
                 raise PretrainedError(f"{n}: uploaded twice")
             (folder / base).write_bytes(data)

@@ -51,6 +51,11 @@ def test_upload_layouts(folder, tmp_path):
     (tmp_path / "a").mkdir()
     path, skipped = stage_upload(files, tmp_path / "a")
     assert path.is_dir() and sorted(p.name for p in path.iterdir()) == sorted(n for n, _ in files) and skipped == []
+    # the folder's files with a README beside them: skipped and listed
+    (tmp_path / "a2").mkdir()
+    path, skipped = stage_upload(files + [("README.md", b"hi")], tmp_path / "a2")
+    assert sorted(p.name for p in path.iterdir()) == sorted(n for n, _ in files)
+    assert skipped == ["README.md: not a file of a checkpoint masklab reads"]
     # a .zip of the folder, with a README and a .bin beside it: skipped and listed
     (tmp_path / "b").mkdir()
     z = zipped({f"vit-mae/{n}": d for n, d in files} | {"vit-mae/README.md": b"hi", "vit-mae/pytorch_model.bin": b"x"})
@@ -68,7 +73,7 @@ def test_upload_layouts(folder, tmp_path):
 
 @pytest.mark.parametrize("case, upload, words", [
     ("nothing", [], "no file uploaded"),
-    ("unknown loose file", [("config.json", b"{}"), ("weights.ckpt", b"x")], "weights.ckpt: not a file"),
+    ("a .pth among files", [("config.json", b"{}"), ("mae.pth", b"x")], "mae.pth: upload a .pth or a .zip alone"),
     ("no config", [("model.safetensors", b"x")], "no config.json"),
     ("leaves the archive", [("m.zip", zipped({"../config.json": b"{}"}))], "leaves the archive"),
     ("two checkpoints", [("m.zip", zipped({"a/config.json": b"{}", "b/config.json": b"{}"}))], "more than one checkpoint"),
