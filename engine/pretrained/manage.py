@@ -136,7 +136,9 @@ def import_upload(files: list[tuple[str, bytes]], name: str, options: dict[str, 
         scratch = Path(tempfile.mkdtemp(prefix=".upload-", dir=models_root(ws).parent))
         try:
             path, skipped = stage_upload(files, scratch)
-            return import_model(str(path), name, options, ws), skipped
+            # the record names what was uploaded, not the scratch copy (removed below)
+            opts = {**(options or {}), "source_path": "upload: " + ", ".join(n for n, _ in files)}
+            return import_model(str(path), name, opts, ws), skipped
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
 

@@ -91,6 +91,7 @@ def test_import_upload_and_path_are_checked_and_audited(folder, workspace):
     assert list_pretrained(workspace) == []
     info, skipped = import_upload(files, "mine", workspace=workspace, actor=EDITOR)
     assert info.name == "mine" and skipped == [] and get_pretrained("mine", workspace).arch == "mae_vit"
+    assert info.source["path"] == "upload: " + ", ".join(n for n, _ in files)  # not the scratch copy
     assert not [p for p in models_root(workspace).iterdir() if p.name.startswith(".upload")]  # the scratch copy went
     with pytest.raises(PretrainedError, match="already imported"):
         import_path(str(folder), "mine", workspace=workspace, actor=EDITOR)

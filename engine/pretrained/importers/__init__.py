@@ -25,7 +25,8 @@ def import_model(path: str, name: str, options: dict[str, Any] | None = None, wo
 
     Args:
         options: importer options from the CLI or the dashboard (``num_heads``, ``decoder_num_heads``,
-            ``image_mean``, ``image_std``: lists of 3 floats).
+            ``image_mean``, ``image_std``: lists of 3 floats; ``source_path``: what the record names
+            as the source instead of ``path``, e.g. the files of an upload).
 
     Raises:
         PretrainedError: the name is taken or malformed, or the checkpoint is refused (the message

@@ -311,7 +311,7 @@ def import_folder(path: Path, name: str, config: dict[str, Any], options: dict[s
     model.load_state_dict(state)  # every name and shape was checked above; this cannot fail silently
     info = PretrainedModel(
         name=name, arch="bert_hf", modality="text", arch_config=ac, preprocessing=preprocessing,
-        source={"path": options.get("hub_id") or str(path.resolve()), "format": options.get("source_format", "hf"),
+        source={"path": options.get("source_path") or options.get("hub_id") or str(path.resolve()), "format": options.get("source_format", "hf"),
                 "architecture": known[0] if known else None, "ignored": ignored, "fresh": fresh, "notes": notes},
     )
     return save_pretrained(info, state, files={tok_file: (path / tok_file).read_bytes()}, workspace=workspace)

@@ -134,7 +134,7 @@ def import_folder(path: Path, name: str, config: dict[str, Any], options: dict[s
     if arch_config["norm_pix_loss"]:
         notes.append("trained with norm_pix_loss: predictions are de-normalised with each input patch's own mean "
                      "and std")
-    source = {"path": str(options.get("hub_id") or path.resolve()), "format": options.get("source_format", "hf"),
+    source = {"path": str(options.get("source_path") or options.get("hub_id") or path.resolve()), "format": options.get("source_format", "hf"),
               "architecture": "ViTMAEForPreTraining" if has_decoder else "ViTMAEModel",
               "ignored": ignored, "fresh": ["decoder"] if fresh_decoder else [], "notes": notes}
     info = PretrainedModel(name=name, arch=ARCH, modality="image", arch_config=arch_config, preprocessing=prep,

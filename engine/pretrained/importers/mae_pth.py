@@ -113,7 +113,7 @@ def import_pth(path: Path, name: str, options: dict[str, Any], workspace=None) -
     prep = preprocessing(arch_config["img_size"], C, list(mean), list(std), path)
     notes.append("norm_pix_loss taken as True (a .pth does not record it; the released MAE checkpoints were "
                  "trained with it): predictions are de-normalised with each input patch's own mean and std")
-    source = {"path": str(path.resolve()), "format": "mae_pth", "ignored": ignored,
+    source = {"path": str(options.get("source_path") or path.resolve()), "format": "mae_pth", "ignored": ignored,
               "fresh": ["decoder"] if fresh_decoder else [], "notes": notes}
     info = PretrainedModel(name=name, arch=ARCH, modality="image", arch_config=arch_config, preprocessing=prep,
                            source=source)
