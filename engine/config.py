@@ -7,7 +7,7 @@ with each run as ``config.json``, so a config diff between two runs is a plain d
 
 Configs are pydantic models with ``extra="forbid"``: an unknown key or a bad value raises
 :class:`~engine.errors.ConfigError` whose message names the field, e.g.
-``train.steps: Input should be greater than or equal to 1 (got 0)``.
+``train.batch_size: Input should be greater than or equal to 1 (got 0)``.
 """
 
 from __future__ import annotations

@@ -42,8 +42,8 @@ def test_bad_config_is_a_clear_error_not_a_traceback(workspace, tmp_path):
     assert out.returncode == 2 and "bad.yaml" in out.stderr and "Traceback" not in out.stderr
     out = engine_main("run", "configs/mae-digits.yaml", "--set", "train.stepz=3")
     assert out.returncode == 2 and "train.stepz: unknown field" in out.stderr
-    out = engine_main("run", "--set", "train.steps=0")  # no file: the defaults, then --set (New run's command)
-    assert out.returncode == 2 and "train.steps: must be at least 1 (got 0)" in out.stderr
+    out = engine_main("run", "--set", "train.batch_size=0")  # no file: the defaults, then --set (New run's command)
+    assert out.returncode == 2 and "train.batch_size: must be at least 1 (got 0)" in out.stderr
 
 
 def test_data_add_reports_refused_files_and_exits_1(workspace, tmp_path, shared_data):

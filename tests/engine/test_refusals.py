@@ -155,7 +155,8 @@ def test_a_damaged_zip_and_an_unknown_file_type_are_refused_in_our_words(workspa
 
 @pytest.mark.parametrize(("config", "message"), [
     ({"masking": {"ratio": 1.5}}, "masking.ratio: must be at most 1.0 (got 1.5)"),
-    ({"train": {"steps": 0}}, "train.steps: must be at least 1 (got 0)"),
+    ({"train": {"steps": -1}}, "train.steps: must be at least 0 (got -1)"),
+    ({"train": {"batch_size": 0}}, "train.batch_size: must be at least 1 (got 0)"),
     ({"train": {"steps": "many"}}, "train.steps: must be a whole number (got 'many')"),
     ({"train": {"lr": "fast"}}, "train.lr: must be a number (got 'fast')"),
     ({"masking": {"schedule": "zigzag"}}, "masking.schedule: must be one of 'constant', 'linear' or 'cosine' (got 'zigzag')"),
