@@ -201,12 +201,15 @@ def masking_label(config: dict | None) -> str:
 
 
 def grid_label(config: dict | None) -> str:
-    """What a run's units are: ``patch 2`` for images, ``wordpiece 8000`` / ``char`` for text."""
+    """What a run's units are: ``patch 2`` for images, ``wordpiece 8000`` / ``char`` for text (a text
+    run with ``model.init_from`` reads with its source's tokenizer)."""
     cfg = config or {}
     patch = (cfg.get("model") or {}).get("patch_size")
     if patch:
         return f"patch {patch}"
     tok = (cfg.get("data") or {}).get("tokenizer") or {}
+    if tok and (cfg.get("model") or {}).get("init_from"):  # the source's tokenizer, not these settings
+        return "its source's tokenizer"
     if tok:
         return "char" if tok.get("kind") == "char" else f"{tok.get('kind', 'wordpiece')} {tok.get('vocab_size', '')}".strip()
     return ""
@@ -314,13 +317,17 @@ def runs_frame(records: Sequence[Any], points: dict | None = None, sizes: dict[s
 
 
 def model_label(cfg: dict, sources: dict[str, str] | None = None) -> str:
-    """The run table's model cell: the preset, or ``pretrained NAME (file)`` for a run that starts
-    from an imported model (the file's name from ``sources``, when it is still imported)."""
+    """The run table's model cell: the preset; ``pretrained NAME (file)`` for a run that starts from
+    an imported model (the file's name from ``sources``; ``uploaded`` for an upload); ``from SOURCE``
+    for a fork of a run (or a model deleted since)."""
     model = cfg.get("model") or {}
     if not model.get("init_from"):
         return model.get("preset", "")
-    src = (sources or {}).get(model["init_from"])
-    return f"pretrained {model['init_from']}" + (f" ({PurePath(src).name})" if src else "")
+    if model["init_from"] not in (sources or {}):  # a fork of a run, or a model deleted since
+        return f"from {model['init_from']}"
+    src = sources[model["init_from"]]
+    file = "uploaded" if src.startswith("upload: ") else PurePath(src).name
+    return f"pretrained {model['init_from']}" + (f" ({file})" if file else "")
 
 
 def pretrained_sources() -> dict[str, str]:
