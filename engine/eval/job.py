@@ -58,7 +58,7 @@ from engine.eval.prefetch import read_baselines
 from engine.eval.progress import PHASES, EvalProgress
 from engine.eval.reconstruction import reconstruction_quality
 from engine.eval.representation import maps_2d, prepare
-from engine.pretrained.runs import random_init_
+from engine.pretrained.runs import random_init_, recorded_init
 from engine.runner.queue import dequeue, run_slot
 from engine.runner.resources import resolve_threads
 from engine.store.checkpoints import checkpoint_complete, list_checkpoints, load_weights
@@ -143,7 +143,8 @@ def evaluate_checkpoint(run_dir: Path, step: int | None = None, *, device: str =
     cfg = RunConfig.from_dict(read_json(run_dir / "config.json"))
     ev_cfg = cfg.evaluation
     torch.manual_seed(cfg.train.seed)  # the run's own initial weights
-    task = build_task(cfg, torch.device(device), workspace)
+    with recorded_init(run_dir):  # the run's own record of its start: its source may be gone
+        task = build_task(cfg, torch.device(device), workspace)
     random_init_(task, cfg.train.seed)  # a run from an imported model: its architecture's init, not the import
     try:
         before = read_json(run_dir / "task.json").get("dataset_hash") or ""

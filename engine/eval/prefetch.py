@@ -24,7 +24,7 @@ import torch
 from engine.config import RunConfig
 from engine.eval.figures import FIGURE_PHASES, RAW_INPUT_SEED, encoder_figures
 from engine.eval.representation import prepare
-from engine.pretrained.runs import random_init_
+from engine.pretrained.runs import random_init_, recorded_init
 from engine.runner.resources import resolve_threads
 from engine.store.evaluations import FIGURE_RECIPE
 from engine.tasks import build_task
@@ -54,7 +54,8 @@ def prefetch_baselines(run_dir: Path, workspace=None) -> list[str]:
     torch.set_num_threads(resolve_threads(raw.get("train", {}), raw.get("launch") or {}))  # the worker's count: the same sums
     n, seed = cfg.evaluation.max_rows, cfg.train.seed
     torch.manual_seed(seed)  # the run's initial weights, drawn as the run and its evaluation draw them
-    task = build_task(cfg, torch.device("cpu"), workspace)
+    with recorded_init(run_dir):  # once the run recorded its start (task.json), its source is not needed
+        task = build_task(cfg, torch.device("cpu"), workspace)
     random_init_(task, cfg.train.seed)  # a run from an imported model: its architecture's init, not the import
     task.model.eval()
     feats = {}

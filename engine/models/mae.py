@@ -285,7 +285,7 @@ class MaskedAutoencoderViT(nn.Module):
         """The reconstruction target ``[B, L, P*P*C]``: ``patchify`` of the model's input
         (:meth:`normalize_input`), per-patch normalised when ``norm_pix_loss``
         (:func:`engine.objectives.normalize_patches`)."""
-        target = self.patchify(self.normalize_input(imgs))
+        target = self.patchify(self.normalize_input(imgs) if getattr(self, "input_norm", False) else imgs)  # SimMIM borrows this
         return normalize_patches(target) if self.norm_pix_loss else target
 
     def forward(self, imgs: torch.Tensor, mask: torch.Tensor, every_patch: bool | None = None) -> dict[str, torch.Tensor]:

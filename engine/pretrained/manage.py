@@ -1,5 +1,5 @@
 """What the dashboard does with imported models: import one from an upload, a path or a Hub id,
-show it on a dataset (a run of 0 steps, :func:`engine.pretrained.runs.view_config`), delete it.
+show it on a dataset (a run of 0 steps, :func:`view_config`), delete it.
 Each write checks the actor's role and is audited (``model.import``, ``model.delete``, and
 ``run.submit`` for a view), as every other write of the dashboard.
 
@@ -17,7 +17,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from engine.access.policy import Identity, authorized
-from engine.errors import DatasetError
+from engine.errors import ConfigError, DatasetError
 from engine.pretrained.registry import PretrainedError
 from engine.pretrained.store import PretrainedModel, get_pretrained, models_root
 from engine.workspace import workspace_root
@@ -173,6 +173,34 @@ def delete_pretrained(name: str, workspace=None, *, actor: Identity | None = Non
         shutil.rmtree(gone, ignore_errors=True)
 
 
+def view_config(name: str, dataset: str, workspace=None) -> dict[str, Any]:
+    """The run config that shows the imported model ``name`` on ``dataset`` without training it:
+    the task that trains its architecture (``Task.init_from_arch``), ``model.init_from``, what the
+    task's ``init_view`` sets (its masking and the fields the model fixes), ``train.steps`` 0. A dict
+    for :meth:`engine.config.RunConfig.from_dict`.
+
+    Raises:
+        ConfigError: no such model, or no task trains its architecture.
+    """
+    from engine.pretrained.runs import record  # noqa: PLC0415 (torch loads with a run, not with the page)
+    from engine.tasks import TASK_REGISTRY  # noqa: PLC0415 (as above)
+
+    try:
+        info = get_pretrained(name, workspace)
+    except PretrainedError as e:
+        raise ConfigError(f"model.init_from: {e}") from None
+    tasks = [t for t in TASK_REGISTRY.values() if t.init_from_arch == info.arch and t.trains_on(info.modality)]
+    if not tasks:
+        raise ConfigError(f"model.init_from: no task trains {info.arch} models ({name}); it cannot be shown on a dataset")
+    rec = record(info)
+    cfg: dict[str, Any] = {"name": f"{name} on {dataset}", "task": tasks[0].name, "data": {"dataset": dataset},
+                           "model": {"arch": info.arch, "init_from": name},
+                           "train": {"steps": 0, "batch_size": 32, "num_vis": 8}}
+    for section, fields in tasks[0].init_view(rec).items():
+        cfg[section] = {**cfg.get(section, {}), **fields}
+    return cfg
+
+
 def show_pretrained(name: str, dataset: str, workspace=None, *, actor: Identity | None = None) -> str:
     """Submit the run that shows the imported model ``name`` on ``dataset`` without training it
     (:func:`engine.pretrained.runs.view_config`); returns its run id.
@@ -182,7 +210,6 @@ def show_pretrained(name: str, dataset: str, workspace=None, *, actor: Identity 
             :func:`engine.runner.launcher.submit` raises.
     """
     from engine.config import RunConfig  # noqa: PLC0415 (the config loads pydantic only where a run is made)
-    from engine.pretrained.runs import view_config  # noqa: PLC0415 (torch loads with a run, not with the page)
-    from engine.runner.launcher import submit  # noqa: PLC0415 (as above)
+    from engine.runner.launcher import submit  # noqa: PLC0415 (the launcher loads with a run, not with the page)
 
     return submit(RunConfig.from_dict(view_config(name, dataset, workspace)), workspace, actor=actor)

@@ -26,9 +26,11 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -37,13 +39,28 @@ from engine.errors import ConfigError, RunNotFoundError
 from engine.pretrained.registry import PRETRAINED_ARCHS, PretrainedError
 from engine.pretrained.store import MODEL_FILE, WEIGHTS_FILE, PretrainedModel, get_pretrained, list_pretrained, models_root
 
-#: What an imported model of each modality trains as: ``(task, arch)``.
-INIT_TASKS = {"image": ("image_mim", "mae_vit"), "text": ("text_mlm", "bert_hf")}
-#: Masking ratios a view of an imported model shows, by modality (MAE's 0.75; BERT's 0.15).
-VIEW_RATIOS = {"image": 0.75, "text": 0.15}
-#: Longest tokenised text a view of an imported BERT reads (bert-base holds 512; the dashboard's
-#: sentences are short, and attention's cost grows with the square of the length).
-VIEW_MAX_LEN = 128
+#: ``task.json`` of the run being evaluated or resumed (:func:`recorded_init`), else None.
+_RECORDED: ContextVar[dict | None] = ContextVar("masklab_recorded_init", default=None)
+
+
+@contextmanager
+def recorded_init(run_dir: Path) -> Iterator[None]:
+    """Within the block, ``model.init_from`` resolves to what the run at ``run_dir`` recorded when it
+    started (its ``task.json``: the architecture record, the init report, the tokenizer), not to the
+    source itself: an evaluation or a resume of a run whose imported model or parent run was deleted
+    since still builds its model, and its random init is a fresh one (its weights come from its own
+    checkpoint). A run that recorded no ``init`` resolves as usual."""
+    from engine.workspace import read_json  # noqa: PLC0415 (torch-free helper; the store's reader is the fork's)
+
+    try:
+        info = read_json(Path(run_dir) / "task.json")
+    except (OSError, ValueError):
+        info = None
+    token = _RECORDED.set(info if isinstance(info, dict) and info.get("init") else None)
+    try:
+        yield
+    finally:
+        _RECORDED.reset(token)
 
 
 @dataclass(frozen=True)
@@ -56,7 +73,9 @@ class InitSource:
             its ``config``'s task says what it trained).
         record: the imported architecture (:func:`record`): the model's, or that of the run's own
             ``init_from`` model; None for a run of masklab's own architectures.
-        weights: the safetensors file of the weights. step: the run's checkpoint step (None: a model).
+        weights: the safetensors file of the weights; None when resolved from a run's own record
+            (:func:`recorded_init`: nothing is loaded, the run's checkpoint follows).
+        step: the run's checkpoint step (None: a model).
         tokenizer_id: a text run's tokenizer (``task.json``); None otherwise.
         config: the run's config (``{}`` for a model). info: the imported model's record (None for a run).
     """
@@ -65,7 +84,7 @@ class InitSource:
     name: str
     modality: str
     record: dict[str, Any] | None
-    weights: Path
+    weights: Path | None
     step: int | None = None
     tokenizer_id: str | None = None
     config: dict[str, Any] | None = None
@@ -85,6 +104,11 @@ def resolve_init(cfg, workspace=None) -> InitSource:
     from engine.workspace import read_json  # noqa: PLC0415 (as the store)
 
     name, step = cfg.model.init_from, cfg.model.init_step
+    recorded = _RECORDED.get()
+    if recorded is not None and recorded["init"].get("from") == name:
+        init, rec = recorded["init"], (recorded.get("model_dims") or {}).get("pretrained")
+        return InitSource(init.get("kind", "model"), name, (rec or {}).get("modality", ""), rec, None,
+                          init.get("step"), recorded.get("tokenizer_id"))
     if (models_root(workspace) / name / MODEL_FILE).is_file():
         if step is not None:
             raise ConfigError(f"model.init_step: {name} is an imported model, which has no checkpoint steps; "
@@ -119,20 +143,24 @@ def _imported(name: str, workspace=None) -> PretrainedModel:
         raise ConfigError(f"model.init_from: {e}") from None
 
 
-def check_init(cfg, modality: str, workspace=None) -> InitSource:
-    """Pre-flight check of a run that starts from ``model.init_from``, against its dataset's modality.
+def check_init(cfg, task=None, workspace=None) -> InitSource:
+    """Pre-flight check of a run that starts from ``model.init_from``.
+
+    Args:
+        task: the run's :class:`~engine.tasks.base.Task` class, whose ``init_fit`` / ``fork_fit``
+            check the fields the source fixes; None: resolve only (a task's own check does the rest).
 
     Raises:
         ConfigError: naming the field: no such model or run (:func:`resolve_init`); an imported model
-            of another modality, or a run of another task; for an imported architecture, ``model.arch``, ``model.patch_size`` or
-            ``objective.norm_pix_loss`` other than the model's, or ``data.tokenizer.max_len`` over
-            its positions; for a fork of a masklab run, another ``model.arch``, or (text) another
-            ``data.tokenizer.max_len`` (the positions) than the parent's (the values to set are named).
+            of another modality than the task's, or a run of another task; ``model.arch`` other than
+            the source's; what the task's ``init_fit`` / ``fork_fit`` refuse (the values to set are named).
     """
     src = resolve_init(cfg, workspace)
-    if src.kind == "model" and src.modality != modality:
+    if src.weights is None or task is None:  # the run's own record (recorded_init): checked when it was submitted
+        return src
+    if src.kind == "model" and src.modality != task.modality:
         raise ConfigError(f"model.init_from: {src.name} is {_a(src.modality)} model, but this run's dataset holds "
-                          f"{modality}; pick a dataset of {src.modality}")
+                          f"{task.modality}; pick a dataset of {src.modality}")
     if src.kind == "run" and (src.config or {}).get("task") != cfg.task:
         raise ConfigError(f"model.init_from: run {src.name} trained {(src.config or {}).get('task')}; a fork trains "
                           f"the same task (this run: {cfg.task})")
@@ -140,29 +168,13 @@ def check_init(cfg, modality: str, workspace=None) -> InitSource:
     if rec is not None:
         if cfg.model.arch != rec["arch"]:
             raise ConfigError(f"model.arch: {src.name} is a {rec['arch']} model; set model.arch to {rec['arch']}")
-        if modality == "image":
-            patch = rec["arch_config"]["patch_size"]
-            if cfg.model.patch_size != patch:
-                raise ConfigError(f"model.patch_size: {src.name} has {patch}x{patch} patches; set model.patch_size "
-                                  f"to {patch}")
-            norm_pix = bool(rec["arch_config"].get("norm_pix_loss", False))
-            if cfg.objective.norm_pix_loss != norm_pix:
-                raise ConfigError(f"objective.norm_pix_loss: {src.name} was trained with norm_pix_loss {norm_pix}; "
-                                  f"set it to {str(norm_pix).lower()}")
-        elif modality == "text":
-            most = int(rec["preprocessing"]["max_len"])
-            if cfg.data.tokenizer is not None and cfg.data.tokenizer.max_len > most:
-                raise ConfigError(f"data.tokenizer.max_len: {src.name} has {most} positions; set it to at most {most}")
+        task.init_fit(cfg, rec, src.name)
         return src
-    parent = src.config.get("model") or {}
+    parent = (src.config or {}).get("model") or {}
     if cfg.model.arch != parent.get("arch"):
         raise ConfigError(f"model.arch: run {src.name} trains {parent.get('arch')}; a fork keeps the architecture "
                           f"(set model.arch to {parent.get('arch')})")
-    if modality == "text":
-        theirs = ((src.config.get("data") or {}).get("tokenizer") or {}).get("max_len")
-        if cfg.data.tokenizer is not None and theirs is not None and cfg.data.tokenizer.max_len != theirs:
-            raise ConfigError(f"data.tokenizer.max_len: run {src.name} has {theirs} positions; set it to {theirs} "
-                              "(a fork reads with its parent's tokenizer and positions)")
+    task.fork_fit(cfg, src.config or {}, src.name)
     return src
 
 
@@ -193,19 +205,13 @@ def build_from_record(rec: dict[str, Any]) -> torch.nn.Module:
     except KeyError:
         raise PretrainedError(f"imported model {rec.get('name')!r}: unknown architecture {rec.get('arch')!r}") from None
     model = builder(rec["arch_config"])
-    if rec["modality"] == "image":
-        prep = rec["preprocessing"]
+    prep = rec["preprocessing"]
+    if "mean" in prep and hasattr(model, "input_mean"):  # an image processor's statistics, read by the model
         C = len(prep["mean"])
         model.input_norm = True
         model.input_mean = torch.tensor(prep["mean"], dtype=torch.float32).reshape(1, C, 1, 1)
         model.input_std = torch.tensor(prep["std"], dtype=torch.float32).reshape(1, C, 1, 1)
     return model
-
-
-def init_record(cfg, workspace=None) -> dict[str, Any] | None:
-    """The imported architecture a run trains (:func:`record`), None for masklab's own (no
-    ``model.init_from``, or a fork of a run of masklab's architectures). Raises :class:`ConfigError`."""
-    return resolve_init(cfg, workspace).record if cfg.model.init_from else None
 
 
 def init_model(cfg, build: Callable[[], torch.nn.Module], workspace=None
@@ -226,6 +232,9 @@ def init_model(cfg, build: Callable[[], torch.nn.Module], workspace=None
     from safetensors.torch import load_file  # noqa: PLC0415 (with torch, only where weights are read)
 
     src = resolve_init(cfg, workspace)
+    if src.weights is None:  # recorded_init: the architecture only (seeded init); the caller loads the checkpoint
+        model = build_from_record(src.record) if src.record is not None else build()
+        return model.train(), ({"pretrained": src.record} if src.record is not None else {}), dict(_RECORDED.get()["init"])
     try:
         weights = load_file(str(src.weights))
     except OSError as e:
@@ -289,36 +298,6 @@ def random_init_(task, seed: int) -> bool:
             fresh.initialize_weights()
     task.model.load_state_dict(fresh.state_dict())
     return True
-
-
-def view_config(name: str, dataset: str, workspace=None) -> dict[str, Any]:
-    """The run config that shows the imported model ``name`` on ``dataset`` without training it:
-    its task and architecture (:data:`INIT_TASKS`), ``model.init_from``, its patch size and
-    norm-pix setting (images) or a :data:`VIEW_MAX_LEN` token limit (text), random masking at
-    :data:`VIEW_RATIOS`, ``train.steps`` 0. A dict for :meth:`engine.config.RunConfig.from_dict`.
-
-    Raises:
-        ConfigError: no such model, or a modality masklab cannot start from.
-    """
-    try:
-        info = get_pretrained(name, workspace)
-    except PretrainedError as e:
-        raise ConfigError(f"model.init_from: {e}") from None
-    if info.modality not in INIT_TASKS:
-        raise ConfigError(f"model.init_from: {name} is {_a(info.modality)} model; masklab shows image and text models")
-    task, arch = INIT_TASKS[info.modality]
-    cfg: dict[str, Any] = {
-        "name": f"{name} on {dataset}", "task": task, "data": {"dataset": dataset},
-        "model": {"arch": arch, "init_from": name},
-        "masking": {"strategy": "random", "ratio": VIEW_RATIOS[info.modality]},
-        "train": {"steps": 0, "batch_size": 32, "num_vis": 8},
-    }
-    if info.modality == "image":
-        cfg["model"]["patch_size"] = int(info.arch_config["patch_size"])
-        cfg["objective"] = {"norm_pix_loss": bool(info.arch_config.get("norm_pix_loss", False))}
-    else:
-        cfg["data"]["tokenizer"] = {"max_len": min(VIEW_MAX_LEN, int(info.preprocessing["max_len"]))}
-    return cfg
 
 
 # --------------------------------------------------------------------------- images

@@ -130,13 +130,15 @@ def resume(run_id: str, overrides: Sequence[str] = (), workspace=None, *, actor:
 
 
 def _resume(run_id: str, overrides: Sequence[str], ws: Path) -> int:
+    from engine.pretrained.runs import recorded_init  # noqa: PLC0415 (torch loads when a config is checked, not when the dashboard or CLI imports this)
     from engine.tasks.checks import check_run  # noqa: PLC0415 (the tasks (torch) load when a config is resolved, not when the dashboard or CLI imports this)
 
     d = run_dir(run_id, ws)
 
     def make_config(old: dict, step: int) -> dict:
         cfg = resume_config(old, overrides, step)
-        info = check_run(cfg, ws)
+        with recorded_init(d):  # model.init_from as the run recorded it: its source may be gone since
+            info = check_run(cfg, ws)
         check_same_data(d, getattr(info, "source_hash", "") or "")
         return cfg.to_dict()
 

@@ -153,6 +153,32 @@ class Task(ABC):
         Objective.from_config(cfg.objective, cls.outputs(cfg))
 
     @classmethod
+    def init_fit(cls, cfg: "RunConfig", rec: dict, name: str) -> None:
+        """Check ``cfg`` against the imported architecture it starts from (``rec``:
+        :func:`engine.pretrained.runs.record` of the model ``name``), beyond ``model.arch``.
+        Default: nothing.
+
+        Raises:
+            ConfigError: naming the field and the value to set.
+        """
+
+    @classmethod
+    def fork_fit(cls, cfg: "RunConfig", parent: dict, name: str) -> None:
+        """Check a fork's ``cfg`` against the config of the run ``name`` it starts from (``parent``),
+        beyond the task and ``model.arch``. Default: nothing.
+
+        Raises:
+            ConfigError: naming the field and the value to set.
+        """
+
+    @classmethod
+    def init_view(cls, rec: dict) -> dict:
+        """What the run that shows the imported architecture ``rec`` on a dataset sets beyond its
+        task, arch and ``model.init_from`` (:func:`engine.pretrained.manage.view_config`): a partial run
+        config (its masking, the fields ``rec`` fixes). Default: ``{}``."""
+        return {}
+
+    @classmethod
     def trains_on(cls, modality: str) -> bool:
         """Whether the task trains on datasets of ``modality`` (default: its :attr:`modality` only; a
         task that reads several modalities overrides it)."""

@@ -27,6 +27,7 @@ import torch
 from engine.config import RunConfig
 from engine.errors import ConfigError, DamagedFileError, NonFiniteLossError
 from engine.models import count_parameters
+from engine.pretrained.runs import recorded_init
 from engine.store.checkpoints import load_checkpoint_state, load_weights
 from engine.tasks import build_task
 from engine.training.dist import SINGLE, DistContext, mask_seed
@@ -96,7 +97,11 @@ def setup(cfg: RunConfig, writers: Writers, *, workspace=None, resume_from: Path
     if t.num_threads:
         torch.set_num_threads(t.num_threads)
     torch.manual_seed(t.seed)  # model init
-    task = build_task(cfg, device, workspace)
+    if resume_from is None:
+        task = build_task(cfg, device, workspace)
+    else:  # model.init_from as the run recorded it (its source may be gone; the checkpoint holds the weights)
+        with recorded_init(Path(resume_from).parent.parent):
+            task = build_task(cfg, device, workspace)
     info = {"task": cfg.task, **task.run_info(), "device": str(device)}  # the dashboard shows the device while it trains
     if resume_from is not None:
         writers.info.check_resume(info)

@@ -18,6 +18,7 @@ from engine.access.users import load_users, oidc_identity, set_user, signin_conf
 from engine.config import RunConfig
 from engine.data import delete_dataset, import_source, list_datasets
 from engine.errors import DatasetError, MasklabError, PermissionDeniedError, ResumeError, RunLockedError, RunNotFoundError
+from engine.pretrained.manage import delete_pretrained, import_path
 from engine.runner.launcher import cancel, delete_run, evaluate, resume, submit
 from engine.store import annotate, create_run, get_run, list_runs, run_alive, write_status
 from engine.tasks import resolve
@@ -72,6 +73,8 @@ def test_a_viewer_is_refused_on_every_write_path_and_nothing_changes(workspace, 
         "run.annotate": lambda: annotate(run_id, tags=["x"], note="n", archived=True, actor=VIEWER),
         "data.import": lambda: import_source(src, "other", actor=VIEWER),
         "data.delete": lambda: delete_dataset("kept", actor=VIEWER),
+        "model.import": lambda: import_path(str(src), "m", actor=VIEWER),
+        "model.delete": lambda: delete_pretrained("m", actor=VIEWER),
         "users.manage": lambda: set_user("x", "admin", "pw", actor=VIEWER),
         "audit.read": lambda: read_audit(actor=VIEWER),
     }

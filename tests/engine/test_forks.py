@@ -15,7 +15,7 @@ from engine.config import RunConfig
 from engine.errors import ConfigError
 from engine.eval.inference import checkpoint_path
 from engine.pretrained.importers import import_model
-from engine.pretrained.runs import view_config
+from engine.pretrained.manage import view_config
 from engine.store import get_run, read_metrics
 from engine.tasks import resolve
 from engine.tasks.checks import check_run

@@ -34,8 +34,8 @@ from engine.pretrained.export import EXPORTS, REFUSED, export_model
 from engine.pretrained.exporters.image import check_exportable
 from engine.pretrained.image import build_mae_vit
 from engine.pretrained.importers import import_model
+from engine.pretrained.manage import view_config
 from engine.pretrained.predict import predict_images, predict_text
-from engine.pretrained.runs import view_config
 from engine.pretrained.store import PretrainedError, PretrainedModel, get_pretrained, save_pretrained
 from engine.store import create_run
 from engine.tasks.text.inference import tokenizer_of

@@ -4,7 +4,7 @@ One workspace for the module: the bundled ``digits`` (8x8 grey), the first 400 T
 tiny ViTMAEs made by transformers (:mod:`tests.pretrained_image_checkpoints`): a norm-pix one (64x64
 RGB, 16x16 patches) and a pixel one (32x32 RGB, 8x8 patches), and a tiny BERT with bert-base's
 special-token layout (:mod:`tests.pretrained_text_checkpoints`), all imported. Each view run
-(``train.steps`` 0, what :func:`~engine.pretrained.runs.view_config` makes) is trained once, through
+(``train.steps`` 0, what :func:`~engine.pretrained.manage.view_config` makes) is trained once, through
 the real worker, when a test first asks for it, and read by several tests; the norm-pix one and the
 BERT's are evaluated at their end on 60 rows. What a view run must show is what the imported model
 computes: its reconstructions, its pixel error, its fill-ins, its weights (also once the imported
@@ -27,19 +27,23 @@ from PIL import Image
 from engine.config import RunConfig
 from engine.errors import ConfigError
 from engine.eval.inference import checkpoint_steps, load_model
+from engine.eval.job import evaluate_checkpoint
 from engine.models.mae import MaskedAutoencoderViT
 from engine.pretrained.image import predict_pixels
 from engine.pretrained.importers import import_model
+from engine.pretrained.manage import view_config
 from engine.pretrained.predict import predict_text
-from engine.pretrained.runs import fit_images, fit_note, random_init_, record, view_config
+from engine.pretrained.runs import fit_images, fit_note, random_init_, record
 from engine.pretrained.store import load_pretrained
-from engine.store import get_run, read_metrics
+from engine.runner.launcher import resume
+from engine.store import get_run, read_metrics, write_status
 from engine.store.evaluations import ENCODERS, latest_evaluation
 from engine.store.samples import load_samples
 from engine.tasks import build_task, resolve
 from engine.tasks.checks import check_run
 from engine.tasks.text.inference import fill_in, tokenizer_of
 from engine.workspace import read_json
+from tests.engine.procs import wait_until
 from tests.pretrained_image_checkpoints import MEAN, STD, hf_model, save_hf_folder
 from tests.pretrained_text_checkpoints import make_checkpoint, vocab_of
 from tests.runs import import_dataset
@@ -442,3 +446,27 @@ def test_input_normalisation_keeps_the_state_dict_keys():
     x = torch.rand(2, 3, 16, 16)
     assert torch.equal(plain.normalize_input(x), x) and torch.equal(plain.to_pixels(x), x)
     torch.testing.assert_close(normed.to_pixels(normed.normalize_input(x)), x)
+
+
+def test_a_run_outlives_its_imported_model_evaluated_and_resumed(lab, tmp_path):
+    """With the imported model deleted, a run from it is still evaluated (its random init drawn from
+    its architecture, not looked up) and resumed: the run's task.json holds what it started from."""
+    name, kw, *_ = IMAGE_VIEWS["pixels"]
+    cfg = view_config(name, "digits", lab.ws)
+    cfg.update(name="short fork", evaluation={"auto": False, **EVALUATION},
+               train={"steps": 2, "batch_size": 16, "eval_interval": 2, "checkpoint_interval": 2, "num_vis": 2,
+                      "warmup_steps": 1, "device": "cpu", "num_threads": 1})
+    run_id = completed_run(cfg, lab.ws, evaluate=False)
+    ws = without_models(lab.ws, tmp_path / "ws")
+    run_dir = get_run(run_id, ws).path
+    started = read_json(run_dir / "task.json")["init"]
+
+    ev, _ = evaluate_checkpoint(run_dir, workspace=ws)
+    assert ev.representation["trained"] != ev.representation["random_init"]
+
+    write_status(run_dir, {**read_json(run_dir / "status.json"), "status": "failed"})  # as a crash leaves it
+    assert resume(run_id, ["train.steps=3"], ws) == 2
+    wait_until(lambda: get_run(run_id, ws).status in ("completed", "failed"), 120, "the resumed run to end")
+    rec = get_run(run_id, ws)
+    assert (rec.status, rec.step) == ("completed", 3), rec.error
+    assert read_json(run_dir / "task.json")["init"] == started  # what it started from, not the resume's view

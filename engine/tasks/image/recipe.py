@@ -128,12 +128,30 @@ class ImageMIMTask(Task):
         super().resolve(cfg)
 
     @classmethod
+    def init_fit(cls, cfg: RunConfig, rec: dict, name: str) -> None:
+        """An imported MAE fixes the patch size and whether it predicts per-patch normalised pixels."""
+        patch = rec["arch_config"]["patch_size"]
+        if cfg.model.patch_size != patch:
+            raise ConfigError(f"model.patch_size: {name} has {patch}x{patch} patches; set model.patch_size to {patch}")
+        norm_pix = bool(rec["arch_config"].get("norm_pix_loss", False))
+        if cfg.objective.norm_pix_loss != norm_pix:
+            raise ConfigError(f"objective.norm_pix_loss: {name} was trained with norm_pix_loss {norm_pix}; "
+                              f"set it to {str(norm_pix).lower()}")
+
+    @classmethod
+    def init_view(cls, rec: dict) -> dict:
+        """MAE's random masking at 0.75, the model's patch size and norm-pix setting."""
+        return {"model": {"patch_size": int(rec["arch_config"]["patch_size"])},
+                "objective": {"norm_pix_loss": bool(rec["arch_config"].get("norm_pix_loss", False))},
+                "masking": {"strategy": "random", "ratio": 0.75}}
+
+    @classmethod
     def check(cls, cfg: RunConfig, info, workspace=None) -> None:
         """Patch size tiles the images, the strategy applies to image patch grids, and a probe batch
         of its masks can train (:func:`engine.tasks.checks.masking_problem`) at ``masking.ratio`` and, with
         a schedule, at ``masking.final_ratio``."""
         _, H, W = info.image_shape
-        if cfg.model.init_from and (rec := check_init(cfg, cls.modality, workspace).record) is not None:
+        if cfg.model.init_from and (rec := check_init(cfg, cls, workspace).record) is not None:
             _, H, W = input_shape(rec)  # the images are fitted to the imported model's input
         h, w = grid_shape((H, W), cfg.model.patch_size)
         strategy = get_masking(cfg.masking.strategy)
@@ -162,7 +180,7 @@ class ImageMIMTask(Task):
         t = cfg.train
         ds = load_dataset(cfg.data.dataset, workspace)
         self.model_dims, self.input_fit, self.init_report = {}, "", {}
-        rec = check_init(cfg, self.modality, workspace).record if cfg.model.init_from else None
+        rec = check_init(cfg, type(self), workspace).record if cfg.model.init_from else None
         if rec is not None:  # an imported MAE's architecture: the images fitted to its input
             ds = FittedImages(ds, input_shape(rec))
             self.input_fit = ds.note

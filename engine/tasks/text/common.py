@@ -99,20 +99,21 @@ def baseline_rows(enc) -> tuple:
 def tokenizer_for(cfg: RunConfig, ds, workspace=None):
     """``(tokenizer, tokenizer_id)`` of the run: trained on the train split of ``ds`` once, then cached;
     with ``model.init_from``, its source's: an imported model's own
-    (:func:`engine.pretrained.runs.pretrained_tokenizer`), a parent run's (a fork reads the same ids).
+    (:func:`engine.pretrained.runs.pretrained_tokenizer`), a parent run's (a fork reads the same ids); for a
+    run being evaluated or resumed (:func:`engine.pretrained.runs.recorded_init`), the one it recorded.
 
     Raises:
         ConfigError: ``model.init_from`` names no text model or run (:func:`engine.pretrained.runs.check_init`),
             or the parent run's tokenizer cannot be loaded.
     """
     if cfg.model.init_from:
-        src = check_init(cfg, "text", workspace)
-        if src.kind == "model":
+        src = check_init(cfg, None, workspace)  # the task's own check fits the config to the source
+        if src.kind == "model" and src.weights is not None:
             return pretrained_tokenizer(src.info, workspace)
         try:
             return load_tokenizer(src.tokenizer_id, workspace), src.tokenizer_id
         except (ValueError, TypeError) as e:
-            raise ConfigError(f"model.init_from: run {src.name}'s tokenizer cannot be loaded ({e})") from None
+            raise ConfigError(f"model.init_from: the tokenizer of {src.name} cannot be loaded ({e})") from None
     settings = TokenizerSettings(**cfg.data.tokenizer.model_dump())
     return get_tokenizer(ds.info.name, ds.info.source_hash, lambda: ds.texts("train"), settings, workspace,
                          train_chunks=lambda: text_chunks(ds, "train"))

@@ -265,12 +265,33 @@ class TextMLMTask(TextTask):
     summary = "masked language modeling: BERT's 80/10/10 on any token masking (Devlin et al. 2019)"
 
     @classmethod
+    def init_fit(cls, cfg: RunConfig, rec: dict, name: str) -> None:
+        """An imported BERT holds ``max_len`` positions: ``data.tokenizer.max_len`` at most that."""
+        most = int(rec["preprocessing"]["max_len"])
+        if cfg.data.tokenizer is not None and cfg.data.tokenizer.max_len > most:
+            raise ConfigError(f"data.tokenizer.max_len: {name} has {most} positions; set it to at most {most}")
+
+    @classmethod
+    def fork_fit(cls, cfg: RunConfig, parent: dict, name: str) -> None:
+        """A fork reads with its parent's tokenizer and positions: the same ``data.tokenizer.max_len``."""
+        theirs = ((parent.get("data") or {}).get("tokenizer") or {}).get("max_len")
+        if cfg.data.tokenizer is not None and theirs is not None and cfg.data.tokenizer.max_len != theirs:
+            raise ConfigError(f"data.tokenizer.max_len: run {name} has {theirs} positions; set it to {theirs} "
+                              "(a fork reads with its parent's tokenizer and positions)")
+
+    @classmethod
+    def init_view(cls, rec: dict) -> dict:
+        """BERT's masking (random 15%), at most 128 tokens (attention's cost grows with the square of the length)."""
+        return {"data": {"tokenizer": {"max_len": min(128, int(rec["preprocessing"]["max_len"]))}},
+                "masking": {"strategy": "random", "ratio": 0.15}}
+
+    @classmethod
     def check(cls, cfg: RunConfig, info, workspace=None) -> None:
         """The strategy applies to token sequences, and a probe batch of real texts gets trainable
         masks (:func:`engine.tasks.checks.masking_problem` over the maskable tokens)."""
         cls._check_strategy(cfg)
         if cfg.model.init_from:
-            check_init(cfg, cls.modality, workspace)
+            check_init(cfg, cls, workspace)
         enc = cls._probe(cfg, workspace)
         b = cls.rows(enc, torch.arange(len(enc)))
         ratios = [cfg.masking.ratio] + ([cfg.masking.final_ratio] if cfg.masking.schedule != "constant" else [])
