@@ -56,11 +56,13 @@ def prefetch_baselines(run_dir: Path, workspace=None) -> list[str]:
     torch.manual_seed(seed)  # the run's initial weights, drawn as the run and its evaluation draw them
     with recorded_init(run_dir):  # once the run recorded its start (task.json), its source is not needed
         task = build_task(cfg, torch.device("cpu"), workspace)
-    random_init_(task, cfg.train.seed)  # a run from an imported model: its architecture's init, not the import
+    fresh = random_init_(task, cfg.train.seed) or not cfg.model.init_from or _recorded(run_dir)
     task.model.eval()
     feats = {}
     with torch.no_grad():
-        if resolve_device(cfg.train.device).type == "cpu":  # elsewhere the evaluation's features differ in their last bits
+        # elsewhere the evaluation's features differ in their last bits; and a fork whose start is not
+        # recorded yet was built with its parent's weights, not a random init: the evaluation draws it
+        if resolve_device(cfg.train.device).type == "cpu" and fresh:
             feats["random_init"] = (prepare(task.features("train", n), task.features("val", n)), seed)
         feats["raw_input"] = (prepare(*task.raw_features(n)), RAW_INPUT_SEED)
     cache_at = workspace if workspace is not None else run_dir.parent.parent
@@ -71,6 +73,14 @@ def prefetch_baselines(run_dir: Path, workspace=None) -> list[str]:
     stamp = _stamp(run_dir, task.run_info().get("dataset_hash") or "", n)
     atomic_write_json(baselines_path(run_dir, cache_at), {**stamp, "figures": figures}, what="the baselines' figures")
     return list(feats)
+
+
+def _recorded(run_dir: Path) -> bool:
+    """Whether the run's task.json records its start (``init``): then :func:`recorded_init` built a fresh model."""
+    try:
+        return bool(read_json(run_dir / "task.json").get("init"))
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def baselines_path(run_dir: Path, workspace=None) -> Path:
