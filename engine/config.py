@@ -382,16 +382,25 @@ def apply_overrides(d: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     return d
 
 
+#: The largest config file read (a run config is a few KB; a 6 MB YAML took minutes and GBs to parse).
+MAX_CONFIG_BYTES = 1024 * 1024
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
     """Read a YAML run config, apply ``overrides`` and validate.
 
     Raises:
-        ConfigError: the file is missing or not YAML, or a field is invalid (the message names it).
+        ConfigError: the file is missing, over :data:`MAX_CONFIG_BYTES` or not YAML, or a field is
+            invalid (the message names it).
     """
     d: dict[str, Any] = {}
     if path is not None:
         p = Path(path)
         try:
+            size = p.stat().st_size
+            if size > MAX_CONFIG_BYTES:  # before parsing: YAML's aliases make a large file costly to read
+                raise ConfigError(f"{p}: {size:,} bytes; a run config is a few KB, and masklab reads at most "
+                                  f"{MAX_CONFIG_BYTES:,} (is this the right file?)")
             loaded = yaml.safe_load(p.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise ConfigError(f"{p}: config file not found") from None

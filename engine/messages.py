@@ -121,3 +121,17 @@ def describe_error(e: BaseException) -> str:
     if isinstance(e, OSError) and e.strerror:
         return e.strerror[0].lower() + e.strerror[1:]
     return "damaged or not in the expected format"
+
+
+def unpickling_reason(e: BaseException) -> str:
+    """Why ``torch.load(weights_only=True)`` refused a file, in one line, without PyTorch's advice
+    to retry with ``weights_only=False`` (the unsafe path: it runs the file's code): the
+    ``Unsupported global`` it met (``GLOBAL builtins.print``...), else the first line that gives no advice."""
+    lines = [ln.strip() for ln in str(e).replace("\x1b[1m", "").replace("\x1b[0m", "").splitlines() if ln.strip()]
+    for ln in lines:
+        if "Unsupported global" in ln or "Unsupported operand" in ln:
+            reason = ln.split("WeightsUnpickler error:", 1)[-1].strip()
+            return reason.split(" was not an allowed global")[0].split(". Please")[0]
+    safe = [ln for ln in lines if "weights_only" not in ln and "can still be loaded" not in ln
+            and "trusted source" not in ln and "trust the source" not in ln]
+    return safe[0][:200] if safe else type(e).__name__

@@ -136,13 +136,19 @@ def sentence_html(tokens, mask=None, marks: dict[int, str] | None = None) -> str
 
 def masked_sentences(tokens: np.ndarray, mask: np.ndarray, captions: list[str] | None = None) -> None:
     """Rows of sentences with their masked tokens highlighted, with a count per row."""
+    st.html(masked_sentences_html(tokens, mask, captions))
+
+
+def masked_sentences_html(tokens: np.ndarray, mask: np.ndarray, captions: list[str] | None = None) -> str:
+    """The HTML of :func:`masked_sentences`: tokens and captions (class names, which an upload
+    names) escaped."""
     rows = []
     for i in range(len(tokens)):
         n = int(mask[i].sum())
-        cap = f" <span style='color:#888'>({captions[i]})</span>" if captions else ""
+        cap = f" <span style='color:#888'>({html.escape(str(captions[i]))})</span>" if captions else ""
         rows.append(f"<div style='margin:0.3em 0;line-height:1.9'>{sentence_html(tokens[i], mask[i])}"
                     f" <span style='color:#888;font-size:0.85em'>· {n} masked</span>{cap}</div>")
-    st.html("".join(rows))
+    return "".join(rows)
 
 
 def _words(tokens) -> list[str]:

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import DamagedFileError, FormatVersionError
+from engine.messages import unpickling_reason
 from engine.store.paths import run_dir
 from engine.workspace import fsync_dir, storage_error, write_new_file
 
@@ -243,7 +244,10 @@ def load_checkpoint_state(ckpt_dir: Path) -> dict[str, Any]:
     path = Path(ckpt_dir) / STATE
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError, ValueError) as e:
+    except pickle.UnpicklingError as e:  # objects that need code to load: never loaded, never advised to
+        raise DamagedFileError(f"{path}: holds more than plain tensors and numbers ({unpickling_reason(e)}); "
+                               "masklab never runs a checkpoint's code") from None
+    except (OSError, RuntimeError, EOFError, ValueError) as e:
         raise DamagedFileError(f"{path}: unreadable checkpoint state ({str(e).splitlines()[0][:200]})") from None
     if not isinstance(state, dict):
         raise DamagedFileError(f"{path}: expected a dict, found {type(state).__name__}")

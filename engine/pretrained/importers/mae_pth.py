@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from engine.messages import unpickling_reason
 from engine.pretrained.image import (
     ARCH,
     IMAGENET_MEAN,
@@ -60,8 +61,7 @@ def load_tensors(file: Path) -> dict[str, torch.Tensor]:
     try:
         obj = torch.load(file, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise PretrainedError(f"{file}: needs code to load (a pickle of more than tensors: {first}); masklab reads "
+        raise PretrainedError(f"{file}: needs code to load (a pickle of more than tensors: {unpickling_reason(e)}); masklab reads "
                               "checkpoints with torch.load(weights_only=True) only. Save just the weights, "
                               "torch.save({'model': model.state_dict()}, PATH), and import that") from e
     except (OSError, RuntimeError, EOFError, ValueError, AttributeError, TypeError) as e:
