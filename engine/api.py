@@ -85,7 +85,14 @@ from engine.modalities.grids import GRID_KINDS  # the unit grids masking strateg
 
 # --- imported (pretrained) models: list, import (upload, path, Hub id), show on a dataset, delete ---
 from engine.pretrained.export import EXPORTS, export_zip
-from engine.pretrained.manage import FOLDER_FILES, delete_pretrained, import_path, import_upload, show_pretrained
+from engine.pretrained.manage import (
+    FOLDER_FILES,
+    delete_pretrained,
+    fixed_by_source,
+    import_path,
+    import_upload,
+    show_pretrained,
+)
 from engine.pretrained.store import PretrainedError, PretrainedModel, get_pretrained, list_pretrained
 
 # --- workspace ---
@@ -190,7 +197,7 @@ __all__ = [
     "import_source", "import_status", "inspect_source", "list_datasets", "load_dataset", "modality_names", "proposed_rate",
     "rates_text", "reads_option", "representative", "start_import",
     # imported models
-    "EXPORTS", "FOLDER_FILES", "PretrainedError", "export_zip", "PretrainedModel", "delete_pretrained", "get_pretrained", "import_path",
+    "EXPORTS", "FOLDER_FILES", "PretrainedError", "export_zip", "PretrainedModel", "delete_pretrained", "fixed_by_source", "get_pretrained", "import_path",
     "import_upload", "list_pretrained", "show_pretrained",
     # workspace
     "workspace_root",

@@ -24,9 +24,20 @@ from app.components.access import actor
 from app.components.datasets import dataset_infos
 from app.components.run_form import estimate_line, export_panel, launch_fields, train_fields
 from app.components.sweep_form import URL_NAMES, sweep_launch, sweep_section
-from app.components.urlstate import PageState, dig, index_of, show_link_note, with_carried
+from app.components.urlstate import PageState, dig, flatten, index_of, show_link_note, unflatten, with_carried
 from app.modalities import train_defaults, ui_for
-from engine.api import RunConfig, check_run, get_masking, get_run, get_task, no_validation_note, resolve, submit, tasks_for
+from engine.api import (
+    RunConfig,
+    check_run,
+    fixed_by_source,
+    get_masking,
+    get_run,
+    get_task,
+    no_validation_note,
+    resolve,
+    submit,
+    tasks_for,
+)
 from engine.api import backend_unavailable as unavailable
 
 
@@ -82,11 +93,17 @@ cfg_dict = {"name": run_name.strip(), **fields, "data": {"dataset": dataset, **f
             **({"launch": launch} if launch else {})}
 if fields.get("masking") is not None:  # the carried fields the form has no widget for (weight decay, evaluation...)
     cfg_dict = with_carried(cfg_dict, carried, complete)
+fixed = {}
+if source := dig(cfg_dict, "model.init_from"):  # an imported architecture fixes some fields: its values win
+    fixed = flatten(guarded(fixed_by_source, cfg_dict) or {})
+    cfg_dict = unflatten({**flatten(cfg_dict), **fixed})
 url.put_config(cfg_dict)
-if source := dig(cfg_dict, "model.init_from"):
+if source:
     step = dig(cfg_dict, "model.init_step")
     st.info(f"Starts from **{source}**" + (f" at its step {step} checkpoint" if step is not None else "")
-            + " (model.init_from): the weights that fit are loaded, the rest initialised; Run detail lists both.")
+            + " (model.init_from): the weights that fit are loaded, the rest initialised; Run detail lists both."
+            + (" Its architecture fixes " + ", ".join(f"{k} = {v}" for k, v in fixed.items())
+               + " (the form's value of those is not used)." if fixed else ""))
 cfg = guarded(complete, cfg_dict) if fields.get("masking") is not None else None
 
 with preview:

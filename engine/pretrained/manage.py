@@ -201,6 +201,30 @@ def view_config(name: str, dataset: str, workspace=None) -> dict[str, Any]:
     return cfg
 
 
+def fixed_by_source(cfg: dict[str, Any], workspace=None) -> dict[str, Any]:
+    """The fields of a run config (a dict) that its ``model.init_from`` fixes, with the source's
+    values: for an imported architecture (an imported model, or a run that started from one), what
+    its task's ``init_view`` sets apart from the masking (e.g. an MAE's patch size and norm-pix
+    setting, a BERT's positions); ``{}`` for a fork of masklab's own architectures. A partial run
+    config, for New run to put over its form.
+
+    Raises:
+        ConfigError: no such source or task.
+    """
+    from engine.config import RunConfig  # noqa: PLC0415 (pydantic loads only where a run is made)
+    from engine.pretrained.runs import resolve_init  # noqa: PLC0415 (torch loads with a run, not with the page)
+    from engine.tasks import get_task, resolve  # noqa: PLC0415 (as above)
+
+    run_cfg = RunConfig.from_dict(cfg)
+    if not run_cfg.model.init_from:
+        return {}
+    rec = resolve_init(run_cfg, workspace).record
+    if rec is None:
+        return {}
+    view = get_task(resolve(run_cfg).task).init_view(rec)
+    return {k: v for k, v in view.items() if k != "masking"}
+
+
 def show_pretrained(name: str, dataset: str, workspace=None, *, actor: Identity | None = None) -> str:
     """Submit the run that shows the imported model ``name`` on ``dataset`` without training it
     (:func:`engine.pretrained.runs.view_config`); returns its run id.

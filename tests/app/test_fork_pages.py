@@ -8,8 +8,11 @@ from urllib.parse import parse_qsl
 
 import pytest
 
+from engine.pretrained.importers import import_model
+from engine.pretrained.manage import view_config
 from engine.store import get_run
 from tests.app.pages import open_with
+from tests.pretrained_image_checkpoints import hf_model, save_hf_folder
 from tests.runs import SPECS
 from tests.stamps import completed_run
 
@@ -56,3 +59,17 @@ def test_run_detail_and_compare_show_a_fork_with_its_parent(shared_runs, tmp_pat
     launch = next(b for b in new.button if b.label == "Launch")
     assert not launch.disabled  # the pre-flight took the fork
 
+
+
+def test_new_run_forks_a_run_on_an_imported_architecture(workspace, tmp_path):
+    """A run on an imported MAE (32x32 RGB, patch 8; digits fitted to it): its fork through New run
+    takes the patch size the model fixes, not the form's (the form offers digits' own patch sizes)."""
+    import_model(str(save_hf_folder(hf_model(seed=0), tmp_path / "mae32")), "mae32", workspace=workspace)
+    view = completed_run(view_config("mae32", "digits", workspace), workspace, evaluate=False)
+    link = next(p.proto for p in open_with("../pages/run_detail.py", {"run": view}).get("page_link")
+                if p.proto.label == "Fork this run in New run")
+    new = open_with("../pages/new_run.py", dict(parse_qsl(link.query_string)))
+    info = " ".join(i.value for i in new.info)
+    assert f"Starts from **{view}**" in info and "model.patch_size = 8" in info
+    assert not next(b for b in new.button if b.label == "Launch").disabled
+    assert new.query_params["model.patch_size"] in ("8", ["8"])
