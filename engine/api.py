@@ -56,7 +56,7 @@ from engine.runner.sweep import new_sweep_id, parse_seeds, parse_values, plan_sw
 from engine.store import (
     ACTIVE, RESUMABLE, STATUSES, Annotations, CheckpointWeights, DiskUsage, RunRecord, Sample, annotate, archive_run,
     checkpoint_weights, dataset_bytes, disk_usage, format_bytes, get_run, latest_checkpoint_step, latest_points,
-    list_runs, load_samples, read_config_history, read_log, read_metrics, run_bytes, sample_steps, set_note, set_tags,
+    list_runs, load_samples, read_config_history, read_log, read_metrics, run_bytes, sample_files, sample_steps, set_note, set_tags,
     tag_run,
 )
 
@@ -187,7 +187,7 @@ __all__ = [
     "ACTIVE", "Annotations", "CheckpointWeights", "DiskUsage", "RESUMABLE", "RunRecord", "STATUSES", "Sample",
     "annotate", "archive_run", "checkpoint_weights", "dataset_bytes", "disk_usage", "format_bytes", "get_run",
     "latest_checkpoint_step", "latest_points", "list_runs", "load_samples", "read_config_history", "read_log",
-    "read_metrics", "read_task_info", "run_bytes", "sample_steps", "set_note", "set_tags", "tag_run",
+    "read_metrics", "read_task_info", "run_bytes", "sample_files", "sample_steps", "set_note", "set_tags", "tag_run",
     # evaluations
     "EVAL_PHASES", "Evaluation", "evaluation_job", "latest_evaluation", "load_maps", "read_evaluations",
     # datasets

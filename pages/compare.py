@@ -13,6 +13,7 @@ evaluations); an evaluation is started in the background (:func:`engine.runner.l
 from __future__ import annotations
 
 import altair as alt
+import pandas as pd
 import streamlit as st
 
 from app.components import guarded, run_label, runs_or_stop, short_label
@@ -37,7 +38,19 @@ from app.components.compare import (
 )
 from app.components.errors import user_errors
 from app.components.evaluation import evaluation_progress
-from app.components.quality import headline_of, loss_groups
+from app.components.groups import (
+    BANDS,
+    baseline_rows,
+    full_config,
+    group_bars,
+    group_table,
+    pinned_baselines,
+    results_frame,
+    results_styler,
+    seed_groups,
+)
+from app.components.matrix import run_matrix
+from app.components.quality import figure_title, headline_of, loss_groups, predictor_name
 from app.components.runs import same_task_first
 from app.components.urlstate import PageState
 from engine.api import (
@@ -56,7 +69,7 @@ FACETS_WIDTH = 760
 
 st.title("Compare runs")
 url = PageState("compare", ("runs", "smoothing", "x", "y", "loss", "dataset", "modality", "strategy", "status", "tag",
-                            "q"))
+                            "q", "mstep", "mview", "mpage", "group", "band", "expand", "base", "sort", "desc", "fields"))
 runs = runs_or_stop()
 
 
@@ -103,6 +116,28 @@ ids = [r.run_id for r in picked]
 st.page_link("../pages/present.py", label="Presentation view", query_params={"runs": ",".join(ids)},
              help="These runs full width for a demo: key numbers and reconstructions, no controls")
 
+# ---------------------------------------------------------------- seed groups and the baseline run
+seeds = seed_groups({r.run_id: r.config for r in picked})
+replicated = {g: m for g, m in seeds.items() if len(m) > 1}
+g1, g2, g3, g4 = st.columns([1.2, 1.3, 2.2, 2.2], vertical_alignment="bottom")
+grouped = bool(replicated) and g1.toggle("Group seeds", value=str(url.get("group", "1")) != "0", key="cmp_group",
+                                         help="Runs that differ only in train.seed: one line with a band, one row")
+url.put("group", None if grouped or not replicated else "0")
+with g2:
+    band_kind = url.widget(st.selectbox, "Band", "band", default="minmax", options=list(BANDS), format_func=BANDS.get,
+                           key="cmp_band", disabled=not grouped)
+with g3:
+    expand = url.widget(st.multiselect, "Expand groups", "expand", default=[], options=list(replicated),
+                        key="cmp_expand", cast=lambda v: str(v).split("|"), encode_as=lambda v: "|".join(v) or None,
+                        disabled=not grouped)
+with g4:
+    base_id = url.widget(st.selectbox, "Baseline run (deltas beside every figure)", "base", default=None,
+                         options=[None, *ids], format_func=lambda i: "none" if i is None else legend[i], key="cmp_base")
+if replicated:
+    st.caption(f"{len(replicated)} seed group(s) of {sum(len(m) for m in replicated.values())} runs: "
+               + " · ".join(replicated) + ("" if grouped else " (shown run by run)"))
+shown_groups = seeds if grouped else None
+
 # ---------------------------------------------------------------- curves
 st.header("Curves")
 c1, c2 = st.columns([3, 1])
@@ -122,18 +157,56 @@ metrics = guarded(_metrics, tuple(ids), tuple((r.status, r.step, r.updated_at) f
 if metrics is not None:
     show_read_warnings(metrics)
     render_loss_panels(metrics[metrics["key"].isin(["loss", "val_loss"])], loss_groups(ids, {r.run_id: r.config for r in picked}),
-                       smoothing=smoothing, log_y=log_y, height=320, run_labels=legend, x=x_axis,
+                       smoothing=smoothing, log_y=log_y, height=320, run_labels=legend, x=x_axis, records=picked,
+                       seed_groups=shown_groups, band=band_kind,
                        batch_sizes={r.run_id: (r.config.get("train") or {}).get("batch_size") for r in picked})  # fmt: skip
+    if shown_groups:
+        st.caption("Seed groups: each line is the mean of the group's runs at each step, the band their "
+                   f"{BANDS[band_kind]}; runs without replicates are groups of one. Step axis only.")
+    st.caption("Dashed grey lines: the trivial baselines of the validation loss (each the mean over the runs "
+               "that logged it at step 0; same masks, same units).")
     last = metrics[metrics["key"] == "loss"].groupby("run_id")["step"].max()
     st.caption("Latest step per run: " + " · ".join(f"{legend[r]}: {int(last[r])}" for r in ids if r in last.index))
 
-# ---------------------------------------------------------------- config diff
-st.header("Config differences")
+# ---------------------------------------------------------------- configs and results
+st.header("Configs and results")
 diff = config_diff({r.run_id: r.config for r in picked}, legend)
-if diff.empty:
-    st.caption("These runs have the same config (apart from their names).")
-else:
-    st.table(diff)
+evals = {r.run_id: guarded(latest_evaluation, r.run_id) for r in picked}
+all_fields = url.widget(st.toggle, "Every config field (not only those that differ)", "fields", default=False,
+                        cast=lambda v: str(v) == "all", encode_as=lambda v: "all" if v else None, key="cmp_fields")
+fields = full_config({r.run_id: r.config for r in picked}, legend) if all_fields else diff
+headlines = {}
+for r in picked:
+    metric, better = headline_of(r.config)
+    headlines[r.run_id] = (f"{figure_title(metric, r.config)} {'↓' if better == 'min' else '↑'}", better,
+                       (r.latest or {}).get(metric))
+cost = efficiency_frame(picked, metrics if metrics is not None else pd.DataFrame(columns=["run_id", "key", "step", "value"]),
+                        legend, None, evals)
+extra = {r.run_id: {k: cost.iloc[i][k] for k in ("throughput (samples/s)", "wall time (s)", "peak memory (MiB)")}
+         for i, r in enumerate(picked)}
+results, directions = results_frame(picked, legend, evals, headlines, fields, extra)
+figure_cols = list(directions)
+s1, s2 = st.columns([3, 1], vertical_alignment="bottom")
+with s1:
+    sort_by = url.widget(st.selectbox, "Sort by", "sort", default=None, options=[None, *figure_cols, *fields.index],
+                         format_func=lambda c: "as picked" if c is None else c, key="cmp_sort")
+with s2:
+    descending = url.widget(st.toggle, "Descending", "desc", default=False, cast=lambda v: str(v) == "1",
+                            encode_as=lambda v: "1" if v else None, key="cmp_desc")
+if sort_by in results:
+    results = results.sort_values(sort_by, ascending=not descending, kind="stable", na_position="last")
+pins = pinned_baselines(picked, evals, headlines, predictor_name)
+results = pd.concat([results, pins], ignore_index=True).fillna({c: "" for c in results.columns if c not in directions}) \
+    if not pins.empty else results  # pinned: never sorted
+st.dataframe(results_styler(results, directions, legend.get(base_id) if base_id else None), hide_index=True,
+             width="stretch", height=min(35 * (len(results) + 1) + 3, 740))
+st.caption(("Config fields that differ between these runs" if not all_fields else "Every config field")
+           + ", then each run's figures: the validation headline at its last evaluation (↓ lower is better, ↑ higher), "
+           "the downstream accuracies and SSIM of its latest evaluation, and its training cost. Pinned under the runs "
+           "(grey, never sorted): the trivial baselines, each the mean over the runs that have it."
+           + (f" Baseline run: {legend[base_id]}; beside every other run's figure its change, green where better "
+              "and red where worse by that figure's direction." if base_id else " Pick a baseline run above to see "
+              "every figure's change from it."))
 
 def _init_step(rec) -> int | None:
     """The parent's checkpoint step a fork started from (its ``task.json``), None when unknown."""
@@ -157,9 +230,18 @@ if forks:
                "when the masks and data are the same.")
 
 # ---------------------------------------------------------------- reconstructions
-st.header("Reconstructions of the validation inputs")  # the caption says whether the runs saw the same ones
-drawn = show_reconstructions(picked, legend)
-evals = {r.run_id: guarded(latest_evaluation, r.run_id) for r in picked}
+st.header("Reconstructions of the validation inputs")
+
+
+@st.fragment
+def _matrix() -> None:
+    """A step, view or page change redraws the matrix only, not the page's charts and tables."""
+    run_matrix(picked, legend, url)
+
+
+_matrix()
+with st.expander("Each run's latest samples as one grid (what the HTML report holds)"):
+    drawn = show_reconstructions(picked, legend)  # the caption says whether the runs saw the same ones
 quality, q_titles = quality_frame(evals, legend)
 if not quality.empty:
     st.subheader("Reconstruction quality beside the best baseline")
@@ -182,24 +264,43 @@ missing = [r for r in picked if evals[r.run_id] is None]
 if not frame.empty:
     tuned = [FINETUNE, f"{FINETUNE} · random init"] if FINETUNE in frame else []
     probes = frame.drop(columns=tuned)
-    st.table(mark_best(probes, list(REP_FIGURES.values()), plain=[c for c in probes if " · " in c] + ["chance"]).set_index("run"))
-    if tuned:
+    if shown_groups and replicated:
+        figs = [c for c in [*REP_FIGURES.values(), FINETUNE] if c in frame]
+        table = group_table(frame[["run", "step", *figs]], shown_groups, legend, band_kind, figs, expand)
+        pins = baseline_rows(frame, figs, {"random init": "baseline · random init", "raw input": "baseline · raw input",
+                                           "chance": "baseline · chance"})
+        pins = pins.assign(step="", **{f: ["–" if pd.isna(v) else f"{v:.1%}" for v in pins[f]] for f in figs})
+        st.table(pd.concat([table, pins], ignore_index=True).set_index("run"))
+        st.caption(f"Seed groups: mean and {BANDS[band_kind]} over each group's runs (▸ a group, ↳ its runs when "
+                   "expanded above); pinned under them, the baselines, each the mean over the compared runs: the same "
+                   "encoder at its initial weights (random init), the raw input (pixels / TF-IDF) and chance (the most "
+                   "common val class).")
+    else:
+        st.table(mark_best(probes, list(REP_FIGURES.values()), plain=[c for c in probes if " · " in c] + ["chance"]).set_index("run"))
+    if tuned and not (shown_groups and replicated):
         st.table(mark_best(frame[["run", "step", *tuned]], tuned[:1], plain=tuned[1:]).set_index("run"))
-    st.caption("Trained encoder at its latest evaluated checkpoint, beside the same model at its initial weights "
-               "(random init), the raw input (pixels / TF-IDF) and chance (the most common val class); best run per "
-               "column starred (the trained encoder's figures only). Probe: logistic regression on standardised features; kNN: k=20, cosine. "
-               "Fine-tune: the encoder and a linear head trained together on the labelled train rows for a few epochs "
-               "(the same recipe from the checkpoint and from the random init), val accuracy. –: not computed "
-               "(k-means needs more val rows than classes).")
+    if not (shown_groups and replicated):
+        st.caption("Trained encoder at its latest evaluated checkpoint, beside the same model at its initial weights "
+                   "(random init), the raw input (pixels / TF-IDF) and chance (the most common val class); best run per "
+                   "column starred (the trained encoder's figures only). Probe: logistic regression on standardised features; kNN: k=20, cosine. "
+                   "Fine-tune: the encoder and a linear head trained together on the labelled train rows for a few epochs "
+                   "(the same recipe from the checkpoint and from the random init), val accuracy. –: not computed "
+                   "(k-means needs more val rows than classes).")
     bars = probe_bars(frame)
-    chart = alt.Chart(bars).mark_bar().encode(
+    if shown_groups and replicated:
+        bars = group_bars(bars, shown_groups, legend, band_kind)
+    bar = alt.Chart().mark_bar().encode(
         x=alt.X("encoder:N", title=None, sort=["trained", "random init", "raw input"]),
         y=alt.Y("value:Q", title="val accuracy", scale=alt.Scale(domain=[0, 1])),
         color=alt.Color("encoder:N", legend=alt.Legend(orient="bottom")),
-        column=alt.Column("run:N", title=None),
-        row=alt.Row("figure:N", title=None, sort=["linear probe", "kNN (k=20)", FINETUNE]),
-        tooltip=["run", "figure", "encoder", alt.Tooltip("value:Q", format=".1%")]).properties(
-            width=max(90, min(240, FACETS_WIDTH // max(1, bars["run"].nunique()))), height=140)
+        tooltip=["run", "figure", "encoder", alt.Tooltip("value:Q", format=".1%")])
+    layers = [bar]
+    if "low" in bars:  # seed groups: the band as an error bar on each mean
+        layers.append(alt.Chart().mark_rule(color="black").encode(
+            x=alt.X("encoder:N", title=None, sort=["trained", "random init", "raw input"]), y="low:Q", y2="high:Q"))
+    width = max(90, min(240, FACETS_WIDTH // max(1, bars["run"].nunique())))
+    chart = alt.layer(*layers, data=bars).properties(width=width, height=140).facet(column=alt.Column("run:N", title=None), row=alt.Row("figure:N", title=None,
+                                                                              sort=["linear probe", "kNN (k=20)", FINETUNE]))
     st.altair_chart(chart)
 run_eval = allowed("run.evaluate", evaluate)  # None for a viewer or in demo mode: no button
 for r in missing:

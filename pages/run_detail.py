@@ -24,6 +24,7 @@ from app.components.access import allowed, delete_panel
 from app.components.annotations import annotations_panel, open_in_new_run
 from app.components.charts import axis_controls
 from app.components.evaluation import evaluation_panel
+from app.components.matrix import step_matrix
 from app.components.quality import headline_of, quality_table
 from app.components.resume import resume_panel
 from app.components.run_summary import checkpoint_download, curves, show_samples, summary
@@ -33,7 +34,7 @@ from app.modalities import interactive_box, sample_title
 from engine.api import MasklabError, cancel, cluster_job, delete_run, get_run, job_state, latest_checkpoint_step, load_samples, read_log
 
 st.title("Run detail")
-url = PageState("run_detail", ("run", "x", "y", "box_*"))
+url = PageState("run_detail", ("run", "x", "y", "box_*", "mview", "mpage"))
 runs = runs_or_stop()
 
 ids = [r.run_id for r in runs]
@@ -110,6 +111,17 @@ annotations_panel(rec, sorted({t for r in runs for t in r.tags}))
 resume_panel(rec)
 st.subheader(sample_title(rec.config))
 samples_panel(run_id)
+
+
+@st.fragment
+def steps_panel(rec) -> None:
+    """Every stored evaluation step side by side (a view or page change redraws this alone)."""
+    with st.expander("All evaluation steps side by side", expanded=url.get("mview") is not None):
+        if not step_matrix(rec, url):
+            st.caption("Fewer than two evaluations with samples so far.")
+
+
+steps_panel(rec)
 box = interactive_box(rec.config)
 if box is not None:
     box_panel(box, rec, guarded(load_samples, run_id))

@@ -13,7 +13,9 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from app.components.groups import BANDS, group_curves
 from app.components.names import metric_label
+from app.components.quality import headline_of, predictor_name
 
 #: Series with fewer points than this also get point marks (a sparse val_loss stays visible).
 _POINTS_BELOW = 60
@@ -67,6 +69,7 @@ def metrics_chart(
     legends: bool = True,
     batch_sizes: Mapping[str, int] | None = None,
     colour_runs: list[str] | None = None,
+    rules: Mapping[str, float] | None = None,
 ) -> alt.LayerChart | None:
     """Line chart of ``value`` against ``step`` (or time): colour = run, dash = metric key.
 
@@ -85,6 +88,8 @@ def metrics_chart(
         batch_sizes: run_id -> rows per step, for ``x="samples"`` (without it: the step axis).
         colour_runs: run ids in the order of their colours, so that a run keeps its colour in charts
             that show only some of the runs (default: the runs in ``df``).
+        rules: reference values drawn as dashed grey horizontal lines, each labelled (the trivial
+            baselines of the val figure: :func:`baseline_rules`).
 
     Returns:
         The chart, or None when ``df`` has no rows (or none left for a log axis).
@@ -142,7 +147,65 @@ def metrics_chart(
             .mark_point(filled=True, size=30)
             .encode(x=x_enc, y=alt.Y("smoothed:Q", scale=y_scale), color=color, detail="key:N", tooltip=tooltip)
         )
+    layers += rule_layers(rules, log_y)
     # "fit-x": the plot is `height` tall and the legends come on top (Streamlit's "fit" would squeeze them in)
+    return alt.layer(*layers).properties(height=height, autosize=alt.AutoSizeParams(type="fit-x", contains="padding")).interactive(bind_y=False)
+
+
+def rule_layers(rules: Mapping[str, float] | None, log_y: bool = False) -> list:
+    """Dashed grey horizontal lines at ``rules``' values, each labelled at its right end (a log axis
+    leaves out values <= 0)."""
+    pts = pd.DataFrame([{"baseline": k, "value": float(v)} for k, v in (rules or {}).items()
+                        if v is not None and np.isfinite(v) and (v > 0 or not log_y)])
+    if pts.empty:
+        return []
+    base = alt.Chart(pts).encode(y=alt.Y("value:Q"))
+    return [base.mark_rule(strokeDash=[5, 4], color="#888", opacity=0.8).encode(
+                tooltip=["baseline:N", alt.Tooltip("value:Q", format=".4g")]),
+            base.mark_text(align="right", baseline="bottom", dx=-2, dy=-2, fontSize=10, color="#666").encode(
+                x=alt.value("width"), text="baseline:N")]  # fmt: skip
+
+
+def baseline_rules(records, ids: list[str]) -> dict[str, float]:
+    """The trivial baselines of the runs ``ids`` on their val loss (``baseline/<name>``, logged at
+    step 0 when the task's headline is ``val_loss``), each the mean over the runs that have it, named
+    in words: the dashed reference lines of a loss panel. Runs whose headline is another figure add none."""
+    vals: dict[str, list[float]] = {}
+    for r in records:
+        if r.run_id not in ids or headline_of(r.config)[0] != "val_loss":
+            continue
+        for k, v in (r.latest or {}).items():
+            if k.startswith("baseline/") and k.count("/") == 1 and v is not None:
+                vals.setdefault(predictor_name(k.split("/")[1]), []).append(float(v))
+    return {f"{k} (baseline)": float(np.mean(v)) for k, v in vals.items()}
+
+
+def band_chart(curves: pd.DataFrame, *, y_title: str, height: int = 320, log_y: bool = False,
+               rules: Mapping[str, float] | None = None, band_title: str = "") -> alt.LayerChart | None:
+    """Seed groups' curves (:func:`app.components.groups.group_curves`): per group and metric a line
+    at the mean and a shaded band from ``low`` to ``high``; colour = group, dash = metric; ``rules``
+    as :func:`metrics_chart`. None when there is nothing to draw."""
+    if curves is None or curves.empty:
+        return None
+    d = curves.dropna(subset=["mean"]).copy()
+    if log_y:
+        d = d[(d["low"] > 0) & (d["mean"] > 0)]
+    if d.empty:
+        return None
+    d["metric"] = d["key"].map(metric_label)
+    y_scale = alt.Scale(type="log") if log_y else alt.Scale(zero=False)
+    color = alt.Color("group:N", title="group", scale=alt.Scale(scheme="tableau10"),
+                      legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=420))
+    x = alt.X("step:Q", title="step", axis=alt.Axis(format="d", tickMinStep=1))
+    base = alt.Chart(d).encode(x=x, color=color, detail="metric:N")
+    tip = ["group:N", "metric:N", "step:Q", alt.Tooltip("mean:Q", format=".4g"), alt.Tooltip("low:Q", format=".4g"),
+           alt.Tooltip("high:Q", format=".4g"), "n:Q"]
+    layers = [base.mark_area(opacity=0.18).encode(y=alt.Y("low:Q", scale=y_scale), y2="high:Q"),
+              base.mark_line().encode(y=alt.Y("mean:Q", title=y_title + (f" · mean, band {band_title}" if band_title else ""),
+                                                scale=y_scale),
+                                      strokeDash=alt.StrokeDash("metric:N", title="metric",
+                                                                legend=alt.Legend(orient="bottom")), tooltip=tip)]
+    layers += rule_layers(rules, log_y)
     return alt.layer(*layers).properties(height=height, autosize=alt.AutoSizeParams(type="fit-x", contains="padding")).interactive(bind_y=False)
 
 
@@ -170,12 +233,15 @@ def render_metrics_chart(df: pd.DataFrame, *, empty_text: str = "no points yet",
 
 
 def render_loss_panels(df: pd.DataFrame, groups: list[tuple[str, list[str]]], *, per_row: int = 2,
-                       run_labels: Mapping[str, str] | None = None, **kwargs) -> None:
+                       run_labels: Mapping[str, str] | None = None, records=None, seed_groups=None,
+                       band: str = "minmax", **kwargs) -> None:
     """One loss chart per group of runs whose losses share a unit (``groups``:
     :func:`app.components.quality.loss_groups`, ``[(axis title, run ids)]``), ``per_row`` side by side,
     so that no y axis mixes an MSE with a cross-entropy. With several groups a caption says why, and
     each chart is headed by its unit. ``df``: the long metrics frame (loss keys only); ``kwargs``: as
-    :func:`render_metrics_chart`."""
+    :func:`render_metrics_chart`. ``records``: the runs, for each panel's dashed baseline lines
+    (:func:`baseline_rules`); ``seed_groups`` (name -> run ids, :func:`app.components.groups.seed_groups`):
+    each group drawn as its mean and a ``band`` (:data:`app.components.groups.BANDS`) instead of its runs."""
     kwargs.setdefault("colour_runs", [r for _, ids in groups for r in ids])  # a run's colour in every panel
     if len(groups) > 1:
         st.caption(f"{len(groups)} kinds of loss: one panel each, one unit per y axis.")
@@ -186,7 +252,27 @@ def render_loss_panels(df: pd.DataFrame, groups: list[tuple[str, list[str]]], *,
                 if len(groups) > 1:
                     names = ", ".join((run_labels or {}).get(r, r) for r in ids)
                     st.markdown(f"**{title}** · {names}")
-                render_metrics_chart(df[df["run_id"].isin(ids)], y_title=title, run_labels=run_labels, **kwargs)
+                rules = baseline_rules(records, ids) if records is not None else None
+                if seed_groups:
+                    _render_bands(df[df["run_id"].isin(ids)], seed_groups, band, title, rules, kwargs)
+                else:
+                    render_metrics_chart(df[df["run_id"].isin(ids)], y_title=title, run_labels=run_labels, rules=rules,
+                                         **kwargs)
+
+
+def _render_bands(df: pd.DataFrame, seed_groups, band: str, title: str, rules, kwargs: dict) -> None:
+    """One loss panel as seed groups' means and bands (the training loss smoothed as the page asks)."""
+    d = df.sort_values(["run_id", "key", "step"]).copy()
+    raw = d["key"].isin(("val_loss",))
+    d["value"] = ema(d, kwargs.get("smoothing", 0.0)).where(~raw, d["value"])
+    present = set(d["run_id"])
+    own = {g: [r for r in ids if r in present] for g, ids in seed_groups.items() if set(ids) & present}
+    chart = band_chart(group_curves(d, own, band), y_title=title, height=kwargs.get("height", 320),
+                       log_y=kwargs.get("log_y", False), rules=rules, band_title=BANDS[band])
+    if chart is None:
+        st.caption("no points yet")
+    else:
+        st.altair_chart(chart, width="stretch")
 
 
 def show_read_warnings(df: pd.DataFrame | None) -> None:

@@ -39,12 +39,17 @@ class SampleView:
         view: ``(sample, run) -> None``: Run detail's view of a run's latest samples.
         compare: ``(samples: {label: Sample}) -> [(caption, uint8 image)]``: Compare's view of several
             runs' samples side by side (the images are those it drew, for the HTML report); None: none.
+        cells: ``(sample, rows) -> [cell]``: the reconstruction matrix's cells of the first ``rows``
+            inputs (:mod:`app.components.matrix`), each a dict of data URLs ``original``, ``recon``,
+            ``error`` (optional ``audio_original``, ``audio_recon``, ``note``), or for text the escaped
+            HTML ``html_original``, ``html_recon``, ``html_error``; None: no matrix for this kind.
     """
 
     kind: str
     title: str
     view: Callable[[Any, Any], None]
     compare: Callable[[dict], list] | None = None
+    cells: Callable[[Any, int], list] | None = None
 
 
 @dataclass(frozen=True)

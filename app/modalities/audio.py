@@ -392,6 +392,35 @@ def samples_view(sample, run) -> None:
             col.audio(snd, format="audio/wav")
 
 
+def matrix_cells(sample, rows: int) -> list[dict]:
+    """The reconstruction matrix's cells (:mod:`app.components.matrix`) of the first ``rows`` clips:
+    the original log-mel spectrogram and the reconstruction (the prediction at masked cells, the
+    original elsewhere) on the clip's own colour range, the error map at the masked cells (absolute
+    log-mel error over that range, the image view's colours; other cells grey), as PNG data URLs,
+    and players for the recording and for Griffin-Lim of the reconstruction."""
+    from app.components.images import ERROR_VISIBLE_RGB, error_colors  # noqa: PLC0415 (the modality views and app.components import each other: imported where used)
+    from app.components.matrix import data_url, png_url  # noqa: PLC0415 (the modality views and app.components import each other: imported where used)
+
+    spec, pred = sample["spec"].astype(np.float32), sample["pred"].astype(np.float32)
+    mask, real = sample["mask"], sample["real"]
+    rate = int(sample.meta.get("sample_rate", 16000))
+    out = []
+    for i in range(min(rows, len(spec))):
+        lo, hi = _range(spec[i], real[i])
+        pasted = np.where(mask[i], pred[i], spec[i])
+        err = error_colors(np.abs(pasted - spec[i]) / max(hi - lo, 1e-6), vmax=0.5)
+        err[~np.asarray(mask[i], bool)] = ERROR_VISIBLE_RGB
+        err = err[::-1]  # low bins at the bottom, as spec_image; one pixel a cell (the page scales up)
+        hidden = np.asarray(mask[i], bool) & np.asarray(real[i], bool)[None, :]
+        l1 = float(np.abs(pasted - spec[i])[hidden].mean()) if hidden.any() else float("nan")
+        out.append({"original": png_url(spec_image(spec[i], real[i], lo_hi=(lo, hi), scale=1)),
+                    "recon": png_url(spec_image(pasted, real[i], lo_hi=(lo, hi), scale=1)), "error": png_url(err),
+                    "audio_original": data_url(wav(sample["wave"][i], rate), "audio/wav"),
+                    "audio_recon": data_url(wav(sample["wave_recon"][i], rate), "audio/wav"),
+                    "note": f"log-mel L1 {l1:.3f}" if np.isfinite(l1) else ""})
+    return out
+
+
 def compare_view(samples: dict, n: int = 4) -> list[tuple[str, np.ndarray]]:
     """The Compare page's grid for audio runs: rows are the first ``n`` fixed validation clips (the
     same clips for runs on the same dataset and window: :func:`engine.data.representative`), columns
@@ -515,5 +544,5 @@ register_ui(ModalityUI(
     "audio", data_section=data_section, run_fields=run_fields, mask_preview=mask_preview, lab_controls=lab_controls,
     lab_results=lab_results, describe=describe, train_defaults=train_defaults, import_fields=import_fields,
     item="clip", plan_item="audio file",
-    samples=(SampleView("audio_spec", "Spectrograms and audio", samples_view, compare_view),),
+    samples=(SampleView("audio_spec", "Spectrograms and audio", samples_view, compare_view, matrix_cells),),
 ))  # fmt: skip

@@ -30,6 +30,7 @@ from app.components.images import (
 )
 from app.components.importing import geometry_options, name_encoding_field
 from app.components.masks import guarded_mask, lab_statistics, masking_controls, patch_select, train_batch
+from app.components.matrix import png_url
 from app.components.urlstate import dig, index_of
 from app.modalities import ModalityUI, SampleView, register_ui
 from app.modalities.text import checkpoint_picker
@@ -381,6 +382,18 @@ def compare_view(samples: dict, n: int = 6) -> list[tuple[str, np.ndarray]]:
     return drawn
 
 
+def matrix_cells(sample, rows: int) -> list[dict]:
+    """The reconstruction matrix's cells (:mod:`app.components.matrix`) of the first ``rows``
+    images: the original, the reconstruction with the visible patches pasted back and the error map
+    at the masked patches, as PNG data URLs at the images' own size, and each image's masked-patch MSE."""
+    k = min(rows, len(sample["images"]))
+    images, mask = sample["images"][:k], sample["mask"][:k]
+    err, mse = error_map(images, sample["pasted"][:k], mask)
+    originals, pasted = as_rgb(chw_to_hwc_uint8(images)), as_rgb(chw_to_hwc_uint8(sample["pasted"][:k]))
+    return [{"original": png_url(originals[i]), "recon": png_url(pasted[i]), "error": png_url(err[i]),
+             "note": f"MSE {mse[i]:.4f}" if np.isfinite(mse[i]) else ""} for i in range(k)]
+
+
 def describe(info) -> str:
     """The dataset in a few words for the Data page's selector: images and their size."""
     return f"{counted(info.n_train + info.n_val, 'image')}, {'x'.join(map(str, info.image_shape[1:]))} px"
@@ -396,6 +409,6 @@ def import_fields(plan, key: str) -> tuple[dict, dict]:
 register_ui(ModalityUI(
     "image", data_section=data_section, run_fields=run_fields, mask_preview=mask_preview, lab_controls=lab_controls,
     lab_results=lab_results, describe=describe, train_defaults=train_defaults, import_fields=import_fields, item="image",
-    plan_item="image file", samples=(SampleView("image", "Reconstructions", samples_view, compare_view),),
+    plan_item="image file", samples=(SampleView("image", "Reconstructions", samples_view, compare_view, matrix_cells),),
     boxes={"masking": masking_box},
 ))  # fmt: skip

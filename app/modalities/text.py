@@ -471,6 +471,36 @@ def compare_rows(samples: dict, n: int = 8) -> tuple[pd.DataFrame, bool]:
     return pd.DataFrame(rows), same
 
 
+def matrix_cells(sample, rows: int) -> list[dict]:
+    """The reconstruction matrix's cells (:mod:`app.components.matrix`) of the first ``rows``
+    texts, as escaped HTML: the text with its hidden tokens marked (original); the model's top-1
+    token written in at each (MLM) or the generated span after the visible text (span completion)
+    (reconstruction); and the same with each prediction green where it is the hidden token and red
+    where not (error map), with the share right."""
+    from app.components.matrix import token_html  # noqa: PLC0415 (the modality views and app.components import each other: imported where used)
+
+    out = []
+    for i in range(min(rows, len(sample["tokens"]))):
+        tokens, mask = [str(t) for t in sample["tokens"][i]], np.asarray(sample["mask"][i], bool)
+        original = token_html(tokens, mask)
+        if "generated" in sample.arrays:  # span completion: the span the decoder wrote, beside the hidden one
+            gen, target = detok(sample["generated"][i]), detok(sample["target"][i])
+            visible = token_html(tokens, mask, fill=["…"] * len(tokens))
+            right = gen.strip() == target.strip()
+            recon = f"{visible} → <mark>{html.escape(gen)}</mark>"
+            error = f"{visible} → <mark class='{'ok' if right else 'bad'}'>{html.escape(gen)}</mark>"
+            note = "span exact" if right else f"hidden: {target[:60]}"
+        else:
+            top = [str(t) for t in sample["top_tokens"][i][:, 0]]
+            right = [t == p for t, p in zip(tokens, top)]
+            recon = token_html(tokens, mask, fill=top)
+            error = token_html(tokens, mask, fill=top, right=right)
+            n = int(mask.sum())
+            note = f"{sum(r for r, m in zip(right, mask) if m)}/{n} right" if n else "nothing hidden"
+        out.append({"html_original": original, "html_recon": recon, "html_error": error, "note": note})
+    return out
+
+
 def compare_view(samples: dict, n: int = 8) -> list:
     """The Compare page's view of text samples (:func:`compare_rows`): rows are the first ``n``
     fixed validation texts (masked words shown as [MASK]), columns are runs: each run's top-1 words
@@ -504,7 +534,7 @@ def describe(info) -> str:
 register_ui(ModalityUI(
     "text", data_section=data_section, run_fields=run_fields, mask_preview=mask_preview, lab_controls=lab_controls,
     lab_results=lab_results, describe=describe, import_fields=import_fields, item="text",
-    samples=(SampleView("text_mlm", "Predictions on validation texts", mlm_samples_view, compare_view),
-             SampleView("text_span", "Completions of validation texts", span_samples_view, compare_view)),
+    samples=(SampleView("text_mlm", "Predictions on validation texts", mlm_samples_view, compare_view, matrix_cells),
+             SampleView("text_span", "Completions of validation texts", span_samples_view, compare_view, matrix_cells)),
     boxes={"fill_in": fill_in_box, "completion": completion_box},
 ))  # fmt: skip

@@ -47,7 +47,7 @@ from engine.store.runs import (
     read_status,
     write_status,
 )
-from engine.store.samples import Sample, load_samples, sample_steps, save_samples
+from engine.store.samples import Sample, load_samples, sample_files, sample_steps, save_samples
 from engine.store.usage import DiskUsage, dataset_bytes, disk_usage, format_bytes, run_bytes
 
 
@@ -90,6 +90,6 @@ __all__ = [
     "Sample", "append_config_history", "checkpoint_weights", "compact_metrics", "create_run", "get_run", "latest_checkpoint_step",
     "latest_complete_checkpoint", "latest_points", "list_checkpoints", "list_runs", "load_checkpoint_state", "load_samples",
     "load_weights", "lock_holder", "read_config_history", "read_log", "read_metrics", "read_status", "run_alive",
-    "run_dir", "run_dirs", "runs_root", "sample_steps", "save_checkpoint", "save_samples", "signal_holder", "truncate_metrics",
+    "run_dir", "run_dirs", "runs_root", "sample_files", "sample_steps", "save_checkpoint", "save_samples", "signal_holder", "truncate_metrics",
     "write_status",
 ]

@@ -74,6 +74,22 @@ def sample_steps(run_id: str, workspace=None) -> list[int]:
     return sorted(int(p.stem.split("-")[1]) for p in (run_dir(run_id, workspace) / SAMPLES_DIR).glob("recon-*.npz"))
 
 
+def sample_files(run_id: str, workspace=None) -> dict[int, int]:
+    """Step -> the samples file's modification time (ns) of every saved evaluation, ascending by
+    step: which steps exist, and a version that changes when a resume writes a step again.
+
+    Raises:
+        RunNotFoundError: unknown run id.
+    """
+    out = {}
+    for p in (run_dir(run_id, workspace) / SAMPLES_DIR).glob("recon-*.npz"):
+        try:
+            out[int(p.stem.split("-")[1])] = p.stat().st_mtime_ns
+        except (ValueError, OSError):  # a stray name, or a file removed by a resume meanwhile
+            continue
+    return dict(sorted(out.items()))
+
+
 def delete_samples_after(d: Path, step: int) -> int:
     """Delete the run folder ``d``'s samples of steps after ``step`` (a resume from ``step`` makes them
     again). Only for the holder of the run lock. Returns how many files were removed."""
