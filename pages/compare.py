@@ -270,7 +270,7 @@ if not frame.empty:
         pins = baseline_rows(frame, figs, {"random init": "baseline · random init", "raw input": "baseline · raw input",
                                            "chance": "baseline · chance"})
         pins = pins.assign(step="", **{f: ["–" if pd.isna(v) else f"{v:.1%}" for v in pins[f]] for f in figs})
-        st.table(pd.concat([table, pins], ignore_index=True).set_index("run"))
+        st.table(pd.concat([table, pins], ignore_index=True).astype(str).set_index("run"))
         st.caption(f"Seed groups: mean and {BANDS[band_kind]} over each group's runs (▸ a group, ↳ its runs when "
                    "expanded above); pinned under them, the baselines, each the mean over the compared runs: the same "
                    "encoder at its initial weights (random init), the raw input (pixels / TF-IDF) and chance (the most "

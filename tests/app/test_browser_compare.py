@@ -1,6 +1,7 @@
-"""Real browser: the Compare page on 4 saved runs trained and evaluated here (digits, tiny MAE at 4
-mask ratios): curves, config diff, reconstruction grid and downstream table render; screenshot in
-test-artifacts/compare-4-runs.png."""
+"""Real browser: the Compare page on 4 saved runs trained and evaluated here (digits, tiny MAE, two
+seeds of two mask ratios): curves, configs and results, the reconstruction matrix (its step control,
+a typed step, the arrow keys and the view toggle move every column), seed groups and the downstream
+table render; screenshots in test-artifacts/compare-4-runs*.png."""
 
 from __future__ import annotations
 
@@ -22,8 +23,9 @@ BASE = {"data": {"dataset": "digits"}, "model": {"preset": "tiny", "patch_size":
 def test_compare_four_saved_runs(workspace, monkeypatch, page):  # noqa: F811
     monkeypatch.setenv("MASKLAB_AUTO_EVAL", "1")
     ids = []
-    for ratio in (0.25, 0.5, 0.75, 0.9):
-        run_id, d = create_run(resolve(RunConfig.from_dict({**BASE, "name": f"r{ratio}", "masking": {"ratio": ratio}})).to_dict())
+    for ratio, seed in ((0.5, 0), (0.5, 1), (0.75, 0), (0.75, 1)):
+        cfg = {**BASE, "name": f"r{ratio}-s{seed}", "masking": {"ratio": ratio}, "train": {**BASE["train"], "seed": seed}}
+        run_id, d = create_run(resolve(RunConfig.from_dict(cfg)).to_dict())
         assert execute_run(d) == "completed"
         ids.append(run_id)
     proc, url = start_server(workspace)
@@ -31,22 +33,44 @@ def test_compare_four_saved_runs(workspace, monkeypatch, page):  # noqa: F811
         page.goto(f"{url}/compare?runs={','.join(ids)}")
         expect(page.get_by_text("Download HTML report")).to_be_visible(timeout=90_000)
         settle(page)
-        for h in ("Curves", "Config differences", "Reconstructions of the validation inputs",
+        for h in ("Curves", "Configs and results", "Reconstructions of the validation inputs",
                   "Downstream: probes and fine-tuning", "Training cost"):
             expect(page.get_by_role("heading", name=h)).to_be_visible()
-        assert page.locator(CHART).count() >= 2  # the curves and the probe bars
-        diff = page.locator("table").nth(0)
-        expect(diff).to_contain_text("masking.ratio")
-        for ratio in ("0.25", "0.5", "0.75", "0.9"):
-            expect(diff).to_contain_text(ratio)
-        assert page.locator("img").count() >= 9  # original + masked and reconstruction per run
-        expect(page.get_by_text("original", exact=True)).to_be_visible()
-        quality = page.locator("table").nth(1)  # under the grid: SSIM beside the best baseline
-        expect(quality).to_contain_text("SSIM, masked patches · best baseline")
-        down = page.locator("table").filter(has_text="linear probe").first
-        expect(down).to_contain_text("★")
-        expect(page.locator("table").filter(has_text="fine-tune · random init").first).to_be_visible()
+        assert page.locator(CHART).count() >= 2  # the curves (two seed groups with bands) and the probe bars
+        expect(page.get_by_text("2 seed group(s) of 4 runs")).to_be_visible()
+        quality = page.locator("table").filter(has_text="SSIM, masked patches · best baseline")
+        expect(quality.first).to_be_visible()
+        results = page.locator("table").filter(has_text="baseline · training mean image").first
+        expect(results).to_contain_text("masking.ratio")  # configs and results, the baselines pinned under them
+        down = page.locator("table").filter(has_text="▸ masking.ratio=0.5 (2 seeds)").first
+        expect(down).to_contain_text("▸ masking.ratio=0.75 (2 seeds)")
+        expect(down).to_contain_text("baseline · random init")
         expect(page.locator("table").filter(has_text="GFLOPs per step").first).to_be_visible()
+
+        # The matrix: one step control for every column; its buttons, a typed step and the arrow keys.
+        matrix = page.locator(".mx").first
+        matrix.scroll_into_view_if_needed()
+        heads = matrix.locator(".head .sub:not(.warn)")
+        expect(heads).to_have_count(4)
+        expect(heads).to_have_text(["step 12"] * 4)
+        assert matrix.locator("img").count() == 4 * 6  # 6 fixed inputs a run, the reconstruction view
         shot(page, "compare-4-runs")
+        matrix.get_by_role("button", name="◀").click()
+        expect(heads).to_have_text(["step 6"] * 4, timeout=30_000)
+        box = matrix.get_by_label("type a step")
+        box.fill("0")
+        box.press("Enter")
+        expect(heads).to_have_text(["step 0"] * 4, timeout=30_000)
+        page.get_by_role("heading", name="Reconstructions of the validation inputs").click()
+        page.keyboard.press("ArrowRight")
+        expect(heads).to_have_text(["step 6"] * 4, timeout=30_000)
+        assert "mstep=6" in page.url
+        matrix.get_by_role("button", name="error map").click()
+        expect(matrix.locator("img[alt=error]")).to_have_count(4 * 6, timeout=30_000)
+        matrix.get_by_role("button", name="before / after").click()
+        expect(matrix.get_by_label("wipe")).to_be_visible(timeout=30_000)
+        expect(matrix.locator("img[alt=reconstruction]")).to_have_count(4 * 6)
+        assert "mview=wipe" in page.url
+        shot(page, "compare-4-runs-wipe")
     finally:
         stop_server(proc)

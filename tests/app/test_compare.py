@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -47,14 +49,31 @@ def test_mark_best_and_time_to_loss():
 
 @pytest.fixture
 def four_runs(workspace, monkeypatch):
+    """Two seeds of two mask ratios: two seed groups."""
     monkeypatch.setenv("MASKLAB_AUTO_EVAL", "1")
     ids = []
-    for i, ratio in enumerate((0.25, 0.5, 0.75, 0.9)):
-        cfg = {**BASE, "name": f"r{ratio}", "masking": {"ratio": ratio}}
+    for ratio, seed in ((0.5, 0), (0.5, 1), (0.75, 0), (0.75, 1)):
+        cfg = {**BASE, "name": f"r{ratio}-s{seed}", "masking": {"ratio": ratio}, "train": {**BASE["train"], "seed": seed}}
         run_id, d = create_run(resolve(RunConfig.from_dict(cfg)).to_dict())
         assert execute_run(d) == "completed"
         ids.append(run_id)
     return ids
+
+
+def _compare(ids, **params) -> AppTest:
+    at = AppTest.from_file(str(ENTRY), default_timeout=120).run()
+    at.switch_page("../pages/compare.py")
+    at.query_params["runs"] = ",".join(ids)
+    for k, v in params.items():
+        at.query_params[k] = v
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _matrix(at) -> dict:
+    (m,) = [e for e in at.get("bidi_component") if e.proto.component_name == "masklab_recon_matrix"]
+    return json.loads(m.proto.json)
 
 
 @pytest.mark.slow
@@ -70,23 +89,49 @@ def test_compare_page_on_four_evaluated_runs(four_runs):
     html = report_html("t", [("Downstream", frame)], [("col", np.zeros((4, 4, 3), np.uint8)), ("grey", np.zeros((4, 4, 1), np.uint8))])
     assert "<table" in html and "data:image/png;base64," in html and "<script" not in html
 
-    at = AppTest.from_file(str(ENTRY), default_timeout=120).run()
-    at.switch_page("../pages/compare.py")
-    at.query_params["runs"] = ",".join(ids)
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
+    at = _compare(ids, group="0")  # run by run
     assert not at.error, [e.value for e in at.error]
     headers = [h.value for h in at.header]
-    assert headers == ["Curves", "Config differences", "Reconstructions of the validation inputs",
+    assert headers == ["Curves", "Configs and results", "Reconstructions of the validation inputs",
                        "Downstream: probes and fine-tuning", "Training cost"]
+    results = at.dataframe[0].value
+    assert sorted(results[["masking.ratio", "train.seed"]].values.tolist()[:4]) == [["0.5", "0"], ["0.5", "1"], ["0.75", "0"], ["0.75", "1"]]
+    assert [r for r in results["run"] if r.startswith("baseline · ")]  # the trivial baselines, pinned under the runs
     tables = [t.value for t in at.table]
-    diff = next(t for t in tables if "masking.ratio" in t.index)
-    assert list(diff.index) == ["masking.ratio"] and diff.shape[1] == 4
     down = next(t for t in tables if "linear probe" in t.columns)
     assert len(down) == 4 and sum("★" in v for v in down["linear probe"]) >= 1
     assert not any("★" in v for v in down["linear probe · random init"])
     captions = [img.caption for el in at.get("image") for img in el.proto.imgs]
     assert captions[0] == "original" and len(captions) == 1 + 2 * 4
+
+    # The matrix: every run's column at the same step, the step control's stops every stored step.
+    m = _matrix(at)
+    assert m["steps"] == [0, 6, 12] and m["step"] == 12 and m["view"] == "recon"
+    assert [c["sub"] for c in m["columns"]] == ["step 12"] * 4 and len(m["row_labels"]) == 6
+    assert all(len(c["cells"]) == 6 for c in m["columns"])
+    m = _matrix(_compare(ids, mstep="6", mview="error"))
+    assert [c["sub"] for c in m["columns"]] == ["step 6"] * 4 and m["view"] == "error"
+    m = _matrix(_compare(ids, mstep="7"))  # typed between two stops: the earlier one, said
+    assert m["step"] == 6 and m["notes"][0].startswith("No run stored step 7: step 6 shown")
+    notes = [c["note"] for c in m["columns"]]  # the same inputs; masks follow each run's seed and ratio, all differ
+    assert notes == [""] + ["other masks than the first column"] * 3, notes
+
+    # Seed groups: two groups with bands in the downstream table; one expanded shows its runs.
+    at = _compare(ids, expand="masking.ratio=0.5 (2 seeds)", band="std")
+    down = next(t.value for t in at.table if "linear probe" in t.value.columns)
+    rows = list(down.index)
+    g = rows.index("▸ masking.ratio=0.5 (2 seeds)")
+    assert [r[:2] for r in rows[g + 1:g + 3]] == ["↳ ", "↳ "] and "▸ masking.ratio=0.75 (2 seeds)" in rows
+    assert sum(r.startswith("↳ ") for r in rows) == 2  # the other group stays one row
+    assert " ± " in down.loc[rows[g], "linear probe"] and "baseline · random init" in rows
+
+    # A baseline run from the URL: every other run's figures carry a delta.
+    at = _compare(ids, base=ids[0], group="0")
+    res = at.dataframe[0].value
+    runs = res[~res["run"].str.startswith("baseline · ")]
+    is_base = runs["run"].str.endswith("(baseline)")
+    assert is_base.sum() == 1 and runs["run"][is_base].iloc[0].startswith("r0.5-s0")
+    assert all("(" in v for v in runs["linear probe"][~is_base]) and "(" not in runs["linear probe"][is_base].iloc[0]
 
     # A loss target left in the URL by another selection, outside these runs' losses, would make every
     # run read "step 1" (or never): it gives way to this selection's default.
