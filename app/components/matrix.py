@@ -210,7 +210,7 @@ export default function (component) {
   }
   const cols = data.columns;
   const grid = el('div', { cls: 'grid' });
-  grid.style.gridTemplateColumns = `minmax(60px,90px) repeat(${cols.length}, minmax(${data.min_px}px, 1fr))`;
+  grid.style.gridTemplateColumns = `minmax(60px,90px) repeat(${cols.length}, minmax(${data.min_px}px, 200px))`;
   grid.append(el('div'));
   for (const c of cols) {
     grid.append(el('div', { cls: 'head' }, [
