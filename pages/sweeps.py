@@ -15,6 +15,7 @@ import pandas as pd
 import streamlit as st
 
 from app.components import guarded, runs_or_stop
+from app.components.groups import BANDS, band
 from app.components.names import metric_label
 from app.components.urlstate import PageState
 from engine.api import counted, sweep_of, sweep_table
@@ -23,7 +24,7 @@ FIGURES = {"probe_acc": "linear-probe accuracy", "knn_acc": "kNN accuracy (k=20)
 ENCODERS = {"": "trained", "/random_init": "random init", "/raw_input": "raw input"}
 
 st.title("Sweeps")
-url = PageState("sweeps", ("sweep", "figure"))
+url = PageState("sweeps", ("sweep", "figure", "band"))
 runs = runs_or_stop()
 sweeps: dict[str, dict] = {}
 for r in runs:
@@ -49,8 +50,10 @@ field = sweeps[sid]["field"]
 long = pd.DataFrame([{"value": r["value"], "seed": r["seed"], "encoder": name, "accuracy": r[fig + suffix]}
                      for _, r in df.iterrows() for suffix, name in ENCODERS.items() if pd.notna(r[fig + suffix])])
 done = int(df[fig].notna().sum())
-st.caption(f"{done} of {counted(len(df), 'run')} evaluated · mean over seeds (line), min to max (band), each seed a "
-           "point · evaluated at each run's final checkpoint")
+band_kind = url.widget(st.selectbox, "Band over the seeds", "band", default="minmax", options=list(BANDS),
+                       format_func=BANDS.get, key="sw_band")
+st.caption(f"{done} of {counted(len(df), 'run')} evaluated · mean over seeds (line), {BANDS[band_kind]} (band), each "
+           "seed a point · evaluated at each run's final checkpoint")
 if long.empty:
     st.info("No run of this sweep is evaluated yet: each is evaluated when it completes.")
     st.stop()
@@ -63,13 +66,14 @@ color = alt.Color("encoder:N", title=None, legend=alt.Legend(orient="bottom", sy
 y_scale = alt.Scale(zero=False, nice=True)
 y_axis = alt.Axis(format=".1%")  # ticks half a point apart read as 92.5%, not 93% twice
 base = alt.Chart(long).encode(x=x, color=color)
-band = base.mark_area(opacity=0.15).encode(y=alt.Y("min(accuracy):Q", title=FIGURES[fig], scale=y_scale, axis=y_axis),
-                                           y2="max(accuracy):Q")
+stats = long.groupby(["value", "encoder"])["accuracy"].agg(["mean", "min", "max", "count"]).reset_index()
+stats[["low", "high"]] = [band(g.to_numpy(), band_kind)[1:] for _, g in long.groupby(["value", "encoder"])["accuracy"]]
+area = alt.Chart(stats).mark_area(opacity=0.15).encode(
+    x=x, color=color, y=alt.Y("low:Q", title=FIGURES[fig], scale=y_scale, axis=y_axis), y2="high:Q")
 line = base.mark_line(point=True).encode(y=alt.Y("mean(accuracy):Q", title=FIGURES[fig], scale=y_scale, axis=y_axis))
 dots = base.mark_point(size=25, opacity=0.6).encode(y="accuracy:Q", tooltip=["value", "seed", "encoder",
                                                                              alt.Tooltip("accuracy:Q", format=".1%")])
-st.altair_chart((band + line + dots).properties(height=360), width="stretch")
-stats = long.groupby(["value", "encoder"])["accuracy"].agg(["mean", "min", "max", "count"]).reset_index()
+st.altair_chart((area + line + dots).properties(height=360), width="stretch")
 stats["cell"] = [f"{m:.1%} ({lo:.1%} to {hi:.1%}, {n} seed{'s' if n > 1 else ''})"
                  for m, lo, hi, n in zip(stats["mean"], stats["min"], stats["max"], stats["count"])]
 st.table(stats.pivot(index="value", columns="encoder", values="cell")[[e for e in ENCODERS.values()
