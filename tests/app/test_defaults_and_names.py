@@ -86,7 +86,7 @@ def loss_charts(at: AppTest) -> list[tuple[str, set[str]]]:
     for spec, frames in chart_frames(at):
         keys = set().union(*(set(f["key"]) for f in frames if "key" in f))
         if keys and keys <= {"loss", "val_loss"}:
-            out.append((y_titles(spec)[0], set().union(*(set(f["run_id"]) for f in frames))))
+            out.append((y_titles(spec)[0], set().union(*(set(f["run_id"]) for f in frames if "run_id" in f))))  # not the baselines' rules
     return out
 
 

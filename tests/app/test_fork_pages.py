@@ -46,8 +46,8 @@ def test_run_detail_and_compare_show_a_fork_with_its_parent(shared_runs, tmp_pat
     assert row["parent"].endswith(parent[-6:]) and row["figure"] == "val_loss"
     assert row["fork at step 0"] == row["parent (reference)"]  # the same masks and data: the parent's loss
     assert row["fork latest"].endswith("@ 2")
-    diff = next(t.value for t in compare.table if "model.init_from" in t.value.index)
-    assert parent in diff.loc["model.init_from"].tolist()
+    results = compare.dataframe[0].value  # configs and results: the differing fields are columns
+    assert parent in results["model.init_from"].tolist()
 
     # the parent's Run detail forks it through New run: the form keeps model.init_from
     link = next(p.proto for p in open_with("../pages/run_detail.py", {"run": parent}).get("page_link")

@@ -21,6 +21,7 @@ from app.components.groups import (
     deltas,
     group_curves,
     group_table,
+    results_frame,
     results_styler,
     seed_groups,
 )
@@ -144,8 +145,6 @@ def test_pinned_baseline_rows_are_grey_and_never_get_a_delta():
 
 
 def test_results_frame_puts_config_fields_before_figures():
-    from app.components.groups import results_frame  # the page's table, on records shaped as the store's
-
     recs = [SimpleNamespace(run_id=r, tags=("x",) if r == "a" else (), note="n", config={}) for r in ("a", "b")]
     diff = pd.DataFrame({"A": ["0.5"], "B": ["0.75"]}, index=pd.Index(["masking.ratio"], name="field"))
     ev = SimpleNamespace(representation={"trained": {"probe_acc": 0.8, "knn_acc": 0.7}}, downstream={}, quality={})
