@@ -3,7 +3,8 @@
 ``?run=<id>`` shows one run: its key numbers (the task's main figure next to its best trivial
 baseline; the latest evaluation's linear-probe and kNN accuracy next to the same model at its
 initial weights), the table of every baseline, and its samples drawn by its modality's view
-(``app.modalities.sample_view``). ``?runs=<id>,<id>`` shows several: one row of key numbers per
+(``app.modalities.sample_view``). ``?runs=<id>,<id>`` shows several: runs that differ only in
+``train.seed`` as seed groups (mean and band, ``?band=minmax|std|sem``), one row of key numbers per
 run and the same validation inputs reconstructed by each (``SampleView.compare``). Without
 either, the most recent completed run that has an evaluation (or a note that there is none yet: a
 run at step 0 has no figures worth presenting). Run detail and Compare link here. Nothing on this page writes: no
@@ -16,7 +17,8 @@ import streamlit as st
 
 from app.components import guarded, run_label, short_label, status_badge
 from app.components.compare import show_reconstructions
-from app.components.present import key_numbers, key_table, latest_presentable, show_key_metrics
+from app.components.groups import BANDS, seed_groups
+from app.components.present import group_key_table, key_numbers, key_table, latest_presentable, show_key_metrics
 from app.components.quality import headline_of, quality_table
 from app.components.run_summary import show_samples
 from app.components.runs import format_duration, latest_points, masking_label
@@ -25,7 +27,7 @@ from app.modalities import sample_title
 from engine.api import RunNotFoundError, counted, get_run, latest_evaluation, list_runs
 
 st.set_page_config(initial_sidebar_state="collapsed")  # the entry says "auto"; a direct link opens without it
-url = PageState("present", ("run", "runs"))
+url = PageState("present", ("run", "runs", "band"))
 asked = url.get("runs", "", cast=str) or url.get("run", "", cast=str)
 wanted = list(dict.fromkeys(x.strip() for x in asked.split(",") if x.strip()))  # in order, once each
 if not wanted:
@@ -81,6 +83,14 @@ else:
     st.title(f"{counted(len(runs), 'run')} compared")
     for r in runs:
         st.markdown(f"**{legend[r.run_id]}** · " + subtitle(r))
+    seeds = seed_groups({r.run_id: r.config for r in runs})
+    band_kind = url.get("band", "minmax", str) if url.get("band", "minmax", str) in BANDS else "minmax"
+    grouped = group_key_table(seeds, numbers, band_kind)
+    if not grouped.empty:
+        st.subheader("Seed groups")
+        st.table(grouped.set_index("group"))
+        st.caption(f"Runs that differ only in train.seed, as one row: the mean over the group's runs and their "
+                   f"{BANDS[band_kind]} (`?band=minmax|std|sem` in the link); each run's own numbers below.")
     st.subheader("Key numbers")
     st.table(key_table([(legend[r.run_id], numbers[r.run_id]) for r in runs]).set_index("run"))
     st.caption("Each run's main figure at its last evaluation beside the best predictor that does not learn "

@@ -5,18 +5,21 @@ and its stored evaluations (:mod:`engine.store.evaluations`).
 
 - :func:`key_numbers`: one run's figures as a plain dict (no Streamlit);
 - :func:`show_key_metrics`: one run's figures as a row of ``st.metric`` tiles;
-- :func:`key_table`: several runs' figures as a text table (one row per run).
+- :func:`key_table`: several runs' figures as a text table (one row per run);
+- :func:`group_key_table`: seed groups' figures as mean and band, one row per group.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import streamlit as st
 
 from app.components.errors import guarded
+from app.components.groups import band
 from app.components.names import METRIC_NAMES, metric_label
 from app.components.quality import headline_of, loss_title, quality_rows
 from engine.api import latest_evaluation
@@ -151,3 +154,26 @@ def key_table(rows: Sequence[tuple[str, dict[str, Any]]]) -> pd.DataFrame:
             f"{fmt_value('acc', n['finetune'], 'max')} ({fmt_value('acc', n['finetune_random'], 'max')})",
         })  # fmt: skip
     return pd.DataFrame(out)
+
+
+def group_key_table(groups: Mapping[str, Sequence[str]], numbers: Mapping[str, dict[str, Any]], kind: str) -> pd.DataFrame:
+    """Seed groups' key numbers (:func:`app.components.groups.seed_groups`, groups of two or more
+    runs only): one row per group with the mean and band (``kind``: :data:`app.components.groups.BANDS`)
+    over its runs of the headline (its title in the cell), the linear probe, kNN and fine-tune
+    accuracy. ``numbers``: run id -> :func:`key_numbers`."""
+    rows = []
+    for name, ids in groups.items():
+        if len(ids) < 2:
+            continue
+        first = numbers[ids[0]]
+        row = {"group": name, "runs": len(ids), "figure": first["title"]}
+        for col, key, metric, better in (("value", "value", first["metric"], first["better"]),
+                                         ("linear probe", "probe", "acc", "max"), ("kNN (k=20)", "knn", "acc", "max"),
+                                         ("fine-tune", "finetune", "acc", "max")):
+            mean, lo, hi = band([numbers[r].get(key) for r in ids], kind)
+            row[col] = "–" if np.isnan(mean) else (
+                f"{fmt_value(metric, mean, better)} [{fmt_value(metric, lo, better)}–{fmt_value(metric, hi, better)}]"
+                if kind == "minmax" else f"{fmt_value(metric, mean, better)} ± {fmt_value(metric, hi - mean, better)}")
+        rows.append(row)
+    return pd.DataFrame(rows)
+

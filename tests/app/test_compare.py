@@ -125,6 +125,16 @@ def test_compare_page_on_four_evaluated_runs(four_runs):
     assert sum(r.startswith("↳ ") for r in rows) == 2  # the other group stays one row
     assert " ± " in down.loc[rows[g], "linear probe"] and "baseline · random init" in rows
 
+    # Presentation of the four: the two groups as rows of means and bands, above each run's numbers.
+    pres = AppTest.from_file(str(ENTRY), default_timeout=120).run()
+    pres.switch_page("../pages/present.py")
+    pres.query_params["runs"] = ",".join(ids)
+    pres.run()
+    assert not pres.exception and [h.value for h in pres.subheader][:2] == ["Seed groups", "Key numbers"]
+    groups = next(t.value for t in pres.table if "runs" in t.value.columns)
+    assert sorted(groups.index) == ["masking.ratio=0.5 (2 seeds)", "masking.ratio=0.75 (2 seeds)"]
+    assert all("[" in v for v in groups["linear probe"])
+
     # A baseline run from the URL: every other run's figures carry a delta.
     at = _compare(ids, base=ids[0], group="0")
     res = at.dataframe[0].value

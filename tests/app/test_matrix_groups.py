@@ -26,6 +26,7 @@ from app.components.groups import (
     seed_groups,
 )
 from app.components.matrix import page_bounds, shown_step, token_html, union_steps
+from app.components.present import group_key_table
 from app.modalities import sample_view
 from engine.store import load_samples
 
@@ -155,3 +156,19 @@ def test_results_frame_puts_config_fields_before_figures():
                                 "wall time (s)"]
     assert dirs == {"val loss ↓": "min", "linear probe": "max", "kNN (k=20)": "max", "wall time (s)": "min"}
     assert df["tags"].tolist() == ["x", ""] and df["masking.ratio"].tolist() == ["0.5", "0.75"]
+
+
+def test_presentation_shows_each_seed_group_as_one_row_of_means_and_bands():
+
+
+    def numbers(value, probe):
+        return {"metric": "val_loss", "better": "min", "title": "val loss", "value": value, "probe": probe,
+                "knn": None, "finetune": None}
+
+    nums = {"a": numbers(0.1, 0.8), "b": numbers(0.3, 0.6), "c": numbers(0.2, 0.5)}
+    t = group_key_table({"g (2 seeds)": ["a", "b"], "c": ["c"]}, nums, "minmax")
+    assert t["group"].tolist() == ["g (2 seeds)"]  # a run alone is no group
+    row = t.iloc[0]
+    assert row["runs"] == 2 and row["value"] == "0.2000 [0.1000–0.3000]" and row["linear probe"] == "70.0% [60.0%–80.0%]"
+    assert row["kNN (k=20)"] == "–"
+    assert group_key_table({"g": ["a", "b"]}, nums, "std").iloc[0]["linear probe"] == "70.0% ± 14.1%"
