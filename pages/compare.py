@@ -234,13 +234,13 @@ st.header("Reconstructions of the validation inputs")
 
 
 @st.fragment
-def _matrix() -> None:
+def _matrix() -> int:
     """A step, view or page change redraws the matrix only, not the page's charts and tables."""
-    run_matrix(picked, legend, url)
+    return run_matrix(picked, legend, url)
 
 
-_matrix()
-with st.expander("Each run's latest samples as one grid (what the HTML report holds)"):
+in_matrix = _matrix()
+with st.expander("Each run's latest samples as one grid (what the HTML report holds)", expanded=not in_matrix):
     drawn = show_reconstructions(picked, legend)  # the caption says whether the runs saw the same ones
 quality, q_titles = quality_frame(evals, legend)
 if not quality.empty:

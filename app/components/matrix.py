@@ -303,7 +303,8 @@ def run_matrix(records: Sequence[Any], labels: Mapping[str, str], url: Any, key:
     """Compare's matrix: columns are ``records`` (runs), rows their first ``rows`` fixed validation
     inputs, all at the page's step (:func:`shown_step` per run), ``per_page`` runs a page; one
     matrix per sample kind. ``url``: the page's :class:`~app.components.urlstate.PageState` (or a
-    scope of it) keeping ``mstep``, ``mview`` and ``mpage``. Returns how many runs were drawn."""
+    scope of it) keeping ``mstep``, ``mview`` and ``mpage``. Returns how many runs the matrix drew
+    (0: none had samples, or none of a kind with a matrix view)."""
     files = {r.run_id: (guarded(sample_files, r.run_id) or {}) for r in records}
     with_samples = [r for r in records if files[r.run_id]]
     if not with_samples:
@@ -330,11 +331,14 @@ def run_matrix(records: Sequence[Any], labels: Mapping[str, str], url: Any, key:
     left = [r for r in records if not files[r.run_id]]
     if left:
         notes.append(f"No samples yet: {', '.join(labels.get(r.run_id, r.run_id) for r in left)}.")
+    drawn = 0
     for kind, ids in kinds.items():
         cols = [c for c in columns if c["kind"] == kind]
         if not cols[0]["cells"]:
-            st.caption(f"No matrix view for {kind!r} samples ({len(ids)} run(s)).")
+            st.caption(f"No matrix view for {kind!r} samples ({len(ids)} run(s)): their latest samples are in the "
+                       "grid below.")
             continue
+        drawn += len(cols)
         first_in, first_mask = cols[0]["seen"].split("/")
         for c in cols[1:]:
             seen_in, seen_mask = c["seen"].split("/")
@@ -359,7 +363,7 @@ def run_matrix(records: Sequence[Any], labels: Mapping[str, str], url: Any, key:
             "row_labels": cols[0]["rows"] or [f"#{i + 1}" for i in range(n_rows)], "notes": kind_notes,
             "min_px": 72 if len(cols) > 6 else 96,
         })
-    return len(columns)
+    return drawn
 
 
 def step_matrix(run: Any, url: Any, key: str = "smatrix", rows: int = ROWS, per_page: int = PER_PAGE) -> int:

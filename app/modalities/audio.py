@@ -413,11 +413,13 @@ def matrix_cells(sample, rows: int) -> list[dict]:
         err = err[::-1]  # low bins at the bottom, as spec_image; one pixel a cell (the page scales up)
         hidden = np.asarray(mask[i], bool) & np.asarray(real[i], bool)[None, :]
         l1 = float(np.abs(pasted - spec[i])[hidden].mean()) if hidden.any() else float("nan")
-        out.append({"original": png_url(spec_image(spec[i], real[i], lo_hi=(lo, hi), scale=1)),
-                    "recon": png_url(spec_image(pasted, real[i], lo_hi=(lo, hi), scale=1)), "error": png_url(err),
-                    "audio_original": data_url(wav(sample["wave"][i], rate), "audio/wav"),
-                    "audio_recon": data_url(wav(sample["wave_recon"][i], rate), "audio/wav"),
-                    "note": f"log-mel L1 {l1:.3f}" if np.isfinite(l1) else ""})
+        cell = {"original": png_url(spec_image(spec[i], real[i], lo_hi=(lo, hi), scale=1)),
+                "recon": png_url(spec_image(pasted, real[i], lo_hi=(lo, hi), scale=1)), "error": png_url(err),
+                "note": f"log-mel L1 {l1:.3f}" if np.isfinite(l1) else ""}
+        for key, wave in (("audio_original", "wave"), ("audio_recon", "wave_recon")):  # players where the sample has the audio
+            if wave in sample.arrays:
+                cell[key] = data_url(wav(sample[wave][i], rate), "audio/wav")
+        out.append(cell)
     return out
 
 

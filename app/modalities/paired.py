@@ -35,6 +35,7 @@ from app.modalities import image as image_ui
 from app.modalities.audio import compare_view as spectrograms
 from app.modalities.audio import feature_fields, sample_media, spec_image, spec_widths
 from app.modalities.audio import lab_stats as audio_lab_stats
+from app.modalities.audio import matrix_cells as audio_cells
 from app.modalities.text import (
     CORRECT,
     WRONG,
@@ -582,6 +583,19 @@ def compare_view(samples: dict, n: int = 6) -> list:
     return drawn
 
 
+def matrix_cells(sample, rows: int) -> list[dict]:
+    """The reconstruction matrix's cells (:mod:`app.components.matrix`) of the first ``rows`` pairs:
+    the image (or clip) half's cells as image (audio) runs draw them, each noted with its caption
+    and the caption the run writes from the image (clip) alone."""
+    audio = sample.meta.get("stream") == "audio"
+    cells = (audio_cells if audio else image_ui.matrix_cells)(sample, rows)
+    for i, c in enumerate(cells):
+        if "tokens" in sample.arrays and "caption_from_image" in sample.arrays:
+            said = f"“{detok(sample['tokens'][i])}” → “{detok(sample['caption_from_image'][i])}”"
+            c["note"] = f"{c.get('note', '')} · {said}" if c.get("note") else said
+    return cells
+
+
 def caption_rows(samples: dict, n: int = 6) -> pd.DataFrame:
     """Compare's caption table for paired runs: the first ``n`` fixed validation captions, then per
     run the caption it writes from the image (or clip) alone; where the runs' captions differ (other
@@ -603,6 +617,6 @@ def caption_rows(samples: dict, n: int = 6) -> pd.DataFrame:
 register_ui(ModalityUI(
     "paired", data_section=data_section, run_fields=run_fields, mask_preview=mask_preview, lab_controls=lab_controls,
     lab_results=lab_results, describe=describe, import_fields=image_ui.import_fields, item="pair",
-    samples=(SampleView("paired", "Joint reconstructions of validation pairs", samples_view, compare_view),),
+    samples=(SampleView("paired", "Joint reconstructions of validation pairs", samples_view, compare_view, matrix_cells),),
     boxes={"retrieval": retrieval_box},
 ))  # fmt: skip

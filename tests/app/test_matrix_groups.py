@@ -57,7 +57,8 @@ def test_text_cells_escape_what_the_model_and_the_data_wrote():
     assert got == "<mark class='bad'>&lt;i&gt;</mark> bold<mark class='ok'>x</mark>"
 
 
-@pytest.mark.parametrize("kind", ["image_mae", "text_mlm", "text_span", "audio_mae"])
+@pytest.mark.parametrize("kind", ["image_mae", "text_mlm", "text_span", "audio_mae", "paired_image_text",
+                                  "paired_audio_text"])
 def test_every_sample_kind_gives_matrix_cells_for_each_view(shared_runs, kind):
     run = shared_runs.get(kind)
     sample = load_samples(run.run_id, workspace=run.workspace)
@@ -73,6 +74,8 @@ def test_every_sample_kind_gives_matrix_cells_for_each_view(shared_runs, kind):
             assert c["recon"] != c["original"]  # the hidden parts are the model's
         if kind == "audio_mae":
             assert c["audio_recon"].startswith("data:audio/wav;base64,")
+        if kind.startswith("paired"):
+            assert "” → “" in c["note"]  # the caption, and the one written from the image or clip
 
 
 def _run(i, ratio, seed, name=None):
