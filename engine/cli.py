@@ -21,6 +21,8 @@
     python -m engine data list
     python -m engine data delete NAME                      delete an imported dataset
     python -m engine delete RUN_ID                         delete an ended run (its folder)
+    python -m engine export-runs RUN_ID... OUT.zip [--checkpoints latest|all|none]   runs as one zip
+    python -m engine import-runs ARCHIVE.zip               import them (a run already here is refused)
     python -m engine audit [--limit N] [--json]            who did what, newest first
     python -m engine users list | add NAME --role R | remove NAME | email EMAIL --role R|none
 
@@ -38,12 +40,14 @@ import getpass
 import json
 import os
 import sys
+from pathlib import Path
 
 from tqdm import tqdm
 
 from engine.access.policy import check
 from engine.access.users import load_users, remove_user, set_email_role, set_user, users_path
 from engine.api import (
+    CHECKPOINT_CHOICES,
     archive_run,
     cancel,
     delete_dataset,
@@ -51,8 +55,10 @@ from engine.api import (
     disk_usage,
     evaluate,
     evaluation_job,
+    export_runs,
     format_bytes,
     get_run,
+    import_runs,
     import_source,
     inspect_source,
     job_state,
@@ -80,6 +86,7 @@ from engine.runner.torchrun import join
 from engine.runner.worker import AUTO_EVAL_ENV, execute_run
 from engine.store import create_run, run_dir
 from engine.store.paths import CONFIG_FILE, malformed_run_id, runs_root
+from engine.workspace import atomic_write_bytes
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -91,6 +98,14 @@ def _parser() -> argparse.ArgumentParser:
                        help="YAML run config, e.g. configs/mae-digits.yaml (none: the defaults, then --set)")
         s.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                        help="override a field, e.g. --set train.steps=200 (repeatable)")
+    ex = sub.add_parser("export-runs", help="write runs to a zip another workspace imports (config, metrics as "
+                        "Parquet, evaluations, samples, annotations, checkpoints)")
+    ex.add_argument("run_ids", nargs="+", metavar="RUN_ID")
+    ex.add_argument("out", metavar="OUT.zip")
+    ex.add_argument("--checkpoints", choices=CHECKPOINT_CHOICES, default="latest",
+                    help="the newest complete checkpoint (default), all kept ones, or none")
+    im = sub.add_parser("import-runs", help="import the runs of an export-runs zip (a run already here is refused)")
+    im.add_argument("archive", metavar="ARCHIVE.zip")
     r = sub.add_parser("runs", help="list runs (not the archived ones unless --all)")
     r.add_argument("--json", action="store_true", help="machine-readable output")
     r.add_argument("--all", action="store_true", help="archived runs too")
@@ -444,6 +459,26 @@ def _print_plan(plan, sample_rate: int | None = None) -> None:
         print(f"rejected {where}: {reason}")
 
 
+def cmd_export_runs(args) -> int:
+    ids = [resolve_run_id(r) for r in args.run_ids]
+    data = export_runs(ids, args.checkpoints)
+    out = Path(args.out)
+    atomic_write_bytes(out, data, what=f"the export {out}")
+    print(f"wrote {out} ({format_bytes(len(data))}): {len(ids)} run(s), checkpoints: {args.checkpoints}")
+    return 0
+
+
+def cmd_import_runs(args) -> int:
+    report = import_runs(args.archive)
+    for run_id in report.imported:
+        print(f"imported run {run_id}")
+    for run_id, why in report.refused:
+        print(f"refused run {run_id}: {why}", file=sys.stderr)
+    if report.tokenizers:
+        print(f"tokenizer(s) added: {', '.join(report.tokenizers)}")
+    return 0 if report.imported or not report.refused else 1
+
+
 def cmd_delete(args) -> int:
     delete_run(args.run_id)
     print(f"deleted run {args.run_id}")
@@ -549,7 +584,8 @@ def main(argv: list[str] | None = None) -> int:
                "join": cmd_join,
                "evaluate": cmd_evaluate, "sweep": cmd_sweep, "log": cmd_log, "job": cmd_job, "doctor": cmd_doctor, "data": cmd_data, "delete": cmd_delete, "audit": cmd_audit,
                "users": cmd_users, "tag": cmd_tag, "note": cmd_note, "archive": cmd_archive,
-               "models": cmd_models, "predict": cmd_predict}
+               "models": cmd_models, "predict": cmd_predict, "export-runs": cmd_export_runs,
+               "import-runs": cmd_import_runs}
     try:
         if getattr(args, "run_id", None) and args.cmd != "delete":
             args.run_id = resolve_run_id(args.run_id)

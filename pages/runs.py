@@ -23,6 +23,7 @@ from app.components import guarded, render_metrics_chart, run_label, run_table, 
 from app.components.access import allowed
 from app.components.charts import axis_controls, render_loss_panels, show_read_warnings
 from app.components.evaluation import evaluation_progress
+from app.components.portable import portable_panel
 from app.components.quality import loss_groups
 from app.components.resume import resume_buttons
 from app.components.runs import LIST_MAX_AGE_S, REFRESH, activity, is_live, latest_points, progress_with_cancel
@@ -138,3 +139,4 @@ if selected:
                  query_params={"run": selected[0]})  # fmt: skip
 else:
     st.caption("Pick runs to plot.")
+portable_panel(runs, labels, selected)

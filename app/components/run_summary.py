@@ -3,6 +3,7 @@ run's samples, the checkpoint download. Every value shown says the step it belon
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import streamlit as st
@@ -24,6 +25,7 @@ from engine.api import (
     get_run,
     load_samples,
     read_metrics,
+    read_provenance,
     read_task_info,
 )
 
@@ -69,6 +71,11 @@ def summary(rec: Any, points: dict) -> None:
                 "device used is recorded when the run ends.")
     m[5].metric("Parameters", param_text(rec, weights))
     st.caption(f"Runs on: {placement_label(rec, full=True, job=cluster_job(rec.path))}")
+    if came := read_provenance(rec.path):
+        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(came.get("exported_at") or 0))
+        src = came.get("exported_from") or {}
+        st.caption(f"Imported from `{came.get('archive')}`: exported {when} from {src.get('host', '?')}:"
+                   f"`{src.get('workspace', '?')}` with {came.get('checkpoints', '?')} checkpoint(s).")
     if origin := origin_text(rec):
         st.info(origin)
         parent = ((rec.config or {}).get("model") or {}).get("init_from")

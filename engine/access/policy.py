@@ -48,6 +48,7 @@ ACTIONS: dict[str, tuple[str, str]] = {
     "run.evaluate": ("editor", "evaluate runs"),
     "run.annotate": ("editor", "tag, annotate or archive runs"),
     "run.delete": ("admin", "delete runs"),
+    "run.import": ("editor", "import runs"),
     "data.import": ("editor", "import datasets"),
     "data.delete": ("admin", "delete datasets"),
     "model.import": ("editor", "import pretrained models"),

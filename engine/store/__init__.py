@@ -34,6 +34,7 @@ from engine.store.lock import RunLock, lock_holder, run_alive, signal_holder
 from engine.store.metrics import MetricsWriter, compact_metrics, read_metrics_files, truncate_metrics
 from engine.store.metrics_cache import read_metrics_cached
 from engine.store.paths import run_dir, run_dirs, runs_root
+from engine.store.portable import CHECKPOINT_CHOICES, ImportReport, PortableRunsError, export_runs, import_runs, read_provenance
 from engine.store.runs import (
     ACTIVE,
     CANCEL_FILE,
@@ -90,6 +91,7 @@ __all__ = [
     "Sample", "append_config_history", "checkpoint_weights", "compact_metrics", "create_run", "get_run", "latest_checkpoint_step",
     "latest_complete_checkpoint", "latest_points", "list_checkpoints", "list_runs", "load_checkpoint_state", "load_samples",
     "load_weights", "lock_holder", "read_config_history", "read_log", "read_metrics", "read_status", "run_alive",
+    "CHECKPOINT_CHOICES", "ImportReport", "PortableRunsError", "export_runs", "import_runs", "read_provenance",
     "run_dir", "run_dirs", "runs_root", "sample_files", "sample_steps", "save_checkpoint", "save_samples", "signal_holder", "truncate_metrics",
     "write_status",
 ]

@@ -21,6 +21,7 @@ from engine.errors import DatasetError, MasklabError, PermissionDeniedError, Res
 from engine.pretrained.manage import delete_pretrained, import_path
 from engine.runner.launcher import cancel, delete_run, evaluate, resume, submit
 from engine.store import annotate, create_run, get_run, list_runs, run_alive, write_status
+from engine.store.portable import import_runs
 from engine.tasks import resolve
 
 VIEWER, EDITOR, ADMIN = (Identity("vera", "viewer", "password"), Identity("ed", "editor", "password"),
@@ -71,6 +72,7 @@ def test_a_viewer_is_refused_on_every_write_path_and_nothing_changes(workspace, 
         "run.evaluate": lambda: evaluate(run_id, actor=VIEWER),
         "run.delete": lambda: delete_run(run_id, actor=VIEWER),
         "run.annotate": lambda: annotate(run_id, tags=["x"], note="n", archived=True, actor=VIEWER),
+        "run.import": lambda: import_runs(src, actor=VIEWER),
         "data.import": lambda: import_source(src, "other", actor=VIEWER),
         "data.delete": lambda: delete_dataset("kept", actor=VIEWER),
         "model.import": lambda: import_path(str(src), "m", actor=VIEWER),
