@@ -28,9 +28,10 @@ from app.components.quality import loss_groups
 from app.components.resume import resume_buttons
 from app.components.runs import LIST_MAX_AGE_S, REFRESH, activity, is_live, latest_points, progress_with_cancel
 from app.components.urlstate import PageState
-from engine.api import cancel, disk_usage, format_bytes, list_runs, read_metrics, workspace_root
+from engine.api import STATUSES, cancel, disk_usage, format_bytes, list_runs, read_metrics, workspace_root
 
 LOSS_KEYS = ["loss", "val_loss"]
+PER_PAGE = 100  # rows of the run table a page: only those are built and sent
 N_DEFAULT = 3  # runs plotted by default: the most recent ones that have points, queued or running first
 
 
@@ -50,7 +51,7 @@ def _with_points_first(records, n: int) -> list[str]:
     return [r.run_id for r in ordered[:n]] or [r.run_id for r in records[:1]]
 
 st.title("Runs")
-url = PageState("runs", ("runs", "smoothing", "x", "y", "archived"))
+url = PageState("runs", ("runs", "smoothing", "x", "y", "archived", "q", "status", "page"))
 every = runs_or_stop()
 show_archived = url.widget(st.toggle, "Show archived", "archived", default=False, key="runs_archived",
                            cast=bool, encode_as=lambda v: True if v else None)  # fmt: skip
@@ -65,19 +66,37 @@ def _disk_usage(workspace: str):
     return disk_usage(workspace)
 
 
-def runs_panel(show_archived: bool, live: bool) -> None:
-    """Run table with disk space, totals, then one progress line and a Cancel button (with
-    confirmation; editors) per active run, and one with a Stop button per evaluation job under way. ``live``: the page set a refresh timer; when nothing
-    can change any more, the page reruns once to drop it."""
+def _matching(records, q: str, statuses: list[str]) -> list:
+    """The runs the table's filter keeps: ``q`` in the run's label or one of its tags (any case), and
+    its status among ``statuses`` (all when empty)."""
+    q = q.strip().lower()
+    return [r for r in records if (not statuses or r.status in statuses)
+            and (not q or q in run_label(r).lower() or any(q in t.lower() for t in r.tags))]
+
+
+def runs_panel(show_archived: bool, live: bool, q: str, statuses: list[str], page: int) -> None:
+    """Run table (the runs the filter keeps, :data:`PER_PAGE` a page: only those rows are built) with
+    disk space, totals, then one progress line and a Cancel button (with confirmation; editors) per
+    active run, and one with a Stop button per evaluation job under way (of every run, not only the
+    page's). ``live``: the page set a refresh timer; when nothing can change any more, the page
+    reruns once to drop it."""
     listed = guarded(list_runs, max_age_s=LIST_MAX_AGE_S) or []
     records = [r for r in listed if show_archived or not r.archived]
     if live and not _changing(records, evaluations=True):
         st.rerun()  # the whole page: its fragments are set up again, without a timer
     usage = guarded(_disk_usage, str(workspace_root()))
-    if records:
-        run_table(records, usage.runs if usage is not None else None)
+    matching = _matching(records, q, statuses)
+    start = page * PER_PAGE
+    if matching[start:start + PER_PAGE]:
+        run_table(matching[start:start + PER_PAGE], usage.runs if usage is not None else None)
+    elif q or statuses:
+        st.caption("No run matches the filter.")
     hidden = len(listed) - len(records)
-    st.caption(" · ".join([f"{len(records)} run{'s' * (len(records) != 1)} shown"] + [f"{hidden} archived hidden"] * bool(hidden) + (
+    shown = (f"{len(records)} run{'s' * (len(records) != 1)} shown" if len(matching) == len(records) else
+             f"{len(matching)} of {len(records)} runs match")
+    if len(matching) > PER_PAGE:
+        shown = shown.removesuffix(" shown") + f", rows {start + 1}–{min(start + PER_PAGE, len(matching))} shown"
+    st.caption(" · ".join([shown] + [f"{hidden} archived hidden"] * bool(hidden) + (
         [f"runs take {format_bytes(usage.runs_total)} on disk, datasets {format_bytes(usage.datasets_total)}, "
          f"the whole workspace {format_bytes(usage.total)}"] if usage is not None else [])))
     for r in (r for r in records if r.is_active):
@@ -87,8 +106,21 @@ def runs_panel(show_archived: bool, live: bool) -> None:
     resume_buttons(records)
 
 
+f1, f2, f3 = st.columns([3, 2, 1], vertical_alignment="bottom")
+with f1:
+    q = url.widget(st.text_input, "Search runs (name, id, tag)", "q", default="", key="runs_q")
+with f2:
+    statuses = url.widget(st.multiselect, "Status", "status", default=[], options=list(STATUSES), key="runs_status",
+                          cast=lambda v: str(v).split(","), encode_as=lambda v: ",".join(v) or None)
+if st.session_state.get("runs_filter_was", (q, statuses)) != (q, statuses):
+    url.put("page", None)  # a new filter starts on its first page
+st.session_state["runs_filter_was"] = (q, statuses)
+pages = max(1, -(-len(_matching(runs, q, statuses)) // PER_PAGE))
+with f3:
+    page = url.widget(st.number_input, f"Page (of {pages})", "page", default=1, min_value=1, max_value=pages, step=1,
+                      key=f"runs_page_{pages}", cast=int, encode_as=lambda v: int(v) if v > 1 else None) - 1
 table_live = _changing(runs, evaluations=True)
-st.fragment(runs_panel, run_every=REFRESH if table_live else None)(show_archived, table_live)
+st.fragment(runs_panel, run_every=REFRESH if table_live else None)(show_archived, table_live, q, statuses, page)
 
 labels = {r.run_id: run_label(r) for r in runs}
 legend = {r.run_id: short_label(r) for r in runs}

@@ -32,21 +32,10 @@ def ema(df: pd.DataFrame, smoothing: float) -> pd.Series:
         raise ValueError(f"smoothing must be in [0, 1), got {smoothing}")
     if smoothing == 0.0 or df.empty:
         return df["value"].astype(float)
-    # The debiased EMA as two first-order recursions per series (num_t = x_t + w num_{t-1}, den_t =
-    # 1 + w den_{t-1}, ema = num / den: pandas' ewm(adjust=True)), with scipy's lfilter: a
-    # groupby-transform with a Python lambda costs seconds for 20 runs x 1,000 points.
-    from scipy.signal import lfilter  # noqa: PLC0415 (SciPy loads only for a smoothed curve)
-
-    values = df["value"].to_numpy(dtype=float)
-    out = np.empty_like(values)
-    coeffs = ([1.0], [1.0, -smoothing])
-    for idx in df.groupby(["run_id", "key"], sort=False).indices.values():
-        x = values[idx]
-        if np.isnan(x).any():  # pandas' NaN rules (weights kept across gaps): rare, take its path
-            out[idx] = pd.Series(x).ewm(alpha=1.0 - smoothing, adjust=True).mean().to_numpy()
-        else:
-            out[idx] = lfilter(*coeffs, x) / lfilter(*coeffs, np.ones_like(x))
-    return pd.Series(out, index=df.index, name="value")
+    # pandas' grouped EWM (Cython, one pass per series): 20 runs x 1,000 points in milliseconds, and
+    # no SciPy to import at a cold start (scipy.signal took seconds there).
+    out = df.groupby(["run_id", "key"], sort=False)["value"].ewm(alpha=1.0 - smoothing, adjust=True).mean()
+    return out.reset_index(level=[0, 1], drop=True).reindex(df.index).astype(float).rename("value")
 
 
 #: x axes a metrics chart offers: the step, the time since the run's first logged point, the clock.

@@ -38,7 +38,7 @@ from app.components.quality import predictor_name
 from app.components.runs import masking_label
 from app.components.urlstate import flatten
 from app.modalities import sample_view
-from engine.api import ConfigError, get_masking, load_samples
+from engine.api import ConfigError, load_samples, masking_uses_ratio
 
 #: Representation figures shown for each run, with their column titles.
 REP_FIGURES = {"probe_acc": "linear probe", "knn_acc": "kNN (k=20)", "kmeans_nmi": "k-means NMI",
@@ -130,11 +130,18 @@ def config_diff(configs: Mapping[str, dict], labels: Mapping[str, str] | None = 
 
 
 def _unused_ratio(flat: dict[str, Any]) -> dict[str, Any]:
+    name = str(flat.get("masking.strategy", "random"))
     try:
-        if not get_masking(str(flat.get("masking.strategy", "random"))).uses_ratio:
-            flat["masking.ratio"] = "(not used)"
-    except ConfigError:  # a strategy whose plug-in is not loaded here: the ratio as stored
-        pass
+        uses = masking_uses_ratio(name)  # a built-in strategy: no torch
+    except KeyError:
+        from engine.api import get_masking  # noqa: PLC0415 (a plug-in's strategy: its registry loads torch)
+
+        try:
+            uses = get_masking(name).uses_ratio
+        except ConfigError:  # a strategy whose plug-in is not loaded here: the ratio as stored
+            uses = True
+    if not uses:
+        flat["masking.ratio"] = "(not used)"
     return flat
 
 

@@ -15,7 +15,7 @@ import pandas as pd
 import streamlit as st
 
 from app.components.names import LOSS_NAMES, metric_label, name_table
-from engine.api import OBJECTIVE_REGISTRY
+from engine.api import task_fact
 
 #: Axis titles of the loss curves by objective.
 LOSS_TITLES = {"mse": "MSE (masked units)", "l1": "L1 (masked units)", "cross_entropy": "cross-entropy (nats/token)",
@@ -47,7 +47,11 @@ def loss_kind(config: dict | None) -> str:
 
 def _modality(config: dict | None) -> str:
     """The modality of the run's task (``image``, ``audio``...), "" when the task is unknown."""
-    from engine.api import ConfigError, get_task  # noqa: PLC0415 (torch loads when a view draws masks or runs a checkpoint, not when a page imports this module)
+    try:
+        return str(task_fact((config or {}).get("task"), "modality"))  # a built-in task: no torch
+    except KeyError:
+        pass
+    from engine.api import ConfigError, get_task  # noqa: PLC0415 (a plug-in's task: its registry loads torch)
 
     try:
         return str(getattr(get_task((config or {}).get("task")), "modality", ""))
@@ -62,7 +66,7 @@ def loss_title(config: dict) -> str:
     if terms:
         return "weighted loss: " + " + ".join(f"{w:g} x {LOSS_NAMES.get(n, n)}" for w, n in terms)
     loss = ((config or {}).get("objective") or {}).get("loss", "")
-    return LOSS_TITLES.get(loss, loss if loss in OBJECTIVE_REGISTRY else "loss")
+    return LOSS_TITLES.get(loss, loss or "loss")
 
 
 def loss_groups(run_ids: list[str], configs: dict[str, dict]) -> list[tuple[str, list[str]]]:
@@ -80,7 +84,11 @@ def loss_groups(run_ids: list[str], configs: dict[str, dict]) -> list[tuple[str,
 
 def headline_of(config: dict) -> tuple[str, str]:
     """``(metric, "min" | "max")`` of the run's task (``val_loss``/min when the task is unknown)."""
-    from engine.api import ConfigError, get_task  # noqa: PLC0415 (torch loads when a view draws masks or runs a checkpoint, not when a page imports this module)
+    try:
+        return tuple(task_fact((config or {}).get("task"), "headline"))  # a built-in task: no torch
+    except KeyError:
+        pass
+    from engine.api import ConfigError, get_task  # noqa: PLC0415 (a plug-in's task: its registry loads torch)
 
     try:
         return get_task((config or {}).get("task")).headline
@@ -99,12 +107,15 @@ def figure_title(metric: str, config: dict | None, default: str | None = None) -
 def figures_of(config: dict) -> list[tuple[str, str]]:
     """The figures a run's table shows, ``[(metric, "min" | "max")]``: the task's headline, then the
     extra figures it declares as ``figures`` (e.g. the image task's pixel MSE and PSNR)."""
-    from engine.api import ConfigError, get_task  # noqa: PLC0415 (torch loads when a view draws masks or runs a checkpoint, not when a page imports this module)
-
     try:
-        extra = list(getattr(get_task((config or {}).get("task")), "figures", ()))
-    except ConfigError:
-        extra = []
+        extra = [tuple(f) for f in task_fact((config or {}).get("task"), "figures") or ()]  # a built-in task: no torch
+    except KeyError:
+        from engine.api import ConfigError, get_task  # noqa: PLC0415 (a plug-in's task: its registry loads torch)
+
+        try:
+            extra = list(getattr(get_task((config or {}).get("task")), "figures", ()))
+        except ConfigError:
+            extra = []
     return [headline_of(config)] + [f for f in extra if f[0] != headline_of(config)[0]]
 
 

@@ -18,7 +18,7 @@ import streamlit as st
 
 from app.components.errors import guarded
 from app.components.names import is_percent, metric_label
-from engine.api import EVAL_PHASES, MasklabError, evaluation_job, format_bytes, list_pretrained, list_runs
+from engine.api import EVAL_PHASES, MasklabError, evaluation_job, format_bytes, list_pretrained, list_runs, masking_uses_ratio
 from engine.api import latest_points as store_latest_points
 
 #: Status -> the colour of its badge (Streamlit's named colours: text on a tinted pill, no icon font).
@@ -187,12 +187,16 @@ def format_duration(seconds: float | None) -> str:
 def masking_label(config: dict | None) -> str:
     """A run's masking in a few words: ``random 0.75``, ``block 0.5→0.9 cosine``, ``region`` (a
     strategy with its own budget shows no ratio)."""
-    from engine.api import MASKING_REGISTRY  # noqa: PLC0415 (torch loads when a view draws masks or runs a checkpoint, not when a page imports this module)
-
     m = (config or {}).get("masking") or {}
     name = m.get("strategy", "random")
-    strategy = MASKING_REGISTRY.get(name)
-    if strategy is not None and not strategy.uses_ratio:
+    try:
+        uses_ratio = masking_uses_ratio(name)  # a built-in strategy: no torch
+    except KeyError:
+        from engine.api import MASKING_REGISTRY  # noqa: PLC0415 (a plug-in's strategy: its registry loads torch)
+
+        strategy = MASKING_REGISTRY.get(name)
+        uses_ratio = strategy is None or strategy.uses_ratio
+    if not uses_ratio:
         return name
     ratio = f"{m.get('ratio', '')}"
     if m.get("schedule", "constant") != "constant":
