@@ -64,6 +64,7 @@ from engine.store import CHECKPOINT_CHOICES, ImportReport, PortableRunsError, ex
 
 # --- evaluations: the background evaluation job and what it saved ---
 from engine.store.evaluations import Evaluation, latest_evaluation, load_maps, read_evaluations
+from engine.store.evaluations import has_job as has_evaluation_job  # one stat: did the run ever have one
 from engine.store.evaluations import read_job as evaluation_job  # the run's evaluation job state, or None
 from engine.store.evaluations import PHASES as EVAL_PHASES  # an evaluation's phases, in order, with their words
 
@@ -192,7 +193,7 @@ __all__ = [
     "read_metrics", "read_task_info", "run_bytes", "sample_files", "sample_steps",
     "masking_uses_ratio", "task_fact", "CHECKPOINT_CHOICES", "ImportReport", "PortableRunsError", "export_runs", "import_runs", "read_provenance", "set_note", "set_tags", "tag_run",
     # evaluations
-    "EVAL_PHASES", "Evaluation", "evaluation_job", "latest_evaluation", "load_maps", "read_evaluations",
+    "EVAL_PHASES", "Evaluation", "evaluation_job", "has_evaluation_job", "latest_evaluation", "load_maps", "read_evaluations",
     # datasets
     "AUDIO_EXTENSIONS", "AUDIO_SAMPLE_RATES", "AUDIO_UPSAMPLED", "BundledStatus", "COLUMN_ROLES", "DatasetInfo", "GRID_KINDS",
     "ImportJob", "ImportOptions", "ImportOutcome", "NOTE_LOST_ON_FILL", "SourcePlan", "TABLE_EXTENSIONS",

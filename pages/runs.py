@@ -26,9 +26,9 @@ from app.components.evaluation import evaluation_progress
 from app.components.portable import portable_panel
 from app.components.quality import loss_groups
 from app.components.resume import resume_buttons
-from app.components.runs import LIST_MAX_AGE_S, REFRESH, activity, is_live, latest_points, progress_with_cancel
+from app.components.runs import LIST_MAX_AGE_S, REFRESH, activity, is_live, progress_with_cancel
 from app.components.urlstate import PageState
-from engine.api import STATUSES, cancel, disk_usage, format_bytes, list_runs, read_metrics, workspace_root
+from engine.api import STATUSES, cancel, disk_usage, format_bytes, has_evaluation_job, list_runs, read_metrics, workspace_root
 
 LOSS_KEYS = ["loss", "val_loss"]
 PER_PAGE = 100  # rows of the run table a page: only those are built and sent
@@ -44,9 +44,9 @@ def _changing(records, evaluations: bool = False) -> bool:
 
 def _with_points_first(records, n: int) -> list[str]:
     """Ids of up to ``n`` runs to plot by default (``records`` newest first): the queued or running
-    runs that have logged a loss, then the others that have; the newest run when none has."""
-    points = latest_points(records)
-    has = [r for r in records if (r.run_id, "loss") in points]
+    runs that have logged a loss, then the others that have; the newest run when none has. Reads
+    each record's latest values (its status file), no metrics file."""
+    has = [r for r in records if "loss" in (r.latest or {})]
     ordered = [r for r in has if r.is_active] + [r for r in has if not r.is_active]
     return [r.run_id for r in ordered[:n]] or [r.run_id for r in records[:1]]
 
@@ -101,7 +101,7 @@ def runs_panel(show_archived: bool, live: bool, q: str, statuses: list[str], pag
          f"the whole workspace {format_bytes(usage.total)}"] if usage is not None else [])))
     for r in (r for r in records if r.is_active):
         progress_with_cancel(r, allowed("run.cancel", cancel), "runs_cancel", f"**{run_label(r)}** · {activity(r)}")
-    for r in (r for r in records if not r.is_active):  # an ended run's evaluation asked for later (Compare, CLI)
+    for r in (r for r in records if not r.is_active and has_evaluation_job(r.path)):  # asked for later (Compare, CLI)
         evaluation_progress(r, "runs_eval", label=run_label(r))
     resume_buttons(records)
 

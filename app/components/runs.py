@@ -18,7 +18,16 @@ import streamlit as st
 
 from app.components.errors import guarded
 from app.components.names import is_percent, metric_label
-from engine.api import EVAL_PHASES, MasklabError, evaluation_job, format_bytes, list_pretrained, list_runs, masking_uses_ratio
+from engine.api import (
+    EVAL_PHASES,
+    MasklabError,
+    evaluation_job,
+    format_bytes,
+    has_evaluation_job,
+    list_pretrained,
+    list_runs,
+    masking_uses_ratio,
+)
 from engine.api import latest_points as store_latest_points
 
 #: Status -> the colour of its badge (Streamlit's named colours: text on a tinted pill, no icon font).
@@ -67,6 +76,8 @@ def is_live(rec: Any) -> bool:
         return False
     if rec.is_active:
         return True
+    if getattr(rec, "path", None) is not None and not has_evaluation_job(rec.path):
+        return False  # never evaluated after its end: one stat, not a read (thousands of runs on Runs)
     try:
         job = evaluation_job(rec.run_id)
     except MasklabError:  # an unreadable job file changes nothing on screen: the panel that reads it says why

@@ -200,6 +200,12 @@ def write_job(d: Path, **state: Any) -> None:
                       what=f"the evaluation job of run {Path(d).name}")
 
 
+def has_job(d: Path) -> bool:
+    """Whether run folder ``d`` (a record's ``path``) ever had an evaluation job: one ``stat``, so a
+    page can skip :func:`read_job` for the runs that never had one (most, at thousands of runs)."""
+    return (_eval_dir(Path(d)) / JOB_FILE).exists()
+
+
 def read_job(run_id: str, workspace=None) -> dict[str, Any] | None:
     """The last evaluation job of a run (``status`` one of queued, running, completed, cancelled,
     failed, interrupted; ``step``; ``error``; progress fields while running), or None when it never
