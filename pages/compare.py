@@ -1,12 +1,15 @@
-"""Compare: saved runs side by side. Filter and pick 2 to N runs, then their curves overlaid (x: step,
-time, wall clock or samples seen), the config fields that differ, the same validation inputs
-reconstructed by each run (and the evaluation's SSIM / spectral error beside the best trivial
-baseline), the downstream figures
-(probes and fine-tune) next to a random-init encoder, the raw input and chance, and the training
-cost (with FLOPs); export as CSV or a self-contained HTML report.
+"""Compare: saved runs side by side. Filter and pick 2 to N runs; runs that differ only in
+``train.seed`` form seed groups (a mean and a band, expandable), and one run can be the baseline
+every other run's figures are measured against. Then: the curves overlaid (x: step, time, wall clock
+or samples seen; the trivial baselines dashed), configs and results in one table (differing fields,
+tags, notes, figures, the baselines pinned under the runs, deltas coloured by direction, sortable),
+the reconstruction matrix (the same validation inputs from every run at one step; one step control,
+four views, paged), the evaluation's SSIM / spectral error beside the best trivial baseline, the
+downstream figures (probes and fine-tune) next to a random-init encoder, the raw input and chance,
+and the training cost (with FLOPs); export as CSV or a self-contained HTML report.
 
-Every choice lives in the URL (``?runs=a,b&smoothing=0.6&x=step&y=log&loss=0.05&dataset=digits``), so a
-link reopens the same comparison. The page only reads the store (status, metrics, samples,
+Every choice lives in the URL (``?runs=a,b&smoothing=0.6&x=step&mstep=200&mview=wipe&band=std&base=a``),
+so a link reopens the same comparison. The page only reads the store (status, metrics, samples,
 evaluations); an evaluation is started in the background (:func:`engine.runner.launcher.evaluate`).
 """
 
