@@ -2,6 +2,9 @@
 
     python -m app.serve [--address 127.0.0.1] [--port 8501] [-- more streamlit options]
 
+(options that set the address, the port, the upload cap or the request protections are refused:
+:data:`GUARDED_FLAGS`)
+
 The rules (:func:`exposure_problem`), also checked by the entry script on every page load, so
 ``streamlit run app/streamlit_app.py --server.address 0.0.0.0`` started by hand serves only the
 refusal:
@@ -119,6 +122,24 @@ def upload_cap_mb(environ: Mapping[str, str] | None = None) -> int:
     return int(raw)
 
 
+#: ``streamlit run`` options this launcher sets itself or that would weaken what it checks: where the
+#: server listens, the upload cap, cross-site-request and cross-origin protection, static file serving.
+GUARDED_FLAGS = ("server.address", "server.port", "server.maxUploadSize", "server.enableXsrfProtection",
+                 "server.enableCORS", "server.enableStaticServing", "server.headless", "browser.serverAddress",
+                 "browser.serverPort")
+
+
+def refused_flag(streamlit_args: list[str]) -> str | None:
+    """Why the extra ``streamlit run`` options are refused (one of :data:`GUARDED_FLAGS`, as
+    ``--name value`` or ``--name=value``, any case), or None when they are fine."""
+    for a in streamlit_args:
+        name = a.removeprefix("--").split("=", 1)[0].strip().lower()
+        if a.startswith("--") and name in {f.lower() for f in GUARDED_FLAGS}:
+            return (f"{a.split('=', 1)[0]} is set by this launcher or weakens what it checks; use --address and "
+                    "--port (the address is checked for sign-in), $MASKLAB_MAX_UPLOAD_MB for the upload cap")
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Check the address, then replace this process by ``streamlit run``; returns 2 on a refusal."""
     if str(REPO) not in sys.path:
@@ -129,6 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8501")))
     p.add_argument("streamlit_args", nargs="*", help="more `streamlit run` options, after --")
     args = p.parse_args(argv)
+    if why := refused_flag(args.streamlit_args):
+        print(f"error: {why}", file=sys.stderr)
+        return 2
     try:
         problem = exposure_problem(args.address, signin_configured())
         cap = upload_cap_mb()

@@ -31,6 +31,7 @@ from engine.errors import (
 )
 
 # --- access: identity, roles, users, audit ---
+from engine.access.throttle import SignInLockedError, sign_in
 from engine.access.audit import AuditEntry, read_audit
 from engine.access.policy import MODE_ENV, Identity, acting_as, can, is_demo, local_admin, require_sign_in
 from engine.access.users import load_users, oidc_identity, verify_password
@@ -191,7 +192,7 @@ __all__ = [
     "annotate", "archive_run", "checkpoint_weights", "dataset_bytes", "disk_usage", "format_bytes", "get_run",
     "latest_checkpoint_step", "latest_points", "list_runs", "load_samples", "read_config_history", "read_log",
     "read_metrics", "read_task_info", "run_bytes", "sample_files", "sample_steps",
-    "masking_uses_ratio", "task_fact", "CHECKPOINT_CHOICES", "ImportReport", "PortableRunsError", "export_runs", "import_runs", "read_provenance", "set_note", "set_tags", "tag_run",
+    "masking_uses_ratio", "task_fact", "SignInLockedError", "sign_in", "CHECKPOINT_CHOICES", "ImportReport", "PortableRunsError", "export_runs", "import_runs", "read_provenance", "set_note", "set_tags", "tag_run",
     # evaluations
     "EVAL_PHASES", "Evaluation", "evaluation_job", "has_evaluation_job", "latest_evaluation", "load_maps", "read_evaluations",
     # datasets

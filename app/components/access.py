@@ -21,7 +21,17 @@ import streamlit as st
 
 from app.components.errors import user_errors
 from app.serve import oidc_configured
-from engine.api import Identity, can, is_demo, load_users, local_admin, oidc_identity, require_sign_in, verify_password
+from engine.api import (
+    Identity,
+    SignInLockedError,
+    can,
+    is_demo,
+    load_users,
+    local_admin,
+    oidc_identity,
+    require_sign_in,
+    sign_in,
+)
 
 SESSION_KEY = "masklab_identity"
 
@@ -73,10 +83,15 @@ def sign_in_gate() -> Identity:
             pw = st.text_input("Password", type="password", key="signin_password")
             go = st.form_submit_button("Sign in", type="primary")
         if go:
-            ident = verify_password(name, pw)
-            if ident is None:
-                st.error("Unknown user name or wrong password.")
+            try:
+                ident = sign_in(name, pw, st.context.ip_address)  # rate-limited per user and address, audited
+            except SignInLockedError as e:
+                st.error(str(e))
+                ident = None
             else:
+                if ident is None:
+                    st.error("Unknown user name or wrong password.")
+            if ident is not None:
                 st.session_state[SESSION_KEY] = ident
                 st.rerun()
     st.stop()

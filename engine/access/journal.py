@@ -56,7 +56,7 @@ def record(action: str, target: str, outcome: str, who: Any, workspace: str | os
     """Append one line; return it as a dict.
 
     Args:
-        action: an :data:`engine.access.policy.ACTIONS` key.
+        action: an :data:`engine.access.policy.ACTIONS` key, or ``auth.sign_in`` (:mod:`engine.access.throttle`).
         target: what it acted on (run id, dataset name, user name).
         outcome: ``"ok"``, ``"failed"`` or ``"refused"``.
         who: the :class:`engine.access.policy.Identity` (None: nobody signed in).

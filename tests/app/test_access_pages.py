@@ -13,7 +13,8 @@ import pytest
 from streamlit import config as st_config
 from streamlit.testing.v1 import AppTest
 
-from app.serve import exposure_problem, is_loopback, upload_cap_mb
+from app.serve import exposure_problem, is_loopback, refused_flag, upload_cap_mb
+from app.serve import main as serve_main
 from engine.access.policy import require_sign_in
 from engine.access.users import set_user
 from engine.config import RunConfig
@@ -151,3 +152,14 @@ def test_serve_refuses_a_non_loopback_address_without_sign_in(workspace):
                          env={**env, "MASKLAB_MODE": "demo", "MASKLAB_ALLOW_NO_SIGNIN": "1"}, capture_output=True,
                          text=True, timeout=60)  # fmt: skip
     assert out.returncode == 2 and "MASKLAB_PUBLIC_DEMO=1" in out.stderr
+
+
+@pytest.mark.parametrize("extra", [["--server.address", "0.0.0.0"], ["--server.address=0.0.0.0"],
+                                   ["--server.port=80"], ["--SERVER.enableXsrfProtection", "false"],
+                                   ["--server.enableCORS=false"], ["--server.maxUploadSize", "10000"],
+                                   ["--server.enableStaticServing", "true"]])
+def test_serve_refuses_extra_flags_that_change_the_address_or_weaken_its_checks(extra, capsys):
+    assert serve_main(["--address", "127.0.0.1", "--port", "1", "--", *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {extra[0].split('=')[0]} is set by this launcher or weakens what it checks")
+    assert refused_flag(["--server.runOnSave", "true", "--theme.base=dark"]) is None  # harmless options pass
