@@ -15,13 +15,14 @@ task       :meth:`engine.tasks.Task.state_dict`; ``{}`` for most tasks
 ========== ==============================================================================
 
 A checkpoint without ``loop`` or ``task`` still resumes (a new epoch order is drawn from the
-restored ``g_data``). Complete when ``manifest.json`` (written last) matches its files; format 1
+restored ``g_data``). Complete when ``manifest.json`` (written last: sizes, and each file's SHA-256, checked on load) matches its files; format 1
 checkpoints (no manifest) when both files are whole. Built in ``.tmp-step-NNNNNNN-<pid>`` and
 renamed into place; a failed write removes it and raises :class:`~engine.errors.StorageError`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import math
@@ -120,7 +121,8 @@ def save_checkpoint(run_dir: Path, step: int, model, optimizer, cfg, rng: dict, 
             current = final / name
             write_new_file(tmp / name, data)
         current = final / MANIFEST
-        manifest = {"format": CKPT_FORMAT, "step": int(step), "files": {k: len(v) for k, v in blobs.items()}}
+        manifest = {"format": CKPT_FORMAT, "step": int(step), "files": {k: len(v) for k, v in blobs.items()},
+                    "sha256": {k: hashlib.sha256(v).hexdigest() for k, v in blobs.items()}}
         write_new_file(tmp / MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode())
         fsync_dir(tmp)
         current = final
@@ -209,6 +211,32 @@ def checkpoint_problem(ckpt_dir: Path) -> str | None:
     return None
 
 
+def verify_hash(path: Path) -> None:
+    """Check a checkpoint file against the SHA-256 its folder's manifest lists (manifests written
+    before hashes were kept list none: nothing to check). Read in 1 MiB blocks.
+
+    Raises:
+        DamagedFileError: the file's hash differs (changed or damaged since it was written).
+    """
+    path = Path(path)
+    try:
+        listed = (json.loads((path.parent / MANIFEST).read_text(encoding="utf-8")).get("sha256") or {}).get(path.name)
+    except (OSError, ValueError, AttributeError):
+        return  # no manifest (format 1) or none readable: checkpoint_problem says so where it matters
+    if not listed:
+        return
+    h = hashlib.sha256()
+    try:
+        with path.open("rb") as f:
+            for block in iter(lambda: f.read(2**20), b""):
+                h.update(block)
+    except OSError as e:
+        raise DamagedFileError(f"{path}: unreadable ({e})") from None
+    if h.hexdigest() != listed:
+        raise DamagedFileError(f"{path}: its SHA-256 differs from the one its manifest lists (changed or damaged "
+                               "since it was written); `python -m engine doctor` reports damaged files")
+
+
 def checkpoint_complete(ckpt_dir: Path) -> bool:
     """True when :func:`checkpoint_problem` finds nothing wrong."""
     return checkpoint_problem(ckpt_dir) is None
@@ -242,6 +270,7 @@ def load_checkpoint_state(ckpt_dir: Path) -> dict[str, Any]:
     import torch  # noqa: PLC0415 (the store serves the dashboard without torch)
 
     path = Path(ckpt_dir) / STATE
+    verify_hash(path)
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:  # objects that need code to load: never loaded, never advised to
@@ -267,6 +296,7 @@ def load_weights(ckpt_dir: Path) -> dict[str, Any]:
     from safetensors.torch import load_file  # noqa: PLC0415 (the store serves the dashboard without torch)
 
     path = Path(ckpt_dir) / WEIGHTS
+    verify_hash(path)
     try:
         return load_file(str(path))
     except (OSError, SafetensorError) as e:
