@@ -44,7 +44,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from engine.access.policy import check
+from engine.access.policy import authorized, check
 from engine.access.users import load_users, remove_user, set_email_role, set_user, users_path
 from engine.api import (
     CHECKPOINT_CHOICES,
@@ -223,7 +223,15 @@ def cmd_run(args) -> int:
 
     cfg = resolve(cfg)  # once: the run trains the stored config as it is
     check_run(cfg)
-    run_id, d = create_run(cfg.to_dict())
+    with authorized("run.submit", cfg.name or "foreground run") as audit:  # audited, with how it ended
+        run_id, d = create_run(cfg.to_dict())
+        audit.update(target=run_id, foreground=True)
+        return _train_foreground(cfg, run_id, d, audit)
+
+
+def _train_foreground(cfg, run_id: str, d, audit: dict) -> int:
+    """Train the created run ``run_id`` (folder ``d``) in this process with a progress bar; the run's
+    final status goes in its audit line (``audit``)."""
     print(f"run {run_id}  ({d})", flush=True)
     if cfg.train.max_restarts:
         print("note: train.max_restarts applies to background runs (submit); a foreground run is not restarted "
@@ -245,9 +253,11 @@ def cmd_run(args) -> int:
         status = execute_run(d, on_step=on_step)
     except KeyboardInterrupt:  # recorded as cancelled by execute_run
         bar.close()
+        audit["status"] = "cancelled"
         print(f"cancelled (Ctrl-C) at step {get_run(run_id).step}", file=sys.stderr)
         return 130
     bar.close()
+    audit["status"] = status
     rec = get_run(run_id)
     line = f"{status}: step {rec.step}/{rec.total_steps}"
     for k in ("loss", "val_loss"):
@@ -301,8 +311,10 @@ def cmd_evaluate(args) -> int:
     from engine.eval.job import run_job  # noqa: PLC0415 (the CLI's read-only commands start without torch)
 
     rec = get_run(args.run_id)
-    rc = run_job(rec.path, args.step, parse_eval_budget(args.budget))
-    job = evaluation_job(args.run_id) or {}
+    with authorized("run.evaluate", args.run_id) as audit:  # demo mode and viewers are refused; audited
+        rc = run_job(rec.path, args.step, parse_eval_budget(args.budget))
+        job = evaluation_job(args.run_id) or {}
+        audit.update(foreground=True, step=job.get("step"), status=job.get("status"))
     if rc not in (0, 3):
         print(f"error: {job.get('error') or 'the run is locked by another process'}", file=sys.stderr)
         return 2

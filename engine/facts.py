@@ -2,7 +2,7 @@
 
 The Runs page, Compare's tables and the CLI's run list name each run's headline figure, modality and
 whether its masking strategy uses ``masking.ratio``. Those are class attributes of the task and
-strategy classes, whose modules load torch (seconds at a cold start). ``engine/facts.json`` keeps
+strategy classes, whose modules load torch (seconds at a cold start). ``engine/tasks/facts.json`` keeps
 them for the built-in tasks and strategies; :func:`task_fact` and :func:`masking_uses_ratio` read it,
 and fall back to the registries (torch) for a name it lacks (a plug-in's). The file is generated
 from the registries (``python -m engine.facts``) and a test compares it with them, so it never goes
@@ -17,7 +17,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-FACTS_FILE = Path(__file__).with_name("facts.json")
+FACTS_FILE = Path(__file__).parent / "tasks" / "facts.json"  # data beside the tasks: read, never imported
 #: The task attributes kept (each JSON-safe).
 TASK_FIELDS = ("modality", "headline", "figures", "sample_kind")
 
@@ -36,7 +36,7 @@ def task_fact(task: str | None, field: str) -> Any:
     Raises:
         KeyError: a task or field the file lacks (a plug-in's task): ask the registry instead.
     """
-    return _facts()["tasks"][task or "image_mim"][field]
+    return _facts()["tasks"][task or _facts()["default_task"]][field]
 
 
 def masking_uses_ratio(strategy: str) -> bool:
@@ -51,7 +51,7 @@ def masking_uses_ratio(strategy: str) -> bool:
 def generate() -> dict[str, Any]:
     """The facts as the live registries give them (loads torch and every built-in task)."""
     from engine.masking import MASKING_REGISTRY  # noqa: PLC0415 (generating the file is the one place that loads them)
-    from engine.tasks import TASK_REGISTRY  # noqa: PLC0415 (generating the file is the one place that loads them)
+    from engine.tasks import DEFAULT_TASK, TASK_REGISTRY  # noqa: PLC0415 (generating the file is the one place that loads them)
 
     def plain(v: Any) -> Any:
         return [plain(x) for x in v] if isinstance(v, (tuple, list)) else v
@@ -60,7 +60,7 @@ def generate() -> dict[str, Any]:
              if cls.__module__.startswith("engine.")}
     masking = {name: {"uses_ratio": bool(s.uses_ratio)} for name, s in sorted(MASKING_REGISTRY.items())
                if getattr(s.fn, "__module__", "").startswith("engine.")}  # the built-in ones, not a plug-in's
-    return {"tasks": tasks, "masking": masking}
+    return {"default_task": DEFAULT_TASK, "tasks": tasks, "masking": masking}
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from app.components.evaluation import evaluation_progress
 from app.components.portable import portable_panel
 from app.components.quality import loss_groups
 from app.components.resume import resume_buttons
-from app.components.runs import LIST_MAX_AGE_S, REFRESH, activity, is_live, progress_with_cancel
+from app.components.runs import LIST_MAX_AGE_S, REFRESH, activity, is_live, latest_points, progress_with_cancel
 from app.components.urlstate import PageState
 from engine.api import STATUSES, cancel, disk_usage, format_bytes, has_evaluation_job, list_runs, read_metrics, workspace_root
 
@@ -45,8 +45,11 @@ def _changing(records, evaluations: bool = False) -> bool:
 def _with_points_first(records, n: int) -> list[str]:
     """Ids of up to ``n`` runs to plot by default (``records`` newest first): the queued or running
     runs that have logged a loss, then the others that have; the newest run when none has. Reads
-    each record's latest values (its status file), no metrics file."""
-    has = [r for r in records if "loss" in (r.latest or {})]
+    each record's latest values (its status file); only a run whose status has none (written by hand,
+    or damaged) has its metrics files read."""
+    bare = [r for r in records if not r.latest]
+    points = latest_points(bare) if bare else {}
+    has = [r for r in records if "loss" in (r.latest or {}) or (r.run_id, "loss") in points]
     ordered = [r for r in has if r.is_active] + [r for r in has if not r.is_active]
     return [r.run_id for r in ordered[:n]] or [r.run_id for r in records[:1]]
 

@@ -111,8 +111,9 @@ def test_viewer_sees_runs_read_only_and_admin_gets_delete_and_audit(workspace):
     assert at.title[0].value == "Audit"
     frame = at.dataframe[0].value
     assert list(zip(frame["user"], frame["action"], frame["target"])) == [
-        ("ada", "run.delete", ended), (f"local:{getpass.getuser()}", "users.manage", "user ada"),
-        (f"local:{getpass.getuser()}", "users.manage", "user vera")]  # newest first
+        ("ada", "run.delete", ended), ("ada", "auth.sign_in", "ada"), ("vera", "auth.sign_in", "vera"),
+        (f"local:{getpass.getuser()}", "users.manage", "user ada"),
+        (f"local:{getpass.getuser()}", "users.manage", "user vera")]  # newest first; each sign-in is a line
 
 
 def test_bound_to_every_interface_without_sign_in_the_page_refuses(workspace):

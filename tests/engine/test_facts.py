@@ -1,4 +1,4 @@
-"""engine/facts.json, what the run list knows about the built-in tasks and masking strategies without
+"""engine/tasks/facts.json, what the run list knows about the built-in tasks and masking strategies without
 torch, is what the registries say; and the Runs page renders without importing torch."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_the_facts_file_is_what_the_registries_say():
     assert json.loads(FACTS_FILE.read_text(encoding="utf-8")) == generate(), (
-        "engine/facts.json is stale: run `python -m engine.facts` and commit it")
+        "engine/tasks/facts.json is stale: run `python -m engine.facts` and commit it")
     assert tuple(task_fact("text_mlm", "headline")) == get_task("text_mlm").headline
     assert masking_uses_ratio("periodic") is get_masking("periodic").uses_ratio is False
 
