@@ -60,6 +60,7 @@ from engine.store import (
     list_runs, load_samples, read_config_history, read_log, read_metrics, run_bytes, sample_files, sample_steps, set_note, set_tags,
     tag_run,
 )
+from engine.eval.distance import distance_to_visible, error_by_distance
 from engine.facts import masking_uses_ratio, task_fact
 from engine.store import CHECKPOINT_CHOICES, ImportReport, PortableRunsError, export_runs, import_runs, read_provenance
 
@@ -192,7 +193,7 @@ __all__ = [
     "annotate", "archive_run", "checkpoint_weights", "dataset_bytes", "disk_usage", "format_bytes", "get_run",
     "latest_checkpoint_step", "latest_points", "list_runs", "load_samples", "read_config_history", "read_log",
     "read_metrics", "read_task_info", "run_bytes", "sample_files", "sample_steps",
-    "masking_uses_ratio", "task_fact", "SignInLockedError", "sign_in", "CHECKPOINT_CHOICES", "ImportReport", "PortableRunsError", "export_runs", "import_runs", "read_provenance", "set_note", "set_tags", "tag_run",
+    "distance_to_visible", "error_by_distance", "masking_uses_ratio", "task_fact", "SignInLockedError", "sign_in", "CHECKPOINT_CHOICES", "ImportReport", "PortableRunsError", "export_runs", "import_runs", "read_provenance", "set_note", "set_tags", "tag_run",
     # evaluations
     "EVAL_PHASES", "Evaluation", "evaluation_job", "has_evaluation_job", "latest_evaluation", "load_maps", "read_evaluations",
     # datasets

@@ -39,6 +39,7 @@ from app.components.compare import (
     report_html,
     show_reconstructions,
 )
+from app.components.distance import show_runs as show_distance_runs
 from app.components.errors import user_errors
 from app.components.evaluation import evaluation_progress
 from app.components.groups import (
@@ -245,6 +246,8 @@ def _matrix() -> int:
 in_matrix = _matrix()
 with st.expander("Each run's latest samples as one grid (what the HTML report holds)", expanded=not in_matrix):
     drawn = show_reconstructions(picked, legend)  # the caption says whether the runs saw the same ones
+st.subheader("Where reconstruction breaks down")
+show_distance_runs(picked, legend)
 quality, q_titles = quality_frame(evals, legend)
 if not quality.empty:
     st.subheader("Reconstruction quality beside the best baseline")

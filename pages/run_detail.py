@@ -23,6 +23,7 @@ from app.components import guarded, run_label, runs_or_stop, short_label, status
 from app.components.access import allowed, delete_panel
 from app.components.annotations import annotations_panel, open_in_new_run
 from app.components.charts import axis_controls
+from app.components.distance import show_run as show_distance
 from app.components.evaluation import evaluation_panel
 from app.components.matrix import step_matrix
 from app.components.quality import headline_of, quality_table
@@ -122,6 +123,8 @@ def steps_panel(rec) -> None:
 
 
 steps_panel(rec)
+with st.expander("Where reconstruction breaks down: error by distance to the nearest visible unit"):
+    show_distance(run_id)
 box = interactive_box(rec.config)
 if box is not None:
     box_panel(box, rec, guarded(load_samples, run_id))

@@ -43,6 +43,10 @@ class SampleView:
             inputs (:mod:`app.components.matrix`), each a dict of data URLs ``original``, ``recon``,
             ``error`` (optional ``audio_original``, ``audio_recon``, ``note``), or for text the escaped
             HTML ``html_original``, ``html_recon``, ``html_error``; None: no matrix for this kind.
+        distance: ``sample -> (dist, errors, unit, metric)`` or None: each unit's distance to the nearest
+            visible one (:func:`engine.eval.distance.distance_to_visible`), the error at each unit of the
+            model and of trivial baselines (name -> ``[N, *grid]``), what a unit is and what the error
+            measures; :mod:`app.components.distance` plots it. None: no such plot for this kind.
     """
 
     kind: str
@@ -50,6 +54,7 @@ class SampleView:
     view: Callable[[Any, Any], None]
     compare: Callable[[dict], list] | None = None
     cells: Callable[[Any, int], list] | None = None
+    distance: Callable[[Any], Any] | None = None
 
 
 @dataclass(frozen=True)

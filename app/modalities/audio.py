@@ -25,7 +25,17 @@ from app.components.charts import counts_chart
 from app.components.errors import guarded
 from app.components.urlstate import dig, index_of, number
 from app.modalities import ModalityUI, SampleView, config_train, register_ui
-from engine.api import AUDIO_SAMPLE_RATES, AudioConfig, RunConfig, counted, load_dataset, proposed_rate, rates_text, workspace_root
+from engine.api import (
+    AUDIO_SAMPLE_RATES,
+    AudioConfig,
+    RunConfig,
+    counted,
+    distance_to_visible,
+    load_dataset,
+    proposed_rate,
+    rates_text,
+    workspace_root,
+)
 
 N_SAMPLES = 6  # clips with spectrogram and player on the Data page
 N_PREVIEW = 8  # representative val clips: a run's fixed sample rows (train.num_vis defaults to 8)
@@ -423,6 +433,35 @@ def matrix_cells(sample, rows: int) -> list[dict]:
     return out
 
 
+def interp_in_time(spec: np.ndarray, hidden: np.ndarray, real: np.ndarray) -> np.ndarray:
+    """Each hidden cell of ``spec`` (``[N, F, T]``) filled by linear interpolation in time between the
+    visible real cells of its mel bin (the task's "interpolation in time" baseline); rows with no
+    visible cell get the clip's mean."""
+    out = spec.copy()
+    t = np.arange(spec.shape[2])
+    for i in range(len(spec)):
+        for f in range(spec.shape[1]):
+            vis = ~hidden[i, f] & real[i]
+            if vis.any():
+                out[i, f, hidden[i, f]] = np.interp(t[hidden[i, f]], t[vis], spec[i, f, vis])
+            else:
+                out[i, f, hidden[i, f]] = spec[i][:, real[i]].mean() if real[i].any() else 0.0
+    return out
+
+
+def distance_errors(sample):
+    """The distance plot's data (:mod:`app.components.distance`): each hidden cell's distance in
+    frames to the nearest visible cell of its mel bin (padding never counts), and the log-mel L1 error
+    of the reconstruction and of interpolation in time."""
+    spec, pred = sample["spec"].astype(np.float32), sample["pred"].astype(np.float32)
+    hidden, real = np.asarray(sample["mask"], bool), np.asarray(sample["real"], bool)
+    valid = np.broadcast_to(real[:, None, :], hidden.shape)
+    dist = distance_to_visible(hidden, (2,), valid)
+    errors = {"this run": np.abs(np.where(hidden, pred, spec) - spec),
+              "interpolation in time": np.abs(interp_in_time(spec, hidden, real) - spec)}
+    return dist, errors, "frames (within a mel bin)", "log-mel L1 at the hidden cell"
+
+
 def compare_view(samples: dict, n: int = 4) -> list[tuple[str, np.ndarray]]:
     """The Compare page's grid for audio runs: rows are the first ``n`` fixed validation clips (the
     same clips for runs on the same dataset and window: :func:`engine.data.representative`), columns
@@ -546,5 +585,5 @@ register_ui(ModalityUI(
     "audio", data_section=data_section, run_fields=run_fields, mask_preview=mask_preview, lab_controls=lab_controls,
     lab_results=lab_results, describe=describe, train_defaults=train_defaults, import_fields=import_fields,
     item="clip", plan_item="audio file",
-    samples=(SampleView("audio_spec", "Spectrograms and audio", samples_view, compare_view, matrix_cells),),
+    samples=(SampleView("audio_spec", "Spectrograms and audio", samples_view, compare_view, matrix_cells, distance_errors),),
 ))  # fmt: skip

@@ -34,7 +34,17 @@ from app.components.matrix import png_url
 from app.components.urlstate import dig, index_of
 from app.modalities import ModalityUI, SampleView, register_ui
 from app.modalities.text import checkpoint_picker
-from engine.api import MaskingConfig, counted, get_masking, get_model_spec, grid_shape, load_samples, read_metrics, sample_steps
+from engine.api import (
+    MaskingConfig,
+    counted,
+    distance_to_visible,
+    get_masking,
+    get_model_spec,
+    grid_shape,
+    load_samples,
+    read_metrics,
+    sample_steps,
+)
 from engine.masking import draw_mask, image_side_inputs, preview_masks
 from engine.masking.stats import mask_stats, masks_per_second
 from engine.tasks.checks import masking_problem
@@ -394,6 +404,48 @@ def matrix_cells(sample, rows: int) -> list[dict]:
              "note": f"MSE {mse[i]:.4f}" if np.isfinite(mse[i]) else ""} for i in range(k)]
 
 
+def patch_errors(images: np.ndarray, pred: np.ndarray, P: int) -> np.ndarray:
+    """Per-patch mean squared error ``[N, h, w]`` of ``pred`` against ``images`` (``[N, C, H, W]``,
+    predictions clipped to [0, 1]), patches of ``P`` pixels."""
+    n, c, H, W = images.shape
+    sq = (np.clip(pred, 0, 1) - images) ** 2
+    return sq.reshape(n, c, H // P, P, W // P, P).mean(axis=(1, 3, 5))
+
+
+def nearest_visible(hidden: np.ndarray) -> np.ndarray:
+    """For each unit of ``hidden`` (bool ``[N, h, w]``) the flat index of its nearest visible unit in
+    the same image (Chebyshev, the first in row order on ties); -1 in an image with none visible."""
+    n, h, w = hidden.shape
+    ys, xs = np.divmod(np.arange(h * w), w)
+    out = np.full((n, h * w), -1, np.int64)
+    for i in range(n):
+        vis = np.flatnonzero(~hidden[i].ravel())
+        if len(vis):
+            d = np.maximum(np.abs(ys[:, None] - ys[vis][None]), np.abs(xs[:, None] - xs[vis][None]))
+            out[i] = vis[d.argmin(axis=1)]
+    return out.reshape(n, h, w)
+
+
+def distance_errors(sample):
+    """The distance plot's data (:mod:`app.components.distance`): each patch's Chebyshev distance to
+    the nearest visible patch, and the masked-patch MSE of the reconstruction, of the visible-pixel
+    mean and of the nearest visible patch copied in (two trivial baselines on the same images)."""
+    images, pasted, hidden = sample["images"].astype(np.float32), sample["pasted"].astype(np.float32), sample["mask"]
+    n, c, H, W = images.shape
+    P = H // hidden.shape[1]
+    dist = distance_to_visible(hidden, (1, 2))
+    pix = np.repeat(np.repeat(hidden, P, axis=1), P, axis=2)[:, None]  # [N, 1, H, W]
+    seen = np.where(pix, np.nan, images)
+    mean = np.nan_to_num(np.nanmean(seen, axis=(2, 3), keepdims=True)) * np.ones_like(images)
+    src = nearest_visible(hidden)
+    patches = images.reshape(n, c, H // P, P, W // P, P).transpose(0, 2, 4, 1, 3, 5).reshape(n, -1, c, P, P)
+    copied = np.take_along_axis(patches, np.maximum(src, 0).reshape(n, -1, 1, 1, 1), axis=1)
+    copied = copied.reshape(n, H // P, W // P, c, P, P).transpose(0, 3, 1, 4, 2, 5).reshape(n, c, H, W)
+    errors = {"this run": patch_errors(images, pasted, P), "visible-pixel mean": patch_errors(images, mean, P),
+              "nearest visible patch": patch_errors(images, copied, P)}
+    return dist, errors, "patches (Chebyshev)", "pixel MSE at the hidden patch"
+
+
 def describe(info) -> str:
     """The dataset in a few words for the Data page's selector: images and their size."""
     return f"{counted(info.n_train + info.n_val, 'image')}, {'x'.join(map(str, info.image_shape[1:]))} px"
@@ -409,6 +461,6 @@ def import_fields(plan, key: str) -> tuple[dict, dict]:
 register_ui(ModalityUI(
     "image", data_section=data_section, run_fields=run_fields, mask_preview=mask_preview, lab_controls=lab_controls,
     lab_results=lab_results, describe=describe, train_defaults=train_defaults, import_fields=import_fields, item="image",
-    plan_item="image file", samples=(SampleView("image", "Reconstructions", samples_view, compare_view, matrix_cells),),
+    plan_item="image file", samples=(SampleView("image", "Reconstructions", samples_view, compare_view, matrix_cells, distance_errors),),
     boxes={"masking": masking_box},
 ))  # fmt: skip

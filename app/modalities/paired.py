@@ -33,6 +33,7 @@ from app.components.urlstate import dig, index_of, number
 from app.modalities import ModalityUI, SampleView, register_ui
 from app.modalities import image as image_ui
 from app.modalities.audio import compare_view as spectrograms
+from app.modalities.audio import distance_errors as audio_distance
 from app.modalities.audio import feature_fields, sample_media, spec_image, spec_widths
 from app.modalities.audio import lab_stats as audio_lab_stats
 from app.modalities.audio import matrix_cells as audio_cells
@@ -596,6 +597,11 @@ def matrix_cells(sample, rows: int) -> list[dict]:
     return cells
 
 
+def distance_errors(sample):
+    """The distance plot's data of the image (or clip) half, as image (audio) runs compute it."""
+    return (audio_distance if sample.meta.get("stream") == "audio" else image_ui.distance_errors)(sample)
+
+
 def caption_rows(samples: dict, n: int = 6) -> pd.DataFrame:
     """Compare's caption table for paired runs: the first ``n`` fixed validation captions, then per
     run the caption it writes from the image (or clip) alone; where the runs' captions differ (other
@@ -617,6 +623,7 @@ def caption_rows(samples: dict, n: int = 6) -> pd.DataFrame:
 register_ui(ModalityUI(
     "paired", data_section=data_section, run_fields=run_fields, mask_preview=mask_preview, lab_controls=lab_controls,
     lab_results=lab_results, describe=describe, import_fields=image_ui.import_fields, item="pair",
-    samples=(SampleView("paired", "Joint reconstructions of validation pairs", samples_view, compare_view, matrix_cells),),
+    samples=(SampleView("paired", "Joint reconstructions of validation pairs", samples_view, compare_view, matrix_cells,
+                      distance_errors),),
     boxes={"retrieval": retrieval_box},
 ))  # fmt: skip

@@ -20,7 +20,7 @@ from app.components.charts import counts_chart
 from app.components.errors import guarded
 from app.components.urlstate import dig, index_of, number
 from app.modalities import ModalityUI, SampleView, register_ui, task_params_defaults
-from engine.api import RunConfig, TokenizerConfig, counted, load_dataset, workspace_root
+from engine.api import RunConfig, TokenizerConfig, counted, distance_to_visible, load_dataset, workspace_root
 
 N_SAMPLES = 12  # texts in the Data page's sample table
 N_PREVIEW = 8  # the run's fixed visualisation rows (train.num_vis defaults to 8)
@@ -501,6 +501,30 @@ def matrix_cells(sample, rows: int) -> list[dict]:
     return out
 
 
+SPECIALS = ("", "[CLS]", "[SEP]", "[PAD]", "<pad>", "</s>")
+
+
+def distance_errors(sample):
+    """The distance plot's data (:mod:`app.components.distance`) of an MLM sample: each hidden
+    token's distance (in tokens) to the nearest visible word piece, and its error (1 where the
+    model's top-1 token is not the hidden one, else 0), beside the nearest visible token copied in.
+    None for span completion (the generated span has no token-by-token alignment)."""
+    if "top_tokens" not in sample.arrays:
+        return None
+    tokens, hidden = np.asarray(sample["tokens"]).astype(str), np.asarray(sample["mask"], bool)
+    valid = ~np.isin(tokens, SPECIALS)
+    dist = distance_to_visible(hidden, (1,), valid)
+    top = np.asarray(sample["top_tokens"]).astype(str)[..., 0]
+    copy = np.full_like(tokens, "")
+    for i in range(len(tokens)):  # the nearest visible token, the left one on a tie
+        vis = np.flatnonzero(valid[i] & ~hidden[i])
+        if len(vis):
+            pos = np.arange(tokens.shape[1])
+            copy[i] = tokens[i, vis[np.abs(pos[:, None] - vis[None]).argmin(axis=1)]]
+    errors = {"this run": (top != tokens).astype(float), "nearest visible token copied": (copy != tokens).astype(float)}
+    return dist, errors, "tokens", "error rate (top-1 wrong)"
+
+
 def compare_view(samples: dict, n: int = 8) -> list:
     """The Compare page's view of text samples (:func:`compare_rows`): rows are the first ``n``
     fixed validation texts (masked words shown as [MASK]), columns are runs: each run's top-1 words
@@ -534,7 +558,8 @@ def describe(info) -> str:
 register_ui(ModalityUI(
     "text", data_section=data_section, run_fields=run_fields, mask_preview=mask_preview, lab_controls=lab_controls,
     lab_results=lab_results, describe=describe, import_fields=import_fields, item="text",
-    samples=(SampleView("text_mlm", "Predictions on validation texts", mlm_samples_view, compare_view, matrix_cells),
+    samples=(SampleView("text_mlm", "Predictions on validation texts", mlm_samples_view, compare_view, matrix_cells,
+                        distance_errors),
              SampleView("text_span", "Completions of validation texts", span_samples_view, compare_view, matrix_cells)),
     boxes={"fill_in": fill_in_box, "completion": completion_box},
 ))  # fmt: skip

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from app.components.distance import distance_frame
 from app.components.groups import (
     BAD,
     BANDS,
@@ -76,6 +77,13 @@ def test_every_sample_kind_gives_matrix_cells_for_each_view(shared_runs, kind):
             assert c["audio_recon"].startswith("data:audio/wav;base64,")
         if kind.startswith("paired"):
             assert "” → “" in c["note"]  # the caption, and the one written from the image or clip
+    got = distance_frame(sample)
+    if kind == "text_span":
+        assert got is None  # a generated span has no token-by-token alignment: no distance plot
+        return
+    frame, unit, metric = got
+    assert set(frame.predictor) >= {"this run"} and len(set(frame.predictor)) >= 2  # and a trivial baseline
+    assert (frame.distance >= 1).all() and (frame.units > 0).all() and frame.value.notna().all()
 
 
 def _run(i, ratio, seed, name=None):
