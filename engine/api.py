@@ -93,6 +93,7 @@ from engine.pretrained.export import EXPORTS, export_zip
 from engine.pretrained.manage import (
     FOLDER_FILES,
     delete_pretrained,
+    source_input_shape,
     fixed_by_source,
     import_path,
     import_upload,
@@ -133,6 +134,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "resolve": ("engine.tasks", "resolve"),  # the complete config (New run's preview and pre-flight)
     "DEFAULT_IMAGE_PATCH": ("engine.tasks.image.recipe", "DEFAULT_PATCH"),
     "OBJECTIVE_REGISTRY": ("engine.objectives", "OBJECTIVE_REGISTRY"),
+    "fit_images": ("engine.pretrained.runs", "fit_images"),  # a dataset's images as an imported model takes them
     "check_run": ("engine.tasks.checks", "check_run"),
     "no_validation_note": ("engine.tasks.checks", "no_validation_note"),
     "estimate_run": ("engine.runner.estimate", "estimate_run"),  # how long a config trains and evaluates here
@@ -204,7 +206,7 @@ __all__ = [
     "rates_text", "reads_option", "representative", "start_import",
     # imported models
     "EXPORTS", "FOLDER_FILES", "PretrainedError", "export_zip", "PretrainedModel", "delete_pretrained", "fixed_by_source", "get_pretrained", "import_path",
-    "import_upload", "list_pretrained", "show_pretrained",
+    "import_upload", "list_pretrained", "show_pretrained", "source_input_shape",
     # workspace
     "workspace_root",
     # lazy (torch): masking, tasks, objectives, pre-flight

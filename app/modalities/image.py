@@ -38,12 +38,14 @@ from engine.api import (
     MaskingConfig,
     counted,
     distance_to_visible,
+    fit_images,
     get_masking,
     get_model_spec,
     grid_shape,
     load_samples,
     read_metrics,
     sample_steps,
+    source_input_shape,
 )
 from engine.masking import draw_mask, image_side_inputs, preview_masks
 from engine.masking.stats import mask_stats, masks_per_second
@@ -118,7 +120,13 @@ def mask_preview(cfg, info) -> None:
     if view is None:
         return
     c, h, w = info.image_shape
-    masks = guarded_mask(preview_masks, cfg, (c, h, w), len(view.preview), images=torch.from_numpy(view.preview))
+    images = torch.from_numpy(view.preview)
+    fitted = guarded(source_input_shape, cfg) if cfg.model.init_from else None
+    if fitted is not None and tuple(fitted) != (c, h, w):  # an imported architecture's input: as the run fits them
+        images = fit_images(images.float(), fitted)
+        c, h, w = fitted
+        st.caption(f"Shown at the model's input, {h}x{w} pixels, as the run fits this dataset's images.")
+    masks = guarded_mask(preview_masks, cfg, (c, h, w), len(view.preview), images=images)
     if masks is None:
         return
     per = masks[0].numel()
@@ -130,7 +138,8 @@ def mask_preview(cfg, info) -> None:
            f"schedule; training ramps to {cfg.masking.final_ratio:g} (see the curve in Mask lab)."
            if cfg.masking.schedule != "constant" else "")
     )
-    rows = [("Original", view.preview.transpose(0, 2, 3, 1)), ("Masked input", mask_overlay(view.preview, masks))]
+    shown = images.numpy()
+    rows = [("Original", shown.transpose(0, 2, 3, 1)), ("Masked input", mask_overlay(shown, masks))]
     image_rows(rows, captions=view.preview_captions)
 
 

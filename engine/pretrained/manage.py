@@ -225,6 +225,25 @@ def fixed_by_source(cfg: dict[str, Any], workspace=None) -> dict[str, Any]:
     return {k: v for k, v in view.items() if k != "masking"}
 
 
+def source_input_shape(cfg: Any, workspace=None) -> tuple[int, int, int] | None:
+    """The ``(C, H, W)`` images a run's ``model.init_from`` takes when it is an imported image
+    architecture (an imported model, or a run that started from one): New run's mask preview draws
+    the dataset's images fitted to it, as the run will. None for a fork of masklab's own architectures,
+    a text model or no ``init_from``.
+
+    Raises:
+        ConfigError: no such source.
+    """
+    from engine.pretrained.runs import input_shape, resolve_init  # noqa: PLC0415 (torch loads with a run, not with the page)
+
+    if not cfg.model.init_from:
+        return None
+    rec = resolve_init(cfg, workspace).record
+    if rec is None or "in_chans" not in (rec.get("arch_config") or {}):
+        return None
+    return input_shape(rec)
+
+
 def show_pretrained(name: str, dataset: str, workspace=None, *, actor: Identity | None = None) -> str:
     """Submit the run that shows the imported model ``name`` on ``dataset`` without training it
     (:func:`engine.pretrained.runs.view_config`); returns its run id.

@@ -73,3 +73,6 @@ def test_new_run_forks_a_run_on_an_imported_architecture(workspace, tmp_path):
     assert f"Starts from **{view}**" in info and "model.patch_size = 8" in info
     assert not next(b for b in new.button if b.label == "Launch").disabled
     assert new.query_params["model.patch_size"] in ("8", ["8"])
+    # the mask preview draws digits as the run fits them, at the model's 32x32 input, 4x4 patches of 8
+    assert "Shown at the model's input, 32x32 pixels, as the run fits this dataset's images." in [c.value for c in new.caption]
+    assert not [e.value for e in new.error if "does not divide" in e.value]
