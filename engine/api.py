@@ -60,7 +60,6 @@ from engine.store import (
     list_runs, load_samples, read_config_history, read_log, read_metrics, run_bytes, sample_files, sample_steps, set_note, set_tags,
     tag_run,
 )
-from engine.eval.distance import distance_to_visible, error_by_distance
 from engine.facts import masking_uses_ratio, task_fact
 from engine.store import CHECKPOINT_CHOICES, ImportReport, PortableRunsError, export_runs, import_runs, read_provenance
 
@@ -134,7 +133,9 @@ _LAZY: dict[str, tuple[str, str]] = {
     "resolve": ("engine.tasks", "resolve"),  # the complete config (New run's preview and pre-flight)
     "DEFAULT_IMAGE_PATCH": ("engine.tasks.image.recipe", "DEFAULT_PATCH"),
     "OBJECTIVE_REGISTRY": ("engine.objectives", "OBJECTIVE_REGISTRY"),
-    "fit_images": ("engine.pretrained.runs", "fit_images"),  # a dataset's images as an imported model takes them
+    "fit_images": ("engine.pretrained.runs", "fit_images"),
+    "distance_to_visible": ("engine.eval.distance", "distance_to_visible"),  # engine.eval's package loads torch
+    "error_by_distance": ("engine.eval.distance", "error_by_distance"),  # a dataset's images as an imported model takes them
     "check_run": ("engine.tasks.checks", "check_run"),
     "no_validation_note": ("engine.tasks.checks", "no_validation_note"),
     "estimate_run": ("engine.runner.estimate", "estimate_run"),  # how long a config trains and evaluates here
@@ -157,6 +158,8 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
     from engine.tasks.checks import check_run, no_validation_note  # noqa: F401
     from engine.runner.estimate import estimate_run  # noqa: F401
     from engine.tasks.image.recipe import DEFAULT_PATCH as DEFAULT_IMAGE_PATCH  # noqa: F401
+    from engine.eval.distance import distance_to_visible, error_by_distance  # noqa: F401
+    from engine.pretrained.runs import fit_images  # noqa: F401
 
 
 def __getattr__(name: str) -> Any:
@@ -195,7 +198,7 @@ __all__ = [
     "annotate", "archive_run", "checkpoint_weights", "dataset_bytes", "disk_usage", "format_bytes", "get_run",
     "latest_checkpoint_step", "latest_points", "list_runs", "load_samples", "read_config_history", "read_log",
     "read_metrics", "read_task_info", "run_bytes", "sample_files", "sample_steps",
-    "distance_to_visible", "error_by_distance", "masking_uses_ratio", "task_fact", "SignInLockedError", "sign_in", "CHECKPOINT_CHOICES", "ImportReport", "PortableRunsError", "export_runs", "import_runs", "read_provenance", "set_note", "set_tags", "tag_run",
+    "masking_uses_ratio", "task_fact", "SignInLockedError", "sign_in", "CHECKPOINT_CHOICES", "ImportReport", "PortableRunsError", "export_runs", "import_runs", "read_provenance", "set_note", "set_tags", "tag_run",
     # evaluations
     "EVAL_PHASES", "Evaluation", "evaluation_job", "has_evaluation_job", "latest_evaluation", "load_maps", "read_evaluations",
     # datasets
