@@ -116,12 +116,13 @@ with f2:
     statuses = url.widget(st.multiselect, "Status", "status", default=[], options=list(STATUSES), key="runs_status",
                           cast=lambda v: str(v).split(","), encode_as=lambda v: ",".join(v) or None)
 if st.session_state.get("runs_filter_was", (q, statuses)) != (q, statuses):
-    url.put("page", None)  # a new filter starts on its first page
+    url.put("page", None)  # a new filter starts on its first page (a new widget key drops the old value)
+    st.session_state["runs_filter_n"] = st.session_state.get("runs_filter_n", 0) + 1
 st.session_state["runs_filter_was"] = (q, statuses)
 pages = max(1, -(-len(_matching(runs, q, statuses)) // PER_PAGE))
 with f3:
     page = url.widget(st.number_input, f"Page (of {pages})", "page", default=1, min_value=1, max_value=pages, step=1,
-                      key=f"runs_page_{pages}", cast=int, encode_as=lambda v: int(v) if v > 1 else None) - 1
+                      key=f"runs_page_{pages}_{st.session_state.get('runs_filter_n', 0)}", cast=int, encode_as=lambda v: int(v) if v > 1 else None) - 1
 table_live = _changing(runs, evaluations=True)
 st.fragment(runs_panel, run_every=REFRESH if table_live else None)(show_archived, table_live, q, statuses, page)
 

@@ -154,7 +154,7 @@ def _check_member(archive: str, info: zipfile.ZipInfo, listed: dict[str, Any]) -
     if name.startswith("/") or "\\" in name or ".." in name.split("/") or not (
             _RUN_FILE.fullmatch(name) or _TOKENIZER_FILE.fullmatch(name)):
         return f"{name!r} is not a file of the masklab runs layout"
-    if info.is_dir() or name not in listed:
+    if name not in listed:
         return f"{name!r} is not listed in {MANIFEST}"
     cap = CAPS.get(Path(name).suffix)
     if cap is None or info.file_size > cap:
@@ -241,7 +241,7 @@ def _import(path: Path, ws: Path) -> ImportReport:
     with zipfile.ZipFile(path) as z:
         manifest = _read_manifest(name, z)
         listed = manifest["files"]
-        infos = [i for i in z.infolist() if i.filename != MANIFEST]
+        infos = [i for i in z.infolist() if i.filename != MANIFEST and not i.is_dir()]  # a re-zipped folder's entries
         for info in infos:
             why = _check_member(name, info, listed)
             if why:

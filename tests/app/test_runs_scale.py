@@ -33,6 +33,9 @@ def test_the_run_table_is_filtered_and_paged_on_the_server(workspace):
     want = [f"bench-{i:04d}" for i in range(110, 120) if i % 4 != 3]  # every 4th built run failed
     assert [n.split(" · ")[0] for n in names] == want
     assert any(f"{len(want)} of 130 runs match" in c.value for c in at.caption)
+    at = _runs_page({"page": "2"})
+    at.text_input(key="runs_q").set_value("bench").run()  # all 130 match: still 2 pages, but back to the first
+    assert list(at.dataframe[0].value["run id"]) == ids[::-1][:100] and "page" not in at.query_params
     at.text_input(key="runs_q").set_value("no such run").run()
     assert not at.dataframe and "No run matches the filter." in [c.value for c in at.caption]
     assert at.query_params["q"] in ("no such run", ["no such run"]) and "page" not in at.query_params

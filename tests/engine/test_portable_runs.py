@@ -183,6 +183,17 @@ def test_a_damaged_or_hostile_archive_is_refused_with_nothing_written(two_runs, 
     assert not (tmp_path / "evil.json").exists()
 
 
+def test_a_re_zipped_export_with_folder_entries_imports(two_runs, tmp_path):
+    src, ids = two_runs
+
+    def folders(members, manifest):
+        for run_id in ids[:1]:
+            members[f"runs/{run_id}/"] = b""  # zip -r writes an entry per folder
+
+    again = _hostile(tmp_path, export_runs(ids[:1], "none", src), "rezipped.zip", folders)
+    assert import_runs(again, tmp_path / "dest").imported == ids[:1]
+
+
 def test_not_a_zip_and_a_zip_of_something_else_are_refused(tmp_path):
     (tmp_path / "notes.zip").write_text("hello")
     with pytest.raises(PortableRunsError, match="notes.zip: not a zip archive"):
