@@ -57,9 +57,9 @@ def test_a_sweep_launched_from_new_run_shows_on_the_sweeps_page(workspace, monke
         expect(page.get_by_role("combobox", name="Sweep")).to_have_value(f"bsweep · masking.ratio · 2 runs · {sid}",
                                                                          timeout=30_000)
 
-        def evaluated():
+        def evaluated():  # the probe is stored while the run's final evaluation goes on: wait for its end too
             t = sweep_table(sid, workspace)
-            return [t] if len(t) == 2 and t["probe_acc"].notna().all() else None
+            return [t] if len(t) == 2 and t["probe_acc"].notna().all() and (t["status"] == "completed").all() else None
 
         (table,) = wait_until(evaluated, 240, "both runs of the sweep to train and be evaluated", every=2)
         assert list(table["value"]) == [0.5, 0.75] and list(table["seed"]) == [0, 0]
