@@ -12,7 +12,6 @@ from pathlib import Path
 from engine.facts import FACTS_FILE, generate, masking_uses_ratio, task_fact
 from engine.masking import get_masking
 from engine.tasks import get_task
-from tests.stamps import completed_run
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -24,10 +23,8 @@ def test_the_facts_file_is_what_the_registries_say():
     assert masking_uses_ratio("periodic") is get_masking("periodic").uses_ratio is False
 
 
-def test_the_runs_page_renders_without_torch(workspace):
-    completed_run({"name": "tiny", "model": {"preset": "tiny", "patch_size": 2}, "evaluation": {"auto": False},
-                   "train": {"steps": 2, "batch_size": 8, "eval_interval": 2, "device": "cpu", "num_threads": 1}},
-                  workspace)
+def test_the_runs_page_renders_without_torch(shared_runs):
+    workspace = shared_runs.get("image_mae").workspace  # read only: the page lists its one run
     code = ("import sys; from streamlit.testing.v1 import AppTest; "
             "at = AppTest.from_file('app/streamlit_app.py', default_timeout=120).run(); "
             "assert not at.exception, [e.value for e in at.exception]; "
