@@ -53,6 +53,10 @@ from engine.runner.queue import max_runs, queue_room
 # --- sweeps: one field over values x seeds, each run a normal run ---
 from engine.runner.sweep import new_sweep_id, parse_seeds, parse_values, plan_sweep, submit_sweep, sweep_of, sweep_table
 
+# --- methods: what a config trains (data2vec, MaskFeat, ...), a method on a config, the collapse watch ---
+from engine.methods.catalog import METHOD_FIELD, apply_method, method_label, methods_for
+from engine.methods.collapse import TARGET_STD, collapse_warning
+
 # --- reading runs: records, statuses, metrics (DuckDB over Parquet), samples, logs, checkpoints ---
 from engine.store import (
     ACTIVE, RESUMABLE, STATUSES, Annotations, CheckpointWeights, DiskUsage, RunRecord, Sample, annotate, archive_run,
@@ -139,6 +143,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "check_run": ("engine.tasks.checks", "check_run"),
     "no_validation_note": ("engine.tasks.checks", "no_validation_note"),
     "estimate_run": ("engine.runner.estimate", "estimate_run"),  # how long a config trains and evaluates here
+    "cls_attention": ("engine.methods.attention", "cls_attention"),  # an MAE's class-token attention (AttMask)
 }
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
@@ -160,6 +165,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
     from engine.tasks.image.recipe import DEFAULT_PATCH as DEFAULT_IMAGE_PATCH  # noqa: F401
     from engine.eval.distance import distance_to_visible, error_by_distance  # noqa: F401
     from engine.pretrained.runs import fit_images  # noqa: F401
+    from engine.methods.attention import cls_attention  # noqa: F401
 
 
 def __getattr__(name: str) -> Any:
@@ -193,6 +199,8 @@ __all__ = [
     "job_state", "max_runs", "queue_room", "resume", "submit",
     # sweeps
     "new_sweep_id", "parse_seeds", "parse_values", "plan_sweep", "submit_sweep", "sweep_of", "sweep_table",
+    # methods
+    "METHOD_FIELD", "TARGET_STD", "apply_method", "collapse_warning", "method_label", "methods_for",
     # runs: reads
     "ACTIVE", "Annotations", "CheckpointWeights", "DiskUsage", "RESUMABLE", "RunRecord", "STATUSES", "Sample",
     "annotate", "archive_run", "checkpoint_weights", "dataset_bytes", "disk_usage", "format_bytes", "get_run",

@@ -136,7 +136,8 @@ def _parser() -> argparse.ArgumentParser:
                         "linear-probe accuracy); the engine runs MASKLAB_MAX_RUNS at a time")
     sw.add_argument("config", nargs="?", default=None, help="YAML run config (none: the defaults, then --set)")
     sw.add_argument("--over", required=True, metavar="FIELD=V1,V2,...",
-                    help="the swept field and its values, e.g. masking.ratio=0.25,0.5,0.75,0.9")
+                    help="the swept field and its values, e.g. masking.ratio=0.25,0.5,0.75,0.9, or the method: "
+                         "method=mae,data2vec,maskfeat (engine/tasks/methods.json)")
     sw.add_argument("--seeds", type=int, default=1, help="replicates per value: train.seed 0..N-1")
     sw.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     ev = sub.add_parser("evaluate", help="evaluate a saved checkpoint of an ended run (probe, kNN, k-means next to "

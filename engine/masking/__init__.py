@@ -15,7 +15,10 @@ Public API:
     draw_mask(masking_cfg, shape, generator, eligible=None, ratio=None, **side_inputs) — dispatch
     ratio_at(masking_cfg, step, total_steps) — the ratio schedule
     grid_shape(image_hw, patch_size) — (h, w) patch grid, with the divisibility check
-    preview_masks(cfg, image_shape, n, images=None) — the run's fixed visualisation masks
+    preview_masks(cfg, image_shape, n, images=None, attention=None) — the run's fixed visualisation masks
+    image_side_inputs(cfg, images, patch_size, attention=None) — an image strategy's side inputs
+    attention_inputs(cfg, shape, generator, attention=None) — the ``attention`` side input, random
+        scores where no model gives it (previews, probes, text and audio runs)
     identical_masks_warning(strategy, params, grid_shape, ratio) — says when every sample would get
         the same mask (Mask lab and New run show it)
     gather_visible, restore_order — apply a mask to a token sequence (MAE)
@@ -23,11 +26,13 @@ Public API:
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import torch
 
 from engine.errors import ConfigError
+from engine.masking import attention as _attention  # noqa: E402,F401  attention
 from engine.masking import block as _block  # noqa: E402,F401  block
 from engine.masking import hierarchical as _hierarchical  # noqa: E402,F401  hierarchical
 
@@ -67,6 +72,7 @@ __all__ = [
     "MaskingStrategy",
     "NoParams",
     "StrategyParams",
+    "attention_inputs",
     "bernoulli_mask",
     "check_ratio",
     "draw_mask",
@@ -74,6 +80,7 @@ __all__ = [
     "get_masking",
     "grid_shape",
     "identical_masks_warning",
+    "image_side_inputs",
     "mask_lowest",
     "pick_uniform",
     "preview_masks",
@@ -142,21 +149,72 @@ def grid_shape(image_hw: tuple[int, int], patch_size: int) -> tuple[int, int]:
     return H // P, W // P
 
 
-def image_side_inputs(cfg: "MaskingConfig", images: torch.Tensor | None, patch_size: int) -> dict[str, torch.Tensor]:
+def attention_inputs(
+    cfg: "MaskingConfig", shape: tuple[int, ...], generator: torch.Generator, attention: torch.Tensor | None = None,
+) -> dict[str, torch.Tensor]:
+    """The ``attention`` side input of a strategy that needs it (``attention``), else ``{}``.
+
+    With ``attention`` given (a model's scores, e.g. a teacher's class-token attention from
+    :func:`engine.methods.attention.cls_attention`, ``[B, *grid]`` or flat ``[B, L]``), it is
+    returned in the grid's shape. Without one (a preview or a pre-flight probe with no checkpoint,
+    a text or audio run: no model there gives attention), the scores are uniform random,
+    ``torch.rand(shape)`` drawn from ``generator`` before the mask is drawn from it, so the mask is
+    a uniform random one with the strategy's exact count, and the same for the same seed.
+
+    Args:
+        cfg: the ``masking`` config. shape: the mask's ``(B, *grid)``.
+        generator: the RNG the mask is then drawn from (the random scores come first from it).
+        attention: float scores, or None.
+
+    Raises:
+        ValueError: ``attention`` does not have ``B`` rows of ``prod(grid)`` values (the message
+            names both shapes).
+    """
+    if "attention" not in get_masking(cfg.strategy).needs:
+        return {}
+    shape = tuple(int(s) for s in shape)
+    if attention is None:
+        return {"attention": torch.rand(shape, generator=generator, device=generator.device)}
+    if attention.numel() != math.prod(shape) or attention.shape[0] != shape[0]:
+        raise ValueError(f"masking strategy {cfg.strategy!r}: attention has shape {tuple(attention.shape)}, "
+                         f"expected {shape}")
+    return {"attention": attention.reshape(shape)}
+
+
+def image_side_inputs(
+    cfg: "MaskingConfig", images: torch.Tensor | None, patch_size: int, attention: torch.Tensor | None = None,
+    *, generator: torch.Generator | None = None,
+) -> dict[str, torch.Tensor]:
     """The side inputs an image strategy needs, computed from the images themselves.
 
     Args:
         cfg: the ``masking`` config.
         images: ``[B, C, H, W]`` float in [0, 1] (or None when the strategy needs nothing).
         patch_size: ``P``.
+        attention: for ``attention``: ``[B, h, w]`` (or ``[B, h*w]``) scores of a model, e.g. the
+            run's teacher (:func:`engine.methods.attention.cls_attention`); None: uniform random
+            scores (:func:`attention_inputs`), drawn from ``generator``.
+        generator: where random scores come from (then draw the mask from the same generator);
+            None: ``torch.Generator().manual_seed(0)``, the same scores at every call.
 
     Returns:
-        ``{}`` or ``{"segments": int64 [B, h, w]}`` (SLIC superpixels per patch) for ``superpixel``.
+        ``{}``, ``{"segments": int64 [B, h, w]}`` (SLIC superpixels per patch) for ``superpixel``, or
+        ``{"attention": float [B, h, w]}`` for ``attention``.
 
     Raises:
-        ValueError: the strategy needs the images but ``images`` is None.
+        ValueError: the strategy needs the images but ``images`` is None (``attention`` with its
+            scores given needs none), or ``attention`` is not ``[B, h, w]``.
     """
     strategy = get_masking(cfg.strategy)
+    if "attention" in strategy.needs:
+        if images is not None:
+            B, grid = images.shape[0], grid_shape(tuple(images.shape[2:]), patch_size)
+        elif attention is not None and attention.dim() == 3:
+            B, grid = attention.shape[0], tuple(attention.shape[1:])
+        else:
+            raise ValueError(f"masking strategy {cfg.strategy!r} needs the images or [B, h, w] attention scores")
+        g = torch.Generator().manual_seed(0) if generator is None else generator
+        return attention_inputs(cfg, (B, *grid), g, attention)
     if "segments" not in strategy.needs:
         return {}
     if images is None:
@@ -168,7 +226,8 @@ def image_side_inputs(cfg: "MaskingConfig", images: torch.Tensor | None, patch_s
 
 
 def preview_masks(
-    cfg: "RunConfig", image_shape: tuple[int, int, int], n: int, images: torch.Tensor | None = None
+    cfg: "RunConfig", image_shape: tuple[int, int, int], n: int, images: torch.Tensor | None = None,
+    attention: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The masks of the run's fixed visualisation batch: ``[n, h, w]`` bool (True = masked), on CPU.
 
@@ -176,21 +235,28 @@ def preview_masks(
     (with the side inputs computed from ``images`` when the strategy needs them): the training loop
     calls this for its reconstruction grid and the dashboard for its live preview, so both show the
     same masks for the same config and images. The ratio is ``masking.ratio`` (step 0 of a schedule).
+    For ``attention``, the scores are ``attention`` when given (a model's, ``[n, h, w]``), else
+    uniform random ones drawn first from that generator (:func:`attention_inputs`).
 
     Args:
         cfg: the run config (uses ``masking``, ``model.patch_size``, ``train.seed``).
         image_shape: ``(C, H, W)`` of the dataset's images.
         n: number of masks (e.g. ``cfg.train.num_vis``).
         images: ``[n, C, H, W]`` float in [0, 1]; needed by strategies with image side inputs.
+        attention: ``[n, h, w]`` (or ``[n, h*w]``) float scores for ``attention``; None: random.
 
     Raises:
         ConfigError: patch size does not divide ``H x W``, unknown strategy or bad ratio.
-        ValueError: the strategy needs ``images`` and none were given.
+        ValueError: the strategy needs ``images`` and none were given, or ``attention`` has another shape.
     """
     _, H, W = image_shape
     h, w = grid_shape((H, W), cfg.model.patch_size)
-    side = image_side_inputs(cfg.masking, images, cfg.model.patch_size)
-    return draw_mask(cfg.masking, (n, h, w), torch.Generator().manual_seed(cfg.train.seed), **side)
+    g = torch.Generator().manual_seed(cfg.train.seed)
+    if "attention" in get_masking(cfg.masking.strategy).needs:
+        side = attention_inputs(cfg.masking, (n, h, w), g, attention)
+    else:
+        side = image_side_inputs(cfg.masking, images, cfg.model.patch_size)
+    return draw_mask(cfg.masking, (n, h, w), g, **side)
 
 
 def identical_masks_warning(

@@ -14,7 +14,7 @@ Every strategy is a function with the signature::
   tokens, silence. Ineligible positions are never masked. A row with no eligible position is all False.
 - ``params`` are the strategy's own parameters, validated by its pydantic model
   (:attr:`MaskingStrategy.params`); ``side_inputs`` are per-sample data a semantic strategy needs
-  (``word_ids``, ``segments``, ``voiced``, ``sentence_ids``: see :attr:`MaskingStrategy.needs`).
+  (``word_ids``, ``segments``, ``voiced``, ``sentence_ids``, ``attention``: see :attr:`MaskingStrategy.needs`).
 - The result is a bool tensor of ``shape``; True = masked (hidden from the encoder).
 
 A :class:`MaskingStrategy` record carries the function with what the config validator, the
@@ -41,6 +41,8 @@ SIDE_INPUTS = {
     "segments": "int64 [B, *grid]: region label of each position, e.g. a SLIC superpixel per patch",
     "voiced": "bool [B, T]: True for voiced time frames (T = the last grid axis)",
     "sentence_ids": "int64 [B, L]: sentence index of each token, -1 at special tokens and padding (tokenizer)",
+    "attention": "float [B, *grid]: how much each position is attended (e.g. a teacher's class-token attention); "
+                 "higher = more attended",
 }
 
 

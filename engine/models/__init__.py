@@ -34,13 +34,15 @@ from typing import Any, Callable
 from torch import nn
 
 from engine.errors import ConfigError
-from engine.masking import grid_shape
+from engine.masking import get_masking, grid_shape
 from engine.models.audio_frames import FrameParams, FrameTransformer
 from engine.models.bert import TEXT_PRESETS, BertMLM
 from engine.models.bert_hf import BERT_HF_PRESETS, HFBertMLM
+from engine.models.bert_methods import MethodBertMLM, check_top_k, text_method
 from engine.models.flava import FLAVA
 from engine.models.m3ae import M3AE
 from engine.models.mae import MaskedAutoencoderViT
+from engine.models.mae_methods import ImageParams, MethodMAE
 from engine.models.simmim import SimMIMViT
 from engine.models.span_infill import SPAN_PRESETS, SpanInfiller, span_corrupt
 from engine.registry import registrar
@@ -122,8 +124,29 @@ def _image_dims(cfg, image_shape: tuple[int, int, int]) -> tuple[int, int, int, 
 @register_model("mae_vit", PRESETS, "MAE: ViT encoder on the visible patches, light decoder (He et al. 2022)")
 def _build_mae_vit(cfg, *, image_shape: tuple[int, int, int]) -> MaskedAutoencoderViT:
     C, H, W, P = _image_dims(cfg, image_shape)
-    return MaskedAutoencoderViT(img_size=(H, W), in_chans=C, patch_size=P, norm_pix_loss=cfg.objective.norm_pix_loss,
-                                **_preset(cfg))
+    kw = dict(img_size=(H, W), in_chans=C, patch_size=P, norm_pix_loss=cfg.objective.norm_pix_loss, **_preset(cfg))
+    prm, attention, contrastive = image_method(cfg)
+    if prm.plain(attention, contrastive):
+        return MaskedAutoencoderViT(**kw)
+    if prm.target != "pixel" and cfg.objective.norm_pix_loss:
+        raise ConfigError(f"objective.norm_pix_loss: applies to the pixel target only (task_params.target is "
+                          f"{prm.target!r}); turn it off")
+    if prm.target == "hog" and P % prm.hog_cells:
+        raise ConfigError(f"task_params.hog_cells: {prm.hog_cells} cells do not tile a {P}-pixel patch; use a divisor "
+                          f"of model.patch_size ({P})")
+    if (prm.target == "latent" or attention) and prm.top_k > kw["depth"]:
+        raise ConfigError(f"task_params.top_k: {prm.top_k} is more than the {kw['depth']} blocks of preset "
+                          f"{cfg.model.preset!r}")
+    return MethodMAE(**kw, params=prm, teacher=attention, contrastive=contrastive)
+
+
+def image_method(cfg) -> tuple[ImageParams, bool, bool]:
+    """An ``image_mim`` config's method: ``(task_params as ImageParams, masks from attention, a
+    contrastive term)``."""
+    prm = ImageParams(**(cfg.task_params or {}))
+    attention = "attention" in get_masking(cfg.masking.strategy).needs
+    contrastive = any(t.loss == "contrastive" for t in cfg.objective.terms)  # weight 0 too: the objective reads it
+    return prm, attention, contrastive
 
 
 SIMMIM_PRESETS = {k: {n: v[n] for n in ("embed_dim", "depth", "num_heads")} for k, v in PRESETS.items()}
@@ -139,7 +162,12 @@ def _build_simmim_vit(cfg, *, image_shape: tuple[int, int, int]) -> SimMIMViT:
 
 @register_model("bert", TEXT_PRESETS, "BERT: pre-LN encoder, learned positions, tied MLM head at masked tokens (Devlin et al. 2019)")
 def _build_bert(cfg, *, vocab_size: int, max_len: int) -> BertMLM:
-    return BertMLM(vocab_size=vocab_size, max_len=max_len, pad_id=PAD_ID, **_preset(cfg))
+    kw = dict(vocab_size=vocab_size, max_len=max_len, pad_id=PAD_ID, **_preset(cfg))
+    prm, contrastive = text_method(cfg)  # text_mlm's method (engine.models.bert_methods)
+    if prm.plain(contrastive):
+        return BertMLM(**kw)
+    check_top_k(prm, kw["depth"], cfg.model.preset)
+    return MethodBertMLM(**kw, params=prm, contrastive=contrastive)
 
 
 @register_model("bert_hf", BERT_HF_PRESETS, "BERT as published: post-LN encoder, embedding LayerNorm, token types, "

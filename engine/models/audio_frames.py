@@ -26,33 +26,22 @@ import copy
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field
 from torch import nn
 
+from engine.methods.teacher import TeacherParams, ema_decay_at, ema_update_, frozen_copy, top_k_targets
 from engine.models.layers import Block
 from engine.models.mae import MaskedAutoencoderViT, pool, pool_stats
 from engine.models.pos_embed import sincos_1d
 
 
-class FrameParams(BaseModel):
-    """Parameters of ``audio_frames`` (its ``task_params``): the prediction target and data2vec's teacher.
-    Kept with the model they build (:func:`engine.models.build_model` reads them), the task re-exports them."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class FrameParams(TeacherParams):
+    """Parameters of ``audio_frames`` (its ``task_params``): the prediction target and data2vec's teacher
+    (:class:`engine.methods.teacher.TeacherParams`). Kept with the model they build
+    (:func:`engine.models.build_model` reads them), the task re-exports them."""
 
     target: Literal["mel", "ema"] = Field("mel", description="mel: the masked frames; ema: an EMA teacher's features "
                                                              "(data2vec)")
-    top_k: int = Field(2, ge=1, description="teacher blocks averaged into the target (data2vec: 8 of 12)")
-    ema_decay: float = Field(0.999, ge=0.0, le=1.0, description="teacher decay tau at the start (data2vec: 0.999)")
-    ema_decay_end: float = Field(0.9999, ge=0.0, le=1.0, description="tau after the anneal (data2vec: 0.9999)")
-    ema_anneal_steps: int = Field(1000, ge=0, description="steps of the linear anneal of tau (data2vec: 30,000)")
-
-    @model_validator(mode="after")
-    def _order(self) -> "FrameParams":
-        if self.ema_decay_end < self.ema_decay:
-            raise ValueError(f"ema_decay_end ({self.ema_decay_end}) must be >= ema_decay ({self.ema_decay})")
-        return self
 
 
 class FrameEncoder(nn.Module):
@@ -129,8 +118,7 @@ class FrameTransformer(nn.Module):
         self.teacher = None
         if target == "ema":
             self.teacher = copy.deepcopy(self.encoder)
-            for p in self.teacher.parameters():
-                p.requires_grad_(False)
+            frozen_copy(self.teacher)
 
     # --- frames -----------------------------------------------------------------------------------
 
@@ -154,8 +142,7 @@ class FrameTransformer(nn.Module):
         """data2vec targets ``[B, L, D]``: the teacher on the unmasked tokens, the top ``top_k`` block
         outputs each instance-normalised over time (per channel), averaged."""
         _, layers = self.teacher(tokens)
-        top = [F.instance_norm(y.float().transpose(1, 2)).transpose(1, 2) for y in layers[-self.top_k:]]
-        return torch.stack(top).mean(dim=0)
+        return top_k_targets(layers, self.top_k)
 
     def forward(self, spec: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
         """Predict the masked tokens of ``spec [B, 1, F, T]`` from the rest.
@@ -185,9 +172,7 @@ class FrameTransformer(nn.Module):
     def ema_decay_at(self, step: int) -> float:
         """tau after ``step`` updates: linear from ``ema_decay`` to ``ema_decay_end`` over
         ``ema_anneal_steps``, then ``ema_decay_end`` (data2vec)."""
-        if self.ema_anneal_steps <= 0 or step >= self.ema_anneal_steps:
-            return self.ema_decay_end
-        return self.ema_decay + (self.ema_decay_end - self.ema_decay) * step / self.ema_anneal_steps
+        return ema_decay_at(step, self.ema_decay, self.ema_decay_end, self.ema_anneal_steps)
 
     @torch.no_grad()
     def ema_update(self, step: int) -> None:
@@ -195,9 +180,7 @@ class FrameTransformer(nn.Module):
         :meth:`ema_decay_at`; nothing without a teacher."""
         if self.teacher is None:
             return
-        tau = self.ema_decay_at(step)
-        for t, s in zip(self.teacher.parameters(), self.encoder.parameters()):
-            t.mul_(tau).add_(s.detach(), alpha=1.0 - tau)
+        ema_update_(self.teacher.parameters(), self.encoder.parameters(), self.ema_decay_at(step))
 
     @torch.no_grad()
     def features(self, spec: torch.Tensor, keep: torch.Tensor | None = None, stats: bool = False) -> torch.Tensor:

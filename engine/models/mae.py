@@ -221,7 +221,17 @@ class MaskedAutoencoderViT(nn.Module):
         self, latent: torch.Tensor, ids_restore: torch.Tensor, pad: torch.Tensor | None = None,
         rows: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Predict the pixels of every patch (or of the patches ``rows``) from the encoded visible tokens.
+        """The pixel head on :meth:`decoder_features` (same arguments): ``pred [B, L, P*P*C]`` in patch
+        order (class token dropped), zeros outside ``rows``; normalised-pixel units when ``norm_pix_loss``."""
+        h = self.decoder_features(latent, ids_restore, pad, rows)
+        return self.place(self.decoder_pred(h), rows, *ids_restore.shape)
+
+    def decoder_features(
+        self, latent: torch.Tensor, ids_restore: torch.Tensor, pad: torch.Tensor | None = None,
+        rows: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The decoder's normalised output at every patch (or at the patches ``rows``), which the
+        prediction heads read.
 
         Args:
             latent: ``[B, 1 + V, D]`` from :meth:`forward_encoder`.
@@ -236,8 +246,8 @@ class MaskedAutoencoderViT(nn.Module):
                 ``rows=None`` to float rounding. None predicts every patch.
 
         Returns:
-            ``pred [B, L, P*P*C]`` in patch order (class token dropped); normalised-pixel units when
-            ``norm_pix_loss``.
+            ``[B, L, Dd]`` in patch order (class token dropped), or ``[M, Dd]`` at ``rows`` in their
+            row-major order (:meth:`place` puts a head's output back on the grid).
         """
         x = self.decoder_embed(latent)  # (B, 1 + V, Dd)
         B, L = ids_restore.shape
@@ -261,7 +271,7 @@ class MaskedAutoencoderViT(nn.Module):
         if rows is None:
             for blk in self.decoder_blocks:
                 x = blk(x)
-            return self.decoder_pred(self.decoder_norm(x))[:, 1:, :]  # (B, L, P*P*C)
+            return self.decoder_norm(x)[:, 1:, :]  # (B, L, Dd)
         rows = rows.to(device=x.device, dtype=torch.bool)
         for blk in self.decoder_blocks[:-1]:
             x = blk(x)
@@ -269,8 +279,16 @@ class MaskedAutoencoderViT(nn.Module):
             h = self.decoder_blocks[-1].forward_rows(x, torch.cat([rows.new_zeros(B, 1), rows], dim=1))  # (M, Dd)
         else:
             h = x[:, 1:, :][rows]
-        h = self.decoder_pred(self.decoder_norm(h))  # (M, P*P*C), row-major order of rows
-        return h.new_zeros(B, L, h.shape[-1]).masked_scatter(rows.unsqueeze(-1), h)  # (B, L, P*P*C)
+        return self.decoder_norm(h)  # (M, Dd), row-major order of rows
+
+    @staticmethod
+    def place(h: torch.Tensor, rows: torch.Tensor | None, B: int, L: int) -> torch.Tensor:
+        """A head's output at ``rows`` (``[M, E]``) back on the grid, zeros elsewhere: ``[B, L, E]``
+        (``h`` itself when ``rows`` is None)."""
+        if rows is None:
+            return h
+        rows = rows.to(device=h.device, dtype=torch.bool)
+        return h.new_zeros(B, L, h.shape[-1]).masked_scatter(rows.unsqueeze(-1), h)
 
     def normalize_input(self, imgs: torch.Tensor) -> torch.Tensor:
         """What the encoder reads: ``(imgs - input_mean) / input_std`` (``imgs`` itself without

@@ -56,6 +56,7 @@ RESUME_FIELD = "resume_from"
 RESUME_FROZEN = {
     "task": "the checkpoint's weights and optimiser state belong to the run's task",
     "task_params": "the checkpoint's weights and optimiser state belong to the run's task",
+    "task_params.": "the checkpoint's weights and optimiser state belong to the run's task",
     "data.": "the checkpoint's data order and the run's metrics belong to the run's dataset and tokenizer",
     "model.": "the checkpoint's weights belong to the run's model",
     "train.seed": "the generators continue from the checkpoint and the validation masks come from the seed",
@@ -87,6 +88,9 @@ def resume_config(old: dict[str, Any], overrides: Sequence[str], step: int):
         from engine.tasks import resolve  # noqa: PLC0415 (the tasks (torch) load when a config is resolved, not when the dashboard or CLI imports this)
 
         new = resolve(new)
+        # compared with the old config resolved now: a task that gained parameters since the run
+        # started fills in their defaults (what the old run trained), which is no change
+        base = resolve(base)
     frozen = frozen_changes(base.to_dict(), new.to_dict())
     if frozen:
         raise ConfigError("; ".join(

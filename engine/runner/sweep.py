@@ -26,6 +26,7 @@ import yaml
 from engine.access.policy import Identity, authorize
 from engine.config import RunConfig, apply_overrides
 from engine.errors import ConfigError, MasklabError, QueueFullError
+from engine.methods.catalog import METHOD_FIELD, apply_method
 from engine.runner.launcher import submit
 from engine.runner.queue import queue_room
 from engine.store import list_runs
@@ -105,7 +106,7 @@ def parse_seeds(text: str) -> list[int]:
 def sweep_configs(base: dict[str, Any], field: str, values: Sequence[Any], seeds: Sequence[int] = (0,),
                   sweep_id: str | None = None) -> list[RunConfig]:
     """The run configs of a sweep of ``field`` (dotted, e.g. ``masking.ratio``, ``masking.strategy``
-    or ``train.lr``) over ``values``, each with every ``train.seed`` in ``seeds``; every other field
+    or ``train.lr``, or ``method``: names of :mod:`engine.methods.catalog`) over ``values``, each with every ``train.seed`` in ``seeds``; every other field
     as in ``base`` (a partial or resolved run config). Each is resolved (:func:`engine.tasks.resolve`)
     here, once: that is the config its run stores. Runs are named ``<base name> sweep <id>
     <field>=<value> seed=<seed>``, value by value, seed by seed.
@@ -152,6 +153,16 @@ def sweep_configs(base: dict[str, Any], field: str, values: Sequence[Any], seeds
 
 def _config(base: dict[str, Any], field: str, value: Any, seed: int, name: str) -> RunConfig:
     d = copy.deepcopy(base)
+    if field == METHOD_FIELD:  # a method sets several fields (engine.methods.catalog)
+        try:
+            d = apply_method(d, str(value))
+        except KeyError as e:
+            raise ConfigError(str(e.args[0])) from None
+        d = apply_overrides(d, [f"train.seed={seed}"])
+        d["name"] = name
+        from engine.tasks import resolve  # noqa: PLC0415 (the tasks (torch) load when a config is resolved, not when the dashboard or CLI imports this)
+
+        return resolve(RunConfig.from_dict(d))
     if field == "masking.strategy" and value != (d.get("masking") or {}).get("strategy"):
         (d.get("masking") or {}).pop("params", None)  # the base strategy's parameters
     d = apply_overrides(d, [f"{field}={_text(value)}", f"train.seed={seed}"])

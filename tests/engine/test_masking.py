@@ -40,7 +40,9 @@ def side_inputs(name: str, shape: tuple[int, ...], seed: int = 0) -> dict[str, t
     """Synthetic side inputs with the structure of the real ones (the unit tests of each semantic
     strategy use real text, images and audio): words of 1-3 tokens with special tokens at both ends,
     sentences of about 7 tokens between the same special tokens, 3x3 tiles as superpixels, voiced
-    runs of 1-3 frames."""
+    runs of 1-3 frames, attention scores in quarters (random per position: ties, which the
+    generator breaks, so two seeds draw two masks from the same scores; a real map rarely ties, and
+    tests/engine/test_masking_attention.py checks the ranking itself)."""
     g = gen(1000 + seed)
     B, rest = shape[0], shape[1:]
     out = {}
@@ -64,6 +66,8 @@ def side_inputs(name: str, shape: tuple[int, ...], seed: int = 0) -> dict[str, t
         T = rest[-1]
         run = torch.randint(1, 4, (B, 1), generator=g)  # voiced and silent runs of 1-3 frames
         out["voiced"] = ((torch.arange(T)[None] // run) % 2 == 0)
+    if "attention" in MASKING_REGISTRY[name].needs:
+        out["attention"] = torch.randint(0, 4, shape, generator=g).float() / 4
     return out
 
 
@@ -88,7 +92,7 @@ def draw(name, shape, ratio, seed=0, eligible=None):
 
 def test_registry_has_the_strategies_of_the_field():
     expected = {"random", "bernoulli", "periodic", "region", "span", "block", "tube", "time_mask", "freq_mask",
-                "specaugment", "whole_word", "superpixel", "voiced", "hierarchical"}
+                "specaugment", "whole_word", "superpixel", "voiced", "hierarchical", "attention"}
     assert expected <= set(MASKING_REGISTRY), sorted(expected - set(MASKING_REGISTRY))
 
 

@@ -10,7 +10,8 @@ generator alone. A stochastic strategy must then show no fixed part: no position
 sample of the batch (Mask lab's ``hierarchical`` default once hid the top-left 4x4 cell of a 7x7
 grid in every sample). Rule-based strategies (``stochastic=False``: ``periodic``, ``region``) are
 exempt: their mask is a pure function of the grid and parameters, the same for every sample by
-design, which :func:`engine.masking.identical_masks_warning` says on screen.
+design, which :func:`engine.masking.identical_masks_warning` says on screen; so is ``attention``,
+whose mask ranks each sample's own attention map (the same map, the same mask, by AttMask's design).
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ CASES = [
 def same_side_inputs(needs: tuple[str, ...], grid: tuple[int, ...]) -> dict[str, torch.Tensor]:
     """One sample's side inputs, repeated over the batch (``[B, *grid]`` / ``[B, T]``): words of 1-3
     tokens and sentences of 6-20 tokens between [CLS] and [SEP], SLIC superpixels of a smooth image,
-    about five voiced runs between silences."""
+    about five voiced runs between silences, one attention map (distinct scores)."""
     out = {}
     if "word_ids" in needs or "sentence_ids" in needs:
         L = grid[0]
@@ -80,6 +81,8 @@ def same_side_inputs(needs: tuple[str, ...], grid: tuple[int, ...]) -> dict[str,
         T = grid[-1]
         run = max(2, T // 10)  # about five voiced runs between silences, whatever the length
         out["voiced"] = ((torch.arange(T) // run) % 2 == 1).expand(B, T).clone()
+    if "attention" in needs:
+        out["attention"] = torch.rand(grid, generator=torch.Generator().manual_seed(0)).expand(B, *grid).clone()
     return out
 
 
@@ -94,6 +97,11 @@ def test_default_masks_differ_between_samples(name, grid, ratio):
     assert flat.any(), f"{name} on {grid} at ratio {ratio}: nothing masked in {B} samples"
     if not s.stochastic:  # exempt: a rule-based mask is the same for every sample, and says so
         assert (flat == flat[:1]).all(), f"{name} declares stochastic=False but its masks differ"
+        return
+    if "attention" in s.needs:  # exempt too: the mask ranks the sample's own attention map (AttMask
+        # hides each image's most attended patches), so one map gives one mask; masks differ between
+        # samples as their maps do, and random_share mixes in random positions (test_masking_attention.py)
+        assert (flat == flat[:1]).all(), f"{name}: one attention map must give one mask (the generator only breaks ties)"
         return
     assert not (flat == flat[:1]).all(), f"{name} on {grid} at ratio {ratio}: the same mask in all {B} samples"
     always = flat.all(dim=0)  # positions hidden in every sample: a fixed part of the mask

@@ -28,12 +28,12 @@ ROOT = Path(__file__).resolve().parents[2]
 # What the dashboard offered per (modality, grid dims) when each strategy listed its modalities by
 # name: the grid kinds must give exactly the same offers.
 OFFERED = {
-    ("image", 2): {"bernoulli", "block", "hierarchical", "periodic", "random", "region", "superpixel"},
-    ("text", 1): {"bernoulli", "hierarchical", "periodic", "random", "region", "sentence_span", "span",
+    ("image", 2): {"attention", "bernoulli", "block", "hierarchical", "periodic", "random", "region", "superpixel"},
+    ("text", 1): {"attention", "bernoulli", "hierarchical", "periodic", "random", "region", "sentence_span", "span",
                   "span_starts", "whole_word"},
-    ("audio", 1): {"bernoulli", "hierarchical", "periodic", "random", "region", "span", "span_starts",
+    ("audio", 1): {"attention", "bernoulli", "hierarchical", "periodic", "random", "region", "span", "span_starts",
                    "time_mask", "voiced"},
-    ("audio", 2): {"bernoulli", "block", "freq_mask", "hierarchical", "periodic", "random", "region",
+    ("audio", 2): {"attention", "bernoulli", "block", "freq_mask", "hierarchical", "periodic", "random", "region",
                    "specaugment", "time_mask", "voiced"},
     ("paired", 1): set(),
     ("paired", 2): set(),

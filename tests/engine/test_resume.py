@@ -196,6 +196,22 @@ def test_resumed_text_mlm_run_equals_an_uninterrupted_one(workspace, one_thread,
     assert_same_run(run_id, reference, KEYS + ("val_top1", "val_top5"))
 
 
+def test_resumed_data2vec_text_run_with_a_contrastive_term_equals_an_uninterrupted_one(workspace, one_thread, trec_slice):
+    """text_mlm's latent target with a contrastive term: the EMA teacher comes back with the model's
+    weights (frozen parameters, saved, out of the optimiser) and the second view's masks from the
+    restored generator, so the resumed run is bit-identical, teacher targets included."""
+    cfg = {**TEXT, "task_params": {"target": "latent", "ema_decay": 0.9, "ema_decay_end": 0.99, "ema_anneal_steps": 12},
+           "objective": {"terms": [{"loss": "mse", "weight": 1.0}, {"loss": "contrastive", "weight": 0.1}]}}
+    reference, _ = new_run(cfg)
+    assert execute_run(get_run(reference).path) == "completed", get_run(reference).error
+    run_id, d = new_run(cfg)
+    assert execute_run(d, on_step=crash_at(6)) == "failed"
+    assert prepare_resume(d) == 4
+    assert execute_run(d) == "completed", get_run(run_id).error
+    assert_same_run(run_id, reference, KEYS + ("val_top1", "target_std", "val_target_std", "loss/readout",
+                                               "loss/contrastive"))
+
+
 def test_task_state_and_the_global_rng_are_restored(workspace, one_thread, monkeypatch):
     """A task with an EMA teacher (Task.state_dict) that adds noise from the global torch RNG: the
     resumed run's teacher val loss equals the uninterrupted one; without the state hook it does not."""
@@ -237,6 +253,12 @@ def test_what_a_resume_may_change_and_what_it_refuses(workspace, one_thread):
         resume_config(get_run(run_id).config, ["model.preset=small"], 4)
     old = get_run(run_id).config
     assert frozen_changes(old, {**old, "task": "text_mlm", "name": "renamed"}) == {"task": ["image_mim", "text_mlm"]}
+    # a run stored before its task had parameters (task_params {}) resumes with a change elsewhere, and a
+    # change of a method parameter is refused by name
+    before_params = {**old, "task_params": {}}
+    assert resume_config(before_params, ["train.steps=40"], 4).train.steps == 40
+    with pytest.raises(ConfigError, match=r"task_params\.target: a resume cannot change it \('pixel' -> 'hog'\)"):
+        resume_config(before_params, ["task_params.target=hog"], 4)
     with RunLock(d):  # as if its worker were alive
         with pytest.raises(RunLockedError, match="held by another live process"):
             resume(run_id)

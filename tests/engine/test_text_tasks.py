@@ -49,7 +49,8 @@ def _cfg(task: str, dataset: str, **extra) -> RunConfig:
 def test_text_tasks_fill_their_defaults():
     mlm = resolve(RunConfig.from_dict({"task": "text_mlm", "masking": {"ratio": 0.15}}))
     assert (mlm.model.arch, mlm.objective.loss, mlm.model.patch_size) == ("bert", "cross_entropy", None)
-    assert mlm.data.tokenizer.kind == "wordpiece" and mlm.task_params == {"mask_share": 0.8, "random_share": 0.1}
+    assert mlm.data.tokenizer.kind == "wordpiece" and mlm.task_params["mask_share"] == 0.8
+    assert (mlm.task_params["random_share"], mlm.task_params["target"]) == (0.1, "token")  # plain BERT MLM
     assert resolve(RunConfig.from_dict(mlm.to_dict())).to_dict() == mlm.to_dict()
     assert resolve(RunConfig.from_dict({"task": "text_span"})).model.arch == "t5_span"
     with pytest.raises(ConfigError, match=r"model\.patch_size: text tasks have no patches"):
@@ -173,8 +174,8 @@ def test_span_decoder_input_masking_hides_a_drawn_share_and_logs_per_position_ac
 
 
 def test_example_configs_validate_and_point_at_an_imported_set(trec):
-    for path in ("configs/mlm-fortunes.yaml", "configs/mlm-span-fortunes.yaml"):
-        cfg = load_config(path, ["data.dataset=trec"])
+    for path in ("configs/mlm-fortunes.yaml", "configs/mlm-span-fortunes.yaml", "configs/method-data2vec-text.yaml"):
+        cfg = resolve(load_config(path, ["data.dataset=trec"]))
         assert cfg.data.dataset == "trec" and cfg.task in ("text_mlm", "text_span")
 
 

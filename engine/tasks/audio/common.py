@@ -14,7 +14,7 @@ from engine.audio.features import ClipFeatures, FeatureSpec, Window, window_fram
 from engine.config import AudioConfig, RunConfig
 from engine.data import representative
 from engine.errors import ConfigError
-from engine.masking import draw_mask, get_masking, strategies_on
+from engine.masking import attention_inputs, draw_mask, get_masking, strategies_on
 from engine.tasks.checks import masking_problem
 
 EVAL_MAX_ROWS = 1024  # val metrics use at most this many val clips (first window each)
@@ -130,9 +130,11 @@ def grid_masking(cfg: RunConfig, grid: Grid):
 
 def draw_masks(cfg: RunConfig, grid: Grid, w: Window, generator: torch.Generator, ratio: float | None = None) -> torch.Tensor:
     """The run's masks of a batch of windows: ``[B, *grid.shape]`` bool (padding never masked;
-    SpecAugment's widths in mel bins and frames, :func:`grid_masking`)."""
-    return draw_mask(grid_masking(cfg, grid), (len(w.rows), *grid.shape), generator, grid.eligible(w),
-                     ratio=cfg.masking.ratio if ratio is None else ratio, voiced=grid.voiced(w))
+    SpecAugment's widths in mel bins and frames, :func:`grid_masking`; ``attention``: uniform random
+    scores from ``generator``, no model gives an audio run attention, :func:`engine.masking.attention_inputs`)."""
+    masking, shape = grid_masking(cfg, grid), (len(w.rows), *grid.shape)
+    return draw_mask(masking, shape, generator, grid.eligible(w), ratio=cfg.masking.ratio if ratio is None else ratio,
+                     voiced=grid.voiced(w), **attention_inputs(masking, shape, generator))
 
 
 def vis_rows(ds, n: int) -> np.ndarray:

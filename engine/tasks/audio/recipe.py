@@ -51,6 +51,8 @@ from engine.errors import ConfigError, DatasetError
 from engine.eval.audio_baselines import logmel_stats
 from engine.eval.finetune import FinetuneInputs, pooled_features
 from engine.eval.reconstruction import SpectralSums
+from engine.methods.collapse import TARGET_STD
+from engine.methods.teacher import target_std
 from engine.models import build_model
 from engine.models.audio_frames import FrameParams  # audio_frames' task_params, kept with the model they build
 from engine.objectives import Objective, masked_mse
@@ -367,7 +369,8 @@ class AudioFramesTask(AudioTask):
             return loss, logs
 
         readout = masked_mse(out["mel_pred"], out["mel_target"], out["mask"])
-        return loss + readout, {**logs, "loss/readout": float(readout.detach())}
+        return loss + readout, {**logs, "loss/readout": float(readout.detach()),
+                                TARGET_STD: target_std(out["target"], out["mask"])}  # the collapse watch
 
     def _predict(self, w, mask):
         out = self.model(self._model_in(w), mask.flatten(1).to(self.device))

@@ -4,7 +4,12 @@ Units are ``P x P`` patches on the ``[B, h, w]`` grid; the masking strategy is a
 of :mod:`engine.masking` (superpixels get their segments from the batch's own images); the model is
 ``mae_vit`` (He et al. 2022: encoder on visible patches, light decoder) or ``simmim_vit`` (Xie et
 al. 2022: encoder over all patches with mask tokens, linear head); the objective is any pixel loss
-(``mse``, ``l1``) on the masked patches, optionally against per-patch normalised pixels.
+(``mse``, ``l1``) on the masked patches, optionally against per-patch normalised pixels. Other
+methods (``task_params``, :class:`engine.models.mae_methods.ImageParams`; the model is then
+:class:`~engine.models.mae_methods.MethodMAE`): a HOG target (MaskFeat), an EMA teacher's latent target
+(data2vec; ``target_std`` logged for the collapse watch), noise instead of hiding (denoising), a
+``contrastive`` term between two masked views, and attention-guided masking (the teacher's class-token
+attention as the ``attention`` strategy's side input; validated on random masks at the same ratio).
 
 Validation: ``val_loss`` is the objective on at most :data:`EVAL_MAX_ROWS` fixed validation images
 with fixed masks drawn once at ``masking.ratio`` (so the curve stays comparable along a schedule).
@@ -28,8 +33,12 @@ from engine.eval.finetune import FinetuneInputs, pooled_features
 from engine.eval.image_baselines import BASELINES, all_baselines, masked_pixel_sse, psnr
 from engine.eval.reconstruction import image_quality
 from engine.masking import draw_mask, get_masking, grid_shape, image_side_inputs, preview_masks, strategies_on
-from engine.models import build_model
-from engine.objectives import Objective, normalize_patches
+from engine.methods.collapse import TARGET_STD
+from engine.methods.hog import hog_picture
+from engine.methods.teacher import target_std
+from engine.models import build_model, image_method
+from engine.models.mae_methods import ImageParams, MethodMAE
+from engine.objectives import Objective, masked_mse, normalize_patches
 from engine.pretrained.runs import FittedImages, check_init, init_model, input_shape
 from engine.store.samples import Sample
 from engine.tasks.base import Task
@@ -100,6 +109,7 @@ class ImageMIMTask(Task):
     interactive = "masking"  # train_defaults: per image size (the image UI's recipe)
     archs = ("mae_vit", "simmim_vit")
     init_from_arch = "mae_vit"  # an imported MAE (engine.pretrained.runs)
+    params = ImageParams  # the method: target, corruption, teacher (engine.models.mae_methods)
     default_loss = "mse"
     unit = "patch"
     #: Pixel-space figures shown next to the headline, with their baselines ``baseline/<name>/mse``
@@ -116,7 +126,8 @@ class ImageMIMTask(Task):
             notes.append("no pixel MSE for this run: it predicts per-patch normalised pixels, and turning them "
                          "into pixels needs each hidden patch's own mean and std (the answer)")
         return notes
-    summary = "masked image modeling: MAE (He et al. 2022) or SimMIM (Xie et al. 2022) on image patches"
+    summary = ("masked image modeling: MAE (He et al. 2022) or SimMIM (Xie et al. 2022) on image patches; pixel, HOG "
+               "(MaskFeat) or latent (data2vec) targets, denoising, a contrastive term (the Method below)")
 
     @classmethod
     def resolve(cls, cfg: RunConfig) -> None:
@@ -126,6 +137,20 @@ class ImageMIMTask(Task):
         if cfg.data.tokenizer is not None:
             raise ConfigError("data.tokenizer: image tasks have no tokenizer; remove it")
         super().resolve(cfg)
+        prm, attention, contrastive = image_method(cfg)
+        if not prm.plain(attention, contrastive) and cfg.model.arch != "mae_vit":
+            raise ConfigError(f"task_params: the {prm.target} target, {prm.corruption} corruption, attention-guided "
+                              f"masking and a contrastive term run on mae_vit, not {cfg.model.arch}; set model.arch "
+                              "to mae_vit")
+        if not prm.plain(attention, contrastive) and cfg.model.init_from:
+            raise ConfigError("model.init_from: an imported model or a fork trains the pixel target with masking "
+                              "only; start this method from a fresh model")
+
+    @classmethod
+    def outputs(cls, cfg: RunConfig) -> set[str]:
+        """Pixels (or the method's target) and, on mae_vit, two views' embeddings for a contrastive term."""
+        out = {"pred", "target", "mask"}
+        return out | {"emb_a", "emb_b", "logit_scale"} if cfg.model.arch in ("", "mae_vit") else out
 
     @classmethod
     def init_fit(cls, cfg: RunConfig, rec: dict, name: str) -> None:
@@ -201,6 +226,11 @@ class ImageMIMTask(Task):
             model = build_model(cfg, image_shape=self.image_shape)
         self.model = model.to(device)
         self.objective = Objective.from_config(cfg.objective, self.outputs(cfg))
+        self.method, self.attention, self.contrastive = image_method(cfg)
+        # The reconstruction terms alone score the pixel baselines (a contrastive term has no baseline).
+        recon = [(t.loss, t.weight) for t in cfg.objective.terms if t.loss != "contrastive"] or (
+            [] if cfg.objective.terms else [(cfg.objective.loss, 1.0)])
+        self.recon_objective = Objective(recon) if recon and self.method.target == "pixel" else None
         self.n_train = len(self.train_rows)
         self.batch_size = min(t.batch_size, self.n_train)
         self._ds = ds
@@ -213,8 +243,13 @@ class ImageMIMTask(Task):
         self.vis_mask = preview_masks(cfg, self.image_shape, len(self.vis_x), images=x_vis).flatten(1).to(device)
         self.needs_images = bool(get_masking(cfg.masking.strategy).needs)
         # The same val masks at every eval, drawn once (superpixels of the val images are computed once).
+        # Attention-guided masking is validated on random masks at its ratio: fixed masks from the
+        # initial teacher would mean nothing later, and random ones keep val_loss comparable across methods.
         g_eval = torch.Generator().manual_seed(t.seed + 10_000)
-        self.eval_masks = [self._draw(self.x_eval[i : i + EVAL_CHUNK], g_eval, cfg.masking.ratio)
+        draw = self._draw if not self.attention else (lambda xb, g, r: to_device(draw_mask(
+            cfg.masking.model_copy(update={"strategy": "random", "params": {}}), (len(xb), *self.grid), g,
+            ratio=r).flatten(1), self.device))
+        self.eval_masks = [draw(self.x_eval[i : i + EVAL_CHUNK], g_eval, cfg.masking.ratio)
                            for i in range(0, len(self.x_eval), EVAL_CHUNK)]
 
     def run_info(self) -> dict:
@@ -232,10 +267,38 @@ class ImageMIMTask(Task):
         return info
 
     def _draw(self, xb: torch.Tensor, g: torch.Generator, ratio: float) -> torch.Tensor:
-        """``[len(xb), L]`` bool masks for a batch (side inputs such as superpixels from its images)."""
+        """``[len(xb), L]`` bool masks for a batch (side inputs such as superpixels from its images;
+        for attention-guided masking the EMA teacher's class-token attention on them)."""
+        kw = {}
+        if self.attention:
+            kw["attention"] = self.attention_map(xb)
         side = image_side_inputs(self.cfg.masking, xb.float().cpu() if self.needs_images else None,
-                                 self.cfg.model.patch_size)
+                                 self.cfg.model.patch_size, **kw)
         return to_device(draw_mask(self.cfg.masking, (len(xb), *self.grid), g, ratio=ratio, **side).flatten(1), self.device)
+
+    @torch.no_grad()
+    def attention_map(self, xb: torch.Tensor) -> torch.Tensor:
+        """The EMA teacher's class-token attention on the patches of ``xb``: float ``[B, h, w]`` on the CPU."""
+        from engine.methods.attention import cls_attention  # noqa: PLC0415 (only attention-guided runs read it)
+
+        return cls_attention(self.model, xb.float(), encoder=self.model.teacher).reshape(len(xb), *self.grid).float().cpu()
+
+    def _forward(self, xb: torch.Tensor, mask: torch.Tensor, noise: torch.Tensor | None = None,
+                 mask_b: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """The model's outputs; a method's extra inputs only where the model takes them."""
+        if not isinstance(self.model, MethodMAE):
+            return self.model(xb, mask)
+        return self.model(xb, mask, noise=noise, mask_b=mask_b)
+
+    def _method_loss(self, out, loss, logs):
+        """The readout's pixel MSE (non-pixel targets, on detached features) and the latent target's spread."""
+        if "px_pred" in out:
+            readout = masked_mse(out["px_pred"], out["px_target"], out["mask"])
+            loss = loss + readout
+            logs["loss/readout"] = readout.detach()
+        if self.method.target == "latent":
+            logs[TARGET_STD] = target_std(out["target"], out["mask"])
+        return loss, logs
 
     def train_batch(self, idx: torch.Tensor) -> torch.Tensor:
         """The images of train rows ``idx`` (int64 ``[B]``, positions in the train split), float32
@@ -245,8 +308,21 @@ class ImageMIMTask(Task):
     def train_loss(self, idx, generator, ratio):
         xb = self.train_batch(idx)
         mask = self._draw(xb, generator, ratio)
-        loss, parts = self.objective(self.model(xb, mask))
-        return loss, {"mask_ratio": mask.float().mean(), **{f"loss/{k}": v for k, v in parts.items()}}
+        noise = mask_b = None
+        if self.method.corruption == "noise":
+            noise = torch.randn(len(xb), mask.shape[1], self.model.patchify(xb[:1]).shape[-1],
+                                generator=generator, device=generator.device).to(xb.device) * self.method.noise_sigma
+        if self.contrastive:
+            mask_b = self._draw(xb, generator, ratio)
+        out = self._forward(xb, mask, noise, mask_b)
+        loss, parts = self.objective(out)
+        logs = {"mask_ratio": mask.float().mean(), **{f"loss/{k}": v for k, v in parts.items()}}
+        return self._method_loss(out, loss, logs)
+
+    def after_step(self, step: int) -> None:
+        """The EMA teacher's update (latent targets, attention-guided masking); nothing otherwise."""
+        if getattr(self.model, "teacher", None) is not None:
+            self.model.ema_update(step)
 
     @torch.no_grad()
     def baselines(self) -> dict[str, float]:
@@ -266,14 +342,18 @@ class ImageMIMTask(Task):
         """
         P = self.cfg.model.patch_size
         x_ref = self.baseline_reference()
-        totals = {b: [0.0, 0, 0.0, 0] for b in BASELINES}  # objective sum, images, pixel sse, values
+        names = BASELINES + (("noisy_input",) if self.method.corruption == "noise" else ())
+        totals = {b: [0.0, 0, 0.0, 0] for b in names}  # objective sum, images, pixel sse, values
         for i, mask in zip(range(0, len(self.x_eval), EVAL_CHUNK), self.eval_masks):
             xb = self.x_eval[i : i + EVAL_CHUNK]
             target = self.model.patchify(xb.float())
-            for name, pred in all_baselines(xb, mask, x_ref, P,
-                                             biharmonic_rows=max(0, biharmonic_rows(self.image_shape[1:]) - i)).items():
+            preds = all_baselines(xb, mask, x_ref, P, biharmonic_rows=max(0, biharmonic_rows(self.image_shape[1:]) - i))
+            if self.method.corruption == "noise":  # the corrupted input itself, the denoiser's trivial answer
+                preds["noisy_input"] = (target + self.model.fixed_noise(xb, i)).clamp(0, 1)
+            for name, pred in preds.items():
                 n = len(pred)
-                loss, _ = self.objective(self._scored(pred, target[:n], mask[:n]))
+                loss = (self.recon_objective(self._scored(pred, target[:n], mask[:n]))[0]
+                        if self.recon_objective is not None else float("nan"))
                 sse, count = masked_pixel_sse(pred, target[:n], mask[:n])
                 t = totals[name]
                 t[0], t[1], t[2], t[3] = t[0] + float(loss) * n, t[1] + n, t[2] + sse, t[3] + count
@@ -281,7 +361,9 @@ class ImageMIMTask(Task):
         for name, (obj, n, sse, count) in totals.items():
             if n:
                 mse = sse / max(count, 1)
-                out.update({f"baseline/{name}": obj / n, f"baseline/{name}/mse": mse, f"baseline/{name}/psnr": psnr(mse)})
+                out.update({f"baseline/{name}/mse": mse, f"baseline/{name}/psnr": psnr(mse)})
+                if self.recon_objective is not None and not self.contrastive:  # the run's own loss, same units
+                    out[f"baseline/{name}"] = obj / n
         return out
 
     def baseline_reference(self) -> torch.Tensor:
@@ -320,30 +402,51 @@ class ImageMIMTask(Task):
         pixels = not self.cfg.objective.norm_pix_loss
         for i, mask in zip(range(0, len(self.x_eval), EVAL_CHUNK), self.eval_masks):
             xb = self.x_eval[i : i + EVAL_CHUNK]
-            out = self.model(xb, mask)
+            noise = self.model.fixed_noise(xb, i) if isinstance(self.model, MethodMAE) else None
+            out = self._forward(xb, mask, noise, mask if self.contrastive else None)
             loss, _ = self.objective(out)
             total += float(loss) * len(xb)
             n += len(xb)
             if pixels:
-                pred, target = out["pred"], out["target"]
+                pred, target = out.get("px_pred", out["pred"]), out.get("px_target", out["target"])
                 if getattr(self.model, "input_norm", False):  # back to pixels in [0, 1] (an imported MAE's processor)
                     pred = self.model.patchify(self.model.to_pixels(self.model.unpatchify(pred.float())))
                     target = self.model.patchify(xb.float())
                 s, c = masked_pixel_sse(pred, target, mask)
                 sse, count = sse + s, count + c
         metrics = {"val_loss": total / max(n, 1)}
+        if self.method.target == "latent":  # the teacher's target spread on the same images (collapse watch)
+            metrics["val_" + TARGET_STD] = float(target_std(self.model.teacher_targets(self.x_eval[:EVAL_CHUNK].float())))
         if pixels and count:
             metrics.update(val_mse=sse / count, val_psnr=psnr(sse / count))
         return metrics
 
     @torch.no_grad()
     def sample(self, step: int) -> Sample:
+        """The fixed visualisation images: masks, prediction, pasted reconstruction; attention-guided
+        masks are drawn again from the teacher's attention now (``attention``: its map); a HOG run adds
+        the HOG pictures of the images and of the prediction at the masked patches (``hog_img``,
+        ``hog_pred``)."""
+        arrays = {}
+        if self.attention:
+            att = self.attention_map(self.vis_x)
+            g = torch.Generator().manual_seed(self.cfg.train.seed)
+            side = image_side_inputs(self.cfg.masking, None, self.cfg.model.patch_size, attention=att)
+            self.vis_mask = draw_mask(self.cfg.masking, (len(self.vis_x), *self.grid), g, **side).flatten(1).to(self.device)
+            arrays["attention"] = att.numpy()
         rec = self.model.reconstruct(self.vis_x, self.vis_mask)
+        meta = {"class_names": list(self.class_names), "patch_size": self.cfg.model.patch_size}
+        if self.method.target == "hog":
+            p = self.method
+            out = self.model(self.vis_x, self.vis_mask, every_patch=True)
+            shown = torch.where(self.vis_mask[..., None], out["pred"].float().clamp_min(0), out["target"].float())
+            arrays["hog_img"] = hog_picture(out["target"], self.grid, p.hog_bins, p.hog_cells)
+            arrays["hog_pred"] = hog_picture(shown, self.grid, p.hog_bins, p.hog_cells)
         return Sample(step=step, kind="image", arrays={
             "images": self.vis_x.float().cpu().numpy(), "mask": self.vis_mask.view(-1, *self.grid).cpu().numpy(),
             "pred_img": rec["pred_img"].float().cpu().numpy(), "pasted": rec["pasted"].float().cpu().numpy(),
-            "labels": self.vis_labels.astype(np.int64),
-        }, meta={"class_names": list(self.class_names), "patch_size": self.cfg.model.patch_size})
+            "labels": self.vis_labels.astype(np.int64), **arrays,
+        }, meta=meta)
 
     @torch.no_grad()
     def features(self, split: str, max_rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:

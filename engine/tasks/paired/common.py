@@ -9,8 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from engine.config import MaskingConfig, RunConfig
 from engine.errors import ConfigError
-from engine.masking import draw_mask, get_masking, strategies_on
-from engine.tasks.text.common import ensure_one_masked
+from engine.masking import get_masking, strategies_on
+from engine.tasks.text.common import draw_text_mask, ensure_one_masked
 
 EVAL_MAX_ROWS = 2048
 EVAL_CHUNK = 256
@@ -82,8 +82,7 @@ def caption_vis_masks(cfg: RunConfig, rows: dict[str, torch.Tensor]) -> torch.Te
     ``rows``: the captions' :func:`~engine.tasks.text.common.text_rows`."""
     g = torch.Generator().manual_seed(cfg.train.seed)
     text_cfg = caption_masking(cfg)
-    txt = draw_mask(text_cfg, tuple(rows["ids"].shape), g, eligible=rows["eligible"], word_ids=rows["word_ids"],
-                    sentence_ids=rows["sentence_ids"])
+    txt = draw_text_mask(text_cfg, rows, g)
     return ensure_one_masked(txt, rows["eligible"], g)
 
 

@@ -74,7 +74,14 @@ from engine.tasks.paired.common import (
     caption_vis_masks,
 )
 from engine.tasks.registry import register_task
-from engine.tasks.text.common import baseline_rows, ensure_one_masked, text_rows, token_strings, tokenizer_for
+from engine.tasks.text.common import (
+    baseline_rows,
+    draw_text_mask,
+    ensure_one_masked,
+    text_rows,
+    token_strings,
+    tokenizer_for,
+)
 from engine.text.stored import encode_split
 
 
@@ -192,8 +199,7 @@ class PairedBase(Task):
         enc = tok.encode_batch(ds.texts("train", limit=PROBE_ROWS), max_len=cfg.data.tokenizer.max_len)
         b = text_rows(enc, torch.arange(len(enc)))
         text_cfg = PairedParams.of(cfg.task_params).text_masking()
-        probe = draw_mask(text_cfg, tuple(b["ids"].shape), torch.Generator().manual_seed(0), eligible=b["eligible"],
-                          word_ids=b["word_ids"], sentence_ids=b["sentence_ids"])
+        probe = draw_text_mask(text_cfg, b, torch.Generator().manual_seed(0))
         # A one-token text (a spoken digit's word) can only be hidden whole: the run hides it (one
         # token per caption at least) and predicts it from the other modality; only longer ones are probed.
         longer = b["eligible"].sum(dim=1) >= 2
@@ -256,8 +262,7 @@ class PairedBase(Task):
         spectrogram's padding never hidden) and caption ``[B, L_t]`` (``text_*``, at least one
         hidden token per caption), both from ``g``."""
         img = self._image_masks(rows, xb, g, ratio)
-        txt = draw_mask(self.text_cfg, tuple(b["ids"].shape), g, eligible=b["eligible"], word_ids=b["word_ids"],
-                        sentence_ids=b["sentence_ids"])
+        txt = draw_text_mask(self.text_cfg, b, g)
         return img, ensure_one_masked(txt, b["eligible"], g)
 
     def _forward(self, xb, b, img_mask, txt_mask, contrastive=False) -> dict[str, torch.Tensor]:
@@ -459,7 +464,7 @@ class PairedTask(PairedBase):
 
     def _image_masks(self, rows, xb, g, ratio):
         side = image_side_inputs(self.cfg.masking, xb.float().cpu() if self.needs_images else None,
-                                 self.cfg.model.patch_size)
+                                 self.cfg.model.patch_size, generator=g)  # attention: random scores from g
         return draw_mask(self.cfg.masking, (len(xb), *self.grid), g, ratio=ratio, **side).flatten(1)
 
     def _pixel_sse(self, pred, target, img_mask, rows):

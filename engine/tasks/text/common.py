@@ -9,7 +9,7 @@ import torch
 from engine.config import RunConfig
 from engine.data import representative
 from engine.errors import ConfigError
-from engine.masking import draw_mask
+from engine.masking import attention_inputs, draw_mask
 from engine.pretrained.runs import check_init, pretrained_tokenizer
 from engine.text.stored import StoredEncoded
 from engine.text.tokenizer import TokenizerSettings, get_tokenizer, load_tokenizer, text_chunks
@@ -22,6 +22,18 @@ GEN_MAX_ROWS = 512  # greedy generation (span task) on at most this many of them
 EVAL_CHUNK = 256
 PROBE_ROWS = 256
 TOP_K = 3  # predictions shown per masked token
+
+
+def draw_text_mask(masking, b: dict[str, torch.Tensor], generator: torch.Generator,
+                   ratio: float | None = None) -> torch.Tensor:
+    """``masking`` (a ``masking`` config) drawn on token rows ``b`` (:func:`text_rows`: ``ids``,
+    ``eligible``, ``word_ids``, ``sentence_ids``): ``[B, L]`` bool, special tokens and padding never
+    masked. The tokenizer's side inputs go to the strategies that need them; ``attention`` gets
+    uniform random scores from ``generator`` (no model gives a text run attention:
+    :func:`engine.masking.attention_inputs`). ``ratio``: None = ``masking.ratio``."""
+    shape = tuple(b["ids"].shape)
+    return draw_mask(masking, shape, generator, eligible=b["eligible"], ratio=ratio, word_ids=b["word_ids"],
+                     sentence_ids=b["sentence_ids"], **attention_inputs(masking, shape, generator))
 
 
 def ensure_one_masked(mask: torch.Tensor, eligible: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -69,8 +81,7 @@ def vis_masks(cfg: RunConfig, rows: dict[str, torch.Tensor]) -> torch.Tensor:
     with the same rows, so the preview shows the run's own masks (as
     :func:`engine.masking.preview_masks` does for images)."""
     g = torch.Generator().manual_seed(cfg.train.seed)
-    mask = draw_mask(cfg.masking, tuple(rows["ids"].shape), g, eligible=rows["eligible"], ratio=cfg.masking.ratio,
-                     word_ids=rows["word_ids"], sentence_ids=rows["sentence_ids"])
+    mask = draw_text_mask(cfg.masking, rows, g, ratio=cfg.masking.ratio)
     if cfg.task == "text_span":
         return whole_words(mask, rows["word_ids"])
     return ensure_one_masked(mask, rows["eligible"], g)

@@ -15,6 +15,13 @@ same settings share it; the run records its id in ``task.json``). Every text is 
   fixed masks: ``val_loss`` (cross-entropy, nats/token), ``val_ppl``, ``val_top1``, ``val_top5``.
   Baselines on the same masks and tokenizer (:mod:`engine.eval.text_baselines`): the most frequent
   token, the most frequent token at each position, the bidirectional bigram.
+  Methods on ``bert`` (:mod:`engine.models.bert_methods`): ``task_params.target: latent`` (data2vec,
+  Baevski et al. 2022: the MSE to an EMA teacher's top-K-block average on the unmasked text, at the
+  masked positions; ``objective.loss`` defaults to ``mse``; the MLM head is a readout on detached
+  features, ``loss/readout``, so ``val_top1`` and the fill-in box still work; ``target_std`` and
+  ``val_target_std`` watch for collapse; :meth:`TextMLMTask.after_step` updates the teacher, which
+  is saved with the weights) and a ``contrastive`` term in ``objective.terms`` (InfoNCE between the
+  pooled encodings of two independently masked views of each text).
 - ``text_span`` (T5-style infilling, Raffel et al. 2020): a one-segment strategy
   (``sentence_span``: a whole sentence of 20-50% of the text where there are several, else a random
   segment) hides one contiguous span; the encoder sees the text with one sentinel (``[MASK]``) in
@@ -37,7 +44,7 @@ import math
 import numpy as np
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from engine.config import RunConfig, TokenizerConfig
 from engine.data import load_dataset
@@ -45,12 +52,14 @@ from engine.data.sampling import eval_rows
 from engine.errors import ConfigError
 from engine.eval.finetune import FinetuneInputs, pooled_features
 from engine.eval.text_baselines import BASELINE_KINDS, TokenBaselines
-from engine.masking import draw_mask, get_masking, strategies_on
+from engine.masking import get_masking, strategies_on
 from engine.masking.mlm import apply_mlm
 from engine.masking.segment import segment_bounds
-from engine.models import build_model
+from engine.methods.teacher import TARGET_STD, target_std
+from engine.models import build_model, get_model_spec
+from engine.models.bert_methods import MethodBertMLM, MLMParams, check_top_k, text_method
 from engine.models.span_infill import shift_right, span_corrupt, span_exact_match, span_scored_mask
-from engine.objectives import Objective
+from engine.objectives import Objective, masked_cross_entropy, masked_mse
 from engine.pretrained.runs import check_init, init_model
 from engine.store.samples import Sample
 from engine.tasks.base import Task
@@ -63,6 +72,7 @@ from engine.tasks.text.common import (
     PROBE_ROWS,
     TOP_K,
     baseline_rows,
+    draw_text_mask,
     ensure_one_masked,
     text_rows,
     token_strings,
@@ -73,21 +83,6 @@ from engine.tasks.text.common import (
 )
 from engine.text.stored import encode_split
 from engine.training.perf import pin, to_device
-
-
-class MLMParams(BaseModel):
-    """BERT's replacement of the predicted tokens (Devlin et al. 2019, sec. 3.1)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    mask_share: float = Field(0.8, ge=0.0, le=1.0, description="predicted tokens shown as [MASK]")
-    random_share: float = Field(0.1, ge=0.0, le=1.0, description="predicted tokens shown as a random token")
-
-    @model_validator(mode="after")
-    def _sum(self) -> "MLMParams":
-        if self.mask_share + self.random_share > 1.0 + 1e-12:
-            raise ValueError(f"mask_share + random_share must be <= 1 (got {self.mask_share + self.random_share:g})")
-        return self
 
 
 class SpanParams(BaseModel):
@@ -187,8 +182,7 @@ class TextTask(Task):
     rows = staticmethod(text_rows)
 
     def _mask(self, b: dict[str, torch.Tensor], generator: torch.Generator, ratio: float) -> torch.Tensor:
-        return draw_mask(self.cfg.masking, tuple(b["ids"].shape), generator, eligible=b["eligible"], ratio=ratio,
-                         word_ids=b["word_ids"], sentence_ids=b["sentence_ids"])
+        return draw_text_mask(self.cfg.masking, b, generator, ratio)
 
     def _chunks(self):
         n = len(self.val)
@@ -260,9 +254,58 @@ class TextMLMTask(TextTask):
     interactive = "fill_in"
     archs = ("bert", "bert_hf")
     init_from_arch = "bert_hf"  # an imported BertForMaskedLM (engine.pretrained.runs)
-    params = MLMParams
+    params = MLMParams  # BERT's shares and the method: target, teacher, contrastive head (engine.models.bert_methods)
     headline = ("val_top1", "max")
     summary = "masked language modeling: BERT's 80/10/10 on any token masking (Devlin et al. 2019)"
+
+    @classmethod
+    def resolve(cls, cfg: RunConfig) -> None:
+        """Text defaults; with ``task_params.target: latent`` the objective defaults to ``mse``
+        (cross-entropy scores tokens, not the teacher's features: refused), and a latent target or a
+        contrastive term needs a fresh ``bert`` (refused for ``bert_hf``, imported models and forks)
+        with ``top_k`` at most its depth."""
+        latent = (cfg.task_params or {}).get("target") == "latent"
+        contrastive = any(t.loss == "contrastive" for t in cfg.objective.terms)
+        if latent or contrastive:
+            field = "task_params.target" if latent else "objective.terms"
+            what = "the latent target" if latent else "a contrastive term"
+            if cfg.model.init_from:
+                raise ConfigError(f"{field}: {what} trains a fresh bert (its teacher or projection head starts with "
+                                  f"the run); an imported model or a fork (model.init_from) trains the token target "
+                                  f"only; remove model.init_from or train the token target")
+            arch = cfg.model.arch or cls.archs[0]
+            if arch != "bert":
+                raise ConfigError(f"{field}: {what} runs on masklab's bert, not {arch} (bert_hf is kept exactly as "
+                                  f"transformers' BertForMaskedLM, for imported checkpoints and export); set "
+                                  f"model.arch to bert")
+        if latent:
+            ce = ([f"objective.terms.{i}.loss" for i, t in enumerate(cfg.objective.terms) if t.loss == "cross_entropy"]
+                  or (["objective.loss"] if cfg.objective.loss == "cross_entropy" and not cfg.objective.terms else []))
+            if ce:
+                raise ConfigError(f"{ce[0]}: cross_entropy scores tokens, and the latent target (task_params.target: "
+                                  f"latent) regresses the teacher's features: use mse (the default when objective.loss "
+                                  f"is left empty); the MLM head still trains as a readout (loss/readout)")
+            if not cfg.objective.loss:
+                cfg.objective.loss = "mse"
+        super().resolve(cfg)
+        terms = [(t.loss, t.weight) for t in cfg.objective.terms] or [(cfg.objective.loss, 1.0)]
+        if all(name == "contrastive" for name, w in terms if w > 0):
+            field = "objective.terms" if cfg.objective.terms else "objective.loss"
+            raise ConfigError(f"{field}: a contrastive term alone trains no masked prediction; add "
+                              f"{'mse' if latent else 'cross_entropy'} beside it (objective.terms)")
+        if latent:  # pre-flight, as the builder checks it
+            prm, _ = text_method(cfg)
+            check_top_k(prm, get_model_spec(cfg.model.arch).presets[cfg.model.preset]["depth"], cfg.model.preset)
+
+    @classmethod
+    def outputs(cls, cfg: RunConfig) -> set[str]:
+        """Tokens (``logits``, ``labels``), or on ``bert`` with the latent target the teacher's features
+        (``pred``, ``target``, ``mask``: the MLM head is then a readout outside the objective); on
+        ``bert`` also two masked views' embeddings for a contrastive term."""
+        if cfg.model.arch not in ("", "bert"):
+            return super().outputs(cfg)
+        latent = (cfg.task_params or {}).get("target") == "latent"
+        return ({"pred", "target", "mask"} if latent else {"logits", "labels"}) | {"emb_a", "emb_b", "logit_scale"}
 
     @classmethod
     def init_fit(cls, cfg: RunConfig, rec: dict, name: str) -> None:
@@ -296,16 +339,16 @@ class TextMLMTask(TextTask):
         b = cls.rows(enc, torch.arange(len(enc)))
         ratios = [cfg.masking.ratio] + ([cfg.masking.final_ratio] if cfg.masking.schedule != "constant" else [])
         for r in ratios:
-            probe = draw_mask(cfg.masking, tuple(b["ids"].shape), torch.Generator().manual_seed(0), eligible=b["eligible"],
-                              ratio=r, word_ids=b["word_ids"], sentence_ids=b["sentence_ids"])
+            probe = draw_text_mask(cfg.masking, b, torch.Generator().manual_seed(0), r)
             problem = masking_problem(cfg.masking, probe, ratio=r, unit="tokens", eligible=b["eligible"])
             if problem:
                 raise ConfigError(problem)
 
     def __init__(self, cfg: RunConfig, device: torch.device, workspace=None):
         self._load(cfg, device, workspace)
-        p = MLMParams(**cfg.task_params)
+        p, self.contrastive = text_method(cfg)
         self.shares = {"mask_share": p.mask_share, "random_share": p.random_share}
+        self.latent = p.target == "latent"
         self.model_dims, self.init_report = {}, {}
 
         def build():
@@ -338,17 +381,53 @@ class TextMLMTask(TextTask):
         def put(t):  # host batch -> device: pinned + non_blocking on CUDA (engine.training.perf.to_device)
             return to_device(pin(t, dev), dev)
 
-        logits = self.model(put(inputs), put(b["attention"]), put(mask))
-        loss, parts = self.objective({"logits": logits, "labels": put(b["ids"][mask])})
+        labels = put(b["ids"][mask])
+        if not isinstance(self.model, MethodBertMLM):
+            out = {"logits": self.model(put(inputs), put(b["attention"]), put(mask))}
+        else:
+            inputs_b = None
+            if self.contrastive:  # a second view: its own mask and 80/10/10, from the same generator
+                mask_b = ensure_one_masked(self._mask(b, generator, ratio), b["eligible"], generator)
+                inputs_b, _ = self._corrupt(b, mask_b, generator, **self.shares)
+                inputs_b = put(inputs_b)
+            out = self.model.forward_outputs(put(inputs), put(b["attention"]), put(mask),
+                                             clean_ids=put(b["ids"]) if self.latent else None, input_ids_b=inputs_b)
+        out["labels"] = labels
+        loss, parts = self.objective(out)
         eligible = b["eligible"].sum()
-        return loss, {"mask_ratio": mask.sum() / eligible.clamp_min(1), **{f"loss/{k}": v for k, v in parts.items()}}
+        logs = {"mask_ratio": mask.sum() / eligible.clamp_min(1), **{f"loss/{k}": v for k, v in parts.items()}}
+        if self.latent:  # the readout (detached features: trains the head only) and the collapse watch
+            readout = masked_cross_entropy(out["logits"], labels)
+            loss = loss + readout
+            logs["loss/readout"] = readout.detach()
+            logs[TARGET_STD] = target_std(out["target"], out["mask"])
+        return loss, logs
+
+    def after_step(self, step: int) -> None:
+        """The EMA teacher's update (latent target); nothing otherwise."""
+        if getattr(self.model, "teacher", None) is not None:
+            self.model.ema_update(step)
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
+        """``val_loss`` (cross-entropy of the MLM head, nats/token; with the latent target the MSE to
+        the teacher's targets instead, and ``val_target_std`` their spread at the first chunk's masked
+        positions), ``val_ppl``, ``val_top1``, ``val_top5`` of the MLM head (the readout with the
+        latent target). A contrastive term is a training term only: on the one fixed view it means
+        nothing, so ``val_loss`` stays comparable with plain runs."""
         dev = self.device
-        nll = top1 = top5 = n = 0.0
+        nll = top1 = top5 = n = sq = 0.0
+        spread = None
         for b, mask, inputs in self.eval_batches:
-            logits = self.model(inputs.to(dev), b["attention"].to(dev), mask.to(dev)).float()
+            if self.latent:
+                out = self.model.forward_outputs(inputs.to(dev), b["attention"].to(dev), mask.to(dev),
+                                                 clean_ids=b["ids"].to(dev))
+                logits = out["logits"].float()
+                sq += float(masked_mse(out["pred"].float(), out["target"], out["mask"])) * int(mask.sum())
+                if spread is None:
+                    spread = float(target_std(out["target"], out["mask"]))
+            else:
+                logits = self.model(inputs.to(dev), b["attention"].to(dev), mask.to(dev)).float()
             labels = b["ids"][mask].to(dev)
             nll += float(F.cross_entropy(logits, labels, reduction="sum"))
             top = logits.topk(min(5, logits.shape[-1]), dim=-1).indices
@@ -356,8 +435,11 @@ class TextMLMTask(TextTask):
             top5 += float((top == labels[:, None]).any(dim=1).sum())
             n += len(labels)
         n = max(n, 1)
-        loss = nll / n
-        return {"val_loss": loss, "val_ppl": math.exp(min(loss, 50.0)), "val_top1": top1 / n, "val_top5": top5 / n}
+        ce = nll / n
+        out = {"val_loss": ce, "val_ppl": math.exp(min(ce, 50.0)), "val_top1": top1 / n, "val_top5": top5 / n}
+        if self.latent:
+            out.update({"val_loss": sq / n, "val_" + TARGET_STD: spread if spread is not None else float("nan")})
+        return out
 
     @torch.no_grad()
     def baselines(self) -> dict[str, float]:
@@ -419,8 +501,7 @@ class TextSpanTask(TextTask):
         cls._check_strategy(cfg)
         enc = cls._probe(cfg, workspace)
         b = cls.rows(enc, torch.arange(len(enc)))
-        probe = draw_mask(cfg.masking, tuple(b["ids"].shape), torch.Generator().manual_seed(0), eligible=b["eligible"],
-                          ratio=cfg.masking.ratio, word_ids=b["word_ids"], sentence_ids=b["sentence_ids"])
+        probe = draw_text_mask(cfg.masking, b, torch.Generator().manual_seed(0), cfg.masking.ratio)
         try:
             segment_bounds(probe)
         except ValueError:

@@ -1,0 +1,1 @@
+"""Methods beside plain masked reconstruction: EMA teachers (data2vec), HOG targets (MaskFeat), attention-guided masking (AttMask)."""
