@@ -8,8 +8,10 @@ regions, how often each position is masked, and how many masks per second the st
 Nothing here trains.
 
 The settings live in the URL (the same ``key=value`` fields as New run's, plus ``n``, the batch for
-statistics), so a reload or a copied link reopens the same lab; "Use in New run" opens New run with
-them. The controls and results come from the dataset modality's view (``app.modalities``).
+statistics, and the modality view's own ``lab_*`` inputs, e.g. ``lab_attention``: the run whose
+attention ranks the patches for the ``attention`` strategy), so a reload or a copied link reopens the
+same lab; "Use in New run" opens New run with them. The controls and results come from the dataset
+modality's view (``app.modalities``).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ DEFAULTS = RunConfig()
 LAB_FIELDS = ("dataset", "task", "masking.", "model.", "data.", "task_params.", "train.seed")
 
 st.title("Mask lab")
-url = PageState("mask_lab", ("n",), config=True)
+url = PageState("mask_lab", ("n", "lab_*"), config=True)
 infos = guarded(dataset_infos) or {}
 if not infos:
     st.warning("No dataset available: import one on the Data page.")
@@ -71,7 +73,7 @@ if controls.get("masking") is None:
 cfg = guarded(lambda d: resolve(RunConfig.from_dict(d)), lab)  # the task's defaults (patch size...) filled in
 with out:
     if cfg is not None:
-        ui.lab_results(cfg, info, int(n))
+        ui.lab_results(cfg, info, int(n), url.scope("lab_"))
         if cfg.masking.schedule != "constant":
             steps = st.columns([1, 2])[0].number_input("Run length (steps)", min_value=1, max_value=1_000_000,
                                                        value=steps, step=100, key="ml_steps",

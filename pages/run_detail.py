@@ -26,6 +26,7 @@ from app.components.charts import axis_controls
 from app.components.distance import show_run as show_distance
 from app.components.evaluation import evaluation_panel
 from app.components.matrix import step_matrix
+from app.components.methods import method_panel
 from app.components.quality import headline_of, quality_table
 from app.components.resume import resume_panel
 from app.components.run_summary import checkpoint_download, curves, show_samples, summary
@@ -89,6 +90,7 @@ def status_panel(run_id: str) -> None:
         progress_with_cancel(rec, allowed("run.cancel", cancel), "rd_cancel", f"{rec.status} · {rec.progress:.0%}")
     status_message(rec, guarded(latest_checkpoint_step, run_id) if rec.is_resumable else None)
     curves(run_id, rec.config, legend, x_axis, log_y)
+    method_panel(rec)
     st.subheader("Validation figure and baselines")  # here, so the table is as fresh as the figures above
     step, value = points.get((rec.run_id, headline_of(rec.config)[0]), (None, None))
     quality_table(rec, step, value)

@@ -18,10 +18,17 @@ from app.components import guarded, runs_or_stop
 from app.components.groups import BANDS, band
 from app.components.names import metric_label
 from app.components.urlstate import PageState
-from engine.api import counted, sweep_of, sweep_table
+from engine.api import METHOD_FIELD, counted, get_run, methods_for, sweep_of, sweep_table
 
 FIGURES = {"probe_acc": "linear-probe accuracy", "knn_acc": "kNN accuracy (k=20)"}
 ENCODERS = {"": "trained", "/random_init": "random init", "/raw_input": "raw input"}
+
+
+def _task(df: pd.DataFrame) -> str | None:
+    """The task of a sweep's runs (the first run's)."""
+    rec = guarded(get_run, str(df["run_id"].iloc[0])) if len(df) else None
+    return rec.config.get("task") if rec is not None else None
+
 
 st.title("Sweeps")
 url = PageState("sweeps", ("sweep", "figure", "band"))
@@ -59,7 +66,9 @@ if long.empty:
     st.stop()
 numeric = pd.api.types.is_numeric_dtype(long["value"])
 x = alt.X("value:Q", title=field, axis=alt.Axis(values=sorted(long["value"].unique()), format=".2f")) if numeric \
-    else alt.X("value:N", title=field)
+    else alt.X("value:N", title=field, sort=list(dict.fromkeys(  # a method sweep: the menu's order
+        [m for m in methods_for(None if field != METHOD_FIELD else _task(df)) if m in set(long["value"])]
+        + sorted(set(long["value"])))))
 color = alt.Color("encoder:N", title=None, legend=alt.Legend(orient="bottom", symbolOpacity=1),
                   scale=alt.Scale(domain=list(ENCODERS.values()), range=["#d62728", "#1f77b4", "#7f7f7f"]))
 # the axis spans the results, not 0 to 1: seeds and encoders differ by a few points (MAE's figure 5 does the same)

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from app.components.urlstate import flatten
+from engine.api import method_label
 
 #: Fields that never make two runs different experiments: the seed (what a replicate varies), the
 #: name, and the CPU threads (the same computation).
@@ -190,7 +191,8 @@ def colour(verdict: str) -> str:
 def results_frame(records: Sequence[Any], labels: Mapping[str, str], evaluations: Mapping[str, Any],
                   headline: Mapping[str, tuple[str, str, float | None]], diff: pd.DataFrame,
                   extra: Mapping[str, Mapping[str, float]] | None = None) -> tuple[pd.DataFrame, dict[str, str]]:
-    """Configs and results in one table: one row per run (``run``: its label), its tags and note,
+    """Configs and results in one table: one row per run (``run``: its label), its method
+    (:func:`engine.methods.catalog.method_label`), its tags and note,
     the config fields that differ (``diff``: :func:`app.components.compare.config_diff`, fields by
     run labels), then its figures: the headline at its last evaluation (``headline``: run id ->
     ``(metric title, "min" | "max", value)``), the downstream accuracies and SSIM of its latest
@@ -199,7 +201,8 @@ def results_frame(records: Sequence[Any], labels: Mapping[str, str], evaluations
     rows, directions = [], {}
     for r in records:
         lab = labels.get(r.run_id, r.run_id)
-        row: dict[str, Any] = {"run": lab, "tags": ", ".join(getattr(r, "tags", ()) or ()),
+        row: dict[str, Any] = {"run": lab, "method": method_label(getattr(r, "config", None) or {}),
+                               "tags": ", ".join(getattr(r, "tags", ()) or ()),
                                "note": (getattr(r, "note", "") or "")[:80]}
         for field in diff.index if not diff.empty else []:
             row[field] = diff.loc[field, lab] if lab in diff.columns else ""

@@ -186,6 +186,26 @@ def error_map(images: Any, pred: Any, mask: Any, vmax: float = ERROR_MAX) -> tup
     return rgb, mse
 
 
+def heat_map(values: Any, shape: tuple[int, int]) -> np.ndarray:
+    """A per-patch map as a heat map the size of its images: ``(N, h, w)`` floats (e.g. attention)
+    -> ``(N, H, W, 3)`` uint8, each map stretched from its own minimum (black) to its maximum (pale
+    yellow, :func:`error_colors`' ramp), so that its order shows even when its values are close (a
+    flat map is black), each patch a flat ``H/h x W/w`` square.
+
+    Raises:
+        ValueError: ``(h, w)`` does not tile ``shape``.
+    """
+    v = np.nan_to_num(as_numpy(values).astype(np.float32))
+    flat = v.reshape(len(v), -1)
+    lo = flat.min(axis=1, initial=np.inf).reshape(-1, 1, 1)
+    span = flat.max(axis=1, initial=-np.inf).reshape(-1, 1, 1) - lo
+    scaled = np.where(span > 0, (v - lo) / np.where(span > 0, span, 1.0), 0.0)
+    if shape[0] % v.shape[1] or shape[1] % v.shape[2]:
+        raise ValueError(f"map {v.shape} does not tile images of {shape[0]}x{shape[1]}")
+    rgb = error_colors(scaled, 1.0)  # (N, h, w, 3)
+    return rgb.repeat(shape[0] // v.shape[1], axis=1).repeat(shape[1] // v.shape[2], axis=2)
+
+
 def recon_rows(images: Any, mask: Any, pred: Any, pasted: Any) -> list[tuple[str, np.ndarray]]:
     """The rows of an MAE reconstruction figure as uint8 ``(N, H, W, C)`` arrays: original, masked
     input, the prediction at the masked patches only (visible ones grey: not trained there), the

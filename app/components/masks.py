@@ -359,8 +359,11 @@ def _strategy_note(s: MaskingStrategy) -> str:
     bits = [s.summary] if s.summary else []
     bits.append("exact count per sample" if s.exact else "count varies per sample")
     bits.append("budget = mask ratio" if s.uses_ratio else "budget set by its parameters (ignores the ratio)")
-    if s.needs:
-        bits.append("computes " + ", ".join(s.needs) + " from the inputs")
+    computed = [n for n in s.needs if n != "attention"]
+    if computed:
+        bits.append("computes " + ", ".join(computed) + " from the inputs")
+    if "attention" in s.needs:  # no model's attention in a form: previews rank random scores (the views say so)
+        bits.append("ranks positions by a model's attention (random scores where no model gives it)")
     return " · ".join(bits)
 
 
@@ -402,6 +405,9 @@ def masking_controls(
     )  # the summary goes under the box: inside the option it was cut off
     strategy = get_masking(name)
     st.markdown(f":small[:gray[{_strategy_note(strategy)}]]")
+    if "attention" in strategy.needs and modality != "image":  # images: the preview says where its attention comes from
+        st.caption(f"Attention: no masklab model gives {modality} attention, so the previews and runs rank random "
+                   "scores (a uniform random mask of the exact count). Mask lab shows a checkpoint's attention on images.")
     ratio = number(d["ratio"], base["ratio"].default)
     schedule, final = "constant", None
     if strategy.uses_ratio:

@@ -23,11 +23,13 @@ import streamlit as st
 from app.components.errors import guarded
 from app.components.urlstate import PageState, set_flags
 from engine.api import (
+    METHOD_FIELD,
     Identity,
     MasklabError,
     RunConfig,
     counted,
     max_runs,
+    methods_for,
     new_sweep_id,
     parse_seeds,
     parse_values,
@@ -42,6 +44,7 @@ from engine.api import (
 URL_NAMES = ("sweep_on", "sweep_field", "sweep_values", "sweep_seeds_as", "sweep_replicates", "sweep_seeds")
 OTHER = "other"
 FIELDS = {"masking.ratio": "mask ratio (masking.ratio)", "masking.strategy": "masking strategy (masking.strategy)",
+          METHOD_FIELD: "method (target, objective and masking together: MAE, data2vec, MaskFeat...)",
           OTHER: "another field, by dotted path"}
 SEEDS_AS = {"count": "replicates: seeds 0 to k-1", "list": "these seeds"}
 
@@ -93,7 +96,8 @@ def sweep_section(url: PageState, form: dict[str, Any], modality: str, base_ok: 
         field = st.text_input("Field (dotted path)", value="" if prev in FIELDS else prev, placeholder="train.lr",
                               key="nr_sw_path").strip()  # fmt: skip
     url.put("sweep_field", field or None)
-    proposal = {"masking.ratio": "0.25, 0.5, 0.75, 0.9",
+    methods = methods_for(form.get("task"))
+    proposal = {"masking.ratio": "0.25, 0.5, 0.75, 0.9", METHOD_FIELD: ", ".join(methods),
                 "masking.strategy": str((form.get("masking") or {}).get("strategy", ""))}.get(field, "")
     text = st.text_input("Values (comma-separated)", value=url.get("sweep_values", proposal, str) if field == prev
                          else proposal, key=f"nr_sw_values_{field}",
@@ -102,6 +106,11 @@ def sweep_section(url: PageState, form: dict[str, Any], modality: str, base_ok: 
     if field == "masking.strategy":
         st.caption(f"Strategies for {modality} data: {', '.join(strategies_for(modality))}. Each strategy other "
                    "than the form's runs with its own default parameters.")
+    if field == METHOD_FIELD:
+        if not methods:
+            st.error(f"Task {form.get('task')!r} has no methods to sweep; sweep a field instead.")
+        st.caption("Each method keeps the form's data, mask ratio, model size and training, and sets its own "
+                   "target, objective and masking: " + "; ".join(f"**{k}**: {v}" for k, v in methods.items()))
     seeds_as = url.widget(st.radio, "Seeds", "sweep_seeds_as", default="count", options=list(SEEDS_AS),
                           format_func=SEEDS_AS.get, horizontal=True, key="nr_sw_seeds_as")  # fmt: skip
     st.caption(f"Each run is the form above with {field or 'the field'} set to one value and its Seed (train.seed) "

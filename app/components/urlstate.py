@@ -123,6 +123,10 @@ class PageState:
         return (key in self.names or key.startswith(self.prefixes)
                 or (self.has_config and ("." in key or key in ("dataset", "task", "name"))))
 
+    def _config_key(self, key: str) -> bool:
+        """A run config's key: owned, and neither a plain name nor under a scope's prefix."""
+        return self.owns(key) and key not in self.names and not key.startswith(self.prefixes)
+
     def scope(self, prefix: str) -> Scope:
         """The parameters ``prefix + name`` of this page (``prefix + "*"`` among its names), read and
         written by plain ``name``: what a component that does not know the page keeps in the URL."""
@@ -198,13 +202,13 @@ class PageState:
 
     def config(self) -> dict[str, Any]:
         """The run config in the URL as a nested dict (only the fields present)."""
-        return unflatten({k: decode(v) for k, v in self.params.items() if self.owns(k) and k not in self.names})
+        return unflatten({k: decode(v) for k, v in self.params.items() if self._config_key(k)})
 
     def put_config(self, d: Mapping[str, Any]) -> None:
         """Make the URL's config keys exactly those of ``d`` (:func:`flatten`): new values written,
         keys of fields the form no longer has (another strategy's parameters) removed."""
         flat = flatten(d)
-        for key in [k for k in self.params if self.owns(k) and k not in self.names and k not in flat]:
+        for key in [k for k in self.params if self._config_key(k) and k not in flat]:
             self.put(key, None)
         for key, v in flat.items():
             self.put(key, v)

@@ -67,7 +67,9 @@ class ModalityUI:
         run_fields: ``(info, task, key, carried) -> dict``: New run's modality fields as a partial run
             config (task, masking, model, data, objective, task_params).
         mask_preview: ``(cfg, info) -> None``: the run's own masks on real samples (New run).
-        lab_controls: ``(info, handoff, key) -> dict`` and lab_results ``(cfg, info, n) -> None``: Mask lab.
+        lab_controls: ``(info, handoff, key) -> dict`` and lab_results ``(cfg, info, n, url) -> None``: Mask lab;
+            ``url`` (:class:`app.components.urlstate.Scope`) keeps the results' own inputs in the page's URL
+            (the image view's "Attention from").
         describe: ``(info) -> str``: the dataset in a few words for the Data page's selector.
         train_defaults: ``(info, task) -> dict``: New run's training proposal for that dataset, over
             the task's ``train_defaults`` (:func:`train_defaults`).

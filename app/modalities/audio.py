@@ -540,7 +540,7 @@ def lab_stats(cfg_json: str, version: str, n: int):
     return mask_stats(mask, eligible), rate, masking_problem(cfg.masking, mask, unit=unit, eligible=eligible)
 
 
-def lab_results(cfg, info, n: int) -> None:
+def lab_results(cfg, info, n: int, url=None) -> None:
     """Mask lab's audio results: the run's masks on real spectrograms, then batch statistics; for the
     ``paired`` task both masks on clips with their texts (:func:`app.modalities.paired.lab_results`)."""
     from app.components.masks import lab_statistics  # noqa: PLC0415 (torch loads when a view draws masks or runs a checkpoint, not when a page imports this module)

@@ -21,6 +21,7 @@ from app.components.images import (
     as_rgb,
     chw_to_hwc_uint8,
     error_map,
+    heat_map,
     image_grid,
     image_rows,
     mask_overlay,
@@ -31,22 +32,29 @@ from app.components.images import (
 from app.components.importing import geometry_options, name_encoding_field
 from app.components.masks import guarded_mask, lab_statistics, masking_controls, patch_select, train_batch
 from app.components.matrix import png_url
+from app.components.method_form import contrastive_weight, method_base, method_select, with_contrastive
 from app.components.urlstate import dig, index_of
 from app.modalities import ModalityUI, SampleView, register_ui
-from app.modalities.text import checkpoint_picker
+from app.modalities.text import cached_model, checkpoint_picker
 from engine.api import (
     MaskingConfig,
+    MasklabError,
+    cls_attention,
     counted,
     distance_to_visible,
     fit_images,
     get_masking,
     get_model_spec,
     grid_shape,
+    latest_checkpoint_step,
+    list_runs,
     load_samples,
     read_metrics,
+    read_task_info,
     sample_steps,
     source_input_shape,
 )
+from engine.eval.inference import checkpoint_path
 from engine.masking import draw_mask, image_side_inputs, preview_masks
 from engine.masking.stats import mask_stats, masks_per_second
 from engine.tasks.checks import masking_problem
@@ -92,26 +100,66 @@ def run_fields(info, task: str, key: str, carried: dict) -> dict:
     with st.container(border=True):
         masking = masking_controls("image", 2, key, carried.get("masking"))  # patch grids
         st.page_link("../pages/mask_lab.py", label="Compare strategies in Mask lab")
-    patch = patch_select(info, masking, key, dig(carried, "model.patch_size", recipe["model"]["patch_size"]))
-    archs = ["mae_vit", "simmim_vit"]  # full-width selects: their option texts are not cut off
-    arch = st.selectbox("Model", archs, key=f"{key}_arch",
-                        index=index_of(archs, dig(carried, "model.arch", recipe["model"]["arch"])),
-                        format_func=lambda k: {"mae_vit": "MAE (encoder + light decoder)",
-                                               "simmim_vit": "SimMIM (encoder + linear head)"}[k])  # fmt: skip
+    patch = int(patch_select(info, masking, key, dig(carried, "model.patch_size", recipe["model"]["patch_size"])))
+    method = method_select(task, key, carried)
+    arch = "simmim_vit" if method == "simmim" else "mae_vit"
     presets = get_model_spec(arch).presets
     names = list(presets)
     preset = st.selectbox("Model preset", names, key=f"{key}_preset_{arch}_{h}x{w}",
                           index=index_of(names, dig(carried, "model.preset", recipe["model"]["preset"])),
                           format_func=lambda k: f"{k}  (width {presets[k]['embed_dim']}, depth {presets[k]['depth']})")
-    losses = ["mse", "l1"]
-    loss = st.selectbox("Loss on the masked patches", losses, key=f"{key}_loss_{arch}",
-                        index=index_of(losses, dig(carried, "objective.loss"), 0 if arch == "mae_vit" else 1))
-    norm = st.checkbox("Normalised-pixel target", key=f"{key}_normpix_{h}x{w}",
-                       value=bool(dig(carried, "objective.norm_pix_loss", recipe["objective"]["norm_pix_loss"])),
-                       help="score each patch against its own mean/std-normalised pixels (MAE sec. 4); the run then "
-                            "reports no pixel MSE (de-normalising a prediction needs the hidden patch's own statistics)")
-    return {"task": task, "masking": masking, "model": {"arch": arch, "preset": preset, "patch_size": int(patch)},
-            "objective": {"loss": loss, "norm_pix_loss": bool(norm)}}
+    model = {"arch": arch, "preset": preset, "patch_size": patch}
+    base = method_base(task, method, {"masking": masking, "model": model}, carried)
+    tp = dict(base.get("task_params") or {})
+    objective: dict = {"norm_pix_loss": False}
+    recon = "mse"
+    if tp.get("target", "pixel") == "pixel":
+        losses = ["mse", "l1"]
+        recon = st.selectbox("Loss on the masked patches", losses, key=f"{key}_loss_{arch}",
+                             index=index_of(losses, dig(carried, "objective.loss"), 0 if arch == "mae_vit" else 1))
+        objective["norm_pix_loss"] = st.checkbox(
+            "Normalised-pixel target", key=f"{key}_normpix_{h}x{w}",
+            value=bool(dig(carried, "objective.norm_pix_loss", recipe["objective"]["norm_pix_loss"])),
+            help="score each patch against its own mean/std-normalised pixels (MAE sec. 4); the run then reports no "
+                 "pixel MSE (de-normalising a prediction needs the hidden patch's own statistics)")
+    for name, value in _method_params(method, tp, key, presets[preset]["depth"], patch).items():
+        tp[name] = value
+    weight = contrastive_weight(key, carried, disabled=arch != "mae_vit",
+                                why="SimMIM has no pooled views to contrast; MAE methods do" if arch != "mae_vit" else "")
+    return {"task": task, "masking": masking, "model": model, "objective": with_contrastive(objective, recon, weight),
+            "task_params": tp}
+
+
+def _method_params(method: str, tp: dict, key: str, depth: int, patch: int) -> dict:
+    """The fields of the method's own parameters (the teacher, the HOG cells, the noise), defaulting to
+    ``tp`` (:func:`app.components.method_form.method_base`: the carried config's values of the same
+    method, else the method's own)."""
+    def given(name, default):
+        return tp.get(name, default)
+
+    out: dict = {}
+    if method == "data2vec":
+        a, b = st.columns(2)
+        with a:
+            out["top_k"] = int(st.number_input("Teacher blocks averaged (top_k)", 1, depth, min(int(given("top_k", 2)), depth),
+                                               key=f"{key}_top_k", help="data2vec's K: the target averages the "
+                                               "teacher's last K blocks, each instance-normalised"))
+        with b:
+            out["ema_decay"] = float(st.number_input("Teacher decay at the start", 0.9, 0.99999, float(given("ema_decay", 0.998)),
+                                                     step=0.0005, format="%g", key=f"{key}_ema",
+                                                     help="tau: teacher <- tau * teacher + (1 - tau) * student; "
+                                                          "annealed to task_params.ema_decay_end"))
+        out["ema_decay_end"] = max(out["ema_decay"], float(given("ema_decay_end", 0.9999)))
+    elif method == "maskfeat":
+        cells = [c for c in range(1, min(patch, 4) + 1) if patch % c == 0]
+        out["hog_cells"] = st.selectbox("HOG cells per patch side", cells, index=index_of(cells, given("hog_cells", 1)),
+                                        key=f"{key}_hog_cells",
+                                        help="1: one 9-bin histogram per patch; 2: four (2x2 cells)")
+    elif method == "denoise":
+        out["noise_sigma"] = float(st.slider("Noise sigma (pixel units)", 0.05, 2.0, float(given("noise_sigma", 0.5)), 0.05,
+                                             key=f"{key}_sigma", help="Gaussian noise added to the selected patches, "
+                                             "which stay visible; the clean pixels are the target"))
+    return out
 
 
 def mask_preview(cfg, info) -> None:
@@ -138,6 +186,8 @@ def mask_preview(cfg, info) -> None:
            f"schedule; training ramps to {cfg.masking.final_ratio:g} (see the curve in Mask lab)."
            if cfg.masking.schedule != "constant" else "")
     )
+    if "attention" in get_masking(cfg.masking.strategy).needs:
+        st.caption(RANDOM_ATTENTION_NOTE)
     shown = images.numpy()
     rows = [("Original", shown.transpose(0, 2, 3, 1)), ("Masked input", mask_overlay(shown, masks))]
     image_rows(rows, captions=view.preview_captions)
@@ -203,6 +253,15 @@ def samples_view(sample, run) -> None:
         f"{masking.get('strategy', 'random')} masking · "
         f"{int(mask[0].sum())} of {mask[0].size} patches masked in the first image{fixed}{overall}"
     )
+    target = (config.get("task_params") or {}).get("target", "pixel")
+    if target != "pixel":
+        what = "HOG features" if target == "hog" else "a teacher's latent features"
+        st.caption(f"This run predicts {what} of the masked patches; the pixels shown come from a readout head trained on the decoder's "
+                   "detached features (it does not train the encoder), a view of what the features hold.")
+    if (config.get("task_params") or {}).get("corruption") == "noise":
+        st.caption("This run adds Gaussian noise (sigma "
+                   f"{(config.get('task_params') or {}).get('noise_sigma')}) to the selected patches instead of hiding "
+                   "them: the 'masked' patches below were seen noisy, and their clean pixels are the target.")
     if (config.get("objective") or {}).get("norm_pix_loss"):
         st.caption("This run predicts per-patch normalised pixels: the images below are de-normalised with each "
                    "hidden patch's true mean and std, as MAE's figures do, so they peek at the answer.")
@@ -212,23 +271,42 @@ def samples_view(sample, run) -> None:
     st.markdown(f"**{main}**")
     image_grid(rows.pop(main), [f"{c} · MSE {m:.3f}" for c, m in zip(classes, mse)], columns=MAIN_COLUMNS,
                target_px=MAIN_PX)
-    image_rows(list(rows.items()), captions=classes)
+    image_rows(list(rows.items()) + _method_rows(sample, images), captions=classes)
+
+
+def _method_rows(sample, images) -> list[tuple[str, np.ndarray]]:
+    """The rows a method adds to the reconstructions: the teacher's attention that chose an
+    attention-guided mask, and a HOG run's pictures (the image's HOG; the predicted HOG at the
+    masked patches beside the true HOG at the visible ones)."""
+    rows = []
+    if "attention" in sample.arrays:
+        rows.append(("Teacher's class-token attention (the masks hide the most or least attended)",
+                     heat_map(sample["attention"], images.shape[2:])))
+    if "hog_img" in sample.arrays:
+        rows.append(("HOG of the image (the MaskFeat target)", sample["hog_img"]))
+        rows.append(("HOG predicted at the masked patches, true at the visible ones", sample["hog_pred"]))
+    return rows
 
 
 @st.cache_data(max_entries=16, ttl=900, show_spinner="Drawing masks…")
-def _mask_stats(masking_json: str, images_key: tuple, _images, patch: int, seed: int):
+def _mask_stats(masking_json: str, images_key: tuple, _images, patch: int, seed: int, attention_key: tuple = (),
+                _attention=None):
     """Masks of ``_images`` (float ``[N, C, H, W]``) drawn as a run would (side inputs from the
     images), their statistics, masks/s at this batch shape, and the pre-flight problem, if any.
-    ``images_key`` identifies the images for the cache (dataset, version, N)."""
+    ``images_key`` identifies the images for the cache (dataset, version, N); ``_attention``
+    (``[N, h*w]``, identified by ``attention_key``: run, step) the scores of ``attention`` (None:
+    random scores drawn from the seed)."""
     cfg = MaskingConfig.model_validate(json.loads(masking_json))
     x = torch.from_numpy(_images)
+    att = None if _attention is None else torch.from_numpy(_attention)
     h, w = grid_shape(tuple(x.shape[2:]), patch)
     shape = (len(x), h, w)
-    mask = draw_mask(cfg, shape, torch.Generator().manual_seed(seed), **image_side_inputs(cfg, x, patch))
 
     def one_batch() -> torch.Tensor:
-        return draw_mask(cfg, shape, torch.Generator().manual_seed(seed), **image_side_inputs(cfg, x, patch))
+        g = torch.Generator().manual_seed(seed)
+        return draw_mask(cfg, shape, g, **image_side_inputs(cfg, x, patch, att, generator=g))
 
+    mask = one_batch()
     rate = masks_per_second(one_batch, min_time=0.2, warmup=False)
     return mask_stats(mask), rate, masking_problem(cfg, mask)
 
@@ -241,30 +319,186 @@ def lab_controls(info, carried: dict, key: str) -> dict:
     return {"task": "image_mim", "masking": masking, "model": {"patch_size": int(patch)}}
 
 
-def lab_results(cfg, info, n: int) -> None:
-    """Mask lab's image results: the run's masks on real images, then batch statistics."""
+def lab_results(cfg, info, n: int, url=None) -> None:
+    """Mask lab's image results: the run's masks on real images, then batch statistics. For the
+    ``attention`` strategy, an "Attention from" select first (:func:`attention_source`; kept in
+    ``url``'s ``attention``, an :class:`app.components.urlstate.Scope`), and the masks shown beside
+    the chosen checkpoint's attention maps (:func:`attention_preview`)."""
     st.subheader("Masks on real images")
-    mask_preview(cfg, info)
+    source = None
+    if "attention" in get_masking(cfg.masking.strategy).needs:
+        source = attention_source(cfg, info, url)
+    elif url is not None:
+        url.put("attention", None)  # another strategy: no stale choice in the URL
+    if source is None or not attention_preview(cfg, info, source):
+        source = None
+        mask_preview(cfg, info)
     st.subheader("Statistics")
-    mask_stats_section(cfg, info, n)
+    mask_stats_section(cfg, info, n, source)
 
 
-def mask_stats_section(cfg, info, n: int) -> None:
+def mask_stats_section(cfg, info, n: int, source: str | None = None) -> None:
     """Statistics of ``cfg.masking`` drawn over ``n`` real train images of ``info`` (any dataset
-    with images): the pre-flight's verdict, then :func:`app.components.masks.lab_statistics`."""
+    with images): the pre-flight's verdict, then :func:`app.components.masks.lab_statistics`.
+    ``source``: the run whose checkpoint's attention ranks the patches (``attention``; None: random
+    scores)."""
     c, h, w = info.image_shape
     patch = cfg.model.patch_size
     images = guarded(train_batch, info, int(n))
     if images is None:
         return
+    att, att_key, via = None, (), ""
+    if "attention" in get_masking(cfg.masking.strategy).needs:
+        got = checkpoint_attention(source, images, (info.name, info.created_at, "train", len(images))) if source else None
+        if got is not None:
+            att, att_key = got[0], (source, got[1])
+            via = (f" The attention of run {source} (checkpoint of step {got[1]}), computed once for the batch "
+                   "(not counted in masks/s).")
+        else:
+            via = " The attention: random scores (no checkpoint)."
     res = guarded_mask(_mask_stats, json.dumps(cfg.masking.model_dump(mode="json"), sort_keys=True),
-                       (info.name, info.created_at, len(images)), images, int(patch), int(cfg.train.seed))  # fmt: skip
+                       (info.name, info.created_at, len(images)), images, int(patch), int(cfg.train.seed),
+                       att_key, att)  # fmt: skip
     uses_ratio = get_masking(cfg.masking.strategy).uses_ratio
     at = (f" at ratio {cfg.masking.ratio:g}" + (" (step 0 of the schedule)" if cfg.masking.schedule != "constant" else "")
           if uses_ratio else " (this strategy's parameters set its budget; the mask ratio is not used)")
     grid = f"{h // patch}x{w // patch} patches ({patch}x{patch} px each)"
     lab_statistics(res, lambda stats: f"{stats.batch_size} masks of {grid} drawn over real train images of "
-                   f"**{info.name}**{at}.", strategy=cfg.masking.strategy)
+                   f"**{info.name}**{at}.{via}", strategy=cfg.masking.strategy)
+
+
+# --------------------------------------------------------------------------- attention (AttMask)
+
+#: What the previews say when ``attention`` ranks random scores (New run, Mask lab without a checkpoint).
+RANDOM_ATTENTION_NOTE = (
+    "Attention: from no checkpoint here, so these masks rank random scores (a uniform random mask of the same "
+    "count). Mask lab shows them ranked by a trained MAE run's class-token attention: pick the run in "
+    "\"Attention from\".")
+#: The "Attention from" choice of no checkpoint (its value in the URL).
+NO_CHECKPOINT = "random"
+
+
+def attention_runs(info, patch: int) -> tuple[list, int]:
+    """The runs whose attention Mask lab can show on ``info``'s images with ``patch`` px patches:
+    completed ``image_mim`` runs of an MAE (``model.arch`` ``mae_vit``) whose model reads images of
+    the dataset's size (its ``task.json`` ``image_shape``) cut into patches of the same size, newest
+    first; and how many of the same image size were left out for another patch size."""
+    _, H, W = info.image_shape
+    runs, other_patch = [], 0
+    for rec in list_runs(max_age_s=1.0):
+        c = rec.config
+        if rec.status != "completed" or c.get("task") != "image_mim" or dig(c, "model.arch") != "mae_vit":
+            continue
+        shape = _input_shape(rec.run_id, str(rec.path))
+        if shape is None or tuple(shape[1:]) != (H, W):
+            continue
+        if dig(c, "model.patch_size") != patch:
+            other_patch += 1
+            continue
+        runs.append(rec)
+    return runs, other_patch
+
+
+@st.cache_data(max_entries=1024, show_spinner=False)
+def _input_shape(run_id: str, run_dir: str) -> tuple[int, ...] | None:
+    """The ``(C, H, W)`` a completed run's model reads (its ``task.json``), or None when unreadable."""
+    try:
+        return tuple(int(v) for v in read_task_info(run_dir)["image_shape"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def attention_source(cfg, info, url=None) -> str | None:
+    """Mask lab's "Attention from" select: the runs of :func:`attention_runs` (the newest first and
+    by default) and "random scores (no checkpoint)". Returns the chosen run id, or None."""
+    patch = int(cfg.model.patch_size)
+    runs, other_patch = attention_runs(info, patch)
+    names = {r.run_id: f"{r.name} · {r.run_id} · {r.config.get('data', {}).get('dataset')} · step {r.step}"
+             for r in runs}
+    options = [*names, NO_CHECKPOINT]
+    label = "Attention from"
+    help_ = ("the completed MAE runs (image_mim, mae_vit) on images of this size with the same patch size: the class "
+             "token's attention to each patch in the last encoder block of their latest checkpoint, averaged over heads, "
+             "ranks the patches (AttMask). Random scores rank them without a checkpoint.")
+    kw = dict(options=options, key=f"ml_attention_{info.name}_{patch}", help=help_,
+              format_func=lambda k: names.get(k, "random scores (no checkpoint)"))
+    if url is None:
+        choice = st.selectbox(label, index=0, **kw)
+    else:
+        choice = url.widget(st.selectbox, label, "attention", default=options[0], cast=str, **kw)
+    if not runs:
+        st.caption("No completed MAE run on images of this size with this patch size yet: train one (New run, "
+                   "image_mim with the MAE model) to rank patches by its attention."
+                   + (f" {other_patch} such run{'s' if other_patch != 1 else ''} used another patch size: choose "
+                      "it to list them." if other_patch else ""))
+    return None if choice == NO_CHECKPOINT else choice
+
+
+@st.cache_data(max_entries=16, ttl=900, show_spinner="Computing the attention…")
+def _attention_of(run_id: str, step: int, mtime: float, images_key: tuple, _images) -> np.ndarray:
+    """:func:`engine.methods.attention.cls_attention` of the run's checkpoint at ``step`` on
+    ``_images`` (float ``[N, C, H, W]``, fitted to the model's input), ``[N, L]`` float32. The
+    model comes from :func:`app.modalities.text.cached_model`; ``images_key`` (dataset, version,
+    split, N) identifies the images for the cache, ``mtime`` a rewritten checkpoint."""
+    model = cached_model(run_id, step, mtime).model
+    x = torch.from_numpy(np.ascontiguousarray(_images, dtype=np.float32))
+    shape = (int(model.in_chans), *(int(v) for v in model.img_size))
+    if tuple(x.shape[1:]) != shape:
+        x = fit_images(x, shape)
+    return cls_attention(model, x).cpu().numpy()
+
+
+def checkpoint_attention(run_id: str, images, images_key: tuple) -> tuple[np.ndarray, int] | None:
+    """``(attention [N, L], step)`` of run ``run_id``'s latest checkpoint on ``images``, or None after
+    an ``st.error`` that says why (no checkpoint kept, a damaged or unreadable one)."""
+    try:
+        step = latest_checkpoint_step(run_id)
+        if step is None:
+            st.error(f"Cannot show the attention of run {run_id}: it keeps no complete checkpoint (deleted, or never "
+                     "written), so there is no model to read it from. Pick another run, or random scores.")
+            return None
+        mtime = (checkpoint_path(run_id, step) / "model.safetensors").stat().st_mtime
+        return _attention_of(run_id, int(step), mtime, images_key, images), int(step)
+    except (MasklabError, OSError, ValueError) as e:
+        st.error(f"Cannot show the attention of run {run_id}: {e}. Pick another run, or random scores.")
+        return None
+
+
+def attention_preview(cfg, info, run_id: str) -> bool:
+    """The fixed validation images, each beside the class-token attention map of run ``run_id``'s
+    latest checkpoint (a heat map on the patch grid, brighter = more attended) and the mask that
+    ranking gives (:func:`engine.masking.preview_masks` with those scores). Returns False (after an
+    ``st.error``) when the attention cannot be computed, so the caller shows the random-score preview."""
+    view = guarded(get_view, info.name)
+    if view is None:
+        return True
+    c, H, W = info.image_shape
+    images = torch.from_numpy(view.preview)
+    got = checkpoint_attention(run_id, view.preview, (info.name, info.created_at, "preview", len(images)))
+    if got is None:
+        return False
+    att, step = got
+    h, w = grid_shape((H, W), cfg.model.patch_size)
+    att = torch.from_numpy(att).reshape(len(images), h, w)
+    masks = guarded_mask(preview_masks, cfg, (c, H, W), len(images), images=images, attention=att)
+    if masks is None:
+        return True
+    prm = get_masking(cfg.masking.strategy).parse_params(cfg.masking.params)
+    which = "most" if prm.mode == "most" else "least"
+    mixed = f", {prm.random_share:.0%} of them drawn at random instead" if prm.random_share else ""
+    st.caption(f"Each of the {len(images)} fixed validation images of **{info.name}**, the class token's attention to "
+               f"each patch in the last encoder block of run {run_id} (checkpoint of step {step}; heads averaged; each "
+               f"map stretched from its least attended patch, black, to its most attended, pale yellow), and the mask it gives: the "
+               f"{int(masks[0].sum())} {which} attended of {h * w} patches{mixed}. The first image's patches get "
+               f"{float(att[0].min()):.1%} to {float(att[0].max()):.1%} of its attention (uniform: {1 / (h * w):.1%}).")
+    shown = images.numpy()
+    triples = np.stack([as_rgb(chw_to_hwc_uint8(shown)), heat_map(att.numpy(), (H, W)), mask_overlay(shown, masks)],
+                       axis=1)  # (N, 3, H, W, 3): image, attention, mask side by side
+    names = view.preview_captions
+    captions = [f"{t} · {names[i]}" if t == "image" else t for i in range(len(images))
+                for t in ("image", "attention", "masked")]
+    image_grid(triples.reshape(-1, *triples.shape[2:]), captions, columns=6)
+    return True
 
 
 # --------------------------------------------------------------------------- interactive masking

@@ -372,7 +372,7 @@ def lab_controls(info, carried: dict, key: str) -> dict:
                                                   "masking": None}
 
 
-def lab_results(cfg, info, n: int) -> None:
+def lab_results(cfg, info, n: int, url=None) -> None:
     """Mask lab's paired results: both masks on real pairs, then the image masks' batch statistics
     (as image datasets show them; audio-text pairs: the spectrogram masks' as audio datasets show
     them, :func:`spectrogram_stats_section`), then the caption masks'."""

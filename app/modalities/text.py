@@ -388,6 +388,7 @@ def run_fields(info, task: str, key: str, carried: dict) -> dict:
                           key=f"{key}_mask_share",
                           help="BERT's 80/10/10: the rest is split evenly between a random token and the original")
         out["task_params"] = {"mask_share": share, "random_share": round((1 - share) / 2, 6)}
+        out.update(_method_fields(task, key, carried, out, presets[preset].get("depth", 2)))
     elif task == "text_span":
         proposed = task_params_defaults("text_span")["decoder_input_mask"]
         hide = st.slider("Decoder input hidden, up to", 0.0, 1.0,
@@ -399,6 +400,34 @@ def run_fields(info, task: str, key: str, carried: dict) -> dict:
                               "teacher forcing")
         out["task_params"] = {"decoder_input_mask": hide}
     return out
+
+
+def _method_fields(task: str, key: str, carried: dict, form: dict, depth: int) -> dict:
+    """The method (BERT's MLM, or data2vec's latent target with a readout) and the contrastive term's
+    weight: the ``task_params`` and ``objective`` they set (:mod:`app.components.method_form`)."""
+    from app.components.method_form import contrastive_weight, method_base, method_select, with_contrastive  # noqa: PLC0415 (this module stays light for pages that only show text)
+
+    method = method_select(task, key, carried)
+    base = method_base(task, method, form, carried)
+    tp = dict(base.get("task_params") or {})
+    recon = "cross_entropy"
+    if tp.get("target") == "latent":
+        recon = "mse"
+        a, b = st.columns(2)
+        with a:
+            tp["top_k"] = int(st.number_input("Teacher blocks averaged (top_k)", 1, depth, min(int(tp["top_k"]), depth),
+                                              key=f"{key}_top_k", help="data2vec's K: the target averages the teacher's "
+                                              "last K blocks, each instance-normalised over the text's tokens"))
+        with b:
+            tp["ema_decay"] = float(st.number_input("Teacher decay at the start", 0.9, 0.99999,
+                                                    float(tp["ema_decay"]), step=0.0005, format="%g",
+                                                    key=f"{key}_ema", help="tau: teacher <- tau * teacher + (1 - tau) "
+                                                    "* student; annealed to task_params.ema_decay_end"))
+        tp["ema_decay_end"] = max(tp["ema_decay"], float(tp.get("ema_decay_end", 0.9999)))
+        st.caption("The student regresses the teacher's features at the masked tokens (MSE); an MLM readout on its "
+                   "detached features keeps the token accuracy and the fill-in box.")
+    weight = contrastive_weight(key, carried)
+    return {"task_params": tp, "objective": with_contrastive({}, recon, weight)}
 
 
 def lab_controls(info, carried: dict, key: str) -> dict:
@@ -432,7 +461,7 @@ def lab_stats(cfg_json: str, version: str, n: int):
     return mask_stats(mask, eligible), rate, masking_problem(masking, mask, unit="tokens", eligible=eligible)
 
 
-def lab_results(cfg, info, n: int) -> None:
+def lab_results(cfg, info, n: int, url=None) -> None:
     """Mask lab's text results: the run's masks on real sentences, then batch statistics."""
     from app.components.masks import lab_statistics  # noqa: PLC0415 (torch loads when a view draws masks or runs a checkpoint, not when a page imports this module)
 

@@ -157,14 +157,17 @@ def test_pinned_baseline_rows_are_grey_and_never_get_a_delta():
 
 
 def test_results_frame_puts_config_fields_before_figures():
-    recs = [SimpleNamespace(run_id=r, tags=("x",) if r == "a" else (), note="n", config={}) for r in ("a", "b")]
+    recs = [SimpleNamespace(run_id=r, tags=("x",) if r == "a" else (), note="n",
+                            config={"task": "image_mim", "task_params": {"target": "hog" if r == "b" else "pixel"}})
+            for r in ("a", "b")]
     diff = pd.DataFrame({"A": ["0.5"], "B": ["0.75"]}, index=pd.Index(["masking.ratio"], name="field"))
     ev = SimpleNamespace(representation={"trained": {"probe_acc": 0.8, "knn_acc": 0.7}}, downstream={}, quality={})
     df, dirs = results_frame(recs, {"a": "A", "b": "B"}, {"a": ev, "b": None},
                              {"a": ("val loss ↓", "min", 0.1), "b": ("val loss ↓", "min", 0.2)}, diff,
                              {"a": {"wall time (s)": 3.0}, "b": {"wall time (s)": 4.0}})
-    assert list(df.columns) == ["run", "tags", "note", "masking.ratio", "val loss ↓", "linear probe", "kNN (k=20)",
-                                "wall time (s)"]
+    assert list(df.columns) == ["run", "method", "tags", "note", "masking.ratio", "val loss ↓", "linear probe",
+                                "kNN (k=20)", "wall time (s)"]
+    assert df["method"].tolist() == ["mae", "maskfeat"]
     assert dirs == {"val loss ↓": "min", "linear probe": "max", "kNN (k=20)": "max", "wall time (s)": "min"}
     assert df["tags"].tolist() == ["x", ""] and df["masking.ratio"].tolist() == ["0.5", "0.75"]
 

@@ -15,6 +15,7 @@ from streamlit.testing.v1 import AppTest
 from app.components.run_form import command_line
 from app.components.urlstate import decode, encode, flatten, set_flags, unflatten
 from engine.config import RunConfig, apply_overrides
+from engine.masking import strategies_for
 from engine.store import CANCEL_FILE, MetricsWriter, create_run, write_status
 from engine.tasks import resolve
 
@@ -272,12 +273,13 @@ def test_a_link_to_something_missing_or_out_of_range_says_so(workspace):
         "(must be at least 1; the form uses 1); model.patch_size=3 (not offered by this form; the form uses 2) were "
         "not valid here: the form shows its own values instead."]
     # each field left out gets its reason: a strategy of other grids, a parameter of another strategy (the form shows
-    # its own, bernoulli), not a number, not an option
+    # its own, the first image strategy by name), not a number, not an option
     lab = open_with("../pages/mask_lab.py", {"dataset": "digits", "masking.strategy": "tube", "masking.params.T": "4",
                                              "model.patch_size": "abc", "model.arch": "nope"})
     assert [w.value for w in lab.warning if "not valid here" in w.value] == [
         "This link's masking.strategy=tube (it masks video tubes on 3-D grids; the image_mim task does not offer it); "
-        "masking.params.T=4 (not a parameter of bernoulli); model.patch_size=abc (not a number; the form uses 2); "
+        f"masking.params.T=4 (not a parameter of {strategies_for('image', 2)[0]}); model.patch_size=abc (not a number; "
+        "the form uses 2); "
         "model.arch=nope (not an option here; the form uses mae_vit) were not valid here: the form shows its own "
         "values instead."]
     fine = open_with("../pages/mask_lab.py", {"dataset": "digits", "masking.strategy": "block", "masking.ratio": "0.6",
