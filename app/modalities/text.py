@@ -384,10 +384,6 @@ def run_fields(info, task: str, key: str, carried: dict) -> dict:
                                                 f"depth {presets[k].get('depth', presets[k].get('enc_depth'))})")
     out = {"task": task, "masking": masking, "data": {"tokenizer": tokenizer}, "model": {"arch": arch, "preset": preset}}
     if task == "text_mlm":
-        share = st.slider("Shown as [MASK]", 0.0, 1.0, number(dig(carried, "task_params.mask_share"), 0.8, 0.0, 1.0), 0.05,
-                          key=f"{key}_mask_share",
-                          help="BERT's 80/10/10: the rest is split evenly between a random token and the original")
-        out["task_params"] = {"mask_share": share, "random_share": round((1 - share) / 2, 6)}
         out.update(_method_fields(task, key, carried, out, presets[preset].get("depth", 2)))
     elif task == "text_span":
         proposed = task_params_defaults("text_span")["decoder_input_mask"]
@@ -403,11 +399,20 @@ def run_fields(info, task: str, key: str, carried: dict) -> dict:
 
 
 def _method_fields(task: str, key: str, carried: dict, form: dict, depth: int) -> dict:
-    """The method (BERT's MLM, or data2vec's latent target with a readout) and the contrastive term's
-    weight: the ``task_params`` and ``objective`` they set (:mod:`app.components.method_form`)."""
+    """The method (BERT's MLM with its [MASK] share, token denoising, or data2vec's latent target with a
+    readout) and the contrastive term's weight: the ``task_params`` and ``objective`` they set
+    (:mod:`app.components.method_form`)."""
     from app.components.method_form import contrastive_weight, method_base, method_select, with_contrastive  # noqa: PLC0415 (this module stays light for pages that only show text)
 
     method = method_select(task, key, carried)
+    if method == "denoise-text":
+        st.caption("Every selected token is replaced by a random token (never [MASK]) and the model predicts the "
+                   "original: BERT's replacement at 100% (task_params.mask_share 0, random_share 1).")
+    else:
+        share = st.slider("Shown as [MASK]", 0.0, 1.0, number(dig(carried, "task_params.mask_share"), 0.8, 0.0, 1.0), 0.05,
+                          key=f"{key}_mask_share",
+                          help="BERT's 80/10/10: the rest is split evenly between a random token and the original")
+        form = {**form, "task_params": {"mask_share": share, "random_share": round((1 - share) / 2, 6)}}
     base = method_base(task, method, form, carried)
     tp = dict(base.get("task_params") or {})
     recon = "cross_entropy"

@@ -53,3 +53,7 @@ def test_text_methods(workspace):
     cmd = command(at)
     assert "task_params.target=latent" in cmd and "objective.loss=mse" in cmd
     assert method_label({"task": "text_mlm", "task_params": {"target": "latent"}}) == "data2vec-text"
+    at.selectbox(key="nr_m_method_text_mlm").set_value("denoise-text").run()
+    assert not [s for s in at.slider if s.key == "nr_m_mask_share"]  # no [MASK] share to choose
+    cmd = command(at)
+    assert "task_params.mask_share=0.0" in cmd and "task_params.random_share=1.0" in cmd and "target=latent" not in cmd
