@@ -27,7 +27,8 @@
     python -m engine users list | add NAME --role R | remove NAME | email EMAIL --role R|none
 
 The CLI acts as the local admin (``local:<OS user>`` in the audit log); ``MASKLAB_MODE=demo``
-refuses every write here too.
+refuses every write here too (``doctor --repair`` included), each refusal an audit line. Writes
+outside the workspace only (``export-runs``, ``models export``, ``predict --out``) are reads of it.
 
 Exit codes: 0 success; 1 a run failed or diverged, an import refused a file or had to guess the
 encoding of its member names, or doctor left problems unresolved; 2 a usage or input error.
@@ -44,7 +45,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from engine.access.policy import authorized, check
+from engine.access.policy import authorize, authorized
 from engine.access.users import load_users, remove_user, set_email_role, set_user, users_path
 from engine.api import (
     CHECKPOINT_CHOICES,
@@ -216,7 +217,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def cmd_run(args) -> int:
-    check("run.submit")  # demo mode refuses a foreground run too
+    authorize("run.submit", args.config or "foreground run")  # demo mode refuses a foreground run too; audited
     cfg = load_config(args.config, args.overrides)  # a bad config is refused before torch is imported
 
     from engine.tasks import resolve  # noqa: PLC0415 (the CLI's read-only commands start without torch)
@@ -285,8 +286,10 @@ def cmd_resume(args) -> int:
 
 
 def cmd_join(args) -> int:
-    check("run.submit")  # it trains: as a foreground run, an editor's action
-    return join(run_dir(args.run_id), args.node_rank)
+    with authorized("run.submit", args.run_id) as audit:  # it trains: as a foreground run, an editor's action
+        audit.update(join=True, node_rank=args.node_rank)
+        audit["exit"] = rc = join(run_dir(args.run_id), args.node_rank)
+    return rc
 
 
 def cmd_sweep(args) -> int:

@@ -6,7 +6,7 @@ import os
 from typing import Any
 
 from engine.access.journal import AUDIT_FILE, FIELDS, AuditEntry, audit_path, read_entries, record
-from engine.access.policy import check
+from engine.access.policy import authorize
 
 __all__ = ["AUDIT_FILE", "FIELDS", "AuditEntry", "audit_path", "read_audit", "record"]
 
@@ -15,10 +15,11 @@ def read_audit(workspace: str | os.PathLike[str] | None = None, *, limit: int | 
                actor: Any = None) -> list[AuditEntry]:
     """The newest ``limit`` lines (None: all), newest first. Admins only.
 
-    A line that is not valid JSON (a write cut by a power loss) is skipped with a logged warning.
+    A line that is not valid JSON (a write cut by a power loss) is skipped with a logged warning. A
+    refused read is itself an audit line (``audit.read``, ``refused``); an allowed one is not.
 
     Raises:
-        PermissionDeniedError: ``actor`` (default: the current identity) is not an admin.
+        PermissionDeniedError: ``actor`` (default: the current identity) is not an admin, or demo mode.
     """
-    check("audit.read", actor)
+    authorize("audit.read", "the audit log", actor=actor, workspace=workspace)
     return read_entries(workspace, limit=limit)

@@ -5,15 +5,17 @@ Roles (each includes the ones before it):
 =========  ==============================================================================
 ``viewer``  read everything (runs, metrics, samples, datasets); change nothing
 ``editor``  + launch, resume and cancel runs; tag, annotate and archive runs; import datasets
-``admin``   + delete runs and datasets, manage users, read the audit log
+``admin``   + delete runs and datasets, manage users, read the audit log, repair the workspace
 =========  ==============================================================================
 
 Every engine function that changes the workspace on a user's behalf opens :func:`authorized` with
 its action from :data:`ACTIONS`; a refusal raises :class:`~engine.errors.PermissionDeniedError`
-before anything is written, and every attempt is an audit line (:mod:`engine.access.journal`). The
+before anything is written, and every attempt is an audit line (:mod:`engine.access.journal`), a
+refusal included (in demo mode too: the line is the only thing a refused call writes). The
 identity: ``actor=``, else :func:`acting_as`'s context, else the local admin, or nobody after
 :func:`require_sign_in`. Demo mode (``MASKLAB_MODE=demo``) refuses every action. Design:
-docs/architecture.md, "Access".
+docs/architecture.md, "Access". tests/engine/test_write_entry_points.py classifies every public
+name of :mod:`engine.api` and every CLI command as a read or a write and checks each write's refusal.
 
     >>> with acting_as(Identity("bob", "viewer", "password")):
     ...     submit(cfg)      # PermissionDeniedError: bob (viewer) may not launch runs: ...
@@ -55,6 +57,7 @@ ACTIONS: dict[str, tuple[str, str]] = {
     "model.delete": ("admin", "delete imported models"),
     "users.manage": ("admin", "manage users"),
     "audit.read": ("admin", "read the audit log"),
+    "workspace.repair": ("admin", "repair the workspace"),
 }
 """action -> (the least role allowed to do it, what it is in words)."""
 
@@ -189,10 +192,10 @@ def check(action: str, actor: Identity | None = None) -> Identity:
 
 def authorize(action: str, target: str, *, actor: Identity | None = None,
               workspace: str | os.PathLike[str] | Path | None = None) -> Identity:
-    """:func:`check`, with a refusal recorded in the audit log (not in demo mode); returns the identity.
+    """:func:`check`, with a refusal recorded in the audit log (demo mode's too); returns the identity.
 
-    For an action whose outcome another process records (a background import); else use
-    :func:`authorized`.
+    For an action whose outcome another process records (a background import), or that the caller
+    records itself; else use :func:`authorized`.
 
     Raises:
         PermissionDeniedError: as :func:`check`.
@@ -200,8 +203,7 @@ def authorize(action: str, target: str, *, actor: Identity | None = None,
     who = actor if actor is not None else current_identity()
     why = refusal(action, who)
     if why is not None:
-        if not is_demo():
-            journal.record(action, target, "refused", who, workspace, quiet=True, reason=why)
+        journal.record(action, target, "refused", who, workspace, quiet=True, reason=why)
         raise PermissionDeniedError(why)
     assert who is not None
     return who
@@ -215,7 +217,7 @@ def authorized(action: str, target: str, *, actor: Identity | None = None,
     Yields a dict for the block to fill (``target`` may be replaced once known, e.g. by the new run's
     id; other keys are kept as details). The audit line says ``ok`` when the block ends normally,
     ``failed`` with the error when it raises, ``refused`` with the reason when the check fails (then
-    the block does not run). In demo mode refusals are not written (demo writes nothing).
+    the block does not run; demo mode's refusals too, the only line a demo writes).
 
     Raises:
         PermissionDeniedError: as :func:`check`, before the block runs.

@@ -58,11 +58,11 @@ def cmd_models(args) -> int:
     from engine.pretrained.store import list_pretrained  # noqa: PLC0415 (the CLI's read-only commands start without torch)
 
     if args.models_cmd == "import":
-        from engine.pretrained.importers import import_model  # noqa: PLC0415 (the CLI's read-only commands start without torch)
+        from engine.pretrained.manage import import_path  # noqa: PLC0415 (the CLI's read-only commands start without torch)
 
         opts = {k: getattr(args, k) for k in ("num_heads", "decoder_num_heads", "image_mean", "image_std")
                 if getattr(args, k) is not None}
-        info = import_model(args.path, args.name, opts)
+        info = import_path(args.path, args.name, opts)  # the role check and audit line of model.import
         print(f"imported {info.name}: {info.arch} ({info.modality}), {info.n_params:,} parameters  ({info.path})")
         for note in info.source.get("notes", []):
             print(f"note: {note}", file=sys.stderr)

@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from engine.access.policy import Identity, authorized
+from engine.access.policy import Identity, authorize, authorized
 from engine.errors import ConfigError, DatasetError
 from engine.pretrained.registry import PretrainedError
 from engine.pretrained.store import PretrainedModel, get_pretrained, models_root
@@ -249,10 +249,12 @@ def show_pretrained(name: str, dataset: str, workspace=None, *, actor: Identity 
     (:func:`engine.pretrained.runs.view_config`); returns its run id.
 
     Raises:
+        PermissionDeniedError: ``actor`` may not launch runs, or demo mode; checked (and audited) first.
         ConfigError: no such model, or a dataset of another modality. Whatever
             :func:`engine.runner.launcher.submit` raises.
     """
     from engine.config import RunConfig  # noqa: PLC0415 (the config loads pydantic only where a run is made)
     from engine.runner.launcher import submit  # noqa: PLC0415 (the launcher loads with a run, not with the page)
 
+    authorize("run.submit", f"{name} on {dataset}", actor=actor, workspace=workspace)  # before the model is read
     return submit(RunConfig.from_dict(view_config(name, dataset, workspace)), workspace, actor=actor)

@@ -35,6 +35,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from engine.access.policy import Identity, authorized
 from engine.errors import DamagedFileError, FormatVersionError, MasklabError, RunLockedError
 from engine.runner.queue import QUEUE_DIR, waiting_runs
 from engine.store.checkpoints import CKPT_DIR, checkpoint_problem, list_checkpoints
@@ -244,13 +245,29 @@ class _RunCheck:
                     _quarantine(d, p)
 
 
-def check_workspace(workspace: Path | str | None = None, *, repair: bool = False) -> DoctorReport:
+def check_workspace(workspace: Path | str | None = None, *, repair: bool = False,
+                    actor: Identity | None = None) -> DoctorReport:
     """Check every run folder and the shared folders of a workspace; with ``repair``, fix what can be.
 
     Never raises for what it finds (each problem is a :class:`Finding`); the workspace must exist.
-    A workspace of a newer format is reported and left alone.
+    A workspace of a newer format is reported and left alone. A repair is the ``workspace.repair``
+    action of ``actor`` (default: the current identity; admins), checked before anything is written
+    and audited with the number of repairs; a check alone is a read.
+
+    Raises:
+        PermissionDeniedError: ``repair`` and ``actor`` is not an admin, or demo mode; nothing is repaired.
     """
     root = Path(workspace if workspace is not None else os.environ.get(ENV_VAR, "workspace")).expanduser().resolve()
+    if not repair or not root.is_dir():
+        return _check_workspace(root, False)
+    with authorized("workspace.repair", str(root), actor=actor, workspace=root) as entry:
+        report = _check_workspace(root, True)
+        entry.update(repaired=sum(f.state == "repaired" for f in report.findings), unresolved=len(report.unresolved))
+    return report
+
+
+def _check_workspace(root: Path, repair: bool) -> DoctorReport:
+    """:func:`check_workspace` of the existing folder ``root`` (or one that is not), unchecked."""
     report = DoctorReport(root)
     if not root.is_dir():
         report.findings.append(Finding("problem", "workspace", f"{root} does not exist"))

@@ -21,7 +21,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from engine.access.policy import Identity, authorized
+from engine.access.policy import Identity, authorized, current_identity
 from engine.config import RUN_BUDGET, RunConfig, parse_eval_budget
 from engine.data.dataset import counted
 from engine.errors import BackendError, EvaluationError, QueueFullError, ResumeError, RunActiveError, RunLockedError
@@ -122,14 +122,18 @@ def resume(run_id: str, overrides: Sequence[str] = (), workspace=None, *, actor:
         QueueFullError: ``$MASKLAB_MAX_QUEUED`` runs are already waiting. Nothing is changed on any error.
         StorageError: the run folder cannot be written.
         PermissionDeniedError: ``actor`` is not an editor, or demo mode (checked first).
+
+    The audit line says ``ok`` once the worker is started; a worker that then ends ``failed`` or
+    ``diverged`` adds a ``failed`` ``run.resume`` line (:data:`engine.runner.resume.RESUMED_BY`).
     """
     ws = workspace_root(workspace)
     with authorized("run.resume", run_id, actor=actor, workspace=ws) as entry:
         entry["overrides"] = list(overrides)
-        return _resume(run_id, overrides, ws)
+        who = actor if actor is not None else current_identity()  # as authorized found it: allowed
+        return _resume(run_id, overrides, ws, {"name": who.name, "role": who.role, "source": who.source})
 
 
-def _resume(run_id: str, overrides: Sequence[str], ws: Path) -> int:
+def _resume(run_id: str, overrides: Sequence[str], ws: Path, by: dict[str, str] | None = None) -> int:
     from engine.pretrained.runs import recorded_init  # noqa: PLC0415 (torch loads when a config is checked, not when the dashboard or CLI imports this)
     from engine.tasks.checks import check_run  # noqa: PLC0415 (the tasks (torch) load when a config is resolved, not when the dashboard or CLI imports this)
 
@@ -148,7 +152,7 @@ def _resume(run_id: str, overrides: Sequence[str], ws: Path) -> int:
     with submit_lock(ws):
         if local:
             _check_queue_cap(ws)
-        step = prepare_resume(d, make_config)
+        step = prepare_resume(d, make_config, resumed_by=by)
         if _launch_of(d).get("backend", "local") == "local":  # an override may have changed the back-end
             enqueue(ws, d)
     _start_job(d, ws)
@@ -228,6 +232,10 @@ def start_worker(d: Path, workspace=None, *, supervised: bool = False) -> subpro
     A launch (``supervised`` False) gets its own session and ``<d>/worker.log`` as stdout/stderr,
     and a thread reaps it so that no zombie lingers in a long-lived server. The restart supervisor
     (``supervised`` True) starts ``--once`` workers that share its session and log and waits for them itself.
+
+    Internal, with no permission check: :func:`submit` and :func:`resume` call it (through
+    ``_start_job``) after their role check, the restart supervisor for a run already launched; it is
+    not in :mod:`engine.api`, so no page can call it.
     """
     ws = workspace_root(workspace)
     cmd = [sys.executable, "-m", "engine.runner.worker", *(["--once"] if supervised else []), str(d)]

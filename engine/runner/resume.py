@@ -64,6 +64,10 @@ RESUME_FROZEN = {
 TASK_INFO = "task.json"  # Task.run_info() of a run (dataset hash, tokenizer id...), written through the run-info writer (engine.training.writers)
 PRIOR_FIELD = "prior_s"
 """Status field: seconds the run's earlier legs ran (before its latest resume), for its duration."""
+RESUMED_BY = "resumed_by"
+"""Status field: who resumed the run by hand (``{name, role, source}``), kept through automatic
+restarts; a worker that then ends ``failed`` or ``diverged`` adds a ``run.resume`` audit line in
+their name (the launch's own line says ``ok``: the worker had started)."""
 
 
 def frozen_changes(old: dict[str, Any], new: dict[str, Any]) -> dict[str, list[Any]]:
@@ -122,7 +126,8 @@ def check_same_data(run_dir: Path, dataset_hash: str) -> None:
 
 
 def prepare_resume(run_dir: Path, make_config: Callable[[dict[str, Any], int], dict[str, Any]] | None = None, *,
-                   restart: int | None = None, lock_timeout: float = 1.0) -> int:
+                   restart: int | None = None, lock_timeout: float = 1.0,
+                   resumed_by: dict[str, str] | None = None) -> int:
     """Mark a run to resume from its latest complete checkpoint (see the module docstring, step 1).
     Returns the step it resumes from. The caller starts its worker afterwards.
 
@@ -134,6 +139,7 @@ def prepare_resume(run_dir: Path, make_config: Callable[[dict[str, Any], int], d
             place in the queue (its first ``queued_at``), a ``cancel`` marker is left alone, and a
             run without a checkpoint starts over (``resume_from`` 0). None: a resume by hand.
         lock_timeout: seconds to wait for the run lock (a reader's probe holds it for microseconds).
+        resumed_by: who resumes it by hand (:data:`RESUMED_BY`); a restart keeps the run's.
 
     Raises:
         RunLockedError: the run's worker is alive (or ``doctor --repair`` is working on it).
@@ -173,6 +179,7 @@ def prepare_resume(run_dir: Path, make_config: Callable[[dict[str, Any], int], d
             "status": "queued", "created_at": created, "queued_at": st.get("queued_at", created) if restart else now,
             "step": step, "total_steps": int(config.get("train", {}).get("steps", 0)), RESUME_FIELD: step,
             PRIOR_FIELD: prior_seconds(st, now), **({"restarts": restart} if restart else {}), **cluster_mark(config),
+            **({RESUMED_BY: by} if (by := st.get(RESUMED_BY) if restart else resumed_by) else {}),
         })
         return step
     finally:

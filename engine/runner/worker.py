@@ -38,8 +38,10 @@ import threading
 import time
 from contextlib import nullcontext
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Callable
 
+from engine.access import journal
 from engine.config import RunConfig
 from engine.errors import EvaluationCancelled, MasklabError, NonFiniteLossError, ResumeError, RunLockedError, StorageError
 from engine.runner.backends import REASON_PREFIX, WORKSPACE_EXIT, check_workspace
@@ -48,7 +50,7 @@ from engine.runner.launcher import start_worker, worker_env
 from engine.runner.prefetch import PREFETCH_ENV, start_prefetch, stop_prefetch, waiter
 from engine.runner.queue import dequeue, enqueue, max_runs, run_slot
 from engine.runner.resources import exit_reason, print_exc, resolve_threads, say
-from engine.runner.resume import PRIOR_FIELD, RESUME_FIELD, prepare_resume, reset_after
+from engine.runner.resume import PRIOR_FIELD, RESUME_FIELD, RESUMED_BY, prepare_resume, reset_after
 from engine.runner.torchrun import run_ranks
 from engine.store import CANCEL_FILE, HOLD_FILE, read_status, write_status
 from engine.store.checkpoints import CKPT_DIR, checkpoint_problem
@@ -110,6 +112,18 @@ def execute_run(run_dir: Path, *, on_step: Callable[[int], None] | None = None) 
 
 
 def _final(run_dir: Path, status: dict) -> None:
+    """Write the final status (:func:`_write_final`); a resume by hand that ends ``failed`` or
+    ``diverged`` is also an audit line in the name of who resumed it (:data:`RESUMED_BY`)."""
+    _write_final(run_dir, status)
+    by = status.get(RESUMED_BY)
+    if status.get("status") in ("failed", "diverged") and isinstance(by, dict):
+        who = SimpleNamespace(name=by.get("name", "?"), role=by.get("role", ""), source=by.get("source", ""))
+        journal.record("run.resume", run_dir.name, "failed", who, run_dir.parent.parent, quiet=True,
+                       reason=status.get("error") or status["status"], status=status["status"],
+                       step=status.get("step"), worker=True)
+
+
+def _write_final(run_dir: Path, status: dict) -> None:
     """Write the final status; on a full disk free this run's temporary files and reserve, retry once."""
     try:
         write_status(run_dir, status)
@@ -132,7 +146,8 @@ def _execute(run_dir: Path, should_stop: Callable[[], bool], on_step: Callable[[
     resume_from = base.get(RESUME_FIELD) if base.get("status") == "queued" else None
     status = {"created_at": created, "queued_at": base.get("queued_at", created), "pid": os.getpid(),
               "step": int(resume_from or 0), "total_steps": base.get("total_steps", 0),
-              **{k: base[k] for k in (RESUME_FIELD, PRIOR_FIELD, "restarts") if resume_from is not None and k in base}}
+              **{k: base[k] for k in (RESUME_FIELD, PRIOR_FIELD, "restarts", RESUMED_BY)
+                 if resume_from is not None and k in base}}
     prefetch = None  # the baselines' figures computed while training (engine.eval.prefetch)
     try:
         try:  # room for the final status on a full disk (best effort: without it, the run goes on)

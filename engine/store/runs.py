@@ -113,6 +113,10 @@ def new_run_id(name: str = "") -> str:
 def create_run(config: dict[str, Any], workspace=None) -> tuple[str, Path]:
     """Create a run folder with its resolved config and a ``queued`` status. Returns (run_id, folder).
 
+    Internal, with no permission check: the write paths that create runs call it inside their
+    :func:`engine.access.policy.authorized` (:func:`engine.runner.launcher.submit`, the CLI's
+    foreground ``run``); it is not in :mod:`engine.api`, so no page can call it.
+
     Raises:
         StorageError: the folder or its files cannot be written (nothing half-written is left).
     """

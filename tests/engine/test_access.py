@@ -19,6 +19,7 @@ from engine.config import RunConfig
 from engine.data import delete_dataset, import_source, list_datasets
 from engine.errors import DatasetError, MasklabError, PermissionDeniedError, ResumeError, RunLockedError, RunNotFoundError
 from engine.pretrained.manage import delete_pretrained, import_path
+from engine.runner.doctor import check_workspace
 from engine.runner.launcher import cancel, delete_run, evaluate, resume, submit
 from engine.store import annotate, create_run, get_run, list_runs, run_alive, write_status
 from engine.store.portable import import_runs
@@ -79,6 +80,7 @@ def test_a_viewer_is_refused_on_every_write_path_and_nothing_changes(workspace, 
         "model.delete": lambda: delete_pretrained("m", actor=VIEWER),
         "users.manage": lambda: set_user("x", "admin", "pw", actor=VIEWER),
         "audit.read": lambda: read_audit(actor=VIEWER),
+        "workspace.repair": lambda: check_workspace(repair=True, actor=VIEWER),
     }
     assert set(calls) == set(access.ACTIONS)  # a new action gets a case here
     for action, call in calls.items():
@@ -89,7 +91,7 @@ def test_a_viewer_is_refused_on_every_write_path_and_nothing_changes(workspace, 
     after = sorted(p.relative_to(workspace) for p in workspace.rglob("*") if "audit" not in p.parts)
     assert after == before
     refused = [(a["user"], a["action"], a["outcome"]) for a in _audit(workspace) if a["outcome"] == "refused"]
-    assert refused == [("vera", a, "refused") for a in calls if a != "audit.read"]  # reading writes nothing
+    assert refused == [("vera", a, "refused") for a in calls]  # a refused read of the audit log too
 
 
 def test_an_editor_launches_resumes_cancels_and_imports_but_cannot_delete(workspace, tmp_path):
@@ -171,14 +173,17 @@ def test_an_editor_launches_a_real_run(workspace):
 def test_demo_mode_refuses_every_write_even_for_an_admin_and_writes_nothing(workspace, tmp_path, monkeypatch):
     run_id = _ended_run()
     monkeypatch.setenv("MASKLAB_MODE", "demo")
-    before = sorted(workspace.rglob("*"))
+    before = sorted(p for p in workspace.rglob("*") if "audit" not in p.parts)
     for call in (lambda: submit(resolve(RunConfig.from_dict(CFG)), actor=ADMIN), lambda: cancel(run_id, actor=ADMIN),
                  lambda: resume(run_id, actor=ADMIN), lambda: evaluate(run_id, actor=ADMIN), lambda: delete_run(run_id), lambda: import_source(_texts(tmp_path), "d"),
                  lambda: delete_dataset("x", actor=ADMIN), lambda: set_user("x", "admin", "pw"),
                  lambda: annotate(run_id, tags=["x"], actor=ADMIN)):  # fmt: skip
         with pytest.raises(PermissionDeniedError, match=r"^masklab is in demo mode \(MASKLAB_MODE=demo\): it cannot "):
             call()
-    assert sorted(workspace.rglob("*")) == before  # not even an audit line
+    assert sorted(p for p in workspace.rglob("*") if "audit" not in p.parts) == before  # only the refusals' lines
+    assert [(a["action"], a["outcome"]) for a in _audit(workspace)] == [
+        (a, "refused") for a in ("run.submit", "run.cancel", "run.resume", "run.evaluate", "run.delete", "data.import",
+                                 "data.delete", "users.manage", "run.annotate")]
     assert not can("run.submit", ADMIN) and can("audit.read", ADMIN) is False
     monkeypatch.setenv("MASKLAB_MODE", "demonstration")
     with pytest.raises(Exception, match="MASKLAB_MODE='demonstration' is not one of normal, demo"):

@@ -122,7 +122,7 @@ def test_viewers_nobody_and_demo_mode_are_refused_and_audited(workspace, monkeyp
         set_note(run_id, "hello", actor=EDITOR)  # even an editor (and the local admin)
     with pytest.raises(PermissionDeniedError, match="demo mode"):
         annotate(run_id, archived=True)
-    assert len(audit_path().read_text().splitlines()) == n  # demo mode writes nothing, not even the refusal
+    assert len(audit_path().read_text().splitlines()) == n + 2  # demo mode writes nothing but its refusals
     assert not (d / ANNOTATIONS_FILE).exists()
 
 

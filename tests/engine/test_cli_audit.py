@@ -1,6 +1,6 @@
 """The command line's foreground commands go through the same role check and audit as the
 background ones: a foreground run is an audited launch with the status it ended in; a foreground
-evaluation is refused in demo mode before it writes anything."""
+evaluation is refused in demo mode before it writes anything but its audit line."""
 
 from __future__ import annotations
 
@@ -34,4 +34,5 @@ def test_a_foreground_evaluation_is_refused_in_demo_mode_and_writes_nothing(work
     before = sorted(p.relative_to(d) for p in d.rglob("*"))
     out = engine_main("evaluate", run_id, "--foreground", env={"MASKLAB_MODE": "demo"})
     assert out.returncode == 2 and "demo mode (MASKLAB_MODE=demo): it cannot evaluate runs" in out.stderr
-    assert sorted(p.relative_to(d) for p in d.rglob("*")) == before and not _audit(workspace)  # demo writes nothing
+    assert sorted(p.relative_to(d) for p in d.rglob("*")) == before  # demo writes nothing but the refusal
+    assert [(e["action"], e["target"], e["outcome"]) for e in _audit(workspace)] == [("run.evaluate", run_id, "refused")]

@@ -23,6 +23,9 @@ HF_TYPES = {"vit_mae": "engine.pretrained.importers.hf_vitmae", "bert": "engine.
 def import_model(path: str, name: str, options: dict[str, Any] | None = None, workspace=None) -> PretrainedModel:
     """Import the checkpoint at ``path`` (folder, ``.pth`` or Hub id) as the model ``name``.
 
+    Internal, with no permission check: callers go through :func:`engine.pretrained.manage.import_path`
+    or :func:`~engine.pretrained.manage.import_upload` (``model.import``, audited), as the CLI does.
+
     Args:
         options: importer options from the CLI or the dashboard (``num_heads``, ``decoder_num_heads``,
             ``image_mean``, ``image_std``: lists of 3 floats; ``source_path``: what the record names
