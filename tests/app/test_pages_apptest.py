@@ -232,9 +232,12 @@ def test_run_detail_unknown_run_id_is_an_error(workspace):
 
 def test_launch_from_new_run_page(workspace):
     at = open_page("../pages/new_run.py")
-    at.number_input[0].set_value(6)  # steps
-    at.number_input[1].set_value(32)  # batch size
-    at.number_input[4].set_value(3)  # eval interval
+    def field(label):
+        return next(n for n in at.number_input if n.label == label)
+
+    field("Steps").set_value(6)
+    field("Batch size").set_value(32)
+    field("Eval interval (steps)").set_value(3)
     at.text_input[0].input("apptest-launch")
     at.run()
     at.button[0].click().run()

@@ -53,7 +53,7 @@ def test_the_section_counts_runs_and_steps_and_keeps_its_state_in_the_url(worksp
         "sweep value masking.ratio=abc: invalid run config: masking.ratio: must be a number (got 'abc')"]),
     ({"sweep_field": "masking.strategy", "sweep_values": "random, time_mask"}, [
         "sweep value masking.strategy=time_mask: masking.strategy: 'time_mask' does not apply to image patch grids; "
-        "strategies for images: bernoulli, block, hierarchical, periodic, random, region, superpixel"]),
+        "strategies for images: attention, bernoulli, block, hierarchical, periodic, random, region, superpixel"]),
     ({"sweep_field": "model.patch_size", "sweep_values": "2, 2"}, ["sweep value model.patch_size=2: listed twice"]),
     ({"sweep_field": "train.seed", "sweep_values": "1, 2"}, [
         "train.seed cannot be swept: the seeds are the sweep's replicates (give them as seeds)"]),
