@@ -45,6 +45,6 @@ def method_panel(rec) -> None:
     chart = alt.Chart(df.assign(series=df["key"].map({TARGET_STD: "train", "val_" + TARGET_STD: "validation"}))).mark_line(
         point=alt.OverlayMarkDef(size=12)).encode(
         x=alt.X("step:Q", title="step"), y=alt.Y("value:Q", title="target spread", scale=alt.Scale(zero=True)),
-        color=alt.Color("series:N", title=None, legend=alt.Legend(orient="bottom")),
+        color=alt.Color("series:N", title=None, legend=alt.Legend(orient="right")),
         tooltip=["series", "step", alt.Tooltip("value:Q", format=".3f")])
-    st.altair_chart(chart.properties(height=160), width="stretch")
+    st.altair_chart(chart.properties(height=200), width="stretch")

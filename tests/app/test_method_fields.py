@@ -6,7 +6,13 @@ from __future__ import annotations
 
 import pytest
 
+from engine.config import RunConfig
 from engine.methods.catalog import method_label
+from engine.methods.collapse import TARGET_STD
+from engine.store import create_run
+from engine.store.metrics import MetricsWriter
+from engine.store.runs import write_status
+from engine.tasks import resolve
 from tests.app.pages import open_with
 
 FORM = {"dataset": "digits", "train.steps": "5", "train.batch_size": "32"}
@@ -57,3 +63,24 @@ def test_text_methods(workspace):
     assert not [s for s in at.slider if s.key == "nr_m_mask_share"]  # no [MASK] share to choose
     cmd = command(at)
     assert "task_params.mask_share=0.0" in cmd and "task_params.random_share=1.0" in cmd and "target=latent" not in cmd
+
+
+@pytest.mark.parametrize("series, collapsed", [([1.0, 0.98, 0.97], False), ([1.0, 0.5, 0.02], True)])
+def test_run_detail_watches_a_latent_target_for_collapse(workspace, series, collapsed):
+    cfg = resolve(RunConfig.from_dict({"name": "latent", "data": {"dataset": "digits"}, "model": {"patch_size": 2},
+                                       "task_params": {"target": "latent"}, "train": {"steps": 3}}))
+    run_id, d = create_run(cfg.to_dict())
+    w = MetricsWriter(d, run_id, flush_interval=0)
+    for s, v in enumerate(series, start=1):
+        w.log(s, {"loss": 1.0, TARGET_STD: v})
+    w.close()
+    write_status(d, {"status": "completed", "step": 3, "total_steps": 3, "started_at": 1.0, "ended_at": 2.0})
+    at = open_with("../pages/run_detail.py", {"run": run_id})
+    texts = [c.value for c in at.caption]
+    assert any(t.startswith("Method: **data2vec**") for t in texts)
+    warnings = [x.value for x in at.warning if "Collapse" in x.value]
+    assert bool(warnings) == collapsed
+    if collapsed:
+        assert "fell from 1 to 0.02" in warnings[0]
+    else:
+        assert any("no collapse" in t for t in texts)
