@@ -408,6 +408,7 @@ def _apply_manifest(src: AudioSource, table_member: Member, clips: list[Member],
     src.labels = labels
     src.groups = groups if col["group"] is not None else None
     src.transcripts = texts if col["text"] is not None else None
+    src.notes += table.notes
     src.notes.append(f"manifest {where}: {roles.describe()}")
 
 

@@ -93,6 +93,11 @@ NOTE_LOST_ON_FILL = ("transparent image with next to nothing visible on the colo
 LOST_LEVELS = 24
 LOST_SHARE = 0.2
 
+NOTE_PNG_TEXT = ("its text metadata (tEXt/zTXt/iTXt chunks) is larger than Pillow's text limit and was ignored; "
+                 "the pixels are read in full")
+_PNG_TEXT_CHUNKS = (b"tEXt", b"zTXt", b"iTXt")
+_TEXT_SKIPPED = "masklab: png text skipped"  # key in ``im.info`` of an image opened without its text chunks
+
 _BLOCK = 1 << 20  # samples per block of the integer arithmetic, to bound its temporaries
 
 
@@ -183,8 +188,42 @@ def _declared_size(data: bytes, fmt: str) -> str:
     return f"more than {PILLOW_HARD_LIMIT}"
 
 
+def without_png_text(data: bytes) -> bytes | None:
+    """The PNG ``data`` with its text chunks (``tEXt``, ``zTXt``, ``iTXt``) left out, or None when it
+    has none. Chunks are walked by their lengths; a cut-short tail is kept as it is."""
+    out, pos, dropped = [data[:8]], 8, False
+    while pos + 8 <= len(data):
+        end = pos + 12 + int.from_bytes(data[pos : pos + 4], "big")
+        kind = data[pos + 4 : pos + 8]
+        if end > len(data):
+            out.append(data[pos:])
+            break
+        if kind in _PNG_TEXT_CHUNKS:
+            dropped = True
+        else:
+            out.append(data[pos:end])
+        pos = end
+        if kind == b"IEND":
+            break
+    return b"".join(out) if dropped else None
+
+
+def _open_without_text(data: bytes, fmt: str, e: ValueError) -> Image.Image:
+    """Reopen a PNG that Pillow refused over its text chunks (``MAX_TEXT_CHUNK`` / ``MAX_TEXT_MEMORY``)
+    without them; re-raise ``e`` for any other file."""
+    stripped = without_png_text(data) if fmt == "PNG" else None
+    if stripped is None:
+        raise e
+    im = Image.open(io.BytesIO(stripped), formats=[fmt])
+    im.info[_TEXT_SKIPPED] = stripped
+    return im
+
+
 def open_header(data: bytes, fmt: str, limits: ImportLimits, budget_left: int) -> tuple[Image.Image, int]:
     """Open ``data`` with the ``fmt`` decoder, reading only its header, and check its size.
+
+    A PNG whose text metadata exceeds Pillow's text limits is opened without its text chunks
+    (:func:`decode` then notes :data:`NOTE_PNG_TEXT`).
 
     Returns:
         The opened (not yet decoded) image and the bytes decoding it will take.
@@ -196,7 +235,10 @@ def open_header(data: bytes, fmt: str, limits: ImportLimits, budget_left: int) -
     try:
         with warnings.catch_warnings():  # masklab's own pixel limit below replaces Pillow's warning
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            im = Image.open(io.BytesIO(data), formats=[fmt])
+            try:
+                im = Image.open(io.BytesIO(data), formats=[fmt])
+            except ValueError as e:  # a PNG text chunk over Pillow's limit: the pixels may be fine
+                im = _open_without_text(data, fmt, e)
     except Image.DecompressionBombError as e:
         raise Refused(f"declares {_declared_size(data, fmt)} px; the limit is {limits.max_image_pixels} px "
                       "(MASKLAB_MAX_IMAGE_PIXELS): shrink the image", str(e)) from None
@@ -424,7 +466,8 @@ def decode(im: Image.Image, data: bytes, fill: tuple[int, int, int]) -> tuple[Im
     Args:
         im: the opened image; ``data``: its file bytes; ``fill``: RGB of the fill colour.
     Returns:
-        A mode ``L`` or ``RGB`` image, EXIF orientation applied, and a note for the report (or None).
+        A mode ``L`` or ``RGB`` image, EXIF orientation applied, and a note for the report (or None;
+        :data:`NOTE_PNG_TEXT` when PNG text metadata over Pillow's limit was ignored).
     Raises:
         Refused: the pixel data cannot be decoded (truncated or damaged).
     """
@@ -432,7 +475,16 @@ def decode(im: Image.Image, data: bytes, fill: tuple[int, int, int]) -> tuple[Im
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            out = _to_8bit(im, data, fill)
+            data = im.info.get(_TEXT_SKIPPED, data)
+            try:
+                out = _to_8bit(im, data, fill)
+            except ValueError as e:  # a text chunk after the pixels over Pillow's limit
+                if _TEXT_SKIPPED in im.info:
+                    raise
+                im = _open_without_text(data, im.format or "", e)
+                out = _to_8bit(im, im.info[_TEXT_SKIPPED], fill)
+            if _TEXT_SKIPPED in im.info:
+                out.note = NOTE_PNG_TEXT if out.note is None else f"{out.note}; {NOTE_PNG_TEXT}"
             orientation = im.getexif().get(0x0112, 1)
     except Image.DecompressionBombError as e:  # more pixels than the header checked by open_header said
         raise Refused(f"decodes to more than {PILLOW_HARD_LIMIT} px, more than its header declares: re-export "

@@ -79,7 +79,7 @@ from engine.data.tabular import (
     caption_column,
     detect_roles,
     parse_table_rows,
-    utf8_problem,
+    text_problem,
 )
 from engine.errors import DatasetError, NothingImportedError
 
@@ -210,12 +210,12 @@ def caption_of(data: bytes) -> str:
     """The caption in a ``.txt`` caption file: its first non-empty line, stripped (``""`` if none).
 
     Raises:
-        Refused: the file is not valid UTF-8 (naming the line and the byte).
+        Refused: the file is not valid UTF-8 (naming the line and the byte) nor UTF-16/32 text, or its
+            content is another format (:mod:`engine.data.sniff`).
     """
-    problem = utf8_problem(data)
-    if problem is not None:
+    text, problem, _ = text_problem(data)
+    if text is None:
         raise Refused(f"caption {problem}")
-    text = data.decode("utf-8").lstrip("\ufeff")
     return next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
 
 
@@ -297,6 +297,7 @@ def _captions_from_table(src: PairSource, table_member: Member, images: list[Mem
         src.captions.append(caption)
         labels.append(row[col["label"]].strip() or None if col["label"] is not None else None)
     src.skipped += [(m.name, f"not listed in the captions table {where}") for m in images if m.name not in first_line]
+    src.notes += table.notes
     src.notes.append(f"captions table {where}: {roles.describe()}")
     return labels
 

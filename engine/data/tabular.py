@@ -4,7 +4,9 @@ Modality-neutral: text corpora use the ``text`` / ``label`` / ``group`` columns,
 manifests and image-caption tables will use the ``file`` column through the same
 :class:`ImportOptions` and :func:`detect_roles`.
 
-Formats (UTF-8; a leading byte-order mark is ignored; invalid UTF-8 is refused with the line):
+Formats (UTF-8; UTF-16 and UTF-32 are converted and a leading byte-order mark removed, both noted
+(:func:`text_problem`); invalid UTF-8 is refused with the line, and a file whose content is another
+format (a workbook, a PDF, an image: :mod:`engine.data.sniff`) is refused saying what it is):
 
 - ``.csv``: RFC 4180 (comma-separated, ``"``-quoted fields may hold commas, quotes and line breaks).
 - ``.tsv``: tab-separated with **no quoting** (IANA ``text/tab-separated-values``: a field holds
@@ -28,6 +30,7 @@ from pathlib import Path, PurePosixPath
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from engine.data.sniff import Sniffed, a_or_an, sniff
 from engine.errors import DatasetError
 from engine.messages import describe_error, format_problems
 
@@ -126,29 +129,70 @@ def utf8_problem(data: bytes) -> str | None:
     return None
 
 
-def decode_utf8(data: bytes, where: str) -> str:
-    """``data`` decoded as UTF-8, without a leading byte-order mark.
+def text_notes(sniffed: Sniffed) -> list[str]:
+    """What decoding a text file of this :func:`~engine.data.sniff.sniff` result did, for the report."""
+    notes = []
+    if sniffed.encoding not in (None, "utf-8"):
+        notes.append(f"converted from {sniffed.detail.split(' text')[0]} to UTF-8")
+    if sniffed.bom:
+        notes.append("a byte-order mark (BOM) was removed")
+    return notes
 
-    Raises:
-        DatasetError: ``"<where>: invalid UTF-8 at line N ..."`` (1-based line of the first bad byte).
-    """
-    try:
+
+def text_problem(data: bytes) -> tuple[str | None, str | None, list[str]]:
+    """``(text, None, notes)`` for ``data`` read as text (UTF-8, or UTF-16/32 found by
+    :func:`engine.data.sniff.sniff`, converted; a byte-order mark removed; ``notes`` say so), or
+    ``(None, why not, [])``: another format than text (saying which, and what to do), or bytes
+    invalid in the encoding (with the line)."""
+    found = sniff(data)
+    if found.kind == "empty":
+        return "", None, []
+    if found.kind != "text":
+        return None, f"the content is {a_or_an(found.detail)}, not text: {found.advice()}", []
+    if found.encoding in (None, "utf-8"):
+        problem = utf8_problem(data)
+        if problem is not None:
+            return None, problem, []
         text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise DatasetError(f"{where}: {utf8_problem(data)}") from None
-    return text[1:] if text.startswith("\ufeff") else text
+        if text.startswith("\ufeff"):
+            return text[1:], None, text_notes(Sniffed("text", "UTF-8 text", "utf-8", 3))
+        return text, None, []
+    try:
+        text = data[found.bom :].decode(found.encoding)
+    except UnicodeDecodeError as e:
+        return None, (f"looks like {found.detail} but byte {e.start + found.bom} is not valid "
+                      f"{found.encoding.upper()}; save it as UTF-8"), []  # fmt: skip
+    return text, None, text_notes(found)
 
 
-def read_utf8_file(path: Path, where: str, max_bytes: int) -> str:
-    """The text of a UTF-8 file (:func:`decode_utf8`).
+def decode_utf8(data: bytes, where: str, notes: list[str] | None = None) -> str:
+    """``data`` as text (:func:`text_problem`: UTF-8, or UTF-16/UTF-32 converted), without a
+    byte-order mark; what was converted or removed is appended to ``notes`` (prefixed with ``where``).
 
     Raises:
-        DatasetError: naming ``where``: unreadable, larger than ``max_bytes``, or invalid UTF-8 (with the line).
+        DatasetError: ``"<where>: invalid UTF-8 at line N ..."`` (1-based line of the first bad byte),
+            or ``"<where>: the content is an Excel workbook (OOXML), not text: <what to do>"`` for a
+            file of another format (:mod:`engine.data.sniff`).
+    """
+    text, problem, found = text_problem(data)
+    if text is None:
+        raise DatasetError(f"{where}: {problem}")
+    if notes is not None:
+        notes += [f"{where}: {n}" for n in found]
+    return text
+
+
+def read_utf8_file(path: Path, where: str, max_bytes: int, notes: list[str] | None = None) -> str:
+    """The text of a file (:func:`decode_utf8`, its notes appended to ``notes``).
+
+    Raises:
+        DatasetError: naming ``where``: unreadable, larger than ``max_bytes``, invalid UTF-8 (with
+            the line), or another format than text (saying which).
     """
     try:
         if path.stat().st_size > max_bytes:
             raise DatasetError(f"{where}: larger than {max_bytes // 2**20} MB")
-        return decode_utf8(path.read_bytes(), where)
+        return decode_utf8(path.read_bytes(), where, notes)
     except OSError as e:
         raise DatasetError(f"{where}: cannot read the file ({describe_error(e)})") from e
 
@@ -164,6 +208,7 @@ class Table:
         rows: one list of ``len(columns)`` strings per kept row (a missing JSONL key is ``""``).
         lines: 1-based line where each kept row starts.
         rejected: ``("<source>:<line>", reason)`` for each row that was not kept.
+        notes: how the file was decoded (``"<source>: converted from UTF-16 LE to UTF-8"``, a removed BOM).
     """
 
     source: str
@@ -172,6 +217,7 @@ class Table:
     rows: list[list[str]] = field(default_factory=list)
     lines: list[int] = field(default_factory=list)
     rejected: list[tuple[str, str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     def column(self, name: str) -> list[str]:
         """Values of column ``name``, one per row. Raises KeyError for an unknown column."""
@@ -197,7 +243,10 @@ def read_table(path: str | Path, source_label: str | None = None) -> Table:
     kind = TABLE_EXTENSIONS.get(path.suffix.lower())
     if kind is None:
         raise DatasetError(f"{label}: not a table (expected {', '.join(TABLE_EXTENSIONS)})")
-    return _parse(read_utf8_file(path, label, MAX_TABLE_BYTES), label, kind)
+    notes: list[str] = []
+    table = _parse(read_utf8_file(path, label, MAX_TABLE_BYTES, notes), label, kind)
+    table.notes = notes
+    return table
 
 
 def parse_table(data: bytes, source_label: str, kind: str) -> Table:
@@ -210,7 +259,10 @@ def parse_table(data: bytes, source_label: str, kind: str) -> Table:
     """
     if len(data) > MAX_TABLE_BYTES:
         raise DatasetError(f"{source_label}: larger than {MAX_TABLE_BYTES // 2**20} MB")
-    return _parse(decode_utf8(data, source_label), source_label, kind)
+    notes: list[str] = []
+    table = _parse(decode_utf8(data, source_label, notes), source_label, kind)
+    table.notes = notes
+    return table
 
 
 def parse_table_rows(data: bytes, source_label: str, kind: str) -> Table:
@@ -225,8 +277,13 @@ def parse_table_rows(data: bytes, source_label: str, kind: str) -> Table:
     """
     if len(data) > MAX_TABLE_BYTES:
         raise DatasetError(f"{source_label}: larger than {MAX_TABLE_BYTES // 2**20} MB")
+    found = sniff(data)
+    if found.kind not in ("text", "empty") or found.encoding not in (None, "utf-8"):
+        return parse_table(data, source_label, kind)  # another format refused; UTF-16/32 converted whole
     text = data.decode("utf-8", "surrogateescape")  # a bad byte becomes a lone surrogate U+DC80..U+DCFF
     table = _parse(text[1:] if text.startswith("\ufeff") else text, source_label, kind)
+    if text.startswith("\ufeff"):
+        table.notes.append(f"{source_label}: a byte-order mark (BOM) was removed")
     bad = re.compile("[\udc80-\udcff]")
     if any(bad.search(c) for c in table.columns):
         raise DatasetError(f"{source_label}: the header row is not valid UTF-8; save the file as UTF-8")

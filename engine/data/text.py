@@ -18,7 +18,10 @@ Sources (:func:`read_text_source`):
   than 50 MB or unreadable is *rejected* with the reason and the others are kept.
 
 Invalid UTF-8 in a single ``.txt`` or table refuses the whole file, naming the file and the
-1-based line of the first bad byte.
+1-based line of the first bad byte. Every file is sniffed first (:mod:`engine.data.sniff`): UTF-16
+and UTF-32 text is converted and a byte-order mark removed (both noted in the report); a file whose
+content is another format (a workbook saved as ``.csv``, a PDF named ``.txt``) is refused saying
+what it is and what to do.
 
 Cleaning (:func:`clean_texts`, counts in the report), in this order: whitespace normalised (every
 run of Unicode whitespace, line breaks included, becomes one space; leading/trailing stripped);
@@ -50,11 +53,10 @@ from engine.data.tabular import (
     TABLE_EXTENSIONS,
     ColumnRoles,
     ImportOptions,
-    decode_utf8,
     detect_roles,
     read_table,
     read_utf8_file,
-    utf8_problem,
+    text_problem,
 )
 from engine.errors import DatasetError, NothingImportedError
 
@@ -255,6 +257,7 @@ def _read_txt_tree(path: Path, label: str, name_encoding: str | None = None) -> 
     size and compression-ratio limits refused, nothing extracted to disk."""
     src = TextSource(label, "txt files", [])
     paths: list[str] = []
+    converted: dict[str, list[str]] = {}  # decoding note -> files
     limits = ImportLimits.from_env().model_copy(update={"max_member_bytes": MAX_TEXT_FILE_BYTES})
     with Members(path, label, limits) as ms:
         names = decode_names(ms.members, name_encoding)
@@ -265,13 +268,18 @@ def _read_txt_tree(path: Path, label: str, name_encoding: str | None = None) -> 
             except Exception as e:  # noqa: BLE001 - a bad CRC, an unsupported compression, a broken link...
                 src.rejected.append((m.name, read_problem(e)))
                 continue
-            if (problem := utf8_problem(data)) is not None:
+            text, problem, notes = text_problem(data)
+            if text is None:
                 src.rejected.append((m.name, problem))
                 continue
-            src.texts.append(decode_utf8(data, m.name))
+            src.texts.append(text)
+            for n in notes:
+                converted.setdefault(n, []).append(m.name)
             paths.append(m.name)
     if names.how not in ("ascii", "utf-8"):
         src.notes.append(names.describe())
+    src.notes += [f"{n} in {len(fs)} file(s): {', '.join(fs[:5])}{', …' if len(fs) > 5 else ''}"
+                  for n, fs in converted.items()]  # fmt: skip
     if not src.texts:
         refused = "; ".join(f"{p}: {r}" for p, r in src.rejected[:3])
         raise NothingImportedError(f"{label}: no usable .txt files ({len(src.rejected)} rejected"
@@ -291,7 +299,7 @@ def _read_table_source(path: Path, label: str, options: ImportOptions) -> TextSo
         raise DatasetError(f"{label}: no text column found ({roles.reasons.get('text')}); columns: "
                            f"{', '.join(map(repr, table.columns)) or 'none'}; name one with text_column (--text-column)")  # fmt: skip
     src = TextSource(label, table.kind, table.column(roles.text), columns=table.columns, roles=roles,
-                     rejected=list(table.rejected))  # fmt: skip
+                     rejected=list(table.rejected), notes=list(table.notes))  # fmt: skip
     if roles.label is not None:
         src.labels = [v.strip() or importer.UNLABELED for v in table.column(roles.label)]
     if roles.group is not None:
@@ -329,8 +337,10 @@ def read_text_source(
     if ext in TABLE_EXTENSIONS and src.is_file():
         return _read_table_source(src, label, options)
     if ext in TEXT_EXTENSIONS and src.is_file():
-        docs, kind, note = split_documents(read_utf8_file(src, label, MAX_TEXT_FILE_BYTES))
-        return TextSource(label, kind, docs, preview=[{"text": _cut(d)} for d in docs[:PREVIEW_ROWS]], notes=[note])
+        notes: list[str] = []
+        docs, kind, note = split_documents(read_utf8_file(src, label, MAX_TEXT_FILE_BYTES, notes))
+        return TextSource(label, kind, docs, preview=[{"text": _cut(d)} for d in docs[:PREVIEW_ROWS]],
+                          notes=[*notes, note])  # fmt: skip
     return _read_txt_tree(src, label, options.name_encoding)
 
 
