@@ -23,6 +23,7 @@ from engine.eval.inference import checkpoint_path, load_model
 from engine.masking import preview_masks
 from engine.methods.attention import cls_attention
 from engine.store import get_run
+from tests.app.test_url_state import open_with, url
 
 ENTRY = Path(__file__).resolve().parents[2] / "app" / "streamlit_app.py"
 LAB = "../pages/mask_lab.py"
@@ -39,17 +40,7 @@ def image_run(shared_runs):
 
 
 def open_lab(params: dict[str, str]) -> AppTest:
-    at = AppTest.from_file(str(ENTRY), default_timeout=120)
-    at.run().switch_page(LAB)
-    for k, v in params.items():
-        at.query_params[k] = v
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
-
-
-def url(at: AppTest) -> dict[str, str]:
-    return {k: (v[0] if isinstance(v, list) else v) for k, v in dict(at.query_params).items()}
+    return open_with(LAB, params)
 
 
 def image_captions(at: AppTest) -> list[str]:
