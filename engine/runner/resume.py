@@ -92,10 +92,12 @@ def resume_config(old: dict[str, Any], overrides: Sequence[str], step: int):
         from engine.tasks import resolve  # noqa: PLC0415 (the tasks (torch) load when a config is resolved, not when the dashboard or CLI imports this)
 
         new = resolve(new)
-        # compared with the old config resolved now: a task that gained parameters since the run
-        # started fills in their defaults (what the old run trained), which is no change
-        base = resolve(base)
     frozen = frozen_changes(base.to_dict(), new.to_dict())
+    if frozen and new != base:
+        # compared with the old config resolved now: a task that gained parameters since the run
+        # started fills in their defaults (what the old run trained), which is no change; resolved
+        # only here, so a resume resolves its new version once
+        frozen = frozen_changes(resolve(base).to_dict(), new.to_dict())
     if frozen:
         raise ConfigError("; ".join(
             f"{k}: a resume cannot change it ({a!r} -> {b!r}): "

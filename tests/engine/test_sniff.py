@@ -44,7 +44,7 @@ def _wav() -> bytes:
 
 
 def _flac_ogg(fmt: str) -> bytes:
-    import soundfile as sf  # noqa: PLC0415
+    import soundfile as sf  # noqa: PLC0415 (only the audio cases need soundfile)
 
     buf = io.BytesIO()
     sf.write(buf, np.zeros(800, np.float32), 8000, format=fmt)
