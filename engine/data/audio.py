@@ -22,8 +22,10 @@ Decoding rules (:class:`ClipDecoder`), each refusal naming the file:
 
 - **Formats by content**: ``RIFF``/``RF64`` ... ``WAVE`` is WAV, ``fLaC`` is FLAC, ``OggS`` is Ogg
   (Vorbis or Opus); only these (:data:`FORMATS`). A file whose extension names another of them than
-  its content is refused as mismatched; MP3, AAC/M4A, WMA, AIFF, AMR files are refused with "convert
-  to WAV, FLAC or Ogg"; other extensions are skipped unread.
+  its content is refused as mismatched; a chained Ogg file (streams back to back, :func:`ogg_links`)
+  is decoded whole, stream after stream (libsndfile alone reads the first), and named in the
+  report; MP3, AAC/M4A, WMA, AIFF, AMR files are refused with "convert to WAV, FLAC or Ogg"; other
+  extensions are skipped unread.
 - **Bounds** (:class:`~engine.data.limits.ImportLimits`), from the header before decoding: at most
   ``max_clip_seconds`` (600 s) per clip, and 4 bytes a sample and channel against the import's
   ``max_decoded_bytes``.
@@ -37,7 +39,9 @@ Decoding rules (:class:`ClipDecoder`), each refusal naming the file:
 - **Rate**: every clip is resampled to the pipeline rate (``ImportOptions.sample_rate``, default
   :data:`DEFAULT_SAMPLE_RATE` = 16 kHz) with ``torchaudio.functional.resample`` (band-limited
   windowed-sinc interpolation, Hann window, 6 zero crossings, rolloff 0.99), the report says from
-  which rates.
+  which rates. Its kernel grows with the reduced ratio (8,001 Hz -> 16 kHz is 16000/8001: a 513 MB
+  kernel, 4.7 GB at the decoder's peak), so a ratio whose terms exceed :data:`MAX_RATIO_TERM` is replaced by the nearest with
+  smaller terms (:func:`resample_ratio`; 8,001 Hz is read as 8,000 Hz, 0.0125% slower), said in the report.
 - **Storage**: int16 PCM (``round(clip(x, -1, 1) * 32767)``); samples beyond full scale (float
   files, resampling overshoot) are clipped and the clips counted in the report.
 
@@ -62,6 +66,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path, PurePosixPath
 
 import numpy as np
@@ -85,7 +90,7 @@ from engine.data.archive import (
 )
 from engine.data.catalog import check_new_name
 from engine.data.dataset import AudioDataset, DatasetInfo, classes_text, counted, seeded_split, to_pcm
-from engine.data.images import Refused
+from engine.data.images import Refused, isolated
 from engine.data.importer import class_labels
 from engine.data.limits import ImportLimits, budget_reason
 from engine.data.sampling import import_order
@@ -106,11 +111,12 @@ def proposed_rate(recorded: dict[int, int]) -> int:
     ``SourcePlan.sample_rates``): the highest recorded rate rounded up to one of :data:`SAMPLE_RATES`,
     at most :data:`DEFAULT_SAMPLE_RATE` (16 kHz, AudioMAE's). So 8 kHz recordings stay at 8 kHz
     (resampling up only adds empty mel bins) and 44.1 kHz music comes down to 16 kHz; without any
-    header read it is :data:`DEFAULT_SAMPLE_RATE`. The Data page's form and ``python -m engine data
-    add`` both start from it."""
+    header read it is :data:`DEFAULT_SAMPLE_RATE`. A rate within 1% of one of :data:`SAMPLE_RATES`
+    counts as that rate (a clip whose header says 8,001 Hz does not make 8 kHz recordings 16 kHz).
+    The Data page's form and ``python -m engine data add`` both start from it."""
     if not recorded:
         return DEFAULT_SAMPLE_RATE
-    top = max(recorded)
+    top = max(next((r for r in SAMPLE_RATES if abs(rec / r - 1) <= 0.01), rec) for rec in recorded)
     return min(next((r for r in SAMPLE_RATES if r >= top), SAMPLE_RATES[-1]), DEFAULT_SAMPLE_RATE)
 
 
@@ -187,21 +193,100 @@ def check_format(name: str, data: bytes) -> str:
     return fmt
 
 
+MAX_RATIO_TERM = 1000
+"""Largest term of the resampling ratio (:func:`resample_ratio`): the sinc kernel holds about
+``up * (down + 12)`` floats, at most 4 MB."""
+
+
+def resample_ratio(source: int, target: int) -> tuple[int, int]:
+    """``(up, down)``: the ratio ``target / source`` reduced, or, when a term of it exceeds
+    :data:`MAX_RATIO_TERM`, the nearest ratio whose terms do not (continued fractions,
+    ``fractions.Fraction.limit_denominator``). Resampling by ``up / down`` reads the clip as recorded
+    at ``target * down / up`` Hz: 8001 -> 16000 gives ``(2, 1)``, the clip 0.0125% slower (a 0.2-cent
+    pitch shift; exact rates such as 44100 -> 16000, ``(160, 441)``, are kept).
+
+    Raises:
+        ValueError: a rate that is not positive.
+    """
+    if source <= 0 or target <= 0:
+        raise ValueError(f"rates must be positive, not {source} and {target}")
+    if target >= source:  # down / up <= 1: bound the denominator (up), the numerator follows
+        f = Fraction(source, target).limit_denominator(MAX_RATIO_TERM)
+        return f.denominator, max(f.numerator, 1)
+    f = Fraction(target, source).limit_denominator(MAX_RATIO_TERM)
+    return max(f.numerator, 1), f.denominator
+
+
+def ogg_links(data: bytes) -> list[bytes]:
+    """The links of a chained Ogg file (streams back to back: a link starts at a beginning-of-stream
+    page that follows an end-of-stream page, RFC 3533 section 4), each a complete Ogg file;
+    ``[data]`` when it has one link or its pages cannot be walked (libsndfile then decides).
+    libsndfile decodes the first link only."""
+    starts, pos, ended = [0], 0, False
+    while pos + 27 <= len(data) and data[pos:pos + 4] == b"OggS":
+        flags, n_seg = data[pos + 5], data[pos + 26]
+        if pos and flags & 0x02 and ended:  # a beginning of stream after an end of stream
+            starts.append(pos)
+        ended = bool(flags & 0x04)
+        pos += 27 + n_seg + sum(data[pos + 27:pos + 27 + n_seg])
+    if pos != len(data) or len(starts) == 1:
+        return [data]
+    return [data[a:b] for a, b in zip(starts, [*starts[1:], len(data)])]
+
+
+def _kernel_mb(source: int, target: int) -> float:
+    """MB of torchaudio's sinc kernel for the exact ratio (``up * (down + 2 * width)`` float32s)."""
+    f = Fraction(target, source)
+    up, down = f.numerator, f.denominator
+    return up * (down + 2 * 6 * -(-down // min(up, down))) * 4 / 1e6
+
+
 def seconds(n: int, rate: int) -> str:
     """``n`` samples at ``rate`` Hz as a short duration: ``"0.1 ms"``, ``"12 ms"``, ``"1.25 s"``."""
     s = n / rate
     return f"{s * 1000:.1f} ms" if s < 0.01 else f"{s * 1000:.0f} ms" if s < 1 else f"{s:.2f} s"
 
 
+def check_header(frames: int, rate: int, channels: int, limits: ImportLimits) -> None:
+    """The decoding rules a clip's header alone decides (``frames`` per channel, ``rate`` in Hz).
+
+    Raises:
+        Refused: a rate or channel count that is not positive; longer than ``limits.max_clip_seconds``.
+    """
+    if rate <= 0 or channels <= 0:
+        raise Refused(f"its header declares {rate} Hz and {channels} channels; export it again")
+    if frames > limits.max_clip_seconds * rate:
+        raise Refused(f"{frames / rate:.1f} s long; the limit is {limits.max_clip_seconds:g} s "
+                      "(MASKLAB_MAX_CLIP_SECONDS): cut it into shorter clips or raise the limit")  # fmt: skip
+
+
+def check_length(n: int, rate: int) -> None:
+    """Refuse a clip of ``n`` decoded samples at ``rate`` Hz that holds none or is shorter than
+    :data:`MIN_CLIP_SECONDS`.
+
+    Raises:
+        Refused: naming its length.
+    """
+    if n == 0:
+        raise Refused("no samples: the recording is empty")
+    if n < MIN_CLIP_SECONDS * rate:
+        raise Refused(f"{n} sample{'s' if n != 1 else ''} at {rate} Hz ({seconds(n, rate)}): shorter than "
+                      f"{MIN_CLIP_SECONDS * 1000:.0f} ms, the shortest clip masklab imports (one analysis window); "
+                      "export a longer clip")  # fmt: skip
+
+
 @dataclass
 class DecodedClip:
-    """A clip after the rules: ``pcm`` int16 ``[n]`` mono at the pipeline rate; what it was before."""
+    """A clip after the rules: ``pcm`` int16 ``[n]`` mono at the pipeline rate; what it was before
+    (``name``: its member name; ``links``: streams of a chained Ogg file, decoded one after another)."""
 
     pcm: np.ndarray
     fmt: str
     source_rate: int
     channels: int
     clipped: int
+    name: str = ""
+    links: int = 1
 
 
 class ClipDecoder:
@@ -224,7 +309,10 @@ class ClipDecoder:
         import torchaudio  # noqa: PLC0415 (the data package serves the dashboard and import jobs without torch)
 
         if rate not in self._resamplers:  # the transform keeps its sinc kernel for the next clip
-            self._resamplers[rate] = torchaudio.transforms.Resample(rate, self.rate)
+            if len(self._resamplers) >= 8:  # a source of many odd rates: kernels are built again
+                self._resamplers.clear()
+            up, down = resample_ratio(rate, self.rate)
+            self._resamplers[rate] = torchaudio.transforms.Resample(down, up)
         with torch.no_grad():
             return self._resamplers[rate](torch.from_numpy(np.ascontiguousarray(x))).numpy()
 
@@ -237,33 +325,29 @@ class ClipDecoder:
         if not data:
             raise Refused("empty file")
         fmt = check_format(name, data)
+        links = ogg_links(data) if fmt == "OGG" else [data]
         try:
-            info = sf.info(io.BytesIO(data))
+            infos = [sf.info(io.BytesIO(link)) for link in links]
         except (RuntimeError, TypeError, ValueError) as e:  # sf.LibsndfileError is a RuntimeError
             raise Refused(f"cannot be decoded: a damaged or truncated {fmt} file", str(e)) from None
-        frames, rate, channels = int(info.frames), int(info.samplerate), int(info.channels)
-        if rate <= 0 or channels <= 0:
-            raise Refused(f"its header declares {rate} Hz and {channels} channels; export it again")
-        if frames > self.limits.max_clip_seconds * rate:
-            raise Refused(f"{frames / rate:.1f} s long; the limit is {self.limits.max_clip_seconds:g} s "
-                          "(MASKLAB_MAX_CLIP_SECONDS): cut it into shorter clips or raise the limit")  # fmt: skip
+        rate, channels = int(infos[0].samplerate), int(infos[0].channels)
+        if any((int(i.samplerate), int(i.channels)) != (rate, channels) for i in infos):
+            raise Refused(f"a chained Ogg file whose {len(links)} streams differ in rate or channels "
+                          f"({', '.join(f'{i.samplerate} Hz x {i.channels}' for i in infos)}); export it as one stream")
+        frames = sum(int(i.frames) for i in infos)
+        check_header(frames, rate, channels, self.limits)
         need = max(frames, 0) * channels * 4 + int(max(frames, 0) * self.rate / rate) * 6
         if need > self.left:
             raise Refused(budget_reason(need, self.left, self.limits))
-        try:
-            x, _ = sf.read(io.BytesIO(data), dtype="float32", always_2d=True)  # (frames, channels)
+        try:  # (frames, channels); every link of a chained Ogg, in order
+            x = np.concatenate([sf.read(io.BytesIO(link), dtype="float32", always_2d=True)[0] for link in links])
         except (RuntimeError, TypeError, ValueError) as e:
             raise Refused(f"cannot be decoded: a damaged or truncated {fmt} file", str(e)) from None
         self.left -= need
-        if x.shape[0] == 0:
-            raise Refused("no samples: the recording is empty")
-        if x.shape[0] < MIN_CLIP_SECONDS * rate:
-            raise Refused(f"{x.shape[0]} sample{'s' if x.shape[0] != 1 else ''} at {rate} Hz "
-                          f"({seconds(x.shape[0], rate)}): shorter than {MIN_CLIP_SECONDS * 1000:.0f} ms, the "
-                          "shortest clip masklab imports (one analysis window); export a longer clip")  # fmt: skip
+        check_length(x.shape[0], rate)
         mono = x.mean(axis=1) if x.shape[1] > 1 else x[:, 0]
         pcm, clipped = to_pcm(self._resample(mono, rate))
-        return DecodedClip(pcm, fmt, rate, x.shape[1], clipped)
+        return DecodedClip(pcm, fmt, rate, x.shape[1], clipped, name, len(links))
 
 
 # --------------------------------------------------------------------------- sources
@@ -453,8 +537,21 @@ def _conversion_notes(decoded: list[DecodedClip], rate: int) -> list[str]:
     if rates:
         notes.append(f"resampled to {rate} Hz with torchaudio.functional.resample (windowed sinc, Hann, 6 zero "
                      "crossings): " + ", ".join(f"{n} clip{'s' * (n > 1)} from {r} Hz" for r, n in sorted(rates.items())))
+        for r in sorted(rates):
+            up, down = resample_ratio(r, rate)
+            read_as = rate * down / up
+            if Fraction(up, down) != Fraction(rate, r):
+                names = [d.name for d in decoded if d.source_rate == r]
+                notes.append(f"{', '.join(names[:5])}{', …' if len(names) > 5 else ''} (recorded at {r:,} Hz): "
+                             f"resampled by {up}/{down}, as if recorded at {read_as:,.6g} Hz "
+                             f"({abs(read_as / r - 1):.4%} off; the exact ratio {rate}/{r} needs a sinc kernel of "
+                             f"about {_kernel_mb(r, rate):,.0f} MB, masklab's are at most 4 MB)")
     else:
         notes.append(f"every clip was already at {rate} Hz (not resampled)")
+    chained = [f"{d.name} ({d.links} streams)" for d in decoded if d.links > 1]
+    if chained:
+        notes.append(f"chained Ogg files decoded whole, their streams one after another: {', '.join(chained[:5])}"
+                     + (", …" if len(chained) > 5 else ""))
     clipped = [d for d in decoded if d.clipped]
     if clipped:
         notes.append(f"{len(clipped)} clip(s) went beyond full scale after conversion; "
@@ -490,7 +587,7 @@ def decode_source(src: AudioSource, rate: int, limits: ImportLimits) -> DecodedS
                 data = m.read()
             except Exception as e:  # noqa: BLE001 - a bad CRC, an unsupported method, a broken link...
                 raise Refused(read_problem(e), str(e)) from None
-            out.append(dec.decode(m.name, data))
+            out.append(isolated(functools.partial(dec.decode, m.name, data)))
             kept.append(i)
         except Refused as r:
             rejected.append((m.name, r.reason))
@@ -637,28 +734,35 @@ def import_audio(
     return report
 
 
-def recorded_rates(clips: list[Member]) -> dict[int, int]:
-    """Recording rates (Hz) -> clip count, from the headers of at most :data:`RATE_PROBE_CLIPS` clips
-    evenly spread over ``clips`` (members larger than :data:`RATE_PROBE_BYTES` and unreadable ones are
-    left out, so the counts may sum to fewer). Nothing is decoded; read inside ``open_source``'s block."""
+def recorded_rates(clips: list[Member], limits: ImportLimits | None = None) -> dict[int, int]:
+    """Recording rates (Hz) -> clip count, of at most :data:`RATE_PROBE_CLIPS` clips evenly spread
+    over ``clips``, each decoded (members larger than :data:`RATE_PROBE_BYTES` are left out). Only
+    clips the import would accept count: one it refuses (damaged, too short, of another format than
+    its name says...) has no say in the proposed rate. Read inside ``open_source``'s block."""
+    limits = limits or ImportLimits.from_env()
     step = max(1, len(clips) / RATE_PROBE_CLIPS)
     rates: Counter[int] = Counter()
     for m in (clips[int(i * step)] for i in range(min(len(clips), RATE_PROBE_CLIPS))):
         if m.size is None or m.size > RATE_PROBE_BYTES:
             continue
         try:
-            rates[int(sf.info(io.BytesIO(m.read())).samplerate)] += 1
-        except Exception:  # noqa: BLE001 - a damaged clip is refused, by name, on import
+            data = m.read()
+            check_format(m.name, data)
+            info = sf.info(io.BytesIO(data))
+            check_header(int(info.frames), int(info.samplerate), int(info.channels), limits)
+            check_length(len(sf.read(io.BytesIO(data), dtype="int16", always_2d=True)[0]), int(info.samplerate))
+        except Exception:  # noqa: BLE001 - a clip the import refuses (named then) has no say in the rate
             continue
+        rates[int(info.samplerate)] += 1
     return dict(sorted(rates.items()))
 
 
 def inspect_audio(path: Path, options: ImportOptions, label: str) -> dict:
-    """What :func:`import_audio` would take, from the directory and manifest alone (no clip decoded;
-    the headers of a sample of clips are read for :func:`recorded_rates`): the fields of
-    :class:`engine.data.ingest.SourcePlan` as a dict."""
-    with open_source(path, label, options, ImportLimits.from_env()) as src:
-        rates = recorded_rates(src.clips)
+    """What :func:`import_audio` would take, from the directory and manifest (a sample of clips is
+    decoded for :func:`recorded_rates`): the fields of :class:`engine.data.ingest.SourcePlan` as a dict."""
+    limits = ImportLimits.from_env()
+    with open_source(path, label, options, limits) as src:
+        rates = recorded_rates(src.clips, limits)
     classes = Counter(src.labels)
 
     names = sorted_names(list(classes))

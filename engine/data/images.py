@@ -60,7 +60,9 @@ from __future__ import annotations
 import io
 import re
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 from PIL import Image, ImageCms, ImageMode, UnidentifiedImageError
@@ -113,6 +115,30 @@ class Refused(Exception):
         report.rejected.append((path, self.reason))
         if self.detail:
             report.details[path] = self.detail
+
+
+T = TypeVar("T")
+OUT_OF_MEMORY = ("ran out of memory while decoding it (the import's memory cap, MASKLAB_IMPORT_MEMORY_MB); "
+                 "export it smaller or import it on its own with a higher cap")
+
+
+def isolated(work: Callable[[], T]) -> T:
+    """``work()``, with any failure of it turned into :class:`Refused`: one file's decoder running out
+    of memory (``MemoryError``, or torch's "can't allocate memory") or failing in a way no rule
+    foresaw refuses that file, named, and the import goes on with the others.
+
+    Raises:
+        Refused: ``work`` raised it, or any other ``Exception`` (its text kept as ``detail``).
+    """
+    try:
+        return work()
+    except Refused:
+        raise
+    except Exception as e:  # noqa: BLE001 - whatever fails on one file is that file's refusal, not the import's
+        if isinstance(e, MemoryError) or "allocate memory" in str(e):
+            raise Refused(OUT_OF_MEMORY, str(e)[:300]) from None
+        raise Refused(f"could not be decoded ({type(e).__name__}); the other files were imported",
+                      str(e)[:300]) from None
 
 
 def sniff(data: bytes) -> str | None:

@@ -29,6 +29,7 @@ Rules (see :func:`import_archive`; the details live in the modules named):
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import re
@@ -66,6 +67,7 @@ from engine.data.images import (
     check_format,
     decode,
     fit_square,
+    isolated,
     lost_on_fill_text,
     open_header,
     sniff,
@@ -287,6 +289,14 @@ def _header_size(m: Member) -> tuple[int, int] | None:
     return None
 
 
+def _fitted(img: Image.Image, size: int, geometry: str, pad: PadFill, report: ImportReport) -> Image.Image:
+    """``img`` made ``size`` square by ``geometry`` (:func:`fit_square`), counted in ``report``."""
+    report.source_sizes[f"{img.size[0]}x{img.size[1]}"] += 1
+    fitted, action = fit_square(img, size, geometry, pad)
+    report.geometry_counts[action] += 1
+    return fitted
+
+
 def auto_size(sizes: Counter) -> tuple[int, str]:
     """The side :func:`import_archive` uses when ``image_size`` is None, and why (for the report).
 
@@ -414,32 +424,44 @@ def import_archive(
 
     report = ImportReport(source=label, fill=rgb, geometry=geometry, pad_fill=pad)
     paths: list[str] = []
-    images: list[Image.Image] = []
     left = limits.max_decoded_bytes
     with Members(src, label, limits) as ms:
         report.names = decode_names(ms.members, name_encoding)
         candidates, report.rejected, report.skipped = _classify(ms.members, limits)
-        if image_size is None:  # sizes of the images that can pass the pixel limit
+        auto = image_size is None
+        if auto:  # the budget's estimate, from the headers; the size itself comes from the accepted images
             sizes = Counter(s for s in map(_header_size, candidates)
                             if s is not None and s[0] * s[1] <= limits.max_image_pixels)
-            image_size, report.size_rule = auto_size(sizes)
-        report.image_size = image_size
-        stored = image_size * image_size * 3  # the resized copy each image keeps
+            estimate = auto_size(sizes)[0]
+        stored = (estimate if auto else image_size) ** 2 * 3  # the resized copy each image keeps
+        decoded: list[tuple[Image.Image, str | None]] = []
         for i, m in enumerate(candidates):
             if progress is not None:
                 progress(i, len(candidates))
             try:
-                img, note, left = read_image(m, limits, rgb, left, stored)
+                img, note, left = isolated(functools.partial(read_image, m, limits, rgb, left, stored))
+                if not auto:  # resized now: the full-size image is not kept
+                    img = isolated(functools.partial(_fitted, img, image_size, geometry, pad, report))
             except Refused as r:
                 r.record(report, m.name)
                 continue
-            report.source_sizes[f"{img.size[0]}x{img.size[1]}"] += 1
-            fitted, action = fit_square(img, image_size, geometry, pad)
-            report.geometry_counts[action] += 1
-            images.append(fitted)
+            decoded.append((img, note))
             paths.append(m.name)
             if note is not None:
                 report.converted.append((m.name, note))
+        if auto:  # chosen from the images that were accepted: a refused one has no say
+            image_size, report.size_rule = auto_size(Counter(img.size for img, _ in decoded))
+            fitted, kept = [], []
+            for (img, note), p in zip(decoded, paths):
+                try:
+                    fitted.append((isolated(functools.partial(_fitted, img, image_size, geometry, pad, report)), note))
+                    kept.append(p)
+                except Refused as r:
+                    r.record(report, p)
+            decoded, paths, keep = fitted, kept, set(kept)
+            report.converted = [(p, n) for p, n in report.converted if p in keep]
+        report.image_size = image_size
+        images = [img for img, _ in decoded]
         if progress is not None:
             progress(len(candidates), len(candidates))
     report.rejected.sort()

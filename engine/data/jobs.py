@@ -112,6 +112,8 @@ class ImportJob:
         outcome: set when ``completed``.
         rejected / skipped: ``(file, reason)`` of a ``failed`` import that refused every file (empty
             otherwise; a completed one has them in ``outcome``).
+        base_mb / peak_mb: the import process's resident memory (MiB) once its modules were loaded,
+            and at its peak; 0 until it ended. ``peak_mb - base_mb`` is what the import itself took.
     """
 
     job_id: str
@@ -123,6 +125,8 @@ class ImportJob:
     outcome: ImportOutcome | None = None
     rejected: list[tuple[str, str]] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    base_mb: float = 0.0
+    peak_mb: float = 0.0
 
     @property
     def active(self) -> bool:
@@ -222,6 +226,7 @@ def import_status(job_id: str, workspace: str | os.PathLike[str] | None = None) 
         out.state, out.error = res["state"], res.get("error", "")
         out.rejected = [tuple(x) for x in res.get("rejected", ())]
         out.skipped = [tuple(x) for x in res.get("skipped", ())]
+        out.base_mb, out.peak_mb = float(res.get("base_mb", 0.0)), float(res.get("peak_mb", 0.0))
         if res.get("outcome"):
             o = res["outcome"]
             out.outcome = ImportOutcome(**{**o, "rejected": [tuple(x) for x in o["rejected"]],
@@ -305,6 +310,15 @@ def mapped_bytes() -> int:
     raise OSError("no VmSize in /proc/self/status")
 
 
+def resident_mb() -> float:
+    """This process's resident memory now (``VmRSS`` of ``/proc/self/status``), in MiB."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise OSError("no VmRSS in /proc/self/status")
+
+
 def run_job(d: Path) -> int:
     """The import process: take the job's lock, cap memory, import, write ``result.json``. Returns
     the exit code (0 completed, 1 failed, 130 cancelled)."""
@@ -324,10 +338,12 @@ def run_job(d: Path) -> int:
 
     cap = memory_cap_bytes()
     _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    base_mb = 0.0
     try:
         if (d / CANCEL_FILE).exists():
             raise ImportCancelled()
         modality = _preload(job["path"], job["source_label"])
+        base_mb = resident_mb()
         limit = mapped_bytes() + cap
         if hard != resource.RLIM_INFINITY:
             limit = min(limit, hard)
@@ -353,6 +369,9 @@ def run_job(d: Path) -> int:
     finally:
         resource.setrlimit(resource.RLIMIT_AS, (hard, hard))
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if base_mb:
+        result["base_mb"] = round(base_mb, 1)
+    result["peak_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # KiB on Linux
     atomic_write_json(d / RESULT_FILE, result)
     lock.release()
     return code

@@ -68,7 +68,7 @@ from engine.data.archive import (
 from engine.data.catalog import check_new_name
 from engine.data.dataset import DatasetInfo, PairedDataset, classes_text, counted, seeded_split
 from engine.data.images import EXTENSIONS as IMAGE_EXTENSIONS
-from engine.data.images import GEOMETRIES, Refused, fit_square, lost_on_fill_text
+from engine.data.images import GEOMETRIES, Refused, fit_square, isolated, lost_on_fill_text
 from engine.data.importer import MAX_SIDE, MIN_SIDE, class_labels, default_name, fill_rgb, parse_pad_fill, read_image
 from engine.data.limits import ImportLimits
 from engine.data.sampling import import_order
@@ -356,11 +356,11 @@ def decode_pairs(src: PairSource, report: PairedImportReport, limits: ImportLimi
         if progress is not None:
             progress(i, len(src.images))
         try:
-            img, note, left = read_image(m, limits, fill, left, stored)
+            img, note, left = isolated(functools.partial(read_image, m, limits, fill, left, stored))
+            fitted, action = isolated(functools.partial(fit_square, img, image_size, geometry, pad_fill))
         except Refused as r:
             r.record(report, m.name)
             continue
-        fitted, action = fit_square(img, image_size, geometry, pad_fill)
         report.geometry_counts[action] += 1
         if note is not None:
             report.converted.append((m.name, note))

@@ -35,6 +35,7 @@ class-ordered slice.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from dataclasses import dataclass, field
@@ -47,6 +48,7 @@ from engine.data import importer, storage
 from engine.data.archive import Members, classify, decode_names, import_outcome, import_target, read_problem, refusal_lines, skip_reason
 from engine.data.catalog import check_new_name
 from engine.data.dataset import DatasetInfo, TextDataset, classes_text, counted, seeded_split
+from engine.data.images import Refused, isolated
 from engine.data.limits import ImportLimits
 from engine.data.sampling import import_order
 from engine.data.tabular import (
@@ -268,7 +270,10 @@ def _read_txt_tree(path: Path, label: str, name_encoding: str | None = None) -> 
             except Exception as e:  # noqa: BLE001 - a bad CRC, an unsupported compression, a broken link...
                 src.rejected.append((m.name, read_problem(e)))
                 continue
-            text, problem, notes = text_problem(data)
+            try:
+                text, problem, notes = isolated(functools.partial(text_problem, data))
+            except Refused as r:
+                text, problem = None, r.reason
             if text is None:
                 src.rejected.append((m.name, problem))
                 continue

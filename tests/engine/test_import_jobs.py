@@ -133,24 +133,6 @@ def test_a_cancelled_import_leaves_no_partial_dataset(workspace, tmp_path):
     assert cancel_import(job, actor=EDITOR) is False  # already ended
 
 
-def test_an_import_over_its_memory_cap_fails_with_the_variable_named(workspace, tmp_path, monkeypatch):
-    path = tmp_path / "big.zip"
-    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as z:
-        buf = io.BytesIO()
-        Image.new("RGB", (7000, 5000), (10, 20, 30)).save(buf, "PNG")  # 35 Mpx: 140 MB decoded, 100 KB stored
-        z.writestr("a/big.png", buf.getvalue())
-        buf = io.BytesIO()
-        Image.new("RGB", (8, 8), (1, 2, 3)).save(buf, "PNG")
-        z.writestr("a/small.png", buf.getvalue())
-    monkeypatch.setenv("MASKLAB_IMPORT_MEMORY_MB", "256")
-    job = start_import(path, "big", actor=EDITOR, image_size=8)
-    st = _wait(job, lambda s: not s.active)
-    assert st.state == "failed"
-    assert st.error == ("the import needed more memory than its cap of 256 MB (MASKLAB_IMPORT_MEMORY_MB); nothing "
-                        "was registered. Import fewer or smaller images at once, or raise the cap")
-    _no_partial_dataset(workspace, "big")
-
-
 def test_a_viewer_cannot_start_or_cancel_an_import(workspace, tmp_path):
     path = _zip(tmp_path / "x.zip", 2)
     with pytest.raises(PermissionDeniedError, match="vera \\(viewer\\) may not import datasets"):
