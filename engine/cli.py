@@ -77,7 +77,7 @@ from engine.api import (
 from engine.config import load_config, parse_eval_budget
 from engine.data.dataset import counted
 from engine.data.tabular import import_options
-from engine.errors import ConfigError, MasklabError, RunNotFoundError
+from engine.errors import ConfigError, MasklabError, NothingImportedError, RunNotFoundError
 from engine.pretrained.cli import add_parsers as add_pretrained_parsers
 from engine.pretrained.cli import cmd_models, cmd_predict
 from engine.runner.doctor import check_workspace
@@ -608,6 +608,8 @@ def main(argv: list[str] | None = None) -> int:
         return handler[args.cmd](args)
     except MasklabError as e:
         print(f"error: {e}", file=sys.stderr)
+        for where, reason in e.rejected if isinstance(e, NothingImportedError) else ():  # each refused file
+            print(f"  refused {where}: {reason}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `python -m engine runs | head`
         sys.stderr.close()

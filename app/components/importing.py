@@ -56,16 +56,42 @@ _AUTO, _NONE = "(detect)", "(none)"
 
 def _stash(upload) -> Path:
     """The upload written once to a private temporary folder (kept while the same file is selected,
-    so inspecting and importing read the same bytes); the previous upload's folder is removed."""
+    so inspecting and importing read the same bytes); the previous upload's folder is removed. The
+    folder goes when its import ends or the file is removed from the uploader (:func:`_drop_stash`)."""
     held = st.session_state.get("imp_file")
     if held and held[0] == upload.file_id and Path(held[1]).exists():
         return Path(held[1])
-    if held:
-        shutil.rmtree(Path(held[1]).parent, ignore_errors=True)
+    _drop_stash()
     path = Path(tempfile.mkdtemp(prefix="masklab-upload-")) / Path(upload.name).name  # the user's name, for reports
     path.write_bytes(upload.getvalue())
     st.session_state["imp_file"] = (upload.file_id, str(path))
     return path
+
+
+def _drop_stash() -> None:
+    """Remove the temporary copy of the upload (:func:`_stash`), if this session holds one and no
+    running import reads it (that one goes when the import ends: :func:`_imported`)."""
+    held = st.session_state.pop("imp_file", None)
+    if held and held[1] != st.session_state.get("data_job_file"):
+        shutil.rmtree(Path(held[1]).parent, ignore_errors=True)
+
+
+def _imported() -> None:
+    """After an import ended: remove the copy it read; if the uploader still holds that file, empty
+    the uploader (a second click cannot import the same file again by mistake)."""
+    done = st.session_state.pop("data_job_file", None)
+    if done is None:
+        return
+    shutil.rmtree(Path(done).parent, ignore_errors=True)
+    held = st.session_state.get("imp_file")
+    if held and held[1] == done:
+        st.session_state.pop("imp_file")
+        st.session_state["data_upload_gen"] = st.session_state.get("data_upload_gen", 0) + 1
+
+
+def _uploader_key() -> str:
+    """The uploader's key; a finished import moves it on, which empties the uploader (:func:`_imported`)."""
+    return f"data_upload_{st.session_state.get('data_upload_gen', 0)}"
 
 
 @st.cache_data(max_entries=8, ttl=600, show_spinner="Reading the file…")
@@ -124,7 +150,7 @@ def _refusals(rejected, skipped) -> None:
             st.dataframe(frame, hide_index=True, width="stretch",
                          column_config={"reason": st.column_config.TextColumn("reason", width="large")})
     if skipped:
-        with st.expander(f"Skipped, not data files ({len(skipped)})"):
+        with st.expander(f"Skipped, each with the reason ({len(skipped)})"):
             st.dataframe(pd.DataFrame(skipped, columns=["file", "why skipped"]), hide_index=True, width="stretch")
 
 
@@ -178,6 +204,7 @@ def import_progress() -> None:
         return
     # Ended: the whole page reruns (the fragment, and its 1 s timer, stop; the note outlives it).
     st.session_state.pop("data_job", None)
+    _imported()
     if job.state == "completed":
         st.session_state["data_report"] = (job.outcome, name)
         if job.outcome.dataset:
@@ -235,8 +262,11 @@ def import_panel() -> str | None:
     note = st.session_state.pop("data_import_note", None)
     if note is not None:
         (st.info if note[0] == "info" else st.error)(note[1])
-    upload = st.file_uploader(UPLOAD_LABEL, key="data_upload")
+    upload = st.file_uploader(UPLOAD_LABEL, key=_uploader_key())
     if upload is None:
+        _drop_stash()  # a file taken out of the uploader: its copy goes too
+        if held := st.session_state.get("data_report"):  # the last import's report stays after it
+            show_report(*held)
         return None
     path = _stash(upload)
     key = f"imp_{upload.file_id}"
@@ -267,6 +297,7 @@ def import_panel() -> str | None:
                       source_label=upload.name, actor=actor(), **extra)  # fmt: skip
         if job is not None:
             st.session_state["data_job"] = (job, upload.name)
+            st.session_state["data_job_file"] = str(path)  # removed when the job ends
             st.session_state["data_report"] = None
             st.rerun(scope="app")
     held = st.session_state.get("data_report")

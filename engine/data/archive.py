@@ -18,7 +18,7 @@ Names (every way a zip stores them):
    Folder names are the file system's bytes and follow rule 3.
 
 Only after decoding are backslashes turned into ``/`` (a Shift-JIS name such as ``ソ`` contains the
-byte 0x5C). A name that is absolute (``/x``, ``C:x``, ``//server``) or has a ``..`` component *leaves
+byte 0x5C); reports say how many (:attr:`NameDecoding.backslashed`). A name that is absolute (``/x``, ``C:x``, ``//server``) or has a ``..`` component *leaves
 the archive*: it is refused. Names never become paths: members are read in memory, never extracted.
 A symbolic link inside a folder that points outside it is refused the same way.
 
@@ -28,12 +28,12 @@ CRC-32 at that point, so a member that inflates to more than it declares is refu
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import stat
 import struct
 import zipfile
 import zlib
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -68,20 +68,36 @@ class NameDecoding:
             ``"ambiguous"`` (detection could not decide: ``encoding`` is the best guess) or ``"chosen"``.
         candidates: for ``"ambiguous"``, the close candidates, best first (``encoding`` among them).
         n_names: unflagged names that needed an encoding (non-ASCII).
+        backslashed: names holding ``\\``, read as the folder separator (Windows tools write it), and
+            ``backslash_example`` the first of them.
     """
 
     encoding: str
     how: str
     candidates: tuple[str, ...] = ()
     n_names: int = 0
+    backslashed: int = 0
+    backslash_example: str = ""
 
     @property
     def ambiguous(self) -> bool:
         """True when detection could not decide and ``encoding`` is a guess."""
         return self.how == "ambiguous"
 
+    @property
+    def noteworthy(self) -> bool:
+        """True when a report should say how the names were read: an encoding other than ASCII or
+        UTF-8 was used, or a ``\\`` was read as a folder separator."""
+        return self.how not in ("ascii", "utf-8") or self.backslashed > 0
+
     def describe(self) -> str:
-        """One line for reports, e.g. ``member names: cp932 (detected over 12 names)``."""
+        """One line for reports, e.g. ``member names: cp932 (detected over 12 names)``, and how many
+        names use ``\\`` as the folder separator."""
+        return self._encoding_text() + (
+            f"; {self.backslashed} use \\ as the folder separator (as Windows tools write them), read as / "
+            f"(e.g. {self.backslash_example})" if self.backslashed else "")  # fmt: skip
+
+    def _encoding_text(self) -> str:
         if self.how == "ascii":
             return "member names: ASCII"
         if self.how == "utf-8":
@@ -147,15 +163,38 @@ def skip_reason(rel: str, extensions, what: str) -> str | None:
     return None if ext in extensions else f"not {what} ({ext or 'no extension'})"
 
 
+MAX_NAMED = 10
+"""Files named per reason in a report's skipped lines (:func:`refusal_lines`), and by :func:`some_names`."""
+
+
+def some_names(names: Sequence[str], n: int = MAX_NAMED) -> str:
+    """``names`` joined by commas; beyond ``n`` the first ``n`` and how many there are
+    (``"a, b, c (the first 3 of 5)"``), so a count and its list never disagree."""
+    shown = ", ".join(names[:n])
+    return shown if len(names) <= n else f"{shown} (the first {n} of {len(names)})"
+
+
+def first_refusals(rejected: Sequence[tuple[str, str]], n: int = 3) -> str:
+    """The first ``n`` refusals as ``"a.wav: why; b.wav: why"``, then ``"; and 2 more"`` when there
+    are more (for an error message whose exception carries the whole list)."""
+    shown = "; ".join(f"{p}: {r}" for p, r in rejected[:n])
+    return shown + (f"; and {len(rejected) - n} more" if len(rejected) > n else "")
+
+
 def refusal_lines(rejected: list[tuple[str, str]], skipped: list[tuple[str, str]], skipped_title: str) -> list[str]:
-    """The end of an import report: every rejected file with its reason, skipped files counted by reason."""
+    """The end of an import report: every rejected file with its reason; skipped files by reason,
+    each reason with its count and the files (:func:`some_names`)."""
     lines = []
     if rejected:
         lines.append("Rejected:")
         lines += [f"  {path}: {reason}" for path, reason in rejected]
     if skipped:
         lines.append(f"{skipped_title}:")
-        lines += [f"  {n} x {reason}" for reason, n in Counter(r for _, r in skipped).most_common()]
+        by_reason: dict[str, list[str]] = {}
+        for path, reason in skipped:
+            by_reason.setdefault(reason, []).append(path)
+        for reason, paths in sorted(by_reason.items(), key=lambda kv: -len(kv[1])):
+            lines.append(f"  {paths[0]}: {reason}" if len(paths) == 1 else f"  {len(paths)} x {reason}: {some_names(paths)}")
     return lines
 
 
@@ -236,7 +275,8 @@ def decode_names(members: list[Member], name_encoding: str | None = None) -> Nam
                 raise DatasetError(f"member name {m.raw_name!r} is not valid {how.encoding}; "
                                    "choose another name encoding") from None  # fmt: skip
         m.name = text
-    return how
+    slashed = [m.name for m in members if "\\" in m.name]
+    return dataclasses.replace(how, backslashed=len(slashed), backslash_example=slashed[0]) if slashed else how
 
 
 def _is_utf8(b: bytes) -> bool:
@@ -426,29 +466,6 @@ def classify(members: list[Member], limits: ImportLimits,
         else:
             candidates.append(m)
     return sorted(candidates, key=lambda m: m.name), rejected, skipped
-
-
-def listed_member(raw: str, base: PurePosixPath, by_name: dict[str, Member], first_line: dict[str, int],
-                  what: str, source: str) -> tuple[Member | None, str]:
-    """The member a table row names in its file column (a path relative to the table's folder
-    ``base``), or why the row cannot be used: an empty name, a path leaving the archive, a file
-    listed before (``first_line`` maps the names taken so far to their line), no such ``what``
-    (e.g. ``"audio file"``) in ``source``.
-
-    Returns:
-        ``(member, cleaned name)`` or ``(None, reason)``.
-    """
-    raw = raw.strip().replace("\\", "/")
-    if not raw:
-        return None, "empty file name"
-    if (why := unsafe_path(raw)) is not None:
-        return None, why
-    name = clean_path(str(base / raw)) if str(base) != "." else clean_path(raw)
-    if name in first_line:
-        return None, f"{name} is listed twice (first at line {first_line[name]})"
-    if name not in by_name:
-        return None, f"no {what} {name!r} in {source}"
-    return by_name[name], name
 
 
 # --------------------------------------------------------------------------- audit details of imports

@@ -11,12 +11,13 @@ Sources (:func:`import_audio`, through :func:`engine.data.import_source`):
 Labels: the first sub-folder of each clip (after one top folder common to every clip, as for
 images), ``unlabeled`` for clips not in a sub-folder. Or a **manifest**: when the zip / folder holds
 exactly one table (``.csv``, ``.tsv``, ``.jsonl``, read by :mod:`engine.data.tabular`), each row
-names one clip in its file column (a path relative to the table's folder) with its label, group
+names one clip in its file column (a path relative to the table's folder, or an id naming a clip by its
+stem in any folder: :mod:`engine.data.manifest`) with its label, group
 (e.g. the speaker) and, when ``text_column`` is given, its transcript; the columns come from
 :class:`~engine.data.tabular.ImportOptions` (``--file-column``, ``--label-column``,
 ``--group-column``, ``--text-column``) or are detected (the text column only when given). Clips the
-manifest does not list are skipped; a row whose file is missing, unsafe or listed twice is rejected
-with its line. Several tables are refused (keep one manifest).
+manifest does not list are skipped; a row whose file is missing, unsafe, ambiguous or listed twice is
+rejected with its line (a missing one, and a clip no row lists, with its near misses). Several tables are refused (keep one manifest).
 
 Decoding rules (:class:`ClipDecoder`), each refusal naming the file:
 
@@ -80,9 +81,9 @@ from engine.data.archive import (
     NameDecoding,
     classify,
     decode_names,
+    first_refusals,
     import_outcome,
     import_target,
-    listed_member,
     read_problem,
     refusal_lines,
     size_problem,
@@ -93,6 +94,7 @@ from engine.data.dataset import AudioDataset, DatasetInfo, classes_text, counted
 from engine.data.images import Refused, isolated
 from engine.data.importer import class_labels
 from engine.data.limits import ImportLimits, budget_reason
+from engine.data.manifest import ListedFiles
 from engine.data.sampling import import_order
 from engine.data.tabular import TABLE_EXTENSIONS, ColumnRoles, ImportOptions, detect_roles, parse_table
 from engine.data.text import sorted_names
@@ -451,7 +453,7 @@ def open_source(path: Path, label: str, options: ImportOptions, limits: ImportLi
             src.clips = clips
             src.labels = class_labels([m.name for m in clips])[0]  # first sub-folder, as for images
             src.notes.append("label = first sub-folder name (no manifest table)")
-        if src.names.how not in ("ascii", "utf-8"):
+        if src.names.noteworthy:
             src.notes.append(src.names.describe())
         yield src
 
@@ -472,27 +474,25 @@ def _apply_manifest(src: AudioSource, table_member: Member, clips: list[Member],
                            f"{', '.join(map(repr, table.columns))}; name it with file_column (--file-column)")  # fmt: skip
     src.manifest, src.columns, src.roles = where, table.columns, roles
     src.rejected += table.rejected
-    base = PurePosixPath(where).parent
-    by_name = {m.name: m for m in clips}
-    first_line: dict[str, int] = {}
+    listed = ListedFiles(clips, where, "audio file", src.source)  # exact path, else by stem (engine.data.manifest)
     labels, groups, texts = [], [], []
     col = {r: (table.columns.index(getattr(roles, r)) if getattr(roles, r) else None) for r in ("file", "label", "group", "text")}
     for row, line in zip(table.rows, table.lines):
-        m, name = listed_member(row[col["file"]], base, by_name, first_line, "audio file", src.source)
+        m = listed.find(row[col["file"]], line)
         if m is None:
-            src.rejected.append((f"{where}:{line}", name))
             continue
-        first_line[name] = line
+        listed.keep(m, line)
         src.clips.append(m)
         labels.append((row[col["label"]].strip() if col["label"] is not None else "") or UNLABELED)
         groups.append(row[col["group"]].strip() if col["group"] is not None else "")
         texts.append(row[col["text"]].strip() if col["text"] is not None else "")
-    listed = set(first_line)
-    src.skipped += [(m.name, f"not listed in the manifest {where}") for m in clips if m.name not in listed]
+    rejected, skipped, notes = listed.finish(f"not listed in the manifest {where}")
+    src.rejected += rejected
+    src.skipped += skipped
     src.labels = labels
     src.groups = groups if col["group"] is not None else None
     src.transcripts = texts if col["text"] is not None else None
-    src.notes += table.notes
+    src.notes += table.notes + notes
     src.notes.append(f"manifest {where}: {roles.describe()}")
 
 
@@ -525,6 +525,23 @@ def upsampled_notes(decoded: list[DecodedClip], rate: int) -> list[tuple[str, st
     return [("", f"recorded at {d.source_rate:,} Hz, {UPSAMPLED} {rate:,} Hz: the mel bins above "
                  f"{d.source_rate // 2:,} Hz hold nothing; import again with the sample rate at {d.source_rate:,} Hz")
             for d in decoded if d.source_rate < rate]
+
+
+def named_notes(decoded: list[DecodedClip], rate: int) -> list[tuple[str, str]]:
+    """``(file, note)`` per clip read in a way its user should know (the report's ``converted``,
+    shown by the Data page with the files): resampled by an approximate ratio
+    (:func:`resample_ratio`), a chained Ogg file decoded whole."""
+    out = []
+    for d in decoded:
+        up, down = resample_ratio(d.source_rate, rate)
+        if Fraction(up, down) != Fraction(rate, d.source_rate):
+            read_as = rate * down / up
+            out.append((d.name, f"recorded at {d.source_rate:,} Hz, resampled as if recorded at {read_as:,.6g} Hz "
+                                f"({abs(read_as / d.source_rate - 1):.4%} off; the exact ratio needs a "
+                                f"{_kernel_mb(d.source_rate, rate):,.0f} MB kernel)"))
+        if d.links > 1:
+            out.append((d.name, "a chained Ogg file: its streams decoded one after another"))
+    return out
 
 
 def _conversion_notes(decoded: list[DecodedClip], rate: int) -> list[str]:
@@ -637,7 +654,8 @@ class AudioImportReport:
         untranscribed: clips imported with an empty transcript (a transcript column was named):
             the audio tasks use them, the paired task (audio-text pairs) leaves them out.
         converted: ``(file, note)`` for clips converted in a way worth a warning (recorded below
-            the import's rate: :func:`upsampled_notes`; the file is not named there, ``""``).
+            the import's rate: :func:`upsampled_notes`, the file not named there, ``""``; an
+            approximate resampling ratio or a chained Ogg file: :func:`named_notes`).
     """
 
     source: str
@@ -715,12 +733,12 @@ def import_audio(
     report = AudioImportReport(label, src.kind, None, len(d.decoded), d.rejected, sorted(src.skipped), d.details,
                                src.names, src.roles, notes=list(src.notes), untranscribed=d.untranscribed)  # fmt: skip
     if not d.decoded:
-        refused = "; ".join(f"{p}: {r}" for p, r in d.rejected[:3])
+        refused = first_refusals(d.rejected)
         what = f"{len(d.rejected)} refused: {refused}" if d.rejected else f"{len(src.skipped)} other files skipped"
         raise NothingImportedError(f"{label}: no usable audio clip (WAV, FLAC, Ogg); {what}", d.rejected,
                                    sorted(src.skipped))
     report.notes += _conversion_notes(d.decoded, rate)
-    report.converted = upsampled_notes(d.decoded, rate)
+    report.converted = upsampled_notes(d.decoded, rate) + named_notes(d.decoded, rate)
     info = DatasetInfo(name=name, modality="audio", source=f"upload:{src_path.name}", image_shape=None,
                        class_names=(), n_train=0, n_val=0, created_at=storage.utc_now(),
                        description=f"Imported from {src_path.name} ({src.kind}"
@@ -769,8 +787,9 @@ def inspect_audio(path: Path, options: ImportOptions, label: str) -> dict:
     return {"kind": src.kind, "columns": src.columns, "roles": src.roles, "preview": src.preview(),
             "class_names": names, "label_counts": {c: classes[c] for c in names}, "n_items": len(src.clips),
             "rejected": sorted(src.rejected), "skipped": sorted(src.skipped), "sample_rates": rates,
-            "notes": src.notes + [f"clips are decoded on import (mono, {options.sample_rate or DEFAULT_SAMPLE_RATE:,} "
-                                  "Hz); unreadable ones are rejected then"]}  # fmt: skip
+            "notes": src.notes + [f"clips are decoded on import (mono, {options.sample_rate or proposed_rate(rates):,} Hz"
+                                  f"{'' if options.sample_rate else ', proposed from their own rates'}); unreadable "
+                                  "ones are rejected then"]}  # fmt: skip
 
 
 # --------------------------------------------------------------------------- bundled asterisk prompts

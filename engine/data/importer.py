@@ -50,6 +50,7 @@ from engine.data.archive import (
     NameDecoding,
     classify,
     decode_names,
+    first_refusals,
     import_outcome,
     import_target,
     read_problem,
@@ -153,7 +154,7 @@ class ImportReport:
             sizes = ", ".join(f"{k} ({n})" for k, n in self.source_sizes.most_common(5))
             more = f" and {len(self.source_sizes) - 5} more sizes" if len(self.source_sizes) > 5 else ""
             lines.append(f"Geometry: {self.geometry_line()}. Sizes read: {sizes}{more}.")
-        if self.names is not None and self.names.how != "ascii":
+        if self.names is not None and (self.names.how != "ascii" or self.names.backslashed):
             lines.append(("Warning: " if self.names.ambiguous else "") + self.names.describe() + ".")
         if self.converted:
             lines.append("Converted:")
@@ -469,7 +470,7 @@ def import_archive(
     if not images:
         if not report.rejected:
             raise DatasetError(f"{label}: no image files found ({len(report.skipped)} other files skipped)")
-        refused = "; ".join(f"{p}: {r}" for p, r in report.rejected[:3])
+        refused = first_refusals(report.rejected)
         raise NothingImportedError(f"{label}: no readable images; {counted(len(report.rejected), 'file')} refused: "
                                    f"{refused}", report.rejected, report.skipped)
 

@@ -4,7 +4,8 @@ Sources (:func:`import_paired`, through :func:`engine.data.import_source`): a ``
 folder holding images and either
 
 - **one captions table** (``.csv``, ``.tsv``, ``.jsonl``, read by :mod:`engine.data.tabular`): each row
-  names an image in its file column (a path relative to the table's folder) and gives its caption
+  names an image in its file column (a path relative to the table's folder, or a name or stem in any
+  folder: :mod:`engine.data.manifest`) and gives its caption
   in the text column, optionally a label; the columns come from the shared import options
   (``--file-column``, ``--text-column``, ``--label-column``) or are detected
   (:func:`engine.data.tabular.detect_roles`; the text column is the one named most like a caption,
@@ -58,12 +59,13 @@ from engine.data.archive import (
     NameDecoding,
     classify,
     decode_names,
+    first_refusals,
     import_outcome,
     import_target,
-    listed_member,
     read_problem,
     refusal_lines,
     skip_reason,
+    some_names,
 )
 from engine.data.catalog import check_new_name
 from engine.data.dataset import DatasetInfo, PairedDataset, classes_text, counted, seeded_split
@@ -71,6 +73,7 @@ from engine.data.images import EXTENSIONS as IMAGE_EXTENSIONS
 from engine.data.images import GEOMETRIES, Refused, fit_square, isolated, lost_on_fill_text
 from engine.data.importer import MAX_SIDE, MIN_SIDE, class_labels, default_name, fill_rgb, parse_pad_fill, read_image
 from engine.data.limits import ImportLimits
+from engine.data.manifest import MAX_CLOSE_PAIRS, ListedFiles, NearMisses, nfc
 from engine.data.sampling import import_order
 from engine.data.tabular import (
     TABLE_EXTENSIONS,
@@ -202,8 +205,14 @@ def holds_pairs(names: list[str]) -> bool:
         return False
     if any(_ext(n) in TABLE_EXTENSIONS for n in names):
         return True
-    stems = {str(PurePosixPath(n).with_suffix("")) for n in names if _ext(n) == CAPTION_EXTENSION}
-    return 2 * sum(str(PurePosixPath(n).with_suffix("")) in stems for n in images) >= len(images)
+    stems = {_stem(n) for n in names if _ext(n) == CAPTION_EXTENSION}
+    return 2 * sum(_stem(n) in stems for n in images) >= len(images)
+
+
+def _stem(name: str) -> str:
+    """The path without its extension, in Unicode normal form C (an image and its caption pair even
+    when one name is stored decomposed, as macOS writes zips, and the other composed)."""
+    return nfc(str(PurePosixPath(name).with_suffix("")))
 
 
 def caption_of(data: bytes) -> str:
@@ -213,10 +222,15 @@ def caption_of(data: bytes) -> str:
         Refused: the file is not valid UTF-8 (naming the line and the byte) nor UTF-16/32 text, or its
             content is another format (:mod:`engine.data.sniff`).
     """
-    text, problem, _ = text_problem(data)
+    return _caption(data)[0]
+
+
+def _caption(data: bytes) -> tuple[str, list[str]]:
+    """:func:`caption_of` and what decoding did (a converted encoding, a removed byte-order mark)."""
+    text, problem, notes = text_problem(data)
     if text is None:
         raise Refused(f"caption {problem}")
-    return next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    return next((ln.strip() for ln in text.splitlines() if ln.strip()), ""), notes
 
 
 @contextmanager
@@ -253,7 +267,7 @@ def open_pairs(path: Path, label: str, options: ImportOptions, limits: ImportLim
         # folders judged over every image of the source, not only the kept ones
         folder = dict(zip((m.name for m in images), class_labels([m.name for m in images])[0])) if images else {}
         src.labels = [g or folder[m.name] for g, m in zip(given_labels, src.images)]
-        if src.names.how not in ("ascii", "utf-8"):
+        if src.names.noteworthy:
             src.notes.append(src.names.describe())
         yield src
 
@@ -277,43 +291,44 @@ def _captions_from_table(src: PairSource, table_member: Member, images: list[Mem
                                f"{', '.join(map(repr, table.columns))}; name it with {role}_column (--{role}-column)")
     src.columns, src.roles = table.columns, roles
     src.rejected += table.rejected
-    base = PurePosixPath(where).parent
-    by_name = {m.name: m for m in images}
-    first_line: dict[str, int] = {}
+    listed = ListedFiles(images, where, "image", src.source, ": the pair has no image")  # engine.data.manifest
     col = {r: (table.columns.index(getattr(roles, r)) if getattr(roles, r) else None) for r in ("file", "text", "label")}
     labels: list[str | None] = []
     for row, line in zip(table.rows, table.lines):
-        at = f"{where}:{line}"
-        m, name = listed_member(row[col["file"]], base, by_name, first_line, "image", src.source)
+        m = listed.find(row[col["file"]], line)
         if m is None:
-            src.rejected.append((at, name + (": the pair has no image" if name.startswith("no image") else "")))
             continue
         caption = row[col["text"]].strip()
         if not caption:
-            src.rejected.append((at, f"{name}: empty caption"))
+            src.rejected.append((f"{where}:{line}", f"{m.name}: empty caption"))
             continue
-        first_line[name] = line
+        listed.keep(m, line)
         src.images.append(m)
         src.captions.append(caption)
         labels.append(row[col["label"]].strip() or None if col["label"] is not None else None)
-    src.skipped += [(m.name, f"not listed in the captions table {where}") for m in images if m.name not in first_line]
-    src.notes += table.notes
+    rejected, skipped, notes = listed.finish(f"not listed in the captions table {where}")
+    src.rejected += rejected
+    src.skipped += skipped
+    src.notes += table.notes + notes
     src.notes.append(f"captions table {where}: {roles.describe()}")
     return labels
 
 
 def _captions_from_txt(src: PairSource, images: list[Member], texts: list[Member]) -> None:
     """Pairs from same-stem ``.txt`` files beside the images (module docstring)."""
-    stem = lambda n: str(PurePosixPath(n).with_suffix(""))  # noqa: E731
-    by_stem = {stem(m.name): m for m in texts}
+    by_stem = {_stem(m.name): m for m in texts}
     used: set[str] = set()
-    refused = {stem(w) for w, _ in src.rejected if _ext(w) == CAPTION_EXTENSION}  # e.g. an empty file: named already
+    refused = {_stem(w) for w, _ in src.rejected if _ext(w) == CAPTION_EXTENSION}  # e.g. an empty file: named already
+    lonely: list[tuple[int, Member]] = []  # (index in src.rejected, image without a caption file)
+    converted: dict[str, list[str]] = {}
     for m in images:
-        t = by_stem.get(stem(m.name))
-        if t is None and stem(m.name) in refused:
+        t = by_stem.get(_stem(m.name))
+        if t is None and _stem(m.name) in refused:
             continue
         if t is None:
-            src.rejected.append((m.name, f"no caption: no {stem(m.name)}{CAPTION_EXTENSION} beside the image"))
+            lonely.append((len(src.rejected), m))
+            src.rejected.append((m.name, f"no caption: no {PurePosixPath(m.name).with_suffix(CAPTION_EXTENSION)} "
+                                         "beside the image"))  # fmt: skip
             continue
         used.add(t.name)
         try:
@@ -321,18 +336,29 @@ def _captions_from_txt(src: PairSource, images: list[Member], texts: list[Member
                 data = t.read()
             except Exception as e:  # noqa: BLE001 - a bad CRC, a broken link...
                 raise Refused(read_problem(e)) from None
-            caption = caption_of(data)
+            caption, notes = _caption(data)
         except Refused as r:
             src.rejected.append((t.name, r.reason))
             continue
+        for n in notes:
+            converted.setdefault(n, []).append(t.name)
         if not caption:
             src.rejected.append((t.name, f"empty caption (for {m.name})"))
             continue
         src.images.append(m)
         src.captions.append(caption)
-    src.rejected += [(t.name, "a caption without an image: no image file of the same name beside it")
-                     for t in texts if t.name not in used]
+    unused = [t for t in texts if t.name not in used]
+    near = NearMisses(unused)
+    hints: dict[str, str] = {}
+    for i, m in lonely:
+        if (found := near.near(_stem(m.name), spelling=len(lonely) * len(unused) <= MAX_CLOSE_PAIRS)) is not None:
+            how, ts = found
+            src.rejected[i] = (m.name, f"{src.rejected[i][1]}; did you mean {' or '.join(repr(t.name) for t in ts)} ({how})?")
+            hints.update({t.name: f"; did you mean it for {m.name!r} ({how})?" for t in ts})
+    src.rejected += [(t.name, "a caption without an image: no image file of the same name beside it" + hints.get(t.name, ""))
+                     for t in unused]  # fmt: skip
     src.notes.append(f"captions: the first line of the {CAPTION_EXTENSION} file beside each image")
+    src.notes += [f"{n} in {counted(len(fs), 'caption file')}: {some_names(fs, 5)}" for n, fs in converted.items()]
 
 
 @dataclass
@@ -438,7 +464,7 @@ def import_paired(
     report.rejected.sort()
     report.skipped.sort()
     if not dec.captions:
-        refused = "; ".join(f"{p}: {r}" for p, r in report.rejected[:3]) or "no image with a caption"
+        refused = first_refusals(report.rejected) or "no image with a caption"
         raise NothingImportedError(f"{label}: no usable image-caption pair; {refused}", report.rejected, report.skipped)
     info = DatasetInfo(name=name, modality="paired", source=f"upload:{path.name}", image_shape=(3, size, size),
                        class_names=(), n_train=0, n_val=0, created_at=storage.utc_now(),

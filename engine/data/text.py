@@ -45,7 +45,18 @@ import numpy as np
 
 from engine.access.policy import permission
 from engine.data import importer, storage
-from engine.data.archive import Members, classify, decode_names, import_outcome, import_target, read_problem, refusal_lines, skip_reason
+from engine.data.archive import (
+    Members,
+    classify,
+    decode_names,
+    first_refusals,
+    import_outcome,
+    import_target,
+    read_problem,
+    refusal_lines,
+    skip_reason,
+    some_names,
+)
 from engine.data.catalog import check_new_name
 from engine.data.dataset import DatasetInfo, TextDataset, classes_text, counted, seeded_split
 from engine.data.images import Refused, isolated
@@ -89,6 +100,9 @@ class CleaningCounts:
         too_long: dropped: more than ``max_chars`` characters.
         duplicates: dropped: the same text as an earlier kept document.
         kept: documents left (``read - empty - too_short - too_long - duplicates``).
+        dropped: rule (``"empty"``, ``"too_short"``, ``"too_long"``, ``"duplicates"``) -> the indices of
+            the documents it dropped; for duplicates ``(index, index of the kept one)`` pairs. Not in
+            :meth:`as_dict`.
     """
 
     read: int = 0
@@ -98,10 +112,23 @@ class CleaningCounts:
     too_long: int = 0
     duplicates: int = 0
     kept: int = 0
+    dropped: dict[str, list] = field(default_factory=dict, repr=False)
 
     def as_dict(self) -> dict[str, int]:
         """The counts by name (JSON-ready)."""
-        return dict(self.__dict__)
+        return {k: v for k, v in self.__dict__.items() if k != "dropped"}
+
+    def dropped_lines(self, where: list[str]) -> list[str]:
+        """One line per rule that dropped documents, naming them by ``where`` (a location per raw
+        document: ``"line 4"``, a file), e.g. ``"dropped as empty: line 4"``; at most
+        :data:`engine.data.archive.MAX_NAMED` named per rule, saying how many there are."""
+        what = {"empty": "empty (nothing but whitespace)", "too_short": "too short", "too_long": "too long",
+                "duplicates": "exact duplicates"}  # fmt: skip
+        out = []
+        for rule, idx in self.dropped.items():
+            names = [f"{where[i]} (as {where[j]})" for i, j in idx] if rule == "duplicates" else [where[i] for i in idx]
+            out.append(f"dropped as {what[rule]}: {some_names(names)}")
+        return out
 
     def describe(self) -> str:
         """One line: ``5452 read; whitespace normalised in 0; dropped 0 empty, ... ; 5381 kept``."""
@@ -129,22 +156,19 @@ def clean_texts(
         their normalised texts, and the :class:`CleaningCounts`.
     """
     counts = CleaningCounts(read=len(texts))
-    seen: set[str] = set()
+    seen: dict[str, int] = {}  # text -> index of the document kept with it
     kept: list[int] = []
     cleaned: list[str] = []
     for i, raw in enumerate(texts):
         t = normalise_whitespace(raw)
         counts.whitespace_normalised += t != raw
-        if not t:
-            counts.empty += 1
-        elif min_chars is not None and len(t) < min_chars:
-            counts.too_short += 1
-        elif max_chars is not None and len(t) > max_chars:
-            counts.too_long += 1
-        elif t in seen:
-            counts.duplicates += 1
+        rule = ("empty" if not t else "too_short" if min_chars is not None and len(t) < min_chars
+                else "too_long" if max_chars is not None and len(t) > max_chars else "duplicates" if t in seen else None)
+        if rule is not None:
+            setattr(counts, rule, getattr(counts, rule) + 1)
+            counts.dropped.setdefault(rule, []).append((i, seen[t]) if rule == "duplicates" else i)
         else:
-            seen.add(t)
+            seen[t] = i
             kept.append(i)
             cleaned.append(t)
     counts.kept = len(kept)
@@ -196,6 +220,8 @@ class TextSource:
         rejected: ``(file or file:line, reason)`` for files / rows that could not be used.
         skipped: ``(file, reason)`` for files that are not ``.txt`` documents.
         notes: how the source was read (e.g. why paragraph mode).
+        where: where each raw document is (``"line 4"``, a file's path), for the report to name the
+            documents cleaning drops; None: not known.
     """
 
     source: str
@@ -209,6 +235,7 @@ class TextSource:
     rejected: list[tuple[str, str]] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    where: list[str] | None = None
 
 
 def _cut(v: str) -> str:
@@ -220,12 +247,21 @@ def split_documents(text: str) -> tuple[list[str], str, str]:
 
     Paragraph mode when the text has a blank line and a paragraph of several lines (module docstring).
     """
+    docs, _, kind, note = _split_documents(text)
+    return docs, kind, note
+
+
+def _split_documents(text: str) -> tuple[list[str], list[int], str, str]:
+    """:func:`split_documents` with the 1-based line each document starts at."""
     lines = _LINE_BREAK.split(text)
     if lines and lines[-1] == "":  # the file ends with a line break
         lines.pop()
     paragraphs: list[list[str]] = [[]]
-    for line in lines:
+    starts: list[int] = []
+    for k, line in enumerate(lines, start=1):
         if line.strip():
+            if not paragraphs[-1]:
+                starts.append(k)
             paragraphs[-1].append(line)
         elif paragraphs[-1]:
             paragraphs.append([])
@@ -236,14 +272,14 @@ def split_documents(text: str) -> tuple[list[str], str, str]:
     if blank and multi and mean <= MAX_MEAN_PARAGRAPH_LINES:
         note = (f"paragraph mode: blank lines separate {len(paragraphs)} paragraphs, {multi} of them "
                 "span several lines; each paragraph is a document")  # fmt: skip
-        return ["\n".join(p) for p in paragraphs], "paragraphs", note
+        return ["\n".join(p) for p in paragraphs], starts, "paragraphs", note
     if not blank:
         why = "no blank line"
     elif not multi:
         why = "no paragraph spans several lines"
     else:
         why = f"paragraphs would average {mean:.0f} lines, more than {MAX_MEAN_PARAGRAPH_LINES}"
-    return lines, "lines", f"line mode ({why}): each line is a document"
+    return lines, list(range(1, len(lines) + 1)), "lines", f"line mode ({why}): each line is a document"
 
 
 def txt_skip_reason(rel: str) -> str | None:
@@ -281,12 +317,11 @@ def _read_txt_tree(path: Path, label: str, name_encoding: str | None = None) -> 
             for n in notes:
                 converted.setdefault(n, []).append(m.name)
             paths.append(m.name)
-    if names.how not in ("ascii", "utf-8"):
+    if names.noteworthy:
         src.notes.append(names.describe())
-    src.notes += [f"{n} in {len(fs)} file(s): {', '.join(fs[:5])}{', …' if len(fs) > 5 else ''}"
-                  for n, fs in converted.items()]  # fmt: skip
+    src.notes += [f"{n} in {len(fs)} file(s): {some_names(fs, 5)}" for n, fs in converted.items()]
     if not src.texts:
-        refused = "; ".join(f"{p}: {r}" for p, r in src.rejected[:3])
+        refused = first_refusals(src.rejected)
         raise NothingImportedError(f"{label}: no usable .txt files ({len(src.rejected)} rejected"
                                    f"{': ' + refused if refused else ''}, {len(src.skipped)} other files skipped)",
                                    src.rejected, src.skipped)  # fmt: skip
@@ -294,6 +329,7 @@ def _read_txt_tree(path: Path, label: str, name_encoding: str | None = None) -> 
     src.preview = [{"file": p, "label": c, "text": _cut(t)}
                    for p, c, t in zip(paths[:PREVIEW_ROWS], src.labels, src.texts)]  # fmt: skip
     src.notes.append("one document per .txt file; label = first sub-folder name")
+    src.where = list(paths)
     return src
 
 
@@ -304,7 +340,8 @@ def _read_table_source(path: Path, label: str, options: ImportOptions) -> TextSo
         raise DatasetError(f"{label}: no text column found ({roles.reasons.get('text')}); columns: "
                            f"{', '.join(map(repr, table.columns)) or 'none'}; name one with text_column (--text-column)")  # fmt: skip
     src = TextSource(label, table.kind, table.column(roles.text), columns=table.columns, roles=roles,
-                     rejected=list(table.rejected), notes=list(table.notes))  # fmt: skip
+                     rejected=list(table.rejected), notes=list(table.notes),
+                     where=[f"line {k}" for k in table.lines])  # fmt: skip
     if roles.label is not None:
         src.labels = [v.strip() or importer.UNLABELED for v in table.column(roles.label)]
     if roles.group is not None:
@@ -343,9 +380,9 @@ def read_text_source(
         return _read_table_source(src, label, options)
     if ext in TEXT_EXTENSIONS and src.is_file():
         notes: list[str] = []
-        docs, kind, note = split_documents(read_utf8_file(src, label, MAX_TEXT_FILE_BYTES, notes))
+        docs, starts, kind, note = _split_documents(read_utf8_file(src, label, MAX_TEXT_FILE_BYTES, notes))
         return TextSource(label, kind, docs, preview=[{"text": _cut(d)} for d in docs[:PREVIEW_ROWS]],
-                          notes=[*notes, note])  # fmt: skip
+                          notes=[*notes, note], where=[f"line {k}" for k in starts])  # fmt: skip
     return _read_txt_tree(src, label, options.name_encoding)
 
 
@@ -395,8 +432,11 @@ def prepare_text(
     options = options or ImportOptions()
     src = read_text_source(path, options, source_label)
     kept, texts, counts = clean_texts(src.texts, options.min_chars, options.max_chars)
+    if src.where is not None:
+        src.notes += counts.dropped_lines(src.where)
     if not texts:
-        raise DatasetError(f"{src.source}: no documents left after cleaning ({counts.describe()})")
+        dropped = "".join(f"; {d}" for d in counts.dropped_lines(src.where)) if src.where is not None else ""
+        raise DatasetError(f"{src.source}: no documents left after cleaning ({counts.describe()}{dropped})")
     raw_labels = [src.labels[i] for i in kept] if src.labels is not None else [importer.UNLABELED] * len(kept)
     class_names, labels = _index(raw_labels)
     group_names, groups = _index([src.groups[i] for i in kept]) if src.groups is not None else ((), None)

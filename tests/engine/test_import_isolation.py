@@ -134,6 +134,9 @@ def test_twelve_clips_and_an_8001_hz_one_import_in_the_job_under_its_cap(workspa
     assert (jobs["good"].outcome.accepted, jobs["with_odd"].outcome.accepted) == (12, 13)
     assert "odd_8001.wav (recorded at 8,001 Hz): resampled by 2/1, as if recorded at 8,000 Hz" in \
         jobs["with_odd"].outcome.summary
+    assert jobs["with_odd"].outcome.converted[-1] == (
+        "recorded at 8,001 Hz, resampled as if recorded at 8,000 Hz (0.0125% off; the exact ratio needs a 513 MB "
+        "kernel)", 1, ["odd_8001.wav"])  # what the Data page shows, with the file
     added = [j.peak_mb - j.base_mb for j in jobs.values()]
     assert all(a > 0 for a in added) and added[1] - added[0] < 200, added
 

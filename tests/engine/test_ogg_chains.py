@@ -40,5 +40,6 @@ def test_a_chained_ogg_imports_whole_and_is_named(workspace, tmp_path):
     assert "chained Ogg file whose 2 streams differ in rate or channels (8000 Hz x 1, 16000 Hz x 1)" in \
         dict(rep.rejected)["mixed.ogg"]
     assert "chained Ogg files decoded whole, their streams one after another: chain.ogg (2 streams)" in rep.summary()
+    assert ("chain.ogg", "a chained Ogg file: its streams decoded one after another") in rep.converted
     clip = ClipDecoder(8000, ImportLimits.from_env()).decode("chain.ogg", (src / "chain.ogg").read_bytes())
     assert (len(clip.pcm), clip.links) == (10000, 2)
