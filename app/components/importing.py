@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -54,6 +55,22 @@ def item_name(modality: str, planned: bool = False) -> str:
 _AUTO, _NONE = "(detect)", "(none)"
 
 
+STALE_UPLOAD_S = 24 * 3600
+"""An upload's temporary copy untouched this long belongs to a session that ended without importing
+it or removing the file (Streamlit tells a page no session's end): the next upload removes it."""
+
+
+def _sweep_stale_copies(now: float | None = None) -> None:
+    """Remove ``masklab-upload-*`` folders of the temporary directory older than :data:`STALE_UPLOAD_S`."""
+    now = time.time() if now is None else now
+    for d in Path(tempfile.gettempdir()).glob("masklab-upload-*"):
+        try:
+            if now - d.stat().st_mtime > STALE_UPLOAD_S:
+                shutil.rmtree(d, ignore_errors=True)
+        except OSError:
+            continue
+
+
 def _stash(upload) -> Path:
     """The upload written once to a private temporary folder (kept while the same file is selected,
     so inspecting and importing read the same bytes); the previous upload's folder is removed. The
@@ -62,6 +79,7 @@ def _stash(upload) -> Path:
     if held and held[0] == upload.file_id and Path(held[1]).exists():
         return Path(held[1])
     _drop_stash()
+    _sweep_stale_copies()
     path = Path(tempfile.mkdtemp(prefix="masklab-upload-")) / Path(upload.name).name  # the user's name, for reports
     path.write_bytes(upload.getvalue())
     st.session_state["imp_file"] = (upload.file_id, str(path))

@@ -4,6 +4,7 @@ uploader. AppTest runs the page in this process against the real engine and a re
 
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 
@@ -48,3 +49,18 @@ def test_the_uploads_copy_goes_when_the_file_is_taken_out(workspace, stamps_zip,
     assert len(list(tmp.glob("masklab-upload-*"))) == 1
     at.file_uploader[0].clear().run()
     assert not at.exception and list(tmp.glob("masklab-upload-*")) == []
+
+
+def test_a_copy_left_by_an_ended_session_goes_with_the_next_upload(workspace, stamps_zip, tmp_path, monkeypatch):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    stale, other = tmp / "masklab-upload-stale", tmp / "masklab-upload-other"  # a day old; another session's, now
+    for d in (stale, other):
+        d.mkdir()
+        (d / "x.zip").write_bytes(b"PK")
+    os.utime(stale, (time.time() - 2 * 86400,) * 2)
+    at = _data_page()
+    at.file_uploader[0].upload("stamps.zip", stamps_zip, "application/zip").run()
+    assert not at.exception
+    assert not stale.exists() and other.exists() and len(list(tmp.glob("masklab-upload-*"))) == 2
