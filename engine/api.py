@@ -39,6 +39,7 @@ from engine.access.users import load_users, oidc_identity, verify_password
 # --- config: load, validate (``RunConfig.from_dict`` raises ConfigError naming the field), diff ---
 from engine.config import (
     LAUNCH_BACKENDS, AudioConfig, LaunchConfig, MaskingConfig, RunConfig, TokenizerConfig, apply_overrides, load_config,
+    vocab_shortfall, vocab_text,  # a tokenizer's real vocabulary against its request, in words
 )
 from engine.store.history import config_diff
 
@@ -193,7 +194,7 @@ __all__ = [
     "oidc_identity", "read_audit", "require_sign_in", "verify_password",
     # config
     "AudioConfig", "LAUNCH_BACKENDS", "LaunchConfig", "MaskingConfig", "RunConfig", "TokenizerConfig",
-    "apply_overrides", "config_diff", "load_config",
+    "apply_overrides", "config_diff", "load_config", "vocab_shortfall", "vocab_text",
     # runs: writes
     "JobState", "backend_unavailable", "cancel", "cluster_job", "delete_run", "describe_job", "evaluate",
     "job_state", "max_runs", "queue_room", "resume", "submit",

@@ -37,6 +37,45 @@ class TokenizerConfig(_Strict):
     max_len: int = Field(128, ge=4, le=4096, description="tokens per text including [CLS] and [SEP]; longer texts are cut")
 
 
+#: A WordPiece vocabulary is *far below* its request when it reaches less than this share of
+#: ``data.tokenizer.vocab_size`` (:func:`vocab_shortfall`): the train texts hold too few distinct
+#: words and pieces for the size asked, and the dashboard says so wherever it shows the tokenizer.
+VOCAB_FAR_BELOW = 0.5
+
+
+def vocab_text(tokenizer: dict | None, reached: int | None) -> str:
+    """A tokenizer in a few words, with the vocabulary it really has (``reached``: ids, specials
+    included, as a run's ``task.json`` records it; None when not known yet): ``wordpiece 8000``
+    (reached as asked, or not known), ``wordpiece 13 (8000 asked)``, ``char`` / ``char 57``."""
+    tok = tokenizer or {}
+    kind = str(tok.get("kind", "wordpiece"))
+    if kind == "char":
+        return f"char {reached}" if reached else "char"
+    asked = tok.get("vocab_size", TokenizerConfig().vocab_size)
+    return f"{kind} {asked}" if not reached or reached == asked else f"{kind} {reached} ({asked} asked)"
+
+
+def vocab_shortfall(tokenizer: dict | None, reached: int | None, dataset: str | None = None) -> str | None:
+    """The warning for a WordPiece vocabulary far below its request (under :data:`VOCAB_FAR_BELOW`
+    of ``data.tokenizer.vocab_size``), with both numbers and what to do; None when it is not (or
+    ``reached`` is unknown, or the tokenizer is ``char``, which has no requested size).
+
+    Args:
+        tokenizer: the config's ``data.tokenizer`` (a dict); reached: the ids the trained tokenizer
+            has; dataset: the dataset's name, for the message.
+    """
+    tok = tokenizer or {}
+    if tok.get("kind", "wordpiece") != "wordpiece" or not reached:
+        return None
+    asked = int(tok.get("vocab_size", TokenizerConfig().vocab_size))
+    if reached >= VOCAB_FAR_BELOW * asked:
+        return None
+    texts = f"the train texts of {dataset!r}" if dataset else "the train texts"
+    return (f"The tokenizer has {reached:,} ids where {asked:,} were asked (data.tokenizer.vocab_size), under "
+            f"{VOCAB_FAR_BELOW:.0%} of the request: {texts} hold too few distinct words and pieces for more. Ask for "
+            f"{reached:,} or fewer (the same tokenizer, named for what it is), or import more text for a larger one.")
+
+
 class AudioConfig(_Strict):
     """How audio becomes the spectrogram a model sees (audio tasks): a log-mel spectrogram
     (``log(mel power + 1e-6)``, torchaudio's ``MelSpectrogram``, Hann window, centred frames) cut

@@ -41,7 +41,7 @@ from app.components.compare import (
 )
 from app.components.distance import show_runs as show_distance_runs
 from app.components.errors import user_errors
-from app.components.evaluation import evaluation_progress
+from app.components.evaluation import evaluation_progress, skipped_lines
 from app.components.groups import (
     BANDS,
     baseline_rows,
@@ -55,7 +55,7 @@ from app.components.groups import (
 )
 from app.components.matrix import run_matrix
 from app.components.quality import figure_title, headline_of, loss_groups, predictor_name
-from app.components.runs import same_task_first
+from app.components.runs import same_task_first, vocab_warning
 from app.components.urlstate import PageState
 from engine.api import (
     ConfigError,
@@ -205,12 +205,18 @@ results = pd.concat([results, pins], ignore_index=True).fillna({c: "" for c in r
 st.dataframe(results_styler(results, directions, legend.get(base_id) if base_id else None), hide_index=True,
              width="stretch", height=min(35 * (len(results) + 1) + 3, 740))
 st.caption(("Config fields that differ between these runs" if not all_fields else "Every config field")
+           + (", each text run's tokenizer with the vocabulary it really has (the size asked beside it when they "
+              "differ)" if "tokenizer" in results.columns else "")
            + ", then each run's figures: the validation headline at its last evaluation (↓ lower is better, ↑ higher), "
            "the downstream accuracies and SSIM of its latest evaluation, and its training cost. Pinned under the runs "
            "(grey, never sorted): the trivial baselines, each the mean over the runs that have it."
            + (f" Baseline run: {legend[base_id]}; beside every other run's figure its change, green where better "
               "and red where worse by that figure's direction." if base_id else " Pick a baseline run above to see "
               "every figure's change from it."))
+for r in picked:  # a tokenizer far below its request: said under the table that shows its real size
+    if warning := vocab_warning(r):
+        st.warning(f"{legend[r.run_id]}: {warning}")
+
 
 def _init_step(rec) -> int | None:
     """The parent's checkpoint step a fork started from (its ``task.json``), None when unknown."""
@@ -308,6 +314,9 @@ if not frame.empty:
     chart = alt.layer(*layers, data=bars).properties(width=width, height=140).facet(column=alt.Column("run:N", title=None), row=alt.Row("figure:N", title=None,
                                                                               sort=["linear probe", "kNN (k=20)", FINETUNE]))
     st.altair_chart(chart)
+for r in picked:  # what a run's data could not give (an unlabelled set...), and why
+    for line in skipped_lines(evals[r.run_id]) if evals[r.run_id] is not None else []:
+        st.caption(f"{legend[r.run_id]}: {line}")
 run_eval = allowed("run.evaluate", evaluate)  # None for a viewer or in demo mode: no button
 for r in missing:
     job = guarded(evaluation_job, r.run_id) or {}

@@ -3,7 +3,8 @@
 One short, completed run per task (:data:`SPECS`), in a workspace of its own with its dataset
 imported from ../shared/data. Image, audio and paired runs are evaluated at their end (probes, kNN
 and a one-epoch fine-tune on at most 300 rows); text runs are not: their linear probe on TF-IDF
-features alone took 38 s here (tests/engine/test_evaluation.py evaluates a text run). A kind is
+features alone took 38 s here (tests/engine/test_evaluation.py evaluates a text run), but for the
+unlabelled one, whose evaluation has no labels to probe (it skips what needs them and says so). A kind is
 trained the first time a test asks for it, once per process (once per pytest-xdist worker), through
 the real worker code path (:func:`engine.runner.worker.execute_run`).
 
@@ -36,7 +37,8 @@ PAIRED_AUDIO_VIS = 4
 PAIRED_IMAGE_VIS = 4
 
 #: kind -> (dataset, run config). Datasets: ``digits`` (bundled); ``trec400`` / ``trec300``: the first
-#: 400 / 300 TREC questions; ``d4`` / ``spoken3``: FSDD digits 0-3 of jackson and theo, 4 / 3 takes
+#: 400 / 300 TREC questions; ``trec-notes``: the first 24 TREC questions as a plain ``.txt``, without
+#: labels (its WordPiece tokenizer reaches far fewer ids than the 8,000 asked); ``d4`` / ``spoken3``: FSDD digits 0-3 of jackson and theo, 4 / 3 takes
 #: each, split by speaker (``spoken3w`` with the word as each clip's transcript); ``pairs``: 12 Tux
 #: Paint stamps of each of animals, food and vehicles with their captions, 16x16.
 SPECS: dict[str, tuple[str, dict]] = {
@@ -49,6 +51,11 @@ SPECS: dict[str, tuple[str, dict]] = {
         "data": {"dataset": "trec", "tokenizer": {"vocab_size": 500, "max_len": 48}}, "model": {"preset": "tiny"},
         "masking": {"strategy": "random", "ratio": 0.15},
         "train": {**SHORT, "batch_size": 8, "steps": 6, "eval_interval": 3, "checkpoint_interval": 6}}),
+    "text_unlabelled": ("trec-notes", {
+        "name": "notes-mlm", "task": "text_mlm", "evaluation": EVALUATION,
+        "data": {"dataset": "notes", "tokenizer": {"vocab_size": 8000, "max_len": 32}}, "model": {"preset": "tiny"},
+        "masking": {"strategy": "random", "ratio": 0.15},
+        "train": {**SHORT, "batch_size": 8, "steps": 4, "eval_interval": 2, "checkpoint_interval": 4}}),
     "text_span": ("trec300", {
         "name": "span-views", "task": "text_span", "task_params": {"decoder_input_mask": 1.0}, "evaluation": NO_EVALUATION,
         "data": {"dataset": "trec", "tokenizer": {"vocab_size": 300, "max_len": 48}},
@@ -88,7 +95,12 @@ def import_dataset(which: str, workspace: Path, shared_data: Path) -> None:
     scratch = workspace.parent
     if which == "digits":
         return  # bundled
-    if which.startswith("trec"):
+    if which == "trec-notes":
+        rows = (shared_data / "trec" / "train.tsv").read_text(encoding="utf-8").splitlines()[1:25]
+        src = scratch / "notes.txt"
+        src.write_text("\n".join(r.split("\t")[2] for r in rows) + "\n", encoding="utf-8")
+        rep = import_source(src, "notes", ImportOptions(val_fraction=0.25), workspace=workspace)
+    elif which.startswith("trec"):
         n = int(which[4:])
         rows = (shared_data / "trec" / "train.tsv").read_text(encoding="utf-8").splitlines()[: n + 1]
         src = scratch / f"{which}.tsv"

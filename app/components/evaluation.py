@@ -21,7 +21,7 @@ from app.components.access import allowed
 from app.components.compare import BEST, FINETUNE, QUALITY_FIGURES, REP_FIGURES
 from app.components.errors import guarded, user_errors
 from app.components.quality import predictor_name
-from app.components.runs import job_progress, seconds_text
+from app.components.runs import format_metric, job_progress, seconds_text
 from engine.api import EVAL_PHASES, cancel, evaluate, evaluation_job, latest_evaluation, load_maps, load_samples
 
 #: Columns of :func:`downstream_table`: encoder key -> title.
@@ -30,6 +30,21 @@ ENCODER_TITLES = {"trained": "this run", "random_init": "random init", "raw_inpu
 
 #: What a figure still being computed shows in :func:`downstream_table`.
 PENDING = "…"
+
+#: What :func:`skipped_lines` calls each part of an evaluation its data could not give (``Evaluation.skipped``).
+SKIPPED_TITLES = {"probe": "linear probe", "knn": "kNN", "clustering": "k-means", "finetune": "fine-tune",
+                  "raw_input": "the raw input's figures"}
+
+
+def skipped_lines(ev: Any) -> list[str]:
+    """What the evaluation could not compute on the run's data and why, one sentence per reason
+    (``Evaluation.skipped``): "Not computed: linear probe, kNN, k-means, fine-tune. 'notes' has no
+    labels (...)."; ``[]`` when it computed everything."""
+    skipped = getattr(ev, "skipped", None) or {}
+    by_reason: dict[str, list[str]] = {}
+    for what in sorted(skipped, key=lambda w: list(SKIPPED_TITLES).index(w) if w in SKIPPED_TITLES else len(SKIPPED_TITLES)):
+        by_reason.setdefault(str(skipped[what]), []).append(SKIPPED_TITLES.get(what, what))
+    return [f"Not computed: {', '.join(whats)}. {why[:1].upper()}{why[1:]}." for why, whats in by_reason.items()]
 
 
 def downstream_table(ev: Any) -> pd.DataFrame:
@@ -58,7 +73,9 @@ def budget_text(ev: Any) -> str | None:
     b = getattr(ev, "budget", None) or {}
     if not b:
         return None
-    if b.get("share", 0) is None:
+    if "finetune" in (getattr(ev, "skipped", None) or {}):  # nothing the budget could shorten
+        head = f"No fine-tune (see above); took {seconds_text(ev.seconds)}"
+    elif b.get("share", 0) is None:
         head = f"No budget limit: the fine-tune's full recipe; took {seconds_text(ev.seconds)}"
     elif b.get("budget_s") is None:
         head = f"No budget (the run recorded no training time): the fine-tune's full recipe; took {seconds_text(ev.seconds)}"
@@ -182,6 +199,9 @@ def evaluation_panel(rec: Any) -> None:
         return
     st.caption(f"Checkpoint of step {ev.step} · {ev.rows.get('train', '?')} train / {ev.rows.get('val', '?')} val rows "
                f"· {ev.seconds:.0f} s")
+    skipped = getattr(ev, "skipped", None) or {}
+    for line in skipped_lines(ev):  # what this data cannot give, and why: the rest below is complete
+        st.info(line)
     status = getattr(ev, "status", "complete")
     if status == "partial" and not running:
         st.warning("This evaluation stopped before its end (its process is gone): the figures below are the phases "
@@ -190,14 +210,19 @@ def evaluation_panel(rec: Any) -> None:
         done = ", ".join(t for p, t in EVAL_PHASES.items() if p in (getattr(ev, "phases", None) or {})) or "nothing"
         st.info(f"This evaluation was {status} before its end; kept: {done}. "
                 + (ev.notes[-1] if ev.notes else ""))
-    st.table(downstream_table(ev))
     down = getattr(ev, "downstream", None) or {}
     ft = down.get("trained") or {}
-    st.caption("Probe: logistic regression on standardised frozen features; kNN: k=20, cosine; k-means against the "
-               "labels. Random init: the same model at its initial weights; raw input: pixels, log-mel statistics or "
-               "TF-IDF." + (f" Fine-tune: the encoder and a linear head, {ft.get('finetune_epochs', 0):.1f} epochs "
-                            f"({int(ft.get('finetune_steps', 0))} steps) on the labelled train rows, the same recipe "
-                            f"from the random init." if ft else ""))
+    if {"probe", "knn", "clustering"} <= set(skipped):  # no figure for the table (said above): what was measured
+        if ev.reconstruction:
+            st.caption("Validation figures of this checkpoint: "
+                       + " · ".join(format_metric(k, v) for k, v in ev.reconstruction.items()) + ".")
+    else:
+        st.table(downstream_table(ev))
+        st.caption("Probe: logistic regression on standardised frozen features; kNN: k=20, cosine; k-means against the "
+                   "labels. Random init: the same model at its initial weights; raw input: pixels, log-mel statistics or "
+                   "TF-IDF." + (f" Fine-tune: the encoder and a linear head, {ft.get('finetune_epochs', 0):.1f} epochs "
+                                f"({int(ft.get('finetune_steps', 0))} steps) on the labelled train rows, the same recipe "
+                                f"from the random init." if ft else ""))
     quality = quality_rows(ev)
     if not quality.empty:
         st.table(quality)
@@ -206,7 +231,9 @@ def evaluation_panel(rec: Any) -> None:
         st.caption(f"Reconstruction quality on the same validation inputs and masks, beside each trivial baseline; "
                    f"★ best of each column. {how}.")
     cost, spent = cost_text(ev), budget_text(ev)
-    for line in [x for x in (cost, spent) if x] + list(getattr(ev, "notes", None) or []):
+    said = set(skipped.values())  # shown above: not again among the notes
+    for line in [x for x in (cost, spent) if x] + [n for n in getattr(ev, "notes", None) or []
+                                                   if not any(why in n for why in said)]:
         st.caption(line)
     maps = guarded(load_maps, rec.run_id, ev.step) or {}
     sample = guarded(load_samples, rec.run_id)  # its meta names the classes (kept with the run)

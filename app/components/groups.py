@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from app.components.runs import grid_label, run_vocab
 from app.components.urlstate import flatten
 from engine.api import method_label
 
@@ -192,7 +193,8 @@ def results_frame(records: Sequence[Any], labels: Mapping[str, str], evaluations
                   headline: Mapping[str, tuple[str, str, float | None]], diff: pd.DataFrame,
                   extra: Mapping[str, Mapping[str, float]] | None = None) -> tuple[pd.DataFrame, dict[str, str]]:
     """Configs and results in one table: one row per run (``run``: its label), its method
-    (:func:`engine.methods.catalog.method_label`), its tags and note,
+    (:func:`engine.methods.catalog.method_label`), its tokenizer with the vocabulary it really has
+    when a run has one (:func:`app.components.runs.grid_label`), its tags and note,
     the config fields that differ (``diff``: :func:`app.components.compare.config_diff`, fields by
     run labels), then its figures: the headline at its last evaluation (``headline``: run id ->
     ``(metric title, "min" | "max", value)``), the downstream accuracies and SSIM of its latest
@@ -204,6 +206,10 @@ def results_frame(records: Sequence[Any], labels: Mapping[str, str], evaluations
         row: dict[str, Any] = {"run": lab, "method": method_label(getattr(r, "config", None) or {}),
                                "tags": ", ".join(getattr(r, "tags", ()) or ()),
                                "note": (getattr(r, "note", "") or "")[:80]}
+        if any(((getattr(x, "config", None) or {}).get("data") or {}).get("tokenizer") for x in records):
+            cfg = getattr(r, "config", None) or {}
+            row["tokenizer"] = grid_label({"data": cfg.get("data"), "model": {"init_from": (cfg.get("model") or {}).get(
+                "init_from")}}, run_vocab(r))
         for field in diff.index if not diff.empty else []:
             row[field] = diff.loc[field, lab] if lab in diff.columns else ""
         title, better, value = headline.get(r.run_id, ("headline", None, None))

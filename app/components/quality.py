@@ -15,7 +15,7 @@ import pandas as pd
 import streamlit as st
 
 from app.components.names import LOSS_NAMES, metric_label, name_table
-from engine.api import task_fact
+from engine.api import read_task_info, task_fact
 
 #: Axis titles of the loss curves by objective.
 LOSS_TITLES = {"mse": "MSE (masked units)", "l1": "L1 (masked units)", "cross_entropy": "cross-entropy (nats/token)",
@@ -177,7 +177,8 @@ def quality_table(rec, step: int | None = None, value: float | None = None) -> b
     predictor has is left out. The caption compares the run with the best baseline on the last
     lower-is-better figure the run has (its share of that baseline's value; the image task: pixel
     MSE), else on the last figure that has baselines (its margin when higher is better; span
-    completion: per-position decoding where the run has it), and adds the task's notes.
+    completion: per-position decoding where the run has it), and adds the task's notes and the run's
+    (a baseline its data could not give, e.g. the paired tasks' CCA: ``task.json``'s ``baseline_notes``).
     ``step``, ``value``: as in :func:`quality_rows`. Returns False (and draws nothing) when the run
     has no baseline or no headline value yet.
     """
@@ -210,8 +211,19 @@ def quality_table(rec, step: int | None = None, value: float | None = None) -> b
                      f"{title}: this run {abs(run - base[b]):.2f} {'above' if run >= base[b] else 'below'} the best "
                      f"baseline ({who})")
     st.caption(f"★ best of each column · baselines measured once at step 0 on the same validation masks, "
-               f"this run at step {rec.step if step is None else step}" + "".join(f" · {n}" for n in notes + _baseline_notes(rec.config)))
+               f"this run at step {rec.step if step is None else step}" + "".join(f" · {n}" for n in notes + _baseline_notes(rec.config)
+                                                                     + _run_baseline_notes(rec)))
     return True
+
+
+def _run_baseline_notes(rec) -> list[str]:
+    """The baselines the run could not measure on its data, and why (``task.json``'s
+    ``baseline_notes``: :meth:`engine.tasks.Task.run_info`); ``[]`` before training started."""
+    try:
+        notes = read_task_info(rec.path).get("baseline_notes") if getattr(rec, "path", None) is not None else None
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [str(n) for n in notes] if isinstance(notes, list) else []
 
 
 def _baseline_notes(config: dict) -> list[str]:

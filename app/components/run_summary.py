@@ -12,7 +12,16 @@ from app.components.charts import render_loss_panels, render_metrics_chart, show
 from app.components.errors import guarded
 from app.components.names import metric_label
 from app.components.quality import headline_of, loss_groups
-from app.components.runs import format_duration, metric_name, placement_label, run_label, status_badge
+from app.components.runs import (
+    format_duration,
+    grid_label,
+    metric_name,
+    placement_label,
+    run_label,
+    run_vocab,
+    status_badge,
+    vocab_warning,
+)
 from app.modalities import sample_view
 from engine.api import (
     EXPORTS,
@@ -52,11 +61,19 @@ def param_text(rec: Any, weights) -> str:
 
 
 def summary(rec: Any, points: dict) -> None:
-    """Badge, name, then the figures: step, latest loss and headline (each with its step from
-    ``points``, :func:`app.components.runs.latest_points`), duration, device, parameters."""
+    """Badge, name, task, dataset and tokenizer (with the vocabulary it really has, and a warning when
+    that is far below the request: :func:`app.components.runs.vocab_warning`), then the figures: step,
+    latest loss and headline (each with its step from ``points``,
+    :func:`app.components.runs.latest_points`), duration, device, parameters."""
     metric, _ = headline_of(rec.config)
+    reached = run_vocab(rec)  # its vocabulary as trained, beside the size asked when they differ
+    tokenizer = grid_label({"data": rec.config.get("data"), "model": {"init_from": (rec.config.get("model") or {}).get(
+        "init_from")}}, reached)
     st.markdown(f"{status_badge(rec.status)} **{run_label(rec)}** · task `{rec.config.get('task', 'image_mim')}` "
-                f"· dataset `{(rec.config.get('data') or {}).get('dataset', '')}`")
+                f"· dataset `{(rec.config.get('data') or {}).get('dataset', '')}`"
+                + (f" · tokenizer `{tokenizer}`" if tokenizer else ""))
+    if warning := vocab_warning(rec, reached):
+        st.warning(warning)
     weights = guarded(checkpoint_weights, rec.run_id)
     m = st.columns([0.8, 1, 1.6, 0.9, 0.8, 0.9])  # the headline card gets room for "caption accuracy @ step N"
     m[0].metric(f"Step of {rec.total_steps}", f"{rec.step}")

@@ -27,6 +27,9 @@ from engine.api import (
     list_pretrained,
     list_runs,
     masking_uses_ratio,
+    read_task_info,
+    vocab_shortfall,
+    vocab_text,
 )
 from engine.api import latest_points as store_latest_points
 
@@ -215,19 +218,46 @@ def masking_label(config: dict | None) -> str:
     return f"{name} {ratio}".strip()
 
 
-def grid_label(config: dict | None) -> str:
-    """What a run's units are: ``patch 2`` for images, ``wordpiece 8000`` / ``char`` for text (a text
-    run with ``model.init_from`` reads with its source's tokenizer)."""
+def grid_label(config: dict | None, reached: int | None = None) -> str:
+    """What a run's units are: ``patch 2`` for images; the tokenizer for text, with the vocabulary
+    it really has when ``reached`` (:func:`run_vocab`) is known (:func:`engine.config.vocab_text`:
+    ``wordpiece 8000``, ``wordpiece 13 (8000 asked: far below)`` when under half the request,
+    ``char 57``); both for pairs (``patch 4 · wordpiece 300``). A run with ``model.init_from``
+    reads with its source's tokenizer."""
     cfg = config or {}
     patch = (cfg.get("model") or {}).get("patch_size")
-    if patch:
-        return f"patch {patch}"
     tok = (cfg.get("data") or {}).get("tokenizer") or {}
+    parts = [f"patch {patch}"] if patch else []
     if tok and (cfg.get("model") or {}).get("init_from"):  # the source's tokenizer, not these settings
-        return "its source's tokenizer"
-    if tok:
-        return "char" if tok.get("kind") == "char" else f"{tok.get('kind', 'wordpiece')} {tok.get('vocab_size', '')}".strip()
-    return ""
+        parts.append("its source's tokenizer" + (f" ({reached})" if reached else ""))
+    elif tok:
+        text = vocab_text(tok, reached)  # far below ends "(8000 asked)": the warning goes inside
+        parts.append(text[:-1] + ": far below)" if vocab_shortfall(tok, reached) else text)
+    return " · ".join(parts)
+
+
+def run_vocab(rec: Any) -> int | None:
+    """The ids of a text run's tokenizer as training recorded them (``task.json``'s ``vocab_size``);
+    None for a run without a tokenizer or one that has not started training."""
+    cfg = getattr(rec, "config", None) or {}
+    if not (cfg.get("data") or {}).get("tokenizer") or getattr(rec, "path", None) is None:
+        return None
+    try:
+        n = read_task_info(rec.path).get("vocab_size")
+    except (OSError, ValueError, AttributeError):  # not started yet, or being replaced
+        return None
+    return int(n) if isinstance(n, int) and n > 0 else None
+
+
+def vocab_warning(rec: Any, reached: int | None = None) -> str | None:
+    """:func:`engine.config.vocab_shortfall` of a run (its config's request against ``reached``, default
+    :func:`run_vocab`), or None; a run from an imported model or a parent run reads with its source's
+    tokenizer: None."""
+    cfg = getattr(rec, "config", None) or {}
+    if (cfg.get("model") or {}).get("init_from"):
+        return None
+    return vocab_shortfall((cfg.get("data") or {}).get("tokenizer"), reached or run_vocab(rec),
+                           (cfg.get("data") or {}).get("dataset"))
 
 
 def headline_key(config: dict | None) -> str:
@@ -284,7 +314,7 @@ def placement_label(rec: Any, full: bool = False, job: dict | None = None) -> st
 
 
 def runs_frame(records: Sequence[Any], points: dict | None = None, sizes: dict[str, int] | None = None,
-               sources: dict[str, str] | None = None) -> pd.DataFrame:
+               sources: dict[str, str] | None = None, vocabs: dict[str, int | None] | None = None) -> pd.DataFrame:
     """One row per run with the columns of the run table (newest first, as given): who, status,
     progress, the key hyperparameters (task, patch or tokenizer, preset, masking, lr, steps), the
     latest loss and headline figure each with its step, dataset, duration, tags and disk space.
@@ -295,6 +325,7 @@ def runs_frame(records: Sequence[Any], points: dict | None = None, sizes: dict[s
         sizes: run id -> bytes on disk (:func:`engine.store.disk_usage`); None: no ``disk`` column.
         sources: imported model name -> its source file (:func:`pretrained_sources`): a run that
             starts from one (``model.init_from``) shows ``pretrained NAME (file)`` for its preset.
+        vocabs: run id -> its tokenizer's ids (:func:`run_vocab`; default: read for each run).
     """
     rows = []
     for r in records:
@@ -310,7 +341,7 @@ def runs_frame(records: Sequence[Any], points: dict | None = None, sizes: dict[s
                 "step": f"{r.step} / {r.total_steps}",
                 "dataset": (cfg.get("data") or {}).get("dataset", ""),
                 "task": cfg.get("task", "?"),
-                "units": grid_label(cfg),
+                "units": grid_label(cfg, (vocabs or {}).get(r.run_id) if vocabs is not None else run_vocab(r)),
                 "preset": model_label(cfg, sources),
                 "masking": masking_label(cfg),
                 "lr": (cfg.get("train") or {}).get("lr"),
@@ -368,13 +399,14 @@ def run_table(records: Sequence[Any], sizes: dict[str, int] | None = None) -> No
     (the recipe's parts, the duration, the run id) are hidden. The recipe column gives up the width
     the extra columns take."""
     sources = pretrained_sources() if any(((r.config or {}).get("model") or {}).get("init_from") for r in records) else {}
-    frame = runs_frame(records, latest_points(records), sizes, sources)
+    vocabs = {r.run_id: run_vocab(r) for r in records}
+    frame = runs_frame(records, latest_points(records), sizes, sources, vocabs)
     widths = dict(TABLE_COLUMNS)
     extra = {c: w for c, w in EXTRA_COLUMNS.items() if c in frame.columns and frame[c].astype(bool).any()}
     widths["recipe"] -= sum(extra.values())
     widths.update(extra)
-    helps = {"recipe": "learning rate · patch size or tokenizer · model preset (or the imported model it starts "
-                       "from) · masking · task",
+    helps = {"recipe": "learning rate · patch size and/or tokenizer (the vocabulary it really has, the size asked "
+                       "beside it when they differ) · model preset (or the imported model it starts from) · masking · task",
              "loss": "latest training loss (@ its step when not the run's step)",
              "validation": "the task's headline validation figure @ the step it was measured",
              "disk": "space the run's folder takes (metrics, checkpoints, samples, log)",
@@ -383,6 +415,11 @@ def run_table(records: Sequence[Any], sizes: dict[str, int] | None = None) -> No
               for c in frame.columns}  # fmt: skip
     st.dataframe(frame[list(widths) + [c for c in frame.columns if c not in widths]],
                  hide_index=True, width="stretch", column_config=config)
+    far = [f"{short_label(r)} ({vocabs[r.run_id]:,} of {(((r.config or {}).get('data') or {}).get('tokenizer') or {}).get('vocab_size', 0):,})"
+           for r in records if vocab_warning(r, vocabs[r.run_id])]
+    if far:  # the recipe cell may be cut: said in full here, Run detail says what to do
+        st.warning(f"Tokenizer far below the vocabulary asked (ids it has, of those asked): {', '.join(far)}. "
+                   "Its Run detail says what to do.")
 
 
 def progress_with_cancel(rec: Any, cancel_fn, key: str, text: str) -> None:

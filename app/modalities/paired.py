@@ -47,6 +47,7 @@ from app.modalities.text import (
     sampled_lengths,
     sentence_html,
     tokenizer_fields,
+    vocab_note,
 )
 from app.modalities.text import (
     lab_stats as text_lab_stats,
@@ -349,6 +350,7 @@ def mask_preview(cfg, info, n: int = N_PREVIEW, warn: bool = True) -> None:
                f"{'text' if audio else 'caption'} {prm.get('text_strategy')} at {prm.get('text_ratio', 0):g} "
                f"({int(pv.text_mask[0].sum())} of {int(pv.eligible[0].sum())} tokens in the first "
                f"{'text' if audio else 'caption'}, highlighted; every one hides one at least).")
+    vocab_note(cfg, info, pv.vocab_size)
     classes = _class_names(info.class_names, pv.labels)
     if audio:
         hidden = np.array([(c & r[None]).sum() for c, r in zip(pv.cells, pv.real)])

@@ -20,7 +20,16 @@ from app.components.charts import counts_chart
 from app.components.errors import guarded
 from app.components.urlstate import dig, index_of, number
 from app.modalities import ModalityUI, SampleView, register_ui, task_params_defaults
-from engine.api import RunConfig, TokenizerConfig, counted, distance_to_visible, load_dataset, workspace_root
+from engine.api import (
+    RunConfig,
+    TokenizerConfig,
+    counted,
+    distance_to_visible,
+    load_dataset,
+    vocab_shortfall,
+    vocab_text,
+    workspace_root,
+)
 
 N_SAMPLES = 12  # texts in the Data page's sample table
 N_PREVIEW = 8  # the run's fixed visualisation rows (train.num_vis defaults to 8)
@@ -175,7 +184,22 @@ def mask_preview(cfg, info, n: int = N_PREVIEW) -> None:
                "with this run's tokenizer, "
                f"with the masks the run uses for its samples ({cfg.masking.strategy}): "
                f"{int(pv.mask.sum())} of {int(eligible)} maskable tokens masked.")
+    vocab_note(cfg, info, pv.vocab_size)
     masked_sentences(pv.tokens, pv.mask, [info.class_names[int(y)] for y in pv.labels])
+
+
+def vocab_note(cfg, info, reached: int) -> None:
+    """Under a New run or Mask lab preview: the tokenizer with the vocabulary it has once trained on
+    ``info``'s train texts (``reached`` ids, :func:`engine.config.vocab_text`), and a warning when
+    that is far below ``data.tokenizer.vocab_size`` (:func:`engine.config.vocab_shortfall`). Nothing
+    for a run from an imported model or a parent run (it reads with its source's tokenizer)."""
+    if cfg.model.init_from or not reached or cfg.data.tokenizer is None:
+        return
+    tok = cfg.data.tokenizer.model_dump()
+    st.caption(f"Tokenizer: {vocab_text(tok, reached)}, trained on the train texts of **{info.name}** "
+               "(ids, the five special tokens included).")
+    if warning := vocab_shortfall(tok, reached, info.name):
+        st.warning(warning)
 
 
 # --------------------------------------------------------------------------- run samples

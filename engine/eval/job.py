@@ -25,6 +25,12 @@ implements ``features`` / ``raw_features`` / ``evaluate`` is evaluated without a
   budget (:mod:`engine.eval.budget`, ``evaluation.budget``) once the phases above ran.
 - **Cost**: the FLOPs of one training step (forward and backward, :mod:`engine.eval.flops`).
 
+What the data cannot give is skipped and said, and the rest completes: on rows without two labelled
+train classes and a labelled validation row (an unlabelled set, one class, no validation split:
+:func:`engine.eval.representation.labels_problem`) the probe, kNN, k-means and fine-tune are not
+computed (the 2-D map still is); raw-input features the data cannot give (a TF-IDF
+without a word) leave that encoder out. Each is in ``Evaluation.skipped`` with its reason and in the notes.
+
 The phases run in the order of :data:`engine.store.evaluations.PHASES`; each finished phase is stored
 at once (a ``partial`` record), its progress goes to ``evaluation/job.json`` every few seconds
 (:mod:`engine.eval.progress`), and a cancel keeps what was finished.
@@ -57,7 +63,7 @@ from engine.eval.flops import train_step_flops
 from engine.eval.prefetch import read_baselines
 from engine.eval.progress import PHASES, EvalProgress
 from engine.eval.reconstruction import reconstruction_quality
-from engine.eval.representation import maps_2d, prepare
+from engine.eval.representation import labels_problem, maps_2d, prepare, standardise
 from engine.pretrained.runs import random_init_, recorded_init
 from engine.runner.queue import dequeue, run_slot
 from engine.runner.resources import resolve_threads
@@ -121,8 +127,9 @@ def evaluate_checkpoint(run_dir: Path, step: int | None = None, *, device: str =
         ``tsne`` float32 ``[N, 2]``, ``labels`` int64 ``[N]``) for :func:`save_evaluation`.
 
     Raises:
-        EvaluationError: no complete checkpoint (at ``step``), the dataset changed since the run
-            (content hash differs from ``task.json``), no labels to probe, no raw-input features.
+        EvaluationError: no complete checkpoint (at ``step``), or the dataset changed since the run
+            (content hash differs from ``task.json``). What the data cannot give is skipped instead
+            (module docstring).
         EvaluationCancelled: ``progress`` was cancelled (what ``on_phase`` received stands).
     """
     run_dir = Path(run_dir)
@@ -162,9 +169,6 @@ def evaluate_checkpoint(run_dir: Path, step: int | None = None, *, device: str =
     ft_inputs = finetune_inputs(task, n) if ev_cfg.finetune_epochs and plan.fine_tunes else None
     if ev_cfg.finetune_epochs and plan.fine_tunes and ft_inputs is None:
         ev.notes.append(f"no fine-tune: task {task.name!r} gives no fine-tune inputs (Task.finetune_inputs)")
-    if plan.train_s is None and plan.share is not None and ft_inputs is not None:
-        ev.notes.append("the run recorded no training time: the fine-tune follows its full recipe, "
-                        "with no budget")
     init_state = {k: v.detach().clone() for k, v in task.model.state_dict().items()}
     maps: dict[str, np.ndarray] = {}
 
@@ -182,14 +186,21 @@ def evaluate_checkpoint(run_dir: Path, step: int | None = None, *, device: str =
         pre.pop("random_init", None)  # computed on the CPU: its figures could differ in the last bits
     task.model.eval()
     random_init = raw = None
+    classes, dataset = getattr(task, "class_names", ()), cfg.data.dataset
     with torch.no_grad():
         if "random_init" not in pre:
             random_init = [task.features("train", n)]
             progress.tick(1)
             random_init.append(task.features("val", n))
         progress.tick(2)
-        if "raw_input" not in pre:
-            raw = task.raw_features(n)
+        # the rows' labels are every encoder's: with nothing to score, no raw-input features either
+        unscored = labels_problem(random_init[0][1], random_init[1][1], classes, dataset) if random_init else None
+        if "raw_input" not in pre and unscored is None:
+            try:
+                raw = task.raw_features(n)
+            except EvaluationError as e:  # features this data cannot give (a TF-IDF without a word): left out
+                ev.skipped["raw_input"] = str(e)
+                ev.notes.append(f"no raw-input figures: {e}")
         progress.tick(3)
         task.model.load_state_dict(load_weights(ckpt))
         task.model.eval()
@@ -201,6 +212,7 @@ def evaluate_checkpoint(run_dir: Path, step: int | None = None, *, device: str =
         rows = len(trained[0][1]) + len(trained[1][1])
         row_s = (time.perf_counter() - t_rows) / max(rows, 1)
     yva = trained[1][1]
+    unscored = labels_problem(trained[0][1], yva, classes, dataset)
     ev.rows = {"train": int((trained[0][1] >= 0).sum()), "val": int((yva >= 0).sum()),
                "dim": int(trained[0][0].shape[1])}
     done()
@@ -209,34 +221,35 @@ def evaluate_checkpoint(run_dir: Path, step: int | None = None, *, device: str =
         ev.reconstruction = validated_at(run_dir, step, cfg) or {k: float(v) for k, v in task.evaluate().items()}
         ev.quality = reconstruction_quality(task)
     done()
-    cache_at = workspace if workspace is not None else run_dir.parent.parent
-    feats = {"trained": prepare(*trained)}
-    for enc, X in (("random_init", random_init), ("raw_input", raw)):
-        if X is not None:
-            feats[enc] = prepare(*X)
-    chance = _chance(yva)
-    encoders = ("trained", "random_init", "raw_input")
-    ev.representation = {enc: {} for enc in encoders}
-    seeds = {enc: RAW_INPUT_SEED if enc == "raw_input" else seed for enc in encoders}
-    for phase in FIGURE_PHASES:
-        progress.enter(phase, total=len(encoders))
-        for i, enc in enumerate(encoders):
-            if enc in feats:
-                ev.representation[enc].update(encoder_figures(phase, feats[enc], seeds[enc], cache_at))
-            else:  # prefetched: its figures of this phase, so a cancelled evaluation keeps the phases it ran
-                ev.representation[enc].update({k: pre[enc][k] for k in PHASE_FIGURES[phase] if k in pre[enc]})
-            progress.tick(i + 1)
-        if phase == "probe":
-            ev.representation["chance"] = {"probe_acc": chance}
-        if phase == "knn":
-            ev.representation["chance"]["knn_acc"] = chance
-        done()
-    progress.enter("map")
-    maps.update(maps_2d(feats["trained"][2], seed, ev_cfg.tsne_max_rows))
-    if maps:
-        maps["labels"] = yva[yva >= 0]
-    done(phase_maps=True)
+    if unscored is not None:  # nothing to score the features on: said, and the rest completes
+        skipped = [*FIGURE_PHASES, *(["finetune"] if ft_inputs is not None else [])]
+        ev.skipped.update(dict.fromkeys(skipped, unscored))
+        ev.notes.append(f"not computed: {', '.join(PHASES[p] for p in skipped)}: {unscored}")
+        ft_inputs = None
+        progress.enter("map")
+        (Xtr, ytr), (Xva, yva) = trained
+        Xva, yva = Xva[yva >= 0], yva[yva >= 0]
+        if len(Xva) >= 2:  # the trained features' map, standardised as the figures' features are
+            maps.update(maps_2d(standardise(Xtr[ytr >= 0] if (ytr >= 0).any() else Xva, Xva)[1], seed,
+                                ev_cfg.tsne_max_rows))
+            maps["labels"] = yva
+        done(phase_maps=True)
+    else:
+        prepared = _representation(ev, trained, random_init, raw, pre, progress, done, seed,
+                                   workspace if workspace is not None else run_dir.parent.parent)
+        progress.enter("map")
+        maps.update(maps_2d(prepared[2], seed, ev_cfg.tsne_max_rows))
+        if maps:
+            maps["labels"] = yva[yva >= 0]
+        done(phase_maps=True)
+    if ft_inputs is not None and (unfit := labels_problem(ft_inputs.y_train, ft_inputs.y_val, classes, dataset)):
+        ev.skipped["finetune"] = unfit  # its own rows hold too few labels
+        ev.notes.append(f"no fine-tune: {unfit}")
+        ft_inputs = None
     if ft_inputs is not None:
+        if plan.train_s is None and plan.share is not None:
+            ev.notes.append("the run recorded no training time: the fine-tune follows its full recipe, "
+                            "with no budget")
         progress.enter("finetune")
         n_tr, n_va = int((ft_inputs.y_train >= 0).sum()), int((ft_inputs.y_val >= 0).sum())
         spent = time.time() - t0
@@ -272,6 +285,37 @@ def evaluate_checkpoint(run_dir: Path, step: int | None = None, *, device: str =
     ev.status = "complete"
     ev.seconds = round(time.time() - t0, 3)
     return ev, maps
+
+
+def _representation(ev: Evaluation, trained, random_init, raw, pre: dict, progress: EvalProgress,
+                    done: Callable[[], None], seed: int, cache_at) -> tuple:
+    """The probe, kNN and k-means phases (:data:`FIGURE_PHASES`) of each encoder into ``ev.representation``:
+    from its features (``trained``, ``random_init``, ``raw``: ``(train, val)`` pairs of ``(X, y)``, None when
+    prefetched or left out) or from the prefetched figures ``pre``; ``chance`` beside the probe and kNN.
+    Returns the trained encoder's prepared features (:func:`engine.eval.representation.prepare`)."""
+    feats = {"trained": prepare(*trained)}
+    for enc, X in (("random_init", random_init), ("raw_input", raw)):
+        if X is not None:
+            feats[enc] = prepare(*X)
+    yva = trained[1][1]
+    chance = _chance(yva)
+    encoders = ("trained", "random_init", "raw_input")
+    ev.representation = {enc: {} for enc in encoders}
+    seeds = {enc: RAW_INPUT_SEED if enc == "raw_input" else seed for enc in encoders}
+    for phase in FIGURE_PHASES:
+        progress.enter(phase, total=len(encoders))
+        for i, enc in enumerate(encoders):
+            if enc in feats:
+                ev.representation[enc].update(encoder_figures(phase, feats[enc], seeds[enc], cache_at))
+            elif enc in pre:  # prefetched: its figures of this phase, so a cancelled evaluation keeps the phases it ran
+                ev.representation[enc].update({k: pre[enc][k] for k in PHASE_FIGURES[phase] if k in pre[enc]})
+            progress.tick(i + 1)
+        if phase == "probe":
+            ev.representation["chance"] = {"probe_acc": chance}
+        if phase == "knn":
+            ev.representation["chance"]["knn_acc"] = chance
+        done()
+    return feats["trained"]
 
 
 def evaluate_and_save(run_dir: Path, step: int | None = None, *, device: str = "cpu", workspace=None,

@@ -23,7 +23,7 @@ import torch
 
 from engine.config import RunConfig
 from engine.eval.figures import FIGURE_PHASES, RAW_INPUT_SEED, encoder_figures
-from engine.eval.representation import prepare
+from engine.eval.representation import labels_problem, prepare
 from engine.pretrained.runs import random_init_, recorded_init
 from engine.runner.resources import resolve_threads
 from engine.store.evaluations import FIGURE_RECIPE
@@ -42,10 +42,13 @@ def prefetch_baselines(run_dir: Path, workspace=None) -> list[str]:
     workspace's figure cache, exactly as :func:`engine.eval.job.evaluate_checkpoint` will ask for them.
 
     Returns:
-        The encoders whose figures are now cached (``raw_input``, ``random_init``).
+        The encoders whose figures are now cached (``raw_input``, ``random_init``); none when the rows
+        have nothing to score them on (:func:`engine.eval.representation.labels_problem`: the
+        evaluation skips these figures and says why).
 
     Raises:
-        EvaluationError: the dataset has no labels to probe, as the evaluation would.
+        EvaluationError: the raw-input features cannot be computed on this data (the evaluation
+            leaves that encoder out).
     """
 
     run_dir = Path(run_dir)
@@ -63,8 +66,14 @@ def prefetch_baselines(run_dir: Path, workspace=None) -> list[str]:
         # elsewhere the evaluation's features differ in their last bits; and a fork whose start is not
         # recorded yet was built with its parent's weights, not a random init: the evaluation draws it
         if resolve_device(cfg.train.device).type == "cpu" and fresh:
-            feats["random_init"] = (prepare(task.features("train", n), task.features("val", n)), seed)
-        feats["raw_input"] = (prepare(*task.raw_features(n)), RAW_INPUT_SEED)
+            random_init = (task.features("train", n), task.features("val", n))
+            if labels_problem(random_init[0][1], random_init[1][1], getattr(task, "class_names", ())):
+                return []  # nothing to score: the evaluation skips these figures and says why
+            feats["random_init"] = (prepare(*random_init), seed)
+        raw = task.raw_features(n)
+        if labels_problem(raw[0][1], raw[1][1], getattr(task, "class_names", ())):
+            return []
+        feats["raw_input"] = (prepare(*raw), RAW_INPUT_SEED)
     cache_at = workspace if workspace is not None else run_dir.parent.parent
     figures: dict[str, dict[str, float]] = {enc: {} for enc in feats}
     for phase in FIGURE_PHASES:

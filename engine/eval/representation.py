@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import sparse
 
+from engine.data.importer import UNLABELED  # the class of rows imported without a label (every modality's)
 from engine.errors import EvaluationError
 
 KNN_K = 20
@@ -60,6 +61,28 @@ def _labelled(X, y, what: str) -> tuple[np.ndarray, np.ndarray]:
         raise EvaluationError(f"{what}: features must be [N, D] with one label per row (got {X.shape}, {y.shape})")
     keep = y >= 0
     return X[keep], y[keep]
+
+
+def tfidf_splits(train_texts: list[str], splits: list[list[str]], what: str = "text", **params) -> list:
+    """TF-IDF vectors of each list of texts in ``splits``, fitted on ``train_texts`` (scikit-learn's
+    ``TfidfVectorizer(**params)``): a float32 SciPy CSR matrix ``[N, V]`` per list, ``[0, V]`` for an
+    empty one (a dataset without a validation split). ``what``: what a text is, for the message.
+
+    Raises:
+        EvaluationError: no train text has a word the vectorizer counts (its vocabulary is empty).
+    """
+    from sklearn.feature_extraction.text import TfidfVectorizer  # noqa: PLC0415 (scikit-learn loads only when an evaluation or baseline runs)
+
+    try:
+        vec = TfidfVectorizer(**params).fit(train_texts)
+    except ValueError as e:
+        if "empty vocabulary" not in str(e):
+            raise
+        raise EvaluationError(f"raw input: no train {what} has a word its TF-IDF counts (letters or digits, two or "
+                              "more unless the task counts one), so the raw input has no features") from None
+    V = len(vec.vocabulary_)
+    return [vec.transform(t).astype(np.float32) if len(t) else sparse.csr_matrix((0, V), dtype=np.float32)
+            for t in splits]
 
 
 def standardise(train: np.ndarray, val: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -126,6 +149,29 @@ def maps_2d(X: np.ndarray, seed: int = 0, tsne_max_rows: int = 1000) -> dict[str
         perplexity = min(TSNE_PERPLEXITY, (len(X) - 1) / 3)
         out["tsne"] = TSNE(n_components=2, perplexity=perplexity, init="pca", random_state=seed).fit_transform(X).astype(np.float32)
     return out
+
+
+def labels_problem(y_train: np.ndarray, y_val: np.ndarray, class_names=(), dataset: str | None = None) -> str | None:
+    """Why the figures that read labels (linear probe, kNN, k-means; the fine-tune) cannot be
+    computed on rows labelled ``y_train [N]`` / ``y_val [M]`` (int, -1 = no label), in words with
+    what to do, or None when they can: the dataset has no labels (its only class is
+    :data:`UNLABELED`), its labelled train rows hold fewer than 2 classes, or it has no labelled
+    validation row. ``class_names``: the dataset's; ``dataset``: its name, for the message."""
+    y_train, y_val = np.asarray(y_train, np.int64), np.asarray(y_val, np.int64)
+    ytr, yva = y_train[y_train >= 0], y_val[y_val >= 0]
+    name = f"{dataset!r}" if dataset else "the dataset"
+    if tuple(class_names) == (UNLABELED,):
+        return (f"{name} has no labels (every row is {UNLABELED!r}); import it with a label column or one "
+                "sub-folder per class to score how well the features separate them")
+    k = len(np.unique(ytr))
+    if k < 2:
+        rows = f"{len(ytr)} labelled train row{'s' * (len(ytr) != 1)}"
+        return (f"the {rows} of {name} hold{'s' * (len(ytr) == 1)} {k} class{'es' * (k != 1)}; these figures "
+                "need 2 or more: import more labelled rows")
+    if not len(yva):
+        return (f"{name} has no labelled validation row to score them on; import it again with a validation "
+                "fraction above 0")
+    return None
 
 
 def prepare(train: tuple, val: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -12,7 +12,8 @@ References: Hotelling 1936 (canonical correlation analysis); Karpathy & Fei-Fei 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import re
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -22,6 +23,26 @@ CCA_PCA, CCA_TFIDF_TERMS, CCA_COMPONENTS = 64, 2000, 16
 #: TF-IDF words of one character too (scikit-learn's default drops them): an audio clip's class
 #: name ``"7"`` is its whole text. Image captions keep scikit-learn's default (None here).
 ONE_CHAR_WORDS = r"(?u)\b\w+\b"
+#: scikit-learn's ``TfidfVectorizer`` words (its default ``token_pattern``): two characters or more.
+TFIDF_WORDS = r"(?u)\b\w\w+\b"
+#: The fewest train pairs the CCA baseline fits on: PCA keeps at most ``N - 1`` components of ``N``
+#: pixel rows (one row has none), and CCA needs one component on each side.
+CCA_MIN_PAIRS = 2
+
+
+def cca_problem(n_train: int, train_captions: Iterable[str], token_pattern: str | None = None) -> str | None:
+    """Why :func:`cca_embeddings` cannot fit on ``n_train`` train pairs with these captions, in words,
+    or None when it can: fewer than :data:`CCA_MIN_PAIRS` pairs, or no caption with a word the TF-IDF
+    counts (``token_pattern``, default :data:`TFIDF_WORDS`: a set whose captions are all one-letter
+    words, punctuation or emoji). Reads the captions until the first word."""
+    if n_train < CCA_MIN_PAIRS:
+        return (f"it fits PCA and CCA on the train pairs and needs at least {CCA_MIN_PAIRS}; there "
+                f"{'is' if n_train == 1 else 'are'} {n_train}")
+    word = re.compile(token_pattern or TFIDF_WORDS)
+    if not any(word.search(c) for c in train_captions):
+        what = "a letter or digit" if token_pattern == ONE_CHAR_WORDS else "a word of two letters or digits"
+        return f"no train caption has {what} for its TF-IDF, so the captions give it nothing to correlate"
+    return None
 
 
 def relevance(captions: Sequence[str]) -> np.ndarray:
@@ -68,7 +89,12 @@ def cca_embeddings(train_pixels: np.ndarray, train_captions: list[str], val_pixe
 
     Returns:
         ``(image [N_val, K], text [N_val, K])``; rank by cosine similarity.
+
+    Raises:
+        ValueError: :func:`cca_problem`'s reason, when it has one (too few pairs, no caption word).
     """
+    if problem := cca_problem(len(train_pixels), train_captions, token_pattern):
+        raise ValueError(f"the CCA baseline cannot be fitted: {problem}")
     from sklearn.cross_decomposition import CCA  # noqa: PLC0415 (scikit-learn loads only when an evaluation or baseline runs)
     from sklearn.decomposition import PCA  # noqa: PLC0415 (scikit-learn loads only when an evaluation or baseline runs)
     from sklearn.feature_extraction.text import TfidfVectorizer  # noqa: PLC0415 (scikit-learn loads only when an evaluation or baseline runs)

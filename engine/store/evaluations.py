@@ -87,6 +87,10 @@ class Evaluation:
             ``flops_per_step``, ``flops_per_sample``, ``forward_flops_per_step``, ``batch_size``,
             ``mask_ratio``).
         notes: what was left out and why (e.g. a task with no fine-tune entry).
+        skipped: phase (:data:`PHASES`: ``probe``, ``knn``, ``clustering``, ``finetune``) or encoder
+            (``raw_input``) -> why it could not be computed on this run's data (an unlabelled set,
+            one class, no validation rows: :func:`engine.eval.representation.labels_problem`); the
+            rest of the evaluation is complete without it. Empty when everything was computed.
         status: ``complete``; ``partial`` while the evaluation still runs (the phases of ``phases``
             are in, the others not yet); ``cancelled`` when it stopped before its end (what it
             finished is kept). Evaluations of older masklabs read as ``complete``.
@@ -105,6 +109,7 @@ class Evaluation:
     quality: dict[str, dict[str, float]] = field(default_factory=dict)
     cost: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
     status: str = "complete"
     phases: dict[str, float] = field(default_factory=dict)
     budget: dict[str, Any] = field(default_factory=dict)

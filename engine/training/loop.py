@@ -24,7 +24,7 @@ from typing import Callable
 
 import torch
 
-from engine.config import RunConfig
+from engine.config import RunConfig, vocab_shortfall
 from engine.errors import ConfigError, DamagedFileError, NonFiniteLossError
 from engine.models import count_parameters
 from engine.pretrained.runs import recorded_init
@@ -107,6 +107,10 @@ def setup(cfg: RunConfig, writers: Writers, *, workspace=None, resume_from: Path
         writers.info.check_resume(info)
     if dist.writer:
         writers.info.write(info)
+        tok = cfg.data.tokenizer  # text tasks' (None elsewhere)
+        if tok is not None and not cfg.model.init_from and (
+                far := vocab_shortfall(tok.model_dump(), info.get("vocab_size"), cfg.data.dataset)):
+            print(f"masklab: warning: {far}", file=sys.stderr)  # the worker log (Run detail says it too)
     if t.compile:
         task.model.compile()  # in place: the state dict keeps its keys (no ``_orig_mod.`` prefix)
     opt = adamw(param_groups(task.model, t.weight_decay), lr=t.lr, betas=(0.9, 0.95))

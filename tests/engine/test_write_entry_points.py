@@ -93,7 +93,8 @@ READS = {
     "verify_password",
     # config, methods, sweeps (pure)
     "apply_method", "apply_overrides", "config_diff", "load_config", "method_label", "methods_for", "new_sweep_id",
-    "parse_seeds", "parse_values", "plan_sweep", "sweep_of", "sweep_table", "collapse_warning",
+    "parse_seeds", "parse_values", "plan_sweep", "sweep_of", "sweep_table", "collapse_warning", "vocab_shortfall",
+    "vocab_text",
     # runs and jobs (job_state, cluster_job: record a cluster job that ended without its worker)
     "backend_unavailable", "checkpoint_weights", "cluster_job", "dataset_bytes", "describe_job", "disk_usage",
     "evaluation_job", "export_runs", "format_bytes", "get_run", "has_evaluation_job", "job_state",

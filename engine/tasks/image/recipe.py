@@ -372,8 +372,11 @@ class ImageMIMTask(Task):
         shuffled, so a seeded random sample), every train row of a smaller split (Fashion-MNIST's
         60,000 at 28x28 are all used). Float32 ``[n, C, H, W]`` in [0, 1] on the device: bounded
         (about 200 MB), whatever the dataset's size."""
-        n = max(1, BASELINE_MAX_VALUES // int(np.prod(self.image_shape)))
-        return self._ds.rows_tensors(self.train_rows[:n])[0].to(self.device)
+        return self._ds.rows_tensors(self.train_rows[:self.baseline_reference_rows()])[0].to(self.device)
+
+    def baseline_reference_rows(self) -> int:
+        """How many train rows :meth:`baseline_reference` reads (the first ones, in stored order)."""
+        return min(len(self.train_rows), max(1, BASELINE_MAX_VALUES // int(np.prod(self.image_shape))))
 
     def _scored(self, pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
         """The objective's inputs for a pixel-space prediction ``[N, L, P*P*C]``, in the model's units:

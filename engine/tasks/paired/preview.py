@@ -61,6 +61,8 @@ class PairedPreview:
             (False = silence padding) and ``cells`` bool ``[N, F, T]`` the mel bins x frames the
             spectrogram mask hides.
         grid: audio-text pairs only: the spectrogram's mask grid (:class:`engine.tasks.audio.common.Grid`).
+        vocab_size: the ids of the run's caption tokenizer as trained on the train captions (specials
+            included), beside ``data.tokenizer.vocab_size`` (:func:`engine.config.vocab_shortfall`).
     """
 
     images: np.ndarray
@@ -73,6 +75,7 @@ class PairedPreview:
     real: np.ndarray | None = None
     cells: np.ndarray | None = None
     grid: object | None = None
+    vocab_size: int = 0
 
 
 
@@ -95,7 +98,8 @@ def preview(cfg: RunConfig, n: int, workspace=None) -> PairedPreview:
     images = ds.rows_tensors(pool[pick])[0]
     img, txt = vis_masks(cfg, images, rows, ds, pool[pick])
     return PairedPreview(images.numpy(), img.numpy(), captions, token_strings(tok, rows["ids"]), txt.numpy(),
-                         rows["eligible"].numpy(), y[pick].astype(np.int64), **task.preview_extras(ds, pool[pick], img))
+                         rows["eligible"].numpy(), y[pick].astype(np.int64), **task.preview_extras(ds, pool[pick], img),
+                         vocab_size=tok.vocab_size)
 
 
 def caption_train_masks(cfg: RunConfig, n: int, workspace=None) -> tuple[torch.Tensor, torch.Tensor]:

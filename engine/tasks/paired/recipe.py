@@ -50,10 +50,20 @@ import torch
 
 from engine.config import ObjectiveTerm, RunConfig, TokenizerConfig
 from engine.data import load_dataset, representative
+from engine.data.dataset import counted
 from engine.data.sampling import eval_rows
 from engine.errors import ConfigError
 from engine.eval.image_baselines import masked_pixel_sse, mean_image_patches, visible_mean_patches
-from engine.eval.retrieval import KS, ONE_CHAR_WORDS, cca_embeddings, chance_recall, retrieval_figures
+from engine.eval.representation import tfidf_splits
+from engine.eval.retrieval import (
+    CCA_MIN_PAIRS,
+    KS,
+    ONE_CHAR_WORDS,
+    cca_embeddings,
+    cca_problem,
+    chance_recall,
+    retrieval_figures,
+)
 from engine.eval.text_baselines import TokenBaselines
 from engine.masking import draw_mask, get_masking, grid_shape, image_side_inputs, preview_masks
 from engine.models import build_model
@@ -195,6 +205,14 @@ class PairedBase(Task):
         cls.check_images(cfg, info, ds, workspace)
         if ds.info.n_train == 0:
             raise ConfigError(f"data.dataset: {ds.info.name!r} has no train pairs")
+        if ds.info.n_train < CCA_MIN_PAIRS:  # its CCA baseline (step 0) fits PCA and CCA on the train pairs
+            n, n_val = ds.info.n_train, ds.info.n_val
+            raise ConfigError(
+                f"data.dataset: {ds.info.name!r} has {counted(n + n_val, 'pair')} ({n} for training, {n_val} for "
+                f"validation); task {cls.name!r} needs at least {CCA_MIN_PAIRS} train pairs: its CCA retrieval baseline "
+                f"fits PCA and CCA on them. Import more pairs"
+                + (f", or import this set again with a validation fraction of 0 to train on all {n + n_val}"
+                   if n + n_val >= CCA_MIN_PAIRS else ""))
         tok, _ = tokenizer_for(cfg, ds, workspace)
         enc = tok.encode_batch(ds.texts("train", limit=PROBE_ROWS), max_len=cfg.data.tokenizer.max_len)
         b = text_rows(enc, torch.arange(len(enc)))
@@ -245,10 +263,23 @@ class PairedBase(Task):
             b = text_rows(self.val_enc, idx)
             img_mask, txt_mask = self._masks(self.val_rows[idx.numpy()], self.x_val[idx], b, g, cfg.masking.ratio)
             self.eval_batches.append((idx, b, img_mask, txt_mask))
+        # The CCA baseline fits on the train pairs baseline_reference() reads; when it cannot, the other
+        # baselines are logged without it and task.json says why (Run detail shows it).
+        n_ref = self.baseline_reference_rows()
+        self.cca_problem = cca_problem(n_ref, self._ds.texts("train", limit=n_ref), self._tfidf_words)
+        self.baseline_notes = [f"no CCA retrieval baseline: {self.cca_problem}"] if self.cca_problem else []
+
+    @property
+    def _tfidf_words(self) -> str | None:
+        """The TF-IDF word pattern of the CCA baseline and raw input (None: scikit-learn's)."""
+        return ONE_CHAR_WORDS if self.one_char_words else None  # a clip's text may be "7"
 
     def run_info(self) -> dict:
+        """The dataset's hash, the tokenizer's id and size, the image shape, train pairs; and
+        ``baseline_notes`` when a baseline could not be measured (the CCA one: :func:`cca_problem`)."""
         info = {"dataset_hash": self._ds.info.source_hash, "tokenizer_id": self.tokenizer_id,
-                "vocab_size": self.tok.vocab_size, "image_shape": list(self.image_shape), "n_train": self.n_train}
+                "vocab_size": self.tok.vocab_size, "image_shape": list(self.image_shape), "n_train": self.n_train,
+                **({"baseline_notes": self.baseline_notes} if self.baseline_notes else {})}
         return {**info, **self._run_info_extra()}
 
     def train_lengths(self) -> torch.Tensor:
@@ -272,6 +303,7 @@ class PairedBase(Task):
 
     train_batch = ImageMIMTask.train_batch
     baseline_reference = ImageMIMTask.baseline_reference
+    baseline_reference_rows = ImageMIMTask.baseline_reference_rows
 
     def train_loss(self, idx, generator, ratio):
         xb = self.train_batch(idx)
@@ -360,11 +392,11 @@ class PairedBase(Task):
         chance = chance_recall(self.val_captions)
         for k in KS:
             out[f"baseline/chance/t2i_r{k}"] = out[f"baseline/chance/i2t_r{k}"] = chance[k]
-        cca = cca_embeddings(x_ref.cpu().flatten(1).numpy(), self._ds.texts("train", limit=len(x_ref)),
-                             self.x_val.cpu().flatten(1).numpy(),
-                             self.val_captions, seed=self.cfg.train.seed,
-                             token_pattern=ONE_CHAR_WORDS if self.one_char_words else None)  # a clip's text may be "7"
-        out.update({f"baseline/cca/{k}": v for k, v in retrieval_figures(*cca, self.val_captions).items()})
+        if self.cca_problem is None:  # else left out, and said (run_info's baseline_notes)
+            cca = cca_embeddings(x_ref.cpu().flatten(1).numpy(), self._ds.texts("train", limit=len(x_ref)),
+                                 self.x_val.cpu().flatten(1).numpy(), self.val_captions, seed=self.cfg.train.seed,
+                                 token_pattern=self._tfidf_words)
+            out.update({f"baseline/cca/{k}": v for k, v in retrieval_figures(*cca, self.val_captions).items()})
         return out
 
     # --- samples and features ---------------------------------------------------------------------
@@ -412,18 +444,19 @@ class PairedBase(Task):
         return feats.astype(np.float32), self._ds.labels[rows].astype(np.int64)
 
     def raw_features(self, max_rows: int | None = None):
-        """The pixels in [0, 1] next to the caption's TF-IDF (fitted on train), ``X float32 [N, C*H*W + V]``."""
-        from sklearn.feature_extraction.text import TfidfVectorizer  # noqa: PLC0415 (scikit-learn loads only when an evaluation or baseline runs)
+        """The pixels in [0, 1] next to the caption's TF-IDF (fitted on train), ``X float32 [N, C*H*W + V]``.
 
+        Raises:
+            EvaluationError: no train caption has a word the TF-IDF counts (no term)."""
         rows = {s: eval_rows(self._ds, s, max_rows) for s in ("train", "val")}
         texts = {s: self._ds.texts_at(rows[s]) for s in ("train", "val")}
-        words = {"token_pattern": ONE_CHAR_WORDS} if self.one_char_words else {}  # a clip's text may be "7"
-        vec = TfidfVectorizer(sublinear_tf=True, max_features=5000, **words).fit(texts["train"])
+        words = {"token_pattern": self._tfidf_words} if self.one_char_words else {}  # a clip's text may be "7"
+        vecs = tfidf_splits(texts["train"], [texts["train"], texts["val"]], "caption", sublinear_tf=True,
+                            max_features=5000, **words)
         out = []
-        for s in ("train", "val"):
+        for s, tfidf in zip(("train", "val"), vecs):
             x, y = self._ds.rows_tensors(rows[s])
-            tfidf = vec.transform(texts[s]).toarray().astype(np.float32)
-            out.append((np.concatenate([x.flatten(1).numpy(), tfidf], axis=1), y.numpy()))
+            out.append((np.concatenate([x.flatten(1).numpy(), tfidf.toarray()], axis=1), y.numpy()))
         return out[0], out[1]
 
 

@@ -17,13 +17,16 @@ from engine.tasks.text.common import EVAL_MAX_ROWS, text_rows, token_strings, to
 @dataclass(frozen=True)
 class TextPreview:
     """What the dashboard shows of a text config before a run: the run's ``n`` visualisation texts (:func:`vis_rows`),
-    their tokens (``[N, L]`` strings, ``""`` at padding) and the run's masks of them (``[N, L]`` bool)."""
+    their tokens (``[N, L]`` strings, ``""`` at padding) and the run's masks of them (``[N, L]`` bool), and
+    ``vocab_size``, the ids the run's tokenizer has as trained on the train texts (specials included;
+    beside ``data.tokenizer.vocab_size``: :func:`engine.config.vocab_shortfall`)."""
 
     texts: list[str]
     tokens: np.ndarray
     mask: np.ndarray
     eligible: np.ndarray
     labels: np.ndarray
+    vocab_size: int = 0
 
 
 def preview(cfg: RunConfig, n: int, workspace=None) -> TextPreview:
@@ -42,7 +45,7 @@ def preview(cfg: RunConfig, n: int, workspace=None) -> TextPreview:
     rows = text_rows(enc, torch.arange(len(enc)))
     mask = vis_masks(cfg, rows)
     return TextPreview(texts, token_strings(tok, rows["ids"]), mask.numpy(), rows["eligible"].numpy(),
-                       ds.labels[pool[pick]].astype(np.int64))
+                       ds.labels[pool[pick]].astype(np.int64), tok.vocab_size)
 
 
 def train_masks(cfg: RunConfig, n: int, workspace=None, ds=None) -> tuple[torch.Tensor, torch.Tensor]:

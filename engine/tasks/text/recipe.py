@@ -51,6 +51,7 @@ from engine.data import load_dataset
 from engine.data.sampling import eval_rows
 from engine.errors import ConfigError
 from engine.eval.finetune import FinetuneInputs, pooled_features
+from engine.eval.representation import tfidf_splits
 from engine.eval.text_baselines import BASELINE_KINDS, TokenBaselines
 from engine.masking import get_masking, strategies_on
 from engine.masking.mlm import apply_mlm
@@ -228,16 +229,16 @@ class TextTask(Task):
     def raw_features(self, max_rows: int | None = None):
         """TF-IDF of words and word pairs (scikit-learn ``TfidfVectorizer``, sublinear tf, at most
         :data:`TFIDF_MAX_FEATURES` terms, fitted on the train rows), ``X float32 [N, V]`` per split,
-        a SciPy CSR matrix (a row holds a few dozen of the terms: sparse, the probe is 4x faster)."""
-        from sklearn.feature_extraction.text import TfidfVectorizer  # noqa: PLC0415 (scikit-learn loads only when an evaluation or baseline runs)
+        a SciPy CSR matrix (a row holds a few dozen of the terms: sparse, the probe is 4x faster).
 
+        Raises:
+            EvaluationError: no train text has a word of two letters or digits (no TF-IDF term)."""
         splits = []
         for split in ("train", "val"):
             rows = eval_rows(self._ds, split, max_rows)
             splits.append((self._ds.texts_at(rows), self._ds.labels[rows].astype(np.int64)))
-        vec = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, max_features=TFIDF_MAX_FEATURES,
-                              lowercase=True).fit(splits[0][0])
-        tr, va = (vec.transform(t).astype(np.float32) for t, _ in splits)
+        tr, va = tfidf_splits(splits[0][0], [t for t, _ in splits], "text", ngram_range=(1, 2), sublinear_tf=True,
+                              max_features=TFIDF_MAX_FEATURES, lowercase=True)
         return (tr, splits[0][1]), (va, splits[1][1])
 
 
