@@ -7,7 +7,6 @@ recordings (../shared/data/fsdd) and Tux Paint stamps (../shared/data/tuxpaint-s
 from __future__ import annotations
 
 import codecs
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from engine.cli import main
 from engine.data import ImportOptions, import_source, inspect_source
 from engine.data.audio import proposed_rate
 from engine.errors import NothingImportedError
+from tests.engine.test_manifest_names import zip_of
 
 BOM = codecs.BOM_UTF8
 
@@ -30,17 +30,10 @@ def png(shared_data) -> bytes:
     return (shared_data / "tuxpaint-stamps" / "images" / "animals__amphibians__frog.png").read_bytes()
 
 
-def _zip(path: Path, members: dict[str, bytes]) -> Path:
-    with zipfile.ZipFile(path, "w") as z:
-        for n, data in members.items():
-            z.writestr(n, data)
-    return path
-
-
 def test_the_audio_plan_states_the_rate_it_proposes(clip, tmp_path, capsys):
     """8 kHz clips: the plan proposes 8,000 Hz and its decoding line says 8,000 Hz, not 16,000;
     a rate chosen is the one said. ``data inspect`` prints both lines, and they agree."""
-    z = _zip(tmp_path / "clips.zip", {f"three/{i}.wav": clip for i in range(3)})
+    z = zip_of(tmp_path / "clips.zip", {f"three/{i}.wav": clip for i in range(3)})
     plan = inspect_source(z)
     assert proposed_rate(plan.sample_rates) == 8000
     assert plan.notes[-1] == "clips are decoded on import (mono, 8,000 Hz, proposed from their own rates); unreadable " \
@@ -68,7 +61,7 @@ def test_an_error_that_counts_refusals_lists_every_one_or_says_how_many_it_leave
                                                                                      capsys):
     """Four refused files: the message names three "and 1 more" (it used to say 4 and list 3); the
     exception carries all four, and ``data add`` prints each of them."""
-    z = _zip(tmp_path / f"{kind}.zip", _four_bad(kind, png))
+    z = zip_of(tmp_path / f"{kind}.zip", _four_bad(kind, png))
     with pytest.raises(NothingImportedError) as err:
         import_source(z, "bad", workspace=workspace)
     rejected = err.value.rejected
@@ -90,10 +83,10 @@ def test_a_removed_byte_order_mark_is_reported_on_every_path_that_reads_text(cli
         "table.csv": BOM + rows.encode(),
         "table.tsv": BOM + rows.replace(",", "\t").encode(),
         "table.jsonl": BOM + b'{"text": "the first text"}\n{"text": "the second text"}\n',
-        "texts.zip": _zip(tmp_path / "texts.zip", {"a/1.txt": BOM + b"hello there", "b/2.txt": b"general kenobi"}),
-        "audio.zip": _zip(tmp_path / "audio.zip", {"m.csv": BOM + b"file,label\nc/1.wav,three\n", "c/1.wav": clip}),
-        "table-pairs.zip": _zip(tmp_path / "tp.zip", {"t.csv": BOM + b"file,caption\n1.png,A frog.\n", "1.png": png}),
-        "txt-pairs.zip": _zip(tmp_path / "xp.zip", {"s/1.png": png, "s/1.txt": BOM + b"A frog.\n"}),
+        "texts.zip": zip_of(tmp_path / "texts.zip", {"a/1.txt": BOM + b"hello there", "b/2.txt": b"general kenobi"}),
+        "audio.zip": zip_of(tmp_path / "audio.zip", {"m.csv": BOM + b"file,label\nc/1.wav,three\n", "c/1.wav": clip}),
+        "table-pairs.zip": zip_of(tmp_path / "tp.zip", {"t.csv": BOM + b"file,caption\n1.png,A frog.\n", "1.png": png}),
+        "txt-pairs.zip": zip_of(tmp_path / "xp.zip", {"s/1.png": png, "s/1.txt": BOM + b"A frog.\n"}),
     }
     missing = []
     for i, (name, data) in enumerate(sources.items()):
@@ -117,12 +110,12 @@ def test_a_backslash_read_as_a_folder_separator_is_reported(clip, png, tmp_path,
     }
     for kind, (members, classes) in cases.items():
         said = f"member names: ASCII; {len(members)} use \\ as the folder separator (as Windows tools write them), read as /"
-        z = _zip(tmp_path / f"{kind}.zip", members)
+        z = zip_of(tmp_path / f"{kind}.zip", members)
         assert any(n.startswith(said) for n in inspect_source(z).notes), kind
         rep = import_source(z, f"bs-{kind}", ImportOptions(val_fraction=0.0), workspace=workspace, image_size=8)
         assert said in rep.summary(), kind
         assert rep.dataset.class_names == classes
-    z = _zip(tmp_path / "manifest.zip", {"m.csv": b"file,label\nc\\1.wav,three\n", "c/1.wav": clip})
+    z = zip_of(tmp_path / "manifest.zip", {"m.csv": b"file,label\nc\\1.wav,three\n", "c/1.wav": clip})
     rep = import_source(z, "bs-manifest", ImportOptions(val_fraction=0.0), workspace=workspace)
     assert rep.accepted == 1 and "m.csv: 1 row uses \\ as the folder separator, read as / (e.g. c\\1.wav)" in rep.notes
 
@@ -134,7 +127,7 @@ def test_every_document_that_cleaning_drops_is_named(tmp_path, workspace):
     txt.write_text("alpha document\n\nbeta\n   \nalpha document\n")  # line mode: no paragraph spans several lines
     table = tmp_path / "t.csv"
     table.write_text("text,label\nfirst text,a\n ,b\nsecond text,a\nfirst text,b\n")
-    texts = _zip(tmp_path / "docs.zip", {"a/1.txt": b"hello world", "a/2.txt": b" \n\t", "b/3.txt": b"hello world"})
+    texts = zip_of(tmp_path / "docs.zip", {"a/1.txt": b"hello world", "a/2.txt": b" \n\t", "b/3.txt": b"hello world"})
     want = {
         txt: ["dropped as empty (nothing but whitespace): line 2, line 4", "dropped as too short: line 3",
               "dropped as exact duplicates: line 5 (as line 1)"],

@@ -77,7 +77,8 @@ def kind(request, shared_data) -> Kind:
     return Kind("paired", ".png", "caption", [shared_data / "tuxpaint-stamps" / r["image"] for r in rows])
 
 
-def _zip(path: Path, members: dict[str, bytes]) -> Path:
+def zip_of(path: Path, members: dict[str, bytes]) -> Path:
+    """Write ``path``: a zip of ``members`` (name -> bytes)."""
     with zipfile.ZipFile(path, "w") as z:
         for n, data in members.items():
             z.writestr(n, data)
@@ -93,7 +94,7 @@ def test_ids_name_files_by_their_stem_in_any_folder_and_an_ambiguous_one_is_refu
     members = {n: kind.member(k) for n, k in layout.items()}
     rows = [("0007", "seven"), (f"0008{e}", "eight"), ("deep/0009", "nine"), ("0010", "ten"), ("clips/0011", "eleven")]
     members["set/manifest.csv"] = kind.table(rows)
-    z = _zip(tmp_path / f"{kind.name}.zip", members)
+    z = zip_of(tmp_path / f"{kind.name}.zip", members)
     rep = kind.imported(z, workspace, "ids")
     assert rep.accepted == 4
     assert dict(rep.rejected) == {"set/manifest.csv:5": (
@@ -116,7 +117,7 @@ def test_names_that_differ_only_by_unicode_normalisation_pair(kind, tmp_path, wo
     stems = ["café", "crème brûlée", "Ñandú", "plain"]
     members = {members_form(f"files/{s}{e}"): kind.member(k) for k, s in enumerate(stems)}
     members["t.csv"] = kind.table([(table_form(f"files/{s}{e}"), f"tag{k}") for k, s in enumerate(stems)])
-    z = _zip(tmp_path / "nfd.zip", members)
+    z = zip_of(tmp_path / "nfd.zip", members)
     rep = kind.imported(z, workspace, "nfd")
     assert rep.accepted == 4 and rep.rejected == [] and [s for s, _ in rep.skipped if s.startswith("files/")] == []
     form = "stored decomposed (NFD)" if members_form is NFD else "stored in another Unicode form"
@@ -136,7 +137,7 @@ def test_rows_and_members_that_do_not_pair_are_named_with_their_near_misses(kind
     rows = [(f"d/cafe_two{e}", "t0"), (f"d/0012{other}", "t1"), (f"d/creme{e}", "t2"), (f"d/recording_1234{e}", "t3"),
             (f"d/nothing_like_it{e}", "t4"), (f"d/ok{e}", "t5")]
     members["m.csv"] = kind.table(rows)
-    z = _zip(tmp_path / "near.zip", members)
+    z = zip_of(tmp_path / "near.zip", members)
     rep = kind.imported(z, workspace, "near")
     what, tail = ("audio file", "") if kind.name == "audio" else ("image", ": the pair has no image")
     assert dict(rep.rejected) == {
@@ -166,7 +167,7 @@ def test_a_caption_file_beside_its_image_pairs_across_unicode_forms_and_near_mis
     with open(shared_data / "tuxpaint-stamps" / "captions.csv", newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))[:3]
     png = [(shared_data / "tuxpaint-stamps" / r["image"]).read_bytes() for r in rows]
-    z = _zip(tmp_path / "txt.zip", {NFD("s/café.png"): png[0], NFC("s/café.txt"): b"A cup of coffee.\n",
+    z = zip_of(tmp_path / "txt.zip", {NFD("s/café.png"): png[0], NFC("s/café.txt"): b"A cup of coffee.\n",
                                     "s/plain.png": png[1], "s/plain.txt": b"A plain stamp.\n",
                                     "s/Cat.png": png[2], "s/cat.txt": b"A cat.\n"})
     rep = import_source(z, "txtnfc", ImportOptions(val_fraction=0.0), workspace=workspace, image_size=8)
