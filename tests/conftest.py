@@ -33,7 +33,7 @@ def pytest_configure(config):
 #: Tests that must not run beside each other: real-browser tests (a Streamlit server and Chromium each)
 #: and those that start several processes per run or a local cluster. They form one work unit.
 EXCLUSIVE = ("tests/engine/test_distributed.py", "tests/engine/test_backends.py", "tests/engine/test_runqueue.py",
-             "tests/engine/test_launcher.py")
+             "tests/engine/test_launcher.py", "tests/bench/test_load.py")
 #: Work units that take longest (the durations table at the end of a CI log says which): they start
 #: first, so that no worker is left running one alone at the end.
 LONG_UNITS = ("exclusive", "tests/bench/test_data_memory.py", "tests/bench/test_paired_audio_quality.py",

@@ -354,6 +354,21 @@ def supervise(run_dir: Path, max_restarts: int) -> int:
             signal.signal(sig, handler)
 
 
+NICE_ENV, DEFAULT_NICE = "MASKLAB_WORKER_NICE", 10
+
+
+def lower_priority(environ: dict[str, str] | None = None) -> int:
+    """Lower this worker's CPU priority by ``$MASKLAB_WORKER_NICE`` (default 10; 0 leaves it): on a
+    machine that also serves the dashboard, pages are drawn before training steps (bench/load.py).
+    A process already that nice (a restart's worker, under its supervisor) stays as it is. Returns
+    the niceness now; an invalid value or a refused change leaves it as it was."""
+    try:
+        want = max(0, min(int((os.environ if environ is None else environ).get(NICE_ENV, DEFAULT_NICE)), 19))
+        return os.nice(max(0, want - os.nice(0)))
+    except (ValueError, OSError):
+        return os.nice(0)
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m engine.runner.worker [--once] [--cluster] RUN_DIR``: exit code 0 when completed or
     cancelled, 1 when failed or diverged (or the restart policy gave up), 2 when another live
@@ -376,6 +391,7 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m engine.runner.worker [--once] [--cluster] RUN_DIR", file=sys.stderr)
         return 2
     run_dir = Path(args[0])
+    lower_priority()
     if on_cluster:  # fail fast where the workspace is not shared or not writable (engine.runner.backends)
 
         problem = check_workspace(run_dir)
