@@ -35,6 +35,7 @@ import pytest
 from PIL import Image
 
 from app.components.images import MASK_GREY
+from app.components.matrix import ROWS as MATRIX_ROWS
 from bench.fsdd import subset_zip
 from engine.config import RunConfig
 from engine.masking import MASKING_REGISTRY, strategies_for
@@ -598,6 +599,8 @@ def test_h_audio_upload_run_spectrograms_and_players(server, page, workspace_dir
     expect(page.get_by_text("Griffin-Lim of the reconstruction").first).to_be_visible(timeout=30_000)
     settle(page)
     n = get_run(run_id, workspace_dir).config["train"]["num_vis"]
-    expect(page.get_by_text("reconstruction", exact=True)).to_have_count(n, timeout=30_000)  # image captions
-    expect(page.locator("audio")).to_have_count(3 * n, timeout=30_000)  # recording, Griffin-Lim of the original and of the reconstruction
+    # the samples panel's own (Streamlit) captions and players; the steps matrix below it has its own
+    expect(page.get_by_test_id("stCaptionContainer").get_by_text("reconstruction", exact=True)).to_have_count(n, timeout=30_000)
+    expect(page.get_by_test_id("stAudio")).to_have_count(3 * n, timeout=30_000)  # recording, Griffin-Lim of the original and of the reconstruction
+    expect(page.locator(".mx audio")).to_have_count(3 * min(n, MATRIX_ROWS), timeout=30_000)  # the matrix: a player per row at steps 0, 2, 4
     shot(page, "h3-run-detail-audio")
