@@ -754,9 +754,10 @@ def import_audio(
 
 def recorded_rates(clips: list[Member], limits: ImportLimits | None = None) -> dict[int, int]:
     """Recording rates (Hz) -> clip count, of at most :data:`RATE_PROBE_CLIPS` clips evenly spread
-    over ``clips``, each decoded (members larger than :data:`RATE_PROBE_BYTES` are left out). Only
-    clips the import would accept count: one it refuses (damaged, too short, of another format than
-    its name says...) has no say in the proposed rate. Read inside ``open_source``'s block."""
+    over ``clips`` (members larger than :data:`RATE_PROBE_BYTES` are left out), from their headers.
+    Only clips the header rules accept count: one the import refuses by them (unreadable, too short
+    or too long, of another format than its name says...) has no say in the proposed rate. Read
+    inside ``open_source``'s block."""
     limits = limits or ImportLimits.from_env()
     step = max(1, len(clips) / RATE_PROBE_CLIPS)
     rates: Counter[int] = Counter()
@@ -768,7 +769,7 @@ def recorded_rates(clips: list[Member], limits: ImportLimits | None = None) -> d
             check_format(m.name, data)
             info = sf.info(io.BytesIO(data))
             check_header(int(info.frames), int(info.samplerate), int(info.channels), limits)
-            check_length(len(sf.read(io.BytesIO(data), dtype="int16", always_2d=True)[0]), int(info.samplerate))
+            check_length(int(info.frames), int(info.samplerate))  # from the header: the page decodes nothing
         except Exception:  # noqa: BLE001 - a clip the import refuses (named then) has no say in the rate
             continue
         rates[int(info.samplerate)] += 1
@@ -776,8 +777,8 @@ def recorded_rates(clips: list[Member], limits: ImportLimits | None = None) -> d
 
 
 def inspect_audio(path: Path, options: ImportOptions, label: str) -> dict:
-    """What :func:`import_audio` would take, from the directory and manifest (a sample of clips is
-    decoded for :func:`recorded_rates`): the fields of :class:`engine.data.ingest.SourcePlan` as a dict."""
+    """What :func:`import_audio` would take, from the directory and manifest (the headers of a sample
+    of clips are read for :func:`recorded_rates`): the fields of :class:`engine.data.ingest.SourcePlan` as a dict."""
     limits = ImportLimits.from_env()
     with open_source(path, label, options, limits) as src:
         rates = recorded_rates(src.clips, limits)
