@@ -22,18 +22,16 @@ except in the ``show_*`` functions).
 
 from __future__ import annotations
 
-import base64
 import html
-import io
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import streamlit as st
-from PIL import Image
 
 from app.components.errors import guarded
+from app.components.media import png_url, show_image
 from app.components.quality import predictor_name
 from app.components.runs import masking_label
 from app.components.urlstate import flatten
@@ -356,16 +354,7 @@ def draw_columns(drawn: Sequence[tuple[str, np.ndarray]], per_row: int, fewest: 
     slots = min(per_row, max(fewest, len(drawn)))
     for start in range(0, len(drawn), slots):
         for col, (caption, img) in zip(st.columns(slots, gap="small"), drawn[start:start + slots]):
-            col.image(img, caption=caption, width="stretch")
-
-
-def png_b64(img: np.ndarray) -> str:
-    """A uint8 ``(H, W, 3)`` or ``(H, W, 1)`` image as a base64 PNG (for the HTML report)."""
-    if img.ndim == 3 and img.shape[2] == 1:
-        img = img[..., 0]
-    buf = io.BytesIO()
-    Image.fromarray(img).save(buf, format="PNG")
-    return base64.b64encode(buf.getvalue()).decode("ascii")
+            show_image(col, img, caption=caption)
 
 
 def report_html(title: str, tables: Sequence[tuple[str, pd.DataFrame]],
@@ -386,7 +375,7 @@ def report_html(title: str, tables: Sequence[tuple[str, pd.DataFrame]],
         for caption, img in images:
             h = img.shape[0]
             scale = max(1, 320 // max(h, 1)) if h < 320 else 1
-            parts.append(f"<figure><img src='data:image/png;base64,{png_b64(img)}' width='{img.shape[1] * scale}'>"
+            parts.append(f"<figure><img src='{png_url(img)}' width='{img.shape[1] * scale}'>"
                          f"<figcaption>{html.escape(caption)}</figcaption></figure>")
         parts.append("</div>")
     parts.append("</body></html>")

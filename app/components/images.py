@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 import streamlit as st
 
+from app.components.media import show_image
+
 #: Grey drawn over masked patches (like the MAE paper's figures): distinct from black and white ink.
 MASK_GREY = 0.5
 #: Tiny images (8x8 digits) are upscaled with nearest neighbour to about this many pixels a side.
@@ -83,11 +85,8 @@ def image_grid(
         cols = st.columns(ncols, gap="small")
         for j in range(min(ncols, n - start)):
             i = start + j
-            cols[j].image(
-                upscale(_displayable(arr[i]), target_px),
-                caption=captions[i] if captions is not None else None,
-                width="stretch",
-            )
+            show_image(cols[j], upscale(_displayable(arr[i]), target_px),
+                       caption=captions[i] if captions is not None else None)
 
 
 def mask_overlay(images: Any, mask: Any) -> np.ndarray:

@@ -18,17 +18,14 @@ escaped in Python (:func:`token_html`).
 
 from __future__ import annotations
 
-import base64
 import bisect
 import hashlib
 import html
-import io
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import streamlit as st
-from PIL import Image
 
 from app.components.errors import guarded
 from app.modalities import sample_view
@@ -71,20 +68,6 @@ def page_bounds(n: int, page: int, per_page: int = PER_PAGE) -> tuple[int, int, 
     pages = max(1, -(-n // per_page))
     page = min(max(0, int(page)), pages - 1)
     return page * per_page, min(n, (page + 1) * per_page), page, pages
-
-
-def data_url(data: bytes, mime: str) -> str:
-    """``data`` as a ``data:`` URL (PNG thumbnails and WAV clips inline in the component's data)."""
-    return f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
-
-
-def png_url(img: np.ndarray) -> str:
-    """A uint8 ``[H, W, 3]`` (or ``[H, W]``) image as a PNG data URL, at its own size (the page
-    scales it up with crisp pixels)."""
-    img = np.ascontiguousarray(img)
-    buf = io.BytesIO()
-    Image.fromarray(img[..., 0] if img.ndim == 3 and img.shape[2] == 1 else img).save(buf, format="PNG")
-    return data_url(buf.getvalue(), "image/png")
 
 
 def digest(a: np.ndarray) -> str:

@@ -11,18 +11,16 @@ the previews call the functions the run itself calls for its samples.
 
 from __future__ import annotations
 
-import io
 import json
 
 import altair as alt
 import numpy as np
 import pandas as pd
-import soundfile as sf
 import streamlit as st
-from PIL import Image
 
 from app.components.charts import counts_chart
 from app.components.errors import guarded
+from app.components.media import data_url, png_bytes, png_url, show_audio, show_image, wav_bytes
 from app.components.urlstate import dig, index_of, number
 from app.modalities import ModalityUI, SampleView, config_train, register_ui
 from engine.api import (
@@ -92,7 +90,7 @@ def play(wave: np.ndarray, rate: int, label: str | None) -> None:
     w = w.astype(np.float32) / 32767.0 if w.dtype == np.int16 else w.astype(np.float32)
     if label is not None:
         st.caption(label)
-    st.audio(w, sample_rate=int(rate))
+    show_audio(st, w, int(rate))
 
 
 def _seconds(n: int, rate: int) -> str:
@@ -154,9 +152,9 @@ def data_section(info) -> None:
     for k, s in enumerate(view["samples"]):
         with cols[k % 3]:
             # natural size (3 px a frame and a bin): the widths compare the clips' durations
-            st.image(spec_image(s["mel"], scale=SCALE), caption=f"{s['label']} · {s['split']} · {s['seconds']:.2f} s"
+            show_image(st, spec_image(s["mel"], scale=SCALE), caption=f"{s['label']} · {s['split']} · {s['seconds']:.2f} s"
                      + (f" · “{s['transcript']}”" if s["transcript"] else ""), width="content")
-            st.audio(s["wave"], sample_rate=view["rate"])
+            show_audio(st, s["wave"], view["rate"])
     st.caption("Log-mel spectrograms (64 bins, 25 ms window, 10 ms hop, 3 pixels a frame; low frequencies at the bottom).")
     left, right = st.columns(2)
     with left:
@@ -277,11 +275,11 @@ def mask_rows(pv, names: tuple[str, ...], players: bool = True) -> None:
         cells = pv.cells[i] & real[None, :]
         a, b = st.columns(2)
         lo_hi = _range(pv.spec[i], real)
-        a.image(spec_image(pv.spec[i], real, lo_hi=lo_hi), width="stretch",
-                caption=f"{label}" + (f" · “{pv.transcripts[i]}”" if pv.transcripts[i] else ""))
-        b.image(spec_image(pv.spec[i], real, cells, lo_hi=lo_hi), width="stretch",
-                caption=f"masked: {int(cells.sum())} of {int(real.sum()) * pv.spec.shape[1]} cells "
-                        f"({cells.sum() / max(int(real.sum()) * pv.spec.shape[1], 1):.0%} of the clip)")
+        show_image(a, spec_image(pv.spec[i], real, lo_hi=lo_hi),
+                   caption=f"{label}" + (f" · “{pv.transcripts[i]}”" if pv.transcripts[i] else ""))
+        show_image(b, spec_image(pv.spec[i], real, cells, lo_hi=lo_hi),
+                   caption=f"masked: {int(cells.sum())} of {int(real.sum()) * pv.spec.shape[1]} cells "
+                           f"({cells.sum() / max(int(real.sum()) * pv.spec.shape[1], 1):.0%} of the clip)")
         if players:
             with a:  # under the spectrogram it plays, whose caption names the clip
                 play(pv.waves[i], pv.sample_rate, None)
@@ -336,22 +334,6 @@ def mask_preview(cfg, info, warn: bool = True) -> None:
 # --------------------------------------------------------------------------- Run detail
 
 
-def png(img: np.ndarray) -> bytes:
-    """uint8 RGB ``[H, W, 3]`` -> PNG bytes."""
-    buf = io.BytesIO()
-    Image.fromarray(img).save(buf, format="PNG")
-    return buf.getvalue()
-
-
-def wav(wave: np.ndarray, rate: int) -> bytes:
-    """int16 PCM (or float in [-1, 1]) ``[n]`` -> 16-bit WAV bytes at ``rate`` Hz."""
-    w = np.asarray(wave)
-    w = w.astype(np.float32) / 32767.0 if w.dtype == np.int16 else w.astype(np.float32)
-    buf = io.BytesIO()
-    sf.write(buf, np.clip(w, -1, 1), int(rate), subtype="PCM_16", format="WAV")
-    return buf.getvalue()
-
-
 @st.cache_data(max_entries=8, ttl=900, show_spinner=False)
 def sample_media(run_id: str, step: int, _sample) -> list[dict]:
     """PNG and WAV bytes of every clip of a run's sample at ``step`` (``_sample``, not hashed: the
@@ -365,10 +347,10 @@ def sample_media(run_id: str, step: int, _sample) -> list[dict]:
         lo_hi = _range(spec[i], real[i])
         pasted = np.where(mask[i], pred[i], spec[i])
         out.append({"hidden": int(mask[i].sum()),
-                    "images": [png(spec_image(spec[i], real[i], lo_hi=lo_hi)),
-                               png(spec_image(spec[i], real[i], mask[i], lo_hi=lo_hi)),
-                               png(spec_image(pasted, real[i], lo_hi=lo_hi))],
-                    "sounds": [wav(_sample[k][i], rate) for k in ("wave", "wave_gl", "wave_recon")]})
+                    "images": [png_bytes(spec_image(spec[i], real[i], lo_hi=lo_hi)),
+                               png_bytes(spec_image(spec[i], real[i], mask[i], lo_hi=lo_hi)),
+                               png_bytes(spec_image(pasted, real[i], lo_hi=lo_hi))],
+                    "sounds": [wav_bytes(_sample[k][i], rate) for k in ("wave", "wave_gl", "wave_recon")]})
     return out
 
 
@@ -395,11 +377,11 @@ def samples_view(sample, run) -> None:
         st.markdown(f"**Clip {i + 1}** · class {label}" + (f" · “{text}”" if text else ""))
         captions = ["original", f"masked input ({m['hidden']} cells hidden)", "reconstruction"]
         for col, img, cap in zip(st.columns(3), m["images"], captions):
-            col.image(img, caption=cap, width="stretch")
+            show_image(col, img, caption=cap)
         players = ["original recording", "Griffin-Lim of the original spectrogram", "Griffin-Lim of the reconstruction"]
         for col, snd, cap in zip(st.columns(3), m["sounds"], players):
             col.caption(cap)
-            col.audio(snd, format="audio/wav")
+            show_audio(col, snd)
 
 
 def matrix_cells(sample, rows: int) -> list[dict]:
@@ -409,7 +391,6 @@ def matrix_cells(sample, rows: int) -> list[dict]:
     log-mel error over that range, the image view's colours; other cells grey), as PNG data URLs,
     and players for the recording and for Griffin-Lim of the reconstruction."""
     from app.components.images import ERROR_VISIBLE_RGB, error_colors  # noqa: PLC0415 (the modality views and app.components import each other: imported where used)
-    from app.components.matrix import data_url, png_url  # noqa: PLC0415 (the modality views and app.components import each other: imported where used)
 
     spec, pred = sample["spec"].astype(np.float32), sample["pred"].astype(np.float32)
     mask, real = sample["mask"], sample["real"]
@@ -428,7 +409,7 @@ def matrix_cells(sample, rows: int) -> list[dict]:
                 "note": f"log-mel L1 {l1:.3f}" if np.isfinite(l1) else ""}
         for key, wave in (("audio_original", "wave"), ("audio_recon", "wave_recon")):  # players where the sample has the audio
             if wave in sample.arrays:
-                cell[key] = data_url(wav(sample[wave][i], rate), "audio/wav")
+                cell[key] = data_url(wav_bytes(sample[wave][i], rate), "audio/wav")
         out.append(cell)
     return out
 

@@ -31,7 +31,7 @@ from app.components.images import (
 )
 from app.components.importing import geometry_options, name_encoding_field
 from app.components.masks import guarded_mask, lab_statistics, masking_controls, patch_select, train_batch
-from app.components.matrix import png_url
+from app.components.media import png_url
 from app.components.method_form import contrastive_weight, method_base, method_select, with_contrastive
 from app.components.urlstate import dig, index_of
 from app.modalities import ModalityUI, SampleView, register_ui

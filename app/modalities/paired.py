@@ -29,6 +29,7 @@ from app.components.datasets import sample_rows
 from app.components.errors import guarded
 from app.components.images import chw_to_hwc_uint8, image_grid, mask_overlay, upscale
 from app.components.masks import lab_statistics, masking_controls, patch_label, patch_sizes, unmasked_note
+from app.components.media import show_audio, show_image
 from app.components.urlstate import dig, index_of, number
 from app.modalities import ModalityUI, SampleView, register_ui
 from app.modalities import image as image_ui
@@ -140,11 +141,11 @@ def pair_cards(images: list[tuple[str, np.ndarray]], lines: list[list[tuple[str,
             with cols[j].container(border=True):
                 if stacked:
                     for label, imgs in images:
-                        st.image(upscale(imgs[i], PAIR_PX), caption=label, width="stretch")
+                        show_image(st, upscale(imgs[i], PAIR_PX), caption=label)
                 else:
                     st.html(head)
                     for c, (_, imgs) in zip(st.columns(len(images), gap="small"), images):
-                        c.image(upscale(imgs[i], PAIR_PX), width="stretch")
+                        show_image(c, upscale(imgs[i], PAIR_PX))
                 st.html("".join(_caption_line(label, body) for label, body in lines[i]))
 
 
@@ -490,11 +491,11 @@ def audio_samples_view(sample, run) -> None:
                 m = media[i]
                 for c, img, cap in zip(st.columns(3, gap="small"), m["images"],
                                        ["original", f"masked ({m['hidden']} cells)", "reconstruction"]):
-                    c.image(img, caption=cap, width="stretch")
+                    show_image(c, img, caption=cap)
                 for c, snd, cap in zip(st.columns(2, gap="small"), m["sounds"][::2],
                                        ["recording", "reconstruction (Griffin-Lim)"]):
                     c.caption(cap)
-                    c.audio(snd, format="audio/wav")
+                    show_audio(c, snd)
                 st.html("".join(_caption_line(label, body) for label, body in lines[i]))
 
 
@@ -553,7 +554,7 @@ def retrieval_box(run, sample, url) -> None:
                            key=f"ret_img_{run.run_id}",
                            format_func=lambda k: f"{k + 1} · {classes[k]} · “{index.captions[k]}”")
             left, right = st.columns([1, 3])
-            left.image(upscale(_shown(index, [i])[0], PAIR_PX), width="stretch")
+            show_image(left, upscale(_shown(index, [i])[0], PAIR_PX))
             ranked = nearest(index.image_emb[i], index.text_emb, n)
             own = next(k for k, (j, _) in enumerate(ranked) if index.captions[j] == index.captions[i])
             hits = ranked[:TOP_K]

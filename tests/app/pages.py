@@ -41,7 +41,16 @@ def open_with(page: str, params: dict[str, str]) -> AppTest:
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     assert not at.error, [e.value for e in at.error]
+    assert not served_media(at), served_media(at)
     return at
+
+
+def served_media(at: AppTest) -> list[str]:
+    """The page's images and players that the browser would fetch from Streamlit's media files
+    rather than read inline (``data:`` URLs): each can be dropped by a rerun before it is fetched
+    (app/components/media.py). Every page opened by :func:`open_with` must have none."""
+    urls = [img.url for el in at.get("image") for img in el.proto.imgs] + [el.proto.url for el in at.get("audio")]
+    return [u[:80] for u in urls if not u.startswith("data:")]
 
 
 def captions(at: AppTest) -> list[str]:

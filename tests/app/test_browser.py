@@ -16,6 +16,7 @@ Screenshots go to ``test-artifacts/`` (git-ignored) for a human look.
 
 from __future__ import annotations
 
+import base64
 import csv as _csv
 import io
 import os
@@ -512,8 +513,11 @@ def test_f_reloaded_urls_restore_each_page(server, page, workspace_dir):
 
 
 def _png(page, img) -> "np.ndarray":
-    """The pixels of a rendered ``<img>`` (fetched from the server by its ``src``), ``(H, W, 3)`` uint8."""
-    body = page.request.get(urljoin(page.url, img.get_attribute("src"))).body()
+    """The pixels of a rendered ``<img>`` (its ``src``: inline as the dashboard draws them, else fetched
+    from the server), ``(H, W, 3)`` uint8."""
+    src = img.get_attribute("src")
+    body = (base64.b64decode(src.split(",", 1)[1]) if src.startswith("data:")
+            else page.request.get(urljoin(page.url, src)).body())
     return np.asarray(Image.open(io.BytesIO(body)).convert("RGB"))
 
 
