@@ -438,9 +438,18 @@ def url_has(page, *parts: str, timeout: float = 30) -> None:
         page.wait_for_timeout(500)
 
 
-def reload_and_settle(page) -> None:
-    """F5: a new session; only the URL carries the state over."""
+def reload_and_settle(page, timeout: float = 30) -> None:
+    """F5: a new session; only the URL carries the state over. Reloads once the URL has stopped
+    changing (a rerun may still be writing derived fields, e.g. the warm-up steps that follow Steps)."""
+    deadline = time.time() + timeout
     url = page.url
+    while True:
+        page.wait_for_timeout(1000)
+        if page.url == url:
+            break
+        if time.time() > deadline:
+            raise AssertionError(f"the URL kept changing for {timeout} s: {page.url}")
+        url = page.url
     page.reload()
     assert page.url == url
     settle(page, 60_000)
