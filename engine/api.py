@@ -50,6 +50,7 @@ from engine.runner.backends import describe as describe_job
 from engine.runner.backends import read_job as cluster_job  # a cluster run's job record, or None
 from engine.runner.backends import unavailable as backend_unavailable  # why a back-end cannot run here, or ""
 from engine.runner.queue import max_runs, queue_room
+from engine.runner.gpus import GpuOverview, GpuReading, gpu_overview, nvidia_smi, read_gpus  # New run's GPU panel
 
 # --- sweeps: one field over values x seeds, each run a normal run ---
 from engine.runner.sweep import new_sweep_id, parse_seeds, parse_values, plan_sweep, submit_sweep, sweep_of, sweep_table
@@ -198,6 +199,7 @@ __all__ = [
     # runs: writes
     "JobState", "backend_unavailable", "cancel", "cluster_job", "delete_run", "describe_job", "evaluate",
     "job_state", "max_runs", "queue_room", "resume", "submit",
+    "GpuOverview", "GpuReading", "gpu_overview", "nvidia_smi", "read_gpus",
     # sweeps
     "new_sweep_id", "parse_seeds", "parse_values", "plan_sweep", "submit_sweep", "sweep_of", "sweep_table",
     # methods

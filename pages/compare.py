@@ -6,7 +6,7 @@ tags, notes, figures, the baselines pinned under the runs, deltas coloured by di
 the reconstruction matrix (the same validation inputs from every run at one step; one step control,
 four views, paged), the evaluation's SSIM / spectral error beside the best trivial baseline, the
 downstream figures (probes and fine-tune) next to a random-init encoder, the raw input and chance,
-and the training cost (with FLOPs); export as CSV or a self-contained HTML report.
+and the training cost (samples/s, MFU, peak memory, FLOPs); export as CSV or a self-contained HTML report.
 
 Every choice lives in the URL (``?runs=a,b&smoothing=0.6&x=step&mstep=200&mview=wipe&band=std&base=a``),
 so a link reopens the same comparison. The page only reads the store (status, metrics, samples,
@@ -56,6 +56,7 @@ from app.components.groups import (
 from app.components.matrix import run_matrix
 from app.components.quality import figure_title, headline_of, loss_groups, predictor_name
 from app.components.runs import same_task_first, vocab_warning
+from app.components.speed import task_info
 from app.components.urlstate import PageState
 from engine.api import (
     ConfigError,
@@ -154,7 +155,7 @@ with c1:
 def _metrics(ids: tuple[str, ...], versions: tuple) -> object:
     """The compared runs' curves, re-read only when one of them moved on (``versions``: each run's
     status, step and last status write), so a rerun of finished runs costs no Parquet read."""
-    return read_metrics(list(ids), ["loss", "val_loss", "throughput"], max_points=1000)
+    return read_metrics(list(ids), ["loss", "val_loss", "throughput", "mfu"], max_points=1000)
 
 
 metrics = guarded(_metrics, tuple(ids), tuple((r.status, r.step, r.updated_at) for r in picked))
@@ -184,8 +185,9 @@ for r in picked:
     metric, better = headline_of(r.config)
     headlines[r.run_id] = (f"{figure_title(metric, r.config)} {'↓' if better == 'min' else '↑'}", better,
                        (r.latest or {}).get(metric))
+infos = {r.run_id: task_info(r) for r in picked}  # where each trained, and the peak its MFU is measured against
 cost = efficiency_frame(picked, metrics if metrics is not None else pd.DataFrame(columns=["run_id", "key", "step", "value"]),
-                        legend, None, evals)
+                        legend, None, evals, infos)
 extra = {r.run_id: {k: cost.iloc[i][k] for k in ("throughput (samples/s)", "wall time (s)", "peak memory (MiB)")}
          for i, r in enumerate(picked)}
 results, directions = results_frame(picked, legend, evals, headlines, fields, extra)
@@ -366,9 +368,11 @@ if losses is not None and len(losses):
 target = url.widget(st.number_input, "Time to reach training loss (moving mean of 20 points)", "loss",
                     default=default_target, cast=float, min_value=0.0, format="%.4f",
                     key=f"cmp_loss_{'_'.join(sorted(picked_ids))}")  # a new selection starts from its own default
-eff = efficiency_frame(picked, metrics if metrics is not None else frame.iloc[0:0], legend, target, evals)
+eff = efficiency_frame(picked, metrics if metrics is not None else frame.iloc[0:0], legend, target, evals, infos)
 st.table(eff_display(eff).set_index("run"))
-st.caption("Peak memory: the worker's peak private memory (RssAnon high-water on Linux, CUDA max allocated on a GPU). "
+st.caption("Throughput and MFU: medians over the logged steps; MFU (model FLOPs utilisation, logged on a GPU of known "
+           "peak): a step's counted FLOPs over its time, over the GPU's datasheet peak for the step's dtype. "
+           "Peak memory: CUDA max allocated on a GPU, else the worker's peak private memory (RssAnon high-water). "
            "FLOPs: forward and backward of one training batch at the run's mask ratio, counted by the evaluation "
            "(torch's FlopCounterMode: matrix products and attention); training TFLOPs = that times the steps trained.")
 

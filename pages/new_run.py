@@ -10,7 +10,7 @@ itself calls for its samples, so it shows the run's masks. Launching only calls
 section (:mod:`app.components.sweep_form`) queues the form once per value of a field and seed
 instead, through ``engine.runner.sweep.submit_sweep``, and links to the Sweeps page. Under Launch:
 how long the run should take here (``engine.runner.estimate``: from a completed run of its shape, or a
-short timing behind "Estimate time").
+short timing behind "Estimate time"). Under the launch settings: the GPUs here (:mod:`app.components.gpus`).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import streamlit as st
 from app.components import guarded
 from app.components.access import actor
 from app.components.datasets import dataset_infos
+from app.components.gpus import gpu_panel
 from app.components.run_form import estimate_line, export_panel, launch_fields, train_fields
 from app.components.sweep_form import URL_NAMES, sweep_launch, sweep_section
 from app.components.urlstate import PageState, dig, flatten, index_of, show_link_note, unflatten, with_carried
@@ -86,6 +87,7 @@ with form:
     fields = ui.run_fields(info, task, "nr_m", carried)
     train = train_fields(task, "nr", carried, train_defaults(task, info))
     launch = launch_fields("nr", carried)
+    gpu_panel()  # this machine's GPUs, their memory and the runs holding them
     run_name = st.text_input("Run name", value=str(carried.get("name", "")), placeholder="optional", max_chars=200,
                              key="nr_name")  # fmt: skip
 

@@ -8,9 +8,10 @@ except in the ``show_*`` functions).
   random init; the best run per column is marked.
 - :func:`quality_frame`: the evaluation's reconstruction figures (images: SSIM; audio: spectral
   error) of each run beside the best of its trivial baselines on the same inputs and masks.
-- :func:`efficiency_frame`: throughput (median of the logged samples/s), peak private memory
-  (:mod:`engine.runner.resources`), wall time, time to reach a chosen training loss, parameters, and the
-  FLOPs of a training step (measured by the evaluation) and of the steps trained.
+- :func:`efficiency_frame`: throughput (median of the logged samples/s), MFU (median of the logged
+  ``mfu``, with its peak), peak memory (CUDA's or private: :mod:`app.components.speed`), wall time,
+  time to reach a chosen training loss, parameters, and the FLOPs of a training step (measured by
+  the evaluation) and of the steps trained.
 - :func:`fork_frame`: each fork beside its parent (a compared run it started from, or the 0-step
   view run of the imported model it started from): the parent's headline figure at the checkpoint
   the fork took, the fork's at its step 0 and at its latest evaluation, and the change, better or worse.
@@ -32,8 +33,10 @@ import streamlit as st
 
 from app.components.errors import guarded
 from app.components.media import png_url, show_image
+from app.components.names import metric_label
 from app.components.quality import predictor_name
 from app.components.runs import masking_label
+from app.components.speed import run_speed
 from app.components.urlstate import flatten
 from app.modalities import sample_view
 from engine.api import ConfigError, load_samples, masking_uses_ratio
@@ -250,26 +253,37 @@ def quality_groups(frame: pd.DataFrame, titles: Sequence[str]) -> list[tuple[pd.
     return out
 
 
+#: Training cost's MFU columns: the median of the logged ``mfu`` and the peak it is measured against.
+MFU, MFU_PEAK = metric_label("mfu"), f"{metric_label('mfu')} peak"
+
+
 def efficiency_frame(records: Sequence[Any], metrics: pd.DataFrame, labels: Mapping[str, str],
-                     target_loss: float | None, evaluations: Mapping[str, Any] | None = None) -> pd.DataFrame:
-    """One row per run: median throughput (samples/s over the logged steps), peak private memory
-    (MiB), wall time (s), step and seconds to reach ``target_loss`` (moving mean of the training
-    loss), parameters (millions), the FLOPs of one training step (GFLOPs, forward and backward, from
-    the run's latest evaluation: ``Evaluation.cost``) and of the steps trained (TFLOPs, that times
-    the steps), device. ``metrics``: the long frame of ``throughput`` and ``loss``; ``evaluations``:
-    run id -> its latest evaluation (or None)."""
-    thr = metrics[metrics["key"] == "throughput"].groupby("run_id")["value"].median() if not metrics.empty else {}
+                     target_loss: float | None, evaluations: Mapping[str, Any] | None = None,
+                     infos: Mapping[str, dict] | None = None) -> pd.DataFrame:
+    """One row per run: median throughput (samples/s over the logged steps), median MFU (a
+    fraction) and the peak it is measured against (or why there is none: ``CPU run``), peak memory
+    (MiB) and what it measures (``memory``: CUDA max allocated or private memory), wall time (s),
+    step and seconds to reach ``target_loss`` (moving mean of the training loss), parameters
+    (millions), the FLOPs of one training step (GFLOPs, forward and backward, from the run's latest
+    evaluation: ``Evaluation.cost``) and of the steps trained (TFLOPs, that times the steps), device.
+    ``metrics``: the long frame of ``throughput``, ``mfu`` and ``loss``; ``evaluations``: run id ->
+    its latest evaluation (or None); ``infos``: run id -> its ``task.json`` (read where missing).
+    (:mod:`app.components.speed`)"""
     ttl = time_to_loss(metrics[metrics["key"] == "loss"], target_loss) if target_loss is not None and not metrics.empty else {}
     rows = []
     for r in records:
-        peak = r.extra.get("peak_mem_bytes")
+        speed = run_speed(r, metrics, (infos or {}).get(r.run_id))
+        peak = speed.peak_bytes
         hit = ttl.get(r.run_id)
         ev = (evaluations or {}).get(r.run_id)
         flops = ((getattr(ev, "cost", None) or {}) if ev is not None else {}).get("flops_per_step")
         rows.append({
             "run": labels.get(r.run_id, r.run_id),
-            "throughput (samples/s)": float(thr.get(r.run_id, np.nan)) if len(thr) else np.nan,
+            "throughput (samples/s)": speed.samples_s if speed.samples_s is not None else np.nan,
+            MFU: speed.mfu if speed.mfu is not None else np.nan,
+            MFU_PEAK: speed.mfu_note,
             "peak memory (MiB)": peak / 2**20 if peak else np.nan,
+            "memory": speed.memory_kind,
             "wall time (s)": r.duration_s if r.duration_s is not None else np.nan,
             "steps": r.step,
             "step to loss": hit[0] if hit else np.nan,
@@ -283,26 +297,37 @@ def efficiency_frame(records: Sequence[Any], metrics: pd.DataFrame, labels: Mapp
 
 
 #: How :func:`eff_display` writes each numeric column of :func:`efficiency_frame`.
-EFF_FORMATS = {"throughput (samples/s)": "{:.0f}", "peak memory (MiB)": "{:.0f}", "wall time (s)": "{:.1f}",
+EFF_FORMATS = {"throughput (samples/s)": "{:.0f}", MFU: "{:.1%}", "peak memory (MiB)": "{:.0f}", "wall time (s)": "{:.1f}",
                "steps": "{:d}", "step to loss": "{:.0f}", "seconds to loss": "{:.1f}", "parameters (M)": "{:.2f}",
                "GFLOPs per step": "{:.3g}", "training TFLOPs": "{:.3g}"}
 
 
 def eff_display(eff: pd.DataFrame) -> pd.DataFrame:
     """:func:`efficiency_frame` as text for a table: numbers by :data:`EFF_FORMATS`, the fastest
-    throughput, smallest memory and shortest times and fewest FLOPs starred, "-" where unknown."""
+    throughput, highest MFU (of two or more), smallest memory (of one kind) and shortest times and
+    fewest FLOPs starred, "-" where unknown; MFU without a value says why (``—, CPU run``), its peak
+    column only where there is one, and each peak memory what it measures (``812 (CUDA)``, ``95 (private)``)."""
     out = eff.copy()
     lower = ("peak memory (MiB)", "wall time (s)", "step to loss", "seconds to loss", "GFLOPs per step",
              "training TFLOPs")
+    kinds = [f" ({'CUDA' if str(k).startswith('CUDA') else 'private'})" for k in eff["memory"]] if "memory" in eff else None
     for c, fmt in EFF_FORMATS.items():
         if c not in eff:
             continue
         vals = eff[c]
-        best = None if vals.isna().all() or c in ("steps", "parameters (M)") else (
+        ranked = vals.notna().sum() > 1 if c == MFU else len(eff) > 1  # MFU: only GPU runs have one
+        if c == "peak memory (MiB)" and kinds is not None and len(set(kinds)) > 1:
+            ranked = False  # CUDA's allocations and a process's private memory are not one measure
+        best = None if vals.isna().all() or c in ("steps", "parameters (M)") or not ranked else (
             vals.min() if c in lower else vals.max())
-        out[c] = [("–" if pd.isna(v) else fmt.format(int(v) if fmt == "{:d}" else v))
-                  + (BEST if best is not None and v == best and len(eff) > 1 else "") for v in vals]
-    return out
+        suffix = kinds if c == "peak memory (MiB)" and kinds is not None else [""] * len(vals)
+        out[c] = [("–" if pd.isna(v) else fmt.format(int(v) if fmt == "{:d}" else v) + k)
+                  + (BEST if best is not None and v == best else "") for v, k in zip(vals, suffix)]
+    if MFU in eff and MFU_PEAK in eff:
+        measured = eff[MFU].notna()
+        out[MFU] = [m if ok else f"—, {note}" for m, ok, note in zip(out[MFU], measured, eff[MFU_PEAK])]
+        out[MFU_PEAK] = [note if ok else "–" for ok, note in zip(measured, eff[MFU_PEAK])]
+    return out.drop(columns="memory", errors="ignore")
 
 
 def probe_bars(frame: pd.DataFrame) -> pd.DataFrame:

@@ -21,6 +21,7 @@ METRIC_NAMES: dict[str, tuple[str, bool]] = {
     "loss": ("loss", False), "val_loss": ("val loss", False), "lr": ("learning rate", False),
     "mask_ratio": ("mask ratio", False), "text_mask_ratio": ("caption mask ratio", False),
     "throughput": ("throughput (samples/s)", False), "step_time": ("step time (s)", False),
+    "mfu": ("MFU", True), "peak_mem_bytes": ("peak memory", False),
     "val_top1": ("top-1", True), "val_top5": ("top-5", True), "val_ppl": ("perplexity", False),
     "val_span_acc": ("span accuracy", True), "val_span_acc_pos": ("span accuracy, per position", True),
     "val_span_acc_tf": ("span accuracy, teacher-forced", True), "val_spec_mse": ("log-mel MSE", False),

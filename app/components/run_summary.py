@@ -1,4 +1,4 @@
-"""Run detail's summary: status badge, figures each with its step, device and size, curves, the
+"""Run detail's summary: status badge, figures each with its step, device and size, speed, curves, the
 run's samples, the checkpoint download. Every value shown says the step it belongs to."""
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from app.components.runs import (
     status_badge,
     vocab_warning,
 )
+from app.components.speed import run_speed, speed_labels
 from app.modalities import sample_view
 from engine.api import (
     EXPORTS,
@@ -64,7 +65,7 @@ def summary(rec: Any, points: dict) -> None:
     """Badge, name, task, dataset and tokenizer (with the vocabulary it really has, and a warning when
     that is far below the request: :func:`app.components.runs.vocab_warning`), then the figures: step,
     latest loss and headline (each with its step from ``points``,
-    :func:`app.components.runs.latest_points`), duration, device, parameters."""
+    :func:`app.components.runs.latest_points`), duration, device, parameters; under them the speed (:func:`speed_row`)."""
     metric, _ = headline_of(rec.config)
     reached = run_vocab(rec)  # its vocabulary as trained, beside the size asked when they differ
     tokenizer = grid_label({"data": rec.config.get("data"), "model": {"init_from": (rec.config.get("model") or {}).get(
@@ -87,6 +88,7 @@ def summary(rec: Any, points: dict) -> None:
     m[4].metric("Device", device_text(rec), help="train.device; auto takes CUDA when present, else the CPU. The "
                 "device used is recorded when the run ends.")
     m[5].metric("Parameters", param_text(rec, weights))
+    speed_row(rec)
     st.caption(f"Runs on: {placement_label(rec, full=True, job=cluster_job(rec.path))}")
     if came := read_provenance(rec.path):
         when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(came.get("exported_at") or 0))
@@ -101,6 +103,21 @@ def summary(rec: Any, points: dict) -> None:
             c[0].page_link("../pages/run_detail.py", label="Open the parent run", query_params={"run": parent})
             c[1].page_link("../pages/compare.py", label="Compare with the parent",
                            query_params={"runs": f"{rec.run_id},{parent}"})
+
+
+def speed_row(rec: Any) -> None:
+    """The run's speed (:mod:`app.components.speed`): median samples/s, median MFU with the peak it
+    is measured against (``—, CPU run`` on the CPU), peak memory with what it measures."""
+    s = run_speed(rec, guarded(read_metrics, [rec.run_id], ["throughput", "mfu"], max_points=2000))
+    names = speed_labels()
+    c = st.columns([1.5, 2.3, 1.9, 0.3])  # room for "MFU, median · bf16 peak 989 TFLOP/s"
+    c[0].metric(f"{names['throughput']}, median", s.samples_text, help="the median of the samples/s logged each step")
+    c[1].metric(f"{names['mfu']}, median" + (f" · {s.mfu_note}" if s.mfu is not None else ""), s.mfu_text,
+                help="model FLOPs utilisation: a step's counted matrix-product FLOPs over its time, over the GPU's "
+                     "datasheet peak for the step's dtype; logged on a GPU of known peak only")
+    c[2].metric(f"{names['peak_mem_bytes']} · {s.memory_kind}", s.memory_text,
+                help="on a GPU: torch.cuda.max_memory_allocated; on the CPU: the worker's private memory "
+                     "(RssAnon high-water)")
 
 
 def _is_run(run_id: str) -> bool:

@@ -65,7 +65,8 @@ from engine.eval.progress import PHASES, EvalProgress
 from engine.eval.reconstruction import reconstruction_quality
 from engine.eval.representation import labels_problem, maps_2d, prepare, standardise
 from engine.pretrained.runs import random_init_, recorded_init
-from engine.runner.queue import dequeue, run_slot
+from engine.runner.devices import run_gpus
+from engine.runner.queue import dequeue, max_runs, run_slot
 from engine.runner.resources import resolve_threads
 from engine.store.checkpoints import checkpoint_complete, list_checkpoints, load_weights
 from engine.store.evaluations import (
@@ -369,9 +370,20 @@ def evaluate_and_save(run_dir: Path, step: int | None = None, *, device: str = "
     return ev
 
 
+def job_device(slot: int, train: dict) -> str:
+    """The device an evaluation job of run slot ``slot`` runs on: ``"cuda"`` on the slot's GPU (set as
+    ``CUDA_VISIBLE_DEVICES`` before CUDA starts, as the worker does for a training run of that slot)
+    when the run's ``train.device`` (a plain dict, as in ``config.json``) allows CUDA and CUDA is
+    there; else ``"cpu"``."""
+    gpus = run_gpus(slot, max_runs(), train, {"nproc_per_node": 1})
+    if gpus:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+    return "cuda" if train.get("device", "auto") != "cpu" and torch.cuda.is_available() else "cpu"
+
+
 def run_job(run_dir: Path, step: int | None = None, budget: float | str | None = RUN_BUDGET) -> int:
     """The background evaluation job: run lock, queue ticket, run slot, :func:`evaluate_and_save`
-    (with ``budget``, as :func:`evaluate_checkpoint`), stopped by
+    on the slot's device (:func:`job_device`; with ``budget``, as :func:`evaluate_checkpoint`), stopped by
     :func:`engine.store.evaluations.request_cancel`.
 
     Returns an exit code: 0 done, 1 failed (the reason in ``job.json`` and on stderr), 2 the run
@@ -394,8 +406,10 @@ def run_job(run_dir: Path, step: int | None = None, budget: float | str | None =
                 write_job(run_dir, status="cancelled", step=step, error="cancelled while queued",
                           ended_at=time.time())
                 return 3
-            torch.set_num_threads(resolve_threads(read_json(run_dir / "config.json").get("train", {})))
-            evaluate_and_save(run_dir, step, workspace=workspace, budget=budget, should_stop=stop)
+            train = read_json(run_dir / "config.json").get("train", {})
+            torch.set_num_threads(resolve_threads(train))
+            evaluate_and_save(run_dir, step, device=job_device(slot, train), workspace=workspace, budget=budget,
+                              should_stop=stop)
         return 0
     except EvaluationCancelled as e:
         print(f"masklab: {e}", file=sys.stderr)

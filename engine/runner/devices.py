@@ -36,6 +36,18 @@ def gpu_pool(env: dict[str, str] | None = None, nvidia: Path = NVIDIA_GPUS) -> l
         return []
 
 
+def slot_group(slot: int, slots: int, pool: list[str]) -> list[str]:
+    """The GPUs slot ``slot`` (of ``slots``) owns: the K-th of ``slots`` equal groups of ``pool``,
+    or with fewer GPUs than slots the one GPU ``slot % len(pool)`` (shared with other slots);
+    ``[]`` when ``pool`` is empty. A run of the slot gets the first of them (:func:`slot_devices`)."""
+    if not pool:
+        return []
+    if len(pool) < slots:  # more slots than GPUs: share them round-robin
+        return [pool[slot % len(pool)]]
+    size = len(pool) // slots
+    return pool[slot * size:(slot + 1) * size]
+
+
 def slot_devices(slot: int, slots: int, wanted: int, pool: list[str]) -> list[str]:
     """The GPUs of slot ``slot`` (of ``slots``) for a run of ``wanted`` processes on this node.
 
@@ -49,13 +61,9 @@ def slot_devices(slot: int, slots: int, wanted: int, pool: list[str]) -> list[st
     Raises:
         ConfigError: the slot's group has fewer than ``wanted`` GPUs (the message says how to fit).
     """
-    if not pool:
+    group = slot_group(slot, slots, pool)
+    if not group:
         return []
-    if len(pool) < slots:  # more slots than GPUs: share them round-robin
-        group = [pool[slot % len(pool)]]
-    else:
-        size = len(pool) // slots
-        group = pool[slot * size:(slot + 1) * size]
     if wanted > len(group):
         raise ConfigError(f"launch.nproc_per_node: {wanted} processes need {wanted} GPUs, but each of the "
                           f"{slots} run slots (MASKLAB_MAX_RUNS) has {len(group)} of the {len(pool)} GPUs "

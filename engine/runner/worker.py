@@ -170,6 +170,8 @@ def _execute(run_dir: Path, should_stop: Callable[[], bool], on_step: Callable[[
             gpus = [] if on_cluster else run_gpus(slot, max_runs(), raw.get("train", {}), raw.get("launch") or {})
             if gpus:  # this slot's GPUs, before CUDA starts (torchrun and its ranks inherit it)
                 os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+            if not on_cluster:  # which slot and GPUs it holds: New run's GPU panel (engine.runner.gpus)
+                status.update(slot=slot, gpus=gpus)
             # Only now (with a slot) import torch and the training code: a queued worker holds no torch memory.
             from engine.runner import execution  # noqa: PLC0415  (torch only once the run has a slot)
 

@@ -293,7 +293,7 @@ def derive_record(d: Path, files: RunFiles) -> RunRecord:
         extra={k: v for k, v in st.items() if k in ("device", "n_params", "throughput", "num_threads",
                                                     "deterministic", "queued_at", "format", "resume_from",
                                                     "restarts", "peak_mem_bytes", "phase", "placement",
-                                                    "torchrun_exit", "prior_s")},
+                                                    "torchrun_exit", "prior_s", "slot", "gpus")},
         warnings=tuple(warnings),
         tags=notes.tags,
         note=notes.note,

@@ -31,7 +31,7 @@ from engine.pretrained.runs import recorded_init
 from engine.store.checkpoints import load_checkpoint_state, load_weights
 from engine.tasks import build_task
 from engine.training.dist import SINGLE, DistContext, mask_seed
-from engine.training.perf import adamw, count_step_flops, mfu, peak_flops
+from engine.training.perf import adamw, count_rows_flops, mfu, mfu_basis, peak_flops
 from engine.training.state import LENGTH_GROUP_BATCHES, TrainState, epoch_order  # noqa: F401 (documented here)
 from engine.training.writers import MetricsSink, Writers  # noqa: F401 (MetricsSink: documented here)
 
@@ -102,7 +102,8 @@ def setup(cfg: RunConfig, writers: Writers, *, workspace=None, resume_from: Path
     else:  # model.init_from as the run recorded it (its source may be gone; the checkpoint holds the weights)
         with recorded_init(Path(resume_from).parent.parent):
             task = build_task(cfg, device, workspace)
-    info = {"task": cfg.task, **task.run_info(), "device": str(device)}  # the dashboard shows the device while it trains
+    info = {"task": cfg.task, **task.run_info(), "device": str(device),  # the dashboard shows the device while it trains
+            **mfu_basis(device, t.amp)}  # and the peak its mfu is measured against
     if resume_from is not None:
         writers.info.check_resume(info)
     if dist.writer:
@@ -291,12 +292,26 @@ def _count_flops(state: TrainState) -> int | None:
     restored afterwards and the gradients cleared, so the run is the same as without it. None if it fails."""
     task, cfg, device, batch = state.task, state.cfg, state.device, state.batch
     idx = state.perm[:batch].long() if len(state.perm) >= batch else torch.arange(min(batch, task.n_train))
-    g = torch.Generator().manual_seed(cfg.train.seed)
+
+    def step_for(rows: int):
+        g = torch.Generator().manual_seed(cfg.train.seed)
+        return lambda: task.train_loss(idx[:rows], g, cfg.masking.ratio)[0]
+
+    def free() -> None:
+        state.optimizer.zero_grad(set_to_none=True)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+
     try:
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), state.autocast():
-            flops = count_step_flops(lambda: task.train_loss(idx, g, cfg.masking.ratio)[0])
+            flops, rows = count_rows_flops(step_for, len(idx), free)
+        if rows < len(idx):
+            print(f"masklab: model FLOPs counted on {rows} of the batch's {len(idx)} rows (the count's math "
+                  "attention did not fit the whole batch) and scaled", file=sys.stderr)
     except Exception as e:  # a counting problem must never stop a run
         print(f"masklab: model FLOPs not counted ({type(e).__name__}: {e}); no mfu metric", file=sys.stderr)
         flops = None
-    state.optimizer.zero_grad(set_to_none=True)
+    free()
+    if device.type == "cuda":  # the run's peak memory is its training's, not this throwaway step's
+        torch.cuda.reset_peak_memory_stats(device)
     return flops

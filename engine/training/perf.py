@@ -25,7 +25,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-__all__ = ["GPU_PEAK_FLOPS", "adamw", "count_step_flops", "mfu", "peak_flops", "pin", "to_device"]
+__all__ = ["GPU_PEAK_FLOPS", "adamw", "count_rows_flops", "count_step_flops", "mfu", "mfu_basis", "peak_flops", "pin", "to_device"]
 
 #: Dense peak FLOP/s from the datasheets, per (device-name fragment, dtype); the first fragment found
 #: in ``torch.cuda.get_device_name()`` wins (H100/H200 SXM: 989 TFLOP/s bf16, 67 TFLOP/s fp32 non-tensor).
@@ -89,6 +89,29 @@ def count_step_flops(step: Callable[[], torch.Tensor]) -> int:
     return int(counter.get_total_flops())
 
 
+def count_rows_flops(step_for: Callable[[int], Callable[[], torch.Tensor]], n: int,
+                     on_oom: Callable[[], None] = lambda: None) -> tuple[int, int]:
+    """Matmul FLOPs of a step over ``n`` rows (:func:`count_step_flops` of ``step_for(n)``); when that
+    runs out of device memory (the count's math attention holds every ``[L, L]`` score matrix), counted
+    on ``n // 2``, ``n // 4``... rows and scaled by ``n / rows`` (exact when every row costs the same,
+    as with a fixed mask ratio). ``on_oom()`` frees memory between tries.
+
+    Returns:
+        ``(flops, rows)``: the step's FLOPs and the rows they were counted on.
+    Raises:
+        torch.OutOfMemoryError: even one row does not fit.
+    """
+    rows = n
+    while True:
+        try:
+            return round(count_step_flops(step_for(rows)) * n / rows), rows
+        except torch.OutOfMemoryError:
+            if rows <= 1:
+                raise
+        on_oom()  # outside the handler: the failed step's tensors, held by its traceback, are released
+        rows //= 2
+
+
 def peak_flops(device: torch.device, dtype: torch.dtype = torch.bfloat16) -> float | None:
     """The datasheet's dense peak FLOP/s of ``device`` for ``dtype`` (:data:`GPU_PEAK_FLOPS`), or
     None when unknown (a CPU, or a GPU not in the table)."""
@@ -99,6 +122,18 @@ def peak_flops(device: torch.device, dtype: torch.dtype = torch.bfloat16) -> flo
         if key in name:
             return peaks.get(dtype)
     return None
+
+
+def mfu_basis(device: torch.device, amp: bool) -> dict:
+    """What a run's ``mfu`` is measured against, for its ``task.json``: on CUDA ``gpu_name`` and,
+    for a GPU of :data:`GPU_PEAK_FLOPS`, ``mfu_dtype`` (``bf16`` with ``amp``, else ``fp32``) and
+    ``mfu_peak_flops`` (FLOP/s of one device, :func:`peak_flops`); ``{}`` on a CPU."""
+    if device.type != "cuda":
+        return {}
+    dtype = torch.bfloat16 if amp else torch.float32
+    peak = peak_flops(device, dtype)
+    return {"gpu_name": torch.cuda.get_device_name(device),
+            **({"mfu_dtype": "bf16" if amp else "fp32", "mfu_peak_flops": peak} if peak else {})}
 
 
 def mfu(flops_per_step: float, step_time_s: float, peak: float) -> float:

@@ -9,10 +9,12 @@ import fcntl
 import os
 
 import pytest
+import torch
 
 from engine.config import RunConfig
 from engine.data import load_dataset
 from engine.errors import ConfigError
+from engine.eval.job import job_device
 from engine.runner.devices import gpu_pool, run_gpus, slot_devices
 from engine.runner.worker import execute_run
 from engine.store import create_run, get_run
@@ -70,5 +72,31 @@ def test_the_worker_sets_its_slots_gpus_and_records_them(workspace, monkeypatch,
         run_id, d = create_run(resolve(RunConfig.from_dict(cfg)).to_dict())
         assert execute_run(d) == "completed"
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "5"
-    assert get_run(run_id).extra["placement"] == {"backend": "local", "hosts": [os.uname().nodename],
-                                                  "processes": 1, "devices": ["5"]}
+    rec = get_run(run_id)
+    assert rec.extra["placement"] == {"backend": "local", "hosts": [os.uname().nodename],
+                                      "processes": 1, "devices": ["5"]}
+    assert (rec.extra["slot"], rec.extra["gpus"]) == (1, ["5"])  # New run's GPU panel reads them
+
+
+def test_a_cpu_run_records_its_slot_and_no_gpu(workspace, monkeypatch, one_thread):
+    monkeypatch.setenv("MASKLAB_GPUS", "3,5")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    load_dataset("digits")
+    cfg = {"data": {"dataset": "digits"}, "model": {"preset": "tiny", "patch_size": 2},
+           "train": {"steps": 1, "batch_size": 16, "eval_interval": 1, "num_threads": 1, "device": "cpu"}}
+    run_id, d = create_run(resolve(RunConfig.from_dict(cfg)).to_dict())
+    assert execute_run(d) == "completed"
+    assert (get_run(run_id).extra["slot"], get_run(run_id).extra["gpus"]) == (0, [])
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == ""
+
+
+@pytest.mark.parametrize("cuda", [False, True])
+def test_an_evaluation_job_runs_on_its_slots_gpu_when_the_run_allows_cuda(monkeypatch, cuda):
+    monkeypatch.setenv("MASKLAB_GPUS", "4,5")
+    monkeypatch.setenv("MASKLAB_MAX_RUNS", "2")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)  # this machine has none: both answers tried
+    assert job_device(1, {"device": "auto"}) == ("cuda" if cuda else "cpu")
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "5"  # slot 1's GPU, as a training run of that slot gets
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert job_device(0, {"device": "cpu"}) == "cpu" and "CUDA_VISIBLE_DEVICES" not in os.environ

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from engine.training.perf import adamw, count_step_flops, mfu, peak_flops, pin, to_device
+from engine.training.perf import adamw, count_rows_flops, count_step_flops, mfu, peak_flops, pin, to_device
 
 
 def _model():
@@ -61,3 +61,23 @@ def test_mfu_and_peaks():
 def test_copies_on_cpu_are_the_tensor_itself():
     t = torch.arange(4)
     assert pin(t, torch.device("cpu")) is t and to_device(t, torch.device("cpu")) is t
+
+
+def test_a_step_too_large_for_the_device_is_counted_on_fewer_rows_and_scaled():
+    m = torch.nn.Linear(16, 4)
+    x = torch.randn(12, 16)
+    freed = []
+
+    def step_for(rows):
+        if rows > 3:  # as a CUDA step whose math attention does not fit
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        return lambda: m(x[:rows]).sum()
+
+    flops, rows = count_rows_flops(step_for, 12, lambda: freed.append(1))
+    assert (flops, rows, len(freed)) == (count_step_flops(lambda: m(x).sum()), 3, 2)  # 12 -> 6 -> 3 rows
+
+    def never_fits(rows):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    with pytest.raises(torch.OutOfMemoryError):
+        count_rows_flops(never_fits, 4)

@@ -99,7 +99,7 @@ READS = {
     "backend_unavailable", "checkpoint_weights", "cluster_job", "dataset_bytes", "describe_job", "disk_usage",
     "evaluation_job", "export_runs", "format_bytes", "get_run", "has_evaluation_job", "job_state",
     "latest_checkpoint_step", "latest_evaluation", "latest_points", "list_runs", "load_maps", "load_samples",
-    "max_runs", "queue_room", "read_config_history", "read_evaluations", "read_json", "read_log", "read_metrics",
+    "gpu_overview", "max_runs", "nvidia_smi", "queue_room", "read_config_history", "read_gpus", "read_evaluations", "read_json", "read_log", "read_metrics",
     "read_provenance", "read_task_info", "run_bytes", "sample_files", "sample_steps", "masking_uses_ratio",
     "task_fact", "workspace_root",
     # datasets and models (export_zip: a scratch folder outside the workspace, removed)
@@ -113,7 +113,7 @@ READS = {
     # types and errors: constructing one writes nothing
     "Annotations", "AudioConfig", "AuditEntry", "BackendError", "BundledStatus", "CheckpointWeights", "ConfigError",
     "DamagedFileError", "DatasetError", "DatasetInfo", "DiskUsage", "Evaluation", "EvaluationError",
-    "FormatVersionError", "Identity", "ImportJob", "ImportOptions", "ImportOutcome", "ImportReport", "JobState",
+    "FormatVersionError", "GpuOverview", "GpuReading", "Identity", "ImportJob", "ImportOptions", "ImportOutcome", "ImportReport", "JobState",
     "LaunchConfig", "MaskStats", "MaskingConfig", "MaskingStrategy", "MasklabError", "NothingImportedError",
     "PermissionDeniedError", "PortableRunsError", "PretrainedError", "PretrainedModel", "QueueFullError",
     "ResumeError", "RunActiveError", "RunConfig", "RunLockedError", "RunNotFoundError", "RunRecord", "Sample",

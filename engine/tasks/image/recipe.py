@@ -44,6 +44,7 @@ from engine.store.samples import Sample
 from engine.tasks.base import Task
 from engine.tasks.checks import masking_problem
 from engine.tasks.registry import register_task
+from engine.training.feed import image_feed
 from engine.training.perf import to_device
 
 EVAL_MAX_ROWS = 2048  # val loss is averaged over at most this many fixed val images
@@ -234,6 +235,8 @@ class ImageMIMTask(Task):
         self.n_train = len(self.train_rows)
         self.batch_size = min(t.batch_size, self.n_train)
         self._ds = ds
+        # uint8 pixels to the device (kept there when they fit), converted there: training.feed
+        self._feed = image_feed(ds, self.train_rows, device)
         self.x_eval = ds.rows_tensors(val_rows[:eval_max_rows(self.grid)])[0].to(device)
         vis = val_rows[representative(ds.labels[val_rows], t.num_vis)]  # class-stratified, as every view
         x_vis, y_vis = ds.rows_tensors(vis)
@@ -302,7 +305,10 @@ class ImageMIMTask(Task):
 
     def train_batch(self, idx: torch.Tensor) -> torch.Tensor:
         """The images of train rows ``idx`` (int64 ``[B]``, positions in the train split), float32
-        ``[B, C, H, W]`` in [0, 1] on the task's device; reads only those rows of the dataset."""
+        ``[B, C, H, W]`` in [0, 1] on the task's device; reads only those rows of the dataset
+        (:class:`engine.training.feed.ImageFeed`; fitted images of an imported model: on the host)."""
+        if self._feed is not None:
+            return self._feed.batch(idx)
         return self._ds.rows_tensors(self.train_rows[idx.cpu().numpy()])[0].to(self.device, non_blocking=True)
 
     def train_loss(self, idx, generator, ratio):

@@ -93,6 +93,7 @@ from engine.tasks.text.common import (
     tokenizer_for,
 )
 from engine.text.stored import encode_split
+from engine.training.feed import image_feed
 
 
 class PairedBase(Task):
@@ -239,6 +240,7 @@ class PairedBase(Task):
         max_len = cfg.data.tokenizer.max_len
         # Row indices only: a batch reads its own images (train_batch), as image_mim does.
         self.train_rows = ds.indices("train")
+        self._feed = image_feed(ds, self.train_rows, device)  # uint8 to the device (none for audio pairs)
         val_split = "val" if ds.info.n_val else "train"  # a tiny upload may have no val split
         self.val_rows = ds.indices(val_split)[:EVAL_MAX_ROWS]
         x_val, y_val = ds.rows_tensors(self.val_rows)
