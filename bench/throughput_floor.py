@@ -2,7 +2,7 @@
 
 For each case of ``bench/train_throughput.py`` the script records every ATen operation of one
 training step of each side (forward, backward and AdamW, through ``TorchDispatchMode``), then runs
-again, alone and on fresh random inputs of the same shapes, strides and dtypes, the operations no
+again, alone and on fresh random inputs of the same shapes, strides, dtypes and device, the operations no
 implementation of the same model can leave out:
 
 - ``matmul``: ``mm``, ``addmm``, ``bmm``, ``baddbmm`` (the model's FLOPs);
@@ -37,7 +37,7 @@ from pathlib import Path
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_map
+from torch.utils._pytree import tree_flatten, tree_map
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
@@ -54,7 +54,12 @@ FLOOR_OPS: dict[str, tuple] = {
     "matmul": (aten.mm, aten.addmm, aten.bmm, aten.baddbmm),
     "attention": (aten._scaled_dot_product_flash_attention_for_cpu,
                   aten._scaled_dot_product_flash_attention_for_cpu_backward,
-                  aten._softmax, aten._softmax_backward_data),
+                  aten._softmax, aten._softmax_backward_data,
+                  # CUDA's fused kernels (bench/gpu_speed.py records a step on the GPU)
+                  aten._scaled_dot_product_flash_attention, aten._scaled_dot_product_flash_attention_backward,
+                  aten._scaled_dot_product_efficient_attention,
+                  aten._scaled_dot_product_efficient_attention_backward,
+                  aten._scaled_dot_product_cudnn_attention, aten._scaled_dot_product_cudnn_attention_backward),
     "gelu": (aten.gelu, aten.gelu_backward),
     "layer_norm": (aten.native_layer_norm, aten.native_layer_norm_backward),
     "adamw": (aten._fused_adamw_,),
@@ -63,16 +68,24 @@ CATEGORY = {packet: cat for cat, packets in FLOOR_OPS.items() for packet in pack
 
 
 class Spec:
-    """A tensor argument as its shape, strides and dtype (no data)."""
+    """A tensor argument as its shape, strides, dtype and device (no data)."""
 
     def __init__(self, t: torch.Tensor):
-        self.shape, self.stride, self.dtype = tuple(t.shape), tuple(t.stride()), t.dtype
+        self.shape, self.stride, self.dtype, self.device = tuple(t.shape), tuple(t.stride()), t.dtype, t.device
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the storage :meth:`make` allocates (broadcast dimensions counted once)."""
+        n = 1 + sum((s - 1) * st for s, st in zip(self.shape, self.stride)) if all(self.shape) else 0
+        return n * self.dtype.itemsize
 
     def make(self) -> torch.Tensor:
-        """A fresh tensor of this layout: floats uniform in [0.1, 1) (positive, so variances, step
-        counts and second moments stay valid), ints zero, bools False."""
-        t = torch.empty_strided(self.shape, self.stride, dtype=self.dtype)
-        return t.uniform_(0.1, 1.0) if t.is_floating_point() else t.zero_()
+        """A fresh tensor of this layout on its device: floats uniform in [0.1, 1) (positive, so
+        variances, step counts and second moments stay valid), ints zero, bools False."""
+        # Filled through its storage: a broadcast operand (stride 0, e.g. an attention bias) shares elements.
+        t = torch.empty(self.nbytes // self.dtype.itemsize, dtype=self.dtype, device=self.device)
+        t = t.uniform_(0.1, 1.0) if t.is_floating_point() else t.zero_()
+        return t.as_strided(self.shape, self.stride)
 
 
 class Recorder(TorchDispatchMode):
@@ -107,24 +120,54 @@ def record_step(side: tt.Side) -> list[tuple[str, object, tuple, dict]]:
     return rec.calls
 
 
-def replay_seconds(calls, repeats: int) -> dict[str, float]:
+def replay_seconds(calls, repeats: int, max_bytes: int | None = None) -> dict[str, float]:
     """Per category, the median over ``repeats`` of the seconds its calls take, run one after the
-    other in the step's order on inputs made once and reused by every repeat."""
+    other in the step's order on inputs made once and reused by every repeat. With ``max_bytes``
+    (a GPU step's inputs can outgrow its memory) the calls run in consecutive groups whose inputs
+    stay under it, one group's inputs at a time, and the groups' medians are summed."""
     out = {}
     by_cat = defaultdict(list)
     for cat, func, args, kwargs in calls:
-        by_cat[cat].append((func, materialise(args), materialise(kwargs)))
-    for cat, items in by_cat.items():
-        for func, a, k in items:  # warm-up (kernel choice, first-touch of the outputs)
-            func(*a, **k)
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            for func, a, k in items:
-                func(*a, **k)
-            times.append(time.perf_counter() - t0)
-        out[cat] = statistics.median(times)
+        by_cat[cat].append((func, args, kwargs))
+    for cat, specs in by_cat.items():
+        out[cat] = sum(_replay_group(group, repeats) for group in _groups(specs, max_bytes))
     return out
+
+
+def _groups(specs: list, max_bytes: int | None):
+    """``specs`` cut into consecutive runs whose input bytes stay under ``max_bytes`` (one run if None)."""
+    group, size = [], 0
+    for item in specs:
+        n = sum(x.nbytes for x in tree_flatten(item[1:])[0] if isinstance(x, Spec))
+        if group and max_bytes is not None and size + n > max_bytes:
+            yield group
+            group, size = [], 0
+        group.append(item)
+        size += n
+    if group:
+        yield group
+
+
+def _replay_group(specs: list, repeats: int) -> float:
+    """Median seconds of the calls ``specs`` in order, on inputs made once (after a warm-up pass)."""
+    items = [(func, materialise(args), materialise(kwargs)) for func, args, kwargs in specs]
+    for func, a, k in items:  # warm-up (kernel choice, first-touch of the outputs)
+        func(*a, **k)
+    times = []
+    for _ in range(repeats):
+        _sync()
+        t0 = time.perf_counter()
+        for func, a, k in items:
+            func(*a, **k)
+        _sync()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _sync() -> None:
+    """Wait for the GPU's queued work (replayed calls run there when the step was recorded there)."""
+    if torch.cuda.is_initialized():
+        torch.cuda.synchronize()
 
 
 def warm_matmul_seconds(calls, repeats: int) -> float:

@@ -305,10 +305,11 @@ def sync(device) -> None:
         torch.cuda.synchronize()
 
 
-def matmul_flops(device, n: int = 2048, repeats: int = 5) -> float:
-    """FLOP/s of an ``n x n`` float32 matrix multiply (median of ``repeats`` timings of >= 0.2 s)."""
-    a = torch.randn(n, n, device=device)
-    bm = torch.randn(n, n, device=device)
+def matmul_flops(device, n: int = 2048, repeats: int = 5, dtype: torch.dtype = torch.float32) -> float:
+    """FLOP/s of an ``n x n`` matrix multiply in ``dtype`` on random data (median of ``repeats``
+    timings of >= 0.2 s)."""
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    bm = torch.randn(n, n, device=device, dtype=dtype)
     torch.mm(a, bm)
     rates = []
     for _ in range(repeats):
