@@ -29,7 +29,7 @@ from app.components.matrix import step_matrix
 from app.components.methods import method_panel
 from app.components.quality import headline_of, quality_table
 from app.components.resume import resume_panel
-from app.components.run_summary import checkpoint_download, curves, show_samples, summary
+from app.components.run_summary import checkpoint_download, curves, run_metrics, show_samples, summary
 from app.components.runs import REFRESH, is_live, latest_points, progress_with_cancel
 from app.components.urlstate import PageState
 from app.modalities import interactive_box, sample_title
@@ -81,7 +81,8 @@ def status_panel(run_id: str) -> None:
         return
     ended_since_drawn(rec)
     points = latest_points([rec])
-    summary(rec, points)
+    metrics = run_metrics(run_id, rec.config)
+    summary(rec, points, metrics)
     if rec.is_active and cluster_job(rec.path):  # what its cluster says (and a job that ended without its worker)
         state = guarded(cluster_job_state, run_id)
         if state is not None:
@@ -89,7 +90,7 @@ def status_panel(run_id: str) -> None:
     if rec.is_active:
         progress_with_cancel(rec, allowed("run.cancel", cancel), "rd_cancel", f"{rec.status} · {rec.progress:.0%}")
     status_message(rec, guarded(latest_checkpoint_step, run_id) if rec.is_resumable else None)
-    curves(run_id, rec.config, legend, x_axis, log_y)
+    curves(run_id, rec.config, legend, x_axis, log_y, metrics)
     method_panel(rec)
     st.subheader("Validation figure and baselines")  # here, so the table is as fresh as the figures above
     step, value = points.get((rec.run_id, headline_of(rec.config)[0]), (None, None))

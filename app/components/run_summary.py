@@ -61,11 +61,12 @@ def param_text(rec: Any, weights) -> str:
     return f"{n / 1e6:.2f} M" if n >= 1e5 else f"{n:,}"
 
 
-def summary(rec: Any, points: dict) -> None:
+def summary(rec: Any, points: dict, metrics: Any = None) -> None:
     """Badge, name, task, dataset and tokenizer (with the vocabulary it really has, and a warning when
     that is far below the request: :func:`app.components.runs.vocab_warning`), then the figures: step,
     latest loss and headline (each with its step from ``points``,
-    :func:`app.components.runs.latest_points`), duration, device, parameters; under them the speed (:func:`speed_row`)."""
+    :func:`app.components.runs.latest_points`), duration, device, parameters; under them the speed (:func:`speed_row`)
+    from ``metrics`` (:func:`run_metrics`)."""
     metric, _ = headline_of(rec.config)
     reached = run_vocab(rec)  # its vocabulary as trained, beside the size asked when they differ
     tokenizer = grid_label({"data": rec.config.get("data"), "model": {"init_from": (rec.config.get("model") or {}).get(
@@ -88,7 +89,7 @@ def summary(rec: Any, points: dict) -> None:
     m[4].metric("Device", device_text(rec), help="train.device; auto takes CUDA when present, else the CPU. The "
                 "device used is recorded when the run ends.")
     m[5].metric("Parameters", param_text(rec, weights))
-    speed_row(rec)
+    speed_row(rec, metrics)
     st.caption(f"Runs on: {placement_label(rec, full=True, job=cluster_job(rec.path))}")
     if came := read_provenance(rec.path):
         when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(came.get("exported_at") or 0))
@@ -105,10 +106,11 @@ def summary(rec: Any, points: dict) -> None:
                            query_params={"runs": f"{rec.run_id},{parent}"})
 
 
-def speed_row(rec: Any) -> None:
-    """The run's speed (:mod:`app.components.speed`): median samples/s, median MFU with the peak it
-    is measured against (``—, CPU run`` on the CPU), peak memory with what it measures."""
-    s = run_speed(rec, guarded(read_metrics, [rec.run_id], ["throughput", "mfu"], max_points=2000))
+def speed_row(rec: Any, metrics: Any) -> None:
+    """The run's speed (:mod:`app.components.speed`) from ``metrics`` (:func:`run_metrics`): median
+    samples/s, median MFU with the peak it is measured against (``—, CPU run`` on the CPU), peak
+    memory with what it measures."""
+    s = run_speed(rec, metrics)
     names = speed_labels()
     c = st.columns([1.5, 2.3, 1.9, 0.3])  # room for "MFU, median · bf16 peak 989 TFLOP/s"
     c[0].metric(f"{names['throughput']}, median", s.samples_text, help="the median of the samples/s logged each step")
@@ -168,12 +170,18 @@ def _imported(name: str) -> bool:
     return True
 
 
-def curves(run_id: str, config: dict, legend: dict, x: str, log_y: bool) -> None:
-    """Loss / val loss (with the task's headline when it is another metric), learning rate and
-    mask ratio of one run."""
+def run_metrics(run_id: str, config: dict) -> Any:
+    """One read of what Run detail's live summary draws (every 2 s while the run trains): the
+    curves' keys and the speed's (``throughput``, ``mfu``), 500 points a key; None when unreadable."""
     metric, _ = headline_of(config)
-    keys = ["loss", "val_loss", "lr", "mask_ratio"] + ([metric] if metric != "val_loss" else [])
-    df = guarded(read_metrics, [run_id], keys, max_points=500)
+    keys = ["loss", "val_loss", "lr", "mask_ratio", "throughput", "mfu"] + ([metric] if metric != "val_loss" else [])
+    return guarded(read_metrics, [run_id], keys, max_points=500)
+
+
+def curves(run_id: str, config: dict, legend: dict, x: str, log_y: bool, df: Any) -> None:
+    """Loss / val loss (with the task's headline when it is another metric), learning rate and
+    mask ratio of one run, from ``df`` (:func:`run_metrics`)."""
+    metric, _ = headline_of(config)
     if df is None:
         return
     show_read_warnings(df)
