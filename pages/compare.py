@@ -297,8 +297,8 @@ if not frame.empty:
         st.caption("Trained encoder at its latest evaluated checkpoint, beside the same model at its initial weights "
                    "(random init), the raw input (pixels / TF-IDF) and chance (the most common val class); best run per "
                    "column starred (the trained encoder's figures only). Probe: logistic regression on standardised features; kNN: k=20, cosine. "
-                   "Fine-tune: the encoder and a linear head trained together on the labelled train rows for a few epochs "
-                   "(the same recipe from the checkpoint and from the random init), val accuracy. –: not computed "
+                   "Fine-tune: the encoder and a linear head (starting as a linear probe) trained together on the labelled "
+                   "train rows for a few epochs, or the steps the evaluation budget left (the same recipe from the checkpoint and from the random init), val accuracy. –: not computed "
                    "(k-means needs more val rows than classes).")
     bars = probe_bars(frame)
     if shown_groups and replicated:

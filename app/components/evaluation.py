@@ -220,7 +220,8 @@ def evaluation_panel(rec: Any) -> None:
         st.table(downstream_table(ev))
         st.caption("Probe: logistic regression on standardised frozen features; kNN: k=20, cosine; k-means against the "
                    "labels. Random init: the same model at its initial weights; raw input: pixels, log-mel statistics or "
-                   "TF-IDF." + (f" Fine-tune: the encoder and a linear head, {ft.get('finetune_epochs', 0):.1f} epochs "
+                   "TF-IDF." + (f" Fine-tune: the encoder and a linear head that starts as a linear probe (LP-FT), "
+                                f"{ft.get('finetune_epochs', 0):.1f} epochs "
                                 f"({int(ft.get('finetune_steps', 0))} steps) on the labelled train rows, the same recipe "
                                 f"from the random init." if ft else ""))
     quality = quality_rows(ev)

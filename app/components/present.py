@@ -118,7 +118,7 @@ def show_key_metrics(n: dict[str, Any]) -> None:
             margin = None if n["finetune_random"] is None else (
                 f"{(n['finetune'] - n['finetune_random']) * 100:+.1f} points vs random init")
             tiles.append((f"Fine-tune accuracy @ step {n['eval_step']}", fmt_value("acc", n["finetune"], "max"), margin,
-                          "normal", "the encoder and a linear head trained a few epochs on the labels, against the "
+                          "normal", "the encoder and a linear head (starting as a linear probe) trained on the labels, against the "
                           "same recipe from the model's initial weights"))
     for col, (label, value, d, colour, why) in zip(st.columns(len(tiles)), tiles):
         col.metric(label, value, d, delta_color=colour, help=why)

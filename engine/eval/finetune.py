@@ -11,16 +11,18 @@ that it runs on a CPU inside the evaluation job).
 
 - the encoder's pooled features, the function its probes read (``model.features``: mean of the
   final encoder tokens), called *with* gradient (:func:`pooled_features`), then a head
-  ``BatchNorm1d(D, affine=False) -> Linear(D, n_classes)`` (the linear layer initialised from
-  ``seed``). The parameter-free BatchNorm is MAE's linear-probing head (He et al. 2022, A.2): a
-  randomly initialised encoder's pooled features vary little from image to image (their spread
-  across images is about 2% of their size on digits), and without it the baseline barely trains
-  (12% val accuracy on digits instead of the figure in bench/README.md), an unfair baseline;
+  ``BatchNorm1d(D, affine=False) -> Linear(D, n_classes)`` that starts as a linear probe of the
+  encoder: the features' statistics and a logistic regression's weights on a seeded sample of at most
+  :data:`STAT_ROWS` train rows (LP-FT, Kumar et al. 2022; :func:`_probe_head`), so a fine-tune cut to a
+  few steps by the evaluation budget scores near its probe, not near chance. The parameter-free
+  BatchNorm is MAE's linear-probing head (He et al. 2022, A.2): a randomly initialised encoder's
+  pooled features vary little from image to image (their spread across images is about 2% of their
+  size on digits), and without it the baseline barely trains, an unfair baseline;
 - AdamW (lr :data:`LR`, weight decay :data:`WEIGHT_DECAY`, on the encoder and the head alike),
-  cosine decay to 0 over the steps, batches of :data:`BATCH_SIZE` rows in a seeded order, cross-
-  entropy; :data:`EPOCHS` passes over the train rows, at most :data:`MAX_STEPS` steps in all;
-- the head's normalisation statistics re-estimated with the final encoder on a seeded sample of at
-  most :data:`STAT_ROWS` train rows (the train accuracy is read on the same rows), then val top-1
+  linear warm-up over :data:`WARMUP_STEPS` steps and cosine decay to 0 over the steps, batches of
+  :data:`BATCH_SIZE` rows in a seeded order, cross-entropy; :data:`EPOCHS` passes over the train rows, at most :data:`MAX_STEPS` steps in all;
+- the head's normalisation statistics re-estimated with the final encoder on the same train rows
+  (the train accuracy is read on them), then val top-1
   accuracy of the final model on every val row (no early stopping, nothing chosen on val).
 
 What a task gives (its :meth:`engine.tasks.Task.finetune_inputs` hook): :class:`FinetuneInputs`, the
@@ -30,7 +32,9 @@ padding left out of the pooling (audio); a task that gives None gets no fine-tun
 evaluation says so).
 
 References: He et al. 2022, "Masked Autoencoders Are Scalable Vision Learners" (end-to-end
-fine-tuning as the downstream figure beside linear probing); Loshchilov & Hutter 2019 (AdamW, cosine).
+fine-tuning as the downstream figure beside linear probing); Kumar et al. 2022, "Fine-Tuning can
+Distort Pretrained Features and Underperform Out-of-Distribution" (LP-FT: the head starts as the
+probe); Loshchilov & Hutter 2019 (AdamW, cosine).
 """
 
 from __future__ import annotations
@@ -52,10 +56,23 @@ MAX_STEPS = 300
 BATCH_SIZE = 64
 LR = 1e-3
 WEIGHT_DECAY = 0.05
-#: Train rows of the head's normalisation statistics and the train accuracy (a seeded sample): the
-#: mean and variance of each feature are estimated closely from 512 rows, at a quarter of the
-#: encoding cost of 2,000.
+#: Train rows of the head's starting probe, its normalisation statistics and the train accuracy (a
+#: seeded sample): the mean and variance of each feature are estimated closely from 512 rows, at a
+#: quarter of the encoding cost of 2,000.
 STAT_ROWS = 512
+#: The inverse L2 strength of the logistic regression the head starts from (:func:`_probe_head`):
+#: scikit-learn's default, fixed (nothing is chosen on val).
+HEAD_C = 1.0
+#: Steps of linear learning-rate warm-up before the cosine decay: the encoder's first updates are small,
+#: so a fine-tune that the budget cuts to a few steps stays near the probe it starts from.
+WARMUP_STEPS = 10
+#: Rows per forward pass without gradient (the head's rows, the accuracies): batches of rows of
+#: similar length (:meth:`FinetuneInputs.by_length`) cut to their longest row; smaller batches pad
+#: less (512 fortunes: 0.26 s in batches of 64, 0.62 s in batches of 256).
+NO_GRAD_BATCH = 64
+#: The head's bias for a class none of the head's rows hold (its weights are 0): its logit starts far
+#: below the others', as the probe, which never saw it, would score it.
+ABSENT_BIAS = -10.0
 
 
 @dataclass
@@ -131,16 +148,14 @@ def _accuracy(model, head, encode, split: str, rows: np.ndarray, y: np.ndarray, 
 
 
 @torch.no_grad()
-def _refresh_norm(model, norm: nn.BatchNorm1d, encode, rows: np.ndarray, batch: int = 256) -> torch.Tensor:
+def _refresh_norm(model, norm: nn.BatchNorm1d, encode, rows: np.ndarray, batch: int = NO_GRAD_BATCH) -> torch.Tensor:
     """Re-estimate the head's normalisation statistics on the train rows with the final encoder
     (an exact average over the rows: a short fine-tune leaves the running averages far from them).
     Returns the rows' features ``[N, D]`` (float32), which the train accuracy reads too."""
-    model.eval()
+    feats = _encode_rows(model, encode, rows, batch)
     norm.reset_running_stats()
     norm.momentum = None  # cumulative average
     norm.train()
-    feats = [encode(model, "train", torch.as_tensor(rows[i : i + batch])).float() for i in range(0, len(rows), batch)]
-    feats = torch.cat(feats)
     norm(feats)  # one call: a last chunk of one row would have no variance
     return feats
 
@@ -154,18 +169,23 @@ def recipe_steps(inputs: FinetuneInputs, epochs: int = EPOCHS, max_steps: int = 
 
 def finetune(model: nn.Module, inputs: FinetuneInputs, *, seed: int = 0, epochs: int = EPOCHS,
              max_steps: int = MAX_STEPS, batch_size: int = BATCH_SIZE, lr: float = LR,
-             weight_decay: float = WEIGHT_DECAY,
-             on_step: Callable[[int, int], None] | None = None) -> FinetuneResult:
+             weight_decay: float = WEIGHT_DECAY, on_step: Callable[[int, int], None] | None = None,
+             plan: Callable[[float, float, float], int] | None = None) -> FinetuneResult:
     """Fine-tune a copy of ``model`` with a linear head (module docstring); ``model`` is left unchanged.
 
     Args:
         model: the encoder (any masklab model with ``features``), on its device.
         inputs: the rows (:class:`FinetuneInputs`).
-        seed: seeds the head's initialisation and the batch order.
+        seed: seeds the head's train rows and the batch order.
         epochs, max_steps, batch_size, lr, weight_decay: the recipe (module constants by default);
             ``max_steps`` is also how an evaluation budget shortens it (:mod:`engine.eval.budget`),
             at least 1.
         on_step: called with ``(steps done, steps)`` after each step (progress; it may raise to stop).
+        plan: called once, after the first step, with the seconds that step took, the seconds the
+            head's initialisation took and the seconds of one row's forward pass without gradient
+            (measured on the head's rows); returns the steps to take in all (clamped to 1 ..
+            the recipe's): how an evaluation budget fits the fine-tune to what is left
+            (:meth:`engine.eval.budget.EvalBudget.plan_finetune`), timed on the step itself.
 
     Returns:
         :class:`FinetuneResult`.
@@ -184,73 +204,87 @@ def finetune(model: nn.Module, inputs: FinetuneInputs, *, seed: int = 0, epochs:
     net.requires_grad_(True)
     device = next(net.parameters()).device
     g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        dim = inputs.encode(net, "train", torch.as_tensor(tr[:2])).shape[1]
-    head = nn.Sequential(nn.BatchNorm1d(dim, affine=False), nn.Linear(dim, classes)).to(device)
-    with torch.no_grad():  # seeded init, independent of the global RNG
-        bound = 1 / math.sqrt(dim)
-        head[1].weight.copy_(torch.empty(classes, dim).uniform_(-bound, bound, generator=g))
-        head[1].bias.zero_()
+    stat = np.sort(np.random.default_rng(seed).choice(tr, STAT_ROWS, replace=False)) if len(tr) > STAT_ROWS else tr
+    stat = inputs.by_length("train", stat)
+    t_head = time.perf_counter()
+    feats = _encode_rows(net, inputs.encode, stat)
+    row_s = (time.perf_counter() - t_head) / len(stat)
+    head = _probe_head(feats, y_tr[stat], classes, seed)
+    head_s = time.perf_counter() - t_head
     batch = min(batch_size, len(tr))
     per_epoch = max(1, len(tr) // batch)  # full batches only
     steps = max(1, min(max_steps, epochs * per_epoch))
-    opt = torch.optim.AdamW([*net.parameters(), *head.parameters()], lr=lr, weight_decay=weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * s / steps)))
+    most = steps
+    opt = torch.optim.AdamW([*net.parameters(), *head[1].parameters()], lr=lr, weight_decay=weight_decay)
+    # the first step's rate (1 / WARMUP_STEPS of lr) does not depend on the length, which ``plan`` may set after it
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / WARMUP_STEPS)
+                                              * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
     labels = torch.as_tensor(y_tr)
     step, order = 0, np.zeros(0, np.int64)
     while step < steps:
         if len(order) < batch:
             order = tr[torch.randperm(len(tr), generator=g).numpy()]
         pos, order = order[:batch], order[batch:]
+        t_step = time.perf_counter()
         net.train(), head.train()
         logits = head(inputs.encode(net, "train", torch.as_tensor(pos)).float())
         loss = nn.functional.cross_entropy(logits, labels[pos].to(device))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        sched.step()
         step += 1
+        if step == 1 and plan is not None:
+            steps = max(1, min(most, int(plan(time.perf_counter() - t_step, head_s, row_s))))
+        sched.step()
         if on_step is not None:
             on_step(step, steps)
-    stat = np.sort(np.random.default_rng(seed).choice(tr, STAT_ROWS, replace=False)) if len(tr) > STAT_ROWS else tr
-    tr_sorted = inputs.by_length("train", stat)
-    train_feats = _refresh_norm(net, head[0], inputs.encode, tr_sorted)
-    acc = _accuracy(net, head, inputs.encode, "val", inputs.by_length("val", va), y_va, 256)
+    train_feats = _refresh_norm(net, head[0], inputs.encode, stat)
+    acc = _accuracy(net, head, inputs.encode, "val", inputs.by_length("val", va), y_va, NO_GRAD_BATCH)
     head.eval()
     with torch.no_grad():  # the train rows' features are the normalisation's: encoded once
-        train_acc = float((head(train_feats).argmax(1).cpu() == torch.as_tensor(y_tr[tr_sorted])).float().mean())
+        train_acc = float((head(train_feats).argmax(1).cpu() == torch.as_tensor(y_tr[stat])).float().mean())
     return FinetuneResult(acc, train_acc, steps, round(steps * batch / len(tr), 3),
                           {"train": len(tr), "val": len(va)}, round(time.time() - t0, 3))
 
 
-def time_step(model: nn.Module, inputs: FinetuneInputs, *, batch_size: int = BATCH_SIZE,
-              repeats: int = 3, seed: int = 0) -> float:
-    """Seconds of one fine-tune step (forward and backward of a batch of train rows through a copy
-    of ``model`` and a linear head, an AdamW update): the mean of ``repeats`` steps on seeded random
-    batches (rows differ in cost, e.g. text lengths) after one warm-up step. ``model`` is left unchanged."""
-    net = copy.deepcopy(model)
-    net.requires_grad_(True)
-    device = next(net.parameters()).device
-    tr = _labelled(inputs.y_train)
-    batch = min(batch_size, len(tr))
-    rng = np.random.default_rng(seed)
+def _probe_head(feats: torch.Tensor, y: np.ndarray, classes: int, seed: int) -> nn.Sequential:
+    """The fine-tune's head, initialised as a linear probe of an encoder's features ``feats [N, D]``
+    of train rows (labels ``y [N]``): ``BatchNorm1d(D, affine=False)`` holding the rows' mean and variance, then
+    ``Linear(D, classes)`` holding an L2 logistic regression's weights (:data:`HEAD_C`, lbfgs, one BLAS
+    thread) on the normalised rows; a class absent from the rows gets weight 0 and bias :data:`ABSENT_BIAS`.
+    The LP-FT recipe (Kumar et al. 2022): fine-tuning starts where the probe ends, so the encoder's
+    first steps are not spent undoing a random head's gradients, and a fine-tune of a few steps
+    scores near its probe instead of near chance."""
+    from sklearn.linear_model import LogisticRegression  # noqa: PLC0415 (scikit-learn loads only when an evaluation runs)
+    from threadpoolctl import threadpool_limits  # noqa: PLC0415 (with scikit-learn)
+
+    dim, device = feats.shape[1], feats.device
+    norm = nn.BatchNorm1d(dim, affine=False).to(device)
+    mean, var = feats.mean(0), feats.var(0, unbiased=False)
+    norm.running_mean.copy_(mean)
+    norm.running_var.copy_(var)
+    z = ((feats - mean) / torch.sqrt(var + norm.eps)).double().cpu().numpy()
+    with threadpool_limits(limits=1, user_api="blas"):
+        lr = LogisticRegression(C=HEAD_C, max_iter=1000, random_state=seed).fit(z, y)
+    w, b = np.zeros((classes, dim), np.float32), np.full(classes, ABSENT_BIAS, np.float32)
+    if len(lr.classes_) == 2:  # one logit: the softmax of (-f/2, f/2) is the logistic's
+        w[lr.classes_] = np.stack([-lr.coef_[0], lr.coef_[0]]) / 2
+        b[lr.classes_] = np.array([-lr.intercept_[0], lr.intercept_[0]]) / 2
+    else:
+        w[lr.classes_], b[lr.classes_] = lr.coef_, lr.intercept_
+    linear = nn.Linear(dim, classes).to(device)
     with torch.no_grad():
-        dim = inputs.encode(net, "train", torch.as_tensor(tr[:2])).shape[1]
-    head = nn.Linear(dim, int(np.max(inputs.y_train)) + 1).to(device)
-    opt = torch.optim.AdamW([*net.parameters(), *head.parameters()], lr=0.0)
-    net.train()
-    spent = 0.0
-    for i in range(repeats + 1):
-        pos = torch.as_tensor(rng.choice(tr, batch, replace=False))
-        labels = torch.as_tensor(np.asarray(inputs.y_train, np.int64)[pos.numpy()]).to(device)
-        t0 = time.perf_counter()
-        loss = nn.functional.cross_entropy(head(inputs.encode(net, "train", pos).float()), labels)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        if i:
-            spent += time.perf_counter() - t0
-    return spent / max(repeats, 1)
+        linear.weight.copy_(torch.as_tensor(w))
+        linear.bias.copy_(torch.as_tensor(b))
+    return nn.Sequential(norm, linear)
+
+
+@torch.no_grad()
+def _encode_rows(model, encode, rows: np.ndarray, batch: int = NO_GRAD_BATCH) -> torch.Tensor:
+    """Features ``[N, D]`` (float32) of train ``rows`` through ``model`` in eval mode, without gradient."""
+    model.eval()
+    return torch.cat([encode(model, "train", torch.as_tensor(rows[i : i + batch])).float()
+                      for i in range(0, len(rows), batch)])
 
 
 def finetune_inputs(task, max_rows: int | None = None) -> FinetuneInputs | None:

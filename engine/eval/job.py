@@ -58,7 +58,7 @@ from engine.config import RUN_BUDGET, RunConfig, parse_eval_budget
 from engine.errors import EvaluationCancelled, EvaluationError, MasklabError, RunLockedError
 from engine.eval.budget import EvalBudget, training_seconds
 from engine.eval.figures import FIGURE_PHASES, PHASE_FIGURES, RAW_INPUT_SEED, encoder_figures
-from engine.eval.finetune import STAT_ROWS, finetune, finetune_inputs, recipe_steps, time_step
+from engine.eval.finetune import STAT_ROWS, finetune, finetune_inputs, recipe_steps
 from engine.eval.flops import train_step_flops
 from engine.eval.prefetch import read_baselines
 from engine.eval.progress import PHASES, EvalProgress
@@ -253,29 +253,27 @@ def evaluate_checkpoint(run_dir: Path, step: int | None = None, *, device: str =
                             "with no budget")
         progress.enter("finetune")
         n_tr, n_va = int((ft_inputs.y_train >= 0).sum()), int((ft_inputs.y_val >= 0).sum())
-        spent = time.time() - t0
-        # timing a step costs three: not when the cheap phases already spent the budget
-        step_s = time_step(task.model, ft_inputs) if plan.budget_s is None or spent < plan.budget_s else 0.0
-        steps = plan.plan_finetune(time.time() - t0, recipe_steps(ft_inputs, ev_cfg.finetune_epochs), step_s, row_s,
-                                   min(n_tr, STAT_ROWS) + n_va)
-        if steps == 0 and plan.train_s == 0:
-            ev.notes.append(f"no fine-tune: the checkpoint is at step 0 (no training time for the budget to share); "
-                            f"ask for the full recipe (python -m engine evaluate {run_dir.name} --budget full)")
-        elif steps == 0:
-            encode_s = 2 * (min(n_tr, STAT_ROWS) + n_va) * row_s
-            ev.notes.append(f"no fine-tune: the cheap phases and a step's timing spent {plan.cheap_s:.0f} s and "
-                            f"encoding the rows after fine-tuning would take {encode_s:.0f} s of the budget's "
-                            f"{plan.budget_s:.0f} s ({plan.share:g} x {plan.train_s:.0f} s of training); ask for a "
-                            f"larger budget (python -m engine evaluate {run_dir.name} --budget 2)")
+        head_rows, after_rows = min(n_tr, STAT_ROWS), min(n_tr, STAT_ROWS) + n_va
+        recipe = recipe_steps(ft_inputs, ev_cfg.finetune_epochs)
+        plan.recipe_steps = recipe
+        if not plan.room_for_finetune(time.time() - t0, row_s, head_rows + after_rows):
+            ev.notes.append(_no_room(plan, run_dir.name, 2 * (head_rows + after_rows) * row_s))
         else:
-            progress.tick(0, total=2 * steps)
-            tune = {"seed": seed, "epochs": ev_cfg.finetune_epochs, "max_steps": steps}
-            ev.downstream["trained"] = finetune(task.model, ft_inputs, **tune,
+            def fit(step_s: float, head_s: float, rows_s: float) -> int:  # after the trained encoder's first step
+                steps = plan.plan_finetune(time.time() - t0, recipe, step_s, rows_s, after_rows, head_s=head_s,
+                                           steps_done=1)
+                progress.tick(1, total=2 * steps)
+                return steps
+
+            tune = {"seed": seed, "epochs": ev_cfg.finetune_epochs, "max_steps": recipe}
+            progress.tick(0, total=2 * recipe)
+            ev.downstream["trained"] = finetune(task.model, ft_inputs, **tune, plan=fit,
                                                 on_step=lambda k, _: progress.tick(k)).figures()
+            steps = plan.finetune_steps
             if on_phase is not None:  # the trained encoder's figure shows before the baseline's
                 on_phase(ev, {})
             task.model.load_state_dict(init_state)
-            ev.downstream["random_init"] = finetune(task.model, ft_inputs, **tune,
+            ev.downstream["random_init"] = finetune(task.model, ft_inputs, **{**tune, "max_steps": steps},
                                                     on_step=lambda k, _: progress.tick(steps + k)).figures()
             if steps < plan.recipe_steps:
                 ev.notes.append(f"fine-tune shortened by the budget: {steps} of the recipe's {plan.recipe_steps} "
@@ -286,6 +284,16 @@ def evaluate_checkpoint(run_dir: Path, step: int | None = None, *, device: str =
     ev.status = "complete"
     ev.seconds = round(time.time() - t0, 3)
     return ev, maps
+
+
+def _no_room(plan: EvalBudget, run_id: str, rows_s: float) -> str:
+    """The note of an evaluation whose cheap phases left the fine-tune no room in its budget."""
+    if plan.train_s == 0:
+        return (f"no fine-tune: the checkpoint is at step 0 (no training time for the budget to share); "
+                f"ask for the full recipe (python -m engine evaluate {run_id} --budget full)")
+    return (f"no fine-tune: the cheap phases spent {plan.cheap_s:.0f} s and the fine-tune's heads and figures "
+            f"alone would take {rows_s:.0f} s of the budget's {plan.budget_s:.0f} s ({plan.share:g} x "
+            f"{plan.train_s:.0f} s of training); ask for a larger budget (python -m engine evaluate {run_id} --budget 2)")
 
 
 def _representation(ev: Evaluation, trained, random_init, raw, pre: dict, progress: EvalProgress,

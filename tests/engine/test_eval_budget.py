@@ -42,6 +42,19 @@ def test_the_finetune_takes_what_is_left_of_the_budget():
     assert EvalBudget(0.0, 100.0).plan_finetune(0.0, 300, 0.1, 0.0, 0) == 0  # a budget of 0: no fine-tune
     assert EvalBudget(None, 100.0).plan_finetune(1e6, 300, 0.1, 0.0, 0) == 300  # no limit: the recipe
     assert EvalBudget(0.5, None).plan_finetune(1e6, 300, 0.1, 0.0, 0) == 300  # unknown training time
+    # planned after the first encoder's head (0.5 s) and first step: the second encoder's head is paid
+    # for too, and the step taken counts: (42.5 - 20 - 2 - 0.5 + 0.1) / 0.2 = 100.5
+    assert b.plan_finetune(20.0, 300, 0.1, 0.001, 1000, head_s=0.5, steps_done=1) == 100
+    assert b.plan_finetune(45.0, 300, 0.1, 0.001, 1000, head_s=0.5, steps_done=1) == 1  # never below what was done
+
+
+def test_a_finetune_starts_only_when_its_rows_fit_the_budget():
+    b = EvalBudget(0.5, train_s=20.0)  # 10 s
+    assert b.room_for_finetune(6.0, 0.001, 2000)  # 6 s + 2 encoders x 2000 rows x 1 ms = 10 s
+    assert not b.room_for_finetune(6.1, 0.001, 2000)
+    assert b.figures()["finetune_steps"] == 0 and b.figures()["cheap_s"] == 6.1  # recorded as no fine-tune
+    assert EvalBudget(None, 20.0).room_for_finetune(1e6, 1.0, 2000)  # no limit
+    assert not EvalBudget(0.0, 20.0).room_for_finetune(0.0, 0.0, 0)  # a budget of 0
 
 
 def test_a_budget_asked_for_is_a_share_full_or_the_runs():

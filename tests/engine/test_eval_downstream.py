@@ -48,6 +48,24 @@ def test_finetune_trains_a_copy_and_is_seeded(workspace, one_thread):
                                 "finetune_seconds"}
 
 
+def test_a_finetune_starts_from_a_probe_and_its_length_is_planned_after_one_step(workspace, one_thread):
+    """LP-FT: cut to one step (what a small evaluation budget leaves), the fine-tune of the random-init
+    encoder scores near the probe its head starts from, far above chance (10%); a random head scored
+    near chance there. ``plan`` sets the length once, after the first step, from measured times."""
+    task = _image_task(workspace)
+    inputs = finetune_inputs(task, 600)
+    one = finetune(task.model, inputs, seed=0, max_steps=1)
+    assert one.steps == 1 and one.accuracy > 0.6 and one.train_accuracy > 0.6
+    calls = []
+    planned = finetune(task.model, inputs, seed=0, max_steps=20, plan=lambda *a: calls.append(a) or 4)
+    assert planned.steps == 4 and len(calls) == 1
+    step_s, head_s, row_s = calls[0]
+    assert step_s > 0 and head_s > row_s > 0
+    # the plan cannot go past the recipe's steps nor below the step already taken
+    assert finetune(task.model, inputs, seed=0, max_steps=3, plan=lambda *a: 99).steps == 3
+    assert finetune(task.model, inputs, seed=0, max_steps=3, plan=lambda *a: 0).steps == 1
+
+
 def test_pooled_features_are_the_probe_features_with_gradient(workspace, one_thread):
     task = _image_task(workspace)
     x = task.x_eval[:4].float()
