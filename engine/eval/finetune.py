@@ -20,7 +20,8 @@ that it runs on a CPU inside the evaluation job).
   size on digits), and without it the baseline barely trains, an unfair baseline;
 - AdamW (lr :data:`LR`, weight decay :data:`WEIGHT_DECAY`, on the encoder and the head alike),
   linear warm-up over :data:`WARMUP_STEPS` steps and cosine decay to 0 over the steps, batches of
-  :data:`BATCH_SIZE` rows in a seeded order, cross-entropy; :data:`EPOCHS` passes over the train rows, at most :data:`MAX_STEPS` steps in all;
+  :data:`BATCH_SIZE` rows in a seeded order, cross-entropy; :data:`EPOCHS` passes over the train
+  rows, at most :data:`MAX_STEPS` steps in all;
 - the head's normalisation statistics re-estimated with the final encoder on the same train rows
   (the train accuracy is read on them), then val top-1
   accuracy of the final model on every val row (no early stopping, nothing chosen on val).
