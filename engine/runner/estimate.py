@@ -21,9 +21,11 @@ steps are trained by :func:`engine.training.loop.fit` after one warm-up step, in
 
 **Evaluation** (``evaluation.auto``): its cheap phases (features, probe, kNN, clustering, maps)
 always run, and fine-tuning takes what is left of ``evaluation.budget`` (a share of the training's
-compute, default 0.5): ``max(cheap_s, budget x train_s)``, a bound (fine-tuning may stop before its
-share). ``cheap_s`` is the latest evaluation of a run of the same task and dataset: its ``seconds``
-less its fine-tunes' ``finetune_seconds``.
+compute, default 0.5): ``max(cheap_s, budget x train_s)``, a bound, or ``cheap_s + finetune_s`` when
+the fine-tune's whole recipe fits that share. Both come from the latest evaluation of a run of the same
+task and dataset (:func:`eval_cost`): ``cheap_s`` its ``seconds`` less its fine-tunes'
+``finetune_seconds``; ``finetune_s`` its fine-tunes' seconds and the steps the budget left them at its
+measured step time, when that run has the same model and fine-tune recipe.
 """
 
 from __future__ import annotations
@@ -183,17 +185,41 @@ def same_shape_timing(cfg: RunConfig, workspace=None) -> Timing | None:
     return None
 
 
-def cheap_eval_s(cfg: RunConfig, workspace=None) -> tuple[float, str] | None:
-    """Seconds of the phases every evaluation runs (its ``seconds`` less its fine-tunes'), from the
-    latest evaluation of a run of the same task and dataset, and that run's id; None when none."""
+@dataclass(frozen=True)
+class EvalCost:
+    """What an earlier evaluation says of an evaluation's cost here (s).
+
+    Attributes:
+        cheap_s: its phases every evaluation runs (its ``seconds`` less its fine-tunes').
+        source: the run id it comes from.
+        finetune_s: the fine-tune's full recipe of both encoders: what it took when it ran the whole
+            recipe, else what it took plus the steps it left at its measured step time; None when that
+            run's model or fine-tune recipe differs from the config's, or it did not fine-tune.
+    """
+    cheap_s: float
+    source: str
+    finetune_s: float | None = None
+
+
+def eval_cost(cfg: RunConfig, workspace=None) -> EvalCost | None:
+    """The :class:`EvalCost` of the latest evaluation of a run of the same task and dataset; None when none."""
+    d = cfg.to_dict()
+    recipe = {k: d["evaluation"].get(k) for k in ("finetune_epochs", "max_rows")}
     runs = [r for r in list_runs(workspace) if r.config.get("task") == cfg.task
             and r.config.get("data", {}).get("dataset") == cfg.data.dataset]
     for r in sorted(runs, key=lambda r: r.ended_at or 0.0, reverse=True):
         evs, _ = read_evaluations(r.run_id, workspace)
-        if evs and evs[-1].seconds > 0:
-            ev = evs[-1]
-            tune = sum(float(f.get("finetune_seconds", 0.0)) for f in ev.downstream.values())
-            return max(0.0, ev.seconds - tune), r.run_id
+        if not evs or evs[-1].seconds <= 0:
+            continue
+        ev, b = evs[-1], evs[-1].budget or {}
+        tune = sum(float(f.get("finetune_seconds", 0.0)) for f in ev.downstream.values())
+        cost = EvalCost(max(0.0, ev.seconds - tune), r.run_id)
+        done, steps, step_s = int(b.get("finetune_steps") or 0), int(b.get("recipe_steps") or 0), float(b.get("step_s") or 0)
+        same = (r.config.get("model") == d["model"]
+                and {k: r.config.get("evaluation", {}).get(k) for k in recipe} == recipe)
+        if same and len(ev.downstream) == 2 and 0 < done <= steps and (done == steps or step_s > 0):
+            cost = EvalCost(cost.cheap_s, r.run_id, tune + 2 * (steps - done) * step_s)
+        return cost
     return None
 
 
@@ -282,14 +308,16 @@ def estimate_run(config: dict[str, Any] | RunConfig, workspace=None, *,
     if not cfg.evaluation.auto or budget is None:  # no evaluation, or no limit: its full recipe, not estimated
         return RunEstimate(train_s, None, basis, timing=timing)
     share = budget * train_s
-    cheap = cheap_eval_s(cfg, workspace)
-    if cheap is None:
+    cost = eval_cost(cfg, workspace)
+    if cost is None:
         return RunEstimate(train_s, share, basis, f"its budget, {budget:g} x training", True, timing)
-    cheap_s, source = cheap
-    if cheap_s >= share:
-        return RunEstimate(train_s, cheap_s, basis, f"its probes and maps as in run {source}", False, timing)
-    return RunEstimate(train_s, share, basis, f"its budget, {budget:g} x training (probes and maps {human_s(cheap_s)} "
-                       f"as in run {source}, fine-tuning the rest)", True, timing)
+    if cost.finetune_s is not None and cost.cheap_s + cost.finetune_s <= share:  # the whole recipe fits its budget
+        return RunEstimate(train_s, cost.cheap_s + cost.finetune_s, basis, f"its probes, maps and the fine-tune's "
+                           f"full recipe as in run {cost.source}", False, timing)
+    if cost.cheap_s >= share:
+        return RunEstimate(train_s, cost.cheap_s, basis, f"its probes and maps as in run {cost.source}", False, timing)
+    return RunEstimate(train_s, share, basis, f"its budget, {budget:g} x training (probes and maps "
+                       f"{human_s(cost.cheap_s)} as in run {cost.source}, fine-tuning the rest)", True, timing)
 
 
 def _main(argv: list[str]) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from engine.api import ConfigError, RunConfig, get_run, read_evaluations, read_metrics
-from engine.runner.estimate import EstimateError, RunEstimate, Timing, estimate_run, human_s, validations
+from engine.runner.estimate import EstimateError, RunEstimate, Timing, estimate_run, eval_cost, human_s, validations
 
 #: A tiny digits MAE config: cheap to time (tiny model, 8x8 images, one thread, no evaluation).
 TINY = {"task": "image_mim", "data": {"dataset": "digits"}, "model": {"preset": "tiny", "patch_size": 2},
@@ -74,6 +74,16 @@ def test_evaluation_estimate_from_the_run_own_evaluation(shared_runs):
     assert est.eval_s == pytest.approx(max(cheap, budget * train_s))
     assert est.eval_bound == (cheap < budget * train_s)
     assert run.run_id in est.eval_basis
+    # a budget the fine-tune's whole recipe fits (the shared run fine-tuned by its full recipe): what
+    # that evaluation took, not the bound
+    tune = sum(f["finetune_seconds"] for f in ev.downstream.values())
+    assert ev.budget["finetune_steps"] == ev.budget["recipe_steps"] > 0 and cheap + tune < 50 * train_s
+    roomy = estimate_run({**half, "evaluation": {**half["evaluation"], "budget": 50}}, run.workspace, allow_timing=False)
+    assert roomy.eval_s == pytest.approx(ev.seconds) and not roomy.eval_bound
+    assert f"full recipe as in run {run.run_id}" in roomy.eval_basis
+    # another model's fine-tune costs what it costs: only the cheap phases are learnt from the run
+    other = eval_cost(RunConfig.from_dict({**half, "model": {**half["model"], "preset": "small"}}), run.workspace)
+    assert other.source == run.run_id and other.cheap_s == pytest.approx(cheap) and other.finetune_s is None
     off = {**rec.config, "evaluation": {**rec.config["evaluation"], "auto": False}}
     no_eval = estimate_run(off, run.workspace, allow_timing=False)
     assert no_eval.eval_s is None and "evaluation" not in no_eval.text()
