@@ -252,28 +252,38 @@ def _probe_head(feats: torch.Tensor, y: np.ndarray, classes: int, seed: int) -> 
     """The fine-tune's head, initialised as a linear probe of an encoder's features ``feats [N, D]``
     of train rows (labels ``y [N]``): ``BatchNorm1d(D, affine=False)`` holding the rows' mean and variance, then
     ``Linear(D, classes)`` holding an L2 logistic regression's weights (:data:`HEAD_C`, lbfgs, one BLAS
-    thread) on the normalised rows; a class absent from the rows gets weight 0 and bias :data:`ABSENT_BIAS`.
+    thread) on the normalised rows; a class absent from the rows gets weight 0 and bias :data:`ABSENT_BIAS`
+    (rows of one class: that class's bias 0, the others' :data:`ABSENT_BIAS`).
     The LP-FT recipe (Kumar et al. 2022): fine-tuning starts where the probe ends, so the encoder's
     first steps are not spent undoing a random head's gradients, and a fine-tune of a few steps
     scores near its probe instead of near chance."""
     from sklearn.linear_model import LogisticRegression  # noqa: PLC0415 (scikit-learn loads only when an evaluation runs)
     from threadpoolctl import threadpool_limits  # noqa: PLC0415 (with scikit-learn)
 
-    dim, device = feats.shape[1], feats.device
-    norm = nn.BatchNorm1d(dim, affine=False).to(device)
+    dim = feats.shape[1]
+    norm = nn.BatchNorm1d(dim, affine=False).to(feats.device)
     mean, var = feats.mean(0), feats.var(0, unbiased=False)
     norm.running_mean.copy_(mean)
     norm.running_var.copy_(var)
     z = ((feats - mean) / torch.sqrt(var + norm.eps)).double().cpu().numpy()
+    w, b = np.zeros((classes, dim), np.float32), np.full(classes, ABSENT_BIAS, np.float32)
+    present = np.unique(y)
+    if len(present) < 2:  # the sample holds one class of the train rows' several: the probe would answer it
+        b[present] = 0.0
+        return _head(norm, w, b)
     with threadpool_limits(limits=1, user_api="blas"):
         lr = LogisticRegression(C=HEAD_C, max_iter=1000, random_state=seed).fit(z, y)
-    w, b = np.zeros((classes, dim), np.float32), np.full(classes, ABSENT_BIAS, np.float32)
     if len(lr.classes_) == 2:  # one logit: the softmax of (-f/2, f/2) is the logistic's
         w[lr.classes_] = np.stack([-lr.coef_[0], lr.coef_[0]]) / 2
         b[lr.classes_] = np.array([-lr.intercept_[0], lr.intercept_[0]]) / 2
     else:
         w[lr.classes_], b[lr.classes_] = lr.coef_, lr.intercept_
-    linear = nn.Linear(dim, classes).to(device)
+    return _head(norm, w, b)
+
+
+def _head(norm: nn.BatchNorm1d, w: np.ndarray, b: np.ndarray) -> nn.Sequential:
+    """``norm -> Linear`` with weights ``w [K, D]`` and biases ``b [K]``, on ``norm``'s device."""
+    linear = nn.Linear(w.shape[1], w.shape[0]).to(norm.running_mean.device)
     with torch.no_grad():
         linear.weight.copy_(torch.as_tensor(w))
         linear.bias.copy_(torch.as_tensor(b))

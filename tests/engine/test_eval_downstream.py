@@ -13,7 +13,7 @@ from bench.fsdd import subset_zip
 from engine.config import RunConfig
 from engine.data import ImportOptions, import_source, load_dataset
 from engine.errors import EvaluationError
-from engine.eval.finetune import FinetuneInputs, finetune, finetune_inputs, pooled_features
+from engine.eval.finetune import FinetuneInputs, _probe_head, finetune, finetune_inputs, pooled_features
 from engine.eval.flops import train_step_flops
 from engine.eval.reconstruction import SpectralSums, masked_ssim, reconstruction_quality, ssim_window
 from engine.tasks import build_task, resolve
@@ -64,6 +64,21 @@ def test_a_finetune_starts_from_a_probe_and_its_length_is_planned_after_one_step
     # the plan cannot go past the recipe's steps nor below the step already taken
     assert finetune(task.model, inputs, seed=0, max_steps=3, plan=lambda *a: 99).steps == 3
     assert finetune(task.model, inputs, seed=0, max_steps=3, plan=lambda *a: 0).steps == 1
+
+
+def test_the_probe_head_predicts_as_its_logistic_regression_whatever_classes_its_rows_hold():
+    """The head's start (:func:`engine.eval.finetune._probe_head`) on two well-separated classes of
+    a three-class task, and on rows of a single class (a rare class missing from the sample)."""
+    g = torch.Generator().manual_seed(0)
+    feats = torch.cat([torch.randn(40, 5, generator=g) + 3, torch.randn(40, 5, generator=g) - 3])
+    y = np.array([0] * 40 + [2] * 40)
+    head = _probe_head(feats, y, classes=3, seed=0).eval()
+    with torch.no_grad():
+        pred = head(feats).argmax(1).numpy()
+    assert (pred == y).mean() > 0.95 and not (pred == 1).any()  # class 1, never seen, is never predicted
+    one = _probe_head(feats, np.full(80, 1), classes=3, seed=0).eval()
+    with torch.no_grad():
+        assert (one(feats).argmax(1) == 1).all()
 
 
 def test_pooled_features_are_the_probe_features_with_gradient(workspace, one_thread):
