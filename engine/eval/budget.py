@@ -11,8 +11,8 @@ the trained and the random-init encoder, at most the recipe's (``evaluation.fine
 :data:`engine.eval.finetune.MAX_STEPS`). It starts when the rows it must encode without gradient (each
 encoder's head before, its figures after) fit in what is left; its step count is planned once, after
 the trained encoder's first step, from that step's time, its head's and the measured cost of a
-forward pass per row, so the cosine schedule knows its length (its first step's rate does not depend on it). A budget of 0 skips fine-tuning, none (null) sets no limit; a run
-with no training time recorded is fine-tuned by the full recipe, and the evaluation says so; a
+forward pass per row, so the cosine schedule knows its length (its first step's rate does not depend
+on it). A budget of 0 skips fine-tuning, none (null) sets no limit; a run with no training time recorded is fine-tuned by the full recipe, and the evaluation says so; a
 checkpoint at step 0 (a run of 0 steps: an imported model shown on a dataset) trained for 0 s, so
 only the full recipe, asked for, fine-tunes it.
 
