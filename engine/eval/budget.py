@@ -12,9 +12,10 @@ the trained and the random-init encoder, at most the recipe's (``evaluation.fine
 encoder's head before, its figures after) fit in what is left; its step count is planned once, after
 the trained encoder's first step, from that step's time, its head's and the measured cost of a
 forward pass per row, so the cosine schedule knows its length (its first step's rate does not depend
-on it). A budget of 0 skips fine-tuning, none (null) sets no limit; a run with no training time recorded is fine-tuned by the full recipe, and the evaluation says so; a
-checkpoint at step 0 (a run of 0 steps: an imported model shown on a dataset) trained for 0 s, so
-only the full recipe, asked for, fine-tunes it.
+on it). A budget of 0 skips fine-tuning, none (null) sets no limit; a run with no training time
+recorded is fine-tuned by the full recipe, and the evaluation says so; a checkpoint at step 0 (a run
+of 0 steps: an imported model shown on a dataset) trained for 0 s, so only the full recipe, asked
+for, fine-tunes it.
 
 Why time, not FLOPs: the cheap phases are mostly scikit-learn work that FLOP counters do not see,
 and the budget is what a user waits for. The FLOPs of a training step are still reported
