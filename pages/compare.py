@@ -24,6 +24,7 @@ from app.components.access import allowed
 from app.components.charts import axis_controls, render_loss_panels, show_read_warnings
 from app.components.compare import (
     FINETUNE,
+    FINETUNE_STEPS,
     QUALITY_FIGURES,
     REP_FIGURES,
     config_diff,
@@ -276,7 +277,7 @@ st.header("Downstream: probes and fine-tuning")
 frame = downstream_frame(evals, legend)
 missing = [r for r in picked if evals[r.run_id] is None]
 if not frame.empty:
-    tuned = [FINETUNE, f"{FINETUNE} · random init"] if FINETUNE in frame else []
+    tuned = [FINETUNE, f"{FINETUNE} · random init", FINETUNE_STEPS] if FINETUNE in frame else []
     probes = frame.drop(columns=tuned)
     if shown_groups and replicated:
         figs = [c for c in [*REP_FIGURES.values(), FINETUNE] if c in frame]
@@ -292,7 +293,7 @@ if not frame.empty:
     else:
         st.table(mark_best(probes, list(REP_FIGURES.values()), plain=[c for c in probes if " · " in c] + ["chance"]).set_index("run"))
     if tuned and not (shown_groups and replicated):
-        st.table(mark_best(frame[["run", "step", *tuned]], tuned[:1], plain=tuned[1:]).set_index("run"))
+        st.table(mark_best(frame[["run", "step", *tuned]], tuned[:1], plain=tuned[1:2]).set_index("run"))
     if not (shown_groups and replicated):
         st.caption("Trained encoder at its latest evaluated checkpoint, beside the same model at its initial weights "
                    "(random init), the raw input (pixels / TF-IDF) and chance (the most common val class); best run per "

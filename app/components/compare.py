@@ -48,6 +48,8 @@ REP_FIGURES = {"probe_acc": "linear probe", "knn_acc": "kNN (k=20)", "kmeans_nmi
 BASELINES = {"random_init": "random init", "raw_input": "raw input"}
 #: Column title of the downstream fine-tune's val accuracy (its baseline: the same from random init).
 FINETUNE = "fine-tune"
+#: The fine-tune's steps per encoder, "12 of 155" when the evaluation budget cut its recipe short.
+FINETUNE_STEPS = "fine-tune steps"
 #: Reconstruction figures of an evaluation (``Evaluation.quality``): title and "max"/"min" (better).
 QUALITY_FIGURES = {"ssim": ("SSIM, masked patches", "max"), "ssim_full": ("SSIM, whole image", "max"),
                    "spec_l1": ("log-mel L1, masked", "min"), "lsd_db": ("log-spectral distance (dB), masked", "min"),
@@ -152,8 +154,8 @@ def _plain(v: Any) -> str:
 
 def downstream_frame(evaluations: Mapping[str, Any], labels: Mapping[str, str]) -> pd.DataFrame:
     """One row per run with an evaluation: its step, then for each figure of :data:`REP_FIGURES`
-    the trained encoder's value and its random-init and raw-input baselines, then chance. Values are
-    fractions; runs without an evaluation are left out."""
+    the trained encoder's value and its random-init and raw-input baselines, then chance, then the
+    fine-tune's (:data:`FINETUNE_STEPS`, text). Values are fractions; runs without an evaluation are left out."""
     rows = []
     for run_id, ev in evaluations.items():
         if ev is None:
@@ -168,11 +170,14 @@ def downstream_frame(evaluations: Mapping[str, Any], labels: Mapping[str, str]) 
         down = getattr(ev, "downstream", None) or {}
         row[FINETUNE] = down.get("trained", {}).get("finetune_acc", np.nan)
         row[f"{FINETUNE} · random init"] = down.get("random_init", {}).get("finetune_acc", np.nan)
+        b = getattr(ev, "budget", None) or {}
+        done, recipe = int(b.get("finetune_steps") or 0), int(b.get("recipe_steps") or 0)
+        row[FINETUNE_STEPS] = (f"{done} of {recipe}" if 0 < done < recipe else str(done) if done else "–") if down else "–"
         row["rows (train/val)"] = f"{ev.rows.get('train', '?')}/{ev.rows.get('val', '?')}"
         rows.append(row)
     df = pd.DataFrame(rows)
     if not df.empty and df[FINETUNE].isna().all():  # no run fine-tuned (older evaluations): no empty columns
-        df = df.drop(columns=[FINETUNE, f"{FINETUNE} · random init"])
+        df = df.drop(columns=[FINETUNE, f"{FINETUNE} · random init", FINETUNE_STEPS])
     return df
 
 

@@ -56,7 +56,7 @@ def downstream_table(ev: Any) -> pd.DataFrame:
     running = getattr(ev, "status", "complete") == "partial"
     figs = {k: (t, ev.representation) for k, t in REP_FIGURES.items()}
     if getattr(ev, "downstream", None) or running:
-        figs["finetune_acc"] = (FINETUNE, ev.downstream)
+        figs["finetune_acc"] = (FINETUNE + shortened_text(ev), ev.downstream)
     for key, (title, source) in figs.items():
         row = {"figure": title}
         for enc, etitle in ENCODER_TITLES.items():
@@ -65,6 +65,13 @@ def downstream_table(ev: Any) -> pd.DataFrame:
             row[etitle] = f"{v:.1%}" if v is not None and not pd.isna(v) else PENDING if running and not never else "–"
         rows.append(row)
     return pd.DataFrame(rows).set_index("figure")
+
+
+def shortened_text(ev: Any) -> str:
+    """`` (12 of 155 steps)`` when the evaluation budget cut the fine-tune short of its recipe, else ``""``."""
+    b = getattr(ev, "budget", None) or {}
+    done, recipe = int(b.get("finetune_steps") or 0), int(b.get("recipe_steps") or 0)
+    return f" ({done} of {recipe} steps)" if getattr(ev, "downstream", None) and 0 < done < recipe else ""
 
 
 def budget_text(ev: Any) -> str | None:
@@ -220,10 +227,13 @@ def evaluation_panel(rec: Any) -> None:
         st.table(downstream_table(ev))
         st.caption("Probe: logistic regression on standardised frozen features; kNN: k=20, cosine; k-means against the "
                    "labels. Random init: the same model at its initial weights; raw input: pixels, log-mel statistics or "
-                   "TF-IDF." + (f" Fine-tune: the encoder and a linear head that starts as a linear probe (LP-FT), "
-                                f"{ft.get('finetune_epochs', 0):.1f} epochs "
-                                f"({int(ft.get('finetune_steps', 0))} steps) on the labelled train rows, the same recipe "
-                                f"from the random init." if ft else ""))
+                   "TF-IDF." + (f" Fine-tune: a linear head started as a logistic-regression probe of a sample of the "
+                                f"train rows (LP-FT), then trained with the encoder for "
+                                f"{int(ft.get('finetune_steps', 0))} steps ({ft.get('finetune_epochs', 0):.1f} epochs) on "
+                                f"the labelled train rows; the same recipe from the random init." if ft else "")
+                   + (" Cut short by the evaluation budget: the first steps move the encoder away from the probe "
+                      "before they help, so this is not the recipe's downstream result; Evaluate again with a larger "
+                      "budget for it." if shortened_text(ev) else ""))
     quality = quality_rows(ev)
     if not quality.empty:
         st.table(quality)
@@ -233,6 +243,8 @@ def evaluation_panel(rec: Any) -> None:
                    f"★ best of each column. {how}.")
     cost, spent = cost_text(ev), budget_text(ev)
     said = set(skipped.values())  # shown above: not again among the notes
+    if spent:  # the budget line says how far the fine-tune got: its note is not repeated
+        said.add("fine-tune shortened by the budget")
     for line in [x for x in (cost, spent) if x] + [n for n in getattr(ev, "notes", None) or []
                                                    if not any(why in n for why in said)]:
         st.caption(line)

@@ -61,7 +61,7 @@ def status_badge(status: str) -> str:
     return f":{STATUS_COLOURS.get(status, 'gray')}-badge[{status}]"
 
 
-EVALUATING = "evaluating the final checkpoint (linear probe, kNN, k-means)"
+EVALUATING = "evaluating the final checkpoint (linear probe, kNN, k-means, fine-tune)"
 
 #: How often a live panel (a fragment that re-reads the store) refreshes while :func:`is_live`.
 REFRESH = "2s"

@@ -14,7 +14,8 @@ that it runs on a CPU inside the evaluation job).
   ``BatchNorm1d(D, affine=False) -> Linear(D, n_classes)`` that starts as a linear probe of the
   encoder: the features' statistics and a logistic regression's weights on a seeded sample of at most
   :data:`STAT_ROWS` train rows (LP-FT, Kumar et al. 2022; :func:`_probe_head`), so a fine-tune cut to a
-  few steps by the evaluation budget scores near its probe, not near chance. The parameter-free
+  step or two by the evaluation budget scores near that probe, not near chance (a dozen steps at the
+  full rate can move the encoder away from it before they help: bench/README.md). The parameter-free
   BatchNorm is MAE's linear-probing head (He et al. 2022, A.2): a randomly initialised encoder's
   pooled features vary little from image to image (their spread across images is about 2% of their
   size on digits), and without it the baseline barely trains, an unfair baseline;
@@ -65,7 +66,7 @@ STAT_ROWS = 512
 #: scikit-learn's default, fixed (nothing is chosen on val).
 HEAD_C = 1.0
 #: Steps of linear learning-rate warm-up before the cosine decay: the encoder's first updates are small,
-#: so a fine-tune that the budget cuts to a few steps stays near the probe it starts from.
+#: so a fine-tune that the budget cuts to a step or two stays near the probe it starts from.
 WARMUP_STEPS = 10
 #: Rows per forward pass without gradient (the head's rows, the accuracies): batches of rows of
 #: similar length (:meth:`FinetuneInputs.by_length`) cut to their longest row; smaller batches pad

@@ -86,12 +86,14 @@ class RunRecord:
 
     @property
     def duration_s(self) -> float | None:
-        """Seconds the run ran: from the start of its latest leg to its end (or to now while running),
-        plus the seconds of the legs before its latest resume (``extra["prior_s"]``; the pauses
-        between legs are left out). None before it starts."""
+        """Seconds the run trained: from the start of its latest leg to its end (to the end of training
+        while its worker evaluates: ``extra["trained_at"]``; to now while it trains), plus the seconds of
+        the legs before its latest resume (``extra["prior_s"]``; the pauses between legs are left out),
+        so a completed run's duration is what it read while evaluating. None before it starts."""
         if self.started_at is None:
             return None
-        return float(self.extra.get("prior_s") or 0.0) + (self.ended_at or time.time()) - self.started_at
+        end = self.ended_at or self.extra.get("trained_at") or time.time()
+        return float(self.extra.get("prior_s") or 0.0) + float(end) - self.started_at
 
     @property
     def is_active(self) -> bool:
@@ -293,7 +295,7 @@ def derive_record(d: Path, files: RunFiles) -> RunRecord:
         extra={k: v for k, v in st.items() if k in ("device", "n_params", "throughput", "num_threads",
                                                     "deterministic", "queued_at", "format", "resume_from",
                                                     "restarts", "peak_mem_bytes", "phase", "placement",
-                                                    "torchrun_exit", "prior_s", "slot", "gpus")},
+                                                    "torchrun_exit", "prior_s", "slot", "gpus", "trained_at")},
         warnings=tuple(warnings),
         tags=notes.tags,
         note=notes.note,

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from app.components.compare import downstream_frame
 from app.components.evaluation import PENDING
 from engine.errors import EvaluationCancelled
 from engine.eval.job import evaluate_checkpoint
@@ -76,3 +77,27 @@ def test_a_finished_evaluation_says_how_it_spent_its_budget(shared_runs, monkeyp
     assert f"No budget limit: the fine-tune's full recipe; took {round(ev.seconds)} s; fine-tune {steps} of the recipe's " \
            f"{steps} steps per encoder." in [c.value for c in at.caption]
     assert "Evaluate again" in {b.label for b in at.button}  # a deeper one (the page is not changed: no click)
+
+
+def test_a_fine_tune_cut_short_by_the_budget_is_marked_as_such(shared_runs, tmp_path, monkeypatch):
+    """The row reads "fine-tune (3 of 25 steps)", the caption says it is not the recipe's result, the
+    budget line says how far it got and its note is not repeated; Compare's table gives the steps beside it."""
+    ws, ids = shared_runs.copy("image_mae", dest=tmp_path / "workspace")
+    monkeypatch.setenv("MASKLAB_WORKSPACE", str(ws))
+    run_id = ids["image_mae"]
+    d = get_run(run_id, ws).path
+    ev = read_evaluations(run_id, ws)[0][-1]
+    recipe = int(ev.budget["recipe_steps"])
+    ev.budget.update(share=0.5, train_s=10.0, budget_s=5.0, finetune_steps=3)  # as a 0.5 budget would have cut it
+    note = f"fine-tune shortened by the budget: 3 of the recipe's {recipe} steps (0.5 x 10 s of training)"
+    ev.notes.append(note)
+    save_evaluation(d, ev)
+    at = open_page("run_detail", {"run": run_id})
+    table = _table(at, "this run")
+    assert f"fine-tune (3 of {recipe} steps)" in table.index
+    captions = [c.value for c in at.caption]
+    assert any("Cut short by the evaluation budget" in c and "not the recipe's downstream result" in c for c in captions)
+    assert any(f"fine-tune 3 of the recipe's {recipe} steps per encoder" in c for c in captions)
+    assert note not in captions
+    frame = downstream_frame({run_id: read_evaluations(run_id, ws)[0][-1]}, {run_id: "r"})  # Compare's table
+    assert frame["fine-tune steps"].tolist() == [f"3 of {recipe}"]

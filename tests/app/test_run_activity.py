@@ -19,7 +19,7 @@ ENTRY = REPO / "app" / "streamlit_app.py"
 def test_a_run_evaluating_its_final_checkpoint_says_so(workspace):
     run_id, d = create_run(resolve(RunConfig.from_dict({"name": "ev", "train": {"steps": 50}})).to_dict())
     with lock_holder(d) as holder:  # a live worker: it holds the run's lock
-        line = f"**ev · {run_id}** · training done at step 50 / 50 · evaluating the final checkpoint (linear probe, kNN, k-means)"
+        line = f"**ev · {run_id}** · training done at step 50 / 50 · evaluating the final checkpoint (linear probe, kNN, k-means, fine-tune)"
         for phase, shown in ((None, False), ("evaluating", True)):
             write_status(d, {"status": "running", "step": 50, "total_steps": 50, "pid": holder.pid,
                              **({"phase": phase} if phase else {})})

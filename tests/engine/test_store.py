@@ -22,6 +22,7 @@ from engine.store import (
     truncate_metrics,
     write_status,
 )
+from engine.store.lock import RunLock
 from engine.store.metrics import metric_files
 
 
@@ -78,6 +79,18 @@ def test_status_records_and_listing(workspace):
     assert [r.run_id for r in runs] == [b, a]  # newest first
     rb = get_run(b)
     assert rb.status == "completed" and rb.progress == 1.0 and rb.duration_s == 5 and rb.latest == {"loss": 0.1}
+    # while its worker evaluates, the duration is the training's, as it will read once completed
+    lock = RunLock(db)
+    lock.acquire()  # its worker, alive
+    try:
+        write_status(db, {"status": "running", "phase": "evaluating", "created_at": 2e9, "step": 20,
+                          "total_steps": 20, "started_at": 2e9, "trained_at": 2e9 + 5})
+        rec = get_run(b)
+        assert rec.status == "running" and rec.duration_s == 5
+    finally:
+        lock.release()
+    write_status(db, {"status": "completed", "created_at": 2e9, "step": 20, "total_steps": 20,
+                      "started_at": 2e9, "ended_at": 2e9 + 5, "latest": {"loss": 0.1}})
     with pytest.raises(RunNotFoundError):
         get_run("nope")
     with pytest.raises(ValueError):
