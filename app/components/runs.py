@@ -9,6 +9,7 @@ was the untrained model.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from pathlib import PurePath
 from typing import Any
@@ -99,7 +100,8 @@ def seconds_text(s: float | None) -> str:
 def job_progress(job: dict | None) -> tuple[float, str] | None:
     """``(fraction done, text)`` of a queued or running evaluation job (``evaluation/job.json``,
     :mod:`engine.eval.progress`), e.g. ``(0.81, "Evaluating step 300: fine-tuning, step 12 of 40 ·
-    about 18 s left · done: loading the run, encoding the rows, …")``; None for any other state.
+    about 18 s left in this phase · its budget ends in about 40 s · done: loading the run, …")``; None for
+    any other state.
     The fraction counts whole phases (:data:`engine.api.EVAL_PHASES`) and the share of the current one."""
     job = job or {}
     at = f"step {job['step']}" if job.get("step") is not None else "the latest checkpoint"
@@ -117,6 +119,10 @@ def job_progress(job: dict | None) -> tuple[float, str] | None:
         text += f", {'step' if phase == 'finetune' else 'part'} {done} of {total}"
     if job.get("eta_s") and phase != "setup":
         text += f" · about {seconds_text(job['eta_s'])} left in this phase"
+    if job.get("budget_s") and job.get("started_at"):  # the fine-tune fills what the budget leaves
+        left = float(job["started_at"]) + float(job["budget_s"]) - time.time()
+        if left >= 1:
+            text += f" · its budget ends in about {seconds_text(left)}"
     finished = [title for p, title in EVAL_PHASES.items() if p in (job.get("phases_done") or {})]
     if finished:
         text += " · done: " + ", ".join(finished)
@@ -124,13 +130,18 @@ def job_progress(job: dict | None) -> tuple[float, str] | None:
 
 
 def activity(rec: Any) -> str:
-    """What a run is doing, for its progress line: ``running · step 10 / 50``, or, after its last step
+    """What a run is doing, for its progress line: ``running · step 10 / 50 · about 2 min 5 s left in
+    training`` (the steps left at its pace so far, start-up included), or, after its last step
     while the worker evaluates the final checkpoint (status ``phase`` evaluating), ``training done ·``
     and the evaluation's progress (:func:`job_progress`)."""
     if rec.status == "running" and (rec.extra or {}).get("phase") == "evaluating":
         prog = job_progress(guarded(evaluation_job, rec.run_id))
         return f"training done at step {rec.step} / {rec.total_steps} · {prog[1] if prog else EVALUATING}"
-    return f"{rec.status} · step {rec.step} / {rec.total_steps}"
+    line = f"{rec.status} · step {rec.step} / {rec.total_steps}"
+    step, total, took = rec.step or 0, rec.total_steps or 0, rec.duration_s or 0.0
+    if rec.status == "running" and 0 < step < total and took > 0:  # at its pace so far, start-up included
+        line += f" · about {seconds_text(took / step * (total - step))} left in training"
+    return line
 
 
 def status_message(rec: Any, checkpoint_step: int | None) -> None:

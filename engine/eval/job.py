@@ -165,6 +165,7 @@ def evaluate_checkpoint(run_dir: Path, step: int | None = None, *, device: str =
                               f"other data")
     n, seed = ev_cfg.max_rows, cfg.train.seed
     plan = EvalBudget(ev_cfg.budget if budget == RUN_BUDGET else budget, training_seconds(run_dir, step))
+    progress.set_budget(plan.budget_s)
     ev = Evaluation(step=step, representation={}, created_at=time.time(), status="partial",
                     cost=train_step_flops(task, seed))  # shapes only: the initial weights count as any
     ft_inputs = finetune_inputs(task, n) if ev_cfg.finetune_epochs and plan.fine_tunes else None

@@ -45,7 +45,7 @@ class EvalProgress:
     The job file holds ``status`` ``running``, ``step``, ``phase`` (a key of :data:`PHASES`),
     ``phase_title``, ``done`` / ``total`` (counts within the phase, ``total`` None when unknown),
     ``eta_s`` (seconds left in the phase when it can be told), ``phases_done`` (name -> seconds),
-    ``pid``, ``started_at`` and ``updated_at``.
+    ``budget_s`` (:meth:`set_budget`), ``pid``, ``started_at`` and ``updated_at``.
     """
 
     def __init__(self, run_dir: Path, step: int | None, *, should_stop: Callable[[], bool] | None = None,
@@ -80,6 +80,12 @@ class EvalProgress:
         """The checkpoint step being evaluated, once known."""
         with self._lock:
             self._state["step"] = step
+
+    def set_budget(self, budget_s: float | None) -> None:
+        """The evaluation's budget (s, :mod:`engine.eval.budget`; None: no limit), kept in the job file
+        as ``budget_s`` so that the pages can say when it ends."""
+        with self._lock:
+            self._state["budget_s"] = None if budget_s is None else round(float(budget_s), 1)
 
     def enter(self, phase: str, total: int | None = None) -> None:
         """Start ``phase`` (a key of :data:`PHASES`) with ``total`` units of work (None: unknown).

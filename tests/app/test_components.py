@@ -25,7 +25,15 @@ from app.components.images import (
 )
 from app.components.masks import MAX_HEATMAP_WIDTH, frequency_heatmap
 from app.components.run_summary import device_text
-from app.components.runs import format_duration, placement_label, run_label, runs_frame, same_task_first, short_label
+from app.components.runs import (
+    format_duration,
+    job_progress,
+    placement_label,
+    run_label,
+    runs_frame,
+    same_task_first,
+    short_label,
+)
 from app.modalities.audio import plural_unit
 from engine.config import RunConfig
 from engine.runner.launcher import cancel, submit
@@ -336,3 +344,17 @@ def test_mask_lab_says_how_many_samples_have_nothing_masked_and_how_to_mask_them
     at = AppTest.from_function(_lab_statistics_page, args=(empty_rows, strategy)).run()
     assert not at.exception
     assert [w.value for w in at.warning] == warning and at.caption[0].value == caption
+
+
+def test_an_evaluations_progress_says_when_its_budget_ends():
+    """job.json as :class:`engine.eval.progress.EvalProgress` writes it, during the fine-tune of an
+    evaluation with a 60 s budget started 20 s ago; none once the budget is spent or without one."""
+    now = time.time()
+    job = {"status": "running", "step": 300, "phase": "finetune", "done": 3, "total": 24, "eta_s": 35.0,
+           "phases_done": {"setup": 1.0, "features": 2.0}, "started_at": now - 20, "budget_s": 60.0}
+    share, text = job_progress(job)
+    assert text.startswith("Evaluating step 300: fine-tuning, step 3 of 24 · about 35 s left in this phase · "
+                           "its budget ends in about 40 s") or "its budget ends in about 39 s" in text, text
+    assert 0 < share < 1
+    assert "budget" not in job_progress({**job, "started_at": now - 61})[1]  # spent: nothing to promise
+    assert "budget" not in job_progress({**job, "budget_s": None})[1]  # no limit

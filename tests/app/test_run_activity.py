@@ -4,9 +4,11 @@ evaluating) says so on Runs and Run detail, instead of sitting at "running · 10
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 from streamlit.testing.v1 import AppTest
 
+from app.components.runs import activity
 from engine.config import RunConfig
 from engine.store import create_run, write_status
 from engine.tasks import resolve
@@ -39,3 +41,11 @@ def test_a_run_evaluating_its_final_checkpoint_says_so(workspace):
             at.run()
             infos = [i.value for i in at.info]
             assert any(i.startswith("Training is done; the worker is evaluating the final checkpoint") for i in infos) == shown
+
+
+def test_a_training_run_says_how_long_it_has_left_at_its_pace():
+    """``activity``: the steps left at the run's pace so far (its duration over its steps)."""
+    rec = SimpleNamespace(status="running", step=10, total_steps=50, duration_s=30.0, extra={})
+    assert activity(rec) == "running · step 10 / 50 · about 2 min 0 s left in training"
+    assert activity(SimpleNamespace(**{**vars(rec), "step": 0})) == "running · step 0 / 50"  # no pace yet
+    assert activity(SimpleNamespace(**{**vars(rec), "status": "queued"})) == "queued · step 10 / 50"
