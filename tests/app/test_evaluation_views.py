@@ -77,9 +77,10 @@ def test_compare_puts_quality_fine_tune_and_flops_in_its_tables(runs):
     assert image["SSIM, masked patches · best baseline"].str.fullmatch(r"0\.\d{4} \((kNN average \(k=10\)|training mean image|biharmonic inpainting|visible-pixel mean)\)").all()
     assert not any("★" in v for v in image["SSIM, masked patches"])  # a lone value is not starred
     down = next(t for t in tables if "linear probe" in t.columns)
-    assert not {"fine-tune", "fine-tune · random init"} & set(down.columns)  # a table of its own: the probes' is wide
+    assert not {"fine-tune", "fine-tune · random init", "fine-tune steps"} & set(down.columns)  # a table of its own
     tuned = next(t for t in tables if "fine-tune" in t.columns)
-    assert list(tuned.columns) == ["step", "fine-tune", "fine-tune · random init"] and len(tuned) == 2
+    assert list(tuned.columns) == ["step", "fine-tune", "fine-tune · random init", "fine-tune steps"] and len(tuned) == 2
+    assert all(s.isdigit() and int(s) > 0 for s in tuned["fine-tune steps"])  # the full recipe (no budget limit)
     assert sum("★" in v for v in tuned["fine-tune"]) == 1 and not any("★" in v for v in tuned["fine-tune · random init"])
     eff = next(t for t in tables if "GFLOPs per step" in t.columns)
     flops = eff["GFLOPs per step"].tolist()
