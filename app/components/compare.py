@@ -152,6 +152,13 @@ def _plain(v: Any) -> str:
     return v if isinstance(v, str) else repr(v)
 
 
+def finetune_steps(ev: Any) -> tuple[int, int]:
+    """``(steps each encoder was fine-tuned, the recipe's steps)`` of an evaluation (its budget record);
+    ``(0, 0)`` when it has none."""
+    b = getattr(ev, "budget", None) or {}
+    return int(b.get("finetune_steps") or 0), int(b.get("recipe_steps") or 0)
+
+
 def downstream_frame(evaluations: Mapping[str, Any], labels: Mapping[str, str]) -> pd.DataFrame:
     """One row per run with an evaluation: its step, then for each figure of :data:`REP_FIGURES`
     the trained encoder's value and its random-init and raw-input baselines, then chance, then the
@@ -170,8 +177,7 @@ def downstream_frame(evaluations: Mapping[str, Any], labels: Mapping[str, str]) 
         down = getattr(ev, "downstream", None) or {}
         row[FINETUNE] = down.get("trained", {}).get("finetune_acc", np.nan)
         row[f"{FINETUNE} · random init"] = down.get("random_init", {}).get("finetune_acc", np.nan)
-        b = getattr(ev, "budget", None) or {}
-        done, recipe = int(b.get("finetune_steps") or 0), int(b.get("recipe_steps") or 0)
+        done, recipe = finetune_steps(ev)
         row[FINETUNE_STEPS] = (f"{done} of {recipe}" if 0 < done < recipe else str(done) if done else "–") if down else "–"
         row["rows (train/val)"] = f"{ev.rows.get('train', '?')}/{ev.rows.get('val', '?')}"
         rows.append(row)

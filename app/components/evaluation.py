@@ -18,7 +18,7 @@ import pandas as pd
 import streamlit as st
 
 from app.components.access import allowed
-from app.components.compare import BEST, FINETUNE, QUALITY_FIGURES, REP_FIGURES
+from app.components.compare import BEST, FINETUNE, QUALITY_FIGURES, REP_FIGURES, finetune_steps
 from app.components.errors import guarded, user_errors
 from app.components.quality import predictor_name
 from app.components.runs import format_metric, job_progress, seconds_text
@@ -69,8 +69,7 @@ def downstream_table(ev: Any) -> pd.DataFrame:
 
 def shortened_text(ev: Any) -> str:
     """`` (12 of 155 steps)`` when the evaluation budget cut the fine-tune short of its recipe, else ``""``."""
-    b = getattr(ev, "budget", None) or {}
-    done, recipe = int(b.get("finetune_steps") or 0), int(b.get("recipe_steps") or 0)
+    done, recipe = finetune_steps(ev)
     return f" ({done} of {recipe} steps)" if getattr(ev, "downstream", None) and 0 < done < recipe else ""
 
 
