@@ -29,7 +29,9 @@ def configure_torch(threads: int, deterministic: bool) -> int:
     if deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.backends.cudnn.benchmark = False
-    torch.use_deterministic_algorithms(deterministic)
+    if deterministic or torch.are_deterministic_algorithms_enabled():
+        # only when it changes something: the call imports torch._inductor (1 to 2.5 s a process)
+        torch.use_deterministic_algorithms(deterministic)
     return torch.get_num_threads()
 
 
