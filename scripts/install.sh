@@ -47,3 +47,7 @@ if [ ! -f "$stamp" ]; then
   [ $cluster = 1 ] && .venv/bin/python -m pip install --quiet -r requirements-cluster.txt
   touch "$stamp"
 fi
+# The checkout on the venv's path, so that `.venv/bin/python bench/X.py` (and any script outside the
+# repository's root) imports engine, app and bench as `python -m ...` from the root does.
+site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+[ "$(cat "$site/masklab-checkout.pth" 2>/dev/null)" = "$PWD" ] || echo "$PWD" > "$site/masklab-checkout.pth"
