@@ -117,11 +117,13 @@ def make_audio_dataset(workspace: Path, name: str, size_bytes: int, seed: int = 
     return n
 
 
-def make_text_dataset(workspace: Path, name: str, size_bytes: int, seed: int = 0) -> int:
-    """Register a text dataset of about ``size_bytes`` of UTF-8 as ``name``: sentences of 6 to 30
-    words drawn from 5,000 random lower-case pseudo-words (Zipf-like frequencies), 1 to 3 sentences
-    a text, labels uniform over ``N_CLASSES``, a seeded 5% val split; return its number of texts.
-    Memory: one chunk of texts at a time (the bytes go through a scratch ``.npy`` map)."""
+def make_text_dataset(workspace: Path, name: str, size_bytes: int, seed: int = 0, sentences: tuple[int, int] = (1, 3),
+                      sentence_words: tuple[int, int] = (6, 30)) -> int:
+    """Register a text dataset of about ``size_bytes`` of UTF-8 as ``name``: ``sentences`` (low, high,
+    inclusive) sentences a text of ``sentence_words`` words each, drawn from 5,000 random lower-case
+    pseudo-words (Zipf-like frequencies), labels uniform over ``N_CLASSES``, a seeded 5% val split;
+    return its number of texts. Memory: one chunk of texts at a time (the bytes go through a scratch
+    ``.npy`` map)."""
     rng = np.random.default_rng(seed)
     letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
     words = np.array(["".join(rng.choice(letters, rng.integers(2, 9))) for _ in range(5000)])
@@ -133,12 +135,12 @@ def make_text_dataset(workspace: Path, name: str, size_bytes: int, seed: int = 0
     try:
         while used < size_bytes:
             # 20,000 texts at a time, every word of them drawn in one call
-            per_text = rng.integers(1, 4, size=20_000)  # sentences
-            lengths = rng.integers(6, 31, size=int(per_text.sum()))  # words per sentence
+            per_text = rng.integers(sentences[0], sentences[1] + 1, size=20_000)
+            lengths = rng.integers(sentence_words[0], sentence_words[1] + 1, size=int(per_text.sum()))  # words per sentence
             drawn = words[rng.choice(len(words), int(lengths.sum()), p=p)]
-            sentences = [" ".join(s) + "." for s in np.split(drawn, np.cumsum(lengths)[:-1])]
+            said = [" ".join(s) + "." for s in np.split(drawn, np.cumsum(lengths)[:-1])]
             cut = np.cumsum(per_text)[:-1]
-            chunk = [" ".join(t) for t in np.split(np.array(sentences, dtype=object), cut)]
+            chunk = [" ".join(t) for t in np.split(np.array(said, dtype=object), cut)]
             blob = "\n".join(chunk).encode()  # one buffer, then cut at the texts' ends
             ends = np.cumsum([len(t.encode()) + 1 for t in chunk]) - 1
             keep = int(np.searchsorted(ends, size_bytes - used, side="right"))
@@ -162,6 +164,10 @@ def make_text_dataset(workspace: Path, name: str, size_bytes: int, seed: int = 0
     finally:
         scratch.unlink(missing_ok=True)
     return n
+
+
+#: ``make_text_dataset``'s shape for ``--short-texts``: one sentence of 2 to 6 words a text.
+SHORT_TEXTS = {"sentences": (1, 1), "sentence_words": (2, 6)}
 
 
 def run_config(name: str, steps: int, batch: int, modality: str = "image") -> dict:
@@ -230,11 +236,13 @@ def train_peak(workspace: Path, name: str, steps: int = 5, batch: int = 64, moda
 
 
 def measure(sizes_mb: list[float], steps: int, batch: int, root: Path | None = None, keep: bool = False,
-            modality: str = "image") -> list[dict]:
-    """Generate, register and train one dataset per size (MB of pixels or PCM, 10**6 bytes) in a fresh
-    temporary workspace under ``root``; return one row per size: ``size_mb``, ``rows``,
+            modality: str = "image", short_texts: bool = False) -> list[dict]:
+    """Generate, register and train one dataset per size (MB of pixels, PCM or UTF-8, 10**6 bytes) in
+    a fresh temporary workspace under ``root``; return one row per size: ``size_mb``, ``rows``,
     ``disk_bytes`` (the registered folder), ``peak_mem_bytes``, ``polled_peak_bytes``, ``seconds``.
-    The workspace is deleted at the end unless ``keep``."""
+    ``short_texts``: texts of one sentence of 2 to 6 words (:data:`SHORT_TEXTS`): many more rows a
+    MB, each encoded to the same ``max_len`` columns as a long one. The workspace is deleted at the
+    end unless ``keep``."""
     ws = Path(tempfile.mkdtemp(prefix="masklab-datamem-", dir=root)) / "workspace"
     ws.mkdir(parents=True)
     os.environ["MASKLAB_WORKSPACE"] = str(ws)
@@ -242,8 +250,10 @@ def measure(sizes_mb: list[float], steps: int, batch: int, root: Path | None = N
     try:
         for mb in sizes_mb:
             name = f"random-{int(mb)}mb"
-            make = {"audio": make_audio_dataset, "text": make_text_dataset}.get(modality, make_image_dataset)
-            n = make(ws, name, int(mb * 1e6))
+            if modality == "text":
+                n = make_text_dataset(ws, name, int(mb * 1e6), **(SHORT_TEXTS if short_texts else {}))
+            else:
+                n = (make_audio_dataset if modality == "audio" else make_image_dataset)(ws, name, int(mb * 1e6))
             folder = ws / "datasets" / name
             disk = sum(p.stat().st_size for p in folder.iterdir())
             out = train_peak(ws, name, steps, batch, modality)
@@ -267,8 +277,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--root", type=Path, default=None, help="where the temporary workspace goes (default: $TMPDIR)")
     p.add_argument("--keep", action="store_true", help="keep the workspace (its path is printed)")
     p.add_argument("--modality", choices=("image", "audio", "text"), default="image")
+    p.add_argument("--short-texts", action="store_true", help="text: one sentence of 2 to 6 words a text")
     args = p.parse_args(argv)
-    rows = measure(args.sizes_mb, args.steps, args.batch, args.root, args.keep, args.modality)
+    rows = measure(args.sizes_mb, args.steps, args.batch, args.root, args.keep, args.modality, args.short_texts)
     mib = 2**20
     if args.modality == "text":
         print(f"text_mlm (bert tiny, WordPiece 8,000, 128 tokens), random-word texts, batch {args.batch}, "
