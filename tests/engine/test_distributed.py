@@ -172,7 +172,7 @@ def test_a_two_process_run_is_cancelled_killed_and_resumed_through_its_lock(work
     is then killed with SIGKILL (its ranks die with it, readers see interrupted) and resumed again to
     the end, with one row per step."""
     load_dataset("digits")
-    cfg = with_launch(TINY, {"steps": 400, "eval_interval": 50, "checkpoint_interval": 20, "num_threads": 1},
+    cfg = with_launch(TINY, {"steps": 200, "eval_interval": 50, "checkpoint_interval": 20, "num_threads": 1},
                       nproc_per_node=2)
     run_id = submit(resolve(RunConfig.from_dict(cfg)))
     d = get_run(run_id).path
@@ -181,7 +181,7 @@ def test_a_two_process_run_is_cancelled_killed_and_resumed_through_its_lock(work
     assert cancel(run_id) is True
     _wait(lambda: not get_run(run_id).is_active, 120, "the cancel")
     rec = get_run(run_id)
-    assert rec.status == "cancelled" and latest_checkpoint_step(run_id) == rec.step < 400
+    assert rec.status == "cancelled" and latest_checkpoint_step(run_id) == rec.step < 200
     _wait(lambda: _ranks(d) == [], 30, "the ranks to exit")
 
     assert resume(run_id) == rec.step
@@ -195,8 +195,8 @@ def test_a_two_process_run_is_cancelled_killed_and_resumed_through_its_lock(work
     assert resume(run_id) == killed
     _wait(lambda: not get_run(run_id).is_active, 300, "the run to end")
     rec = get_run(run_id)
-    assert rec.status == "completed" and rec.step == 400, rec.error
-    assert [s for s, _ in rows(run_id, "loss")] == list(range(1, 401))
+    assert rec.status == "completed" and rec.step == 200, rec.error
+    assert [s for s, _ in rows(run_id, "loss")] == list(range(1, 201))
 
 
 @pytest.mark.slow
