@@ -19,7 +19,6 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-import pandas as pd
 
 from engine.errors import DatasetError
 
@@ -174,6 +173,7 @@ class LabelledRows:
 
         One row for every class x split pair (zeros included), classes in label order, train before val.
         """
+        import pandas as pd  # noqa: PLC0415 (heavy: listing datasets stays cheap, module docstring)
         k = self.info.n_classes
         per_split = [np.bincount(self.labels[self.split == s], minlength=k) for s in range(len(SPLITS))]
         rows = [
