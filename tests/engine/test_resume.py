@@ -439,7 +439,7 @@ def test_restart_policy_resumes_a_killed_worker_until_its_budget_is_spent(worksp
     """``train.max_restarts=1``: the first SIGKILL is followed by an automatic resume from the last
     checkpoint (history entry, ``restarts`` 1); the second leaves the run interrupted and the
     supervisor gone, with the reason in the log. A restarted run trains on to the same result."""
-    cfg = with_train(LONG_IMAGE, steps=200, max_restarts=1)
+    cfg = with_train(LONG_IMAGE, steps=100, max_restarts=1)
     load_dataset("digits")
     run_id = submit(resolve(RunConfig.from_dict(cfg)))
     d = get_run(run_id).path
