@@ -15,7 +15,7 @@ from tests.app.test_browser import CHART, browser, expect, page, settle, shot, s
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 BASE = {"data": {"dataset": "digits"}, "model": {"preset": "tiny", "patch_size": 2},
-        "evaluation": {"max_rows": 300, "tsne_max_rows": 0, "budget": None},  # 12 steps: no limit, or no fine-tune
+        "evaluation": {"max_rows": 300, "tsne_max_rows": 0, "budget": None, "finetune_epochs": 1},  # 12 steps: no limit, or no fine-tune; one epoch: its figures are shown, not judged
         "train": {"steps": 12, "batch_size": 32, "eval_interval": 6, "checkpoint_interval": 12, "warmup_steps": 2,
                   "device": "cpu", "num_threads": 1}}
 

@@ -18,7 +18,7 @@ from engine.tasks import resolve
 from tests.app.test_pages_apptest import ENTRY
 
 BASE = {"data": {"dataset": "digits"}, "model": {"preset": "tiny", "patch_size": 2},
-        "evaluation": {"max_rows": 300, "tsne_max_rows": 0},
+        "evaluation": {"max_rows": 300, "tsne_max_rows": 0, "finetune_epochs": 1},  # one epoch: its figures are shown, not judged
         "train": {"steps": 12, "batch_size": 32, "eval_interval": 6, "checkpoint_interval": 12, "warmup_steps": 2,
                   "device": "cpu", "num_threads": 1}}
 
