@@ -35,7 +35,13 @@ def test_short_audio_text_recipe_on_fsdd_beats_the_audio_hidden_model_and_chance
     assert 0 < m["baseline/chance/i2t_r1"] < m["baseline/chance/i2t_r5"] < m["baseline/chance/i2t_r10"]
     assert m["val_mse"] < m["baseline/mean_spec/mse"], m
     assert set(out["checks"]) == set(bench.AUDIO.checks)
-    assert bench.main(["--audio", "--takes", "1", "--steps", "2", "--seeds", "0",
-                       "--workspace", str(workspace.parent / "cli")]) == 0
-    text = capsys.readouterr().out
-    assert "audio->text R@5 CCA" in text and "word acc, from the audio" in text and "s CPU" in text
+    # the report, then the CLI reading the same run back from the store (--collect): the same figures
+    bench.print_report(out, str(workspace), bench.AUDIO)
+    assert bench.main(["--audio", "--collect", str(workspace)]) == 0
+    first, second = capsys.readouterr().out.split("paired: ")[1:]
+    assert "audio->text R@5 CCA" in first and "s CPU" in first and "s CPU" not in second
+
+    def figures(report: str) -> list[str]:
+        return [line for line in report.splitlines() if line.startswith("  ") and not line.startswith("  seed ")]
+
+    assert figures(first) == figures(second) and len(figures(first)) > len(out["checks"])

@@ -31,6 +31,13 @@ def test_short_paired_recipe_on_tuxpaint_beats_chance(workspace, shared_data, ca
     assert m["val_mse"] < m["baseline/mean_image/mse"], m
     assert set(out["checks"]) == {"t2i R@5 above CCA", "caption acc above the image-hidden model",
                                   "caption acc above the per-position baseline", "recon error lower with the caption"}
-    assert bench.main(["--steps", "2", "--seeds", "0", "--workspace", str(workspace.parent / "cli")]) == 0
-    text = capsys.readouterr().out
-    assert "t2i R@5 CCA" in text and "caption acc, from the image" in text and "s CPU" in text
+    # the report, then the CLI reading the same run back from the store (--collect): the same figures
+    bench.print_report(out, str(workspace), bench.IMAGE)
+    assert bench.main(["--collect", str(workspace)]) == 0
+    first, second = capsys.readouterr().out.split("paired: ")[1:]
+    assert "t2i R@5 CCA" in first and "s CPU" in first and "s CPU" not in second
+
+    def figures(report: str) -> list[str]:
+        return [line for line in report.splitlines() if line.startswith("  ") and not line.startswith("  seed ")]
+
+    assert figures(first) == figures(second) and len(figures(first)) > len(out["checks"])
