@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.bench import load_bench
+from tests.bench import load_bench, paired_reports
 
 STEPS, TAKES, WINDOW = 300, 10, ["data.audio.clip_seconds=0.6"]
 
@@ -36,12 +36,5 @@ def test_short_audio_text_recipe_on_fsdd_beats_the_audio_hidden_model_and_chance
     assert m["val_mse"] < m["baseline/mean_spec/mse"], m
     assert set(out["checks"]) == set(bench.AUDIO.checks)
     # the report, then the CLI reading the same run back from the store (--collect): the same figures
-    bench.print_report(out, str(workspace), bench.AUDIO)
-    assert bench.main(["--audio", "--collect", str(workspace)]) == 0
-    first, second = capsys.readouterr().out.split("paired: ")[1:]
-    assert "audio->text R@5 CCA" in first and "s CPU" in first and "s CPU" not in second
-
-    def figures(report: str) -> list[str]:
-        return [line for line in report.splitlines() if line.startswith("  ") and not line.startswith("  seed ")]
-
-    assert figures(first) == figures(second) and len(figures(first)) > len(out["checks"])
+    first, second, figures = paired_reports(bench, out, workspace, bench.AUDIO, ["--audio", "--collect", str(workspace)], capsys)
+    assert "audio->text R@5 CCA" in first and "s CPU" in first and "s CPU" not in second and len(figures) > len(out["checks"])

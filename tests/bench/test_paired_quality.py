@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.bench import load_bench
+from tests.bench import load_bench, paired_reports
 
 STEPS = 600  # the run measured in bench/README.md as "scaled, one seed"
 
@@ -32,12 +32,5 @@ def test_short_paired_recipe_on_tuxpaint_beats_chance(workspace, shared_data, ca
     assert set(out["checks"]) == {"t2i R@5 above CCA", "caption acc above the image-hidden model",
                                   "caption acc above the per-position baseline", "recon error lower with the caption"}
     # the report, then the CLI reading the same run back from the store (--collect): the same figures
-    bench.print_report(out, str(workspace), bench.IMAGE)
-    assert bench.main(["--collect", str(workspace)]) == 0
-    first, second = capsys.readouterr().out.split("paired: ")[1:]
-    assert "t2i R@5 CCA" in first and "s CPU" in first and "s CPU" not in second
-
-    def figures(report: str) -> list[str]:
-        return [line for line in report.splitlines() if line.startswith("  ") and not line.startswith("  seed ")]
-
-    assert figures(first) == figures(second) and len(figures(first)) > len(out["checks"])
+    first, second, figures = paired_reports(bench, out, workspace, bench.IMAGE, ["--collect", str(workspace)], capsys)
+    assert "t2i R@5 CCA" in first and "s CPU" in first and "s CPU" not in second and len(figures) > len(out["checks"])
