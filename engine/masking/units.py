@@ -36,7 +36,6 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 from pydantic import Field
-from skimage.segmentation import slic
 
 from engine.masking.registry import (
     NoParams,
@@ -393,6 +392,8 @@ def superpixel_segments(
     elif C != 3:
         arr = arr * 100.0
     rgb = arr.shape[-1] == 3
+    from skimage.segmentation import slic  # noqa: PLC0415 (scipy.cluster, 0.5 s, in every worker otherwise)
+
     pix = np.empty((B, H, W), dtype=np.int64)
     for i in range(B):
         pix[i] = slic(arr[i], n_segments=int(n_segments), compactness=float(compactness),

@@ -20,7 +20,6 @@ import secrets
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import pandas as pd
 import yaml
 
 from engine.access.policy import Identity, authorize
@@ -256,4 +255,6 @@ def sweep_table(sweep_id: str, workspace=None):
             for k in ("probe_acc", "knn_acc"):
                 row[k + suffix] = ev.representation.get(enc, {}).get(k) if ev else None
         rows.append(row)
+    import pandas as pd  # noqa: PLC0415 (engine.store's docstring: the CLI and workers start without pandas)
+
     return pd.DataFrame(rows).sort_values(["value", "seed"]).reset_index(drop=True) if rows else pd.DataFrame()

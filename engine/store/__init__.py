@@ -10,12 +10,13 @@ Public API (pages and the CLI use only these):
 Annotations (tags, note, archived; editors, audited): annotate, set_tags, tag_run, set_note, archive_run.
 Write side (only the holder of the run lock, plus the launcher's create_run): write_status,
 MetricsWriter, save_samples, save_checkpoint, append_config_history, truncate_metrics, compact_metrics.
-Nothing here imports torch at import time (a queued worker must not load it).
+Nothing here imports torch at import time (a queued worker must not load it), nor pandas (0.25 s of
+every worker's and CLI command's start; DuckDB builds the frames a reader asks for).
 """
 
 from __future__ import annotations
 
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from engine.store.annotations import Annotations, annotate, archive_run, set_note, set_tags, tag_run
 from engine.store.checkpoints import (
@@ -50,6 +51,9 @@ from engine.store.runs import (
 )
 from engine.store.samples import Sample, load_samples, sample_files, sample_steps, save_samples
 from engine.store.usage import DiskUsage, dataset_bytes, disk_usage, format_bytes, run_bytes
+
+if TYPE_CHECKING:  # pandas only where a frame is built (above)
+    import pandas as pd
 
 
 def read_metrics(

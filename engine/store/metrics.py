@@ -24,16 +24,18 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 import duckdb
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from engine.errors import DamagedFileError
 from engine.workspace import atomic_write_bytes, is_temp_name
+
+if TYPE_CHECKING:  # pandas only where a frame is built (engine.store's docstring)
+    import pandas as pd
 
 SCHEMA = pa.schema(
     [

@@ -23,10 +23,9 @@ import threading
 import time
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Callable, Hashable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -42,6 +41,9 @@ from engine.store.metrics import (
     read_table,
     snapshot,
 )
+
+if TYPE_CHECKING:  # pandas only where a frame is built (engine.store's docstring)
+    import pandas as pd
 
 #: Bytes of decoded metrics files kept per process (``$MASKLAB_METRICS_CACHE_MB``, default 256).
 FILE_CACHE_BYTES = int(float(os.environ.get("MASKLAB_METRICS_CACHE_MB", "256")) * 2**20)
@@ -226,6 +228,8 @@ def read_metrics_cached(run_dirs: Iterable[Path], keys: list[str] | None = None,
     independent = all(a == b for a, b in ids) and all(p[0] < q[0] for p, q in zip(ids, ids[1:]))
     if not independent:
         return read_metrics_files(dirs, keys, max_points=max_points)
+    import pandas as pd  # noqa: PLC0415 (engine.store's docstring: only readers load pandas)
+
     out = pd.concat(frames, ignore_index=True) if frames else query_table(SCHEMA.empty_table(), max_points)
     out.attrs["warnings"] = warnings
     return out
