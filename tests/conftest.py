@@ -36,9 +36,8 @@ EXCLUSIVE = ("tests/engine/test_distributed.py", "tests/engine/test_backends.py"
              "tests/engine/test_launcher.py", "tests/bench/test_load.py")
 #: Work units that take longest (the durations table at the end of a CI log says which): they start
 #: first, so that no worker is left running one alone at the end.
-LONG_UNITS = ("exclusive", "tests/bench/test_data_memory.py", "tests/bench/test_paired_audio_quality.py",
-              "tests/bench/test_paired_quality.py", "tests/engine/test_resume.py", "tests/engine/test_cli.py",
-              "tests/bench/test_text_quality.py")
+LONG_UNITS = ("exclusive", "tests/bench/test_data_memory.py", "tests/engine/test_resume.py", "tests/engine/test_cli.py",
+              "tests/bench/test_text_quality.py", "tests/engine/test_evaluation.py", "tests/bench/test_image_quality.py")
 
 
 def pytest_xdist_make_scheduler(config, log):
@@ -86,9 +85,14 @@ def shared_data() -> Path:
 @pytest.fixture(scope="session")
 def shared_runs(tmp_path_factory, shared_data):
     """The session's shared trained runs (:mod:`tests.runs`): one completed, evaluated run per task,
-    trained on first use in each worker; read them as they are, write only to a ``copy`` (checked at
-    the session's end: a shared workspace that changed fails it)."""
-    runs = SharedRuns(tmp_path_factory.mktemp("shared-runs"), shared_data)
+    trained on first use, once for all pytest-xdist workers (their common base folder, which is this
+    session's own); read them as they are, write only to a ``copy`` (checked at each worker's end: a
+    shared workspace that changed fails it)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = tmp_path_factory.getbasetemp().parent / "shared-runs"  # <session>/popen-gwN -> <session>
+    else:
+        root = tmp_path_factory.mktemp("shared-runs")
+    runs = SharedRuns(root, shared_data)
     yield runs
     assert not runs.changed(), f"a test wrote to a shared workspace instead of a copy: {runs.changed()}"
 

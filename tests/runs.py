@@ -5,8 +5,9 @@ imported from ../shared/data. Image, audio and paired runs are evaluated at thei
 and a one-epoch fine-tune on at most 300 rows); text runs are not: their linear probe on TF-IDF
 features alone took 38 s here (tests/engine/test_evaluation.py evaluates a text run), but for the
 unlabelled one, whose evaluation has no labels to probe (it skips what needs them and says so). A kind is
-trained the first time a test asks for it, once per process (once per pytest-xdist worker), through
-the real worker code path (:func:`engine.runner.worker.execute_run`).
+trained the first time a test asks for it, once per session (the pytest-xdist workers share the
+folder; the first to ask trains it under a file lock), through the real worker code path
+(:func:`engine.runner.worker.execute_run`).
 
 Readers (page, view, compare and evaluation tests) open a shared workspace as it is: ``get(kind)``.
 A test that writes (trains, resumes, imports, deletes, annotates), or wants several kinds in one
@@ -16,6 +17,7 @@ after its run completed.
 
 from __future__ import annotations
 
+import fcntl
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,14 +139,25 @@ class SharedRuns:
         self._files: dict[str, dict[str, tuple[int, int]]] = {}  # kind -> what its workspace held once trained
 
     def get(self, kind: str) -> TrainedRun:
-        """The shared run of ``kind`` (a key of :data:`SPECS`), trained on first use. Read only."""
+        """The shared run of ``kind`` (a key of :data:`SPECS`), trained on first use. Read only.
+
+        ``root`` may be shared by the session's pytest-xdist workers: the first to ask trains the run
+        while holding ``<root>/<kind>.lock`` and then writes ``<kind>/run_id``; the others wait on the
+        lock and read it. A worker that failed part-way leaves no ``run_id``; the next one starts over."""
         if kind not in self._runs:
             dataset, cfg = SPECS[kind]
-            ws = self.root / kind / "workspace"
-            ws.mkdir(parents=True)
-            import_dataset(dataset, ws, self.shared_data)
-            self._runs[kind] = TrainedRun(ws, completed_run(cfg, ws, evaluate=True))
-            self._files[kind] = _files(ws)
+            self.root.mkdir(parents=True, exist_ok=True)
+            folder, done = self.root / kind, self.root / kind / "run_id"
+            with open(self.root / f"{kind}.lock", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also on an exception
+                if not done.is_file():
+                    shutil.rmtree(folder, ignore_errors=True)
+                    ws = folder / "workspace"
+                    ws.mkdir(parents=True)
+                    import_dataset(dataset, ws, self.shared_data)
+                    done.write_text(completed_run(cfg, ws, evaluate=True), encoding="utf-8")
+            self._runs[kind] = TrainedRun(folder / "workspace", done.read_text(encoding="utf-8"))
+            self._files[kind] = _files(folder / "workspace")
         return self._runs[kind]
 
     def changed(self) -> list[str]:
