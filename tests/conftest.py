@@ -37,7 +37,7 @@ EXCLUSIVE = ("tests/engine/test_distributed.py", "tests/engine/test_backends.py"
 #: Work units that take longest (the durations table at the end of a CI log says which): they start
 #: first, so that no worker is left running one alone at the end.
 LONG_UNITS = ("exclusive", "tests/bench/test_data_memory.py", "tests/engine/test_resume.py", "tests/engine/test_cli.py",
-              "tests/bench/test_text_quality.py", "tests/engine/test_evaluation.py", "tests/bench/test_image_quality.py")
+              "tests/bench/test_text_quality.py", "tests/engine/test_evaluation.py", "tests/engine/test_run_identity.py")
 
 
 def pytest_xdist_make_scheduler(config, log):
