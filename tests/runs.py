@@ -82,6 +82,14 @@ SPECS: dict[str, tuple[str, dict]] = {
         "train": {**SHORT, "steps": 2, "batch_size": 8, "eval_interval": 2, "checkpoint_interval": 2,
                   "num_vis": PAIRED_AUDIO_VIS, "warmup_steps": 0}}),
 }
+#: The Compare tests' four runs (AppTest and real browser): digits, tiny MAE, 12 steps, two seeds of
+#: two mask ratios, so two seed groups; ``shared_runs.copy(*COMPARE_FOUR, dest=...)`` puts them in one
+#: workspace (the bundled digits are imported nowhere, so they combine).
+COMPARE_FOUR = {f"compare_r{ratio}_s{seed}": (ratio, seed) for ratio in (0.5, 0.75) for seed in (0, 1)}
+SPECS.update({kind: ("digits", {**IMAGE, "name": f"r{ratio}-s{seed}", "masking": {"ratio": ratio},
+                                "train": {**IMAGE["train"], "steps": 12, "eval_interval": 6, "checkpoint_interval": 12,
+                                          "seed": seed}})
+              for kind, (ratio, seed) in COMPARE_FOUR.items()})
 
 
 @dataclass(frozen=True)

@@ -1,33 +1,22 @@
-"""Real browser: the Compare page on 4 saved runs trained and evaluated here (digits, tiny MAE, two
-seeds of two mask ratios): curves, configs and results, the reconstruction matrix (its step control,
-a typed step, the arrow keys and the view toggle move every column), seed groups and the downstream
-table render; screenshots in test-artifacts/compare-4-runs*.png."""
+"""Real browser: the Compare page on 4 saved, evaluated runs (the session's shared runs
+tests/runs.COMPARE_FOUR: digits, tiny MAE, two seeds of two mask ratios): curves, configs and
+results, the reconstruction matrix (its step control, a typed step, the arrow keys and the view
+toggle move every column), seed groups and the downstream table render; screenshots in
+test-artifacts/compare-4-runs*.png."""
 
 from __future__ import annotations
 
 import pytest
 
-from engine.config import RunConfig
-from engine.runner.worker import execute_run
-from engine.store import create_run
-from engine.tasks import resolve
 from tests.app.test_browser import CHART, browser, expect, page, settle, shot, start_server, stop_server  # noqa: F401
+from tests.runs import COMPARE_FOUR
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
-BASE = {"data": {"dataset": "digits"}, "model": {"preset": "tiny", "patch_size": 2},
-        "evaluation": {"max_rows": 300, "tsne_max_rows": 0, "budget": None, "finetune_epochs": 1},  # 12 steps: no limit, or no fine-tune; one epoch: its figures are shown, not judged
-        "train": {"steps": 12, "batch_size": 32, "eval_interval": 6, "checkpoint_interval": 12, "warmup_steps": 2,
-                  "device": "cpu", "num_threads": 1}}
 
 
-def test_compare_four_saved_runs(workspace, monkeypatch, page):  # noqa: F811
-    monkeypatch.setenv("MASKLAB_AUTO_EVAL", "1")
-    ids = []
-    for ratio, seed in ((0.5, 0), (0.5, 1), (0.75, 0), (0.75, 1)):
-        cfg = {**BASE, "name": f"r{ratio}-s{seed}", "masking": {"ratio": ratio}, "train": {**BASE["train"], "seed": seed}}
-        run_id, d = create_run(resolve(RunConfig.from_dict(cfg)).to_dict())
-        assert execute_run(d) == "completed"
-        ids.append(run_id)
+def test_compare_four_saved_runs(shared_runs, workspace, page):  # noqa: F811
+    _, by_kind = shared_runs.copy(*COMPARE_FOUR, dest=workspace)
+    ids = [by_kind[k] for k in COMPARE_FOUR]  # r0.5-s0, r0.5-s1, r0.75-s0, r0.75-s1
     proc, url = start_server(workspace)
     try:
         page.goto(f"{url}/compare?runs={','.join(ids)}")

@@ -1,4 +1,5 @@
-"""The Compare page and its tables, on real runs trained and evaluated here (digits, tiny MAE)."""
+"""The Compare page and its tables, on real evaluated runs (digits, tiny MAE: the session's shared
+runs tests/runs.COMPARE_FOUR)."""
 
 from __future__ import annotations
 
@@ -10,17 +11,10 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from app.components.compare import config_diff, downstream_frame, efficiency_frame, mark_best, report_html, time_to_loss
-from engine.config import RunConfig
-from engine.runner.worker import execute_run
-from engine.store import create_run, get_run, read_metrics
+from engine.store import get_run, read_metrics
 from engine.store.evaluations import latest_evaluation
-from engine.tasks import resolve
 from tests.app.test_pages_apptest import ENTRY
-
-BASE = {"data": {"dataset": "digits"}, "model": {"preset": "tiny", "patch_size": 2},
-        "evaluation": {"max_rows": 300, "tsne_max_rows": 0, "finetune_epochs": 1},  # one epoch: its figures are shown, not judged
-        "train": {"steps": 12, "batch_size": 32, "eval_interval": 6, "checkpoint_interval": 12, "warmup_steps": 2,
-                  "device": "cpu", "num_threads": 1}}
+from tests.runs import COMPARE_FOUR
 
 
 def test_config_diff_shows_only_differing_fields():
@@ -48,16 +42,12 @@ def test_mark_best_and_time_to_loss():
 
 
 @pytest.fixture
-def four_runs(workspace, monkeypatch):
-    """Two seeds of two mask ratios: two seed groups."""
-    monkeypatch.setenv("MASKLAB_AUTO_EVAL", "1")
-    ids = []
-    for ratio, seed in ((0.5, 0), (0.5, 1), (0.75, 0), (0.75, 1)):
-        cfg = {**BASE, "name": f"r{ratio}-s{seed}", "masking": {"ratio": ratio}, "train": {**BASE["train"], "seed": seed}}
-        run_id, d = create_run(resolve(RunConfig.from_dict(cfg)).to_dict())
-        assert execute_run(d) == "completed"
-        ids.append(run_id)
-    return ids
+def four_runs(shared_runs, workspace):
+    """Two seeds of two mask ratios (two seed groups), evaluated: the session's shared runs
+    (tests/runs.COMPARE_FOUR), copied into this test's workspace in the order r0.5-s0, r0.5-s1,
+    r0.75-s0, r0.75-s1."""
+    _, ids = shared_runs.copy(*COMPARE_FOUR, dest=workspace)
+    return [ids[k] for k in COMPARE_FOUR]
 
 
 def _compare(ids, **params) -> AppTest:
